@@ -1,0 +1,42 @@
+# One-command set-up and runs. Everything installs into .venv from the project's own files.
+#   make report   materialize every asset (default profile) and build the report site
+#   make test     run the test suite
+# A GPU user picks another torch build, e.g.:  make report TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>"
+# or installs torch into .venv first and passes TORCH_SPEC=skip.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= -r requirements/torch-cpu.txt
+PIP_TORCH_ARGS ?=
+PROFILE ?= default
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export DAGSTER_DISABLE_TELEMETRY = 1
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup report test benchmark ui clean
+
+$(STAMP): pyproject.toml requirements/torch-cpu.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	if [ "$(TORCH_SPEC)" != "skip" ]; then $(BIN)/python -m pip install --quiet $(PIP_TORCH_ARGS) $(TORCH_SPEC); fi
+	$(BIN)/python -m pip install --quiet -e '.[pipeline,site,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+report: $(STAMP)
+	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/bench_toolkit.py
+
+ui: $(STAMP)
+	$(BIN)/dagster dev
+
+clean:
+	rm -rf $(VENV) data site/build

@@ -1,0 +1,39 @@
+"""precisionkit: compare floating-point results bit by bit, in ULPs and against fp64.
+
+Public API::
+
+    bit_equal, bit_mismatch, ulp_diff, ULP_NAN, ULP_SATURATED     # bits
+    error_stats, round_to_dtype                                  # statistics vs a reference
+    fp64_reference                                               # fp64 re-execution
+    tolerance, assert_bit_equal, assert_ulp_within, assert_close_to_reference
+    FusedFunction, FusionEvidence, FusionError, eager, fused     # execution paths
+"""
+
+from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
+from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
+from .reference import fp64_reference
+from .stats import error_stats, round_to_dtype
+from .tolerance import Tolerance, assert_bit_equal, assert_close_to_reference, assert_ulp_within, tolerance
+
+__all__ = [
+    "ULP_NAN",
+    "ULP_SATURATED",
+    "BitMismatch",
+    "FusedFunction",
+    "FusionError",
+    "FusionEvidence",
+    "Tolerance",
+    "assert_bit_equal",
+    "assert_close_to_reference",
+    "assert_ulp_within",
+    "bit_equal",
+    "bit_mismatch",
+    "eager",
+    "error_stats",
+    "fp64_reference",
+    "fused",
+    "round_to_dtype",
+    "tolerance",
+    "ulp_diff",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,221 @@
+"""Execution paths: eager (op by op) and fused (``torch.compile`` with a named backend), where a
+fused run carries evidence that it really compiled and fused.
+
+A fused path that compiled no graph (fell back to eager), broke the graph, or generated no fused
+kernel raises :class:`FusionError` instead of returning numbers that silently equal eager's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+from unittest import mock
+
+import torch
+
+PATH_NAMES = ("eager", "fused")
+
+# Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
+_EXTERN_CALL = re.compile(r"extern_kernels\.(\w+)\(")
+# Lines that differ between processes or machines but not in the generated computation.
+_VOLATILE_LINES = re.compile(r"^# (AOT ID|Topologically Sorted Source Nodes|Source node to ATen).*$", re.MULTILINE)
+_QUOTED_PATH = re.compile(r"(['\"])/[^'\"\n]*(['\"])")
+
+
+class FusionError(RuntimeError):
+    """The fused path did not demonstrably compile and fuse the workload."""
+
+
+@dataclass(frozen=True)
+class FusionEvidence:
+    """Proof that a fused run compiled and fused: what was generated, and how it was reached.
+
+    ``code_sha256`` hashes the generated code with machine-specific paths and per-process ids
+    stripped, so equal hashes mean equal generated programs across processes and machines.
+    """
+
+    backend: str
+    options: dict[str, Any]
+    device: str
+    graph_count: int
+    graph_breaks: int
+    recompiles: int
+    kernel_count: int
+    kernel_names: tuple[str, ...]
+    extern_calls: tuple[str, ...]
+    code_sha256: str
+    compile_seconds: float
+    break_reasons: tuple[str, ...] = field(default=())
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Flat, JSON-friendly view for asset metadata and tables."""
+        d = asdict(self)
+        d["kernel_names"] = ", ".join(self.kernel_names)
+        d["extern_calls"] = ", ".join(self.extern_calls)
+        d["break_reasons"] = "; ".join(self.break_reasons)
+        d["options"] = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) or "(none)"
+        return d
+
+
+def normalize_code(code: str) -> str:
+    """Generated code with per-process ids and absolute paths removed (what the hash covers)."""
+    code = _VOLATILE_LINES.sub("", code)
+    return _QUOTED_PATH.sub(r"\1<path>\2", code)
+
+
+def _device_of(args: tuple[Any, ...]) -> str:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return str(a.device)
+    return "cpu"
+
+
+def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The eager path: ``fn`` itself, op by op, each op's output rounded to its working dtype."""
+    return fn
+
+
+class FusedFunction:
+    """``fn`` compiled once by ``torch.compile`` with the backend registered under ``backend``.
+
+    The first call compiles and records :attr:`evidence`; later calls reuse the compiled artifact
+    and any further compilation counts as a recompile (see ``evidence.recompiles``). ``options``
+    patch ``torch._inductor.config`` while the backend compiles (e.g.
+    ``{"emulate_precision_casts": True}``); they apply to Inductor-based backends.
+
+    >>> import torch
+    >>> fused = FusedFunction(lambda x: torch.nn.functional.gelu(x * 2 + 1))
+    >>> _ = fused(torch.randn(8))           # doctest: +SKIP
+    >>> fused.evidence.kernel_count >= 1    # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        backend: str = "inductor",
+        options: dict[str, Any] | None = None,
+        *,
+        require_fusion: bool = True,
+        dynamic: bool = False,
+    ) -> None:
+        from torch._dynamo import list_backends, lookup_backend
+
+        try:
+            self._compiler = lookup_backend(backend)
+        except Exception as exc:  # noqa: BLE001 - dynamo raises its own error type
+            raise ValueError(
+                f"unknown torch.compile backend {backend!r}; registered: {', '.join(list_backends(exclude_tags=()))}"
+            ) from exc
+        self.fn = fn
+        self.backend = backend
+        self.options = dict(options or {})
+        self.require_fusion = require_fusion
+        self._graphs = 0
+        self._graphs_at_first_call: int | None = None
+        self._evidence: FusionEvidence | None = None
+        self.code = ""
+        self._compiled = torch.compile(fn, backend=self._counting_backend, dynamic=dynamic)
+
+    def _counting_backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+        self._graphs += 1
+        if self.options:
+            from torch._inductor import config as inductor_config
+
+            with inductor_config.patch(self.options):
+                return self._compiler(gm, example_inputs)
+        return self._compiler(gm, example_inputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._evidence is None:
+            return self._first_call(args, kwargs)
+        return self._compiled(*args, **kwargs)
+
+    def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from torch._dynamo.utils import counters
+        from torch._inductor.graph import GraphLowering
+
+        codes: list[str] = []
+        breaks_before = dict(counters["graph_break"])
+        start = time.perf_counter()
+        with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+            out = self._compiled(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        reasons = tuple(
+            f"{reason.strip().splitlines()[0]} (x{count - breaks_before.get(reason, 0)})"
+            for reason, count in counters["graph_break"].items()
+            if count > breaks_before.get(reason, 0)
+        )
+        self._graphs_at_first_call = self._graphs
+        code = "\n".join(normalize_code(c) for c in codes)
+        self.code = code
+        kernels = tuple(name for name, _kind in _KERNEL_DEF.findall(code))
+        self._evidence = FusionEvidence(
+            backend=self.backend,
+            options=self.options,
+            device=_device_of(args),
+            graph_count=self._graphs,
+            graph_breaks=max(self._graphs - 1, len(reasons)),
+            recompiles=0,
+            kernel_count=len(kernels),
+            kernel_names=kernels,
+            extern_calls=tuple(sorted(set(_EXTERN_CALL.findall(code)))),
+            code_sha256=hashlib.sha256(code.encode()).hexdigest(),
+            compile_seconds=seconds,
+            break_reasons=reasons,
+        )
+        if self.require_fusion:
+            self._verify(self._evidence)
+        return out
+
+    def _verify(self, ev: FusionEvidence) -> None:
+        where = f"fused path (backend {self.backend!r}) for {getattr(self.fn, '__name__', self.fn)!r}"
+        if ev.graph_count == 0:
+            raise FusionError(f"{where} compiled no graph: it fell back to eager")
+        if ev.graph_breaks:
+            raise FusionError(
+                f"{where} broke the graph {ev.graph_breaks} time(s): {'; '.join(ev.break_reasons) or 'see TORCH_LOGS=graph_breaks'}"
+            )
+        if ev.kernel_count == 0:
+            raise FusionError(f"{where} generated no fused kernel (no generated code was captured)")
+
+    @property
+    def evidence(self) -> FusionEvidence:
+        """Evidence of the first call, with the recompile count as of now."""
+        if self._evidence is None:
+            raise FusionError("the fused function has not been called yet, so nothing was compiled")
+        recompiles = self._graphs - (self._graphs_at_first_call or 0)
+        if recompiles == self._evidence.recompiles:
+            return self._evidence
+        return FusionEvidence(**{**asdict(self._evidence), "recompiles": recompiles,
+                                 "kernel_names": self._evidence.kernel_names,
+                                 "extern_calls": self._evidence.extern_calls,
+                                 "break_reasons": self._evidence.break_reasons})
+
+
+def fused(fn: Callable[..., Any], backend: str = "inductor", options: dict[str, Any] | None = None, **kwargs: Any) -> FusedFunction:
+    """Shorthand for :class:`FusedFunction`."""
+    return FusedFunction(fn, backend, options, **kwargs)
+
+
+def default_device(requested: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; ``cpu``/``cuda`` are taken as given (CUDA must exist)."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested not in ("cpu", "cuda") and not requested.startswith("cuda:"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {requested!r}")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {requested!r} requested but CUDA is not available here")
+    return torch.device(requested)
+
+
+def inductor_cache_dir() -> str:
+    """Where Inductor keeps generated code (``TORCHINDUCTOR_CACHE_DIR`` or its default)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir()

@@ -1,0 +1,156 @@
+"""Tolerances by dtype, operation class and reduction size, and assertion helpers that say what
+differs.
+
+The base absolute tolerances follow the decision matrix of seed document 001 ("Testing ML
+compilers", tolerance decision matrix: elementwise, matmul, convolution, batchnorm, softmax,
+layernorm, end-to-end; float32 and float16 columns). Reductions widen them by the sqrt(K) rule
+from the same source (float32: sqrt(K) * 1e-7; float16 with float32 accumulation: sqrt(K) * 1e-4).
+bfloat16 has 3 fewer mantissa bits than float16, so its float16 entries are scaled by 2**3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ._tensors import as_tensor, flat_index, hex_bits, pair, require_float, require_same
+from .bits import bit_mismatch, ulp_diff
+
+# op class -> (float32 atol, float16 atol), from the seed 001 decision matrix.
+_BASE_ATOL = {
+    "elementwise": (1e-7, 1e-3),
+    "matmul": (1e-5, 5e-2),
+    "conv": (1e-4, 5e-2),
+    "batchnorm": (1e-4, 1e-1),
+    "softmax": (1e-5, 5e-2),
+    "layernorm": (1e-4, 1e-1),
+    "e2e": (1e-3, 5e-1),
+}
+# dtype -> rtol and per-term sqrt(K) coefficient.
+_RTOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 8e-2}
+_PER_TERM = {torch.float64: 1e-15, torch.float32: 1e-7, torch.float16: 1e-4, torch.bfloat16: 8e-4}
+OP_CLASSES = tuple(_BASE_ATOL)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|actual - expected| <= atol + rtol * |expected|``; ``source`` says where it came from."""
+
+    atol: float
+    rtol: float
+    source: str
+
+    def __iter__(self):  # allows ``atol, rtol = tolerance(...)``
+        return iter((self.atol, self.rtol))
+
+
+def tolerance(dtype: torch.dtype, op_class: str = "elementwise", reduction_size: int = 1) -> Tolerance:
+    """(atol, rtol) for results of ``dtype`` from an operation of ``op_class`` that accumulates
+    ``reduction_size`` terms per output element.
+
+    >>> tolerance(torch.float32, "matmul", reduction_size=4096).atol
+    1e-05
+    """
+    if op_class not in _BASE_ATOL:
+        raise ValueError(f"unknown op_class {op_class!r}; expected one of {', '.join(OP_CLASSES)}")
+    if dtype not in _RTOL:
+        raise TypeError(f"no tolerance for dtype {dtype}; expected a floating dtype")
+    if reduction_size < 1:
+        raise ValueError(f"reduction_size must be >= 1, got {reduction_size}")
+    fp32, fp16 = _BASE_ATOL[op_class]
+    base = {
+        torch.float64: fp32 * 1e-7,
+        torch.float32: fp32,
+        torch.float16: fp16,
+        torch.bfloat16: fp16 * 8,
+    }[dtype]
+    growth = math.sqrt(reduction_size) * _PER_TERM[dtype]
+    atol = max(base, growth)
+    rule = "sqrt(K) rule" if growth > base else "decision matrix"
+    return Tolerance(atol=atol, rtol=_RTOL[dtype], source=f"{op_class}/{dtype}/K={reduction_size}: {rule}")
+
+
+def _describe_pair(actual: torch.Tensor, expected: torch.Tensor, flat: int) -> str:
+    idx = flat_index(flat, tuple(actual.shape))
+    a = actual.reshape(-1)[flat]
+    e = expected.reshape(-1)[flat]
+    return (
+        f"index {idx}: actual {a.item()!r} ({hex_bits(a)}), expected {e.item()!r} ({hex_bits(e)})"
+    )
+
+
+def assert_bit_equal(actual: Any, expected: Any, msg: str = "") -> None:
+    """Raise ``AssertionError`` unless the bit patterns are identical."""
+    mism = bit_mismatch(actual, expected)
+    if mism.count:
+        ta, _ = as_tensor(actual, "actual")
+        te, _ = as_tensor(expected, "expected")
+        flat = int(torch.argmax(torch.as_tensor(mism.mask).reshape(-1).to(torch.uint8)))
+        ulps = ulp_diff(ta, te)
+        raise AssertionError(
+            f"{msg + ': ' if msg else ''}not bit-equal: {mism.count} of {mism.total} elements "
+            f"differ; first at {_describe_pair(ta, te, flat)}; max ULP distance "
+            f"{int(ulps.max())}"
+        )
+
+
+def assert_ulp_within(actual: Any, expected: Any, max_ulp: int, msg: str = "") -> None:
+    """Raise ``AssertionError`` when any element is more than ``max_ulp`` ULP from ``expected``."""
+    ta, te, _ = pair(actual, expected, ("actual", "expected"))
+    ulps = ulp_diff(ta, te)
+    bad = ulps > max_ulp
+    count = int(bad.sum())
+    if count:
+        worst = int(torch.argmax(ulps.reshape(-1)))
+        raise AssertionError(
+            f"{msg + ': ' if msg else ''}{count} of {ta.numel()} elements exceed {max_ulp} ULP; "
+            f"worst {int(ulps.reshape(-1)[worst])} ULP at {_describe_pair(ta, te, worst)}"
+        )
+
+
+def assert_close_to_reference(
+    actual: Any,
+    reference: Any,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    op_class: str = "elementwise",
+    reduction_size: int = 1,
+    msg: str = "",
+) -> None:
+    """Assert ``|actual - reference| <= atol + rtol * |reference|`` element-wise.
+
+    ``reference`` is normally the fp64 re-execution (any float dtype is accepted; it is compared
+    in fp64). Missing ``atol``/``rtol`` come from :func:`tolerance` for actual's dtype. NaN must
+    face NaN and infinities must match exactly.
+    """
+    ta, _ = as_tensor(actual, "actual")
+    tr, _ = as_tensor(reference, "reference")
+    require_float(ta, "actual")
+    require_float(tr, "reference")
+    tr = tr.to(ta.device)
+    require_same(ta, tr, ("actual", "reference"), dtype=False)
+    tol = tolerance(ta.dtype, op_class, reduction_size)
+    atol = tol.atol if atol is None else atol
+    rtol = tol.rtol if rtol is None else rtol
+    a64, r64 = ta.to(torch.float64), tr.to(torch.float64)
+    err = (a64 - r64).abs()
+    allowed = atol + rtol * r64.abs()
+    same_special = (torch.isnan(a64) & torch.isnan(r64)) | (torch.isinf(a64) & (a64 == r64))
+    bad = ~same_special & ~(err <= allowed)  # NaN errors count as failures
+    count = int(bad.sum())
+    if count:
+        excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf), -math.inf)
+        worst = int(torch.argmax(excess.reshape(-1)))
+        rounded = ta.reshape(-1)[worst]
+        ref_value = r64.reshape(-1)[worst]
+        raise AssertionError(
+            f"{msg + ': ' if msg else ''}{count} of {ta.numel()} elements outside tolerance "
+            f"(atol={atol:g}, rtol={rtol:g}; {tol.source if (atol, rtol) == (tol.atol, tol.rtol) else 'given'}); "
+            f"worst at index {flat_index(worst, tuple(ta.shape))}: actual {rounded.item()!r} "
+            f"({hex_bits(rounded)}), reference {ref_value.item()!r} ({hex_bits(ref_value)}), "
+            f"abs error {float(err.reshape(-1)[worst]):.6g}"
+        )
