@@ -42,7 +42,7 @@ def _numpy_to_torch(x: np.ndarray) -> torch.Tensor:
 def as_tensor(x: Any, name: str) -> tuple[torch.Tensor, str]:
     """Return ``(tensor, kind)`` where kind is ``"torch"`` or ``"numpy"``."""
     if isinstance(x, torch.Tensor):
-        return x, "torch"
+        return x.detach(), "torch"  # same storage; out= kernels and .numpy() reject grad tensors
     if isinstance(x, (np.ndarray, np.generic)):
         return _numpy_to_torch(np.asarray(x)), "numpy"
     raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")

@@ -11,8 +11,10 @@ import torch
 
 def _upcast(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        return value.to(torch.float64) if value.is_floating_point() else value
+        # Always a copy: .to()/.cpu() return the caller's own tensor when nothing changes (an
+        # fp64 or integer CPU input), and a graph that writes in place would then modify it.
+        dtype = torch.float64 if value.is_floating_point() else value.dtype
+        return value.detach().to(device="cpu", dtype=dtype, copy=True)
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
         return type(value)(*(_upcast(v) for v in value))
     if isinstance(value, (list, tuple)):

@@ -62,6 +62,8 @@ def spacing(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     _, mantissa, emin = FORMAT[dtype]
     _, exponent = torch.frexp(ref)  # ref = m * 2**exponent with 0.5 <= |m| < 1
     exponent = torch.clamp(exponent.to(torch.int64) - 1, min=emin)
+    # frexp(0) reports exponent 0, but floor(log2|0|) = -inf: ref == 0 clamps to emin as well.
+    exponent = exponent.masked_fill(ref == 0, emin)
     return torch.ldexp(torch.ones_like(ref), (exponent - mantissa).to(ref.dtype))
 
 

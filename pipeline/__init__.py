@@ -1,0 +1,1 @@
+"""Dagster code location: the fusion precision experiments as materialized assets."""

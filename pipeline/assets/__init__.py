@@ -1,0 +1,1 @@
+"""One module per experiment; ``definitions.py`` collects every asset and check from here."""

@@ -1,0 +1,50 @@
+"""The code location: assembles assets, checks, resources, the all-assets job and its schedule."""
+
+
+import os
+
+import dagster as dg
+
+from . import assets as assets_package
+from .resources import ExperimentSettings
+from .storage import PrecisionIOManager
+
+all_assets = dg.load_assets_from_package_module(assets_package)
+all_checks = dg.load_asset_checks_from_package_module(assets_package)
+
+#: Materializes every asset (and runs every check): the full report.
+all_assets_job = dg.define_asset_job(
+    "all_assets_job",
+    selection=dg.AssetSelection.all(),
+    description="Materialize every experiment asset and the report; run every asset check.",
+)
+
+#: Nightly regression baseline; off until switched on in the UI (Automation tab).
+nightly_schedule = dg.ScheduleDefinition(
+    name="nightly_regression",
+    job=all_assets_job,
+    cron_schedule="0 3 * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Re-run every experiment nightly so a compiler or framework upgrade that moves numerics shows up the next morning.",
+)
+
+
+def build_resources(settings: ExperimentSettings | None = None, base_dir: str | None = None) -> dict:
+    """Resources for the code location; ``settings`` defaults to launch-time configuration, and
+    the IO manager shares that same resource so stored files follow the run's profile."""
+    settings = settings or ExperimentSettings.configure_at_launch()
+    return {
+        "settings": settings,
+        "io_manager": PrecisionIOManager(
+            base_dir=base_dir or os.environ.get("FUSION_DATA_DIR", "data"), settings=settings
+        ),
+    }
+
+
+defs = dg.Definitions(
+    assets=all_assets,
+    asset_checks=all_checks,
+    jobs=[all_assets_job],
+    schedules=[nightly_schedule],
+    resources=build_resources(),
+)

@@ -1,0 +1,94 @@
+"""Run configuration shared by every asset, shown (and editable) in the Dagster UI launchpad."""
+
+
+import functools
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import torch
+from pydantic import Field
+
+from precisionkit.paths import default_device
+
+from .profiles import Profile, get_profile
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ExperimentSettings(dg.ConfigurableResource):
+    """Profile, compute device, fused backend and base seed of a run."""
+
+    profile: str = Field(
+        default_factory=lambda: os.environ.get("FUSION_PROFILE", "default"),
+        description="smoke | default | seed: sizes and counts only (default from FUSION_PROFILE)",
+    )
+    device: str = Field(
+        default_factory=lambda: os.environ.get("FUSION_DEVICE", "auto"),
+        description="auto (cuda if available, else cpu) | cpu | cuda (default from FUSION_DEVICE)",
+    )
+    backend: str = Field(
+        default_factory=lambda: os.environ.get("FUSION_BACKEND", "inductor"),
+        description="torch.compile backend of the fused path, by registered name (default from FUSION_BACKEND)",
+    )
+    backend_options: str = Field(
+        default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
+    )
+    seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+
+    def get_profile(self) -> Profile:
+        return get_profile(self.profile)
+
+    def torch_device(self) -> torch.device:
+        return default_device(self.device)
+
+    def options(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.backend_options)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"backend_options is not valid JSON: {self.backend_options!r} ({exc})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"backend_options must be a JSON object, got {self.backend_options!r}")
+        return value
+
+    def derived_seed(self, *parts: object) -> int:
+        """A stable seed for one named stream (e.g. ``("pool", "softmax", "normal")``)."""
+        import hashlib
+
+        digest = hashlib.sha256(":".join(map(str, (self.seed, *parts))).encode()).digest()
+        return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+    def provenance(self) -> dict[str, Any]:
+        """Where and how a materialization was produced."""
+        device = self.torch_device()
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+        return {
+            "profile": self.profile,
+            "device": str(device),
+            "device_name": name,
+            "backend": self.backend,
+            "backend_options": self.backend_options,
+            "seed": self.seed,
+            "torch_version": torch.__version__,
+            "cpu_threads": torch.get_num_threads(),
+            "git_commit": git_commit(),
+        }
+
+
+@functools.cache
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5, check=True
+        )
+        commit = out.stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

@@ -1,0 +1,229 @@
+"""The subgraph catalogue shared by the experiments.
+
+Each :class:`Workload` is a plain PyTorch function of one input set plus what the experiments
+need to know about it: its operation class and reduction size (for tolerances), the argument
+shapes per profile, and seeded input distributions. Besides the standard normal, every chain has
+at least one adversarial distribution (large dynamic range, near-cancellation, large logits), so
+counterexamples have a chance to appear.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .profiles import Profile
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# --- the subgraphs -------------------------------------------------------------------------
+
+def ffn_first_half(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """matmul -> add -> layernorm -> gelu (the first half of a transformer FFN)."""
+    y = x @ w + b
+    return F.gelu(F.layer_norm(y, y.shape[-1:]))
+
+
+def mul_add_gelu_mul(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """Pure elementwise chain: mul -> add -> gelu -> mul."""
+    return F.gelu(x * scale + shift) * gate
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, x.shape[-1:], weight, bias)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def matmul_add_layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = x @ w + b
+    return F.layer_norm(y, y.shape[-1:])
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """qk -> softmax -> pv."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+# --- input distributions ---------------------------------------------------------------------
+
+Sampler = Callable[[dict[str, tuple[int, ...]], torch.Generator], dict[str, torch.Tensor]]
+
+
+def _normal(shapes, gen, scale=1.0):
+    return {k: torch.randn(s, generator=gen, dtype=torch.float64) * scale for k, s in shapes.items()}
+
+
+def _wide_range(shapes, gen):
+    """Magnitudes spread over six decades (per element): stresses rounding of large/small mixes."""
+    out = _normal(shapes, gen)
+    for k, s in shapes.items():
+        out[k] = out[k] * torch.pow(10.0, torch.rand(s, generator=gen, dtype=torch.float64) * 4 - 2)
+    return out
+
+
+def _near_cancellation(shapes, gen):
+    """A large common offset with small spread: mean subtraction cancels most digits."""
+    out = _normal(shapes, gen)
+    x = out["x"]
+    out["x"] = 64.0 + 0.05 * x
+    return out
+
+
+def _large_logits(shapes, gen):
+    out = _normal(shapes, gen)
+    out["x"] = out["x"] * 12.0
+    return out
+
+
+def _attention_peaked(shapes, gen):
+    """Large q/k: near-one-hot attention rows (softmax of large logits)."""
+    out = _normal(shapes, gen)
+    out["q"] = out["q"] * 4.0
+    out["k"] = out["k"] * 4.0
+    return out
+
+
+def _affine_near_one(sampler: Sampler) -> Sampler:
+    def sample(shapes, gen):
+        out = sampler(shapes, gen)
+        for name in ("weight",):
+            if name in out:
+                out[name] = 1.0 + 0.1 * out[name]
+        if "bias" in out:
+            out["bias"] = 0.1 * out["bias"]
+        return out
+
+    return sample
+
+
+# --- the catalogue ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    fn: Callable[..., torch.Tensor]
+    op_class: str  # precisionkit.tolerance op class
+    shapes: Callable[[Profile], dict[str, tuple[int, ...]]]
+    distributions: dict[str, Sampler]
+    reduction: Callable[[Profile], int]  # terms accumulated per output element
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(self.fn.__code__.co_varnames[: self.fn.__code__.co_argcount])
+
+    def sample(self, profile: Profile, distribution: str, n_sets: int, seed: int) -> dict[str, torch.Tensor]:
+        """``n_sets`` input sets drawn in float64, stacked on a leading set dimension."""
+        if distribution not in self.distributions:
+            raise ValueError(
+                f"workload {self.name!r} has no distribution {distribution!r}; "
+                f"expected one of {', '.join(self.distributions)}"
+            )
+        gen = torch.Generator().manual_seed(seed)
+        shapes = {k: (n_sets, *s) for k, s in self.shapes(profile).items()}
+        sampled = self.distributions[distribution](shapes, gen)
+        return {k: sampled[k] for k in self.arg_names}
+
+
+def _rows(p: Profile) -> dict[str, tuple[int, ...]]:
+    return {"x": (p.rows, p.width)}
+
+
+def _chain_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+    return {"x": (p.rows, p.width), "scale": (p.width,), "shift": (p.width,), "gate": (p.width,)}
+
+
+def _norm_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+    return {"x": (p.rows, p.width), "weight": (p.width,), "bias": (p.width,)}
+
+
+def _matmul_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+    return {"x": (p.rows, p.width), "w": (p.width, p.width), "b": (p.width,)}
+
+
+def _ffn_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+    batch, seq, hidden = p.ffn_shape
+    return {"x": (batch, seq, hidden), "w": (hidden, hidden), "b": (hidden,)}
+
+
+def _attention_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+    heads, seq, dim = p.attention
+    return {"q": (heads, seq, dim), "k": (heads, seq, dim), "v": (heads, seq, dim)}
+
+
+def _fan_in_scaled(sampler: Sampler) -> Sampler:
+    """Scale ``w`` by 1/sqrt(fan_in) so activations stay O(1); fan_in is w's row count."""
+
+    def sample(shapes, gen):
+        out = sampler(shapes, gen)
+        out["w"] = out["w"] / math.sqrt(shapes["w"][-2])
+        return out
+
+    return sample
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "ffn", "matmul -> add -> layernorm -> gelu (FFN first half)", ffn_first_half, "layernorm",
+            _ffn_shapes,
+            {"normal": _fan_in_scaled(_normal)},
+            lambda p: p.ffn_shape[2],
+        ),
+        Workload(
+            "mul_add_gelu_mul", "mul -> add -> gelu -> mul", mul_add_gelu_mul, "elementwise",
+            _chain_shapes,
+            {"normal": _normal, "wide_range": _wide_range},
+            lambda p: 1,
+        ),
+        Workload(
+            "layernorm", "layernorm", layernorm, "layernorm",
+            _norm_shapes,
+            {"normal": _affine_near_one(_normal), "near_cancellation": _affine_near_one(_near_cancellation)},
+            lambda p: p.width,
+        ),
+        Workload(
+            "softmax", "softmax", softmax, "softmax",
+            _rows,
+            {"normal": _normal, "large_logits": _large_logits},
+            lambda p: p.width,
+        ),
+        Workload(
+            "matmul_add_layernorm", "matmul -> add -> layernorm", matmul_add_layernorm, "layernorm",
+            _matmul_shapes,
+            {"normal": _fan_in_scaled(_normal), "wide_range": _fan_in_scaled(_wide_range)},
+            lambda p: p.width,
+        ),
+        Workload(
+            "attention", "attention: qk -> softmax -> pv", attention, "softmax",
+            _attention_shapes,
+            {"normal": _normal, "peaked": _attention_peaked},
+            lambda p: p.attention[2],
+        ),
+    )
+}
+
+#: The accumulated-error chains of task B, in the seed's order.
+CHAINS = ("mul_add_gelu_mul", "layernorm", "softmax", "matmul_add_layernorm", "attention")
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}") from None
+
+
+def set_args(pool: dict[str, torch.Tensor], workload: Workload, index: int) -> tuple[torch.Tensor, ...]:
+    """The positional arguments of input set ``index`` from a stacked pool."""
+    return tuple(pool[name][index] for name in workload.arg_names)

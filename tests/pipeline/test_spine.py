@@ -1,0 +1,109 @@
+import dagster as dg
+import polars as pl
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from pipeline import storage
+from pipeline.assets import toolkit
+from pipeline.definitions import defs
+from pipeline.profiles import PROFILES, get_profile
+from pipeline.resources import ExperimentSettings
+from pipeline.workloads import WORKLOADS, set_args
+from precisionkit import bit_equal, fp64_reference
+
+S_ASSETS = [*toolkit.input_pools, *toolkit.fp64_references, toolkit.toolkit_selfcheck]
+S_CHECKS = [*toolkit.reference_checks, toolkit.toolkit_selfcheck_all_cells_pass]
+
+
+def test_definitions_load_with_job_schedule_and_s_assets():
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    for name in WORKLOADS:
+        assert f"input_pool_{name}" in keys and f"fp64_reference_{name}" in keys
+    assert "toolkit_selfcheck" in keys
+    schedule = defs.resolve_schedule_def("nightly_regression")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert schedule.job_name == "all_assets_job"
+    # Every reference depends on its pool: S is wired as the seed describes.
+    ref = repo.asset_graph.get(dg.AssetKey("fp64_reference_ffn"))
+    assert dg.AssetKey("input_pool_ffn") in ref.parent_keys
+
+
+def test_profiles_differ_only_in_sizes_and_reject_unknown_names():
+    assert get_profile("seed").ffn_shape == (8, 2048, 4096)
+    assert get_profile("seed").determinism_runs == 1000
+    assert PROFILES["smoke"].chain_sets < PROFILES["default"].chain_sets
+    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+        get_profile("huge")
+
+
+def test_settings_reject_bad_backend_options():
+    with pytest.raises(ValueError, match="not valid JSON"):
+        ExperimentSettings(backend_options="{oops").options()
+    assert ExperimentSettings(backend_options='{"emulate_precision_casts": true}').options() == {
+        "emulate_precision_casts": True
+    }
+
+
+def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
+    result = dg.materialize([*S_ASSETS, *S_CHECKS], resources=smoke_resources)
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == len(WORKLOADS) + 1 and all(c.passed for c in checks)
+
+    profile = PROFILES["smoke"]
+    pool = storage.read_value(tmp_path / "smoke" / "input_pool_softmax")
+    refs = storage.read_value(tmp_path / "smoke" / "fp64_reference_softmax")
+    assert pool["normal/float16/x"].shape == (profile.chain_sets, profile.rows, profile.width)
+    assert pool["normal/float16/x"].dtype == torch.float16
+    assert pool["large_logits/bfloat16/x"].dtype == torch.bfloat16
+    # The stored reference is exactly the fp64 re-execution of the stored (rounded) inputs.
+    wl = WORKLOADS["softmax"]
+    subset = {"x": pool["normal/float16/x"]}
+    assert bit_equal(refs["normal/float16"][3], fp64_reference(wl.fn, set_args(subset, wl, 3)))
+    # The same seed gives the same pool: inputs are reproducible.
+    again = WORKLOADS["softmax"].sample(profile, "normal", profile.chain_sets, ExperimentSettings(profile="smoke").derived_seed("pool", "softmax", "normal"))
+    assert bit_equal(again["x"].to(torch.float16), pool["normal/float16/x"])
+
+    selfcheck = storage.read_value(tmp_path / "smoke" / "toolkit_selfcheck")
+    assert selfcheck.height == 4 * 5 and selfcheck["passed"].all()
+
+    mat = result.asset_materializations_for_node("input_pool_ffn")[0]
+    assert mat.metadata["provenance.profile"].value == "smoke"
+    assert mat.metadata["provenance.torch_version"].value == torch.__version__
+
+
+def test_bfloat16_round_trip_is_bit_exact(tmp_path):
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    value = {"all_bf16_patterns": bits.view(torch.bfloat16), "f16": bits.view(torch.float16)}
+    path = storage.write_value(value, tmp_path / "x")
+    assert path.suffix == ".safetensors"
+    back = storage.read_value(tmp_path / "x")
+    assert back["all_bf16_patterns"].dtype == torch.bfloat16
+    assert torch.equal(back["all_bf16_patterns"].view(torch.int16), bits)
+    assert torch.equal(back["f16"].view(torch.int16), bits)
+
+
+def test_interrupted_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    target = tmp_path / "table"
+    storage.write_value(pl.DataFrame({"a": [1, 2, 3]}), target)
+
+    def crash_midway(df, path):
+        with open(path, "wb") as fh:
+            fh.write(b"PAR1 truncated")
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", crash_midway)
+    with pytest.raises(KeyboardInterrupt):
+        storage.write_value(pl.DataFrame({"a": [9]}), target)
+    monkeypatch.undo()
+    assert storage.read_value(target)["a"].to_list() == [1, 2, 3]
+    assert [p.name for p in tmp_path.iterdir()] == ["table.parquet"]  # no temp file left behind
+
+
+def test_storage_rejects_unstorable_values(tmp_path):
+    with pytest.raises(TypeError, match="cannot store a str"):
+        storage.write_value("text", tmp_path / "x")
+    with pytest.raises(FileNotFoundError, match="materialize it first"):
+        storage.read_value(tmp_path / "missing")
