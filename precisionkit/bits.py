@@ -178,7 +178,9 @@ def ulp_diff(a: Any, b: Any):
             has_nan = run(0)
         else:
             with ThreadPoolExecutor(workers) as pool:
-                has_nan = any(pool.map(run, range(workers)))
+                # list() first: any() would stop at the first True and the discarded map
+                # iterator cancels workers not yet started, leaving their chunks unwritten.
+                has_nan = any(list(pool.map(run, range(workers))))
     if has_nan:
         _fix_nans(fa, fb, fo)
     return to_kind(out, kind)

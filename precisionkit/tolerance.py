@@ -140,7 +140,10 @@ def assert_close_to_reference(
     err = (a64 - r64).abs()
     allowed = atol + rtol * r64.abs()
     same_special = (torch.isnan(a64) & torch.isnan(r64)) | (torch.isinf(a64) & (a64 == r64))
-    bad = ~same_special & ~(err <= allowed)  # NaN errors count as failures
+    # NaN errors count as failures; so does any other infinity, which the test below would pass
+    # (an infinite reference makes ``allowed`` infinite too).
+    special = torch.isnan(a64) | torch.isnan(r64) | torch.isinf(a64) | torch.isinf(r64)
+    bad = ~same_special & (special | ~(err <= allowed))
     count = int(bad.sum())
     if count:
         excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf), -math.inf)

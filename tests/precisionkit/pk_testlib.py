@@ -56,10 +56,3 @@ def from_bits(bits, name: str) -> torch.Tensor:
     raw = np.array(bits, dtype=unsigned)
     signed = {16: np.int16, 32: np.int32, 64: np.int64}[width]
     return torch.from_numpy(raw.view(signed)).view(torch_dtype)
-
-
-def to_bits(t: torch.Tensor) -> list[int]:
-    """Raw unsigned bit patterns of a float tensor, as Python ints."""
-    width = {torch.float16: 16, torch.bfloat16: 16, torch.float32: 32, torch.float64: 64}[t.dtype]
-    signed = {16: torch.int16, 32: torch.int32, 64: torch.int64}[width]
-    return [int(v) & ((1 << width) - 1) for v in t.contiguous().view(signed).reshape(-1).tolist()]

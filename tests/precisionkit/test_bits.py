@@ -19,7 +19,6 @@ from pk_testlib import (
     is_nan_bits,
     max_finite_bits,
     reference_ulp,
-    to_bits,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +98,7 @@ def test_bit_equal_non_contiguous_views():
     assert not stepped.is_contiguous()
     assert bit_equal(stepped, torch.tensor([[0.0, 2, 4], [6, 8, 10], [12, 14, 16], [18, 20, 22]]))
     changed = stepped.clone()
-    changed[3, 1] = -0.0 if changed[3, 1] == 0 else changed[3, 1] + 1
+    changed[3, 1] += 1
     assert bit_equal(stepped, changed) is False
 
 
@@ -335,7 +334,8 @@ def test_every_fp16_pattern_is_one_ulp_from_its_successor():
     values = patterns.view(np.float16)
     keep = ~np.isnan(values) & ~(np.isposinf(values))
     values = values[keep]
-    successor = np.nextafter(values, np.float16(np.inf))  # numpy's own float16 nextafter
+    with np.errstate(over="ignore"):  # max -> inf is the intended last step
+        successor = np.nextafter(values, np.float16(np.inf))  # numpy's own float16 nextafter
     assert successor.dtype == np.float16
     assert len(values) == 2**16 - 2 * (2**10 - 1) - 1  # all but the NaNs and +inf
     # the bit-arithmetic successor agrees with numpy's nextafter (so it is trustworthy for bf16)
@@ -364,7 +364,7 @@ def test_every_bf16_pattern_is_one_ulp_from_its_successor():
 
 
 # ---------------------------------------------------------------------------------------------
-# ulp_diff against an independent slow reference on random bit patterns
+# ulp_diff against an independent slow reference; chunked and threaded CPU path
 # ---------------------------------------------------------------------------------------------
 
 
@@ -430,6 +430,54 @@ def test_ulp_diff_spanning_several_chunks_with_late_nans(name, nan_chunk):
     expected[nan_pos + 1] = 0
     expected[n - 2] = ULP_NAN
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 6])
+def test_ulp_diff_every_chunk_written_whatever_the_worker_count(monkeypatch, threads):
+    """Regression: with a NaN found by the first worker, the other workers' chunks must still be
+    computed (an early-exiting ``any(pool.map(...))`` cancelled workers that had not started,
+    leaving uninitialised memory in their chunks)."""
+    monkeypatch.setattr(bits_module.torch, "get_num_threads", lambda: threads)
+    chunk = bits_module._CPU_CHUNK
+    n = 6 * chunk
+    a = torch.zeros(n, dtype=torch.float16)
+    b = torch.full((n,), 2.0**-24, dtype=torch.float16)  # 1 ULP everywhere
+    a[5] = float("nan")  # in chunk 0, i.e. found by worker 0
+    expected = torch.ones(n, dtype=torch.int64)
+    expected[5] = ULP_NAN
+    for _ in range(5):
+        assert torch.equal(ulp_diff(a, b), expected)
+
+
+class _LazyExecutor:
+    """Stands in for ThreadPoolExecutor with the worst legal scheduling: a task runs only when
+    its result is consumed, as a queued task that is cancelled before a thread picks it up."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, items):
+        return (fn(item) for item in items)
+
+
+def test_ulp_diff_consumes_every_worker_result(monkeypatch):
+    """Deterministic version of the regression above: every worker's chunks are computed even
+    when an earlier worker already reported a NaN."""
+    monkeypatch.setattr(bits_module.torch, "get_num_threads", lambda: 3)
+    monkeypatch.setattr(bits_module, "ThreadPoolExecutor", _LazyExecutor)
+    chunk = bits_module._CPU_CHUNK
+    a = torch.zeros(3 * chunk, dtype=torch.float32)
+    b = torch.full((3 * chunk,), -(2.0**-149), dtype=torch.float32)
+    a[0] = float("nan")
+    out = ulp_diff(a, b)
+    assert int(out[0]) == ULP_NAN
+    assert torch.equal(out[1:], torch.ones(3 * chunk - 1, dtype=torch.int64))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,137 @@
+"""precisionkit.paths: the fused path and its evidence.
+
+Every new graph costs an Inductor compile (seconds on a small CPU box), so this module compiles
+little: one elementwise chain shared through a module-scoped fixture (plus one recompile for a new
+shape) and one graph-breaking function. ``aot_eager`` generates no code, so it is cheap.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from precisionkit import FusedFunction, FusionError, FusionEvidence, eager, fused
+from precisionkit.paths import normalize_code
+
+
+def tiny_chain(x):
+    return torch.nn.functional.gelu(x * 2 + 1)
+
+
+@pytest.fixture(scope="module")
+def compiled_chain():
+    """One FusedFunction, called once on an 8-element input (one Inductor compile)."""
+    torch._dynamo.reset()
+    fn = fused(tiny_chain)
+    x = torch.linspace(-2, 2, 8)
+    out = fn(x)
+    return fn, x, out
+
+
+def test_first_call_evidence(compiled_chain):
+    fn, x, out = compiled_chain
+    ev = fn.evidence
+    assert isinstance(fn, FusedFunction) and isinstance(ev, FusionEvidence)
+    assert ev.backend == "inductor"
+    assert ev.device == "cpu"
+    assert ev.graph_count == 1
+    assert ev.graph_breaks == 0
+    assert ev.break_reasons == ()
+    assert ev.recompiles == 0
+    assert ev.kernel_count >= 1
+    assert len(ev.kernel_names) == ev.kernel_count
+    assert all(name in fn.code for name in ev.kernel_names)
+    assert re.fullmatch(r"[0-9a-f]{64}", ev.code_sha256)
+    assert ev.compile_seconds > 0
+    torch.testing.assert_close(out, tiny_chain(x), rtol=1e-6, atol=1e-6)
+
+
+def test_metadata_view_is_flat(compiled_chain):
+    fn, _, _ = compiled_chain
+    meta = fn.evidence.as_metadata()
+    assert meta["kernel_names"] == ", ".join(fn.evidence.kernel_names)
+    assert meta["options"] == "(none)"
+    assert meta["graph_breaks"] == 0 and meta["break_reasons"] == ""
+
+
+def test_recompiles_counted_per_new_shape(compiled_chain):
+    fn, x, _ = compiled_chain
+    fn(torch.randn(8))  # same shape: served by the compiled artifact
+    assert fn.evidence.recompiles == 0
+    first = fn.evidence
+    y = torch.randn(16)
+    out = fn(y)  # new shape, static shapes: exactly one recompile
+    ev = fn.evidence
+    assert ev.recompiles == 1
+    assert ev.graph_count == 1  # the first call's evidence is kept, only recompiles move
+    assert ev.code_sha256 == first.code_sha256
+    torch.testing.assert_close(out, tiny_chain(y), rtol=1e-6, atol=1e-6)
+    fn(torch.randn(16))
+    assert fn.evidence.recompiles == 1
+
+
+def test_graph_break_raises_fusion_error():
+    def chatty(x):
+        print("side effect")
+        return x * 2 + 1
+
+    with pytest.raises(FusionError, match=r"broke the graph 1 time\(s\)"):
+        fused(chatty)(torch.randn(4))
+
+
+def test_backend_without_generated_code_raises_fusion_error():
+    def chain_for_aot(x):
+        return torch.relu(x - 1) * 3
+
+    with pytest.raises(FusionError, match="aot_eager.*generated no fused kernel"):
+        fused(chain_for_aot, backend="aot_eager")(torch.randn(4))
+
+
+def test_require_fusion_false_records_evidence_without_raising():
+    def chain_unchecked(x):
+        return torch.tanh(x) + 1
+
+    fn = FusedFunction(chain_unchecked, backend="aot_eager", require_fusion=False)
+    x = torch.randn(4)
+    torch.testing.assert_close(fn(x), chain_unchecked(x))
+    ev = fn.evidence
+    assert (ev.backend, ev.graph_count, ev.graph_breaks, ev.kernel_count) == ("aot_eager", 1, 0, 0)
+
+
+def test_unknown_backend_raises_value_error():
+    with pytest.raises(ValueError, match=r"unknown torch\.compile backend 'no-such-backend'; registered: .*inductor"):
+        FusedFunction(tiny_chain, backend="no-such-backend")
+
+
+def test_evidence_before_first_call_raises():
+    fn = FusedFunction(tiny_chain)
+    with pytest.raises(FusionError, match="has not been called yet"):
+        fn.evidence
+
+
+def test_eager_path_is_the_function_itself():
+    assert eager(tiny_chain) is tiny_chain
+
+
+def test_normalize_code_strips_paths_and_volatile_lines():
+    code = (
+        "# AOT ID: ['0_inference']\n"
+        "from torch import device\n"
+        "# Topologically Sorted Source Nodes: [mul, add]\n"
+        "# Source node to ATen node mapping:\n"
+        "kernel = async_compile.cpp_pybinding(['const float*'], '''...''')\n"
+        "module = load('/tmp/torchinductor_root/ab/cabcdef.py')\n"
+        'other = load("/home/user/cache/x.so", "relative/path.so")\n'
+    )
+    out = normalize_code(code)
+    assert "AOT ID" not in out
+    assert "Topologically Sorted" not in out and "Source node to ATen" not in out
+    assert "/tmp/" not in out and "/home/" not in out
+    assert "load('<path>')" in out
+    assert 'load("<path>", "relative/path.so")' in out
+    assert "from torch import device" in out and "async_compile.cpp_pybinding" in out
+    # two processes that differ only in ids and cache paths hash the same
+    other = code.replace("0_inference", "7_inference").replace("/tmp/torchinductor_root", "/var/cache/ti")
+    assert normalize_code(other) == out
