@@ -6,11 +6,15 @@ import os
 import dagster as dg
 
 from . import assets as assets_package
+from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
 from .storage import PrecisionIOManager
 
-all_assets = dg.load_assets_from_package_module(assets_package)
+experiment_assets = dg.load_assets_from_package_module(assets_package)
 all_checks = dg.load_asset_checks_from_package_module(assets_package)
+#: The report renders last: it depends on every experiment asset.
+report_site = build_report_asset([key for a in experiment_assets for key in a.keys])
+all_assets = [*experiment_assets, report_site]
 
 #: Materializes every asset (and runs every check): the full report.
 all_assets_job = dg.define_asset_job(

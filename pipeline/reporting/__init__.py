@@ -1,0 +1,1 @@
+"""Rendering of the report site from finished asset values (never recomputes a number)."""

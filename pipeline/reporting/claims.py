@@ -1,0 +1,53 @@
+"""The main document's claims and the experiments that give them evidence."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Section:
+    anchor: str  # anchor on the main document (and on the local main-document page)
+    label: str  # e.g. "§3.2"
+    claim: str
+
+
+SECTIONS = {
+    "1.2-2": Section("section-1-2-2", "§1.2 (2)", "The same arithmetic lowered to different instructions (tensor x scalar vs tensor x broadcast tensor) may differ in the last bits."),
+    "1.2-3": Section("section-1-2-3", "§1.2 (3)", "Floating-point addition is not associative: a different reduction tiling changes the last bits, within the error band of an fp64 reference."),
+    "1.2-4": Section("section-1-2-4", "§1.2 (4)", "Iterative approximations (rsqrt by Newton steps) differ in the last bits with their iteration count; more iterations, smaller error."),
+    "2": Section("section-2", "§2", "Pure data movement (transpose, slice, concat, split, broadcast) is bit-identical between fused and eager execution."),
+    "3.2": Section("section-3-2", "§3.2", "Fused execution's accumulated error is no worse than eager's, measured against fp64."),
+    "3.3": Section("section-3-3", "§3.3", "With unchanged inputs and compilation, fused execution is bit-for-bit deterministic and its generated code is hash-stable across a cold start."),
+    "6.1": Section("section-6-1", "§6.1", "Where fusion is worse, fusion is switched off per operator type; counterexamples from experiments feed that switch list."),
+}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str  # S, A, B, C1, C2, C3, D, E
+    title: str
+    group: str  # Dagster asset group
+    slug: str  # page name under results/
+    sections: tuple[str, ...]  # keys of SECTIONS
+
+
+EXPERIMENTS = (
+    Experiment("S", "Precision toolkit", "S_toolkit", "toolkit", ()),
+    Experiment("A", "Fused-path binary determinism", "A_determinism", "determinism", ("3.3",)),
+    Experiment("C1", "Tensor x scalar instruction selection", "C1_instruction_selection", "instruction-selection", ("1.2-2",)),
+    Experiment("C2", "Reduction accumulation order", "C2_reduction_order", "reduction-order", ("1.2-3",)),
+    Experiment("C3", "rsqrt algorithm iterations", "C3_rsqrt_iterations", "rsqrt-iterations", ("1.2-4",)),
+    Experiment("D", "Pure data movement is bit-exact", "D_data_movement", "data-movement", ("2",)),
+    Experiment("B", "Eager vs fused accumulated error", "B_accumulated_error", "accumulated-error", ("3.2", "6.1")),
+    Experiment("E", "End-to-end training alignment", "E_training", "training", ("3.2", "6.1")),
+)
+
+#: Claim -> experiments giving evidence, in the main document's order.
+CLAIM_EVIDENCE = (
+    ("1.2-2", ("C1",)),
+    ("1.2-3", ("C2",)),
+    ("1.2-4", ("C3",)),
+    ("2", ("D",)),
+    ("3.2", ("B", "E")),
+    ("3.3", ("A",)),
+    ("6.1", ("B", "E")),
+)

@@ -1,0 +1,59 @@
+"""The report's pages: overview (claim -> evidence), one page per experiment, toolkit page."""
+
+from typing import Callable
+
+import polars as pl
+
+from .charts import CHARTS
+from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
+from .render import VERDICT_MARK, Report, experiment_header, markdown_table
+
+
+def overview(report: Report) -> str:
+    by_id = {e.id: e for e in EXPERIMENTS}
+    lines = [
+        "# Fusion precision report\n",
+        "Does automatic operator fusion change numerics, and is it worse than eager execution? "
+        "Each row below is a claim of the main document, the experiment that gives it evidence, and "
+        "the verdict of that experiment's asset checks in the latest materialization.\n",
+        f"Profile **{report.profile}**. Experiments that were not materialized with this profile are "
+        "marked *not yet run*.\n",
+        "| claim | main document | evidence | verdict |",
+        "|---|---|---|---|",
+    ]
+    for section_key, exp_ids in CLAIM_EVIDENCE:
+        section = SECTIONS[section_key]
+        for exp_id in exp_ids:
+            exp = by_id[exp_id]
+            lines.append(
+                f"| {section.claim} | {report.section_link(section_key, from_results=False)} | "
+                f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {VERDICT_MARK[report.verdict(exp.group)]} |"
+            )
+    lines.append("\n## Experiments\n")
+    lines.append("| experiment | asset group | verdict |\n|---|---|---|")
+    for exp in EXPERIMENTS:
+        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | `{exp.group}` | {VERDICT_MARK[report.verdict(exp.group)]} |")
+    lines.append("\nDefinitions of every statistic are on the [methodology](methodology.md) page.\n")
+    return "\n".join(lines)
+
+
+def experiment_page(report: Report, exp: Experiment) -> str:
+    parts = [experiment_header(report, exp)]
+    if not any(a.materialized for a in report.assets_of(exp.group)):
+        return parts[0]
+    builder: Callable[[Report, Experiment], str] | None = CHARTS.get(exp.id)
+    if builder is not None:
+        parts.append(builder(report, exp))
+    parts.append("## Stored tables\n")
+    for asset in report.assets_of(exp.group):
+        table = report.table(asset.key)
+        if isinstance(table, pl.DataFrame):
+            parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n{markdown_table(table)}")
+    return "\n".join(parts)
+
+
+def all_pages(report: Report) -> dict[str, str]:
+    pages = {"index.md": overview(report)}
+    for exp in EXPERIMENTS:
+        pages[f"results/{exp.slug}.md"] = experiment_page(report, exp)
+    return pages

@@ -1,0 +1,309 @@
+"""Build the report: Markdown pages + Vega-Lite specs (with SVG fallbacks) + ``mkdocs build``.
+
+Everything here reads finished asset values and Dagster's records of materializations and check
+evaluations. An experiment whose assets were not materialized with the report's profile is shown
+as "not yet run", never with numbers from elsewhere.
+"""
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import dagster as dg
+import polars as pl
+
+from ..storage import atomic_path, read_value
+from .claims import EXPERIMENTS, SECTIONS, Experiment
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATIC_DOCS = REPO_ROOT / "site" / "docs"
+#: Files the report writes into the docs folder (everything else there is hand-written).
+GENERATED = ("index.md", "results", "assets/vendor")
+
+
+def plain(value: Any) -> Any:
+    """A metadata value as a plain Python value."""
+    inner = getattr(value, "value", value)
+    if isinstance(inner, (dict, list)):
+        return json.dumps(inner, default=str)
+    return inner
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        return f"{value:.4g}"
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text
+
+
+def markdown_table(df: pl.DataFrame, max_rows: int = 60) -> str:
+    """A Markdown table of ``df`` (first ``max_rows`` rows, with a note when cut)."""
+    if df.height == 0:
+        return "_(empty table)_\n"
+    head = df.head(max_rows)
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    for row in head.iter_rows():
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    if df.height > max_rows:
+        lines.append(f"\n_{df.height - max_rows} more rows in the stored parquet table._")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class AssetRecord:
+    key: str
+    description: str
+    materialized: bool
+    timestamp: dt.datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckRecord:
+    asset: str
+    name: str
+    description: str
+    state: str  # passed | failed | warned | not yet run
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Report:
+    """Context for rendering: instance records, stored values and where to write."""
+
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        asset_graph: Any,
+        data_dir: Path,
+        docs_dir: Path,
+        profile: str,
+        main_document_url: str,
+    ) -> None:
+        self.instance = instance
+        self.graph = asset_graph
+        self.data_dir = data_dir
+        self.docs_dir = docs_dir
+        self.profile = profile
+        self.main_document_url = main_document_url.rstrip("/")
+
+    # --- records ------------------------------------------------------------------------------
+    def assets_of(self, group: str) -> list[AssetRecord]:
+        out = []
+        for key in sorted(self.graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+            node = self.graph.get(key)
+            if node.group_name != group:
+                continue
+            event = self.instance.get_latest_materialization_event(key)
+            record = AssetRecord(key.to_user_string(), node.description or "", False)
+            if event is not None and event.asset_materialization is not None:
+                meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
+                if meta.get("provenance.profile") == self.profile:
+                    record.materialized = True
+                    record.timestamp = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+                    record.metadata = meta
+            out.append(record)
+        return out
+
+    def checks_of(self, group: str) -> list[CheckRecord]:
+        out = []
+        materialized = {a.key for a in self.assets_of(group) if a.materialized}
+        for check_key in sorted(self.graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
+            if self.graph.get(check_key.asset_key).group_name != group:
+                continue
+            spec = self.graph.get_check_spec(check_key) if hasattr(self.graph, "get_check_spec") else None
+            record = CheckRecord(check_key.asset_key.to_user_string(), check_key.name, getattr(spec, "description", "") or "", "not yet run")
+            latest = self.instance.get_latest_asset_check_evaluation_record(check_key)
+            evaluation = None
+            if latest is not None and latest.event is not None and latest.event.dagster_event is not None:
+                evaluation = latest.event.dagster_event.event_specific_data
+            if evaluation is not None and record.asset in materialized:
+                if evaluation.passed:
+                    record.state = "passed"
+                else:
+                    record.state = "warned" if evaluation.severity == dg.AssetCheckSeverity.WARN else "failed"
+                record.metadata = {k: plain(v) for k, v in evaluation.metadata.items()}
+            out.append(record)
+        return out
+
+    def verdict(self, group: str) -> str:
+        checks = self.checks_of(group)
+        if not any(a.materialized for a in self.assets_of(group)):
+            return "not yet run"
+        states = {c.state for c in checks}
+        if "failed" in states:
+            return "contradicted"
+        if "warned" in states:
+            return "finding"
+        if "not yet run" in states:
+            return "incomplete"
+        return "supported"
+
+    def table(self, asset: str) -> pl.DataFrame | None:
+        """A stored table, or ``None`` when the asset was not materialized with this profile."""
+        record = next((a for g in {self.graph.get(dg.AssetKey(asset)).group_name} for a in self.assets_of(g) if a.key == asset), None)
+        if record is None or not record.materialized:
+            return None
+        value = read_value(self.data_dir / asset)
+        return value if isinstance(value, pl.DataFrame) else None
+
+    def value(self, asset: str) -> Any:
+        """Any stored value (JSON records included), or ``None`` when not materialized here."""
+        node = self.graph.get(dg.AssetKey(asset))
+        record = next((a for a in self.assets_of(node.group_name) if a.key == asset), None)
+        if record is None or not record.materialized:
+            return None
+        return read_value(self.data_dir / asset)
+
+    # --- links and charts ---------------------------------------------------------------------
+    def section_link(self, key: str, from_results: bool = True) -> str:
+        section = SECTIONS[key]
+        if self.main_document_url:
+            return f"[{section.label}]({self.main_document_url}#{section.anchor})"
+        prefix = "../" if from_results else ""
+        return f"[{section.label}]({prefix}main-document.md#{section.anchor})"
+
+    def chart(self, slug: str, name: str, chart: alt.TopLevelMixin, caption: str) -> str:
+        """Write the chart's Vega-Lite spec and SVG fallback; return the HTML that embeds it."""
+        import vl_convert as vlc
+
+        spec = chart.to_dict()  # raises if a chart needs more rows than Altair's default limit
+        spec.setdefault("$schema", "https://vega.github.io/schema/vega-lite/v5.json")
+        charts_dir = self.docs_dir / "results" / "charts"
+        charts_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{slug}-{name}"
+        with atomic_path(charts_dir / f"{stem}.vl.json") as tmp:
+            tmp.write_text(json.dumps(spec, indent=1))
+        with atomic_path(charts_dir / f"{stem}.svg") as tmp:
+            tmp.write_text(vlc.vegalite_to_svg(spec))
+        inline = json.dumps(spec).replace("</", "<\\/")
+        return (
+            f'<figure class="vega-figure">\n<div class="vega-chart" id="chart-{stem}"></div>\n'
+            f'<script type="application/json" data-vega-target="chart-{stem}">{inline}</script>\n'
+            f'<noscript><img src="../charts/{stem}.svg" alt="{caption}"></noscript>\n'
+            f"<figcaption>{caption} (<a href=\"../charts/{stem}.svg\">SVG</a>, "
+            f"<a href=\"../charts/{stem}.vl.json\">Vega-Lite spec</a>)</figcaption>\n</figure>\n"
+        )
+
+
+def _badge(kind: str, text: str) -> str:
+    return f'<span class="badge badge-{kind}">{text}</span>'
+
+
+STATE_MARK = {
+    "passed": _badge("ok", "passed"),
+    "failed": _badge("bad", "failed"),
+    "warned": _badge("warn", "finding"),
+    "not yet run": _badge("none", "not yet run"),
+}
+VERDICT_MARK = {
+    "supported": _badge("ok", "supported"),
+    "contradicted": _badge("bad", "contradicted"),
+    "finding": _badge("warn", "finding: see page"),
+    "incomplete": _badge("none", "incomplete"),
+    "not yet run": _badge("none", "not yet run"),
+}
+
+
+def experiment_header(report: Report, exp: Experiment) -> str:
+    lines = [f"# {exp.id}: {exp.title}\n"]
+    if exp.sections:
+        links = ", ".join(report.section_link(s) for s in exp.sections)
+        lines.append(f"Feeds the main document's {links}.\n")
+    assets = report.assets_of(exp.group)
+    if not any(a.materialized for a in assets):
+        lines.append(
+            f"!!! warning \"Not yet run\"\n    No asset of this experiment was materialized with the "
+            f"`{report.profile}` profile. Materialize group `{exp.group}` in the Dagster UI, then "
+            "re-materialize `report_site`.\n"
+        )
+        return "\n".join(lines)
+    lines.append(f"**Verdict from the asset checks:** {VERDICT_MARK[report.verdict(exp.group)]}\n")
+    lines.append("## Asset checks\n")
+    lines.append("| asset | check | result | details |\n|---|---|---|---|")
+    for c in report.checks_of(exp.group):
+        details = "; ".join(f"{k}: {fmt(v)}" for k, v in list(c.metadata.items())[:6])
+        lines.append(f"| `{c.asset}` | {fmt(c.description or c.name)} | {STATE_MARK[c.state]} | {details or '—'} |")
+    lines.append("\n## Materializations\n")
+    lines.append("| asset | materialized (UTC) | commit | device |\n|---|---|---|---|")
+    for a in assets:
+        when = a.timestamp.strftime("%Y-%m-%d %H:%M") if a.timestamp else STATE_MARK["not yet run"]
+        lines.append(
+            f"| `{a.key}` | {when} | {fmt(a.metadata.get('provenance.git_commit', '—'))[:12]} | "
+            f"{fmt(a.metadata.get('provenance.device_name', '—'))} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def vendor_javascript(docs_dir: Path) -> None:
+    import vl_convert as vlc
+
+    target = docs_dir / "assets" / "vendor" / "vega-bundle.js"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        tmp.write_text(vlc.javascript_bundle())
+
+
+def prepare_docs_dir(docs_dir: Path) -> None:
+    """Start from the hand-written sources; drop previously generated files."""
+    if docs_dir.resolve() != STATIC_DOCS.resolve():
+        if docs_dir.exists():
+            shutil.rmtree(docs_dir)
+        shutil.copytree(STATIC_DOCS, docs_dir, ignore=shutil.ignore_patterns(*GENERATED))
+    else:
+        for name in GENERATED:
+            path = docs_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    (docs_dir / "results").mkdir(parents=True, exist_ok=True)
+
+
+def write_page(docs_dir: Path, relative: str, text: str) -> None:
+    target = docs_dir / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        tmp.write_text(text)
+
+
+def mkdocs_build(docs_dir: Path, build_dir: Path, provenance: dict[str, Any]) -> Path:
+    """``mkdocs build --strict`` with the repository's mkdocs.yml, this run's folders and provenance."""
+    config = REPO_ROOT / ".mkdocs.report.yml"
+    staging = build_dir.with_name(build_dir.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    body = {
+        "INHERIT": "mkdocs.yml",
+        "docs_dir": str(docs_dir.resolve()),
+        "site_dir": str(staging.resolve()),
+        "extra": {"provenance": provenance},
+    }
+    with atomic_path(config) as tmp:
+        tmp.write_text(json.dumps(body, indent=1))  # JSON is valid YAML
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(config)],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}")
+    # Swap the finished build in: a failed build never leaves a half-written site behind.
+    old = build_dir.with_name(build_dir.name + ".old")
+    if build_dir.exists():
+        build_dir.rename(old)
+    staging.rename(build_dir)
+    if old.exists():
+        shutil.rmtree(old)
+    return build_dir / "index.html"
