@@ -3,12 +3,13 @@
 Public API::
 
     bit_equal, bit_mismatch, ulp_diff, ULP_NAN, ULP_SATURATED     # bits
-    error_stats, round_to_dtype                                  # statistics vs a reference
+    error_stats, error_stats_per_set, round_to_dtype             # statistics vs a reference
     fp64_reference                                               # fp64 re-execution
     tolerance, assert_bit_equal, assert_ulp_within, assert_close_to_reference
     FusedFunction, FusionEvidence, FusionError, eager, fused     # execution paths
 """
 
+from .batched import error_stats_per_set
 from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
 from .reference import fp64_reference
@@ -30,6 +31,7 @@ __all__ = [
     "bit_mismatch",
     "eager",
     "error_stats",
+    "error_stats_per_set",
     "fp64_reference",
     "fused",
     "round_to_dtype",

@@ -8,9 +8,11 @@ kernel raises :class:`FusionError` instead of returning numbers that silently eq
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import re
 import time
+import types
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from unittest import mock
@@ -75,6 +77,19 @@ def _device_of(args: tuple[Any, ...]) -> str:
     return "cpu"
 
 
+def _private_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of a plain function with its own code object. Dynamo keys its compile cache on code
+    objects, so each FusedFunction gets cache entries of its own: its recompile count is its own,
+    and many fused variants of one workload never run into Dynamo's per-code cache limit."""
+    if not inspect.isfunction(fn):
+        return fn
+    clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    clone.__qualname__ = fn.__qualname__
+    clone.__doc__ = fn.__doc__
+    return clone
+
+
 def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The eager path: ``fn`` itself, op by op, each op's output rounded to its working dtype."""
     return fn
@@ -120,7 +135,7 @@ class FusedFunction:
         self._graphs_at_first_call: int | None = None
         self._evidence: FusionEvidence | None = None
         self.code = ""
-        self._compiled = torch.compile(fn, backend=self._counting_backend, dynamic=dynamic)
+        self._compiled = torch.compile(_private_copy(fn), backend=self._counting_backend, dynamic=dynamic)
 
     def _counting_backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
         self._graphs += 1
