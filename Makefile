@@ -30,6 +30,7 @@ report: $(STAMP)
 	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
 
 test: $(STAMP)
+	./scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest
 
 benchmark: $(STAMP)
