@@ -1,0 +1,177 @@
+"""One determinism round of task A: compile the FFN first half, run it N times, hash every output.
+
+The same :func:`run_round` serves the in-process round (round 1) and the fresh-process rounds.
+A fresh round runs as::
+
+    python -m pipeline._determinism_worker --inputs in.safetensors --out DIR --runs N \
+        --dtypes float16,bfloat16 [--threads T] [--device cpu] [--backend inductor] [--options '{}']
+
+with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`). The
+worker writes ``DIR/result.json`` (hashes, code hash, evidence, cache facts) and
+``DIR/outputs.safetensors`` (one tensor per distinct output hash, so the caller can measure ULP
+distances between rounds).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from precisionkit import fused
+
+from .workloads import DTYPES, WORKLOADS
+
+#: Distinct outputs kept per dtype: enough to measure how far apart they are, bounded on disk.
+MAX_DISTINCT_KEPT = 8
+
+
+def cold_cache_env(cache_dir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a compile that can reuse nothing: a fresh cache folder, every cache off."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": cache_dir,
+            "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "0",
+            "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "0",
+            "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE": "0",
+            "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+        }
+    )
+    return env
+
+
+def output_md5(out: torch.Tensor) -> str:
+    """md5 of the output's raw bytes (C order, on the CPU)."""
+    flat = out.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()
+    return hashlib.md5(flat.tobytes()).hexdigest()
+
+
+def run_round(
+    inputs: dict[str, torch.Tensor],
+    dtypes: list[str],
+    runs: int,
+    device: torch.device,
+    backend: str = "inductor",
+    options: dict[str, Any] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, torch.Tensor]]:
+    """Compile the FFN once per dtype and run it ``runs`` times on the same inputs.
+
+    ``inputs`` holds ``"<dtype>/<arg>"`` tensors. Returns per dtype a JSON-friendly record
+    (``hashes`` in run order, ``code_sha256``, evidence, timings) and the distinct outputs keyed
+    ``"<dtype>/<md5>"`` (at most :data:`MAX_DISTINCT_KEPT` per dtype, first occurrences).
+    """
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    workload = WORKLOADS["ffn"]
+    records: dict[str, dict[str, Any]] = {}
+    distinct: dict[str, torch.Tensor] = {}
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        missing = [a for a in workload.arg_names if f"{dtype}/{a}" not in inputs]
+        if missing:
+            raise ValueError(f"inputs lack {', '.join(f'{dtype}/{a}' for a in missing)}")
+        args = tuple(inputs[f"{dtype}/{a}"].to(device) for a in workload.arg_names)
+        wrong = [a for a, t in zip(workload.arg_names, args) if t.dtype != DTYPES[dtype]]
+        if wrong:
+            raise ValueError(f"inputs {wrong} of the {dtype} set are not {dtype}")
+        if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
+            from .planted_bugs import register_planted_backends
+
+            register_planted_backends()
+        fn = fused(workload.fn, backend, options, dynamic=False)
+        hashes: list[str] = []
+        start = time.perf_counter()
+        for _ in range(runs):
+            out = fn(*args)
+            digest = output_md5(out)
+            hashes.append(digest)
+            key = f"{dtype}/{digest}"
+            if key not in distinct and sum(k.startswith(f"{dtype}/") for k in distinct) < MAX_DISTINCT_KEPT:
+                distinct[key] = out.detach().cpu().clone()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        ev = fn.evidence
+        records[dtype] = {
+            "hashes": hashes,
+            "code_sha256": ev.code_sha256,
+            "kernel_count": ev.kernel_count,
+            "kernel_names": ", ".join(ev.kernel_names),
+            "extern_calls": ", ".join(ev.extern_calls),
+            "graph_count": ev.graph_count,
+            "graph_breaks": ev.graph_breaks,
+            "recompiles": ev.recompiles,
+            "compile_seconds": ev.compile_seconds,
+            "seconds_all_runs": seconds,
+            "threads": torch.get_num_threads(),
+            "code": fn.code,
+        }
+    return records, distinct
+
+
+def _cache_facts() -> dict[str, Any]:
+    from torch._inductor import config as inductor_config
+
+    from precisionkit.paths import inductor_cache_dir
+
+    cache = inductor_cache_dir()
+    return {
+        "cache_dir": cache,
+        "cache_files_before_compile": sum(len(files) for _, _, files in os.walk(cache)) if os.path.isdir(cache) else 0,
+        "fx_graph_cache": bool(inductor_config.fx_graph_cache),
+        "autotune_local_cache": bool(inductor_config.autotune_local_cache),
+        "force_disable_caches": bool(inductor_config.force_disable_caches),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of a fresh-process round; see the module docstring for the arguments."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", required=True, help="safetensors file of <dtype>/<arg> tensors")
+    parser.add_argument("--out", required=True, help="folder for result.json and outputs.safetensors")
+    parser.add_argument("--runs", type=int, required=True)
+    parser.add_argument("--dtypes", required=True, help="comma-separated dtype names")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 keeps the default")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--options", default="{}", help="JSON object of Inductor options")
+    args = parser.parse_args(argv)
+
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # The environment already turns the caches off; set the in-process switches too, since
+    # autotune_local_cache has no environment variable of its own.
+    from torch._inductor import config as inductor_config
+
+    inductor_config.fx_graph_cache = False
+    inductor_config.autotune_local_cache = False
+    facts = _cache_facts()
+    inputs = load_file(args.inputs)
+    records, distinct = run_round(
+        inputs, [d for d in args.dtypes.split(",") if d], args.runs, torch.device(args.device),
+        args.backend, json.loads(args.options),
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(distinct, str(out / "outputs.safetensors"))
+    (out / "result.json").write_text(
+        json.dumps({"records": records, "pid": os.getpid(), "torch_version": torch.__version__, **facts})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
