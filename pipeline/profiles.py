@@ -31,6 +31,8 @@ class Profile:
     c2_pool_rows: int = 256
     c2_runs: int = 1000
     c3_shape: tuple[int, int] = (1024, 1024)
+    # Diagnostics: random graphs of the differential fuzzer (one Inductor compile each).
+    fuzz_graphs: int = 200
     # Task E: GPT-2 style model and schedule.
     train: dict[str, int] = field(default_factory=dict)
 
@@ -61,7 +63,8 @@ PROFILES: dict[str, Profile] = {
         c2_pool_rows=8,
         c2_runs=5,
         c3_shape=(64, 64),
-        train=dict(layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2),
+        fuzz_graphs=6,
+        train=dict(layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2, fp32_control=0),
     ),
     "default": Profile(
         name="default",
@@ -78,7 +81,8 @@ PROFILES: dict[str, Profile] = {
         c2_pool_rows=256,
         c2_runs=200,
         c3_shape=(1024, 1024),
-        train=dict(layers=2, heads=4, width=128, context=128, batch=8, steps=1000, eval_every=50, eval_batches=4),
+        fuzz_graphs=200,
+        train=dict(layers=2, heads=4, width=128, context=128, batch=8, steps=1000, eval_every=50, eval_batches=4, fp32_control=0),
     ),
     "seed": Profile(
         name="seed",
@@ -95,7 +99,8 @@ PROFILES: dict[str, Profile] = {
         c2_pool_rows=1024,
         c2_runs=1000,
         c3_shape=(1024, 1024),
-        train=dict(layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8),
+        fuzz_graphs=1000,
+        train=dict(layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8, fp32_control=1),
     ),
 }
 

@@ -1,0 +1,432 @@
+"""Task E: a GPT-2-style byte-level decoder and one training loop with an eager and a fused switch.
+
+Everything that could make the two paths differ other than the execution path is fixed by
+:class:`TrainConfig`: initialization seed, data-order seed, batch, schedule (linear warmup then
+cosine decay), AdamW settings, gradient clipping and autocast precision. The fused switch wraps the
+loss computation (model forward + cross-entropy) in :class:`precisionkit.paths.FusedFunction`, so
+``torch.compile`` traces the forward and AOTAutograd compiles the matching backward; the optimizer
+step stays eager and identical on both paths.
+
+Training checkpoints after every evaluation interval and resumes from the latest checkpoint of the
+same configuration (the directory is keyed by a hash of the config), bit for bit on the eager path.
+"""
+
+
+import contextlib
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from precisionkit.paths import FusedFunction, normalize_code, _KERNEL_DEF
+
+from .corpus import Corpus
+from .storage import atomic_path
+
+VOCAB = 256  # byte-level: every byte value is a token
+PRECISIONS = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention written out (matmul, mask, softmax, matmul) as in GPT-2, so the
+    fused path has the softmax chain to fuse rather than one opaque attention kernel."""
+
+    def __init__(self, width: int, heads: int, context: int) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not divisible by heads {heads}")
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).tril(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.c_proj(y)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) with tanh-GELU."""
+
+    def __init__(self, width: int, heads: int, context: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, context)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    """GPT-2 architecture over bytes: learned positions, tied input/output embedding, no dropout
+    (dropout would add random draws that differ between paths and hide the numerics)."""
+
+    def __init__(self, layers: int, heads: int, width: int, context: int) -> None:
+        super().__init__()
+        self.context = context
+        self.wte = nn.Embedding(VOCAB, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads, context) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, VOCAB, bias=False)
+        self.lm_head.weight = self.wte.weight
+        # GPT-2 initialization: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.size(1)
+        if t > self.context:
+            raise ValueError(f"sequence length {t} exceeds the model context {self.context}")
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run's numbers. Two runs with equal configs produce
+    equal curves on the eager path; :meth:`key` identifies a config for checkpoints."""
+
+    layers: int
+    heads: int
+    width: int
+    context: int
+    batch: int
+    steps: int
+    eval_every: int
+    eval_batches: int
+    path: str = "eager"  # eager | fused
+    precision: str = "bfloat16"  # autocast dtype, or float32 for no autocast
+    device: str = "cpu"
+    init_seed: int = 0
+    data_seed: int = 0
+    backend: str = "inductor"
+    options_json: str = "{}"  # compiler options as sorted JSON (kept hashable)
+    corpus_sha256: str = ""
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = -1  # -1: 10% of steps
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.path not in ("eager", "fused"):
+            raise ValueError(f"path must be 'eager' or 'fused', got {self.path!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        for name in ("layers", "heads", "width", "context", "batch", "steps", "eval_every", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_profile(cls, train: dict[str, int], **kwargs: Any) -> "TrainConfig":
+        """Config from a profile's ``train`` dict (``kwargs`` override any field); GPT-2-small
+        widths get GPT-2's 6e-4 peak LR, smaller models 1e-3."""
+        needed = ("layers", "heads", "width", "context", "batch", "steps", "eval_every", "eval_batches")
+        missing = [k for k in needed if k not in train]
+        if missing:
+            raise ValueError(f"profile train settings lack {', '.join(missing)}")
+        lr = 6e-4 if train["width"] >= 768 else 1e-3
+        return cls(**{**{k: int(train[k]) for k in needed}, "lr": lr, **kwargs})
+
+    @property
+    def warmup(self) -> int:
+        return max(1, self.steps // 10) if self.warmup_steps < 0 else self.warmup_steps
+
+    def key(self) -> str:
+        """Hash of every field plus the torch version: a changed config never shares a checkpoint."""
+        blob = json.dumps({**asdict(self), "torch": torch.__version__}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of the peak LR after ``step`` optimizer steps: linear warmup, cosine decay."""
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        progress = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class TrainingInterrupted(RuntimeError):
+    """Raised by :func:`train` when ``stop_after`` steps are done (simulates a killed run)."""
+
+
+@dataclass
+class TrainResult:
+    """Curve rows (one per evaluation), fused-path evidence, and timing of one run."""
+
+    config: TrainConfig
+    rows: list[dict[str, Any]]
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    resumed_from_step: int = 0
+    n_params: int = 0
+
+
+def train_batch(corpus: Corpus, cfg: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training batch of ``step``: random windows drawn from a generator seeded by
+    (data seed, step), so the data position after a resume is just the step number."""
+    seed = int.from_bytes(hashlib.sha256(f"{cfg.data_seed}:{step}".encode()).digest()[:8], "little") & (2**63 - 1)
+    g = torch.Generator().manual_seed(seed)
+    data = corpus.train
+    if data.numel() <= cfg.context + 1:
+        raise ValueError(f"train split ({data.numel()} bytes) is shorter than one window of {cfg.context + 1}")
+    starts = torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch,), generator=g)
+    return _windows(data, starts, cfg.context)
+
+
+def eval_batches(corpus: Corpus, cfg: TrainConfig) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Fixed evaluation windows, evenly spaced over the eval split; identical for every run."""
+    data = corpus.eval
+    if data.numel() <= cfg.context + 1:
+        raise ValueError(f"eval split ({data.numel()} bytes) is shorter than one window of {cfg.context + 1}")
+    n = cfg.eval_batches * cfg.batch
+    starts = torch.linspace(0, data.numel() - cfg.context - 1, n).long()
+    return [_windows(data, starts[i : i + cfg.batch], cfg.context) for i in range(0, n, cfg.batch)]
+
+
+def _windows(data: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    chunks = torch.stack([data[s : s + context + 1] for s in starts.tolist()]).long()
+    return chunks[:, :-1], chunks[:, 1:]
+
+
+def make_loss_fn(model: GPT, cfg: TrainConfig, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Mean next-byte cross-entropy, forward under autocast in ``cfg.precision`` (fp32 loss)."""
+    dtype = PRECISIONS[cfg.precision]
+
+    def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ctx = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+        with ctx:
+            logits = model(x)
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    return loss_fn
+
+
+@contextlib.contextmanager
+def capture_generated_code() -> Iterator[list[str]]:
+    """Collect the code Inductor generates inside the block (e.g. the lazily compiled backward)."""
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        yield codes
+
+
+def _code_evidence(prefix: str, codes: list[str]) -> dict[str, Any]:
+    code = "\n".join(normalize_code(c) for c in codes)
+    return {
+        f"{prefix}_graphs": len(codes),
+        f"{prefix}_kernel_count": len(_KERNEL_DEF.findall(code)),
+        f"{prefix}_code_sha256": hashlib.sha256(code.encode()).hexdigest(),
+    }
+
+
+def _build(cfg: TrainConfig, device: torch.device):
+    torch.manual_seed(cfg.init_seed)
+    model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, cfg.lr_factor)
+    # Loss scaling only where the autocast dtype needs it (fp16); a no-op otherwise.
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "float16")
+    return model, opt, sched, scaler
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_path(root: Path, run: str, cfg: TrainConfig) -> Path:
+    """``root/<run>/<config key>/checkpoint.pt``."""
+    return Path(root) / run / cfg.key() / "checkpoint.pt"
+
+
+def train(
+    cfg: TrainConfig,
+    corpus: Corpus,
+    *,
+    checkpoint_dir: Path | None = None,
+    stop_after: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train one run; evaluate and checkpoint every ``cfg.eval_every`` steps and at the end.
+
+    ``checkpoint_dir`` (a folder for this run; the config key is appended) enables resuming: a
+    checkpoint of the same config is loaded and training continues from its step. The checkpoint is
+    deleted once the run completes. ``stop_after`` raises :class:`TrainingInterrupted` after that
+    many steps (counted from step 0), leaving the last checkpoint behind.
+    """
+    if corpus.sha256 != cfg.corpus_sha256 and cfg.corpus_sha256:
+        raise ValueError(f"config expects corpus {cfg.corpus_sha256[:12]}, got {corpus.sha256[:12]}")
+    device = torch.device(cfg.device)
+    model, opt, sched, scaler = _build(cfg, device)
+    loss_fn = make_loss_fn(model, cfg, device)
+    ckpt = Path(checkpoint_dir) / cfg.key() / "checkpoint.pt" if checkpoint_dir is not None else None
+
+    step, rows, elapsed = 0, [], 0.0
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state["config_key"] != cfg.key():
+            raise RuntimeError(f"checkpoint {ckpt} belongs to config {state['config_key']}, not {cfg.key()}")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"])
+        step, rows, elapsed = state["step"], state["rows"], state["seconds"]
+        if log:
+            log(f"resumed {cfg.path}/{cfg.precision} from step {step} ({ckpt})")
+    resumed_from = step
+
+    if cfg.path == "fused":
+        options = json.loads(cfg.options_json)
+        train_fn: Callable = FusedFunction(loss_fn, cfg.backend, options)
+        eval_fn: Callable = FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options)
+    else:
+        train_fn = eval_fn = loss_fn
+    evals = [(x.to(device), y.to(device)) for x, y in eval_batches(corpus, cfg)]
+    evidence: dict[str, Any] = {}
+
+    def evaluate() -> float:
+        with torch.no_grad():
+            total = sum(float(eval_fn(x, y)) for x, y in evals)
+        return total / len(evals)
+
+    def save() -> None:
+        if ckpt is None:
+            return
+        state = {
+            "config_key": cfg.key(),
+            "config": asdict(cfg),
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "scaler": scaler.state_dict(),
+            "rng": _rng_state(),
+            "step": step,  # the data position: batches are a function of (data seed, step)
+            "rows": rows,
+            "seconds": elapsed + (time.perf_counter() - start),
+        }
+        with atomic_path(ckpt) as tmp:
+            torch.save(state, tmp)
+
+    start = time.perf_counter()
+    if step == 0 and not rows:
+        eval_loss = evaluate()
+        rows.append(_row(0, None, eval_loss, None, 0.0, 0, cfg))
+    loss_sum, norm_sum, n_steps, skipped = 0.0, 0.0, 0, 0
+    while step < cfg.steps:
+        x, y = (t.to(device) for t in train_batch(corpus, cfg, step))
+        loss = train_fn(x, y)
+        scaled = scaler.scale(loss)
+        if cfg.path == "fused" and "bwd_graphs" not in evidence:
+            with capture_generated_code() as codes:
+                scaled.backward()
+            evidence.update(_code_evidence("bwd", codes))
+        else:
+            scaled.backward()
+        scaler.unscale_(opt)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+        scaler.step(opt)
+        scaler.update()
+        if scaler.is_enabled() and scaler.get_scale() < scale_before:
+            skipped += 1  # GradScaler found inf/nan and skipped the optimizer step
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        step += 1
+        loss_sum += loss.detach().item()
+        norm_sum += norm.item()
+        n_steps += 1
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            eval_loss = evaluate()
+            rows.append(_row(step, loss_sum / n_steps, eval_loss, norm_sum / n_steps, sched.get_last_lr()[0], skipped, cfg))
+            loss_sum, norm_sum, n_steps, skipped = 0.0, 0.0, 0, 0
+            if log:
+                log(f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}")
+            save()
+        if stop_after is not None and step >= stop_after and step < cfg.steps:
+            raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
+
+    seconds = elapsed + (time.perf_counter() - start)
+    if cfg.path == "fused":
+        for name, fn in (("train", train_fn), ("eval", eval_fn)):
+            ev = fn.evidence.as_metadata()
+            evidence.update({f"{name}_{k}": ev[k] for k in ("graph_count", "graph_breaks", "recompiles", "kernel_count", "code_sha256", "compile_seconds", "extern_calls")})
+        evidence["backend"] = cfg.backend
+        evidence["options"] = cfg.options_json
+    if ckpt is not None:
+        ckpt.unlink(missing_ok=True)
+        for folder in (ckpt.parent, ckpt.parent.parent):  # config-key folder, then the run folder if empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return TrainResult(
+        config=cfg,
+        rows=rows,
+        evidence=evidence,
+        seconds=seconds,
+        resumed_from_step=resumed_from,
+        n_params=sum(p.numel() for p in model.parameters()),
+    )
+
+
+def _row(step: int, train_loss: float | None, eval_loss: float, grad_norm: float | None, lr: float, skipped: int, cfg: TrainConfig) -> dict[str, Any]:
+    """One curve point; train loss and grad norm are means over the steps since the last point."""
+    return {
+        "step": step,
+        "tokens": step * cfg.batch * cfg.context,
+        "train_loss": train_loss,
+        "eval_loss": eval_loss,
+        "perplexity": math.exp(eval_loss),
+        "grad_norm": grad_norm,
+        "lr": lr,
+        "skipped_steps": skipped,
+    }
