@@ -6,15 +6,19 @@ Public API::
     error_stats, error_stats_per_set, round_to_dtype             # statistics vs a reference
     fp64_reference                                               # fp64 re-execution
     tolerance, assert_bit_equal, assert_ulp_within, assert_close_to_reference
+    MeasuredTolerances, tolerance_from_table                     # measured tolerance tables
     FusedFunction, FusionEvidence, FusionError, eager, fused     # execution paths
+    locate_divergence                                            # per-layer divergence locator
+    precisionkit.fuzz                                            # differential graph fuzzer
 """
 
 from .batched import error_stats_per_set
+from .locator import locate_divergence
 from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
 from .reference import fp64_reference
 from .stats import error_stats, round_to_dtype
-from .tolerance import Tolerance, assert_bit_equal, assert_close_to_reference, assert_ulp_within, tolerance
+from .tolerance import MeasuredTolerances, Tolerance, assert_bit_equal, assert_close_to_reference, assert_ulp_within, tolerance, tolerance_from_table
 
 __all__ = [
     "ULP_NAN",
@@ -23,6 +27,7 @@ __all__ = [
     "FusedFunction",
     "FusionError",
     "FusionEvidence",
+    "MeasuredTolerances",
     "Tolerance",
     "assert_bit_equal",
     "assert_close_to_reference",
@@ -34,8 +39,10 @@ __all__ = [
     "error_stats_per_set",
     "fp64_reference",
     "fused",
+    "locate_divergence",
     "round_to_dtype",
     "tolerance",
+    "tolerance_from_table",
     "ulp_diff",
 ]
 __version__ = "0.1.0"

@@ -47,13 +47,26 @@ class Tolerance:
         return iter((self.atol, self.rtol))
 
 
-def tolerance(dtype: torch.dtype, op_class: str = "elementwise", reduction_size: int = 1) -> Tolerance:
+def tolerance(
+    dtype: torch.dtype,
+    op_class: str = "elementwise",
+    reduction_size: int = 1,
+    *,
+    measured: "MeasuredTolerances | None" = None,
+) -> Tolerance:
     """(atol, rtol) for results of ``dtype`` from an operation of ``op_class`` that accumulates
     ``reduction_size`` terms per output element.
+
+    ``measured`` (optional, see :func:`tolerance_from_table`) answers from a measured table where
+    it has rows for ``(op_class, dtype)``; otherwise, and by default, the decision matrix answers.
 
     >>> tolerance(torch.float32, "matmul", reduction_size=4096).atol
     1e-05
     """
+    if measured is not None:
+        found = measured.lookup(dtype, op_class, reduction_size)
+        if found is not None:
+            return found
     if op_class not in _BASE_ATOL:
         raise ValueError(f"unknown op_class {op_class!r}; expected one of {', '.join(OP_CLASSES)}")
     if dtype not in _RTOL:
@@ -71,6 +84,55 @@ def tolerance(dtype: torch.dtype, op_class: str = "elementwise", reduction_size:
     atol = max(base, growth)
     rule = "sqrt(K) rule" if growth > base else "decision matrix"
     return Tolerance(atol=atol, rtol=_RTOL[dtype], source=f"{op_class}/{dtype}/K={reduction_size}: {rule}")
+
+
+@dataclass(frozen=True)
+class MeasuredTolerances:
+    """Tolerances measured per (op class, dtype, reduction size), e.g. the p99.9 of observed
+    fused error against fp64 (asset ``measured_tolerances``).
+
+    Lookup for K terms: the row of the same op class and dtype with the smallest reduction size
+    >= K; beyond the largest measured size, that row's atol grows by sqrt(K / K_row) (the sqrt(K)
+    rule). rtol is the row's own when given, else the decision matrix's for the dtype.
+    """
+
+    rows: tuple[tuple[str, torch.dtype, int, float, float | None], ...]
+
+    def lookup(self, dtype: torch.dtype, op_class: str, reduction_size: int) -> Tolerance | None:
+        """The measured tolerance, or ``None`` when the table has nothing for (op_class, dtype)."""
+        same = sorted((r for r in self.rows if r[0] == op_class and r[1] == dtype), key=lambda r: r[2])
+        if not same:
+            return None
+        covering = [r for r in same if r[2] >= reduction_size]
+        row = covering[0] if covering else same[-1]
+        atol = row[3] * (1.0 if covering else math.sqrt(reduction_size / row[2]))
+        rtol = _RTOL[dtype] if row[4] is None else row[4]
+        how = "measured" if covering else f"measured at K={row[2]}, sqrt(K) rule"
+        return Tolerance(atol=atol, rtol=rtol, source=f"{op_class}/{dtype}/K={reduction_size}: {how}")
+
+
+def tolerance_from_table(rows: Any) -> MeasuredTolerances:
+    """:class:`MeasuredTolerances` from rows (dicts, or anything with ``.to_dicts()`` such as a
+    polars DataFrame) with keys ``op_class``, ``dtype`` (name or torch.dtype), ``reduction_size``,
+    ``atol`` and optionally ``rtol``."""
+    if hasattr(rows, "to_dicts"):
+        rows = rows.to_dicts()
+    out = []
+    for i, row in enumerate(rows):
+        missing = [k for k in ("op_class", "dtype", "reduction_size", "atol") if k not in row]
+        if missing:
+            raise ValueError(f"tolerance table row {i} lacks {', '.join(missing)}: {row}")
+        if row["op_class"] not in _BASE_ATOL:
+            raise ValueError(f"tolerance table row {i}: unknown op_class {row['op_class']!r}")
+        dtype = row["dtype"] if isinstance(row["dtype"], torch.dtype) else getattr(torch, str(row["dtype"]), None)
+        if dtype not in _RTOL:
+            raise ValueError(f"tolerance table row {i}: {row['dtype']!r} is not a floating dtype")
+        atol, k = float(row["atol"]), int(row["reduction_size"])
+        if not (atol >= 0 and math.isfinite(atol)) or k < 1:
+            raise ValueError(f"tolerance table row {i}: atol must be finite >= 0 and reduction_size >= 1, got {atol}, {k}")
+        rtol = row.get("rtol")
+        out.append((row["op_class"], dtype, k, atol, None if rtol is None else float(rtol)))
+    return MeasuredTolerances(tuple(out))
 
 
 def _describe_pair(actual: torch.Tensor, expected: torch.Tensor, flat: int) -> str:

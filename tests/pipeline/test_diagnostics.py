@@ -1,0 +1,120 @@
+"""Diagnostics assets: divergence table of the E model, fuzzer outcomes, measured tolerances."""
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from pipeline.assets import divergence, fuzzing, tolerances
+from pipeline.profiles import get_profile
+from pipeline.storage import read_value, write_value
+from pipeline.workloads import WORKLOADS
+from precisionkit.tolerance import tolerance, tolerance_from_table
+
+
+def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
+    result = dg.materialize(
+        [divergence.divergence_per_layer, divergence.no_layer_diverges, fuzzing.fuzz_outcomes, fuzzing.fuzzed_graphs_all_ok],
+        resources=smoke_resources,
+    )
+    assert result.success
+    table = read_value(tmp_path / "smoke" / "divergence_per_layer")
+    assert list(table.columns[:6]) == ["layer_index", "layer", "module_type", "depth", "eager_err", "fused_err"]
+    assert table["layer_index"].to_list() == list(range(table.height))
+    layers = table["layer"].to_list()
+    # Every call of the 1-layer GPT: embeddings, the block's parts, the block, final norm, head, root.
+    for needed in ("wte#0", "wpe#0", "blocks.0.attn.c_attn#0", "blocks.0.attn#0", "blocks.0#0", "ln_f#0", "lm_head#0", "<root>#0"):
+        assert needed in layers
+    assert layers[-1] == "<root>#0"
+    assert table["eager_err"].is_finite().all() and table["fused_err"].is_finite().all()
+    # The fp64 reference uses the bf16 weights upcast, so embedding lookups are exact and every
+    # layer that computes carries bf16 rounding error.
+    emb = table.filter(pl.col("module_type") == "Embedding")
+    assert emb.height == 2 and (emb["eager_err"] == 0).all() and (emb["fused_err"] == 0).all()
+    assert (table.filter(pl.col("module_type") != "Embedding")["eager_err"] > 0).all()
+    assert (table["fused_error"] == "").all()
+    meta = result.asset_materializations_for_node("divergence_per_layer")[0].metadata
+    assert "fresh seeded initialization" in meta["model_weights"].value
+
+    outcomes = read_value(tmp_path / "smoke" / "fuzz_outcomes")
+    assert outcomes.height == get_profile("smoke").fuzz_graphs
+    assert set(outcomes["class"]) <= {"ok", "mismatch", "graph_break", "compile_error", "crash", "invalid"}
+    ok = outcomes.filter(pl.col("class") == "ok")
+    # "ok" means: within tolerance, or no more than EAGER_MARGIN x eager's error.
+    assert ((ok["fused_tol_ratio"] <= 1) | (ok["fused_tol_ratio"] <= 2 * ok["eager_tol_ratio"])).all()
+    # Failing graphs (a finding, if any) come with a reproducer script on disk.
+    for path in outcomes.filter(pl.col("class") != "ok")["reproducer"]:
+        assert path and Path(path).exists()
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(checks) == {"no_layer_diverges", "fuzzed_graphs_all_ok"}
+    assert checks["fuzzed_graphs_all_ok"].passed == (outcomes["class"] == "ok").all()
+    assert checks["no_layer_diverges"].passed == (not table["divergent"].any())
+
+
+def _upstream(profile):
+    rng = np.random.default_rng(0)
+    softmax_abs = np.linspace(1e-4, 2e-4, 1000)  # p99.9 known in closed form
+    per_set = pl.DataFrame({
+        "chain": ["softmax"] * 2000, "distribution": ["normal"] * 2000, "dtype": ["float16"] * 2000,
+        "path": ["fused"] * 1000 + ["eager"] * 1000, "set_index": list(range(1000)) * 2,
+        "abs_max": np.concatenate([softmax_abs, np.full(1000, 5.0)]),  # eager rows must be ignored
+        "ulp_max": np.concatenate([np.linspace(0.5, 1.0, 1000), np.full(1000, 99.0)]),
+    })
+    c1 = pl.DataFrame({"path": ["eager_A", "fused_A", "fused_B"], "abs_max": [9.0, 2.4e-4, 3.9e-4], "ulp_max": [9.0, 0.5, 1.0]})
+    c2 = pl.DataFrame({"version": ["eager", "fused_default", "fused_default"], "output": ["out16", "out16", "acc32"],
+                       "abs_max": [9.0, 0.06, 1.6e-5], "ulp_max": [9.0, 0.5, 107.0]})
+    c3 = pl.DataFrame({"path": ["A_eager", "A_fused"], "ulp_max": [9.0, 0.4996]})
+    fuzzed = pl.DataFrame({"class": ["ok", "ok", "mismatch"], "op_class": ["layernorm", "layernorm", "layernorm"],
+                           "dtype": ["float32"] * 3, "reduction_size": [64, 64, 64],
+                           "fused_abs_err": [3e-7, float(rng.uniform(1e-7, 2e-7)), 1.0]})
+    return {"accumulated_error_per_set": per_set, "c1_error_vs_fp64": c1, "c2_error_vs_fp64": c2,
+            "c3_iteration_table": c3, "fuzz_outcomes": fuzzed}, softmax_abs
+
+
+def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
+    profile = get_profile("smoke")
+    upstream, softmax_abs = _upstream(profile)
+    for name, df in upstream.items():
+        write_value(df, tmp_path / "smoke" / name)
+    result = dg.materialize(
+        [*(dg.AssetSpec(name) for name in upstream), tolerances.measured_tolerances, tolerances.matrix_covers_measured_error],
+        resources=smoke_resources,
+        selection=[tolerances.measured_tolerances.key],
+    )
+    assert result.success
+    table = read_value(tmp_path / "smoke" / "measured_tolerances")
+    rows = {(r["op_class"], r["dtype"], r["reduction_size"]): r for r in table.iter_rows(named=True)}
+
+    k = WORKLOADS["softmax"].reduction(profile)
+    soft = rows[("softmax", "float16", k)]
+    assert soft["n_obs"] == 1000 and soft["atol"] == pytest.approx(np.percentile(softmax_abs, 99.9))
+    assert soft["matrix_atol"] == tolerance(torch.float16, "softmax", k).atol
+    assert soft["ratio"] == pytest.approx(soft["atol"] / soft["matrix_atol"]) and soft["verdict"] == "matrix >10x loose"
+    # C1 and C3 pool into fp16 elementwise; C3 has ULP but no absolute error.
+    elem = rows[("elementwise", "float16", 1)]
+    assert elem["n_obs"] == 3 and elem["atol"] == pytest.approx(np.percentile([2.4e-4, 3.9e-4], 99.9))
+    assert elem["ulp"] == pytest.approx(np.percentile([0.5, 1.0, 0.4996], 99.9))
+    # C2: the fp16 sum of c2_length terms, its fp32 accumulator in a group of its own.
+    c2_16 = rows[("matmul", "float16", profile.c2_length)]
+    expected = tolerance(torch.float16, "matmul", profile.c2_length)
+    assert c2_16["atol"] == pytest.approx(0.06) and c2_16["matrix_atol"] == expected.atol
+    assert c2_16["matrix_rule"] == expected.source.split(": ")[-1]
+    assert c2_16["verdict"] == ("matrix too tight" if 0.06 > expected.atol else "matrix ok")
+    assert ("matmul", "float32", profile.c2_length) in rows
+    # Fuzzer: only graphs classified ok count (the mismatching one would dominate otherwise).
+    fz = rows[("layernorm", "float32", 64)]
+    assert fz["n_obs"] == 2 and fz["atol"] < 1e-6
+
+    check = result.get_asset_check_evaluations()[0]
+    assert check.passed == (table["ratio"].drop_nulls() <= 1).all()
+
+    # The measured table plugs into precisionkit.tolerance; without it the matrix answers as before.
+    measured = tolerance_from_table(table.drop_nulls("atol"))
+    got = tolerance(torch.float16, "softmax", k, measured=measured)
+    assert got.atol == pytest.approx(soft["atol"]) and "measured" in got.source
+    assert tolerance(torch.float16, "softmax", k) == tolerance(torch.float16, "softmax", k, measured=None)
+    with pytest.raises(ValueError, match="lacks"):
+        tolerance_from_table([{"op_class": "softmax", "dtype": "float16"}])
