@@ -44,6 +44,26 @@ def report(profile: str, device: str, backend: str) -> int:
     return 0 if result.success else 1
 
 
+def promote_baseline(profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str) -> int:
+    """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's events)."""
+    from .assets.regression import promote_with_instance
+    from .baseline import BaselineError
+    from .resources import ExperimentSettings
+
+    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    settings = ExperimentSettings(profile=profile, device=device, backend=backend)
+    try:
+        done = promote_with_instance(_instance(), base_dir, settings, allow_partial=allow_partial, note=note)
+    except BaselineError as exc:
+        print(f"promote-baseline: {exc}", file=sys.stderr)
+        return 2
+    print(f"promoted {', '.join(done.promoted)} of profile {profile} as baseline {done.version} -> {done.folder}")
+    if done.skipped:
+        print("not materialized (left out): " + "; ".join(f"{e}: {', '.join(m)}" for e, m in done.skipped.items()))
+    print(f"previous baseline: {done.previous or 'none'} (kept)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,7 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--profile", default="default", choices=sorted(PROFILES))
     rep.add_argument("--device", default="auto")
     rep.add_argument("--backend", default="inductor")
+    pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
+    pro.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
+    pro.add_argument("--backend", default="inductor", help="recorded as provenance where no materialization event has it")
+    pro.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
+    pro.add_argument("--allow-partial", action="store_true", help="promote even if some experiment is not materialized")
+    pro.add_argument("--note", default="", help="free text stored in the manifest")
     args = parser.parse_args(argv)
+    if args.command == "promote-baseline":
+        return promote_baseline(args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note)
     return report(args.profile, args.device, args.backend)
 
 

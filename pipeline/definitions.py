@@ -6,6 +6,7 @@ import os
 import dagster as dg
 
 from . import assets as assets_package
+from .assets.regression import promote_baseline_job
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
 from .storage import PrecisionIOManager
@@ -48,7 +49,7 @@ def build_resources(settings: ExperimentSettings | None = None, base_dir: str | 
 defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
-    jobs=[all_assets_job],
+    jobs=[all_assets_job, promote_baseline_job],
     schedules=[nightly_schedule],
     resources=build_resources(),
 )

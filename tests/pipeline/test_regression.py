@@ -1,0 +1,181 @@
+"""Baseline promotion and the comparison against it (synthetic stored tables: no compiles)."""
+
+import json
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline import baseline, storage
+from pipeline.assets import regression
+from pipeline.cli import main as cli_main
+
+
+def _b_table(shift: float = 0.0, jitter_sets: int = 0, seed: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for chain in ("softmax", "layernorm"):
+        for dtype in ("float16", "bfloat16"):
+            for path in ("eager", "fused"):
+                vals = rng.gamma(2.0, 1.5, size=200).round()
+                vals[:jitter_sets] += 1  # a few sets move by one ULP: within the distribution's noise
+                vals = vals + shift
+                for i, v in enumerate(vals):
+                    rows.append({"chain": chain, "distribution": "normal", "dtype": dtype, "path": path,
+                                 "set_index": i, "ulp_max": float(v)})
+    return pl.DataFrame(rows)
+
+
+def _d_table(broken: bool = False) -> pl.DataFrame:
+    return pl.DataFrame({"subgraph": ["transpose_concat", "rotate_half"], "dtype": ["float16", "float16"],
+                         "shape": ["2x8x16", "2x8x16"], "layout": ["contiguous", "contiguous"],
+                         "bit_equal": [True, not broken], "ulp_max": [0, 3 if broken else 0]})
+
+
+def _e_table(fused_final: float = 2.50) -> pl.DataFrame:
+    steps = [5, 10, 15, 20]
+    curves = {"bfloat16_eager": [3.0, 2.8, 2.6, 2.50], "bfloat16_eager_order_B": [3.02, 2.79, 2.62, 2.52],
+              "bfloat16_fused": [3.0, 2.8, 2.6, fused_final]}
+    return pl.DataFrame([{"run": r, "step": s, "eval_loss": v} for r, vals in curves.items() for s, v in zip(steps, vals)])
+
+
+def _store(root, profile="smoke", **tables):
+    for name, value in tables.items():
+        storage.write_value(value, root / profile / name)
+
+
+def _stored(root, b=None, d=None, e=None):
+    _store(root, accumulated_error_per_set=b if b is not None else _b_table(),
+           accumulated_error_summary=pl.DataFrame({"chain": ["softmax"], "fused_not_worse": [True]}),
+           data_movement_check_table=d if d is not None else _d_table(),
+           training_curves=e if e is not None else _e_table())
+
+
+def _compare(root, prov=None):
+    return baseline.compare(root, "smoke", lambda exp: prov or {"torch_version": "2.13", "seed": 1})
+
+
+def test_promote_refuses_partial_then_versions_without_overwriting(tmp_path):
+    _stored(tmp_path)
+    with pytest.raises(baseline.BaselineError, match="not materialized.*A: determinism_summary"):
+        baseline.promote(tmp_path, "smoke")
+    first = baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1, "torch_version": "2.13"})
+    assert set(first.promoted) == {"B", "D", "E"} and "A" in first.skipped
+    second = baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1})
+    assert second.version != first.version and second.previous == first.version
+    assert baseline.list_versions(tmp_path, "smoke") == sorted([first.version, second.version])
+    assert baseline.current_version(tmp_path, "smoke").name == second.version
+    manifest = baseline.load_manifest(first.folder)  # the first version is still intact
+    assert manifest["experiments"]["A"]["status"] == "not materialized"
+    assert manifest["experiments"]["D"]["tables"]["data_movement_check_table"]["sha256"]
+    assert (first.folder / "data_movement_check_table.parquet").exists()
+
+
+def test_no_baseline_says_so(tmp_path):
+    _stored(tmp_path)
+    result = _compare(tmp_path)
+    assert result.baseline_version is None and "no baseline promoted" in result.reason
+    assert result.table["status"].to_list() == ["no baseline"]
+
+
+def test_unchanged_data_moves_nothing_and_absent_experiments_are_rows(tmp_path):
+    _stored(tmp_path)
+    baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1, "torch_version": "2.13"})
+    table = _compare(tmp_path).table
+    assert table.filter(pl.col("moved") == "yes").height == 0
+    presence = {r["experiment"]: r["status"] for r in table.filter(pl.col("kind") == "presence").iter_rows(named=True)}
+    assert presence == {e: "not in baseline, not materialized" for e in ("A", "C1", "C2", "C3")}
+    b = table.filter(pl.col("experiment") == "B")
+    assert b.filter(pl.col("kind") == "statistic").height == 2 * 2 * 2 * 4  # chains x dtypes x paths x stats
+    assert (b.filter(pl.col("kind") == "statistic")["tolerance"] > 0).all()  # measured, not zero
+
+
+def test_moves_are_detected_with_severity_and_provenance(tmp_path):
+    _stored(tmp_path)
+    baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1, "torch_version": "2.13"})
+    # B: a 1-ULP bump on a few sets stays within the bootstrap noise; D breaks; E's fused loss jumps.
+    _stored(tmp_path, b=_b_table(jitter_sets=3), d=_d_table(broken=True), e=_e_table(fused_final=2.70))
+    result = _compare(tmp_path, {"torch_version": "2.14", "seed": 1})
+    t = result.table
+    moved = t.filter(pl.col("moved") == "yes")
+    d = moved.filter((pl.col("experiment") == "D") & (pl.col("kind") != "provenance"))
+    assert set(d["item"]) == {"data_movement_check_table/rotate_half/float16/2x8x16/contiguous/bit_equal",
+                              "data_movement_check_table/rotate_half/float16/2x8x16/contiguous/ulp_max"}
+    assert set(d["severity"]) == {"ERROR"}
+    e = moved.filter((pl.col("experiment") == "E") & pl.col("item").str.contains("final_eval_loss"))
+    assert e["item"].to_list() == ["bfloat16_fused/final_eval_loss@20"] and e["severity"][0] == "ERROR"
+    assert e["delta"][0] == pytest.approx(0.2) and e["tolerance"][0] == pytest.approx(0.02)
+    b_stats = moved.filter((pl.col("experiment") == "B") & (pl.col("kind") == "statistic"))
+    assert b_stats.height == 0  # within noise
+    b_paired = moved.filter((pl.col("experiment") == "B") & (pl.col("kind") == "paired"))
+    assert b_paired.height == 8 and set(b_paired["severity"]) == {"WARN"}
+    assert result.provenance_changed["D"] == {"torch_version": ("2.13", "2.14")}
+    prov = moved.filter(pl.col("kind") == "provenance")
+    assert set(prov["experiment"]) == {"B", "D", "E"} and set(prov["severity"]) == {"INFO"}
+
+
+def test_distribution_shift_beyond_noise_moves_b(tmp_path):
+    _stored(tmp_path)
+    baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1})
+    _stored(tmp_path, b=_b_table(shift=2.0))
+    b = _compare(tmp_path, {"seed": 1}).table.filter((pl.col("experiment") == "B") & (pl.col("kind") == "statistic"))
+    means = b.filter(pl.col("item").str.ends_with("ulp_max_mean"))
+    assert (means["moved"] == "yes").all() and set(means["severity"]) == {"ERROR"}
+
+
+def test_experiment_missing_now_is_reported(tmp_path):
+    _stored(tmp_path)
+    baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1})
+    (tmp_path / "smoke" / "data_movement_check_table.parquet").unlink()
+    t = _compare(tmp_path).table
+    row = t.filter((pl.col("experiment") == "D")).row(0, named=True)
+    assert row["status"].startswith("not materialized") and row["severity"] == "WARN"
+
+
+def test_bootstrap_tolerance_is_zero_without_spread_and_grows_with_it():
+    assert baseline.bootstrap_tolerance(np.full(50, 3.0), baseline.B_STATS["mean"], 0) == 0.0
+    narrow = baseline.bootstrap_tolerance(np.random.default_rng(0).normal(10, 1, 500), baseline.B_STATS["mean"], 0)
+    wide = baseline.bootstrap_tolerance(np.random.default_rng(0).normal(10, 5, 500), baseline.B_STATS["mean"], 0)
+    assert 0 < narrow < wide
+
+
+def _materialize_comparison(tmp_path, smoke_resources):
+    return dg.materialize([regression.baseline_comparison, regression.no_moves_against_baseline,
+                           regression.baseline_covers_every_experiment], resources=smoke_resources)
+
+
+def _check(result, name):
+    return next(e for e in result.get_asset_check_evaluations() if e.check_name == name)
+
+
+def test_comparison_asset_and_checks(tmp_path, smoke_resources):
+    _stored(tmp_path)
+    # No baseline: the check fails at WARN with the reason, it does not pass.
+    check = _check(_materialize_comparison(tmp_path, smoke_resources), "no_moves_against_baseline")
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert "no baseline promoted" in check.metadata["reason"].value
+    # Promote through the CLI, compare unchanged data: green.
+    assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path)]) == 2  # partial refused
+    assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path), "--allow-partial",
+                     "--device", "cpu"]) == 0
+    result = _materialize_comparison(tmp_path, smoke_resources)
+    assert _check(result, "no_moves_against_baseline").passed
+    gaps = _check(result, "baseline_covers_every_experiment")
+    assert not gaps.passed and "A: not in baseline, not materialized" in gaps.metadata["gaps"].value
+    # Break D: ERROR, and the metadata names the moved item.
+    _stored(tmp_path, d=_d_table(broken=True))
+    check = _check(_materialize_comparison(tmp_path, smoke_resources), "no_moves_against_baseline")
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "rotate_half" in check.metadata["what_moved"].value
+    table = storage.read_value(tmp_path / "smoke" / "baseline_comparison")
+    assert table.columns[:5] == ["experiment", "item", "kind", "baseline_value", "current_value"]
+
+
+def test_promote_job_runs(tmp_path, smoke_resources):
+    _stored(tmp_path)
+    result = regression.promote_baseline_job.execute_in_process(
+        resources=smoke_resources, run_config={"ops": {"promote_baseline_op": {"config": {"allow_partial": True, "note": "t"}}}})
+    assert result.success
+    folder = baseline.current_version(tmp_path, "smoke")
+    assert json.loads((folder / "manifest.json").read_text())["note"] == "t"
