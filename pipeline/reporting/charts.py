@@ -116,7 +116,7 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
         )
         chart = lines
         if framework:
-            rule = alt.Chart(pl.DataFrame({"torch.rsqrt max": framework})).mark_rule(color="gray", strokeDash=[2, 2]).encode(y="torch.rsqrt max:Q")
+            rule = alt.Chart(pl.DataFrame({"torch_rsqrt_max": framework})).mark_rule(color="gray", strokeDash=[2, 2]).encode(y="torch_rsqrt_max:Q")
             chart = lines + rule
         parts.append("## Error by iteration count\n\n" + report.chart(exp.slug, "iterations", chart.properties(width=420, height=260, title="C3: rsqrt by magic constant + Newton steps (dashed gray: torch.rsqrt max)"), "Max and mean ULP error against fp64 by Newton iteration count"))
     hist = report.table("c3_ulp_histogram")
@@ -126,7 +126,220 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
     return "\n".join(parts)
 
 
+def accumulated_error(report: Report, exp: Experiment) -> str:
+    parts = []
+    summary = report.table("accumulated_error_summary")
+    if summary is not None:
+        key = summary.select(
+            "chain", "distribution", "dtype", "sets",
+            "eager_ulp_max_p99", "fused_ulp_max_p99", "eager_ulp_max_max", "fused_ulp_max_max",
+            "fused_emulate_ulp_max_max", "fused_not_worse", "fused_better_fraction", "fused_equal_fraction",
+            "fused_worse_fraction", "eager_sets_per_second", "fused_sets_per_second",
+        )
+        parts.append(
+            "## Summary: fused vs eager against fp64\n\nPer input set, the largest ULP error of the "
+            "output against fp64; the table gives the p99 and max of that over the sets. "
+            "`fused_not_worse` is the verdict over every metric (abs, rel, ULP p50/p99/max).\n\n"
+            + markdown_table(key)
+        )
+        points = summary.select(
+            "chain", "distribution", "dtype",
+            pl.col("eager_ulp_max_max").alias("eager"), pl.col("fused_ulp_max_max").alias("fused"),
+        )
+        lo = float(min(points["eager"].min(), points["fused"].min()))
+        hi = float(max(points["eager"].max(), points["fused"].max()))
+        diagonal = alt.Chart(pl.DataFrame({"x": [lo, hi]})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+        scatter = (
+            alt.Chart(points)
+            .mark_point(filled=True, size=70)
+            .encode(
+                x=alt.X("eager:Q", scale=alt.Scale(type="log"), title="eager: max ULP error over sets"),
+                y=alt.Y("fused:Q", scale=alt.Scale(type="log"), title="fused: max ULP error over sets"),
+                color=alt.Color("chain:N"),
+                shape=alt.Shape("dtype:N"),
+                tooltip=["chain", "distribution", "dtype", alt.Tooltip("eager:Q", format=".4g"), alt.Tooltip("fused:Q", format=".4g")],
+            )
+        )
+        parts.append(report.chart(
+            exp.slug, "fused-vs-eager", (diagonal + scatter).properties(width=420, height=360, title="B: worst-case error, fused vs eager (below the diagonal: fused better)"),
+            "Largest per-set ULP error against fp64, fused vs eager, one point per chain x distribution x dtype",
+        ))
+    dist = report.table("accumulated_error_distributions")
+    if dist is not None:
+        cdf = dist.filter(pl.col("metric") == "ulp_max").with_columns(
+            (pl.col("dtype") + " / " + pl.col("distribution")).alias("input")
+        )
+        chart = (
+            alt.Chart(cdf)
+            .mark_line(interpolate="step-after")
+            .encode(
+                x=alt.X("bin_hi:Q", scale=alt.Scale(type="log"), title="per-set max ULP error"),
+                y=alt.Y("cdf:Q", title="CDF over input sets"),
+                color=alt.Color("path:N", scale=alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f77b4", "#d62728", "#ff9896"])),
+                tooltip=["chain", "input", "path", alt.Tooltip("bin_hi:Q", format=".4g"), alt.Tooltip("cdf:Q", format=".3f")],
+            )
+            .properties(width=170, height=110)
+            .facet(row=alt.Row("chain:N", title=None), column=alt.Column("input:N", title=None))
+            .properties(title="B: CDF of per-set max ULP error by chain, dtype and input distribution")
+        )
+        parts.append("## Error distributions\n\n" + report.chart(exp.slug, "cdf", chart, "CDF of each input set's max ULP error against fp64, eager vs fused vs fused with emulated precision casts"))
+    cex = report.table("accumulated_error_counterexamples")
+    if cex is not None:
+        parts.append(
+            "## Counterexamples (for main document §6.1)\n\n"
+            + (markdown_table(cex.select("chain", "distribution", "dtype", "suspect_op", "worse_metrics", "worst_ratio", "fused_worse_fraction", "worst_set_index", "explanation"))
+               if cex.height else "No chain had fused error above eager's.\n")
+        )
+    switch = report.value("fusion_switch_list")
+    if switch is not None:
+        import json
+
+        parts.append("## Fusion switch list\n\n```json\n" + json.dumps(switch, indent=2) + "\n```\n")
+    return "\n".join(parts)
+
+
+def determinism(report: Report, exp: Experiment) -> str:
+    summary = report.table("determinism_summary")
+    if summary is None:
+        return ""
+    cells = summary.with_columns(
+        pl.when((pl.col("unique_output_hashes") == 1) & (pl.col("outputs_equal_round1") == "yes"))
+        .then(pl.lit("1 hash, equal to round 1"))
+        .otherwise(pl.lit("differs"))
+        .alias("outcome"),
+        (pl.col("run_count").cast(pl.String) + " runs / " + pl.col("unique_output_hashes").cast(pl.String) + " hash").alias("label"),
+    )
+    base = alt.Chart(cells).encode(x=alt.X("round:N", title=None), y=alt.Y("dtype:N", title=None))
+    chart = (
+        base.mark_rect().encode(
+            color=alt.Color("outcome:N", scale=alt.Scale(domain=["1 hash, equal to round 1", "differs"], range=["#2e7d32", "#c62828"])),
+            tooltip=["dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs", "kernel_hash_equal_across_cold_start", "ms_per_run"],
+        )
+        + base.mark_text(color="white", fontSize=11).encode(text="label:N")
+    ).properties(width=480, height=150, title="A: output hashes per round (round2_cold: fresh process, empty compiler cache)")
+    key = summary.select("dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs",
+                         "kernel_hash_equal_across_cold_start", "outputs_equal_round1", "kernel_count", "recompiles")
+    return ("## Summary (the seed's run count / unique hashes / max ULP / kernel hash columns)\n\n" + markdown_table(key)
+            + report.chart(exp.slug, "summary", chart, "Unique output hashes per dtype and round"))
+
+
+def data_movement(report: Report, exp: Experiment) -> str:
+    table = report.table("data_movement_check_table")
+    if table is None:
+        return ""
+    agg = table.group_by("subgraph", "dtype", "has_implicit_computation").agg(
+        pl.len().alias("rows"), pl.col("bit_equal").sum().alias("bit_exact_rows"), pl.col("ulp_max").max().alias("ulp_max")
+    ).with_columns((pl.col("bit_exact_rows") / pl.col("rows")).alias("bit_exact_share"),
+                   (pl.col("bit_exact_rows").cast(pl.String) + "/" + pl.col("rows").cast(pl.String)).alias("label"),
+                   pl.when(pl.col("has_implicit_computation")).then(pl.lit("hides arithmetic")).otherwise(pl.lit("pure data movement")).alias("kind"))
+    base = alt.Chart(agg).encode(x=alt.X("dtype:N", title=None), y=alt.Y("subgraph:N", title=None))
+    chart = (
+        base.mark_rect().encode(
+            color=alt.Color("bit_exact_share:Q", title="bit-exact rows", scale=alt.Scale(scheme="redyellowgreen", domain=[0, 1])),
+            tooltip=["subgraph", "dtype", "rows", "bit_exact_rows", "ulp_max"],
+        )
+        + base.mark_text(fontSize=11).encode(text="label:N")
+    ).properties(width=240, height=150).facet(row=alt.Row("kind:N", title=None)).resolve_scale(y="independent").properties(
+        title="D: eager vs fused bit equality (rows: shapes x layouts)")
+    notes = table.filter(~pl.col("bit_equal")).select("subgraph", "dtype", "shape", "layout", "ulp_max", "mismatched_elements", "nan_encoding_mismatches", "notes")
+    return (report.chart(exp.slug, "check-table", chart, "Share of bit-exact rows per subgraph and dtype")
+            + "\n## Rows that are not bit-exact\n\n" + (markdown_table(notes) if notes.height else "None.\n"))
+
+
+def training(report: Report, exp: Experiment) -> str:
+    curves = report.table("training_curves")
+    if curves is None:
+        return ""
+    parts = []
+    final = report.table("training_final_metrics")
+    if final is not None:
+        parts.append("## Final-metric difference (eager vs fused)\n\n" + markdown_table(final))
+    long = curves.unpivot(index=["run", "step"], on=["train_loss", "eval_loss", "grad_norm"], variable_name="metric", value_name="value").drop_nulls("value")
+    lines = alt.Chart(long).mark_line().encode(
+        x=alt.X("step:Q"), y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+        color=alt.Color("run:N"), tooltip=["run", "step", alt.Tooltip("value:Q", format=".5f")],
+    )
+    layers = lines
+    deviation = report.table("training_deviation")
+    caption = "Train loss, eval loss and grad norm per run"
+    if deviation is not None:
+        outside = deviation.filter(pl.col("outside_band") & (pl.col("metric") == "eval_loss"))
+        if outside.height:
+            first = int(outside["step"].min())
+            layers = lines + alt.Chart(pl.DataFrame({"step": [first]})).mark_rule(color="red", strokeDash=[4, 3]).encode(x="step:Q")
+            caption += f"; red line: first step ({first}) where fused eval loss leaves the noise band"
+        else:
+            caption += "; fused eval loss never leaves the measured noise band"
+    chart = layers.properties(width=620, height=160).facet(row=alt.Row("metric:N", title=None)).resolve_scale(y="independent").properties(
+        title="E: training curves, eager vs fused (noise band from two eager data orders)")
+    parts.append("## Curves\n\n" + report.chart(exp.slug, "curves", chart, caption))
+    if deviation is not None:
+        band = deviation.filter(pl.col("metric") == "eval_loss").select("precision", "step", "fused_abs_diff", "noise_abs_diff", "noise_band", "outside_band")
+        parts.append("## Eval-loss deviation against the measured noise band\n\n" + markdown_table(band))
+    return "\n".join(parts)
+
+
+def diagnostics(report: Report, exp: Experiment) -> str:
+    parts = []
+    layers = report.table("divergence_per_layer")
+    if layers is not None:
+        long = layers.select("layer_index", "layer", pl.col("eager_err").alias("eager"), pl.col("fused_err").alias("fused")).unpivot(
+            index=["layer_index", "layer"], variable_name="path", value_name="error vs fp64").filter(pl.col("error vs fp64") > 0)  # log scale: exact layers have no point
+        chart = alt.Chart(long).mark_line(point=True).encode(
+            x=alt.X("layer_index:O", title="layer (call order)"), y=alt.Y("error vs fp64:Q", scale=alt.Scale(type="log")),
+            color="path:N", tooltip=["layer", "path", alt.Tooltip("error vs fp64:Q", format=".3g")],
+        ).properties(width=620, height=240, title="Per-layer error against fp64 (E's GPT model)")
+        first = layers.filter(pl.col("divergent"))
+        verdict = f"First divergent layer: `{first['layer'][0]}`." if first.height else "No layer's fused error exceeds eager's by more than the measured noise."
+        parts.append("## Divergence locator\n\n" + verdict + "\n\n" + report.chart(exp.slug, "layers", chart, "Error growth layer by layer, eager vs fused")
+                     + markdown_table(layers.select("layer_index", "layer", "eager_err", "fused_err", "excess", "noise", "divergent", "ulp_eager_vs_fused_mean", "kernel_count")))
+    fuzz = report.table("fuzz_outcomes")
+    if fuzz is not None:
+        counts = fuzz.group_by("class", "dtype").agg(pl.len().alias("graphs")).sort("class", "dtype")
+        chart = alt.Chart(counts).mark_bar().encode(
+            x=alt.X("graphs:Q"), y=alt.Y("class:N", title=None), color="dtype:N", tooltip=["class", "dtype", "graphs"]
+        ).properties(width=420, height=120, title=f"Differential fuzzer: {fuzz.height} random graphs")
+        bad = fuzz.filter(pl.col("class") != "ok").select("seed", "dtype", "class", "ops", "shrunk_ops", "reproducer")
+        parts.append("## Differential graph fuzzer\n\n" + report.chart(exp.slug, "fuzz", chart, "Outcome classes of the fuzzed graphs")
+                     + ("\n" + markdown_table(bad) if bad.height else "\nEvery fuzzed graph was classified ok.\n"))
+    tol = report.table("measured_tolerances")
+    if tol is not None:
+        pts = tol.filter(pl.col("atol") > 0)
+        lo = float(min(pts["atol"].min(), pts["matrix_atol"].min()))
+        hi = float(max(pts["atol"].max(), pts["matrix_atol"].max()))
+        diag = alt.Chart(pl.DataFrame({"x": [lo, hi]})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+        scatter = alt.Chart(pts).mark_point(filled=True).encode(
+            x=alt.X("matrix_atol:Q", scale=alt.Scale(type="log"), title="seed 001 decision matrix atol"),
+            y=alt.Y("atol:Q", scale=alt.Scale(type="log"), title="measured p99.9 fused error"),
+            color="op_class:N", shape="dtype:N", tooltip=["op_class", "dtype", "reduction_size", "atol", "matrix_atol", "ratio", "verdict"],
+        )
+        parts.append("## Measured tolerances vs the hand-written matrix\n\nAbove the diagonal the matrix is too tight for what was observed.\n\n"
+                     + report.chart(exp.slug, "tolerances", (diag + scatter).properties(width=420, height=320, title="Measured vs hand-written absolute tolerance"), "Measured p99.9 error against the decision matrix"))
+    return "\n".join(parts)
+
+
+def drift(report: Report, exp: Experiment) -> str:
+    parts = []
+    comparison = report.table("baseline_comparison")
+    if comparison is not None:
+        moved_flag = pl.col("moved") == "yes"
+        per_exp = comparison.group_by("experiment").agg(pl.len().alias("items"), moved_flag.sum().alias("moved")).sort("experiment")
+        moved = comparison.filter(moved_flag)
+        parts.append("## Latest comparison with the promoted baseline\n\n" + markdown_table(per_exp)
+                     + "\n### What moved\n\n" + (markdown_table(moved) if moved.height else "Nothing moved.\n"))
+    matrix = report.table("planted_bug_matrix")
+    if matrix is not None:
+        parts.append("## Planted-bug suite: which checks catch which silent bug\n\n" + markdown_table(matrix))
+    return "\n".join(parts)
+
+
 CHARTS: dict[str, Callable[[Report, Experiment], str]] = {
+    "A": determinism,
+    "D": data_movement,
+    "E": training,
+    "Diagnostics": diagnostics,
+    "Regression": drift,
+    "B": accumulated_error,
     "S": toolkit,
     "C1": instruction_selection,
     "C2": reduction_order,

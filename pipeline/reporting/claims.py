@@ -39,6 +39,8 @@ EXPERIMENTS = (
     Experiment("D", "Pure data movement is bit-exact", "D_data_movement", "data-movement", ("2",)),
     Experiment("B", "Eager vs fused accumulated error", "B_accumulated_error", "accumulated-error", ("3.2", "6.1")),
     Experiment("E", "End-to-end training alignment", "E_training", "training", ("3.2", "6.1")),
+    Experiment("Diagnostics", "Divergence locator, graph fuzzer, measured tolerances", "diagnostics", "diagnostics", ()),
+    Experiment("Regression", "Drift against the baseline and the planted-bug suite", "regression", "drift", ()),
 )
 
 #: Claim -> experiments giving evidence, in the main document's order.

@@ -9,6 +9,10 @@ from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .render import VERDICT_MARK, Report, experiment_header, markdown_table
 
 
+#: Tables longer than this are not printed on the page (only described).
+LONG_TABLE_ROWS = 120
+
+
 def overview(report: Report) -> str:
     by_id = {e.id: e for e in EXPERIMENTS}
     lines = [
@@ -47,8 +51,13 @@ def experiment_page(report: Report, exp: Experiment) -> str:
     parts.append("## Stored tables\n")
     for asset in report.assets_of(exp.group):
         table = report.table(asset.key)
-        if isinstance(table, pl.DataFrame):
-            parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n{markdown_table(table)}")
+        if not isinstance(table, pl.DataFrame):
+            continue
+        if table.height > LONG_TABLE_ROWS:  # per-run / per-set logs: summarized above, kept on disk
+            body = f"_{table.height} rows x {table.width} columns; stored as `{asset.key}.parquet` in the data folder._\n"
+        else:
+            body = markdown_table(table)
+        parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n{body}")
     return "\n".join(parts)
 
 

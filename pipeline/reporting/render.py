@@ -48,16 +48,23 @@ def fmt(value: Any) -> str:
     return text
 
 
-def markdown_table(df: pl.DataFrame, max_rows: int = 60) -> str:
-    """A Markdown table of ``df`` (first ``max_rows`` rows, with a note when cut)."""
+def markdown_table(df: pl.DataFrame, max_rows: int = 60, max_columns: int = 16) -> str:
+    """A Markdown table of ``df`` (first ``max_rows`` rows and ``max_columns`` columns, with a
+    note when cut: the stored parquet table has everything)."""
     if df.height == 0:
         return "_(empty table)_\n"
+    notes = []
+    if df.width > max_columns:
+        notes.append(f"{df.width - max_columns} more columns")
+        df = df.select(df.columns[:max_columns])
     head = df.head(max_rows)
     lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
     for row in head.iter_rows():
         lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
     if df.height > max_rows:
-        lines.append(f"\n_{df.height - max_rows} more rows in the stored parquet table._")
+        notes.append(f"{df.height - max_rows} more rows")
+    if notes:
+        lines.append(f"\n_{' and '.join(notes)} in the stored parquet table._")
     return "\n".join(lines) + "\n"
 
 
@@ -97,9 +104,23 @@ class Report:
         self.docs_dir = docs_dir
         self.profile = profile
         self.main_document_url = main_document_url.rstrip("/")
+        self._assets: dict[str, list[AssetRecord]] = {}
+        self._checks: dict[str, list[CheckRecord]] = {}
 
     # --- records ------------------------------------------------------------------------------
     def assets_of(self, group: str) -> list[AssetRecord]:
+        """Every asset of ``group`` with its latest materialization under this profile (cached)."""
+        if group not in self._assets:
+            self._assets[group] = self._load_assets(group)
+        return self._assets[group]
+
+    def checks_of(self, group: str) -> list[CheckRecord]:
+        """Every check on ``group``'s assets with its latest evaluation (cached)."""
+        if group not in self._checks:
+            self._checks[group] = self._load_checks(group)
+        return self._checks[group]
+
+    def _load_assets(self, group: str) -> list[AssetRecord]:
         out = []
         for key in sorted(self.graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
             node = self.graph.get(key)
@@ -116,7 +137,7 @@ class Report:
             out.append(record)
         return out
 
-    def checks_of(self, group: str) -> list[CheckRecord]:
+    def _load_checks(self, group: str) -> list[CheckRecord]:
         out = []
         materialized = {a.key for a in self.assets_of(group) if a.materialized}
         for check_key in sorted(self.graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
@@ -152,10 +173,7 @@ class Report:
 
     def table(self, asset: str) -> pl.DataFrame | None:
         """A stored table, or ``None`` when the asset was not materialized with this profile."""
-        record = next((a for g in {self.graph.get(dg.AssetKey(asset)).group_name} for a in self.assets_of(g) if a.key == asset), None)
-        if record is None or not record.materialized:
-            return None
-        value = read_value(self.data_dir / asset)
+        value = self.value(asset)
         return value if isinstance(value, pl.DataFrame) else None
 
     def value(self, asset: str) -> Any:
