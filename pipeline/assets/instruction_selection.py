@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 
 GROUP = "C1_instruction_selection"
 SCALAR = 0.7
@@ -169,13 +170,6 @@ def ulp_row(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[dict[str, Any]
     return row, hist
 
 
-def _md_table(df: pl.DataFrame) -> str:
-    lines = ["| " + " | ".join(df.columns) + " |", "|---" * len(df.columns) + "|"]
-    for row in df.iter_rows():
-        lines.append("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
 OUTS = {
     "c1_path_outputs": dg.AssetOut(description="C1 (§1.2 (2)): the fp16 input and every path's output (eager/fused A/B, eager controls).", kinds={"pytorch", "safetensors"}),
     "c1_ulp_distribution": dg.AssetOut(description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison (eager A vs B, fused A vs B, eager vs fused, controls).", kinds={"polars"}),
@@ -270,15 +264,15 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         "fused_AB_ulp0_pct": head["fused A vs B"]["ulp0_pct"],
         "fused_AB_ulp1_pct": head["fused A vs B"]["ulp1_pct"],
         "fused_AB_ulp_ge2_pct": head["fused A vs B"]["ulp_ge2_pct"],
-        "table": dg.MetadataValue.md(_md_table(distribution)),
+        "table": dg.MetadataValue.md(markdown_table(distribution)),
         "notes": dg.MetadataValue.md(notes),
         **common,
     })
-    yield dg.Output(histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(_md_table(histogram))})
+    yield dg.Output(histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))})
     err_meta = {f"{r['path']}.ulp_max": r["ulp_max"] for r in err_rows} | {f"{r['path']}.ulp_mean": r["ulp_mean"] for r in err_rows}
     yield dg.Output(errors, output_name="c1_error_vs_fp64", metadata={
         **err_meta,
-        "table": dg.MetadataValue.md(_md_table(errors.select("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance"))),
+        "table": dg.MetadataValue.md(markdown_table(errors.select("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance"))),
     })
     fusion_meta = {}
     for name, (compiled, seconds) in fusion.items():

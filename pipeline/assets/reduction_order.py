@@ -27,6 +27,7 @@ import torch
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, tolerance, ulp_diff
 
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 
 GROUP = "C2_reduction_order"
 TILES = (512, 1024, 2048)
@@ -105,13 +106,6 @@ def _pair_metrics(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
     d = ulp_diff(a, b)
     return {"differ_rows": int((d > 0).sum()), "differ_fraction": float((d > 0).double().mean()),
             "ulp_max": int(d.max()), "ulp_mean": float(d.double().mean())}
-
-
-def _md_table(df: pl.DataFrame) -> str:
-    lines = ["| " + " | ".join(df.columns) + " |", "|---" * len(df.columns) + "|"]
-    for row in df.iter_rows():
-        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 OUTS = {
@@ -232,19 +226,19 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
         "runs_per_version": runs,
         "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knob_summary) or "none for this device"),
-        "table": dg.MetadataValue.md(_md_table(versions_df.select("version", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
+        "table": dg.MetadataValue.md(markdown_table(versions_df.select("version", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
         **{f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))},
     })
     yield dg.Output(matrix_df, output_name="c2_ulp_matrix", metadata={
         "pairs": len(names) * (len(names) - 1) // 2,
         "out16_pairs_differing": int(out16_pool.filter(pl.col("differ_rows") > 0).select(["version_a", "version_b"]).unique().height),
         "out16_ulp_max": int(out16_pool["ulp_max"].max()),
-        "table_out16_pool": dg.MetadataValue.md(_md_table(matrix_df.filter((pl.col("output") == "out16") & (pl.col("scope") == ("pool" if n_pool else "seed_input"))).drop("output", "scope"))),
+        "table_out16_pool": dg.MetadataValue.md(markdown_table(matrix_df.filter((pl.col("output") == "out16") & (pl.col("scope") == ("pool" if n_pool else "seed_input"))).drop("output", "scope"))),
     })
     yield dg.Output(err_df, output_name="c2_error_vs_fp64", metadata={
         "band": band.source,
         "min_within_band_fraction": float(err_df.filter(pl.col("output") == "out16")["within_band_fraction"].min()),
-        "table": dg.MetadataValue.md(_md_table(err_df.filter(pl.col("output") == "out16").select("version", "ulp_mean", "ulp_max", "abs_max", "closest_fraction", "within_band_fraction"))),
+        "table": dg.MetadataValue.md(markdown_table(err_df.filter(pl.col("output") == "out16").select("version", "ulp_mean", "ulp_max", "abs_max", "closest_fraction", "within_band_fraction"))),
     })
 
 
