@@ -44,7 +44,8 @@ def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
         from ..definitions import defs  # the whole code location: every experiment and check
 
         report = Report(
-            context.instance, defs.resolve_asset_graph(), data_dir, docs_dir, settings.profile, config.main_document_url
+            context.instance, defs.resolve_asset_graph(), data_dir, docs_dir, settings.profile, config.main_document_url,
+            str(settings.torch_device()),
         )
         prepare_docs_dir(docs_dir)
         vendor_javascript(docs_dir)

@@ -20,8 +20,8 @@ def overview(report: Report) -> str:
         "Does automatic operator fusion change numerics, and is it worse than eager execution? "
         "Each row below is a claim of the main document, the experiment that gives it evidence, and "
         "the verdict of that experiment's asset checks in the latest materialization.\n",
-        f"Profile **{report.profile}**. Experiments that were not materialized with this profile are "
-        "marked *not yet run*.\n",
+        f"Profile **{report.profile}**, device **{report.device}**. Experiments that were not "
+        "materialized with this profile are marked *not yet run*.\n",
         "| claim | main document | evidence | verdict |",
         "|---|---|---|---|",
     ]
@@ -33,6 +33,13 @@ def overview(report: Report) -> str:
                 f"| {section.claim} | {report.section_link(section_key, from_results=False)} | "
                 f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {VERDICT_MARK[report.verdict(exp.group)]} |"
             )
+    if not report.device.startswith("cuda"):
+        lines.append(
+            "!!! note \"Measured on the CPU only\"\n    Every number here comes from the CPU: the fused path is "
+            "Inductor's generated C++. The same pipeline runs on CUDA (Triton kernels) with "
+            "`device: cuda`, but no GPU result is part of this build, so nothing here says how fusion "
+            "behaves on a GPU.\n"
+        )
     lines.append("\n## Experiments\n")
     lines.append("| experiment | asset group | verdict |\n|---|---|---|")
     for exp in EXPERIMENTS:

@@ -65,6 +65,7 @@ class Report:
         docs_dir: Path,
         profile: str,
         main_document_url: str,
+        device: str = "cpu",
     ) -> None:
         self.instance = instance
         self.graph = asset_graph
@@ -72,6 +73,7 @@ class Report:
         self.docs_dir = docs_dir
         self.profile = profile
         self.main_document_url = main_document_url.rstrip("/")
+        self.device = device
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
 

@@ -36,6 +36,7 @@ def test_experiments_not_run_show_as_not_yet_run_without_numbers(built_site):
     assert "Stored tables" not in page and "Asset checks" not in page
     overview = (built_site["build"] / "index.html").read_text()
     assert overview.count("not yet run") >= 4
+    assert "Measured on the CPU only" in overview  # what was not measured is said plainly
 
 
 def test_claims_link_to_main_document_sections(built_site):
