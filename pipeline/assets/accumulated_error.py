@@ -22,6 +22,7 @@ from precisionkit import fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 from ..storage import save_tensors
 from ..workloads import CHAINS, WORKLOADS, Workload
 
@@ -238,7 +239,7 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
     }
     yield dg.Output(per_set, "accumulated_error_per_set", metadata={"sets_total": per_set.height // len(PATHS), **common})
     yield dg.Output(ev, "accumulated_error_fusion_evidence", metadata={
-        **common, "table": dg.MetadataValue.md(_md(ev.drop("kernel_names", "options", "backend")))})
+        **common, "table": dg.MetadataValue.md(markdown_table(ev.drop("kernel_names", "options", "backend")))})
     yield dg.Output(worst, "accumulated_error_worst_sets", metadata={"entries": len(worst)})
 
 
@@ -334,7 +335,7 @@ def accumulated_error_summary(context: dg.AssetExecutionContext, per_set: pl.Dat
             "fused_not_worse_rows": int(wide["fused_not_worse"].sum()),
             "fused_worse_rows": int((~wide["fused_not_worse"]).sum()),
             "emulate_not_worse_rows": int(wide["emulate_not_worse"].sum()),
-            "verdicts": dg.MetadataValue.md(_md(verdict)),
+            "verdicts": dg.MetadataValue.md(markdown_table(verdict)),
         }
     )
     return wide
@@ -454,7 +455,7 @@ def accumulated_error_counterexamples(
         {
             "counterexamples": table.height,
             "chains_with_counterexamples": ", ".join(sorted(set(table["chain"].to_list()))) or "none",
-            "list": dg.MetadataValue.md(_md(table.select("chain", "distribution", "dtype", "suspect_op", "worse_metrics",
+            "list": dg.MetadataValue.md(markdown_table(table.select("chain", "distribution", "dtype", "suspect_op", "worse_metrics",
                                                          pl.col("worst_ratio").round(3), "emulate_not_worse"))),
         }
     )
@@ -587,10 +588,3 @@ def _chain_check(chain: str) -> dg.AssetChecksDefinition:
 
 
 chain_checks = [_chain_check(c) for c in CHAINS]
-
-def _md(df: pl.DataFrame) -> str:
-    cols = df.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.iter_rows():
-        lines.append("| " + " | ".join("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r) + " |")
-    return "\n".join(lines)

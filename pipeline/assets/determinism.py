@@ -26,6 +26,7 @@ from precisionkit import ulp_diff
 from .._determinism_worker import cold_cache_env, run_round
 from ..resources import REPO_ROOT, ExperimentSettings
 from ..workloads import WORKLOADS
+from ..tables import markdown_table
 
 GROUP = "A_determinism"
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
@@ -200,19 +201,15 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
                 "\n\n".join(f"**{k}**\n```\n{v}\n```" for k, v in diffs.items()) or "no round generated other code"
             ),
             **{f"wall_seconds.{k}": round(v, 2) for k, v in wall.items()},
-            "table": dg.MetadataValue.md(_markdown(summary)),
+            "table": dg.MetadataValue.md(markdown_table(summary.select(_SUMMARY_COLUMNS))),
         },
         output_name="determinism_summary",
     )
     return runs_table, summary
 
 
-def _markdown(summary: pl.DataFrame) -> str:
-    cols = ["dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs",
+_SUMMARY_COLUMNS = ["dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs",
             "kernel_hash_equal_across_cold_start", "outputs_equal_round1", "kernel_count", "recompiles"]
-    lines = ["| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in summary.iter_rows(named=True)]
-    return "\n".join(lines)
 
 
 # --- checks -----------------------------------------------------------------------------------

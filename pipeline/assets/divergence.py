@@ -19,6 +19,7 @@ from precisionkit.locator import locate_divergence
 from ..corpus import load_corpus
 from ..gpt import GPT, TrainConfig, eval_batches
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 
 GROUP = "diagnostics"
 #: Sequences of the first evaluation batch fed to the model (each of the profile's context length).
@@ -87,19 +88,14 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
             "compiled_submodules": result.meta["compiled_submodules"],
             "total_compile_seconds": float(table["compile_seconds"].fill_null(0).sum()),
             "wall_seconds": seconds,
-            "head": dg.MetadataValue.md(_md(table.head(12))),
+            "head": dg.MetadataValue.md(markdown_table(table.head(12).select(_HEAD_COLUMNS))),
             **{f"provenance.{k}": v for k, v in settings.provenance().items()},
         }
     )
     return table
 
 
-def _md(df: pl.DataFrame) -> str:
-    cols = ("layer_index", "layer", "eager_err", "fused_err", "excess", "ulp_eager_vs_fused_max", "kernel_count", "divergent")
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.select(cols).iter_rows():
-        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
+_HEAD_COLUMNS = ("layer_index", "layer", "eager_err", "fused_err", "excess", "ulp_eager_vs_fused_max", "kernel_count", "divergent")
 
 
 @dg.asset_check(

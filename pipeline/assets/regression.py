@@ -24,6 +24,7 @@ from .. import baseline
 from ..planted_bugs import PLANTED_BUGS, register_planted_backends
 from ..resources import ExperimentSettings
 from ..storage import PrecisionIOManager
+from ..tables import markdown_table
 
 GROUP = "regression"
 # Importing the code location registers the planted backends, so a run launched with
@@ -77,18 +78,6 @@ def _base_dir(context: dg.AssetExecutionContext) -> str:
     return base
 
 
-def _md(df: pl.DataFrame, limit: int = 40) -> str:
-    if df.height == 0:
-        return "none"
-    cols = df.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.head(limit).iter_rows():
-        lines.append("| " + " | ".join("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r) + " |")
-    if df.height > limit:
-        lines.append(f"\n({df.height - limit} more rows in the table)")
-    return "\n".join(lines)
-
-
 _BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for a in assets]
 
 
@@ -127,7 +116,7 @@ def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
         "warn_moves": moved.filter(pl.col("severity") == "WARN").height,
         "seconds": round(time.perf_counter() - start, 2),
         "provenance_changed": _provenance_text(result.provenance_changed),
-        "moved_items": dg.MetadataValue.md(_md(moved.select("experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status"))),
+        "moved_items": dg.MetadataValue.md(markdown_table(moved.select("experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status"))),
         "not_compared": ", ".join(f"{r['experiment']}: {r['status']}" for r in table.filter(pl.col("status") != "compared").iter_rows(named=True)
                                  if r["kind"] == "presence") or "none",
     }
@@ -162,7 +151,7 @@ def no_moves_against_baseline(baseline_comparison: pl.DataFrame) -> dg.AssetChec
         "moved": moved.height,
         "error_moves": errors.height,
         "moved_by_experiment": ", ".join(f"{e}={n}" for e, n in moved.group_by("experiment").len().sort("experiment").iter_rows()) or "none",
-        "what_moved": dg.MetadataValue.md(_md(moved.sort("severity").select("experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity"))),
+        "what_moved": dg.MetadataValue.md(markdown_table(moved.sort("severity").select("experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity"))),
         "provenance_changed": ", ".join(f"{r['experiment']}.{r['item'].removeprefix('provenance.')}: {r['baseline_value']} -> {r['current_value']}"
                                         for r in prov.iter_rows(named=True)) or "none",
     }
@@ -386,7 +375,7 @@ def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSe
         "healthy_red_checks (findings, not bugs)": ", ".join(facts["healthy_red_checks"]) or "none",
         "healthy_failed_steps": ", ".join(facts["healthy_failed_steps"]) or "none",
         "unavailable_experiments": "; ".join(facts["unavailable"]) or "none",
-        "matrix": dg.MetadataValue.md(_md(table.select("bug", "caught", "caught_by", pl.col("wall_seconds").round(1)))),
+        "matrix": dg.MetadataValue.md(markdown_table(table.select("bug", "caught", "caught_by", pl.col("wall_seconds").round(1)))),
     })
     return table
 
@@ -398,7 +387,7 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
     return dg.AssetCheckResult(
         passed=bugs.height > 0 and missed.height == 0,
         metadata={"bugs": bugs.height, "missed": ", ".join(missed["bug"].to_list()) or "none",
-                  "caught_by": dg.MetadataValue.md(_md(bugs.select("bug", "caught", "caught_by")))},
+                  "caught_by": dg.MetadataValue.md(markdown_table(bugs.select("bug", "caught", "caught_by")))},
     )
 
 

@@ -20,6 +20,7 @@ from precisionkit import error_stats, fp64_reference, fused, round_to_dtype, ulp
 from precisionkit.stats import spacing
 
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 
 GROUP = "C3_rsqrt_iterations"
 MAGIC = 0x5F3759DF
@@ -59,13 +60,6 @@ def make_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
 
 def _rsqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(x)
-
-
-def _md_table(df: pl.DataFrame) -> str:
-    lines = ["| " + " | ".join(df.columns) + " |", "|---" * len(df.columns) + "|"]
-    for row in df.iter_rows():
-        lines.append("| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
@@ -156,7 +150,7 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
         **{f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"] for r in rows if r["pre_round_rel_max"] is not None},
         "fused_first_call_seconds": round(first_call, 3),
         **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
-        "table": dg.MetadataValue.md(_md_table(table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
+        "table": dg.MetadataValue.md(markdown_table(table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
         "notes": dg.MetadataValue.md(
             "Newton's step roughly squares the relative error (error e -> 1.5 e^2); in fp32 the pre-rounding "
             f"error reaches the fp32 floor by N=2..3 (pre-round rel max: {', '.join(f'{v:.3g}' for v in b32['pre_round_rel_max'].to_list())}), "

@@ -27,6 +27,7 @@ import torch
 from precisionkit.tolerance import tolerance
 
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 from ..workloads import WORKLOADS
 
 GROUP = "diagnostics"
@@ -133,21 +134,17 @@ def measured_tolerances(
             **{f"verdict.{r['verdict']}": int(r["count"]) for r in counts.iter_rows(named=True)},
             "max_ratio": float(table["ratio"].max() or 0.0),
             "quantile": QUANTILE,
-            "table": dg.MetadataValue.md(_md(table)),
+            "table": dg.MetadataValue.md(markdown_table(
+                table.select(_TABLE_COLUMNS).with_columns(  # bold where the hand-written matrix is off
+                    pl.when(pl.col("verdict") != "matrix ok").then("**" + pl.col("verdict") + "**").otherwise(pl.col("verdict")).alias("verdict")
+                )
+            )),
         }
     )
     return table
 
 
-def _md(df: pl.DataFrame) -> str:
-    cols = ("op_class", "dtype", "reduction_size", "n_obs", "atol", "ulp", "matrix_atol", "ratio", "verdict")
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.select(cols).iter_rows(named=True):
-        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()]
-        if row["verdict"] != "matrix ok":
-            cells[-1] = f"**{cells[-1]}**"
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+_TABLE_COLUMNS = ("op_class", "dtype", "reduction_size", "n_obs", "atol", "ulp", "matrix_atol", "ratio", "verdict")
 
 
 @dg.asset_check(

@@ -23,6 +23,7 @@ import polars as pl
 from ..corpus import load_corpus
 from ..gpt import TrainConfig, TrainResult, train
 from ..resources import ExperimentSettings
+from ..tables import markdown_table
 
 GROUP = "E_training"
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.
@@ -105,7 +106,7 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
             **{f"{s['run']}.{k}": v for s in summary for k, v in s["evidence"].items() if isinstance(v, (int, float, str))},
             "n_params": summary[0]["n_params"],
             "tokens_per_run": int(profile.train["steps"] * profile.train["batch"] * profile.train["context"]),
-            "run_table": dg.MetadataValue.md(_md_table(summary, ("run", "path", "precision", "data_order", "wall_seconds", "final_eval_loss", "resumed_from_step"))),
+            "run_table": dg.MetadataValue.md(markdown_table(pl.DataFrame(summary).select("run", "path", "precision", "data_order", "wall_seconds", "final_eval_loss", "resumed_from_step"))),
             **{f"train.{k}": v for k, v in profile.train.items()},
         }
     )
@@ -281,7 +282,7 @@ def training_final_metrics(context: dg.AssetExecutionContext, settings: Experime
     table = pl.DataFrame(rows)
     context.add_output_metadata(
         {
-            "table": dg.MetadataValue.md(_md_table(table.to_dicts(), tuple(table.columns))),
+            "table": dg.MetadataValue.md(markdown_table(table)),
             **{f"{r['precision']}.{r['metric']}.fused_minus_eager": float(r["fused_minus_eager"]) for r in rows},
         }
     )
@@ -296,7 +297,7 @@ def training_final_metrics(context: dg.AssetExecutionContext, settings: Experime
 def training_deviation(context: dg.AssetExecutionContext, settings: ExperimentSettings, training_curves: pl.DataFrame) -> pl.DataFrame:
     dev = deviation_frame(training_curves, main_precision(settings))
     summary = deviation_summary(dev)
-    meta: dict[str, Any] = {"summary": dg.MetadataValue.md(_md_table(summary, tuple(summary[0])))}
+    meta: dict[str, Any] = {"summary": dg.MetadataValue.md(markdown_table(pl.DataFrame(summary)))}
     for s in summary:
         prefix = f"{s['precision']}.{s['metric']}"
         meta[f"{prefix}.first_outside_step"] = s["first_outside_step"] if s["first_outside_step"] == "never" else int(s["first_outside_step"])
@@ -361,14 +362,3 @@ def training_runs_learned_and_fused(training_curves: pl.DataFrame) -> dg.AssetCh
         passed=not problems,
         metadata={"problems": "; ".join(problems) or "none", "runs": training_curves["run"].n_unique()},
     )
-
-
-def _md_table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        return "" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
