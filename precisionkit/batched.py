@@ -4,7 +4,10 @@
 :func:`precisionkit.error_stats` computes for ``(a[i], ref[i])``, with the same definitions (see
 :mod:`precisionkit.stats`): errors in fp64, relative error ``|a - ref| / max(|ref|, tiny)``, ULP
 error against :func:`precisionkit.stats.spacing`, exact linear-interpolation percentiles, and
-NaN/inf positions counted and excluded. Calling ``error_stats`` once per set costs a Python round
+NaN/inf positions counted and excluded. It adds the scale-aware ULP error ``sulp`` (see
+:func:`precisionkit.stats.scaled_spacing`): the error in ULPs of the largest reference magnitude
+of its row (last dimension), which measures rounding at the data's scale instead of the
+cancellation that makes ULP and relative errors explode where the reference is near zero. Calling ``error_stats`` once per set costs a Python round
 trip per set; here the whole stack is one set of tensor operations.
 """
 
@@ -16,7 +19,7 @@ import numpy as np
 import torch
 
 from ._tensors import as_tensor, require_float, require_same
-from .stats import round_to_dtype, spacing
+from .stats import round_to_dtype, scaled_spacing, spacing
 
 #: Keys of :func:`error_stats_per_set` (a subset of ``error_stats``' keys, same meaning).
 BATCHED_KEYS = (
@@ -26,7 +29,7 @@ BATCHED_KEYS = (
     "inf_matched",
     "nan_mismatch",
     "inf_mismatch",
-    *(f"{m}_{s}" for m in ("abs", "rel", "ulp") for s in ("max", "mean", "p50", "p99")),
+    *(f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")),
     "exact_fraction",
     "error_balance",
 )
@@ -69,8 +72,8 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
     >>> import torch
     >>> s = error_stats_per_set(torch.tensor([[1.0, 2.0], [1.0, 1.0]], dtype=torch.float16),
     ...                         torch.tensor([[1.0, 2.0 + 2**-11], [1.0, 1.0]], dtype=torch.float64))
-    >>> s["ulp_max"].tolist(), s["exact_fraction"].tolist()
-    ([0.25, 0.0], [1.0, 1.0])
+    >>> s["ulp_max"].tolist(), s["sulp_max"].tolist(), s["exact_fraction"].tolist()
+    ([0.25, 0.0], [0.25, 0.0], [1.0, 1.0])
     """
     ta, _ = as_tensor(a, "a")
     tr, _ = as_tensor(ref, "ref")
@@ -114,6 +117,7 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
         "abs": err,
         "rel": err / torch.clamp(safe_r.abs(), min=torch.finfo(dtype).tiny),
         "ulp": err / spacing(safe_r, dtype),
+        "sulp": err / scaled_spacing(torch.where(finite, r64, torch.zeros_like(r64)).reshape(tr.shape), dtype).reshape(n_sets, -1),
     }
     neg_inf = torch.tensor(-torch.inf, dtype=torch.float64, device=ta.device)
     pos_inf = torch.tensor(torch.inf, dtype=torch.float64, device=ta.device)

@@ -9,6 +9,10 @@ Definitions, for a result ``a`` of dtype D and reference ``ref``:
   ``e = max(floor(log2|ref|), emin(D))`` and ``p`` the explicit mantissa bits of D: the gap
   between neighbouring D values around ``ref`` (exponent clamped at D's minimum normal exponent,
   as libm accuracy tests do);
+* scale-aware ULP error ``|a - ref| / scaled_spacing_D(ref)``: the error in ULPs of the largest
+  ``|ref|`` along the last dimension (the normalized or reduced dimension of the chains), so a
+  result near zero in a row of O(1) values is judged at the row's scale, not its own (see
+  :func:`scaled_spacing`);
 * percentiles are exact order statistics with linear interpolation between closest ranks
   (numpy's default ``"linear"`` method), not sketches.
 
@@ -67,6 +71,26 @@ def spacing(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(ref), (exponent - mantissa).to(ref.dtype))
 
 
+def scaled_spacing(ref: torch.Tensor, dtype: torch.dtype, dim: int = -1) -> torch.Tensor:
+    """The ``dtype`` spacing at the scale of each row: ``spacing(max |ref| along dim)``, broadcast
+    back to ``ref``'s shape.
+
+    Rounding error in a normalization, reduction or smooth elementwise function is proportional
+    to the magnitudes it works with, not to the result's own magnitude: layer-norm outputs and
+    gelu's negative tail pass through zero, where a plain ULP or relative error measures
+    cancellation. Dividing by this spacing gives errors in "ULPs at the data's scale"; 1 means
+    one ULP of the row's largest value. Non-finite references must be replaced by the caller.
+
+    >>> import torch
+    >>> scaled_spacing(torch.tensor([[3.0, 1e-3], [0.0, 0.0]], dtype=torch.float64), torch.float16).tolist()
+    [[0.001953125, 0.001953125], [5.960464477539063e-08, 5.960464477539063e-08]]
+    """
+    if ref.dim() == 0:
+        return spacing(ref.abs(), dtype)
+    scale = ref.abs().amax(dim=dim, keepdim=True)
+    return spacing(scale, dtype).expand_as(ref)
+
+
 def _exact_percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """Linear-interpolation percentiles by selection (O(n)); partitions ``values`` in place."""
     n = len(values)
@@ -85,13 +109,14 @@ class _Accumulator:
         self.abs = torch.empty(n, dtype=torch.float64, device=device)
         self.rel = torch.empty(n, dtype=torch.float64, device=device)
         self.ulp = torch.empty(n, dtype=torch.float64, device=device)
+        self.sulp = torch.empty(n, dtype=torch.float64, device=device)
         self.filled = 0
         self.counts = dict(nan_matched=0, inf_matched=0, nan_mismatch=0, inf_mismatch=0)
         self.exact = self.above = self.below = self.within_1e3 = self.within_5e3 = 0
         self.dot = self.norm_a = self.norm_ref = 0.0
 
 
-def _chunk(acc: _Accumulator, a: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+def _chunk(acc: _Accumulator, a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype) -> None:
     a64, r64 = a.to(torch.float64), ref.to(torch.float64)
     nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
     inf_a, inf_r = torch.isinf(a64), torch.isinf(r64)
@@ -102,7 +127,7 @@ def _chunk(acc: _Accumulator, a: torch.Tensor, ref: torch.Tensor, dtype: torch.d
     acc.counts["inf_mismatch"] += int(((inf_a | inf_r) & ~(nan_a | nan_r) & ~same_inf).sum())
     finite = ~(nan_a | nan_r | inf_a | inf_r)
     if not bool(finite.all()):
-        a64, r64 = a64[finite], r64[finite]
+        a64, r64, row_spacing = a64[finite], r64[finite], row_spacing[finite]
     k = a64.numel()
     if k == 0:
         return
@@ -112,6 +137,7 @@ def _chunk(acc: _Accumulator, a: torch.Tensor, ref: torch.Tensor, dtype: torch.d
     tiny = torch.finfo(dtype).tiny
     torch.div(err, torch.clamp(r64.abs(), min=tiny), out=acc.rel[sl])
     torch.div(err, spacing(r64, dtype), out=acc.ulp[sl])
+    torch.div(err, row_spacing, out=acc.sulp[sl])
     acc.filled += k
     rounded = round_to_dtype(r64, dtype).to(torch.float64) if dtype != torch.float64 else r64
     acc.exact += int((a64 == rounded).sum())
@@ -139,7 +165,7 @@ def _summary(values: torch.Tensor, prefix: str) -> dict[str, float]:
 
 
 STAT_KEYS = tuple(
-    f"{m}_{s}" for m in ("abs", "rel", "ulp") for s in ("max", "mean", "p50", "p99")
+    f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")
 ) + ("exact_fraction", "cosine", "rel_within_1e-3", "rel_within_5e-3", "error_balance")
 
 
@@ -147,7 +173,7 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     """Error statistics of ``a`` against ``ref`` as a dict of plain Python numbers.
 
     ``ref`` must have ``a``'s shape; its dtype may be any float dtype (normally float64) and it
-    is moved to ``a``'s device. Keys: ``n``, ``n_compared``, ``abs_/rel_/ulp_`` x
+    is moved to ``a``'s device. Keys: ``n``, ``n_compared``, ``abs_/rel_/ulp_/sulp_`` x
     ``max/mean/p50/p99``, ``exact_fraction`` (share equal to ``ref`` correctly rounded to a's
     dtype), ``cosine``, ``rel_within_1e-3``, ``rel_within_5e-3`` (shares with relative error at
     most one thousandth / five thousandths), ``error_balance`` (``|#(a > ref) - #(a < ref)| /
@@ -170,15 +196,22 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     n = ta.numel()
     acc = _Accumulator(n, ta.device)
     fa, fr = ta.reshape(-1), tr.reshape(-1)
+    # One spacing per row (last dimension) at the row's largest finite |ref|; elements find theirs by index.
+    row_len = ta.shape[-1] if ta.dim() > 0 and ta.shape[-1] > 0 else 1
+    finite_ref = torch.where(torch.isfinite(tr), tr, torch.zeros((), dtype=tr.dtype, device=tr.device))
+    rows = finite_ref.to(torch.float64).reshape(-1, row_len) if n else finite_ref.to(torch.float64).reshape(0, 1)
+    row_spacing = scaled_spacing(rows, ta.dtype)[:, 0] if n else rows[:, 0]
     step = _CPU_CHUNK if ta.device.type == "cpu" else max(n, 1)
     for start in range(0, n, step):
-        _chunk(acc, fa[start : start + step], fr[start : start + step], ta.dtype)
+        stop = min(n, start + step)
+        index = torch.arange(start, stop, device=ta.device) // row_len
+        _chunk(acc, fa[start:stop], fr[start:stop], row_spacing[index], ta.dtype)
     m = acc.filled
     result: dict[str, float | int | None] = {"n": n, "n_compared": m, **acc.counts}
     if m == 0:
         result.update({key: None for key in STAT_KEYS})
         return result
-    for name in ("abs", "rel", "ulp"):
+    for name in ("abs", "rel", "ulp", "sulp"):
         result.update(_summary(getattr(acc, name)[:m], name))
     denom = math.sqrt(acc.norm_a) * math.sqrt(acc.norm_ref)
     result.update(

@@ -1,0 +1,196 @@
+"""Three outcomes per experiment, never mixed: run validity, claim verdict, findings.
+
+Every asset check of the pipeline is one of three kinds, declared on the check's definition (its
+spec metadata ``outcome``), so the kind is fixed before any data is seen:
+
+* **validity**: did the run do what it claims (fused with evidence, no recompiles, inputs as
+  recorded, nothing non-finite where the plan says finite)? A failure is ERROR and means
+  "invalid run"; it is never read as a verdict on the claim.
+* **claim**: the experiment's claim is ``supported``, ``contradicted`` or ``inconclusive`` under a
+  :class:`Rule` declared with the check (metric, materiality threshold, confidence, sample size).
+  ``contradicted`` fails at ERROR, ``inconclusive`` fails at WARN, ``supported`` passes. The rule's
+  parameters travel in the spec metadata (visible in the UI before a run) and in every result.
+* **finding**: an observation a human should read (WARN), e.g. a 1-ULP difference that is within
+  the rule. A finding never makes a run invalid or a claim contradicted.
+
+The report, the CLI summary and the planted-bug matrix read these three outcomes through
+:func:`summarize`; nothing else decides what a check result means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import dagster as dg
+
+VALIDITY, CLAIM, FINDING = "validity", "claim", "finding"
+OUTCOMES = (VALIDITY, CLAIM, FINDING)
+SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
+#: Verdict of an experiment whose run is invalid: the claim is not judged.
+NOT_JUDGED = "not judged (invalid run)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A decision rule stated before the data is seen.
+
+    ``decision`` says in words when the claim is contradicted, supported and inconclusive;
+    ``threshold`` (in ``unit``) is the materiality threshold, ``confidence`` the one-sided
+    confidence of the statistical statement (``None`` for a deterministic rule, such as a
+    derived error bound or "any non-finite output"), ``sample_size`` what the rule needs and
+    ``derivation`` where the threshold comes from.
+    """
+
+    claim: str
+    metric: str
+    decision: str
+    threshold: float | str
+    unit: str
+    confidence: float | None
+    sample_size: str
+    derivation: str
+
+    def metadata(self) -> dict[str, Any]:
+        """The rule's parameters as flat metadata entries (``rule.*``)."""
+        return {
+            "rule.claim": self.claim,
+            "rule.metric": self.metric,
+            "rule.decision": self.decision,
+            "rule.threshold": self.threshold if isinstance(self.threshold, str) else float(self.threshold),
+            "rule.unit": self.unit,
+            "rule.confidence": "deterministic" if self.confidence is None else float(self.confidence),
+            "rule.sample_size": self.sample_size,
+            "rule.derivation": self.derivation,
+        }
+
+
+def _spec_metadata(outcome: str, rule: Rule | None) -> dict[str, Any]:
+    return {"outcome": outcome, **(rule.metadata() if rule else {})}
+
+
+def _check(outcome: str, rule: Rule | None, kwargs: dict[str, Any]) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
+    metadata = {**kwargs.pop("metadata", {}), **_spec_metadata(outcome, rule)}
+    return dg.asset_check(metadata=metadata, **kwargs)
+
+
+def validity_check(**kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
+    """``dg.asset_check`` for a run-validity check; the body returns :func:`validity_result`."""
+    return _check(VALIDITY, None, kwargs)
+
+
+def claim_check(rule: Rule, **kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
+    """``dg.asset_check`` for a claim judged by ``rule``; the body returns :func:`claim_result`."""
+    return _check(CLAIM, rule, kwargs)
+
+
+def finding_check(**kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
+    """``dg.asset_check`` for findings a human should read; the body returns :func:`finding_result`."""
+    return _check(FINDING, None, kwargs)
+
+
+def validity_result(problems: Iterable[str], metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
+    """Valid when ``problems`` is empty; otherwise ERROR with every problem listed."""
+    problems = list(problems)
+    meta = {"outcome": VALIDITY, "validity": "valid" if not problems else "invalid", **(metadata or {})}
+    if problems:
+        meta["problems"] = "; ".join(problems)
+    return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.ERROR, metadata=meta)
+
+
+def claim_result(verdict: str, rule: Rule, reason: str, metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
+    """The claim's verdict under ``rule``: contradicted fails at ERROR, inconclusive at WARN."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
+    meta = {"outcome": CLAIM, "verdict": verdict, "reason": reason, **rule.metadata(), **(metadata or {})}
+    severity = dg.AssetCheckSeverity.ERROR if verdict == CONTRADICTED else dg.AssetCheckSeverity.WARN
+    return dg.AssetCheckResult(passed=verdict == SUPPORTED, severity=severity, metadata=meta)
+
+
+def finding_result(findings: Iterable[str], metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
+    """Passes when there is nothing to read; otherwise WARN with the findings listed."""
+    findings = list(findings)
+    meta = {"outcome": FINDING, "findings": len(findings), **(metadata or {})}
+    if findings:
+        meta["details"] = "; ".join(findings)
+    return dg.AssetCheckResult(passed=not findings, severity=dg.AssetCheckSeverity.WARN, metadata=meta)
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """Several rows' verdicts as one: any contradicted wins, then any inconclusive."""
+    seen = set(verdicts)
+    if not seen:
+        return INCONCLUSIVE
+    if CONTRADICTED in seen:
+        return CONTRADICTED
+    if INCONCLUSIVE in seen:
+        return INCONCLUSIVE
+    return SUPPORTED
+
+
+# --- reading results back ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """One evaluated check as the three outcomes see it."""
+
+    key: str  # "asset:check"
+    outcome: str  # validity | claim | finding
+    passed: bool
+    severity: str  # ERROR | WARN
+    verdict: str | None = None  # claims only
+
+    @property
+    def is_error(self) -> bool:
+        """True when this result makes the run invalid or the claim contradicted."""
+        return not self.passed and self.severity == "ERROR"
+
+
+def check_outcome(key: str, passed: bool, severity: Any, metadata: Mapping[str, Any], spec_outcome: str | None = None) -> CheckOutcome:
+    """Classify one evaluation. The outcome kind comes from the check's spec (``spec_outcome``) or,
+    failing that, the result's ``outcome`` metadata; a check that declares neither is treated as a
+    validity check (an unclassified ERROR must not pass silently as a finding)."""
+    meta = {k: getattr(v, "value", v) for k, v in metadata.items()}
+    outcome = spec_outcome or meta.get("outcome") or VALIDITY
+    if outcome not in OUTCOMES:
+        raise ValueError(f"check {key}: unknown outcome kind {outcome!r}")
+    sev = getattr(severity, "value", severity) or "ERROR"
+    verdict = None
+    if outcome == CLAIM:
+        verdict = meta.get("verdict") or (SUPPORTED if passed else (CONTRADICTED if sev == "ERROR" else INCONCLUSIVE))
+    return CheckOutcome(key, outcome, bool(passed), str(sev), verdict)
+
+
+@dataclass(frozen=True)
+class ExperimentOutcome:
+    """An experiment's three outcomes."""
+
+    validity: str  # valid | invalid | incomplete
+    verdict: str  # supported | contradicted | inconclusive | NOT_JUDGED | "no claim"
+    findings: int
+    invalid_checks: tuple[str, ...] = ()
+    contradicted_checks: tuple[str, ...] = ()
+    finding_checks: tuple[str, ...] = ()
+
+
+def summarize(outcomes: Iterable[CheckOutcome], failed_steps: Iterable[str] = (), complete: bool = True) -> ExperimentOutcome:
+    """The experiment's validity, verdict and findings from its evaluated checks.
+
+    A failed step (an asset that raised, e.g. ``FusionError`` when fusion evidence is missing) makes
+    the run invalid. An invalid run's claims are not judged."""
+    outcomes = list(outcomes)
+    invalid = tuple(o.key for o in outcomes if o.outcome == VALIDITY and not o.passed) + tuple(
+        f"step failed: {s}" for s in failed_steps)
+    claims = [o for o in outcomes if o.outcome == CLAIM]
+    findings = tuple(o.key for o in outcomes if o.outcome == FINDING and not o.passed)
+    validity = "invalid" if invalid else ("valid" if complete else "incomplete")
+    if invalid:
+        verdict = NOT_JUDGED
+    elif not claims:
+        verdict = "no claim"
+    else:
+        verdict = combine(o.verdict or INCONCLUSIVE for o in claims)
+    contradicted = tuple(o.key for o in claims if o.verdict == CONTRADICTED)
+    return ExperimentOutcome(validity, verdict, len(findings), invalid, contradicted, findings)

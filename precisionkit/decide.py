@@ -1,0 +1,157 @@
+"""Decision statistics for paired comparisons of two execution paths on the same inputs.
+
+Eager and fused results on the same input set are paired: these functions compare per-set
+errors ``fused[i]`` and ``eager[i]`` (e.g. each set's worst error against fp64) without
+assuming any distribution.
+
+* :func:`sign_test`: exact one-sided binomial test that ``d_i = x_i - y_i`` is positive more
+  often than negative (ties dropped).
+* :func:`paired_quantile_test`: bootstrap (sets resampled with replacement, pairs kept together)
+  of ``Q_q(x) - Q_q(y)``, the difference of the q-quantiles across sets, with a one-sided
+  confidence interval and the p-value of "the difference is at most ``margin``".
+* :func:`holm`: Holm–Bonferroni step-down adjustment, so a family of rows judged at once keeps
+  its family-wise error rate at ``alpha``.
+
+Percentiles use numpy's default linear interpolation, as :mod:`precisionkit.stats` does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def _paired(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    b = np.asarray(y, dtype=np.float64).reshape(-1)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples must have the same length: x has {a.size}, y has {b.size}")
+    if a.size == 0:
+        raise ValueError("paired samples are empty")
+    bad = ~(np.isfinite(a) & np.isfinite(b))
+    if bad.any():
+        raise ValueError(f"paired samples must be finite: {int(bad.sum())} pair(s) hold NaN or inf (count those separately)")
+    return a, b
+
+
+@dataclass(frozen=True)
+class SignTest:
+    """Result of :func:`sign_test`: counts and the exact one-sided p-value."""
+
+    positive: int
+    negative: int
+    ties: int
+    p_value: float
+
+
+def sign_test(x: Any, y: Any, margin: float = 0.0) -> SignTest:
+    """Exact one-sided sign test of ``x_i - y_i > margin`` happening more often than ``< margin``.
+
+    Under "no difference" the count of positive differences among the non-tied ones is
+    Binomial(n, 1/2); the p-value is P(K >= positive).
+
+    >>> r = sign_test([3, 3, 3, 3, 3, 3, 3, 3, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    >>> r.positive, r.negative, round(r.p_value, 6)
+    (10, 0, 0.000977)
+    """
+    a, b = _paired(x, y)
+    d = a - b - margin
+    pos, neg = int((d > 0).sum()), int((d < 0).sum())
+    n = pos + neg
+    p = sum(math.comb(n, k) for k in range(pos, n + 1)) / 2.0**n if n else 1.0
+    return SignTest(pos, neg, int(d.size - n), float(p))
+
+
+@dataclass(frozen=True)
+class QuantileTest:
+    """Result of :func:`paired_quantile_test`.
+
+    ``estimate`` is ``Q_q(x) - Q_q(y)`` on the sample; ``lower``/``upper`` are one-sided bounds at
+    ``confidence`` (each its own one-sided statement); ``p_value`` is the bootstrap p-value of
+    "the difference is at most ``margin``" (small: x's quantile exceeds y's by more than margin).
+    """
+
+    q: float
+    margin: float
+    n: int
+    resamples: int
+    confidence: float
+    estimate: float
+    lower: float
+    upper: float
+    p_value: float
+    x_quantile: float
+    y_quantile: float
+
+
+def paired_quantile_test(
+    x: Any,
+    y: Any,
+    q: float = 0.99,
+    margin: float = 0.0,
+    confidence: float = 0.99,
+    resamples: int = 9999,
+    seed: int = 0,
+) -> QuantileTest:
+    """Bootstrap test of the difference of q-quantiles of paired samples ``x`` and ``y``.
+
+    Sets are resampled with replacement (the same indices for both, so pairs stay together);
+    the percentile bootstrap gives one-sided bounds of ``Q_q(x) - Q_q(y)`` at ``confidence`` and
+    the p-value ``(1 + #{T* <= margin}) / (1 + resamples)``. Deterministic for a given ``seed``.
+
+    >>> r = paired_quantile_test([5.0] * 50, [1.0] * 50, q=0.99, margin=1.0, resamples=999)
+    >>> r.estimate, r.lower, r.p_value
+    (4.0, 4.0, 0.001)
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    if resamples < 99:
+        raise ValueError(f"resamples must be at least 99, got {resamples}")
+    a, b = _paired(x, y)
+    n = a.size
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, (1 << 22) // n)  # bound the index matrix at ~32 MiB
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        stats[start:stop] = np.quantile(a[idx], q, axis=1) - np.quantile(b[idx], q, axis=1)
+    qa, qb = float(np.quantile(a, q)), float(np.quantile(b, q))
+    alpha = 1.0 - confidence
+    return QuantileTest(
+        q=q,
+        margin=float(margin),
+        n=n,
+        resamples=resamples,
+        confidence=confidence,
+        estimate=qa - qb,
+        lower=float(np.quantile(stats, alpha)),
+        upper=float(np.quantile(stats, confidence)),
+        p_value=float((1 + np.count_nonzero(stats <= margin)) / (1 + resamples)),
+        x_quantile=qa,
+        y_quantile=qb,
+    )
+
+
+def holm(p_values: Any, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm–Bonferroni: which hypotheses to reject at family-wise level ``alpha``, and the
+    adjusted p-values (monotone, capped at 1).
+
+    >>> rejected, adjusted = holm([0.001, 0.02, 0.04], alpha=0.035)
+    >>> rejected.tolist(), adjusted.round(3).tolist()
+    ([True, False, False], [0.003, 0.04, 0.04])
+    """
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    if ((p < 0) | (p > 1) | np.isnan(p)).any():
+        raise ValueError("p-values must lie in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted_sorted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    adjusted = np.empty(m)
+    adjusted[order] = adjusted_sorted
+    return adjusted <= alpha, adjusted
