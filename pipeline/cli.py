@@ -31,17 +31,50 @@ def report(profile: str, device: str, backend: str) -> int:
     checks = [
         e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
     ]
-    failed = [c for c in checks if not c.passed]
+    failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     materialized = result.get_asset_materialization_events()
-    print(f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks "
-          f"({len(failed)} failed) in {seconds:.1f} s; run {result.run_id}")
-    for c in failed:
-        print(f"  check failed: {c.asset_key.to_user_string()}:{c.check_name}")
+    print(f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks in {seconds:.1f} s; "
+          f"run {result.run_id}")
+    print(outcome_table(defs, checks, failed_steps))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
     print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
     return 0 if result.success else 1
+
+
+def outcome_table(defs: dg.Definitions, evaluations: list, failed_steps: list[str]) -> str:
+    """Experiment x run validity x claim verdict x findings, from one run's check evaluations,
+    followed by every check that did not pass (contradicted / invalid first)."""
+    from .reporting.claims import EXPERIMENTS
+    from .verdicts import check_outcome, summarize
+
+    graph = defs.resolve_asset_graph()
+    by_group: dict[str, list] = {}
+    lines_failed = []
+    for e in evaluations:
+        spec = graph.get_check_spec(e.asset_check_key)
+        outcome = check_outcome(f"{e.asset_key.to_user_string()}:{e.check_name}", e.passed, e.severity,
+                                e.metadata, (spec.metadata or {}).get("outcome"))
+        by_group.setdefault(graph.get(e.asset_key).group_name, []).append(outcome)
+        if not outcome.passed:
+            label = outcome.verdict if outcome.outcome == "claim" else ("invalid" if outcome.outcome == "validity" else "finding")
+            lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
+    steps_by_group: dict[str, list[str]] = {}
+    for step in failed_steps:
+        for key in graph.get_all_asset_keys():
+            if key.to_python_identifier() in step or key.to_user_string() in step:
+                steps_by_group.setdefault(graph.get(key).group_name, []).append(step)
+                break
+    rows = [f"{'experiment':<13} {'run validity':<14} {'claim verdict':<26} findings"]
+    for exp in EXPERIMENTS:
+        outcomes = by_group.get(exp.group)
+        if outcomes is None and exp.group not in steps_by_group:
+            continue
+        o = summarize(outcomes or [], steps_by_group.get(exp.group, ()))
+        rows.append(f"{exp.id:<13} {o.validity:<14} {o.verdict:<26} {o.findings}")
+    detail = [text for _, text in sorted(lines_failed)]
+    return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []))
 
 
 def promote_baseline(profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str) -> int:

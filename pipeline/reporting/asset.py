@@ -57,13 +57,16 @@ def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
             "built_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         }
         index = mkdocs_build(docs_dir, build_dir, provenance)
-        verdicts = {exp.id: report.verdict(exp.group) for exp in EXPERIMENTS}
+        outcomes = {exp.id: report.outcome(exp.group) for exp in EXPERIMENTS}
+        verdicts = {k: (o.verdict if o else "not yet run") for k, o in outcomes.items()}
         context.add_output_metadata(
             {
                 "site_index": dg.MetadataValue.path(str(index)),
                 "pages": len(pages),
-                "experiments_not_yet_run": sum(v == "not yet run" for v in verdicts.values()),
+                "experiments_not_yet_run": sum(o is None for o in outcomes.values()),
+                **{f"validity.{k}": (o.validity if o else "not yet run") for k, o in outcomes.items()},
                 **{f"verdict.{k}": v for k, v in verdicts.items()},
+                **{f"findings.{k}": (o.findings if o else 0) for k, o in outcomes.items()},
             }
         )
         return {"index": str(index), "verdicts": verdicts, "provenance": provenance}

@@ -6,7 +6,7 @@ import polars as pl
 
 from .charts import CHARTS
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
-from .render import VERDICT_MARK, Report, experiment_header, markdown_table
+from .render import Report, experiment_header, markdown_table, outcome_cells
 
 
 #: Tables longer than this are not printed on the page (only described).
@@ -19,19 +19,24 @@ def overview(report: Report) -> str:
         "# Fusion precision report\n",
         "Does automatic operator fusion change numerics, and is it worse than eager execution? "
         "Each row below is a claim of the main document, the experiment that gives it evidence, and "
-        "the verdict of that experiment's asset checks in the latest materialization.\n",
+        "three separate outcomes of that experiment's latest materialization: whether the run was *valid* "
+        "(it did what it claims: fused with evidence, inputs as recorded, nothing non-finite where the plan says "
+        "finite), the claim's *verdict* (supported / contradicted / inconclusive, by a rule stated before the "
+        "data: threshold, confidence, sample size, shown on each page) and how many *findings* a human should "
+        "read. An invalid run is never shown as a verdict on the claim.\n",
         f"Profile **{report.profile}**, device **{report.device}**. Experiments that were not "
         "materialized with this profile are marked *not yet run*.\n",
-        "| claim | main document | evidence | verdict |",
-        "|---|---|---|---|",
+        "| claim | main document | evidence | run validity | verdict | findings |",
+        "|---|---|---|---|---|---|",
     ]
     for section_key, exp_ids in CLAIM_EVIDENCE:
         section = SECTIONS[section_key]
         for exp_id in exp_ids:
             exp = by_id[exp_id]
+            validity, verdict, findings = outcome_cells(report, exp.group)
             lines.append(
                 f"| {section.claim} | {report.section_link(section_key, from_results=False)} | "
-                f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {VERDICT_MARK[report.verdict(exp.group)]} |"
+                f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {validity} | {verdict} | {findings} |"
             )
     if not report.device.startswith("cuda"):
         lines.append(
@@ -41,9 +46,10 @@ def overview(report: Report) -> str:
             "behaves on a GPU.\n"
         )
     lines.append("\n## Experiments\n")
-    lines.append("| experiment | asset group | verdict |\n|---|---|---|")
+    lines.append("| experiment | asset group | run validity | verdict | findings |\n|---|---|---|---|---|")
     for exp in EXPERIMENTS:
-        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | `{exp.group}` | {VERDICT_MARK[report.verdict(exp.group)]} |")
+        validity, verdict, findings = outcome_cells(report, exp.group)
+        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | `{exp.group}` | {validity} | {verdict} | {findings} |")
     lines.append("\nDefinitions of every statistic are on the [methodology](methodology.md) page.\n")
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from ..storage import atomic_path, read_value
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
+from ..verdicts import CLAIM, INCONCLUSIVE, NOT_JUDGED, VALIDITY, CheckOutcome, ExperimentOutcome, check_outcome, summarize
 from .claims import EXPERIMENTS, SECTIONS, Experiment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,31 @@ class CheckRecord:
     description: str
     state: str  # passed | failed | warned | not yet run
     metadata: dict[str, Any] = field(default_factory=dict)
+    outcome: str = VALIDITY  # validity | claim | finding, from the check's definition
+    spec_metadata: dict[str, Any] = field(default_factory=dict)  # the declared rule (claims)
+
+    @property
+    def key(self) -> str:
+        return f"{self.asset}:{self.name}"
+
+    def as_outcome(self) -> CheckOutcome | None:
+        """This evaluation as the three outcomes see it (None when not yet run)."""
+        if self.state == "not yet run":
+            return None
+        return check_outcome(self.key, self.state == "passed", "WARN" if self.state == "warned" else "ERROR",
+                             self.metadata, self.outcome)
+
+    @property
+    def label(self) -> str:
+        """What the result means for its kind: valid / invalid, the claim's verdict, finding / none."""
+        o = self.as_outcome()
+        if o is None:
+            return "not yet run"
+        if o.outcome == CLAIM:
+            return o.verdict or INCONCLUSIVE
+        if o.outcome == VALIDITY:
+            return "valid" if o.passed else "invalid"
+        return "nothing to read" if o.passed else "finding"
 
 
 class Report:
@@ -113,12 +139,17 @@ class Report:
         for check_key in sorted(self.graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
             if self.graph.get(check_key.asset_key).group_name != group:
                 continue
-            spec = self.graph.get_check_spec(check_key) if hasattr(self.graph, "get_check_spec") else None
-            record = CheckRecord(check_key.asset_key.to_user_string(), check_key.name, getattr(spec, "description", "") or "", "not yet run")
+            spec = self.graph.get_check_spec(check_key)
+            spec_meta = {k: plain(v) for k, v in (spec.metadata or {}).items()}
+            record = CheckRecord(check_key.asset_key.to_user_string(), check_key.name, spec.description or "",
+                                 "not yet run", outcome=spec_meta.get("outcome", VALIDITY), spec_metadata=spec_meta)
             latest = self.instance.get_latest_asset_check_evaluation_record(check_key)
             evaluation = None
             if latest is not None and latest.event is not None and latest.event.dagster_event is not None:
                 evaluation = latest.event.dagster_event.event_specific_data
+            # A run stopped before the check ran leaves a "planned" event with no result: not yet run.
+            if evaluation is not None and not hasattr(evaluation, "passed"):
+                evaluation = None
             if evaluation is not None and record.asset in materialized:
                 if evaluation.passed:
                     record.state = "passed"
@@ -128,18 +159,19 @@ class Report:
             out.append(record)
         return out
 
-    def verdict(self, group: str) -> str:
-        checks = self.checks_of(group)
+    def outcome(self, group: str) -> ExperimentOutcome | None:
+        """The experiment's run validity, claim verdict and findings (None when nothing ran)."""
         if not any(a.materialized for a in self.assets_of(group)):
-            return "not yet run"
-        states = {c.state for c in checks}
-        if "failed" in states:
-            return "contradicted"
-        if "warned" in states:
-            return "finding"
-        if "not yet run" in states:
-            return "incomplete"
-        return "supported"
+            return None
+        checks = self.checks_of(group)
+        evaluated = [o for o in (c.as_outcome() for c in checks) if o is not None]
+        return summarize(evaluated, complete=all(c.state != "not yet run" for c in checks))
+
+    def verdict(self, group: str) -> str:
+        """The claim verdict alone: supported / contradicted / inconclusive, NOT_JUDGED for an
+        invalid run, "no claim" for a diagnostic group, "not yet run"."""
+        outcome = self.outcome(group)
+        return "not yet run" if outcome is None else outcome.verdict
 
     def table(self, asset: str) -> pl.DataFrame | None:
         """A stored table, or ``None`` when the asset was not materialized with this profile."""
@@ -189,19 +221,59 @@ def _badge(kind: str, text: str) -> str:
     return f'<span class="badge badge-{kind}">{text}</span>'
 
 
-STATE_MARK = {
-    "passed": _badge("ok", "passed"),
-    "failed": _badge("bad", "failed"),
-    "warned": _badge("warn", "finding"),
-    "not yet run": _badge("none", "not yet run"),
-}
-VERDICT_MARK = {
+LABEL_MARK = {
+    "valid": _badge("ok", "valid"),
+    "invalid": _badge("bad", "invalid run"),
+    "incomplete": _badge("none", "incomplete"),
     "supported": _badge("ok", "supported"),
     "contradicted": _badge("bad", "contradicted"),
-    "finding": _badge("warn", "finding: see page"),
-    "incomplete": _badge("none", "incomplete"),
+    "inconclusive": _badge("warn", "inconclusive"),
+    NOT_JUDGED: _badge("none", "not judged: invalid run"),
+    "no claim": _badge("none", "no claim (diagnostic)"),
+    "finding": _badge("warn", "finding"),
+    "nothing to read": _badge("ok", "none"),
     "not yet run": _badge("none", "not yet run"),
 }
+#: Kept for pages that badge a plain verdict string.
+VERDICT_MARK = LABEL_MARK
+OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
+RULE_FIELDS = (("claim", "claim"), ("metric", "metric"), ("decision", "decision"), ("threshold", "materiality threshold"),
+               ("unit", "unit"), ("confidence", "confidence"), ("sample_size", "sample size"), ("derivation", "derivation"))
+
+
+def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
+    """Badges for validity, verdict and findings of one experiment (for overview tables)."""
+    o = report.outcome(group)
+    if o is None:
+        none = LABEL_MARK["not yet run"]
+        return none, none, "—"
+    findings = f"{o.findings}" if o.findings else "0"
+    return LABEL_MARK[o.validity], LABEL_MARK.get(o.verdict, o.verdict), findings
+
+
+def _details(c: CheckRecord) -> str:
+    skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
+    shown = [(k, v) for k, v in c.metadata.items() if k not in skip and not str(v).startswith(("|", "- "))]
+    return "; ".join(f"{k}: {fmt(v)}" for k, v in shown[:6]) or "—"
+
+
+def rules_section(report: "Report", group: str) -> str:
+    """Every claim check's declared rule, parameter by parameter."""
+    claims = [c for c in report.checks_of(group) if c.outcome == CLAIM]
+    if not claims:
+        return ""
+    lines = ["## Decision rules\n",
+             "Each claim is judged by a rule declared with its check, before the data is seen (the same parameters "
+             "are shown in the Dagster UI on the check's definition).\n"]
+    for c in claims:
+        lines.append(f"### `{c.name}`\n")
+        lines.append("| parameter | value |\n|---|---|")
+        for key, title in RULE_FIELDS:
+            value = c.spec_metadata.get(f"rule.{key}")
+            if value is not None:
+                lines.append(f"| {title} | {fmt(value)} |")
+        lines.append(f"| result | {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))} |\n")
+    return "\n".join(lines)
 
 
 def experiment_header(report: Report, exp: Experiment) -> str:
@@ -217,16 +289,29 @@ def experiment_header(report: Report, exp: Experiment) -> str:
             "re-materialize `report_site`.\n"
         )
         return "\n".join(lines)
-    lines.append(f"**Verdict from the asset checks:** {VERDICT_MARK[report.verdict(exp.group)]}\n")
+    validity, verdict, findings = outcome_cells(report, exp.group)
+    lines.append("| run validity | claim verdict | findings to read |\n|---|---|---|")
+    lines.append(f"| {validity} | {verdict} | {findings} |\n")
+    lines.append(
+        "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
+        "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
+        "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n"
+    )
+    lines.append(rules_section(report, exp.group))
     lines.append("## Asset checks\n")
-    lines.append("| asset | check | result | details |\n|---|---|---|---|")
-    for c in report.checks_of(exp.group):
-        details = "; ".join(f"{k}: {fmt(v)}" for k, v in list(c.metadata.items())[:6])
-        lines.append(f"| `{c.asset}` | {fmt(c.description or c.name)} | {STATE_MARK[c.state]} | {details or '—'} |")
+    for kind in ("validity", "claim", "finding"):
+        checks = [c for c in report.checks_of(exp.group) if c.outcome == kind]
+        if not checks:
+            continue
+        lines.append(f"### {OUTCOME_TITLE[kind]}\n")
+        lines.append("| asset | check | result | details |\n|---|---|---|---|")
+        for c in checks:
+            lines.append(f"| `{c.asset}` | {fmt(c.description or c.name)} | {LABEL_MARK.get(c.label, c.label)} | {_details(c)} |")
+        lines.append("")
     lines.append("\n## Materializations\n")
     lines.append("| asset | materialized (UTC) | commit | device |\n|---|---|---|---|")
     for a in assets:
-        when = a.timestamp.strftime("%Y-%m-%d %H:%M") if a.timestamp else STATE_MARK["not yet run"]
+        when = a.timestamp.strftime("%Y-%m-%d %H:%M") if a.timestamp else LABEL_MARK["not yet run"]
         lines.append(
             f"| `{a.key}` | {when} | {fmt(a.metadata.get('provenance.git_commit', '—'))[:12]} | "
             f"{fmt(a.metadata.get('provenance.device_name', '—'))} |"
