@@ -127,74 +127,112 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
 
 
 def accumulated_error(report: Report, exp: Experiment) -> str:
+    from ..assets import accumulated_error as b
+
     parts = []
     summary = report.table("accumulated_error_summary")
     if summary is not None:
-        key = summary.select(
-            "chain", "distribution", "dtype", "sets",
-            "eager_ulp_max_p99", "fused_ulp_max_p99", "eager_ulp_max_max", "fused_ulp_max_max",
-            "fused_emulate_ulp_max_max", "fused_not_worse", "fused_better_fraction", "fused_equal_fraction",
-            "fused_worse_fraction", "eager_sets_per_second", "fused_sets_per_second",
-        )
         parts.append(
-            "## Summary: fused vs eager against fp64\n\nPer input set, the largest ULP error of the "
-            "output against fp64; the table gives the p99 and max of that over the sets. "
-            "`fused_not_worse` is the verdict over every metric (abs, rel, ULP p50/p99/max).\n\n"
-            + markdown_table(key)
+            "## Verdict table: fused vs eager against fp64 (§3.2)\n\n"
+            f"Per input set, the largest error against fp64 in *scale-aware ULPs* (ULPs of the row's largest "
+            f"|fp64 reference|, see the methodology page). Per row: the P99 of that over the sets for eager and for "
+            f"fused, their paired difference with its one-sided {b.CONFIDENCE:g} bootstrap interval "
+            f"({b.BOOTSTRAP_RESAMPLES} resamples), the Holm-adjusted p-value of 'fused is worse by more than "
+            f"{b.MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
+            f"fused is worse by more than {b.MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
+            "under *Decision rules* above.\n\n" + markdown_table(b.verdict_table(summary))
         )
         points = summary.select(
-            "chain", "distribution", "dtype",
-            pl.col("eager_ulp_max_max").alias("eager"), pl.col("fused_ulp_max_max").alias("fused"),
+            "chain", "distribution", "dtype", "fused_verdict",
+            pl.col("eager_sulp_max_p99").alias("eager"), pl.col("fused_sulp_max_p99").alias("fused"),
         )
         lo = float(min(points["eager"].min(), points["fused"].min()))
         hi = float(max(points["eager"].max(), points["fused"].max()))
-        diagonal = alt.Chart(pl.DataFrame({"x": [lo, hi]})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+        band = pl.DataFrame({"x": [lo, hi], "y": [lo + b.MATERIALITY_SULP, hi + b.MATERIALITY_SULP]})
+        diagonal = alt.Chart(band).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+        threshold = alt.Chart(band).mark_line(color="#d62728", strokeDash=[2, 2]).encode(x="x:Q", y="y:Q")
         scatter = (
             alt.Chart(points)
             .mark_point(filled=True, size=70)
             .encode(
-                x=alt.X("eager:Q", scale=alt.Scale(type="log"), title="eager: max ULP error over sets"),
-                y=alt.Y("fused:Q", scale=alt.Scale(type="log"), title="fused: max ULP error over sets"),
+                x=alt.X("eager:Q", scale=alt.Scale(type="log"), title="eager: P99 over sets of max error (scale-aware ULP)"),
+                y=alt.Y("fused:Q", scale=alt.Scale(type="log"), title="fused: P99 over sets (scale-aware ULP)"),
                 color=alt.Color("chain:N"),
                 shape=alt.Shape("dtype:N"),
-                tooltip=["chain", "distribution", "dtype", alt.Tooltip("eager:Q", format=".4g"), alt.Tooltip("fused:Q", format=".4g")],
+                tooltip=["chain", "distribution", "dtype", "fused_verdict", alt.Tooltip("eager:Q", format=".4g"),
+                         alt.Tooltip("fused:Q", format=".4g")],
             )
         )
         parts.append(report.chart(
-            exp.slug, "fused-vs-eager", (diagonal + scatter).properties(width=420, height=360, title="B: worst-case error, fused vs eager (below the diagonal: fused better)"),
-            "Largest per-set ULP error against fp64, fused vs eager, one point per chain x distribution x dtype",
+            exp.slug, "fused-vs-eager", (diagonal + threshold + scatter).properties(
+                width=420, height=360, title="B: P99 error, fused vs eager (grey: equal; red: eager + materiality)"),
+            "P99 over input sets of the per-set max scale-aware ULP error, fused vs eager, one point per chain x "
+            "distribution x dtype; points above the red line are materially worse",
         ))
+        extra = summary.select(
+            "chain", "distribution", "dtype", "sets",
+            pl.col("eager_ulp_max_p99").round(3), pl.col("fused_ulp_max_p99").round(3),
+            pl.col("eager_ulp_max_max").round(3), pl.col("fused_ulp_max_max").round(3),
+            pl.col("eager_rel_max_max").round(4), pl.col("fused_rel_max_max").round(4),
+            pl.col("fused_better_fraction").round(3), pl.col("fused_worse_fraction").round(3),
+        )
+        parts.append(
+            "### Plain ULP and relative error\n\nThe same runs in the seed's own metrics (ULPs of each element's "
+            "own reference value, relative error). They explode where the fp64 result is near zero (layer-norm "
+            "outputs, gelu's negative tail), so they measure cancellation; they are shown, not used for the "
+            "verdict.\n\n" + markdown_table(extra)
+        )
     dist = report.table("accumulated_error_distributions")
     if dist is not None:
-        cdf = dist.filter(pl.col("metric") == "ulp_max").with_columns(
+        cdf = dist.filter(pl.col("metric") == "sulp_max").with_columns(
             (pl.col("dtype") + " / " + pl.col("distribution")).alias("input")
         )
         chart = (
             alt.Chart(cdf)
             .mark_line(interpolate="step-after")
             .encode(
-                x=alt.X("bin_hi:Q", scale=alt.Scale(type="log"), title="per-set max ULP error"),
+                x=alt.X("bin_hi:Q", scale=alt.Scale(type="log"), title="per-set max error (scale-aware ULP)"),
                 y=alt.Y("cdf:Q", title="CDF over input sets"),
                 color=alt.Color("path:N", scale=alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f77b4", "#d62728", "#ff9896"])),
                 tooltip=["chain", "input", "path", alt.Tooltip("bin_hi:Q", format=".4g"), alt.Tooltip("cdf:Q", format=".3f")],
             )
             .properties(width=170, height=110)
             .facet(row=alt.Row("chain:N", title=None), column=alt.Column("input:N", title=None))
-            .properties(title="B: CDF of per-set max ULP error by chain, dtype and input distribution")
+            .properties(title="B: CDF of per-set max scale-aware ULP error by chain, dtype and input distribution")
         )
-        parts.append("## Error distributions\n\n" + report.chart(exp.slug, "cdf", chart, "CDF of each input set's max ULP error against fp64, eager vs fused vs fused with emulated precision casts"))
+        parts.append("## Error distributions\n\n" + report.chart(exp.slug, "cdf", chart, "CDF of each input set's max scale-aware ULP error against fp64, eager vs fused vs fused with emulated precision casts"))
     cex = report.table("accumulated_error_counterexamples")
     if cex is not None:
         parts.append(
-            "## Counterexamples (for main document §6.1)\n\n"
-            + (markdown_table(cex.select("chain", "distribution", "dtype", "suspect_op", "worse_metrics", "worst_ratio", "fused_worse_fraction", "worst_set_index", "explanation"))
-               if cex.height else "No chain had fused error above eager's.\n")
+            "## Counterexamples (for main document §6.1)\n\nEvery row where fused's P99 or max is above eager's at "
+            "all, or fused is non-finite where eager is finite; the verdict says whether the rule calls it a "
+            "contradiction.\n\n"
+            + (markdown_table(cex.select("chain", "distribution", "dtype", "verdict", pl.col("p99_difference").round(3),
+                                         "nonfinite_sets", pl.col("fused_worse_fraction").round(3), "worst_set_index",
+                                         "explanation"))
+               if cex.height else "No row had fused error above eager's.\n")
+        )
+    ablation = report.table("fusion_ablation")
+    if ablation is not None and ablation.height:
+        parts.append(
+            f"## Ablation: which fused op is responsible\n\nFor each counterexample, each op of the chain is kept out "
+            f"of the fused region in turn (the rest still fused) and the {b.ABLATION_SETS} sets where fused is worst "
+            "relative to eager are re-run. `improvement` is the drop of the mean per-set error (sULP) when that op "
+            "is not fused; the op with the largest measured improvement (over 0.1 sULP, or fewer non-finite sets) is "
+            "marked responsible.\n\n"
+            + markdown_table(ablation.select("chain", "distribution", "dtype", "verdict", "op", pl.col("eager_mean").round(3),
+                                             pl.col("fused_mean").round(3), pl.col("ablated_mean").round(3),
+                                             pl.col("improvement").round(3), "ablated_nonfinite_sets", "responsible"))
         )
     switch = report.value("fusion_switch_list")
     if switch is not None:
-        import json
-
-        parts.append("## Fusion switch list\n\n```json\n" + json.dumps(switch, indent=2) + "\n```\n")
+        keep = switch.get("keep_out_of_fusion") or {}
+        watch = switch.get("watch") or {}
+        rows = [f"| {dtype} | {', '.join(ops)} | keep out of fusion (contradicted) |" for dtype, ops in keep.items()]
+        rows += [f"| {dtype} | {', '.join(ops)} | watch (within the rule) |" for dtype, ops in watch.items()]
+        parts.append("## Fusion switch list (§6.1)\n\n" + switch.get("note", "") + "\n\n"
+                     + ("| dtype | op types | action |\n|---|---|---|\n" + "\n".join(rows) + "\n" if rows else
+                        "Nothing to switch off.\n"))
     return "\n".join(parts)
 
 
