@@ -10,6 +10,7 @@ Public API::
     FusedFunction, FusionEvidence, FusionError, eager, fused     # execution paths
     locate_divergence                                            # per-layer divergence locator
     precisionkit.fuzz                                            # differential graph fuzzer
+    precisionkit.decide                                          # paired sign test, bootstrap, Holm
 """
 
 from .batched import error_stats_per_set

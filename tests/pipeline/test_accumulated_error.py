@@ -149,6 +149,13 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
         # The healthy backend never contradicts the claim; at smoke size it cannot support it either.
         assert ev.metadata["verdict"].value == "inconclusive"
         assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
+    # The CLI's closing table reads the same three outcomes.
+    from pipeline.cli import outcome_table
+    from pipeline.definitions import defs
+
+    table = outcome_table(defs, result.get_asset_check_evaluations(), []).splitlines()
+    b_row = next(line for line in table if line.startswith("B "))
+    assert b_row.split()[1:] == ["valid", "inconclusive", str(int(not checks["fused_worse_within_rule"].passed))]
 
 
 def test_distributions_are_normalized_histograms(smoke_run):
