@@ -79,6 +79,65 @@ def reduction_order(report: Report, exp: Experiment) -> str:
             column=alt.Column("output:N", title="output (out16: fp16 sum, acc32: fp32 accumulator); cell text: max ULP")
         ).properties(title="C2: pairwise differences between reduction versions over the row pool")
         parts.append("## Pairwise ULP matrix\n\n" + report.chart(exp.slug, "ulp-matrix", heat, "Share of pool rows where two versions differ, and the largest ULP difference"))
+    bounds = report.table("c2_row_bounds")
+    if bounds is not None:
+        formulas = (
+            bounds.unique(["family", "output", "chain"], maintain_order=True)
+            .group_by("family", "output", maintain_order=True)
+            .agg(pl.col("chain").str.join(", ").alias("chains c"), pl.col("bound_formula").first().str.replace(r", b = \d+$", ""))
+        )
+        parts.append(
+            "## The band: an error bound derived per row and per version\n\n"
+            "Each result is judged against a worst-case forward error bound of *its own* summation, computed from the "
+            "row's data (Higham, *Accuracy and Stability of Numerical Algorithms*, ch. 3-4), not a tolerance-matrix entry. "
+            "With s the exact (fp64) sum, u16 = 2^-11, u32 = 2^-24 and gamma_k(u) = k·u / (1 - k·u):\n\n"
+            "- **fp32 accumulation, one final fp16 rounding** (eager, Inductor default and knobs, tilings with fp32 partials): "
+            "|ŝ - s| ≤ u16·|s| + (1 + u16)·gamma_c(u32)·Σ|x_i| + 2^-25, where c is the longest chain of additions a term "
+            "passes through: n - 1 when the framework picks the order (the worst case over every order), b - 1 + n/b - 1 "
+            "for tile b (a tile sum, then the sum of the n/b partials).\n"
+            "- **fp16-stored partials** add one fp16 rounding per partial: the stored partials are off by at most "
+            "E_p = (1 + u16)·gamma_(b-1)(u32)·Σ|x_i| + u16·Σ_j|p_j| + (n/b)·2^-25 in all, and their fp32 sum adds "
+            "gamma_(n/b-1)(u32)·(Σ_j|p_j| + E_p) before the final rounding.\n"
+            "- The fp32 accumulator (acc32) has the same bound without the final-rounding terms.\n\n"
+            "The bound grows with Σ|x_i|, not with |s|: a row that nearly cancels keeps an ordinary absolute error. "
+            "**margin = |error| / bound**; a margin above 1 contradicts the claim for that family (checks "
+            "`c2_versions_within_fp64_band` for the seed's fp32-accumulation family, `c2_fp16_partials_within_bound` for "
+            "fp16-stored partials). `margin_prob` uses the probabilistic bound of Higham & Mary (2019), gamma_k replaced by "
+            "exp(λ·√k·u + k·u²/(1-u)) - 1 with λ = 6, which holds per row with the probability in `prob_bound_probability`; "
+            "it informs, it does not decide.\n\n" + markdown_table(formulas)
+        )
+        margin = pl.col("margin").fill_nan(float("inf"))
+        worst = (
+            bounds.with_columns(margin.alias("_m"))
+            .sort("_m", descending=True)
+            .group_by("version", "output", maintain_order=True).first()
+            .sort("output", "family", "version", descending=[True, False, False])
+            .select("version", "output", "chain", "row", pl.col("abs_ref").alias("abs_s"), pl.col("abs_sum").alias("sum_abs_x"),
+                    pl.col("partial_abs_sum").alias("sum_abs_partials"), "error", "bound", "margin", "margin_prob")
+        )
+        parts.append("## Worst row per version\n\nThe row with the largest margin, per version and output "
+                     "(row 0 is the seed's single input; abs_s = |s|, sum_abs_x = Σ|x_i|, sum_abs_partials = Σ_j|p_j| "
+                     "of the exact tile partials).\n\n" + markdown_table(worst))
+        dist = (
+            bounds.filter(pl.col("output") == "out16")
+            .group_by("version", "family", maintain_order=True)
+            .agg(pl.col("margin").min().alias("min"), pl.col("margin").median().alias("p50"),
+                 pl.col("margin").quantile(0.99).alias("p99"), pl.col("margin").max().alias("max"))
+            .with_columns(pl.col(c).clip(1e-5) for c in ("min", "p50", "p99", "max"))
+        )
+        order = dist["version"].to_list()
+        x = alt.X("min:Q", scale=alt.Scale(type="log", domainMax=2), title="margin = |error| / derived bound (fp16 result; log; below 1e-5 drawn at 1e-5)")
+        ranges = alt.Chart(dist).mark_rule(strokeWidth=2).encode(y=alt.Y("version:N", sort=order, title=None), x=x, x2="max:Q", color=alt.Color("family:N"))
+        med = alt.Chart(dist).mark_point(filled=True, size=50).encode(y=alt.Y("version:N", sort=order), x="p50:Q", color="family:N",
+                                                                       tooltip=["version", "family", alt.Tooltip("min:Q", format=".3g"), alt.Tooltip("p50:Q", format=".3g"),
+                                                                                alt.Tooltip("p99:Q", format=".3g"), alt.Tooltip("max:Q", format=".3g")])
+        top = alt.Chart(dist).mark_tick(thickness=2, size=14).encode(y=alt.Y("version:N", sort=order), x="max:Q", color="family:N")
+        one = alt.Chart(pl.DataFrame({"x": [1.0]})).mark_rule(color="#c62828", strokeDash=[4, 3]).encode(x="x:Q")
+        parts.append(report.chart(
+            exp.slug, "margin",
+            (ranges + med + top + one).properties(width=420, height=280, title="C2: margin per version over all rows (line: min-max, dot: median, tick: max; red: bound)"),
+            "Per-row margin of each version's fp16 sum against its derived error bound; a point right of the red line would exceed the bound",
+        ))
     errors = report.table("c2_error_vs_fp64")
     if errors is not None:
         bars = (
@@ -87,12 +146,12 @@ def reduction_order(report: Report, exp: Experiment) -> str:
             .encode(
                 y=alt.Y("version:N", sort="-x", title=None),
                 x=alt.X("ulp_mean:Q", title="mean ULP error of the fp16 sum vs fp64"),
-                color=alt.Color("within_band_fraction:Q", title="within fp64 band", scale=alt.Scale(scheme="greens", domain=[0.9, 1])),
-                tooltip=["version", "ulp_mean", "ulp_max", "closest_fraction", "within_band_fraction"],
+                color=alt.Color("margin_max:Q", title="largest margin", scale=alt.Scale(scheme="oranges", domain=[0, 1])),
+                tooltip=["version", "ulp_mean", "ulp_max", "closest_fraction", "margin_max", "within_band_fraction"],
             )
             .properties(width=420, height=260, title="C2: error of each version against fp64")
         )
-        parts.append("## Error against fp64\n\n" + report.chart(exp.slug, "error-vs-fp64", bars, "Mean ULP error of each version's fp16 sum against the fp64 reference"))
+        parts.append("## Error against fp64\n\n" + report.chart(exp.slug, "error-vs-fp64", bars, "Mean ULP error of each version's fp16 sum against the fp64 reference, coloured by its largest margin against the derived bound"))
     return "\n".join(parts)
 
 

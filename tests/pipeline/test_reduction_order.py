@@ -1,12 +1,19 @@
 import dagster as dg
+import polars as pl
 import pytest
 import torch
 
 from pipeline.assets import reduction_order as c2
 from pipeline.storage import read_value
+from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
 
-ASSETS = [c2.c2_reduction_order, c2.c2_versions_self_deterministic, c2.c2_tilings_differ, c2.c2_versions_within_fp64_band]
+CHECKS = [c2.c2_run_valid, c2.c2_versions_self_deterministic, c2.c2_versions_within_fp64_band, c2.c2_fp16_partials_within_bound,
+          c2.c2_fp16_partials_less_accurate, c2.c2_tilings_differ, c2.c2_probabilistic_margin]
+ASSETS = [c2.c2_reduction_order, *CHECKS]
+KINDS = {"c2_run_valid": VALIDITY, "c2_versions_self_deterministic": CLAIM, "c2_versions_within_fp64_band": CLAIM,
+         "c2_fp16_partials_within_bound": CLAIM, "c2_fp16_partials_less_accurate": FINDING, "c2_tilings_differ": FINDING,
+         "c2_probabilistic_margin": FINDING}
 
 
 def test_tiled_sum_follows_the_tiles():
@@ -27,31 +34,121 @@ def test_bad_tiling_requests_are_rejected():
         c2.tiled_sum(512, "bf16")
 
 
+def test_every_check_declares_its_outcome_kind():
+    for check in CHECKS:
+        (spec,) = check.check_specs
+        assert spec.metadata["outcome"] == KINDS[spec.name], spec.name
+        if KINDS[spec.name] == CLAIM:
+            assert spec.metadata["rule.confidence"] == "deterministic"
+    seed = c2.c2_versions_within_fp64_band.check_specs
+    (spec,) = seed
+    assert spec.metadata["rule.threshold"] == 1.0 and "margin" in spec.metadata["rule.metric"]
+
+
+def test_bound_spec_per_family():
+    assert c2.bound_spec("compiler", None) == {"order": "any", "tile": None, "accumulate_dtype": torch.float32, "partial_dtype": None}
+    assert c2.bound_spec("tiled_fp16_partials", 512)["partial_dtype"] == torch.float16
+    assert c2.bound_spec("tiled_fp32_partials", 2048)["tile"] == 2048
+    with pytest.raises(ValueError, match="no summation model"):
+        c2.bound_spec("tiled_bf16_partials", 512)
+
+
+def _bounds(margins: dict[str, list[float]]) -> pl.DataFrame:
+    rows = [{"version": v, "family": "tiled_fp16_partials" if "fp16" in v else "compiler", "output": "out16", "row": i,
+             "abs_ref": 1.0, "abs_sum": 2.0, "error": m, "bound": 1.0, "margin": m}
+            for v, ms in margins.items() for i, m in enumerate(ms)]
+    return pl.DataFrame(rows)
+
+
+def test_bound_rule_arithmetic():
+    ok = _bounds({"eager": [0.1, 1.0], "tile512_fp16_partials": [2.0]})
+    verdict, reason, meta = c2.judge_bounds(ok, c2.SEED_FAMILIES)
+    assert verdict == SUPPORTED and meta["rows_judged"] == 2 and meta["margin_max"] == 1.0  # margin 1 is within
+    verdict, reason, meta = c2.judge_bounds(ok, (c2.FP16_PARTIALS_FAMILY,))
+    assert verdict == CONTRADICTED and meta["rows_above_bound"] == 1 and "tile512_fp16_partials/out16 row 0" in reason
+    nan = _bounds({"eager": [0.1, float("nan")]})
+    assert c2.judge_bounds(nan, c2.SEED_FAMILIES)[0] == CONTRADICTED  # a non-finite result is never within
+    assert c2.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
+
+
+def test_sign_test():
+    assert c2.sign_test_p(0, 0) == 1.0
+    assert c2.sign_test_p(9, 0) == pytest.approx(1 / 512)
+    assert c2.sign_test_p(2, 0) == 0.25 and c2.sign_test_p(0, 3) == 1.0
+    assert c2.sign_test_p(5, 5) == pytest.approx(sum(__import__("math").comb(10, k) for k in range(5, 11)) / 1024)
+
+
 def test_smoke_materialization(smoke_resources, tmp_path):
     result = dg.materialize(ASSETS, resources=smoke_resources)
     assert result.success
-    versions = {r["version"]: r for r in read_value(tmp_path / "smoke" / "c2_versions").iter_rows(named=True)}
-    assert all(v["self_deterministic"] for v in versions.values()) and versions["eager"]["runs"] == 5
-    # Measured on this CPU build: split_reductions does not change the CPU kernel, while one
-    # thread or scalar (simdlen=0) code changes the loop and with it the fp32 accumulator.
-    assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
-    assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
-    assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
+    table = read_value(tmp_path / "smoke" / "c2_versions")
+    versions = {r["version"]: r for r in table.iter_rows(named=True)}
+    assert versions["eager"]["runs"] == 5 and set(versions) >= {"eager", "fused_default", "tile512_fp16_partials"}
+    for v in versions.values():  # the flag is the rule's arithmetic on the counted bit patterns
+        assert v["self_deterministic"] == (v["unique_out16"] == 1 and v["unique_acc32"] == 1)
 
     stored = read_value(tmp_path / "smoke" / "c2_version_outputs")
     assert stored["rows"].shape == (9, 4096)
-    assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])
 
     matrix = read_value(tmp_path / "smoke" / "c2_ulp_matrix")
     assert {"version_a", "version_b", "output", "scope", "ulp_max"} <= set(matrix.columns)
-    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert checks["c2_versions_self_deterministic"].passed
-    assert checks["c2_versions_within_fp64_band"].passed
-    # fp16-stored partials change the fp16 sum; fp32 partials change only the fp32 accumulator on
-    # these 9 rows, so the seed's "tilings differ" holds for one family only: a WARN finding.
-    tilings = checks["c2_tilings_differ"]
-    meta = {k: v.value for k, v in tilings.metadata.items()}
-    assert meta["fp16.out16_differ_rows"] > 0 and meta["fp32.acc32_differ_rows"] > 0
-    assert meta["fp32.out16_differ_rows"] == 0
-    assert not tilings.passed and tilings.severity == dg.AssetCheckSeverity.WARN
-    assert meta["finding"].startswith("fp32 partials")
+
+    # Per row, version and output: error, derived bound, margin.
+    bounds = read_value(tmp_path / "smoke" / "c2_row_bounds")
+    assert {"version", "family", "output", "row", "ref", "abs_sum", "partial_abs_sum", "error", "bound", "bound_kind",
+            "margin", "bound_prob", "margin_prob", "chain", "bound_formula"} <= set(bounds.columns)
+    assert bounds.height == 9 * len(versions) * 2
+    assert set(bounds["bound_kind"]) == {"deterministic"}
+    assert bounds["margin"].to_list() == pytest.approx((bounds["error"] / bounds["bound"]).to_list())
+    chains = {(r["family"], r["version"]): r["chain"] for r in bounds.iter_rows(named=True)}
+    assert chains[("compiler", "eager")] == "4095" and chains[("tiled_fp32_partials", "tile512_fp32_partials")] == "511+7"
+    fp16p = bounds.filter(pl.col("family") == "tiled_fp16_partials")
+    assert fp16p["partial_abs_sum"].is_not_null().all() and bounds.filter(pl.col("family") == "compiler")["partial_abs_sum"].is_null().all()
+
+    errors = read_value(tmp_path / "smoke" / "c2_error_vs_fp64")
+    assert {"bound_kind", "bound_formula", "chain", "margin_max", "worst_margin_row", "worst_bound", "within_band_fraction",
+            "margin_prob_max", "abs_max", "ulp_max"} <= set(errors.columns)
+    for r in errors.iter_rows(named=True):
+        per_row = bounds.filter((pl.col("version") == r["version"]) & (pl.col("output") == r["output"]))
+        assert r["margin_max"] == pytest.approx(per_row["margin"].max())
+        assert r["within_band_fraction"] == pytest.approx((per_row["margin"] <= 1).mean())
+
+    evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(evals) == set(KINDS)
+    meta = {name: {k: getattr(v, "value", v) for k, v in e.metadata.items()} for name, e in evals.items()}
+    for name, kind in KINDS.items():
+        assert meta[name]["outcome"] == kind
+    # Claim checks: the verdict follows the rule's arithmetic, and the rule travels with the result.
+    seed = meta["c2_versions_within_fp64_band"]
+    assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == "deterministic"
+    assert {"rule.claim", "rule.metric", "rule.decision", "rule.unit", "rule.sample_size", "rule.derivation"} <= set(seed)
+    seed_rows = bounds.filter(pl.col("family").is_in(list(c2.SEED_FAMILIES)))
+    assert seed["rows_judged"] == seed_rows.height
+    assert seed["verdict"] == (SUPPORTED if (seed_rows["margin"] <= 1).all() else CONTRADICTED)
+    assert evals["c2_versions_within_fp64_band"].passed == (seed["verdict"] == SUPPORTED)
+    fp16 = meta["c2_fp16_partials_within_bound"]
+    assert fp16["verdict"] == (SUPPORTED if (fp16p["margin"] <= 1).all() else CONTRADICTED)
+    det = meta["c2_versions_self_deterministic"]
+    assert det["verdict"] == (SUPPORTED if table["self_deterministic"].all() else CONTRADICTED)
+    assert det["rule.threshold"] == 0.0
+    assert meta["c2_run_valid"]["validity"] == "valid"
+    # Findings are WARN at most, whatever they report.
+    for name in ("c2_fp16_partials_less_accurate", "c2_tilings_differ", "c2_probabilistic_margin"):
+        assert evals[name].passed or evals[name].severity == dg.AssetCheckSeverity.WARN
+    # With fp32 partials the fp16 result is the rounded fp32 accumulator, so an fp16 difference
+    # between tilings implies an accumulator difference (an identity, on any device).
+    tilings = meta["c2_tilings_differ"]
+    assert tilings["fp32.out16_differ_rows"] <= tilings["fp32.acc32_differ_rows"]
+    assert evals["c2_tilings_differ"].passed == (tilings["fp32.out16_differ_rows"] > 0 and tilings["fp16.out16_differ_rows"] > 0)
+
+
+    # CPU-specific observations of this torch build's Inductor, not rules (the smoke profile runs on
+    # the CPU): split_reductions does not change the CPU kernel, while one thread or scalar
+    # (simdlen=0) code changes the loop and with it the fp32 accumulator; fp16-stored partials change
+    # the fp16 sum across tilings. Another device or torch build may legitimately differ.
+    if smoke_resources["settings"].torch_device().type == "cpu":
+        assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
+        assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
+        assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
+        assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])
+        assert tilings["fp16.out16_differ_rows"] > 0 and tilings["fp32.acc32_differ_rows"] > 0
