@@ -4,6 +4,11 @@ Every catalogue subgraph (``pipeline.movement``) runs eager and fused for each d
 shape and memory layout; ``precisionkit.bit_equal`` decides. Counterexamples that hide arithmetic
 (type promotion then downcast, a Python-scalar scale) run on one shape per dtype and are
 reported with their cause, not failed.
+
+Checks: the claim (every pure row keeps every value bit for bit) under :data:`RULE`; run validity
+(every planned combination ran and fused, no graph break, no recompile); and two findings: NaN
+encodings that differ while the value (NaN) is the same, and the implicit-computation
+counterexamples.
 """
 
 
@@ -17,6 +22,8 @@ from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
 from ..movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, MovementGraph, make_input
 from ..resources import ExperimentSettings
+from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check,
+                        finding_result, validity_check, validity_result)
 from ..workloads import DTYPES
 
 GROUP = "D_data_movement"
@@ -171,47 +178,120 @@ def _counterexample_list(table: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-@dg.asset_check(
+def _row_names(frame: pl.DataFrame) -> str:
+    return ", ".join(f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}" for r in frame.iter_rows(named=True)) or "none"
+
+
+def _row_notes(frame: pl.DataFrame) -> str:
+    return "\n".join(f"- {r['subgraph']} {r['dtype']} {r['shape']} {r['layout']}: {r['notes']}" for r in frame.iter_rows(named=True))
+
+
+RULE = Rule(
+    claim="§2: operators that only move data (transpose, reshape, slice, concat, split, broadcast) give bit-identical "
+    "results fused and eager",
+    metric="per pure-movement row (subgraph x dtype x shape x layout): elements whose value differs between eager and "
+    "fused, i.e. bit mismatches other than a NaN in both paths",
+    decision="contradicted when any pure row has one element whose value differs; supported when every pure row "
+    "has none; inconclusive when the table has no pure row. A NaN in both paths with another bit pattern keeps the "
+    "value and is reported as a finding (pure_movement_nan_encodings), not judged here",
+    threshold=0,
+    unit="elements with a changed value",
+    confidence=None,
+    sample_size="every element of every pure subgraph x dtype (fp16, bf16, fp32) x profile movement shape x layout, "
+    "inputs seeded and salted with special values (NaN, +-inf, -0.0, subnormals)",
+    derivation="moving data performs no rounding, so any changed value is a defect and a single element "
+    "contradicts the claim",
+)
+
+
+@claim_check(
+    rule=RULE,
     asset=data_movement_check_table,
-    description=(
-        "Every pure data-movement row is bit-exact. A failure where every mismatch is a NaN in both "
-        "paths with another encoding is a WARN finding; any value difference is an ERROR."
-    ),
+    description="Claim (§2): every pure data-movement row keeps every value bit for bit (a NaN re-encoded with the "
+    "value still NaN is a finding, not a contradiction).",
 )
 def pure_movement_rows_bit_exact(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
     pure = data_movement_check_table.filter(~pl.col("has_implicit_computation"))
     failed = pure.filter(~pl.col("bit_equal"))
     value_failed = failed.filter(pl.col("mismatched_elements") != pl.col("nan_encoding_mismatches"))
-    severity = dg.AssetCheckSeverity.ERROR if value_failed.height else dg.AssetCheckSeverity.WARN
-    return dg.AssetCheckResult(
-        passed=failed.height == 0,
-        severity=severity,
-        metadata={
+    if pure.height == 0:
+        verdict, reason = INCONCLUSIVE, "the table has no pure data-movement row"
+    elif value_failed.height:
+        verdict, reason = CONTRADICTED, f"values changed in {value_failed.height} of {pure.height} pure rows: {_row_names(value_failed)}"
+    else:
+        verdict = SUPPORTED
+        reason = f"every value kept in {pure.height} pure rows" + (
+            f" ({failed.height} with NaN re-encodings only, see pure_movement_nan_encodings)" if failed.height else "")
+    return claim_result(
+        verdict,
+        RULE,
+        reason,
+        {
             "pure_rows": pure.height,
             "not_bit_exact": failed.height,
             "value_differences": value_failed.height,
-            "finding": dg.MetadataValue.md(
-                "\n".join(f"- {r['subgraph']} {r['dtype']} {r['shape']} {r['layout']}: {r['notes']}" for r in failed.iter_rows(named=True))
-                or "none: every pure data-movement row is bit-exact"
-            ),
+            "changed_values": dg.MetadataValue.md(_row_notes(value_failed) or "none: no pure row changed a value"),
         },
     )
 
 
-@dg.asset_check(
+@finding_check(
     asset=data_movement_check_table,
-    description="Every planned (subgraph, dtype, shape, layout) ran and fused: kernels generated, no graph break, no recompile.",
+    description="Finding: pure data-movement rows that are not bit-exact only because a NaN has another bit pattern in "
+    "the two paths (the value, NaN, is the same).",
+)
+def pure_movement_nan_encodings(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
+    pure = data_movement_check_table.filter(~pl.col("has_implicit_computation"))
+    nan_only = pure.filter(~pl.col("bit_equal") & (pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches")))
+    return finding_result(
+        [f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}" for r in nan_only.iter_rows(named=True)],
+        {
+            "rows": nan_only.height,
+            "nan_elements": int(nan_only["nan_encoding_mismatches"].sum()) if nan_only.height else 0,
+            "finding": dg.MetadataValue.md(_row_notes(nan_only) or "none: no NaN re-encoded"),
+        },
+    )
+
+
+@finding_check(
+    asset=data_movement_check_table,
+    description="Finding: the counterexamples that hide arithmetic (promotion then downcast, a scalar scale), each "
+    "with its observed eager-vs-fused difference and cause; they are outside §2's claim.",
+)
+def implicit_computation_counterexamples(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
+    implicit = data_movement_check_table.filter(pl.col("has_implicit_computation"))
+    differ = implicit.filter(~pl.col("bit_equal"))
+    return finding_result(
+        [f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}" for r in differ.iter_rows(named=True)],
+        {
+            "implicit_rows": implicit.height,
+            "not_bit_exact": differ.height,
+            "max_ulp": int(differ["ulp_max"].max()) if differ.height else 0,
+            "counterexamples": dg.MetadataValue.md(_row_notes(implicit) or "none ran"),
+        },
+    )
+
+
+@validity_check(
+    asset=data_movement_check_table,
+    description="Run validity: every planned (subgraph, dtype, shape, layout) ran and fused: kernels generated, no "
+    "graph break, no recompile.",
 )
 def every_movement_combination_fused(data_movement_check_table: pl.DataFrame, settings: ExperimentSettings) -> dg.AssetCheckResult:
     table = data_movement_check_table
     expected = len(plan(settings.get_profile().movement_shapes))
     not_fused = table.filter((pl.col("kernel_count") < 1) | (pl.col("graph_breaks") > 0) | (pl.col("recompiles") > 0))
-    return dg.AssetCheckResult(
-        passed=table.height == expected and not_fused.height == 0,
-        metadata={
+    problems = []
+    if table.height != expected:
+        problems.append(f"{table.height} rows, planned {expected}")
+    if not_fused.height:
+        problems.append(f"not fused (no kernel, graph break or recompile): {_row_names(not_fused)}")
+    return validity_result(
+        problems,
+        {
             "rows": table.height,
             "expected_rows": expected,
-            "not_fused": ", ".join(f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}" for r in not_fused.iter_rows(named=True)) or "none",
+            "not_fused": _row_names(not_fused),
             "min_kernel_count": int(table["kernel_count"].min()) if table.height else 0,
         },
     )

@@ -15,6 +15,7 @@ from precisionkit import fp64_reference
 from precisionkit.selfcheck import self_check
 
 from ..resources import ExperimentSettings
+from ..verdicts import validity_check, validity_result
 from ..workloads import CHAINS, DTYPES, WORKLOADS, Workload, set_args
 
 GROUP = "S_toolkit"
@@ -95,19 +96,27 @@ fp64_references = [_reference_asset(w) for w in WORKLOADS.values()]
 def _reference_check(workload: Workload) -> dg.AssetChecksDefinition:
     key = dg.AssetKey(f"fp64_reference_{workload.name}")
 
-    @dg.asset_check(
+    @validity_check(
         asset=key,
         name="references_are_float64_and_finite",
-        description="Every reference is float64 and finite, one per distribution x dtype of the pool.",
+        description="Run validity: every reference is float64 and finite, one per distribution x dtype of the pool "
+        "(a judge that is not float64 or not finite makes every error measured against it meaningless).",
     )
     def check(refs: dict[str, torch.Tensor]) -> dg.AssetCheckResult:
         wrong_dtype = sorted(k for k, v in refs.items() if v.dtype != torch.float64)
         nonfinite = {k: int((~torch.isfinite(v)).sum()) for k, v in refs.items()}
         nonfinite = {k: n for k, n in nonfinite.items() if n}
         expected = len(workload.distributions) * len(POOL_DTYPES[workload.name])
-        return dg.AssetCheckResult(
-            passed=not wrong_dtype and not nonfinite and len(refs) == expected,
-            metadata={
+        problems = []
+        if wrong_dtype:
+            problems.append(f"not float64: {', '.join(wrong_dtype)}")
+        if nonfinite:
+            problems.append(f"non-finite references: {nonfinite}")
+        if len(refs) != expected:
+            problems.append(f"{len(refs)} references, expected {expected}")
+        return validity_result(
+            problems,
+            {
                 "entries": len(refs),
                 "expected_entries": expected,
                 "not_float64": ", ".join(wrong_dtype) or "none",
@@ -149,10 +158,15 @@ def _markdown(table: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-@dg.asset_check(asset=toolkit_selfcheck, description="Every dtype x value-class cell passes.", blocking=True)
+@validity_check(
+    asset=toolkit_selfcheck,
+    description="Run validity: every dtype x value-class cell of the toolkit self-check passes (the measuring tool works).",
+    blocking=True,
+)
 def toolkit_selfcheck_all_cells_pass(toolkit_selfcheck: pl.DataFrame) -> dg.AssetCheckResult:
     failed = toolkit_selfcheck.filter(~pl.col("passed"))
-    return dg.AssetCheckResult(
-        passed=failed.height == 0,
-        metadata={"failed": ", ".join(f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True)) or "none"},
+    return validity_result(
+        [f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True)],
+        {"cells": toolkit_selfcheck.height,
+         "failed": ", ".join(f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True)) or "none"},
     )

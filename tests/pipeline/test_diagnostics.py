@@ -11,8 +11,18 @@ import torch
 from pipeline.assets import divergence, fuzzing, tolerances
 from pipeline.profiles import get_profile
 from pipeline.storage import read_value, write_value
+from pipeline.verdicts import FINDING
 from pipeline.workloads import WORKLOADS
 from precisionkit.tolerance import tolerance, tolerance_from_table
+
+
+def test_diagnostic_checks_are_findings():
+    # Diagnostics point a human at something; none of them judges a claim or invalidates a run.
+    checks = [divergence.no_layer_diverges, fuzzing.fuzzed_graphs_all_ok, tolerances.matrix_covers_measured_error]
+    specs = {spec.name: spec.metadata for c in checks for spec in c.check_specs}
+    assert specs.keys() == {"no_layer_diverges", "fuzzed_graphs_all_ok", "matrix_covers_measured_error"}
+    for meta in specs.values():
+        assert meta["outcome"] == FINDING and not any(k.startswith("rule.") for k in meta)
 
 
 def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
@@ -52,6 +62,8 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
     assert set(checks) == {"no_layer_diverges", "fuzzed_graphs_all_ok"}
     assert checks["fuzzed_graphs_all_ok"].passed == (outcomes["class"] == "ok").all()
     assert checks["no_layer_diverges"].passed == (not table["divergent"].any())
+    for e in checks.values():  # findings: WARN whatever they find
+        assert e.metadata["outcome"].value == FINDING and e.severity == dg.AssetCheckSeverity.WARN
 
 
 def _upstream(profile):
@@ -110,6 +122,7 @@ def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
 
     check = result.get_asset_check_evaluations()[0]
     assert check.passed == (table["ratio"].drop_nulls() <= 1).all()
+    assert check.metadata["outcome"].value == FINDING and check.severity == dg.AssetCheckSeverity.WARN
 
     # The measured table plugs into precisionkit.tolerance; without it the matrix answers as before.
     measured = tolerance_from_table(table.drop_nulls("atol"))

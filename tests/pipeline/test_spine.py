@@ -9,6 +9,7 @@ from pipeline.assets import toolkit
 from pipeline.definitions import defs
 from pipeline.profiles import PROFILES, get_profile
 from pipeline.resources import ExperimentSettings
+from pipeline.verdicts import VALIDITY
 from pipeline.workloads import WORKLOADS, set_args
 from precisionkit import bit_equal, fp64_reference
 
@@ -46,11 +47,34 @@ def test_settings_reject_bad_backend_options():
     }
 
 
+def test_s_checks_are_validity_checks():
+    specs = [spec for c in S_CHECKS for spec in c.check_specs]
+    assert len(specs) == len(WORKLOADS) + 1
+    assert all(spec.metadata["outcome"] == VALIDITY for spec in specs)
+    assert toolkit.toolkit_selfcheck_all_cells_pass.check_specs  # still blocking: downstream waits on the tool
+    assert all(spec.blocking for spec in toolkit.toolkit_selfcheck_all_cells_pass.check_specs)
+
+
+def test_references_check_flags_a_non_finite_or_wrong_dtype_reference():
+    check = toolkit.reference_checks[0]
+    wl = next(iter(WORKLOADS.values()))
+    keys = [f"{d}/{t}" for d in wl.distributions for t in toolkit.POOL_DTYPES[wl.name]]
+    good = {k: torch.zeros(2, dtype=torch.float64) for k in keys}
+    assert check(good).passed
+    bad = {**good, keys[0]: torch.tensor([float("nan"), 1.0], dtype=torch.float64), keys[-1]: torch.zeros(2)}
+    res = check(bad)
+    assert not res.passed and res.severity == dg.AssetCheckSeverity.ERROR
+    assert res.metadata["validity"].value == "invalid" and "not float64" in res.metadata["problems"].value
+
+
 def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     result = dg.materialize([*S_ASSETS, *S_CHECKS], resources=smoke_resources)
     assert result.success
     checks = result.get_asset_check_evaluations()
     assert len(checks) == len(WORKLOADS) + 1 and all(c.passed for c in checks)
+    # S checks that the tool and its references work: run validity, ERROR when broken.
+    assert {c.metadata["outcome"].value for c in checks} == {VALIDITY}
+    assert all(c.severity == dg.AssetCheckSeverity.ERROR for c in checks)
 
     profile = PROFILES["smoke"]
     pool = storage.read_value(tmp_path / "smoke" / "input_pool_softmax")
