@@ -24,10 +24,22 @@ def test_every_page_is_built_and_verdicts_follow_the_checks(built_site):
     for exp in EXPERIMENTS:
         assert (build / "results" / f"{exp.slug}.html").exists(), exp.slug
     verdicts = built_site["output"]["verdicts"]
-    assert verdicts["S"] == "supported"
-    assert verdicts["C3"] == "supported"  # error never grows with Newton iterations
+    # S makes no claim of its own: its checks are run validity (references, the toolkit's self-check).
+    assert verdicts["S"] == "no claim"
+    assert verdicts["C3"] == "supported"  # error never grows with Newton iterations (a rule, any device)
+    assert verdicts["C1"] in ("supported", "inconclusive")  # inconclusive only where both spellings fuse to one
     for exp_id in ("A", "B", "D", "E"):
         assert verdicts[exp_id] == "not yet run"
+
+
+def test_pages_show_three_outcomes_and_the_declared_rules(built_site):
+    overview = (built_site["build"] / "index.html").read_text()
+    assert "run validity" in overview and "findings" in overview
+    page = (built_site["build"] / "results" / "rsqrt-iterations.html").read_text()
+    assert "Decision rules" in page and "materiality threshold" in page and "sample size" in page
+    assert "c3_error_nonincreasing_with_iterations" in page
+    toolkit = (built_site["build"] / "results" / "toolkit.html").read_text()
+    assert "Run validity" in toolkit and "Decision rules" not in toolkit
 
 
 def test_experiments_not_run_show_as_not_yet_run_without_numbers(built_site):
