@@ -7,6 +7,10 @@ loss computation (model forward + cross-entropy) in :class:`precisionkit.paths.F
 ``torch.compile`` traces the forward and AOTAutograd compiles the matching backward; the optimizer
 step stays eager and identical on both paths.
 
+``init_ulp_nudge`` is the numerics-only control of task E: it moves every initial weight by exactly
+one ULP (direction drawn from a generator seeded by the init seed), so a run keeps the fused run's
+data order and initialization and differs from eager only by rounding-sized state.
+
 Training checkpoints after every evaluation interval and resumes from the latest checkpoint of the
 same configuration (the directory is keyed by a hash of the config), bit for bit on the eager path.
 """
@@ -134,6 +138,8 @@ class TrainConfig:
     backend: str = "inductor"
     options_json: str = "{}"  # compiler options as sorted JSON (kept hashable)
     corpus_sha256: str = ""
+    #: Move every initial weight one ULP (the numerics-only control); False: no perturbation.
+    init_ulp_nudge: bool = False
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = -1  # -1: 10% of steps
@@ -193,6 +199,8 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from_step: int = 0
     n_params: int = 0
+    #: Parameter elements whose initial value the ULP nudge changed (0 without the nudge).
+    nudged_elements: int = 0
 
 
 def train_batch(corpus: Corpus, cfg: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,6 +262,25 @@ def _code_evidence(prefix: str, codes: list[str]) -> dict[str, Any]:
     }
 
 
+def nudge_one_ulp(model: nn.Module, seed: int) -> int:
+    """Move every parameter element one ULP up or down (signs from a generator seeded by ``seed``,
+    so the control is reproducible and unbiased); returns how many elements changed (all of them).
+
+    The smallest possible change of the state: whatever the run does differently afterwards is
+    rounding amplified by training, the size a pure numerics difference can reach.
+    """
+    g = torch.Generator().manual_seed(seed)
+    changed = 0
+    with torch.no_grad():
+        for p in model.parameters():  # tied weights appear once
+            up = torch.randint(0, 2, p.shape, generator=g).bool().to(p.device)
+            target = torch.where(up, torch.full_like(p, math.inf), torch.full_like(p, -math.inf))
+            moved = torch.nextafter(p, target)
+            changed += int((moved != p).sum())
+            p.copy_(moved)
+    return changed
+
+
 def _build(cfg: TrainConfig, device: torch.device):
     torch.manual_seed(cfg.init_seed)
     model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
@@ -308,6 +335,8 @@ def train(
         raise ValueError(f"config expects corpus {cfg.corpus_sha256[:12]}, got {corpus.sha256[:12]}")
     device = torch.device(cfg.device)
     model, opt, sched, scaler = _build(cfg, device)
+    # In place, before any step: the optimizer already holds these parameters (a resume overwrites them).
+    nudged = nudge_one_ulp(model, cfg.init_seed) if cfg.init_ulp_nudge else 0
     loss_fn = make_loss_fn(model, cfg, device)
     ckpt = Path(checkpoint_dir) / cfg.key() / "checkpoint.pt" if checkpoint_dir is not None else None
 
@@ -415,6 +444,7 @@ def train(
         seconds=seconds,
         resumed_from_step=resumed_from,
         n_params=sum(p.numel() for p in model.parameters()),
+        nudged_elements=nudged,
     )
 
 

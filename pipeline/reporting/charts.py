@@ -344,35 +344,85 @@ def data_movement(report: Report, exp: Experiment) -> str:
 
 
 def training(report: Report, exp: Experiment) -> str:
+    from ..assets import training as e
+
     curves = report.table("training_curves")
     if curves is None:
         return ""
     parts = []
+    deviation = report.table("training_deviation")
+    claim = next((c for c in report.checks_of(exp.group) if c.name == "fused_learns_like_eager"), None)
+    rule_rows = [
+        ("eager replicates (differ only in data order)", f"{len(e.REPLICATE_ORDERS)} (orders {', '.join(e.REPLICATE_ORDERS)}; A is fused's)"),
+        ("numerics-only control", "eager, fused's data order and init, every initial weight moved one ULP"),
+        ("judged points", "every eval step after step 0 (eval loss)"),
+        ("envelope", f"[min - {e.ENVELOPE_WIDENING:g}s, max + {e.ENVELOPE_WIDENING:g}s] over replicates, s = max - min"),
+        ("contradicted", f"fused outside the envelope at > {e.MAX_OUTSIDE_FRACTION:.0%} of judged points, or final "
+                         f"|fused - eager| > {e.FINAL_SPREAD_MULTIPLE:g}s"),
+        ("inconclusive", f"< {len(e.REPLICATE_ORDERS)} replicates, < {e.MIN_POINTS} judged points, or s = 0 / undefined"),
+        ("false contradiction (least favourable null)", f"<= {e.PER_POINT_FALSE_ALARM / e.MAX_OUTSIDE_FRACTION + e.FINAL_FALSE_ALARM:.3f}"),
+        ("finding", f"RMS(fused - eager) > {e.CONTROL_FACTOR:g} x RMS(control - eager) over the judged points"),
+    ]
+    if claim is not None and claim.state != "not yet run":
+        rule_rows.append(("result", f"{claim.label}: {claim.metadata.get('reason', '')}"))
+    parts.append("## Rule (declared before the runs)\n\n" + markdown_table(pl.DataFrame(rule_rows, schema=["parameter", "value"], orient="row")))
     final = report.table("training_final_metrics")
     if final is not None:
-        parts.append("## Final-metric difference (eager vs fused)\n\n" + markdown_table(final))
-    long = curves.unpivot(index=["run", "step"], on=["train_loss", "eval_loss", "grad_norm"], variable_name="metric", value_name="value").drop_nulls("value")
-    lines = alt.Chart(long).mark_line().encode(
+        parts.append(
+            "## Final-metric difference (last step)\n\n`replicate_spread` is max - min over the eager replicates; "
+            "`control_minus_eager` is what a one-ULP nudge of the initial weights alone does.\n\n"
+            + markdown_table(final.select("precision", "metric", "step", "eager", "fused", "fused_minus_eager",
+                                          "replicate_spread", "diff_in_spreads", "control_minus_eager"))
+        )
+    if deviation is not None and deviation.height:
+        main = deviation["precision"][0]
+        ev = deviation.filter((pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")).sort("step")
+        lines_long = ev.select("step", "eager", "fused", "control").unpivot(index="step", variable_name="curve", value_name="eval_loss").drop_nulls("eval_loss")
+        colors = alt.Scale(domain=["eager", "fused", "control"], range=["#1f77b4", "#d62728", "#2ca02c"])
+        x = alt.X("step:Q", title="step")
+        widened = alt.Chart(ev).mark_area(opacity=0.15, color="#888").encode(x=x, y="envelope_lo:Q", y2="envelope_hi:Q")
+        band = alt.Chart(ev).mark_area(opacity=0.35, color="#888").encode(
+            x=x, y=alt.Y("replicate_min:Q", title="eval loss", scale=alt.Scale(zero=False)), y2="replicate_max:Q",
+            tooltip=["step", alt.Tooltip("replicate_min:Q", format=".5f"), alt.Tooltip("replicate_max:Q", format=".5f"),
+                     alt.Tooltip("replicate_spread:Q", format=".4g")])
+        lines = alt.Chart(lines_long).mark_line(point=True).encode(
+            x=x, y="eval_loss:Q", color=alt.Color("curve:N", scale=colors, title=None),
+            strokeDash=alt.condition(alt.datum.curve == "control", alt.value([4, 3]), alt.value([1, 0])),
+            tooltip=["curve", "step", alt.Tooltip("eval_loss:Q", format=".5f")])
+        chart = (widened + band + lines).properties(
+            width=620, height=260, title=f"E: eval loss, {main} (dark band: replicate min-max; light: widened by {e.ENVELOPE_WIDENING:g} spreads)")
+        parts.append("## Eval-loss curve against the replicate band\n\n" + report.chart(
+            exp.slug, "eval-band", chart,
+            f"Eval loss of eager, fused and the one-ULP control over the band of {len(e.REPLICATE_ORDERS)} eager data-order "
+            "replicates, at the judged eval points (step 0 is not judged: every run starts from the same init)"))
+        # The same data relative to eager: rounding-sized differences are invisible on the loss scale.
+        rel = ev.with_columns(
+            (pl.col("replicate_min") - pl.col("eager")).alias("band_lo"), (pl.col("replicate_max") - pl.col("eager")).alias("band_hi"))
+        rel_long = rel.select("step", pl.col("fused_minus_eager").alias("fused"), pl.col("control_minus_eager").alias("control")).unpivot(
+            index="step", variable_name="curve", value_name="minus_eager").drop_nulls("minus_eager")
+        rel_chart = (
+            alt.Chart(rel).mark_area(opacity=0.35, color="#888").encode(
+                x=x, y=alt.Y("band_lo:Q", title="eval loss minus eager (order A)"), y2="band_hi:Q")
+            + alt.Chart(rel_long).mark_line(point=True).encode(
+                x=x, y="minus_eager:Q",
+                color=alt.Color("curve:N", scale=alt.Scale(domain=["fused", "control"], range=["#d62728", "#2ca02c"]), title=None),
+                tooltip=["curve", "step", alt.Tooltip("minus_eager:Q", format=".3g")])
+        ).properties(width=620, height=200, title="E: deviation from eager, fused vs the one-ULP control, over the replicate band")
+        outside = ev.filter(pl.col("outside_envelope").fill_null(False))
+        caption = "Fused and control minus eager at each judged eval point; gray: replicate min-max relative to eager"
+        caption += (f"; fused outside the widened envelope at {outside.height} point(s), first at step {int(outside['step'].min())}"
+                    if outside.height else "; fused never leaves the widened envelope")
+        parts.append(report.chart(exp.slug, "deviation", rel_chart, caption))
+        parts.append("## Eval-loss points\n\n" + markdown_table(ev.select(
+            "step", "replicate_min", "replicate_max", "replicate_spread", "eager", "fused", "control",
+            "fused_minus_eager", "control_minus_eager", "outside_envelope")))
+    long = curves.unpivot(index=["run", "step"], on=["train_loss", "grad_norm"], variable_name="metric", value_name="value").drop_nulls("value")
+    other = alt.Chart(long).mark_line().encode(
         x=alt.X("step:Q"), y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
         color=alt.Color("run:N"), tooltip=["run", "step", alt.Tooltip("value:Q", format=".5f")],
-    )
-    layers = lines
-    deviation = report.table("training_deviation")
-    caption = "Train loss, eval loss and grad norm per run"
-    if deviation is not None:
-        outside = deviation.filter(pl.col("outside_band") & (pl.col("metric") == "eval_loss"))
-        if outside.height:
-            first = int(outside["step"].min())
-            layers = lines + alt.Chart(pl.DataFrame({"step": [first]})).mark_rule(color="red", strokeDash=[4, 3]).encode(x="step:Q")
-            caption += f"; red line: first step ({first}) where fused eval loss leaves the noise band"
-        else:
-            caption += "; fused eval loss never leaves the measured noise band"
-    chart = layers.properties(width=620, height=160).facet(row=alt.Row("metric:N", title=None)).resolve_scale(y="independent").properties(
-        title="E: training curves, eager vs fused (noise band from two eager data orders)")
-    parts.append("## Curves\n\n" + report.chart(exp.slug, "curves", chart, caption))
-    if deviation is not None:
-        band = deviation.filter(pl.col("metric") == "eval_loss").select("precision", "step", "fused_abs_diff", "noise_abs_diff", "noise_band", "outside_band")
-        parts.append("## Eval-loss deviation against the measured noise band\n\n" + markdown_table(band))
+    ).properties(width=620, height=160).facet(row=alt.Row("metric:N", title=None)).resolve_scale(y="independent").properties(
+        title="E: train loss and grad norm per run (means over each eval interval)")
+    parts.append("## Train loss and grad norm\n\n" + report.chart(exp.slug, "curves", other, "Train loss and grad norm of every run"))
     return "\n".join(parts)
 
 
