@@ -483,7 +483,7 @@ def _explain(row: dict[str, Any], fused_ops: list[str]) -> str:
     if row["emulate_same_code_as_fused"]:
         parts.append("emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
                      "intermediate precision from the fused kernel's own arithmetic.")
-    elif row["emulate_verdict"] != CONTRADICTED and (row["emulate_sulp_max_p99"] or 0) <= (row["eager_sulp_max_p99"] or 0):
+    elif row["emulate_verdict"] != CONTRADICTED and (row["fused_emulate_sulp_max_p99"] or 0) <= (row["eager_sulp_max_p99"] or 0):
         parts.append(f"With emulate_precision_casts (intermediates rounded to {dtype} as eager rounds them) fused is "
                      "no worse than eager: the difference comes from the precision fused intermediates are kept in.")
     else:

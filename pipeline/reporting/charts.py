@@ -103,8 +103,9 @@ def reduction_order(report: Report, exp: Experiment) -> str:
             "**margin = |error| / bound**; a margin above 1 contradicts the claim for that family (checks "
             "`c2_versions_within_fp64_band` for the seed's fp32-accumulation family, `c2_fp16_partials_within_bound` for "
             "fp16-stored partials). `margin_prob` uses the probabilistic bound of Higham & Mary (2019), gamma_k replaced by "
-            "exp(λ·√k·u + k·u²/(1-u)) - 1 with λ = 6, which holds per row with the probability in `prob_bound_probability`; "
-            "it informs, it does not decide.\n\n" + markdown_table(formulas)
+            "exp(λ·√k·u + k·u²/(1-u)) - 1, with λ chosen so that every judged row's bound holds together with probability "
+            "≥ 0.99 under independent, mean-zero rounding errors (the seed's 'random error range'); a `margin_prob` above 1 "
+            "also contradicts the claim.\n\n" + markdown_table(formulas)
         )
         margin = pl.col("margin").fill_nan(float("inf"))
         worst = (

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from pipeline.assets import reduction_order as c2
+from pipeline.profiles import PROFILES
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
@@ -38,7 +39,10 @@ def test_every_check_declares_its_outcome_kind():
     for check in CHECKS:
         (spec,) = check.check_specs
         assert spec.metadata["outcome"] == KINDS[spec.name], spec.name
-        if KINDS[spec.name] == CLAIM:
+        if spec.name in ("c2_versions_within_fp64_band", "c2_fp16_partials_within_bound"):
+            # Deterministic bound, plus the probabilistic one with its family-wise confidence.
+            assert spec.metadata["rule.confidence"] == c2.PROB_CONFIDENCE
+        elif KINDS[spec.name] == CLAIM:
             assert spec.metadata["rule.confidence"] == "deterministic"
     seed = c2.c2_versions_within_fp64_band.check_specs
     (spec,) = seed
@@ -53,19 +57,26 @@ def test_bound_spec_per_family():
         c2.bound_spec("tiled_bf16_partials", 512)
 
 
-def _bounds(margins: dict[str, list[float]]) -> pl.DataFrame:
+def _bounds(margins: dict[str, list[float]], prob_scale: float = 0.5) -> pl.DataFrame:
+    """Rows with the given deterministic margins; the probabilistic bound is ``prob_scale`` x the deterministic one."""
     rows = [{"version": v, "family": "tiled_fp16_partials" if "fp16" in v else "compiler", "output": "out16", "row": i,
-             "abs_ref": 1.0, "abs_sum": 2.0, "error": m, "bound": 1.0, "margin": m}
+             "abs_ref": 1.0, "abs_sum": 2.0, "error": m * 0.4, "bound": 0.4, "margin": m,
+             "bound_prob": 0.4 * prob_scale, "margin_prob": m / prob_scale, "lambda": 6.5}
             for v, ms in margins.items() for i, m in enumerate(ms)]
     return pl.DataFrame(rows)
 
 
 def test_bound_rule_arithmetic():
-    ok = _bounds({"eager": [0.1, 1.0], "tile512_fp16_partials": [2.0]})
+    ok = _bounds({"eager": [0.1, 1.0], "tile512_fp16_partials": [2.0]}, prob_scale=1.0)
     verdict, reason, meta = c2.judge_bounds(ok, c2.SEED_FAMILIES)
     assert verdict == SUPPORTED and meta["rows_judged"] == 2 and meta["margin_max"] == 1.0  # margin 1 is within
     verdict, reason, meta = c2.judge_bounds(ok, (c2.FP16_PARTIALS_FAMILY,))
     assert verdict == CONTRADICTED and meta["rows_above_bound"] == 1 and "tile512_fp16_partials/out16 row 0" in reason
+    # Within the deterministic bound but above the probabilistic one (the "random error range"): contradicted.
+    verdict, reason, meta = c2.judge_bounds(_bounds({"eager": [0.1, 0.6]}, prob_scale=0.5), c2.SEED_FAMILIES)
+    assert verdict == CONTRADICTED and meta["rows_above_bound"] == 0 and meta["rows_above_probabilistic_bound"] == 1
+    assert "probabilistic bound (lambda 6.5" in reason and "margin 1.2" in reason
+    assert c2.judge_bounds(_bounds({"eager": [0.1, 0.4]}, prob_scale=0.5), c2.SEED_FAMILIES)[0] == SUPPORTED
     nan = _bounds({"eager": [0.1, float("nan")]})
     assert c2.judge_bounds(nan, c2.SEED_FAMILIES)[0] == CONTRADICTED  # a non-finite result is never within
     assert c2.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
@@ -120,14 +131,17 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert meta[name]["outcome"] == kind
     # Claim checks: the verdict follows the rule's arithmetic, and the rule travels with the result.
     seed = meta["c2_versions_within_fp64_band"]
-    assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == "deterministic"
+    assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == c2.PROB_CONFIDENCE
     assert {"rule.claim", "rule.metric", "rule.decision", "rule.unit", "rule.sample_size", "rule.derivation"} <= set(seed)
     seed_rows = bounds.filter(pl.col("family").is_in(list(c2.SEED_FAMILIES)))
     assert seed["rows_judged"] == seed_rows.height
-    assert seed["verdict"] == (SUPPORTED if (seed_rows["margin"] <= 1).all() else CONTRADICTED)
+    within = (seed_rows["margin"] <= 1).all() and (seed_rows["margin_prob"] <= 1).all()
+    assert seed["verdict"] == (SUPPORTED if within else CONTRADICTED)
+    assert seed_rows["lambda"].n_unique() == 1 and seed_rows["lambda"][0] == pytest.approx(
+        c2.family_lambda(bounds.height, PROFILES["smoke"].c2_length + PROFILES["smoke"].c2_length // min(c2.TILES)))
     assert evals["c2_versions_within_fp64_band"].passed == (seed["verdict"] == SUPPORTED)
     fp16 = meta["c2_fp16_partials_within_bound"]
-    assert fp16["verdict"] == (SUPPORTED if (fp16p["margin"] <= 1).all() else CONTRADICTED)
+    assert fp16["verdict"] == (SUPPORTED if ((fp16p["margin"] <= 1) & (fp16p["margin_prob"] <= 1)).all() else CONTRADICTED)
     det = meta["c2_versions_self_deterministic"]
     assert det["verdict"] == (SUPPORTED if table["self_deterministic"].all() else CONTRADICTED)
     assert det["rule.threshold"] == 0.0
