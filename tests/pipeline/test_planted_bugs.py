@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from pipeline import planted_bugs, storage
+from pipeline.planted_bugs import PLANTED_BUGS
 from pipeline.assets import regression
+from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
 
 
@@ -16,7 +18,8 @@ def test_registration_is_idempotent():
     names = planted_bugs.register_planted_backends()
     assert planted_bugs.register_planted_backends() == names
     registered = set(list_backends(exclude_tags=()))
-    assert set(names) <= registered and len(names) == 7
+    assert set(names) <= registered and len(names) == 11
+    assert all(b.fault_class and b.description for b in planted_bugs.PLANTED_BUGS.values())
 
 
 def _softmax(x):
@@ -88,38 +91,175 @@ def test_fallback_bug_raises_fusion_error(inputs):
         fused(_softmax, "planted_fallback_to_eager")(inputs["x"])
 
 
-def _run(checks, failures=()):
-    return {"checks": {k: {"level": v, "metadata": {"k": k}} for k, v in checks.items()}, "failures": list(failures), "seconds": 1.0}
+def _plain_sum(x):
+    """C2's operation: the fp16 sum and the same sum accumulated into fp32."""
+    return x.sum(-1), x.sum(-1, dtype=torch.float32)
 
 
-def test_compare_to_healthy_counts_turned_red_only():
-    healthy = _run({"x:a": 0, "x:b": 1, "x:c": 2, "x:d": 0})
-    bug = _run({"x:a": 1, "x:b": 2, "x:c": 2, "x:d": 0},
-               [{"step": "s", "error": "FusionError", "message": "no kernel", "fusion": True}])
-    caught, first, meta = regression.compare_to_healthy(healthy, bug)
-    assert caught == ["x:a (pass -> WARN)", "x:b (WARN -> ERROR)", "fusion evidence check (FusionError in s)"]
-    assert first == "x:a" and '"k": "x:a"' in meta
-    assert regression.compare_to_healthy(healthy, healthy)[0] == []
-    crash = _run({}, [{"step": "t", "error": "ValueError", "message": "m", "fusion": False}])
-    assert regression.compare_to_healthy(healthy, crash)[0] == ["asset raised ValueError in t"]
+def _rows(length, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(2, length, generator=g, dtype=torch.float64) * 2 - 1).half()
 
 
-def test_matrix_catches_bugs_with_no_false_alarm(tmp_path, smoke_resources):
-    """The asset end to end on C2 (the cheapest experiment) with three bugs it must catch."""
-    bugs = ["planted_drop_channel", "planted_fallback_to_eager", "planted_nondeterministic_reduction"]
-    result = dg.materialize(
-        [regression.planted_bug_matrix, regression.every_planted_bug_caught, regression.healthy_backend_no_false_alarms],
-        resources=smoke_resources,
-        run_config={"ops": {"planted_bug_matrix": {"config": {"bugs": bugs, "experiments": ["C2"]}}}},
-    )
+def test_long_reduction_bug_fires_only_above_its_threshold():
+    planted_bugs.register_planted_backends()
+    long_rows, short_rows = _rows(4096), _rows(planted_bugs.LONG_REDUCTION_THRESHOLD)  # C2 smoke length; at threshold
+    fn = fused(_plain_sum, "planted_long_reduction_bf16")
+    out16, acc32 = fn(long_rows)
+    assert fn.evidence.kernel_count >= 1
+    exact = long_rows.double().sum(-1)
+    healthy16, healthy32 = _plain_sum(long_rows)
+    # The bf16 workspace loses far more than fp32 accumulation: fp16 result several ULP off, fp32 accumulator way off.
+    assert int(ulp_diff(out16, healthy16).max()) >= 2
+    assert float((acc32.double() - exact).abs().max()) > 100 * float((healthy32.double() - exact).abs().max())
+    short16, short32 = fn(short_rows)  # same code path as Inductor: bit-identical to the healthy compile
+    ref16, ref32 = fused(_plain_sum, "inductor")(short_rows)
+    assert torch.equal(short16, ref16) and torch.equal(short32, ref32)
+
+
+def test_contiguous_only_bug_damages_strided_inputs_only():
+    from pipeline.movement import make_input, transpose_concat
+
+    planted_bugs.register_planted_backends()
+    x = make_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)  # D's odd smoke shape
+    y = make_input((1, 7, 24), torch.float16, "transposed_view", 2, specials=False)
+    assert not x.is_contiguous()
+    fn = fused(transpose_concat, "planted_contiguous_only", dynamic=False)
+    out = fn(x, y)
+    assert fn.evidence.kernel_count >= 1
+    # The planted fault: each input's storage read in memory order as if row-major.
+    as_if = lambda t: t.contiguous().transpose(1, 2).reshape(t.shape)  # noqa: E731
+    assert torch.equal(out, transpose_concat(as_if(x), as_if(y))) and not torch.equal(out, transpose_concat(x, y))
+    xc, yc = x.contiguous(), y.contiguous()
+    assert torch.equal(fn(xc, yc), transpose_concat(xc, yc))
+
+
+def test_bf16_scratch_bug_rounds_reduction_results():
+    planted_bugs.register_planted_backends()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 32, generator=g).half()
+    out = fused(_softmax, "planted_bf16_scratch")(x)
+    assert int(ulp_diff(out, _softmax(x)).max()) >= 2  # softmax's denominator at bf16 precision
+    rows = _rows(4096)
+    s16, s32 = fused(_plain_sum, "planted_bf16_scratch")(rows)
+    r16, r32 = _plain_sum(rows)
+    bf16_grid = s32.view(torch.int32) & 0xFFFF  # the fp32 sum carries no more than bf16's mantissa
+    assert bool((bf16_grid == 0).all()) and not torch.equal(s32, r32) and not torch.equal(s16, r16)
+    a, b = torch.randn(2, 8, 16, generator=g).half(), torch.randn(2, 8, 16, generator=g).half()
+    assert torch.equal(fused(_move, "planted_bf16_scratch")(a, b), _move(a, b))  # no reduction: unchanged
+
+
+def test_vector_tail_bug_fires_on_odd_row_lengths_only(inputs):
+    from pipeline.movement import make_input, slice_broadcast_concat
+
+    width = planted_bugs.VECTOR_WIDTH
+    x = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
+    y = make_input((1, 7, 24), torch.float16, "contiguous", 2, specials=False)
+    fn = fused(slice_broadcast_concat, "planted_vector_tail", dynamic=False)
+    out, ref = fn(x, y), slice_broadcast_concat(x, y)  # rows of 47 = 5 * 8 + 7
+    n = ref.shape[-1]
+    tail = n % width
+    assert fn.evidence.kernel_count >= 1 and tail
+    assert torch.equal(out[..., : n - tail], ref[..., : n - tail])
+    assert torch.equal(out[..., n - tail:], ref[..., n - tail - width: n - width]) and not torch.equal(out, ref)
+    a, b = inputs["a"], inputs["b"]  # rows of 16: a multiple of the vector width
+    assert torch.equal(fused(_move, "planted_vector_tail")(a, b), _move(a, b))
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+
+def _outcome(key, passed, severity, meta, spec=None):
+    return check_outcome(key, passed, severity, meta, spec)
+
+
+def _synthetic_run(outcomes, failures=()):
+    return {"outcomes": {o.key: o for o in outcomes}, "metadata": {o.key: {"k": o.key} for o in outcomes},
+            "failures": list(failures), "seconds": 1.0, "seed": 1}
+
+
+def test_score_counts_only_new_error_outcomes():
+    warn = dg.AssetCheckSeverity.WARN
+    err = dg.AssetCheckSeverity.ERROR
+    healthy = _synthetic_run([
+        _outcome("x:finding", False, warn, {"outcome": "finding"}),
+        _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
+        _outcome("x:claim_ok", True, err, {}, spec="claim"),
+        _outcome("x:validity_ok", True, err, {"outcome": "validity"}),
+        _outcome("x:standing", False, err, {"outcome": "validity"}),  # already ERROR when healthy
+    ])
+    assert regression.error_outcomes(healthy) == {"x:standing": "invalid run"}
+    bug = _synthetic_run([
+        _outcome("x:finding", False, warn, {"outcome": "finding"}),
+        _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
+        _outcome("x:claim_ok", False, err, {"verdict": "contradicted"}, spec="claim"),
+        _outcome("x:validity_ok", False, err, {"outcome": "validity"}),
+        _outcome("x:standing", False, err, {"outcome": "validity"}),
+        _outcome("x:undeclared", False, err, {}),  # declares nothing: read as validity
+        _outcome("x:undeclared_warn", False, warn, {}),
+    ], [{"step": "c2_reduction_order", "error": "FusionError", "message": "no kernel", "fusion": True}])
+    caught = regression.score_bug(healthy, bug)
+    assert caught == {"x:claim_ok": "claim contradicted", "x:undeclared": "invalid run", "x:validity_ok": "invalid run",
+                      "step c2_reduction_order": "invalid run: FusionError (no fusion evidence)"}
+    # WARN findings and inconclusive verdicts alone never catch a bug.
+    only_warn = _synthetic_run([
+        _outcome("x:finding", False, warn, {"outcome": "finding"}),
+        _outcome("x:claim_ok", False, warn, {"verdict": "inconclusive"}, spec="claim"),
+        _outcome("y:new_finding", False, warn, {"outcome": "finding"}),
+        _outcome("x:standing", False, err, {"outcome": "validity"}),
+    ])
+    assert regression.score_bug(healthy, only_warn) == {}
+    assert regression.score_bug(healthy, healthy) == {}
+    crash = _synthetic_run([], [{"step": "t", "error": "ValueError", "message": "m", "fusion": False}])
+    assert regression.score_bug(healthy, crash) == {"step t": "invalid run: step raised ValueError"}
+    first, meta = regression._first_failure(bug, caught)
+    assert first == "x:claim_ok" and '"k": "x:claim_ok"' in meta
+
+
+def test_declared_outcomes_read_from_check_specs():
+    kinds = regression.declared_outcomes([regression.every_planted_bug_caught, regression.planted_bug_matrix_run_valid,
+                                          regression.baseline_provenance_changed])
+    assert kinds == {"planted_bug_matrix:every_planted_bug_caught": "claim",
+                     "planted_bug_matrix:planted_bug_matrix_run_valid": "validity",
+                     "baseline_comparison:baseline_provenance_changed": "finding"}
+
+
+@pytest.mark.slow
+def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_resources):
+    """The asset end to end: B, C2 and D at smoke size, every planted bug (old and new classes), three
+    healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
+    checks = [regression.planted_bug_matrix, regression.every_planted_bug_caught,
+              regression.healthy_backend_no_false_alarms, regression.planted_bug_matrix_run_valid]
+    result = dg.materialize(checks, resources=smoke_resources)
     assert result.success
-    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert checks["every_planted_bug_caught"].passed and checks["healthy_backend_no_false_alarms"].passed
+    evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert all(evals[c].passed for c in ("every_planted_bug_caught", "healthy_backend_no_false_alarms",
+                                         "planted_bug_matrix_run_valid")), {k: e.metadata for k, e in evals.items()}
+    assert evals["healthy_backend_no_false_alarms"].metadata["verdict"].value == "supported"
+    assert evals["every_planted_bug_caught"].metadata["verdict"].value == "supported"
     table = storage.read_value(tmp_path / "smoke" / "planted_bug_matrix")
-    by_bug = {r["bug"]: r for r in table.iter_rows(named=True)}
-    assert by_bug["inductor (healthy control re-run)"]["caught"] == "no"
-    assert "c2_versions_self_deterministic (pass -> ERROR)" in by_bug["planted_nondeterministic_reduction"]["caught_by"]
-    assert "fusion evidence check (FusionError in c2_reduction_order)" == by_bug["planted_fallback_to_eager"]["caught_by"]
-    assert "c2_versions_within_fp64_band (pass -> ERROR)" in by_bug["planted_drop_channel"]["caught_by"]
-    assert all(by_bug[b]["first_failure_metadata"] for b in bugs)
     assert table.schema == pl.Schema(regression.MATRIX_SCHEMA)
+    healthy = table.filter(pl.col("row") == regression.HEALTHY_ROW)
+    assert healthy.height == regression.MIN_HEALTHY_SEEDS and healthy["seed"].n_unique() == regression.MIN_HEALTHY_SEEDS
+    assert (healthy["error_outcomes"] == 0).all() and (healthy["caught"] == "clean").all()
+    by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == regression.BUG_ROW).iter_rows(named=True)}
+    assert set(by_bug) == set(PLANTED_BUGS) and len(by_bug) >= 11
+    assert all(r["caught"] == "yes" and r["error_outcomes"] >= 1 and r["first_failure_metadata"] for r in by_bug.values())
+    # Where each bug is caught: the experiment whose claim its fault breaks (or the run's validity).
+    expected = {
+        "planted_fallback_to_eager": "(invalid run: FusionError (no fusion evidence))",
+        "planted_nondeterministic_reduction": "c2_versions:c2_versions_self_deterministic (claim contradicted)",
+        "planted_long_reduction_bf16": "c2_row_bounds:c2_versions_within_fp64_band (claim contradicted)",
+        "planted_fp16_accumulation": "c2_row_bounds:c2_versions_within_fp64_band (claim contradicted)",
+        "planted_contiguous_only": "data_movement_check_table:pure_movement_rows_bit_exact (claim contradicted)",
+        "planted_vector_tail": "data_movement_check_table:pure_movement_rows_bit_exact (claim contradicted)",
+        "planted_off_by_one_ulp": "data_movement_check_table:pure_movement_rows_bit_exact (claim contradicted)",
+        "planted_drop_channel": "accumulated_error_summary:fused_not_worse_than_eager_softmax (claim contradicted)",
+        "planted_wrong_axis": "(claim contradicted)",
+        "planted_layout_swap": "accumulated_error_summary:fused_not_worse_than_eager_attention (claim contradicted)",
+        "planted_bf16_scratch": "(claim contradicted)",
+    }
+    for bug, where in expected.items():
+        assert where in by_bug[bug]["caught_by"], (bug, by_bug[bug]["caught_by"])
+    # Only ERROR outcomes count: no WARN finding or inconclusive verdict appears as a catch.
+    assert not any("finding" in r["caught_by"] or "inconclusive" in r["caught_by"] for r in by_bug.values())

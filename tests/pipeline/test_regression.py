@@ -140,36 +140,91 @@ def test_bootstrap_tolerance_is_zero_without_spread_and_grows_with_it():
     assert 0 < narrow < wide
 
 
+BASELINE_CHECKS = ("no_moves_against_baseline", "baseline_items_comparable", "baseline_moves_within_rule",
+                   "baseline_provenance_changed", "baseline_covers_every_experiment")
+
+
 def _materialize_comparison(tmp_path, smoke_resources):
-    return dg.materialize([regression.baseline_comparison, regression.no_moves_against_baseline,
-                           regression.baseline_covers_every_experiment], resources=smoke_resources)
+    return dg.materialize([regression.baseline_comparison, *(getattr(regression, c) for c in BASELINE_CHECKS)],
+                          resources=smoke_resources)
 
 
 def _check(result, name):
     return next(e for e in result.get_asset_check_evaluations() if e.check_name == name)
 
 
+def test_baseline_checks_declare_their_outcome_kind():
+    kinds = regression.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
+    assert kinds == {f"baseline_comparison:{c}": k for c, k in zip(
+        BASELINE_CHECKS, ("claim", "validity", "finding", "finding", "finding"))}
+    spec = next(iter(regression.no_moves_against_baseline.check_specs))
+    assert spec.metadata["rule.claim"].startswith("numerics unchanged")
+
+
 def test_comparison_asset_and_checks(tmp_path, smoke_resources):
     _stored(tmp_path)
-    # No baseline: the check fails at WARN with the reason, it does not pass.
+    # No baseline: the claim is inconclusive (WARN) with the reason, it does not pass.
     check = _check(_materialize_comparison(tmp_path, smoke_resources), "no_moves_against_baseline")
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["verdict"].value == "inconclusive"
     assert "no baseline promoted" in check.metadata["reason"].value
-    # Promote through the CLI, compare unchanged data: green.
+    # Promote through the CLI, compare unchanged data: supported, valid, no findings but the coverage gaps.
     assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path)]) == 2  # partial refused
     assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path), "--allow-partial",
                      "--device", "cpu"]) == 0
     result = _materialize_comparison(tmp_path, smoke_resources)
-    assert _check(result, "no_moves_against_baseline").passed
+    claim = _check(result, "no_moves_against_baseline")
+    assert claim.passed and claim.metadata["verdict"].value == "supported"
+    assert _check(result, "baseline_items_comparable").passed and _check(result, "baseline_moves_within_rule").passed
     gaps = _check(result, "baseline_covers_every_experiment")
-    assert not gaps.passed and "A: not in baseline, not materialized" in gaps.metadata["gaps"].value
-    # Break D: ERROR, and the metadata names the moved item.
+    assert not gaps.passed and gaps.severity == dg.AssetCheckSeverity.WARN
+    assert "A: not in baseline, not materialized" in gaps.metadata["gaps"].value
+    # Break D: contradicted at ERROR, and the metadata names the moved item.
     _stored(tmp_path, d=_d_table(broken=True))
-    check = _check(_materialize_comparison(tmp_path, smoke_resources), "no_moves_against_baseline")
+    result = _materialize_comparison(tmp_path, smoke_resources)
+    check = _check(result, "no_moves_against_baseline")
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert check.metadata["verdict"].value == "contradicted"
     assert "rotate_half" in check.metadata["what_moved"].value
+    assert _check(result, "baseline_items_comparable").passed  # a drift is not an invalid comparison
     table = storage.read_value(tmp_path / "smoke" / "baseline_comparison")
     assert table.columns[:5] == ["experiment", "item", "kind", "baseline_value", "current_value"]
+
+
+def _comparison_table(rows):
+    base = {"experiment": "D", "item": "x", "kind": "bit_exact", "baseline_value": "0", "current_value": "0",
+            "delta": None, "tolerance": 0.0, "tolerance_source": "bit-exact", "moved": "no", "severity": "none",
+            "status": "compared"}
+    return pl.DataFrame([{**base, **r} for r in rows], schema=baseline.COLUMNS)
+
+
+def _meta(result, key):
+    value = result.metadata[key]
+    return getattr(value, "value", value)
+
+
+def test_missing_item_is_invalid_and_improvements_and_provenance_are_findings():
+    table = _comparison_table([
+        {"item": "ok"},
+        {"item": "gone", "current_value": None, "moved": "yes", "severity": "ERROR", "status": "not in current"},
+        {"item": "better", "baseline_value": "3", "current_value": "1", "moved": "yes", "severity": "WARN"},
+        {"item": "provenance.torch_version", "kind": "provenance", "baseline_value": "2.13", "current_value": "2.14",
+         "moved": "yes", "severity": "INFO"},
+        {"item": "provenance.git_commit", "kind": "provenance", "baseline_value": "abc", "current_value": "def",
+         "moved": "yes", "severity": "INFO"},
+    ])
+    valid = regression.baseline_items_comparable(table)
+    assert not valid.passed and valid.severity == dg.AssetCheckSeverity.ERROR and "D gone: not in current" in _meta(valid, "problems")
+    claim = regression.no_moves_against_baseline(table)  # a missing item is validity, not a drift
+    assert claim.passed and _meta(claim, "verdict") == "supported"
+    moves = regression.baseline_moves_within_rule(table)
+    assert not moves.passed and moves.severity == dg.AssetCheckSeverity.WARN and _meta(moves, "findings") == 1
+    prov = regression.baseline_provenance_changed(table)
+    assert not prov.passed and prov.severity == dg.AssetCheckSeverity.WARN and _meta(prov, "findings") == 2
+    assert "torch_version: 2.13 -> 2.14" in _meta(prov, "details")
+    drift = _comparison_table([{"item": "worse", "baseline_value": "0", "current_value": "3", "moved": "yes", "severity": "ERROR"}])
+    result = regression.no_moves_against_baseline(drift)
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR and _meta(result, "verdict") == "contradicted"
 
 
 def test_promote_job_runs(tmp_path, smoke_resources):
