@@ -477,7 +477,24 @@ def drift(report: Report, exp: Experiment) -> str:
                      + "\n### What moved\n\n" + (markdown_table(moved) if moved.height else "Nothing moved.\n"))
     matrix = report.table("planted_bug_matrix")
     if matrix is not None:
-        parts.append("## Planted-bug suite: which checks catch which silent bug\n\n" + markdown_table(matrix))
+        from ..assets import regression
+
+        bugs = matrix.filter(pl.col("row") == regression.BUG_ROW)
+        healthy = matrix.filter(pl.col("row") == regression.HEALTHY_ROW)
+        caught = int((bugs["caught"] == "yes").sum())
+        alarms = int(healthy["error_outcomes"].sum())
+        parts.append(
+            "## Planted-bug suite: every silent bug must fail at ERROR\n\n"
+            f"**{caught} of {bugs.height} bugs caught at ERROR; {alarms} ERROR outcome(s) over {healthy.height} healthy "
+            f"seeds.** Scoring: {regression.SCORING}\n\n"
+            "### Bug x caught at ERROR\n\n"
+            + markdown_table(bugs.select("bug", "fault_class", "caught", "error_outcomes", "caught_by",
+                                         pl.col("wall_seconds").round(1)))
+            + "\n### Healthy backend over several base seeds (false alarms)\n\n"
+            + markdown_table(healthy.select("bug", "seed", "caught", "error_outcomes", pl.col("wall_seconds").round(1)))
+            + "\n<details><summary>What each bug does</summary>\n\n"
+            + markdown_table(bugs.select("bug", "description")) + "\n</details>\n"
+        )
     return "\n".join(parts)
 
 
