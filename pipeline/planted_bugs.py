@@ -350,8 +350,9 @@ def _fp16_sequential_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple
     return acc
 
 
-def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
-    """``sum``/``mean`` over the last dim accumulate in fp16 (see :func:`_fp16_sequential_sum`)."""
+def _rewrite_last_dim_sums(gm: torch.fx.GraphModule, summed: Callable[..., torch.fx.Node], min_length: int = 2) -> int:
+    """Replace every ``sum``/``mean`` over the last dim of at least ``min_length`` elements by
+    ``summed(graph, src, shape)`` (a sum over the last dim, fp32), keeping mean, keepdim and dtype."""
     count = 0
     graph = gm.graph
     for node in list(graph.nodes):
@@ -360,13 +361,13 @@ def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
         src = node.args[0]
         shape = _static_shape(src)
         out = node.meta.get("val")
-        if shape is None or len(shape) < 1 or shape[-1] < 2 or not isinstance(out, torch.Tensor):
+        if shape is None or len(shape) < 1 or shape[-1] < min_length or not isinstance(out, torch.Tensor):
             continue
         if not src.meta["val"].is_floating_point() or _reduced_dims(node, len(shape)) != [len(shape) - 1]:
             continue
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
         with graph.inserting_before(node):
-            y = _fp16_sequential_sum(graph, src, shape)
+            y = summed(graph, src, shape)
             if node.target is aten.mean.dim:
                 y = graph.call_function(aten.div.Tensor, (y, float(shape[-1])))
             if keepdim:
@@ -379,6 +380,11 @@ def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
         graph.lint()
         gm.recompile()
     return count
+
+
+def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
+    """``sum``/``mean`` over the last dim accumulate in fp16 (see :func:`_fp16_sequential_sum`)."""
+    return _rewrite_last_dim_sums(gm, _fp16_sequential_sum)
 
 
 #: The planted split-K path switches on for reductions longer than this many elements ...
@@ -409,33 +415,7 @@ def _bf16_workspace_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[
 def _rewrite_long_reduction(gm: torch.fx.GraphModule) -> int:
     """``sum``/``mean`` over a last dim longer than ``LONG_REDUCTION_THRESHOLD`` take the split-K
     path of :func:`_bf16_workspace_sum`; shorter reductions are left exactly as they were."""
-    count = 0
-    graph = gm.graph
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in (aten.sum.dim_IntList, aten.mean.dim):
-            continue
-        src = node.args[0]
-        shape = _static_shape(src)
-        out = node.meta.get("val")
-        if shape is None or len(shape) < 1 or shape[-1] <= LONG_REDUCTION_THRESHOLD or not isinstance(out, torch.Tensor):
-            continue
-        if not src.meta["val"].is_floating_point() or _reduced_dims(node, len(shape)) != [len(shape) - 1]:
-            continue
-        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        with graph.inserting_before(node):
-            y = _bf16_workspace_sum(graph, src, shape)
-            if node.target is aten.mean.dim:
-                y = graph.call_function(aten.div.Tensor, (y, float(shape[-1])))
-            if keepdim:
-                y = graph.call_function(aten.unsqueeze.default, (y, -1))
-            y = graph.call_function(aten._to_copy.default, (y,), {"dtype": out.dtype})
-        node.replace_all_uses_with(y)
-        graph.erase_node(node)
-        count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return _rewrite_last_dim_sums(gm, _bf16_workspace_sum, min_length=LONG_REDUCTION_THRESHOLD + 1)
 
 
 #: Reductions whose results the planted bf16-scratch bug rounds (var_mean through its getitems).

@@ -403,21 +403,24 @@ _BOUND_DERIVATION = ("Higham, Accuracy and Stability of Numerical Algorithms, ch
                      "version's summation order from the row's own sum|x| (and sum|p_j| for stored partials); see "
                      "c2_row_bounds.bound_formula. " + BAND_WORDS)
 
+_BOUND_DERIVATION += (" Probabilistic part: Higham & Mary 2019, lambda = sqrt(2 ln(2 R N / (1 - confidence))) for R "
+                      "rows of N terms (a union bound over every rounding of every row).")
+_BOUND_DECISION = ("contradicted if any row's error exceeds its deterministic bound (impossible for any correct "
+                   "implementation of that order and precision), or exceeds its probabilistic bound (the seed's 'random "
+                   "error range'; lambda chosen so that all judged rows hold together at the stated confidence); "
+                   "supported if every row is within both; inconclusive if the family has no rows")
+
 SEED_RULE = Rule(
     claim="Every C2 version with fp32 accumulation (eager, fused default, each Inductor knob, tilings 512/1024/2048 with "
           "fp32 partials) falls within the rounding-error range of the fp64 baseline on every row",
     metric="margin = |result - fp64 sum| / B, B the deterministic error bound derived for the row, the version's "
            "summation order and the output (fp16 result and fp32 accumulator)",
-    decision="contradicted if any row's error exceeds its deterministic bound (impossible for any correct "
-             "implementation of that order and precision), or exceeds its probabilistic bound (the seed's 'random "
-             "error range'; lambda chosen so that all judged rows hold together at the stated confidence); supported "
-             "if every row is within both; inconclusive if the family has no rows",
+    decision=_BOUND_DECISION,
     threshold=1.0,
     unit="margin (error / derived bound)",
     confidence=PROB_CONFIDENCE,
     sample_size="(1 + c2_pool_rows) rows x every version of the family x 2 outputs",
-    derivation=_BOUND_DERIVATION + " Probabilistic part: Higham & Mary 2019, lambda = sqrt(2 ln(2 R N / (1 - "
-               "confidence))) for R rows of N terms (a union bound over every rounding of every row).",
+    derivation=_BOUND_DERIVATION,
 )
 
 FP16_PARTIALS_RULE = Rule(
@@ -425,16 +428,12 @@ FP16_PARTIALS_RULE = Rule(
           "fp64 baseline on every row (the bound includes one fp16 rounding per stored partial)",
     metric="margin = |result - fp64 sum| / B, B the deterministic bound of fp32 tile sums, fp16-stored partials and an "
            "fp32 sum of the partials (fp16 result and fp32 accumulator)",
-    decision="contradicted if any row's error exceeds its deterministic bound (impossible for any correct "
-             "implementation of that order and precision), or exceeds its probabilistic bound (the seed's 'random "
-             "error range'; lambda chosen so that all judged rows hold together at the stated confidence); supported "
-             "if every row is within both; inconclusive if the family has no rows",
+    decision=_BOUND_DECISION,
     threshold=1.0,
     unit="margin (error / derived bound)",
     confidence=PROB_CONFIDENCE,
     sample_size="(1 + c2_pool_rows) rows x 3 tilings x 2 outputs",
-    derivation=_BOUND_DERIVATION + " Probabilistic part: Higham & Mary 2019, lambda = sqrt(2 ln(2 R N / (1 - "
-               "confidence))) for R rows of N terms (a union bound over every rounding of every row).",
+    derivation=_BOUND_DERIVATION,
 )
 
 DETERMINISM_RULE = Rule(
