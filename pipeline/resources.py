@@ -75,8 +75,29 @@ class ExperimentSettings(dg.ConfigurableResource):
             "seed": self.seed,
             "torch_version": torch.__version__,
             "cpu_threads": torch.get_num_threads(),
+            **cpu_capability(),
             "git_commit": git_commit(),
         }
+
+
+@functools.cache
+def cpu_capability() -> dict[str, str]:
+    """The CPU and the vector instruction sets torch uses on it: ATen's kernels (``cpu_capability``)
+    and Inductor's generated C++ (``inductor_vec_isa``). Fused CPU code, and so its results, depend
+    on both (e.g. a vectorized 16-bit transpose that differs from the scalar one)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        isa = str(pick_vec_isa()) or "none"
+    except Exception:  # noqa: BLE001 - best effort: provenance must never fail a run
+        isa = "unknown"
+    return {"cpu_model": model, "cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "inductor_vec_isa": isa}
 
 
 @functools.cache

@@ -96,6 +96,9 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     mat = result.asset_materializations_for_node("input_pool_ffn")[0]
     assert mat.metadata["provenance.profile"].value == "smoke"
     assert mat.metadata["provenance.torch_version"].value == torch.__version__
+    # Fused CPU code depends on the vector ISA: every materialization records it.
+    assert mat.metadata["provenance.cpu_capability"].value == str(torch.backends.cpu.get_cpu_capability())
+    assert mat.metadata["provenance.inductor_vec_isa"].value and mat.metadata["provenance.cpu_model"].value
 
 
 def test_bfloat16_round_trip_is_bit_exact(tmp_path):
