@@ -330,6 +330,9 @@ class PlantedBugMatrixConfig(dg.Config):
     bugs: list[str] = []
     experiments: list[str] = []
     healthy_seeds: list[int] = []
+    #: Skip assets that only finding checks (or no check) read: they cannot produce an ERROR outcome
+    #: by a check, only by crashing. False runs every asset of the chosen experiments.
+    skip_finding_only_assets: bool = True
 
 
 def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
@@ -389,16 +392,18 @@ def scored_assets(defs: list[Any]) -> list[dg.AssetKey]:
 
 
 def run_experiments(backend: str, defs: list[Any], base_dir: Path, like: ExperimentSettings,
-                    seed: int | None = None) -> dict[str, Any]:
+                    seed: int | None = None, prune: bool = True) -> dict[str, Any]:
     """Materialize ``defs`` at smoke size with ``backend`` (base seed ``seed``, default ``like``'s).
     Returns every evaluated check as a :class:`~pipeline.verdicts.CheckOutcome` (kind from its spec,
-    else its result metadata) with its metadata, and every failed step."""
+    else its result metadata) with its metadata, and every failed step. ``prune`` materializes only
+    :func:`scored_assets`."""
     settings = ExperimentSettings(profile=MATRIX_PROFILE, device=like.device, backend=backend,
                                   backend_options=like.backend_options, seed=like.seed if seed is None else seed)
     resources = {"settings": settings, "io_manager": PrecisionIOManager(base_dir=str(base_dir), settings=settings)}
     kinds = declared_outcomes(defs)
     start = time.perf_counter()
-    result = dg.materialize(defs, resources=resources, raise_on_error=False, selection=scored_assets(defs))
+    result = dg.materialize(defs, resources=resources, raise_on_error=False,
+                            selection=scored_assets(defs) if prune else None)
     outcomes, metadata = {}, {}
     for e in result.get_asset_check_evaluations():
         key = f"{e.asset_key.to_user_string()}:{e.check_name}"
@@ -489,7 +494,8 @@ def default_healthy_seeds(like: ExperimentSettings) -> list[int]:
 
 
 def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettings, work_dir: Path,
-                 healthy_seeds: list[int] | None = None, log: Any = None) -> tuple[pl.DataFrame, dict[str, Any]]:
+                 healthy_seeds: list[int] | None = None, log: Any = None,
+                 prune: bool = True) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The healthy backend once per base seed, then every bug once at the first seed; one row per
     healthy seed (its ERROR outcomes: false alarms) and one per bug (its ERROR outcomes beyond the
     healthy run at the same seed: what caught it). Returns the table and run facts for metadata."""
@@ -502,7 +508,7 @@ def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettin
     missing = "; ".join(unavailable)
 
     def run(label: str, backend: str, seed: int) -> dict[str, Any]:
-        out = run_experiments(backend, defs, work_dir / label, like, seed=seed)
+        out = run_experiments(backend, defs, work_dir / label, like, seed=seed, prune=prune)
         if log:
             log(f"{label} ({backend}, seed {seed}): {len(out['outcomes'])} checks, {len(out['failures'])} failed steps, "
                 f"{len(error_outcomes(out))} ERROR outcomes, {out['seconds']:.1f} s")
@@ -562,7 +568,7 @@ def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSe
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
         table, facts = build_matrix(bugs, experiments, settings, Path(tmp), healthy_seeds=config.healthy_seeds or None,
-                                    log=context.log.info)
+                                    log=context.log.info, prune=config.skip_finding_only_assets)
     wall = time.perf_counter() - start
     bug_rows = table.filter(pl.col("row") == BUG_ROW)
     healthy_rows = table.filter(pl.col("row") == HEALTHY_ROW)
@@ -572,6 +578,8 @@ def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSe
                 f"({settings.profile!r}) to keep the matrix affordable; data in a temporary folder",
         "scoring": SCORING,
         "experiments": ", ".join(experiments),
+        "assets_run": "only assets read by validity/claim checks (and upstream)" if config.skip_finding_only_assets
+                      else "every asset of the experiments",
         "bugs": bug_rows.height,
         "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
         "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
