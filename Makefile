@@ -1,6 +1,7 @@
 # One-command set-up and runs. Everything installs into .venv from the project's own files.
 #   make report   materialize every asset (default profile) and build the report site
 #   make test     run the test suite
+#   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
 # A GPU user picks another torch build, e.g.:  make report TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>"
 # or installs torch into .venv first and passes TORCH_SPEC=skip.
 
@@ -15,7 +16,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup report test benchmark ui clean
+.PHONY: setup report test test-cuda benchmark ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +33,12 @@ report: $(STAMP)
 test: $(STAMP)
 	./scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest
+
+# Every experiment's smoke on the accelerator (FUSION_DEVICE, e.g. cuda:1 / xpu / npu / mps; default cuda),
+# then the pipeline tests on that device; skipped with the reason where torch reports no such device.
+test-cuda: $(STAMP)
+	$(BIN)/python -m pytest -m cuda -rs tests/pipeline/test_accelerator_smoke.py
+	FUSION_DEVICE=$${FUSION_DEVICE:-cuda} $(BIN)/python -m pytest -rs tests/pipeline -m "not cuda"
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import fused
 
+from .devices import synchronize
 from .workloads import DTYPES, WORKLOADS
 
 #: Distinct outputs kept per dtype: enough to measure how far apart they are, bounded on disk.
@@ -99,8 +100,7 @@ def run_round(
             key = f"{dtype}/{digest}"
             if key not in distinct and sum(k.startswith(f"{dtype}/") for k in distinct) < MAX_DISTINCT_KEPT:
                 distinct[key] = out.detach().cpu().clone()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         seconds = time.perf_counter() - start
         ev = fn.evidence
         records[dtype] = {

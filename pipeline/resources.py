@@ -13,8 +13,7 @@ import dagster as dg
 import torch
 from pydantic import Field
 
-from precisionkit.paths import default_device
-
+from .devices import check_device, device_name, device_versions
 from .profiles import Profile, get_profile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +28,13 @@ class ExperimentSettings(dg.ConfigurableResource):
     )
     device: str = Field(
         default_factory=lambda: os.environ.get("FUSION_DEVICE", "auto"),
-        description="auto (cuda if available, else cpu) | cpu | cuda (default from FUSION_DEVICE)",
+        description="auto (the first accelerator torch reports, else cpu) or a torch device string: cpu, cuda, "
+        "cuda:1, xpu, npu, mps (default from FUSION_DEVICE); checked against what torch reports here",
+    )
+    device_label: str = Field(
+        default_factory=lambda: os.environ.get("FUSION_DEVICE_LABEL", ""),
+        description="the name results from this machine carry in reports (e.g. 'h100-node-3'); empty: the "
+        "device's hardware name (default from FUSION_DEVICE_LABEL)",
     )
     backend: str = Field(
         default_factory=lambda: os.environ.get("FUSION_BACKEND", "inductor"),
@@ -44,7 +49,11 @@ class ExperimentSettings(dg.ConfigurableResource):
         return get_profile(self.profile)
 
     def torch_device(self) -> torch.device:
-        return default_device(self.device)
+        return check_device(self.device)
+
+    def device_key(self) -> str:
+        """The name this run's results are filed under when devices are compared side by side."""
+        return self.device_label.strip() or device_name(self.torch_device())
 
     def options(self) -> dict[str, Any]:
         try:
@@ -65,15 +74,15 @@ class ExperimentSettings(dg.ConfigurableResource):
     def provenance(self) -> dict[str, Any]:
         """Where and how a materialization was produced."""
         device = self.torch_device()
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
         return {
             "profile": self.profile,
             "device": str(device),
-            "device_name": name,
+            "device_name": device_name(device),
+            "device_label": self.device_key(),
             "backend": self.backend,
             "backend_options": self.backend_options,
             "seed": self.seed,
-            "torch_version": torch.__version__,
+            **device_versions(device),
             "cpu_threads": torch.get_num_threads(),
             **cpu_capability(),
             "git_commit": git_commit(),
