@@ -14,6 +14,7 @@ fused region in turn) measures which op is responsible, and that feeds the §6.1
 
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,12 @@ from precisionkit import fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
+from ..devices import synchronize
 from ..profiles import get_profile
 from ..resources import ExperimentSettings
 from ..storage import save_tensors
 from ..tables import markdown_table
+from .toolkit import pool_set_seed
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, combine,
                         finding_check, finding_result, validity_check, validity_result)
 from ..workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
@@ -68,8 +71,8 @@ def _run_chain(
     context: dg.AssetExecutionContext,
     settings: ExperimentSettings,
     workload: Workload,
-    pool: dict[str, torch.Tensor],
-    refs: dict[str, torch.Tensor],
+    pool: Mapping[str, Any],  # a lazy SetTensors: sets are read a batch at a time
+    refs: Mapping[str, Any],
     rows: list[dict[str, Any]],
     evidence: list[dict[str, Any]],
     worst: dict[str, torch.Tensor],
@@ -108,8 +111,7 @@ def _run_chain(
                     fn = paths[p]
                     t0 = time.perf_counter()
                     outputs[p] = torch.stack([fn(*s) for s in sets])
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
+                    synchronize(device)
                     seconds[p] += time.perf_counter() - t0
                 eager_finite = torch.isfinite(outputs["eager"]).reshape(stop - start, -1)
                 ref_finite = torch.isfinite(ref_batch).reshape(stop - start, -1).to(eager_finite.device)
@@ -555,8 +557,8 @@ def accumulated_error_counterexamples(
         tensors.update({f"output/{p}": worst_sets[f"{prefix}/output/{p}"] for p in PATHS})
         tensors["fp64_reference"] = worst_sets[f"{prefix}/fp64_reference"]
         tensors["set_index"] = worst_sets[f"{prefix}/set_index"]
-        # The pool's seed for this chain/distribution, derived exactly as input_pool_<chain> derives it.
-        seed = settings.derived_seed("pool", chain, dist)
+        # The worst set's own seed, derived exactly as input_pool_<chain> derives it: redraws that set alone.
+        seed = pool_set_seed(settings, chain, dist, int(tensors["set_index"][0]))
         tensors["pool_seed"] = torch.tensor([seed], dtype=torch.int64)
         path = folder / f"{chain}__{dist}__{dtype}.safetensors"
         save_tensors(tensors, path)

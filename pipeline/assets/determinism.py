@@ -102,7 +102,7 @@ def _code_diff(a: str, b: str, limit: int = 12) -> str:
         ),
     },
 )
-def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: dict[str, torch.Tensor]):
+def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any):  # lazy SetTensors
     """Round 1 in process, round 2 cold in a fresh process, round 3 cold with another thread count."""
     profile = settings.get_profile()
     runs = profile.determinism_runs

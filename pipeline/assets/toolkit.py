@@ -2,10 +2,17 @@
 
 Every later experiment (A, B, D, E) reads its inputs from these assets, so S sits upstream of
 them in the asset graph.
+
+Pools and references stream: set ``i`` of a pool is drawn from its own seed
+(:func:`pool_set_seed`), and both are written a chunk of sets at a time (:class:`SetStream`)
+and read back lazily, so memory holds one chunk whatever the set count (the seed profile's
+pools are tens of GB in fp64).
 """
 
 
-import time
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -15,6 +22,7 @@ from precisionkit import fp64_reference
 from precisionkit.selfcheck import self_check
 
 from ..resources import ExperimentSettings
+from ..storage import SetStream, SetTensor
 from ..verdicts import validity_check, validity_result
 from ..workloads import CHAINS, DTYPES, WORKLOADS, Workload, set_args
 
@@ -32,6 +40,79 @@ def pool_key(distribution: str, dtype: str, arg: str | None = None) -> str:
     return f"{distribution}/{dtype}" + (f"/{arg}" if arg else "")
 
 
+#: fp64 bytes drawn per chunk of sets (at least one set): bounds a pool's working memory.
+CHUNK_BYTES = 64 << 20
+
+
+def pool_set_seed(settings: ExperimentSettings, workload: str, distribution: str, index: int) -> int:
+    """The seed of input set ``index`` of ``workload``'s ``distribution``: any set can be redrawn alone."""
+    return settings.derived_seed("pool", workload, distribution, index)
+
+
+def draw_sets(workload: Workload, settings: ExperimentSettings, distribution: str, start: int, stop: int) -> dict[str, torch.Tensor]:
+    """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis."""
+    profile = settings.get_profile()
+    drawn = [workload.sample(profile, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
+             for i in range(start, stop)]
+    return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
+
+
+def chunk_sets(set_bytes: int) -> int:
+    """Sets per chunk so that one chunk's float64 values stay within :data:`CHUNK_BYTES`."""
+    return max(1, CHUNK_BYTES // max(1, set_bytes))
+
+
+def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
+    """The input pool of ``workload`` as a stream of sets: distribution x dtype x argument."""
+    profile = settings.get_profile()
+    shapes = workload.shapes(profile)
+    dtypes = POOL_DTYPES[workload.name]
+    entries = {pool_key(d, t, a): (shapes[a], DTYPES[t]) for d in workload.distributions for t in dtypes for a in workload.arg_names}
+
+    def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
+        out = {}
+        for d in workload.distributions:
+            drawn = draw_sets(workload, settings, d, start, stop)
+            for t in dtypes:
+                out.update({pool_key(d, t, a): v.to(DTYPES[t]) for a, v in drawn.items()})
+        return out
+
+    fp64_set_bytes = 8 * len(workload.distributions) * sum(math.prod(s) for s in shapes.values())
+    return SetStream(entries, pool_sets(workload, settings), produce, chunk_sets(fp64_set_bytes))
+
+
+def reference_stream(workload: Workload, pool: Mapping[str, Any]) -> SetStream:
+    """fp64 references of every set of ``pool``, one per distribution x dtype, computed a chunk at a time."""
+    first_arg = workload.arg_names[0]
+    groups = sorted(k.rsplit("/", 1)[0] for k in pool if k.endswith(f"/{first_arg}"))
+    if not groups:
+        raise ValueError(f"the input pool of {workload.name!r} has no {first_arg!r} entries: rematerialize it")
+    n_sets = pool[f"{groups[0]}/{first_arg}"].shape[0]
+    meta = tuple(torch.empty(tuple(pool[f"{groups[0]}/{a}"].shape[1:]), dtype=torch.float64, device="meta")
+                 for a in workload.arg_names)
+    out_shape = tuple(workload.fn(*meta).shape)
+    entries = {g: (out_shape, torch.float64) for g in groups}
+
+    def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
+        out = {}
+        for g in groups:
+            subset = {a: pool[f"{g}/{a}"][start:stop] for a in workload.arg_names}
+            out[g] = torch.stack([fp64_reference(workload.fn, set_args(subset, workload, i)) for i in range(stop - start)])
+        return out
+
+    set_bytes = sum(8 * math.prod(pool[f"{g}/{a}"].shape[1:]) for g in groups for a in workload.arg_names)
+    return SetStream(entries, n_sets, produce, chunk_sets(set_bytes + 8 * len(groups) * math.prod(out_shape)))
+
+
+def set_chunks(value: torch.Tensor | SetTensor, sets: int = 64) -> Iterator[torch.Tensor]:
+    """A stored tensor's sets, ``sets`` at a time, without loading a lazily stored one whole."""
+    if isinstance(value, SetTensor):
+        for _, chunk in value.chunks(sets):
+            yield chunk
+    else:
+        yield from value.split(sets)
+
+
 def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
     @dg.asset(
         name=f"input_pool_{workload.name}",
@@ -40,25 +121,22 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
         description=f"Seeded input sets for {workload.title}: every distribution x dtype, stacked on a leading set axis.",
         kinds={"pytorch", "safetensors"},
     )
-    def input_pool(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> dict[str, torch.Tensor]:
+    def input_pool(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> SetStream:
         profile = settings.get_profile()
-        n_sets = pool_sets(workload, settings)
-        pool: dict[str, torch.Tensor] = {}
-        for distribution in workload.distributions:
-            drawn = workload.sample(profile, distribution, n_sets, settings.derived_seed("pool", workload.name, distribution))
-            for dtype in POOL_DTYPES[workload.name]:
-                for arg, values in drawn.items():
-                    pool[pool_key(distribution, dtype, arg)] = values.to(DTYPES[dtype])
+        stream = pool_stream(workload, settings)
         context.add_output_metadata(
             {
-                "sets_per_distribution": n_sets,
+                "sets_per_distribution": stream.n_sets,
+                "sets_per_chunk": stream.chunk_sets,
+                "bytes_per_set": stream.set_bytes(),
+                "set_seeds": f"derived_seed('pool', {workload.name!r}, <distribution>, <set index>)",
                 "distributions": ", ".join(workload.distributions),
                 "dtypes": ", ".join(POOL_DTYPES[workload.name]),
                 "arg_shapes": str({k: list(v) for k, v in workload.shapes(profile).items()}),
                 **{f"profile.{k}": v for k, v in profile.sizes().items() if isinstance(v, (int, str))},
             }
         )
-        return pool
+        return stream
 
     return input_pool
 
@@ -72,19 +150,11 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
         description=f"fp64 CPU re-execution of {workload.title} on every input set (the judge for eager and fused).",
         kinds={"pytorch", "safetensors"},
     )
-    def reference(context: dg.AssetExecutionContext, pool: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        start = time.perf_counter()
-        out: dict[str, torch.Tensor] = {}
-        first_arg = workload.arg_names[0]
-        for key in sorted(k for k in pool if k.endswith(f"/{first_arg}")):
-            distribution, dtype, _ = key.split("/")
-            subset = {arg: pool[pool_key(distribution, dtype, arg)] for arg in workload.arg_names}
-            n_sets = subset[first_arg].shape[0]
-            out[pool_key(distribution, dtype)] = torch.stack(
-                [fp64_reference(workload.fn, set_args(subset, workload, i)) for i in range(n_sets)]
-            )
-        context.add_output_metadata({"seconds": round(time.perf_counter() - start, 3), "entries": len(out)})
-        return out
+    def reference(context: dg.AssetExecutionContext, pool: Any) -> SetStream:
+        stream = reference_stream(workload, pool)
+        context.add_output_metadata({"entries": len(stream.entries), "sets": stream.n_sets,
+                                     "sets_per_chunk": stream.chunk_sets})
+        return stream
 
     return reference
 
@@ -102,9 +172,9 @@ def _reference_check(workload: Workload) -> dg.AssetChecksDefinition:
         description="Run validity: every reference is float64 and finite, one per distribution x dtype of the pool "
         "(a judge that is not float64 or not finite makes every error measured against it meaningless).",
     )
-    def check(refs: dict[str, torch.Tensor]) -> dg.AssetCheckResult:
+    def check(refs: Any) -> dg.AssetCheckResult:  # a SetTensors (lazy) or a dict of tensors
         wrong_dtype = sorted(k for k, v in refs.items() if v.dtype != torch.float64)
-        nonfinite = {k: int((~torch.isfinite(v)).sum()) for k, v in refs.items()}
+        nonfinite = {k: sum(int((~torch.isfinite(c)).sum()) for c in set_chunks(v)) for k, v in refs.items()}
         nonfinite = {k: n for k, n in nonfinite.items() if n}
         expected = len(workload.distributions) * len(POOL_DTYPES[workload.name])
         problems = []

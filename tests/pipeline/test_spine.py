@@ -86,9 +86,19 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     wl = WORKLOADS["softmax"]
     subset = {"x": pool["normal/float16/x"]}
     assert bit_equal(refs["normal/float16"][3], fp64_reference(wl.fn, set_args(subset, wl, 3)))
-    # The same seed gives the same pool: inputs are reproducible.
-    again = WORKLOADS["softmax"].sample(profile, "normal", profile.chain_sets, ExperimentSettings(profile="smoke").derived_seed("pool", "softmax", "normal"))
-    assert bit_equal(again["x"].to(torch.float16), pool["normal/float16/x"])
+    # Each set has its own seed: set 3 redrawn alone equals the stored set 3 (inputs are reproducible
+    # without drawing the sets before it), and the whole pool is the sets drawn one by one.
+    settings = ExperimentSettings(profile="smoke")
+    seed3 = toolkit.pool_set_seed(settings, "softmax", "normal", 3)
+    assert seed3 == settings.derived_seed("pool", "softmax", "normal", 3)
+    again = wl.sample(profile, "normal", 1, seed3)
+    assert bit_equal(again["x"][0].to(torch.float16), pool["normal/float16/x"][3])
+    redrawn = toolkit.draw_sets(wl, settings, "normal", 0, profile.chain_sets)["x"].to(torch.float16)
+    assert bit_equal(redrawn, pool["normal/float16/x"].load())
+    assert not bit_equal(pool["normal/float16/x"][0], pool["normal/float16/x"][1])
+    # Stored lazily: the pool is read a set at a time, and its file is standard safetensors.
+    assert isinstance(pool, storage.SetTensors) and pool.n_sets == profile.chain_sets
+    assert bit_equal(storage.load_tensors(pool.path)["normal/float16/x"], pool["normal/float16/x"].load())
 
     selfcheck = storage.read_value(tmp_path / "smoke" / "toolkit_selfcheck")
     assert selfcheck.height == 4 * 5 and selfcheck["passed"].all()
