@@ -97,6 +97,42 @@ def promote_baseline(profile: str, device: str, backend: str, data_dir: str | No
     return 0
 
 
+def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool, max_tensor_mib: float) -> int:
+    """Write this instance's results of ``profile`` as a portable bundle folder."""
+    from .bundle import BundleError
+    from .bundle import export_bundle as export
+    from .definitions import defs
+
+    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    try:
+        done = export(_instance(), defs.resolve_asset_graph(), base_dir, profile, out,
+                      include_tensors=not no_tensors, max_tensor_bytes=int(max_tensor_mib * 2**20))
+    except BundleError as exc:
+        print(f"export-bundle: {exc}", file=sys.stderr)
+        return 2
+    print(f"bundle {done.folder}: {done.assets} materializations, {done.checks} check evaluations, {done.files} files")
+    if done.left_out:
+        print("left out (tensors over the cap): " + "; ".join(f"{a} ({why})" for a, why in done.left_out.items()))
+    return 0
+
+
+def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
+    """Check a bundle and record its results in this instance, next to (never over) local ones."""
+    from .bundle import BundleError
+    from .bundle import import_bundle as load
+    from .definitions import defs
+
+    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    try:
+        done = load(_instance(), path, base_dir, defs.resolve_asset_graph(), replace=replace)
+    except BundleError as exc:
+        print(f"import-bundle: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {done.assets} materializations and {done.checks} check evaluations of {done.device!r} "
+          f"(profile {done.profile}) -> {done.folder}; re-materialize report_site to show them")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,7 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     pro.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
     pro.add_argument("--allow-partial", action="store_true", help="promote even if some experiment is not materialized")
     pro.add_argument("--note", default="", help="free text stored in the manifest")
+    exp = sub.add_parser("export-bundle", help="write a profile's results as a portable bundle (for another checkout)")
+    exp.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    exp.add_argument("--out", required=True, help="new folder for the bundle, e.g. results/h100-seed")
+    exp.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
+    exp.add_argument("--no-tensors", action="store_true", help="leave every tensor file out (tables and records only)")
+    exp.add_argument("--max-tensor-mib", type=float, default=8.0, help="leave out tensor files larger than this")
+    imp = sub.add_parser("import-bundle", help="check a results bundle and add it to this instance and data folder")
+    imp.add_argument("path", help="the bundle folder")
+    imp.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
+    imp.add_argument("--replace", action="store_true", help="replace an earlier import of the same device and profile")
     args = parser.parse_args(argv)
+    if args.command == "export-bundle":
+        return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
+    if args.command == "import-bundle":
+        return import_bundle(args.path, args.data_dir, args.replace)
     if args.command == "promote-baseline":
         return promote_baseline(args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note)
     return report(args.profile, args.device, args.backend)

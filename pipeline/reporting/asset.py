@@ -3,10 +3,12 @@
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
+from ..bundle import device_of, device_slug, imported_devices
 from ..resources import ExperimentSettings
 from .claims import EXPERIMENTS
 from .pages import all_pages
@@ -20,6 +22,29 @@ class ReportConfig(dg.Config):
     )
     docs_dir: str = Field(default="site/docs", description="where pages and chart specs are written (relative to the repo)")
     build_dir: str = Field(default="site/build", description="where mkdocs builds the static site (git-ignored)")
+
+
+def device_reports(instance: dg.DagsterInstance, graph: Any, data_root: Path, docs_dir: Path, profile: str,
+                   main_document_url: str) -> list[Report]:
+    """One report per device imported from a results bundle, reading its own data folder."""
+    out = []
+    for label in imported_devices(instance, graph, profile):
+        folder = data_root / "devices" / device_slug(label) / profile
+        first = next((r for r in _any_imported(instance, graph, profile, label)), {})
+        r = Report(instance, graph, folder, docs_dir, profile, main_document_url,
+                   str(first.get("provenance.device", "unknown")), device_label=label, imported=True)
+        r.page_suffix = f"--{device_slug(label)}"
+        out.append(r)
+    return out
+
+
+def _any_imported(instance: dg.DagsterInstance, graph: Any, profile: str, label: str) -> Any:
+    for key in graph.get_all_asset_keys():
+        for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=20).records:
+            mat = record.event_log_entry.asset_materialization
+            meta = {k: getattr(v, "value", v) for k, v in (mat.metadata if mat else {}).items()}
+            if "bundle.imported_from" in meta and meta.get("provenance.profile") == profile and device_of(meta) == label:
+                yield meta
 
 
 def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
@@ -43,10 +68,13 @@ def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
         data_dir = (data_dir if data_dir.is_absolute() else Path.cwd() / data_dir) / settings.profile
         from ..definitions import defs  # the whole code location: every experiment and check
 
+        graph = defs.resolve_asset_graph()
         report = Report(
-            context.instance, defs.resolve_asset_graph(), data_dir, docs_dir, settings.profile, config.main_document_url,
-            str(settings.torch_device()),
+            context.instance, graph, data_dir, docs_dir, settings.profile, config.main_document_url,
+            str(settings.torch_device()), device_label=settings.device_key(),
         )
+        report.other_devices = device_reports(context.instance, graph, data_dir.parent, docs_dir, settings.profile,
+                                              config.main_document_url)
         prepare_docs_dir(docs_dir)
         vendor_javascript(docs_dir)
         pages = all_pages(report)

@@ -1,6 +1,6 @@
 """The report's pages: overview (claim -> evidence), one page per experiment, toolkit page."""
 
-from typing import Callable
+from typing import Any, Callable
 
 import polars as pl
 
@@ -24,8 +24,8 @@ def overview(report: Report) -> str:
         "finite), the claim's *verdict* (supported / contradicted / inconclusive, by a rule stated before the "
         "data: threshold, confidence, sample size, shown on each page) and how many *findings* a human should "
         "read. An invalid run is never shown as a verdict on the claim.\n",
-        f"Profile **{report.profile}**, device **{report.device}**. Experiments that were not "
-        "materialized with this profile are marked *not yet run*.\n",
+        f"Profile **{report.profile}**, device **{report.device_label or report.device}** (`{report.device}`). "
+        "Experiments that were not materialized with this profile are marked *not yet run*.\n",
         "| claim | main document | evidence | run validity | verdict | findings |",
         "|---|---|---|---|---|---|",
     ]
@@ -38,7 +38,10 @@ def overview(report: Report) -> str:
                 f"| {section.claim} | {report.section_link(section_key, from_results=False)} | "
                 f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {validity} | {verdict} | {findings} |"
             )
-    if not report.device.startswith("cuda"):
+    others = report.other_devices
+    if others:
+        lines.append(f"Results of {len(others)} more device(s) are imported: see [devices side by side](results/devices.md).\n")
+    if not report.device.startswith("cuda") and not any(o.device.split(":")[0] in ("cuda", "xpu", "npu", "mps") for o in others):
         lines.append(
             "!!! note \"Measured on the CPU only\"\n    Every number here comes from the CPU: the fused path is "
             "Inductor's generated C++. The same pipeline runs on CUDA (Triton kernels) with "
@@ -74,8 +77,54 @@ def experiment_page(report: Report, exp: Experiment) -> str:
     return "\n".join(parts)
 
 
+def _provenance(report: Report) -> dict[str, Any]:
+    """Provenance of the device's newest materialization (any experiment)."""
+    newest: dict[str, Any] = {}
+    stamp = None
+    for exp in EXPERIMENTS:
+        for a in report.assets_of(exp.group):
+            if a.materialized and (stamp is None or (a.timestamp and a.timestamp > stamp)):
+                stamp, newest = a.timestamp, a.metadata
+    return newest
+
+
+PROVENANCE_ROWS = (("device", "torch device"), ("device_name", "hardware"), ("backend", "fused backend"),
+                   ("torch_version", "torch"), ("cuda_runtime", "CUDA runtime"), ("driver", "driver"),
+                   ("compute_capability", "compute capability"), ("cpu_capability", "ATen CPU ISA"),
+                   ("git_commit", "commit"))
+
+
+def devices_page(reports: list[Report]) -> str:
+    """Every device with results for the profile, side by side: outcomes per experiment, then provenance."""
+    labels = [r.device_label or r.device for r in reports]
+    lines = ["# Devices side by side\n",
+             f"Profile **{reports[0].profile}**. Each column is one device's latest materialization of each experiment "
+             "(run validity / claim verdict / findings), judged by the same rules; the first column is this checkout's "
+             "own run, the others come from imported results bundles. Devices named: " + ", ".join(f"**{x}**" for x in labels) + ".\n",
+             "| experiment | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for exp in EXPERIMENTS:
+        cells = []
+        for r in reports:
+            validity, verdict, findings = outcome_cells(r, exp.group)
+            page = f"{exp.slug}{r.page_suffix}.md"
+            cells.append(f"{validity} {verdict} {findings} ([page]({page}))")
+        lines.append(f"| {exp.id}: {exp.title} | " + " | ".join(cells) + " |")
+    lines += ["\n## Provenance\n", "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    provs = [_provenance(r) for r in reports]
+    for key, title in PROVENANCE_ROWS:
+        lines.append(f"| {title} | " + " | ".join(str(p.get(f"provenance.{key}", "—") or "—") for p in provs) + " |")
+    lines.append("| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def all_pages(report: Report) -> dict[str, str]:
     pages = {"index.md": overview(report)}
     for exp in EXPERIMENTS:
         pages[f"results/{exp.slug}.md"] = experiment_page(report, exp)
+    others = report.other_devices
+    if others:
+        pages["results/devices.md"] = devices_page([report, *others])
+        for other in others:
+            for exp in EXPERIMENTS:
+                pages[f"results/{exp.slug}{other.page_suffix}.md"] = experiment_page(other, exp)
     return pages

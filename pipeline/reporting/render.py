@@ -92,6 +92,8 @@ class Report:
         profile: str,
         main_document_url: str,
         device: str = "cpu",
+        device_label: str | None = None,
+        imported: bool = False,
     ) -> None:
         self.instance = instance
         self.graph = asset_graph
@@ -100,6 +102,14 @@ class Report:
         self.profile = profile
         self.main_document_url = main_document_url.rstrip("/")
         self.device = device
+        #: Whose results this report shows: materializations naming this device label (None: any),
+        #: made here (``imported`` False) or brought in from a results bundle (True).
+        self.device_label = device_label
+        self.imported = imported
+        #: Added to page and chart names so several devices' pages live side by side.
+        self.page_suffix = ""
+        #: Reports of the other devices with results for this profile (imported bundles), shown beside this one.
+        self.other_devices: list[Report] = []
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
 
@@ -122,7 +132,7 @@ class Report:
             node = self.graph.get(key)
             if node.group_name != group:
                 continue
-            event = self.instance.get_latest_materialization_event(key)
+            event = self._latest_materialization(key)
             record = AssetRecord(key.to_user_string(), node.description or "", False)
             if event is not None and event.asset_materialization is not None:
                 meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
@@ -143,7 +153,7 @@ class Report:
             spec_meta = {k: plain(v) for k, v in (spec.metadata or {}).items()}
             record = CheckRecord(check_key.asset_key.to_user_string(), check_key.name, spec.description or "",
                                  "not yet run", outcome=spec_meta.get("outcome", VALIDITY), spec_metadata=spec_meta)
-            latest = self.instance.get_latest_asset_check_evaluation_record(check_key)
+            latest = self._latest_check_record(check_key)
             evaluation = None
             if latest is not None and latest.event is not None and latest.event.dagster_event is not None:
                 evaluation = latest.event.dagster_event.event_specific_data
@@ -158,6 +168,46 @@ class Report:
                 record.metadata = {k: plain(v) for k, v in evaluation.metadata.items()}
             out.append(record)
         return out
+
+    def _mine(self, metadata: Any, *, is_check: bool = False) -> bool:
+        """Whether a record belongs to this report: made here or imported as the report says,
+        with its profile and device. Local check evaluations carry neither (they follow the local
+        run); imported ones carry both."""
+        from ..bundle import device_of
+
+        meta = {k: getattr(v, "value", v) for k, v in metadata.items()}
+        if ("bundle.imported_from" in meta) != self.imported:
+            return False
+        if is_check and not self.imported:
+            return True
+        if meta.get("provenance.profile") != self.profile:
+            return False
+        return self.device_label is None or device_of(meta) == self.device_label
+
+    def _latest_materialization(self, key: dg.AssetKey) -> Any:
+        """The latest materialization of ``key`` by this report's device, or the latest of all
+        local ones when no device is set (then the profile filter below applies as before)."""
+        if self.device_label is None and not self.imported:
+            return self.instance.get_latest_materialization_event(key)
+        records = self.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=100).records
+        for r in records:
+            mat = r.event_log_entry.asset_materialization
+            if mat is not None and self._mine(mat.metadata):
+                return r.event_log_entry
+        return None
+
+    def _latest_check_record(self, check_key: dg.AssetCheckKey) -> Any:
+        """The latest evaluation of ``check_key`` for this report's device: imported evaluations
+        carry their device label; local ones are everything not imported."""
+        if self.device_label is None and not self.imported:
+            return self.instance.get_latest_asset_check_evaluation_record(check_key)
+        for r in self.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=100):
+            data = r.event.dagster_event.event_specific_data if r.event and r.event.dagster_event else None
+            if data is None or not hasattr(data, "metadata"):
+                continue
+            if self._mine(data.metadata, is_check=True):
+                return r
+        return None
 
     def outcome(self, group: str) -> ExperimentOutcome | None:
         """The experiment's run validity, claim verdict and findings (None when nothing ran)."""
@@ -184,7 +234,12 @@ class Report:
         record = next((a for a in self.assets_of(node.group_name) if a.key == asset), None)
         if record is None or not record.materialized:
             return None
-        return read_value(self.data_dir / asset)
+        try:
+            return read_value(self.data_dir / asset)
+        except FileNotFoundError:
+            if self.imported:  # a bundle may leave large tensor files out: the record stays, the values do not
+                return None
+            raise
 
     # --- links and charts ---------------------------------------------------------------------
     def section_link(self, key: str, from_results: bool = True) -> str:
@@ -202,7 +257,7 @@ class Report:
         spec.setdefault("$schema", "https://vega.github.io/schema/vega-lite/v5.json")
         charts_dir = self.docs_dir / "results" / "charts"
         charts_dir.mkdir(parents=True, exist_ok=True)
-        stem = f"{slug}-{name}"
+        stem = f"{slug}{self.page_suffix}-{name}"
         with atomic_path(charts_dir / f"{stem}.vl.json") as tmp:
             tmp.write_text(json.dumps(spec, indent=1))
         with atomic_path(charts_dir / f"{stem}.svg") as tmp:
@@ -276,8 +331,15 @@ def rules_section(report: "Report", group: str) -> str:
     return "\n".join(lines)
 
 
+def device_line(report: Report) -> str:
+    """The device whose results a page shows, named on every page."""
+    label = report.device_label or report.device
+    origin = "imported from a results bundle" if report.imported else "run in this checkout"
+    return f"Device: **{label}** (`{report.device}`, {origin}); profile **{report.profile}**.\n"
+
+
 def experiment_header(report: Report, exp: Experiment) -> str:
-    lines = [f"# {exp.id}: {exp.title}\n"]
+    lines = [f"# {exp.id}: {exp.title}\n", device_line(report)]
     if exp.sections:
         links = ", ".join(report.section_link(s) for s in exp.sections)
         lines.append(f"Feeds the main document's {links}.\n")

@@ -1,0 +1,381 @@
+"""Portable results bundles: a run on another machine (a GPU box, a cluster node) brought home.
+
+``export_bundle`` writes one folder::
+
+    bundle.json          schema version, provenance (device, driver/CUDA, torch, backend), the
+                         versions of the exporting software, every materialization and check
+                         evaluation of the profile with its metadata, and every file's sha256
+    data/<asset>.<ext>   the stored tables and JSON records (tensors too, up to a size cap)
+
+``import_bundle`` checks a bundle (schema, provenance, versions, every file present with its
+hash) before it touches anything, copies the files under ``<data>/devices/<device>/<profile>/``
+(so nothing stored locally is overwritten) and records each materialization and check
+evaluation in the local Dagster instance as a runless event carrying the original metadata.
+A bundle that fails a check is refused whole; a failed copy leaves no partial folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+SCHEMA_VERSION = 1
+MANIFEST = "bundle.json"
+#: Tensor files (input pools, references, raw outputs) above this size stay out of a bundle by default.
+DEFAULT_MAX_TENSOR_BYTES = 8 << 20
+#: Provenance every bundle must carry.
+REQUIRED_PROVENANCE = ("profile", "device", "device_name", "device_label", "backend", "torch_version")
+_EXTENSIONS = (".parquet", ".json", ".safetensors")
+
+
+class BundleError(ValueError):
+    """A bundle that is malformed, partial, tampered with or for another schema."""
+
+
+def device_slug(label: str) -> str:
+    """A folder name for a device label (``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    if not slug:
+        raise BundleError(f"device label {label!r} has no letters or digits to name a folder by")
+    return slug
+
+
+def device_of(metadata: dict[str, Any]) -> str:
+    """The device label a materialization's metadata names (older records: the hardware name)."""
+    return str(metadata.get("provenance.device_label") or metadata.get("provenance.device_name") or "unknown device")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- metadata, portable both ways --------------------------------------------------------------
+
+def _portable(value: Any) -> dict[str, Any]:
+    """A Dagster metadata value as ``{"type", "value"}`` JSON."""
+    if isinstance(value, dg.MarkdownMetadataValue):
+        return {"type": "md", "value": value.value}
+    if isinstance(value, dg.PathMetadataValue):
+        return {"type": "path", "value": str(value.value)}
+    if isinstance(value, dg.JsonMetadataValue):
+        return {"type": "json", "value": value.value}
+    inner = getattr(value, "value", value)
+    if inner is None or isinstance(inner, (bool, int, float, str)):
+        return {"type": "value", "value": inner}
+    return {"type": "text", "value": str(inner)}
+
+
+def _restore(entry: dict[str, Any]) -> Any:
+    kind, value = entry.get("type"), entry.get("value")
+    if kind == "md":
+        return dg.MetadataValue.md(str(value))
+    if kind == "path":
+        return dg.MetadataValue.path(str(value))
+    if kind == "json":
+        return dg.MetadataValue.json(value)
+    if kind == "value":
+        return dg.MetadataValue.null() if value is None else value
+    if kind == "text":
+        return str(value)
+    raise BundleError(f"metadata entry of unknown type {kind!r}")
+
+
+# --- export --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path
+    assets: int
+    checks: int
+    files: int
+    left_out: dict[str, str]
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    try:
+        from importlib.metadata import version
+
+        project = version("fusion-precision")
+    except Exception:  # noqa: BLE001 - a source checkout without installed metadata
+        project = "unknown"
+    return {"schema": str(SCHEMA_VERSION), "fusion_precision": project, "dagster": dg.__version__,
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def _stored_file(stem: Path) -> Path | None:
+    return next((stem.with_suffix(e) for e in _EXTENSIONS if stem.with_suffix(e).exists()), None)
+
+
+def export_bundle(instance: dg.DagsterInstance, asset_graph: Any, data_dir: Path | str, profile: str, out: Path | str,
+                  *, include_tensors: bool = True, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> ExportResult:
+    """Write the bundle of ``profile`` from ``instance`` and ``<data_dir>/<profile>`` to ``out``.
+
+    Each asset's latest materialization with this profile is exported with its stored file and
+    the evaluations of its checks from the same run. Tensor files larger than ``max_tensor_bytes``
+    (or every tensor file, without ``include_tensors``) are listed as left out, not copied. The
+    folder appears complete or not at all."""
+    out = Path(out)
+    if out.exists():
+        raise BundleError(f"{out} already exists: choose a new folder for the bundle")
+    source = Path(data_dir) / profile
+    assets: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    files: dict[str, dict[str, Any]] = {}
+    left_out: dict[str, str] = {}
+    provenance: dict[str, Any] | None = None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+            event = _latest_for_profile(instance, key, profile, local_only=True)
+            if event is None:
+                continue
+            mat = event.asset_materialization
+            meta = {k: _portable(v) for k, v in mat.metadata.items()}
+            plain_meta = {k: e["value"] for k, e in meta.items()}
+            if provenance is None:
+                provenance = {k.removeprefix("provenance."): v for k, v in plain_meta.items() if k.startswith("provenance.")}
+            elif device_of(plain_meta) != provenance.get("device_label"):
+                raise BundleError(f"{key.to_user_string()} was last materialized on {device_of(plain_meta)!r}, other "
+                                  f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
+                                  "one device's results; re-materialize the profile on one device")
+            name = key.to_user_string()
+            record: dict[str, Any] = {"asset": name, "timestamp": event.timestamp, "run_id": event.run_id,
+                                      "metadata": meta, "file": None}
+            stored = _stored_file(source / Path(*key.path))
+            if stored is not None:
+                size = stored.stat().st_size
+                if stored.suffix == ".safetensors" and (not include_tensors or size > max_tensor_bytes):
+                    left_out[name] = f"{size} bytes of tensors (cap {max_tensor_bytes if include_tensors else 0})"
+                else:
+                    rel = Path("data", *key.path).with_suffix(stored.suffix).as_posix()
+                    target = staging / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(stored, target)
+                    files[rel] = {"sha256": _sha256(target), "bytes": size, "asset": name}
+                    record["file"] = rel
+            assets.append(record)
+            for check_key in asset_graph.asset_check_keys:
+                if check_key.asset_key != key:
+                    continue
+                evaluation = _check_in_run(instance, check_key, event.run_id)
+                if evaluation is not None:
+                    checks.append({"asset": name, "name": check_key.name, "passed": bool(evaluation.passed),
+                                   "severity": evaluation.severity.value,
+                                   "metadata": {k: _portable(v) for k, v in evaluation.metadata.items()}})
+        if not assets:
+            raise BundleError(f"nothing to export: no materialization with profile {profile!r} in this instance")
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "profile": profile,
+            "provenance": provenance,
+            "versions": _versions(),
+            "assets": assets,
+            "checks": checks,
+            "files": files,
+            "left_out": left_out,
+            "include_tensors": include_tensors,
+            "max_tensor_bytes": max_tensor_bytes,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportResult(out, len(assets), len(checks), len(files), left_out)
+
+
+def _latest_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str, device: str | None = None,
+                        limit: int = 50, local_only: bool = False) -> Any:
+    """The latest materialization event of ``key`` made with ``profile`` (and ``device``, if
+    given; only those made here, not imported, with ``local_only``)."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records
+    for record in records:
+        mat = record.event_log_entry.asset_materialization
+        if mat is None:
+            continue
+        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if local_only and "bundle.imported_from" in meta:
+            continue
+        if meta.get("provenance.profile") == profile and (device is None or device_of(meta) == device):
+            return record.event_log_entry
+    return None
+
+
+def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: str, limit: int = 100) -> list[str]:
+    """Device labels of every imported bundle with materializations of ``profile`` in ``instance``."""
+    labels: set[str] = set()
+    for key in asset_graph.get_all_asset_keys():
+        for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records:
+            mat = record.event_log_entry.asset_materialization
+            meta = {k: getattr(v, "value", v) for k, v in (mat.metadata if mat else {}).items()}
+            if "bundle.imported_from" in meta and meta.get("provenance.profile") == profile:
+                labels.add(device_of(meta))
+    return sorted(labels)
+
+
+def _check_in_run(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run_id: str) -> Any:
+    """The check's evaluation from run ``run_id`` (None when it did not run there)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50)
+    for record in history:
+        event = record.event
+        if record.run_id == run_id and event is not None and event.dagster_event is not None:
+            data = event.dagster_event.event_specific_data
+            if hasattr(data, "passed"):
+                return data
+    return None
+
+
+# --- import --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ImportResult:
+    device: str
+    profile: str
+    folder: Path
+    assets: int
+    checks: int
+
+
+def read_manifest(bundle: Path | str) -> dict[str, Any]:
+    """The bundle's manifest after every check an import makes; raises :class:`BundleError`."""
+    bundle = Path(bundle)
+    path = bundle / MANIFEST
+    if not path.is_file():
+        raise BundleError(f"{bundle} is not a results bundle: {MANIFEST} is missing")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path} must hold a JSON object")
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BundleError(f"bundle schema version {version!r} is not supported (this checkout reads {SCHEMA_VERSION})")
+    missing = [k for k in ("profile", "provenance", "versions", "assets", "checks", "files") if k not in manifest]
+    if missing:
+        raise BundleError(f"{path} lacks {', '.join(missing)}")
+    from .profiles import PROFILES
+
+    if manifest["profile"] not in PROFILES:
+        raise BundleError(f"bundle profile {manifest['profile']!r} is unknown here (expected one of {', '.join(PROFILES)})")
+    prov = manifest["provenance"]
+    if not isinstance(prov, dict):
+        raise BundleError("bundle provenance must be an object")
+    absent = [k for k in REQUIRED_PROVENANCE if not prov.get(k)]
+    if absent:
+        raise BundleError(f"bundle provenance lacks {', '.join(absent)}: cannot say where its results come from")
+    if prov["profile"] != manifest["profile"]:
+        raise BundleError(f"bundle provenance says profile {prov['profile']!r} but the bundle is for {manifest['profile']!r}")
+    versions = manifest["versions"]
+    if not isinstance(versions, dict) or str(versions.get("schema")) != str(SCHEMA_VERSION) or not versions.get("torch"):
+        raise BundleError(f"bundle versions {versions!r} must name the schema ({SCHEMA_VERSION}) and torch")
+    if versions["torch"] != prov["torch_version"]:
+        raise BundleError(f"bundle versions name torch {versions['torch']} but its provenance {prov['torch_version']}")
+    label = prov["device_label"]
+    for record in manifest["assets"]:
+        meta = {k: e.get("value") for k, e in record.get("metadata", {}).items()}
+        if meta.get("provenance.profile") != manifest["profile"] or device_of(meta) != label:
+            raise BundleError(f"asset {record.get('asset')!r} was materialized with profile "
+                              f"{meta.get('provenance.profile')!r} on {device_of(meta)!r}, not the bundle's "
+                              f"{manifest['profile']!r} on {label!r}")
+    root = bundle.resolve()
+    for rel, info in manifest["files"].items():
+        target = (bundle / rel).resolve()
+        if not target.is_relative_to(root / "data"):
+            raise BundleError(f"bundle file {rel!r} lies outside the bundle's data folder")
+        if not target.is_file():
+            raise BundleError(f"bundle is partial: {rel} is missing")
+        if target.stat().st_size != info.get("bytes") or _sha256(target) != info.get("sha256"):
+            raise BundleError(f"bundle file {rel} does not match its recorded sha256/size: altered or truncated")
+    named = {r["file"] for r in manifest["assets"] if r.get("file")}
+    if named - set(manifest["files"]):
+        raise BundleError(f"assets name files the bundle does not list: {sorted(named - set(manifest['files']))}")
+    exported = {r["asset"] for r in manifest["assets"]}
+    orphans = sorted({c["asset"] for c in manifest["checks"]} - exported)
+    if orphans:
+        raise BundleError(f"check evaluations for assets the bundle lacks: {orphans}")
+    return manifest
+
+
+def import_bundle(instance: dg.DagsterInstance, bundle: Path | str, data_dir: Path | str, asset_graph: Any = None,
+                  *, replace: bool = False) -> ImportResult:
+    """Check ``bundle``, store its files under ``<data_dir>/devices/<device>/<profile>/`` and record
+    its materializations and check evaluations in ``instance``.
+
+    Refuses (``BundleError``) a bad or partial bundle before anything is written, and a device
+    and profile imported before unless ``replace`` (the earlier import is then kept aside as
+    ``<profile>.replaced-<time>``). Assets and checks the local code location does not define
+    (``asset_graph``) are refused too: their results could not be shown."""
+    bundle = Path(bundle)
+    manifest = read_manifest(bundle)
+    profile = manifest["profile"]
+    label = manifest["provenance"]["device_label"]
+    if asset_graph is not None:
+        known = {k.to_user_string() for k in asset_graph.get_all_asset_keys()}
+        unknown = sorted({r["asset"] for r in manifest["assets"]} - known)
+        known_checks = {(c.asset_key.to_user_string(), c.name) for c in asset_graph.asset_check_keys}
+        unknown += sorted(f"{c['asset']}:{c['name']}" for c in manifest["checks"] if (c["asset"], c["name"]) not in known_checks)
+        if unknown:
+            raise BundleError(f"bundle holds assets/checks this code location does not define: {unknown}")
+    target = Path(data_dir) / "devices" / device_slug(label) / profile
+    if target.exists() and not replace:
+        raise BundleError(f"results of {label!r} for profile {profile!r} were imported before ({target}); "
+                          "pass replace to import these instead (the earlier ones are kept aside)")
+    # Every event is built (and so every metadata entry checked) before anything is written.
+    origin = {"bundle.imported_from": str(bundle.resolve()), "bundle.created_at": manifest.get("created_at", ""),
+              "bundle.schema_version": SCHEMA_VERSION}
+    events: list[Any] = []
+    for record in manifest["assets"]:
+        meta = {k: _restore(e) for k, e in record["metadata"].items()}
+        if record.get("file"):
+            meta["path"] = dg.MetadataValue.path(str((target / Path(record["file"]).relative_to("data")).resolve()))
+        meta["bundle.original_run_id"] = record.get("run_id") or ""
+        meta["bundle.original_timestamp"] = float(record.get("timestamp") or 0.0)
+        events.append(dg.AssetMaterialization(asset_key=dg.AssetKey.from_user_string(record["asset"]),
+                                              metadata={**meta, **origin}))
+    for c in manifest["checks"]:
+        meta = {k: _restore(e) for k, e in c["metadata"].items()}
+        meta["provenance.device_label"] = label
+        meta["provenance.profile"] = profile
+        try:
+            severity = dg.AssetCheckSeverity(c["severity"])
+        except ValueError:
+            raise BundleError(f"check {c['asset']}:{c['name']} has unknown severity {c['severity']!r}") from None
+        events.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey.from_user_string(c["asset"]), check_name=c["name"],
+                                              passed=bool(c["passed"]), severity=severity, metadata={**meta, **origin}))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{profile}.", suffix=".partial", dir=target.parent))
+    try:
+        for rel in manifest["files"]:
+            dest = staging / Path(rel).relative_to("data")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(bundle / rel, dest)
+        if target.exists():
+            target.rename(target.with_name(f"{profile}.replaced-{dt.datetime.now():%Y%m%dT%H%M%S}"))
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Files are in place; the events point at them.
+    for event in events:
+        instance.report_runless_asset_event(event)
+    checks = sum(isinstance(e, dg.AssetCheckEvaluation) for e in events)
+    return ImportResult(label, profile, target, len(events) - checks, checks)
