@@ -2,6 +2,7 @@
 #   make report   materialize every asset (default profile) and build the report site
 #   make test     run the test suite
 #   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
+#   make lint     ruff (lint + format check) and mypy over LINT_PATHS / TYPE_PATHS
 # A GPU user picks another torch build, e.g.:  make report TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>"
 # or installs torch into .venv first and passes TORCH_SPEC=skip.
 
@@ -10,19 +11,22 @@ VENV ?= .venv
 TORCH_SPEC ?= -r requirements/torch-cpu.txt
 PIP_TORCH_ARGS ?=
 PROFILE ?= default
+# What `make lint` covers: ruff (lint and format check) over LINT_PATHS, mypy over TYPE_PATHS.
+LINT_PATHS ?= precisionkit benchmarks
+TYPE_PATHS ?= precisionkit benchmarks
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY = 1
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup report test test-cuda benchmark ui clean
+.PHONY: setup report test test-cuda lint benchmark ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	if [ "$(TORCH_SPEC)" != "skip" ]; then $(BIN)/python -m pip install --quiet $(PIP_TORCH_ARGS) $(TORCH_SPEC); fi
-	$(BIN)/python -m pip install --quiet -e '.[pipeline,site,test]'
+	$(BIN)/python -m pip install --quiet -e '.[pipeline,site,test,lint]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -39,6 +43,11 @@ test: $(STAMP)
 test-cuda: $(STAMP)
 	$(BIN)/python -m pytest -m cuda -rs tests/pipeline/test_accelerator_smoke.py
 	FUSION_DEVICE=$${FUSION_DEVICE:-cuda} $(BIN)/python -m pytest -rs tests/pipeline -m "not cuda"
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy $(TYPE_PATHS)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
