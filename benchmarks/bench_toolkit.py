@@ -56,8 +56,10 @@ def bench_ulp_diff(n: int, repeats: int) -> None:
     b = (a.view(np.int32) + steps * np.sign(a).astype(np.int32)).view(np.float32)
     a[::1000] = rng.uniform(2.0, 1e30, size=len(a[::1000])).astype(np.float32)
     b[::1000] = -a[::1000]
-    print(f"[ulp_diff] elements: {n} fp32 ({a.nbytes / MIB:.1f} MiB per input), repeats: {repeats}, "
-          f"threads: {torch.get_num_threads()}")
+    print(
+        f"[ulp_diff] elements: {n} fp32 ({a.nbytes / MIB:.1f} MiB per input), repeats: {repeats}, "
+        f"threads: {torch.get_num_threads()}"
+    )
 
     t_ulp = median_seconds(lambda: ulp_diff(a, b), repeats)
     t_copy = median_seconds(lambda: np.copy(a), repeats)
@@ -75,13 +77,17 @@ def bench_ulp_diff(n: int, repeats: int) -> None:
     disagree = theirs != ours.astype(np.float64)
     opposite = np.signbit(a) != np.signbit(b)
     count = int(disagree.sum())
-    print(f"[ulp_diff] nulp_diff disagrees: {count} of {n} elements "
-          f"(opposite signs: {int((disagree & opposite).sum())}, same sign: {int((disagree & ~opposite).sum())}; "
-          f"opposite-sign pairs in the data: {int(opposite.sum())})")
+    print(
+        f"[ulp_diff] nulp_diff disagrees: {count} of {n} elements "
+        f"(opposite signs: {int((disagree & opposite).sum())}, same sign: {int((disagree & ~opposite).sum())}; "
+        f"opposite-sign pairs in the data: {int(opposite.sum())})"
+    )
     if count:
         i = int(np.flatnonzero(disagree)[0])
-        print(f"[ulp_diff] first disagreement at index {i}: a={float(a[i])!r} b={float(b[i])!r} "
-              f"ulp_diff={int(ours[i])} nulp_diff={theirs[i]:.0f}")
+        print(
+            f"[ulp_diff] first disagreement at index {i}: a={float(a[i])!r} b={float(b[i])!r} "
+            f"ulp_diff={int(ours[i])} nulp_diff={theirs[i]:.0f}"
+        )
 
 
 def child_error_stats(shape: tuple[int, ...]) -> None:
@@ -94,33 +100,45 @@ def child_error_stats(shape: tuple[int, ...]) -> None:
     stats = error_stats(a, ref)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({
-        "seconds": seconds,
-        "peak_bytes": peak,
-        "before_bytes": before,
-        "a_bytes": a.numel() * a.element_size(),
-        "ref_bytes": ref.numel() * ref.element_size(),
-        "ulp_max": stats["ulp_max"],
-        "exact_fraction": stats["exact_fraction"],
-        "n_compared": stats["n_compared"],
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "peak_bytes": peak,
+                "before_bytes": before,
+                "a_bytes": a.numel() * a.element_size(),
+                "ref_bytes": ref.numel() * ref.element_size(),
+                "ulp_max": stats["ulp_max"],
+                "exact_fraction": stats["exact_fraction"],
+                "n_compared": stats["n_compared"],
+            }
+        )
+    )
 
 
 def bench_error_stats(shape: tuple[int, ...]) -> None:
     n = int(np.prod(shape))
     proc = subprocess.run(
         [sys.executable, __file__, "--child-error-stats", ",".join(map(str, shape))],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"[error_stats] shape: {list(shape)} = {n} elements; inputs: a fp16 {r['a_bytes'] / MIB:.1f} MiB, "
-          f"ref fp64 {r['ref_bytes'] / MIB:.1f} MiB")
+    print(
+        f"[error_stats] shape: {list(shape)} = {n} elements; inputs: a fp16 {r['a_bytes'] / MIB:.1f} MiB, "
+        f"ref fp64 {r['ref_bytes'] / MIB:.1f} MiB"
+    )
     print(f"[error_stats] wall time: {r['seconds']:.2f} s ({n / r['seconds'] / 1e6:.1f} M elements/s)")
-    print(f"[error_stats] peak RSS: {r['peak_bytes'] / MIB:.1f} MiB (child process; high-water mark "
-          f"{r['before_bytes'] / MIB:.1f} MiB with inputs built, so "
-          f"+{(r['peak_bytes'] - r['before_bytes']) / MIB:.1f} MiB during error_stats)")
-    print(f"[error_stats] result: n_compared={r['n_compared']} ulp_max={r['ulp_max']} "
-          f"exact_fraction={r['exact_fraction']}")
+    print(
+        f"[error_stats] peak RSS: {r['peak_bytes'] / MIB:.1f} MiB (child process; high-water mark "
+        f"{r['before_bytes'] / MIB:.1f} MiB with inputs built, so "
+        f"+{(r['peak_bytes'] - r['before_bytes']) / MIB:.1f} MiB during error_stats)"
+    )
+    print(
+        f"[error_stats] result: n_compared={r['n_compared']} ulp_max={r['ulp_max']} "
+        f"exact_fraction={r['exact_fraction']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,15 +2,15 @@
 
 Public API::
 
-    bit_equal, bit_mismatch, ulp_diff, ULP_NAN, ULP_SATURATED     # bits
-    error_stats, error_stats_per_set, round_to_dtype             # statistics vs a reference
-    fp64_reference                                               # fp64 re-execution
+    bit_equal, bit_mismatch, ulp_diff, ULP_NAN, ULP_SATURATED  # bits
+    error_stats, error_stats_per_set, round_to_dtype  # statistics vs a reference
+    fp64_reference  # fp64 re-execution
     tolerance, assert_bit_equal, assert_ulp_within, assert_close_to_reference
-    MeasuredTolerances, tolerance_from_table                     # measured tolerance tables
-    FusedFunction, FusionEvidence, FusionError, eager, fused     # execution paths
-    locate_divergence                                            # per-layer divergence locator
-    precisionkit.fuzz                                            # differential graph fuzzer
-    precisionkit.decide                                          # paired sign test, bootstrap, Holm
+    MeasuredTolerances, tolerance_from_table  # measured tolerance tables
+    FusedFunction, FusionEvidence, FusionError, eager, fused  # execution paths
+    locate_divergence  # per-layer divergence locator
+    precisionkit.fuzz  # differential graph fuzzer
+    precisionkit.decide  # paired sign test, bootstrap, Holm
 """
 
 from .batched import error_stats_per_set
@@ -19,7 +19,15 @@ from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, 
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
 from .reference import fp64_reference
 from .stats import error_stats, round_to_dtype
-from .tolerance import MeasuredTolerances, Tolerance, assert_bit_equal, assert_close_to_reference, assert_ulp_within, tolerance, tolerance_from_table
+from .tolerance import (
+    MeasuredTolerances,
+    Tolerance,
+    assert_bit_equal,
+    assert_close_to_reference,
+    assert_ulp_within,
+    tolerance,
+    tolerance_from_table,
+)
 
 __all__ = [
     "ULP_NAN",

@@ -65,9 +65,7 @@ def require_same(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], *, dt
             "(no broadcasting is done)"
         )
     if dtype and a.dtype != b.dtype:
-        raise ValueError(
-            f"dtype mismatch: {na} is {a.dtype}, {nb} is {b.dtype} (no implicit casting is done)"
-        )
+        raise ValueError(f"dtype mismatch: {na} is {a.dtype}, {nb} is {b.dtype} (no implicit casting is done)")
     if a.device != b.device:
         raise ValueError(f"device mismatch: {na} is on {a.device}, {nb} is on {b.device}")
 

@@ -70,8 +70,10 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
     equal ``error_stats``' bit for bit; means may differ in the last bits (summation order).
 
     >>> import torch
-    >>> s = error_stats_per_set(torch.tensor([[1.0, 2.0], [1.0, 1.0]], dtype=torch.float16),
-    ...                         torch.tensor([[1.0, 2.0 + 2**-11], [1.0, 1.0]], dtype=torch.float64))
+    >>> s = error_stats_per_set(
+    ...     torch.tensor([[1.0, 2.0], [1.0, 1.0]], dtype=torch.float16),
+    ...     torch.tensor([[1.0, 2.0 + 2**-11], [1.0, 1.0]], dtype=torch.float64),
+    ... )
     >>> s["ulp_max"].tolist(), s["sulp_max"].tolist(), s["exact_fraction"].tolist()
     ([0.25, 0.0], [0.25, 0.0], [1.0, 1.0])
     """
@@ -117,7 +119,8 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
         "abs": err,
         "rel": err / torch.clamp(safe_r.abs(), min=torch.finfo(dtype).tiny),
         "ulp": err / spacing(safe_r, dtype),
-        "sulp": err / scaled_spacing(torch.where(finite, r64, torch.zeros_like(r64)).reshape(tr.shape), dtype).reshape(n_sets, -1),
+        "sulp": err
+        / scaled_spacing(torch.where(finite, r64, torch.zeros_like(r64)).reshape(tr.shape), dtype).reshape(n_sets, -1),
     }
     neg_inf = torch.tensor(-torch.inf, dtype=torch.float64, device=ta.device)
     pos_inf = torch.tensor(torch.inf, dtype=torch.float64, device=ta.device)

@@ -33,7 +33,9 @@ def _paired(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("paired samples are empty")
     bad = ~(np.isfinite(a) & np.isfinite(b))
     if bad.any():
-        raise ValueError(f"paired samples must be finite: {int(bad.sum())} pair(s) hold NaN or inf (count those separately)")
+        raise ValueError(
+            f"paired samples must be finite: {int(bad.sum())} pair(s) hold NaN or inf (count those separately)"
+        )
     return a, b
 
 

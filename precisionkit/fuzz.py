@@ -108,14 +108,25 @@ class Op:
         """The op as one line of Python source."""
         a = self.args
         t = {
-            "relu": "torch.relu({0})", "tanh": "torch.tanh({0})", "sigmoid": "torch.sigmoid({0})",
-            "sin": "torch.sin({0})", "gelu": "F.gelu({0})", "silu": "F.silu({0})",
-            "scale": "{0} * {attr!r}", "shift": "{0} + {attr!r}",
-            "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}",
-            "sum": "{0}.sum(dim=-1, keepdim=True)", "mean": "{0}.mean(dim=-1, keepdim=True)",
-            "amax": "{0}.amax(dim=-1, keepdim=True)", "matmul": "{0} @ {1}",
-            "layer_norm": "F.layer_norm({0}, ({attr},))", "softmax": "torch.softmax({0}, dim=-1)",
-            "transpose": "{0}.transpose(-1, -2)", "reshape": "{0}.reshape({attr})",
+            "relu": "torch.relu({0})",
+            "tanh": "torch.tanh({0})",
+            "sigmoid": "torch.sigmoid({0})",
+            "sin": "torch.sin({0})",
+            "gelu": "F.gelu({0})",
+            "silu": "F.silu({0})",
+            "scale": "{0} * {attr!r}",
+            "shift": "{0} + {attr!r}",
+            "add": "{0} + {1}",
+            "sub": "{0} - {1}",
+            "mul": "{0} * {1}",
+            "sum": "{0}.sum(dim=-1, keepdim=True)",
+            "mean": "{0}.mean(dim=-1, keepdim=True)",
+            "amax": "{0}.amax(dim=-1, keepdim=True)",
+            "matmul": "{0} @ {1}",
+            "layer_norm": "F.layer_norm({0}, ({attr},))",
+            "softmax": "torch.softmax({0}, dim=-1)",
+            "transpose": "{0}.transpose(-1, -2)",
+            "reshape": "{0}.reshape({attr})",
             "cat": "torch.cat([{0}, {1}], dim=-1)",
         }[self.kind]
         return f"{self.out} = {t.format(*a, attr=self.attr)}"
@@ -191,7 +202,15 @@ class _Builder:
         self.shapes[name] = shape
         return name
 
-    def add(self, kind: str, args: tuple[str, ...], shape: tuple[int, ...], attr: Any = None, op_class: str = "elementwise", k: int = 1) -> str:
+    def add(
+        self,
+        kind: str,
+        args: tuple[str, ...],
+        shape: tuple[int, ...],
+        attr: Any = None,
+        op_class: str = "elementwise",
+        k: int = 1,
+    ) -> str:
         out = f"v{len(self.ops)}"
         self.ops.append(Op(out, kind, args, tuple(shape), attr, op_class, k))
         self.shapes[out] = tuple(shape)
@@ -212,7 +231,11 @@ def generate(seed: int, *, dtype: str | None = None, n_ops: int | None = None) -
     if rng.random() < 0.4:
         shape = (rng.choice((2, 3)),) + shape
     cur = b.new_input("x", shape)
-    kinds = ["unary"] * 4 + ["binary"] * 3 + ["reduce", "matmul", "layer_norm", "softmax", "transpose", "reshape", "cat", "const"]
+    kinds = (
+        ["unary"] * 4
+        + ["binary"] * 3
+        + ["reduce", "matmul", "layer_norm", "softmax", "transpose", "reshape", "cat", "const"]
+    )
     while len(b.ops) < n_ops:
         if b.ops and rng.random() < 0.2:
             cur = rng.choice([op.out for op in b.ops])  # branch from an earlier value: a DAG
@@ -356,7 +379,9 @@ def _candidates(graph: FuzzGraph) -> Iterable[FuzzGraph]:
     for i in range(len(graph.ops) - 1, -1, -1):
         op = graph.ops[i]
         src = op.args[0]
-        src_shape = next((s for n, s, *_ in graph.inputs if n == src), None) or next((o.shape for o in graph.ops if o.out == src), None)
+        src_shape = next((s for n, s, *_ in graph.inputs if n == src), None) or next(
+            (o.shape for o in graph.ops if o.out == src), None
+        )
         if src_shape != op.shape:
             continue
         ops = tuple(replace(o, args=tuple(src if a == op.out else a for a in o.args)) for o in graph.ops if o is not op)
@@ -366,7 +391,14 @@ def _candidates(graph: FuzzGraph) -> Iterable[FuzzGraph]:
         yield replace(graph, ops=ops, output=output).pruned()
 
 
-def shrink(graph: FuzzGraph, klass: str, backend: str = "inductor", options: dict[str, Any] | None = None, *, max_checks: int = 24) -> tuple[FuzzGraph, int]:
+def shrink(
+    graph: FuzzGraph,
+    klass: str,
+    backend: str = "inductor",
+    options: dict[str, Any] | None = None,
+    *,
+    max_checks: int = 24,
+) -> tuple[FuzzGraph, int]:
     """Greedy delta debugging: the smallest graph found that still fails with ``klass``, and the
     number of candidate runs spent (at most ``max_checks``; each is one compile)."""
     current, checks = graph, 0
@@ -388,7 +420,9 @@ def shrink(graph: FuzzGraph, klass: str, backend: str = "inductor", options: dic
     return current, checks
 
 
-def reproducer_script(graph: FuzzGraph, outcome: FuzzOutcome, backend: str, options: dict[str, Any] | None = None) -> str:
+def reproducer_script(
+    graph: FuzzGraph, outcome: FuzzOutcome, backend: str, options: dict[str, Any] | None = None
+) -> str:
     """A standalone script (imports torch only) that exits 1 while the failure reproduces."""
     tol, _, _ = graph.tolerance()
     header = f'''#!/usr/bin/env python
@@ -414,7 +448,7 @@ EXPECTED = {outcome.klass!r}
 ATOL, RTOL, EAGER_MARGIN = {tol.atol!r}, {tol.rtol!r}, {EAGER_MARGIN!r}
 INPUTS = {list(graph.inputs)!r}
 '''
-    main = '''
+    main = """
 
 def main():
     ap = argparse.ArgumentParser()
@@ -456,7 +490,7 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
-'''
+"""
     return header + "\n" + _RUNTIME_SRC.strip() + "\n\n\n" + graph.source() + main
 
 

@@ -190,7 +190,9 @@ def _select(model: nn.Module, modules: Any) -> list[tuple[str, nn.Module]]:
     index = dict(named)
     missing = [n for n in wanted if n not in index]
     if missing:
-        raise ValueError(f"modules not found in the model: {', '.join(map(repr, missing))}; have {', '.join(repr(n) for n, _ in named)}")
+        raise ValueError(
+            f"modules not found in the model: {', '.join(map(repr, missing))}; have {', '.join(repr(n) for n, _ in named)}"
+        )
     return [(n, index[n]) for n in wanted]
 
 
@@ -232,7 +234,9 @@ class _Recorder:
         self._handles.clear()
 
 
-def _run_recorded(model: nn.Module, selected, inputs: tuple, keep_inputs: bool, fp64: bool) -> tuple[list[dict[str, Any]], Any]:
+def _run_recorded(
+    model: nn.Module, selected, inputs: tuple, keep_inputs: bool, fp64: bool
+) -> tuple[list[dict[str, Any]], Any]:
     recorder = _Recorder(selected, keep_inputs)
     try:
         with torch.no_grad():
@@ -297,8 +301,10 @@ def locate_divergence(
     calls, _ = _run_recorded(work, work_names, args, keep_inputs=True, fp64=False)
     ref_calls, _ = _run_recorded(ref, ref_names, tuple(_to64(a) for a in args), keep_inputs=False, fp64=True)
     if [(c["name"], c["call"]) for c in calls] != [(c["name"], c["call"]) for c in ref_calls]:
-        raise RuntimeError("the fp64 copy called the submodules in a different order than the working copy; "
-                           "the model's control flow depends on its dtype, so calls cannot be paired")
+        raise RuntimeError(
+            "the fp64 copy called the submodules in a different order than the working copy; "
+            "the model's control flow depends on its dtype, so calls cannot be paired"
+        )
     if not calls:
         raise ValueError("none of the selected submodules was called by the model's forward")
     eager_seconds = time.perf_counter() - start
@@ -331,37 +337,67 @@ def locate_divergence(
                 fused_out = fn(*call["args"], **call["kwargs"])
         except Exception as exc:  # noqa: BLE001 - a compile/run failure is a row, not the end
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        if fused_out is not None and [tuple(t.shape) for t in _float_leaves(fused_out)] != [tuple(t.shape) for t in eager_leaves]:
-            error = f"fused output structure {_structure(fused_out)!r} differs from eager {_structure(call['output'])!r}"
+        if fused_out is not None and [tuple(t.shape) for t in _float_leaves(fused_out)] != [
+            tuple(t.shape) for t in eager_leaves
+        ]:
+            error = (
+                f"fused output structure {_structure(fused_out)!r} differs from eager {_structure(call['output'])!r}"
+            )
             fused_out = None
         with torch.no_grad(), _float64_defaults():
             local_ref = ref_index[name](*_to64(call["args"]), **_to64(call["kwargs"]))
-        row.update(_compare(eager_leaves, _float_leaves(fused_out) if fused_out is not None else None,
-                            _float_leaves(ref_call["output"]), _float_leaves(local_ref)))
+        row.update(
+            _compare(
+                eager_leaves,
+                _float_leaves(fused_out) if fused_out is not None else None,
+                _float_leaves(ref_call["output"]),
+                _float_leaves(local_ref),
+            )
+        )
         row["fused_error"] = error
         try:
             ev = fn.evidence
-            row.update({"kernel_count": ev.kernel_count, "extern_calls": ", ".join(ev.extern_calls),
-                        "graph_count": ev.graph_count, "graph_breaks": ev.graph_breaks,
-                        "recompiles": ev.recompiles, "compile_seconds": ev.compile_seconds})
+            row.update(
+                {
+                    "kernel_count": ev.kernel_count,
+                    "extern_calls": ", ".join(ev.extern_calls),
+                    "graph_count": ev.graph_count,
+                    "graph_breaks": ev.graph_breaks,
+                    "recompiles": ev.recompiles,
+                    "compile_seconds": ev.compile_seconds,
+                }
+            )
         except Exception:  # noqa: BLE001 - no evidence when the first call failed
-            row.update({"kernel_count": None, "extern_calls": "", "graph_count": None, "graph_breaks": None,
-                        "recompiles": None, "compile_seconds": None})
+            row.update(
+                {
+                    "kernel_count": None,
+                    "extern_calls": "",
+                    "graph_count": None,
+                    "graph_breaks": None,
+                    "recompiles": None,
+                    "compile_seconds": None,
+                }
+            )
         rows.append(row)
 
     work_dtype = out_dtype or dtype or torch.float32
     if noise == "auto":
         threshold = _measure_noise([r["excess"] for r in rows], work_dtype)
-        rule = (f"excess > max(u={unit_roundoff(work_dtype):.3g}, {NOISE_SIGMAS:g} * {MAD_TO_SIGMA} * median|excess| "
-                f"over {len(rows)} rows) = {threshold:.3g}")
+        rule = (
+            f"excess > max(u={unit_roundoff(work_dtype):.3g}, {NOISE_SIGMAS:g} * {MAD_TO_SIGMA} * median|excess| "
+            f"over {len(rows)} rows) = {threshold:.3g}"
+        )
     else:
         threshold = float(noise)
         rule = f"excess > {threshold:.3g} (given)"
     first = None
     for row in rows:
         # A failed fused run or a NaN/inf where eager had none diverges by definition.
-        row["divergent"] = bool(row["fused_error"]) or row["fused_nonfinite_mismatch"] > row["eager_nonfinite_mismatch"] or (
-            math.isfinite(row["excess"]) and row["excess"] > threshold)
+        row["divergent"] = (
+            bool(row["fused_error"])
+            or row["fused_nonfinite_mismatch"] > row["eager_nonfinite_mismatch"]
+            or (math.isfinite(row["excess"]) and row["excess"] > threshold)
+        )
         row["noise"] = threshold
         if row["divergent"] and first is None:
             first = row["layer"]
@@ -376,7 +412,12 @@ def locate_divergence(
     )
 
 
-def _compare(eager: list[torch.Tensor], fused_leaves: list[torch.Tensor] | None, ref: list[torch.Tensor], local: list[torch.Tensor]) -> dict[str, Any]:
+def _compare(
+    eager: list[torch.Tensor],
+    fused_leaves: list[torch.Tensor] | None,
+    ref: list[torch.Tensor],
+    local: list[torch.Tensor],
+) -> dict[str, Any]:
     e, r, lr = _flat64(eager), _flat64(ref), _flat64(local)
     out: dict[str, Any] = {
         "eager_err": _rel_norm(e, r),
@@ -387,19 +428,35 @@ def _compare(eager: list[torch.Tensor], fused_leaves: list[torch.Tensor] | None,
     shapes_ok = fused_leaves is not None and [t.shape for t in fused_leaves] == [t.shape for t in eager]
     if shapes_ok:
         f = _flat64(fused_leaves)
-        ulps = torch.cat([ulp_diff(a.contiguous(), b.to(a.dtype).contiguous()).reshape(-1) for a, b in zip(eager, fused_leaves)]) if eager else torch.zeros(0, dtype=torch.int64)
-        out.update({
-            "fused_err": _rel_norm(f, r),
-            "fused_abs_max": _abs_max(f, r),
-            "fused_local_err": _rel_norm(f, lr),
-            "fused_nonfinite_mismatch": _nonfinite_mismatch(f, r),
-            "ulp_eager_vs_fused_max": int(ulps.max()) if ulps.numel() else 0,
-            "ulp_eager_vs_fused_mean": float(ulps.to(torch.float64).mean()) if ulps.numel() else 0.0,
-            "bit_equal_fraction": float((ulps == 0).to(torch.float64).mean()) if ulps.numel() else 1.0,
-        })
+        ulps = (
+            torch.cat(
+                [ulp_diff(a.contiguous(), b.to(a.dtype).contiguous()).reshape(-1) for a, b in zip(eager, fused_leaves)]
+            )
+            if eager
+            else torch.zeros(0, dtype=torch.int64)
+        )
+        out.update(
+            {
+                "fused_err": _rel_norm(f, r),
+                "fused_abs_max": _abs_max(f, r),
+                "fused_local_err": _rel_norm(f, lr),
+                "fused_nonfinite_mismatch": _nonfinite_mismatch(f, r),
+                "ulp_eager_vs_fused_max": int(ulps.max()) if ulps.numel() else 0,
+                "ulp_eager_vs_fused_mean": float(ulps.to(torch.float64).mean()) if ulps.numel() else 0.0,
+                "bit_equal_fraction": float((ulps == 0).to(torch.float64).mean()) if ulps.numel() else 1.0,
+            }
+        )
     else:
-        out.update({"fused_err": math.nan, "fused_abs_max": math.nan, "fused_local_err": math.nan,
-                    "fused_nonfinite_mismatch": 0, "ulp_eager_vs_fused_max": None,
-                    "ulp_eager_vs_fused_mean": math.nan, "bit_equal_fraction": math.nan})
+        out.update(
+            {
+                "fused_err": math.nan,
+                "fused_abs_max": math.nan,
+                "fused_local_err": math.nan,
+                "fused_nonfinite_mismatch": 0,
+                "ulp_eager_vs_fused_max": None,
+                "ulp_eager_vs_fused_mean": math.nan,
+                "bit_equal_fraction": math.nan,
+            }
+        )
     out["excess"] = out["fused_local_err"] - out["eager_local_err"]
     return out

@@ -105,8 +105,8 @@ class FusedFunction:
 
     >>> import torch
     >>> fused = FusedFunction(lambda x: torch.nn.functional.gelu(x * 2 + 1))
-    >>> _ = fused(torch.randn(8))           # doctest: +SKIP
-    >>> fused.evidence.kernel_count >= 1    # doctest: +SKIP
+    >>> _ = fused(torch.randn(8))  # doctest: +SKIP
+    >>> fused.evidence.kernel_count >= 1  # doctest: +SKIP
     True
     """
 
@@ -207,13 +207,20 @@ class FusedFunction:
         recompiles = self._graphs - (self._graphs_at_first_call or 0)
         if recompiles == self._evidence.recompiles:
             return self._evidence
-        return FusionEvidence(**{**asdict(self._evidence), "recompiles": recompiles,
-                                 "kernel_names": self._evidence.kernel_names,
-                                 "extern_calls": self._evidence.extern_calls,
-                                 "break_reasons": self._evidence.break_reasons})
+        return FusionEvidence(
+            **{
+                **asdict(self._evidence),
+                "recompiles": recompiles,
+                "kernel_names": self._evidence.kernel_names,
+                "extern_calls": self._evidence.extern_calls,
+                "break_reasons": self._evidence.break_reasons,
+            }
+        )
 
 
-def fused(fn: Callable[..., Any], backend: str = "inductor", options: dict[str, Any] | None = None, **kwargs: Any) -> FusedFunction:
+def fused(
+    fn: Callable[..., Any], backend: str = "inductor", options: dict[str, Any] | None = None, **kwargs: Any
+) -> FusedFunction:
     """Shorthand for :class:`FusedFunction`."""
     return FusedFunction(fn, backend, options, **kwargs)
 

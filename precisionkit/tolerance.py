@@ -129,7 +129,9 @@ def tolerance_from_table(rows: Any) -> MeasuredTolerances:
             raise ValueError(f"tolerance table row {i}: {row['dtype']!r} is not a floating dtype")
         atol, k = float(row["atol"]), int(row["reduction_size"])
         if not (atol >= 0 and math.isfinite(atol)) or k < 1:
-            raise ValueError(f"tolerance table row {i}: atol must be finite >= 0 and reduction_size >= 1, got {atol}, {k}")
+            raise ValueError(
+                f"tolerance table row {i}: atol must be finite >= 0 and reduction_size >= 1, got {atol}, {k}"
+            )
         rtol = row.get("rtol")
         out.append((row["op_class"], dtype, k, atol, None if rtol is None else float(rtol)))
     return MeasuredTolerances(tuple(out))
@@ -139,9 +141,7 @@ def _describe_pair(actual: torch.Tensor, expected: torch.Tensor, flat: int) -> s
     idx = flat_index(flat, tuple(actual.shape))
     a = actual.reshape(-1)[flat]
     e = expected.reshape(-1)[flat]
-    return (
-        f"index {idx}: actual {a.item()!r} ({hex_bits(a)}), expected {e.item()!r} ({hex_bits(e)})"
-    )
+    return f"index {idx}: actual {a.item()!r} ({hex_bits(a)}), expected {e.item()!r} ({hex_bits(e)})"
 
 
 def assert_bit_equal(actual: Any, expected: Any, msg: str = "") -> None:
