@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -28,13 +29,21 @@ import torch
 try:
     from numpy.testing import nulp_diff  # type: ignore[attr-defined]
 except ImportError:  # not public in numpy 2
-    from numpy.testing._private.utils import nulp_diff
+    from numpy.testing._private.utils import nulp_diff  # type: ignore[attr-defined]
 
 from precisionkit import error_stats, ulp_diff
 
 MIB = 1024 * 1024
-FULL = {"ulp_n": 2**24, "stats_shape": (8, 2048, 4096), "repeats": 5}
-QUICK = {"ulp_n": 2**16, "stats_shape": (2, 256, 512), "repeats": 3}
+
+
+class Sizes(TypedDict):
+    ulp_n: int
+    stats_shape: tuple[int, ...]
+    repeats: int
+
+
+FULL: Sizes = {"ulp_n": 2**24, "stats_shape": (8, 2048, 4096), "repeats": 5}
+QUICK: Sizes = {"ulp_n": 2**16, "stats_shape": (2, 256, 512), "repeats": 3}
 
 
 def median_seconds(fn, repeats: int) -> float:

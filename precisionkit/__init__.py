@@ -14,8 +14,8 @@ Public API::
 """
 
 from .batched import error_stats_per_set
-from .locator import locate_divergence
 from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
+from .locator import locate_divergence
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
 from .reference import fp64_reference
 from .stats import error_stats, round_to_dtype

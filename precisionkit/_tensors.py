@@ -70,7 +70,9 @@ def require_same(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str], *, dt
         raise ValueError(f"device mismatch: {na} is on {a.device}, {nb} is on {b.device}")
 
 
-def pair(a: Any, b: Any, names: tuple[str, str] = ("a", "b"), *, same_dtype: bool = True):
+def pair(
+    a: Any, b: Any, names: tuple[str, str] = ("a", "b"), *, same_dtype: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Normalise and validate two inputs; returns ``(ta, tb, kind_of_a)``."""
     ta, kind = as_tensor(a, names[0])
     tb, _ = as_tensor(b, names[1])
@@ -80,7 +82,8 @@ def pair(a: Any, b: Any, names: tuple[str, str] = ("a", "b"), *, same_dtype: boo
     return ta, tb, kind
 
 
-def to_kind(t: torch.Tensor, kind: str):
+def to_kind(t: torch.Tensor, kind: str) -> Any:
+    """``t`` in the caller's container kind: the tensor itself, or a numpy array for ``"numpy"``."""
     return t.cpu().numpy() if kind == "numpy" else t
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -133,7 +133,11 @@ def _fix_nans(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     out.masked_fill_(nan_a ^ nan_b, ULP_NAN)
 
 
-def ulp_diff(a: Any, b: Any):
+@overload
+def ulp_diff(a: torch.Tensor, b: Any) -> torch.Tensor: ...
+@overload
+def ulp_diff(a: np.ndarray | np.generic, b: Any) -> np.ndarray: ...
+def ulp_diff(a: Any, b: Any) -> Any:
     """Element-wise distance between ``a`` and ``b`` in representable values of their dtype.
 
     Returns int64 in the inputs' container kind (tensor on the same device, or ndarray).

@@ -132,7 +132,8 @@ def paired_quantile_test(
             v_lo = values[order[(cum >= n - lo).argmax(axis=1)]]
             v_hi = values[order[(cum >= n - hi).argmax(axis=1)]]
             # numpy's linear interpolation, term for term, so results equal np.quantile's bit for bit.
-            return v_hi - (v_hi - v_lo) * (1 - frac) if frac >= 0.5 else v_lo + (v_hi - v_lo) * frac
+            quantile: np.ndarray = v_hi - (v_hi - v_lo) * (1 - frac) if frac >= 0.5 else v_lo + (v_hi - v_lo) * frac
+            return quantile
 
         cum = counts[:, desc[:top]].cumsum(axis=1)
         out = read(cum, desc[:top])

@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import math
 import random
-import textwrap
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 
 from .paths import fused
-from .tolerance import tolerance
+from .tolerance import Tolerance, tolerance
 
 #: Fused error must exceed eager's tolerance ratio by this factor to count as a mismatch.
 EAGER_MARGIN = 2.0
@@ -160,13 +160,15 @@ class FuzzGraph:
         """The printed source, executed: the function that every path runs."""
         scope: dict[str, Any] = {"torch": torch, "F": torch.nn.functional}
         exec(compile(self.source(), f"<fuzz graph seed={self.seed}>", "exec"), scope)
-        return scope["graph"]
+        graph: Callable[..., torch.Tensor] = scope["graph"]
+        return graph
 
     def make_inputs(self) -> list[torch.Tensor]:
         """The graph's inputs in its dtype (same values on every call and in reproducers)."""
-        return _RUNTIME["make_inputs"](self.inputs, getattr(torch, self.dtype))
+        inputs: list[torch.Tensor] = _RUNTIME["make_inputs"](self.inputs, getattr(torch, self.dtype))
+        return inputs
 
-    def tolerance(self):
+    def tolerance(self) -> tuple[Tolerance, str, int]:
         """The loosest legitimate tolerance of the graph's ops: (Tolerance, op_class, reduction size)."""
         dtype = getattr(torch, self.dtype)
         best = None
@@ -227,9 +229,9 @@ def generate(seed: int, *, dtype: str | None = None, n_ops: int | None = None) -
     if n_ops < 1:
         raise ValueError(f"n_ops must be >= 1, got {n_ops}")
     b = _Builder(seed, rng)
-    shape = (rng.choice(_ROWS), rng.choice(_COLS))
+    shape: tuple[int, ...] = (rng.choice(_ROWS), rng.choice(_COLS))
     if rng.random() < 0.4:
-        shape = (rng.choice((2, 3)),) + shape
+        shape = (rng.choice((2, 3)), *shape)
     cur = b.new_input("x", shape)
     kinds = (
         ["unary"] * 4
@@ -248,26 +250,26 @@ def generate(seed: int, *, dtype: str | None = None, n_ops: int | None = None) -
             which = rng.choice(("scale", "shift"))
             cur = b.add(which, (cur,), s, attr=round(rng.uniform(0.5, 2.0) * rng.choice((1, -1)), 3))
         elif kind == "binary":
-            same = [v for v, vs in b.shapes.items() if vs in (s, s[:-1] + (1,)) and v != cur and not v.startswith("w")]
+            same = [v for v, vs in b.shapes.items() if vs in (s, (*s[:-1], 1)) and v != cur and not v.startswith("w")]
             if same and rng.random() < 0.5:
                 other = rng.choice(same)
             else:
-                other = b.new_input("b", rng.choice((s, (n,), s[:-1] + (1,))))
+                other = b.new_input("b", rng.choice((s, (n,), (*s[:-1], 1))))
             cur = b.add(rng.choice(("add", "sub", "mul")), (cur, other), s)
         elif kind == "reduce" and n > 1:
             which = rng.choice(("sum", "mean", "amax"))
             cls = "elementwise" if which == "amax" else "matmul"  # a sum is K additions, like a dot
-            cur = b.add(which, (cur,), s[:-1] + (1,), op_class=cls, k=n if cls == "matmul" else 1)
+            cur = b.add(which, (cur,), (*s[:-1], 1), op_class=cls, k=n if cls == "matmul" else 1)
         elif kind == "matmul":
             m = rng.choice(_COLS)
             w = b.new_input("w", (n, m), 1.0 / math.sqrt(n))
-            cur = b.add("matmul", (cur, w), s[:-1] + (m,), op_class="matmul", k=n)
+            cur = b.add("matmul", (cur, w), (*s[:-1], m), op_class="matmul", k=n)
         elif kind == "layer_norm" and n > 1:
             cur = b.add("layer_norm", (cur,), s, attr=n, op_class="layernorm", k=n)
         elif kind == "softmax" and n > 1:
             cur = b.add("softmax", (cur,), s, op_class="softmax", k=n)
         elif kind == "transpose":
-            cur = b.add("transpose", (cur,), s[:-2] + (s[-1], s[-2]))
+            cur = b.add("transpose", (cur,), (*s[:-2], s[-1], s[-2]))
         elif kind == "reshape":
             new = (s[0] * s[1], s[2]) if len(s) == 3 else ((2, s[0] // 2, s[1]) if s[0] % 2 == 0 else None)
             if new is not None:
@@ -275,7 +277,7 @@ def generate(seed: int, *, dtype: str | None = None, n_ops: int | None = None) -
         elif kind == "cat" and 2 * n <= _MAX_LAST:
             partners = [v for v, vs in b.shapes.items() if vs == s and v != cur and not v.startswith("w")]
             other = rng.choice(partners) if partners and rng.random() < 0.5 else b.new_input("c", s)
-            cur = b.add("cat", (cur, other), s[:-1] + (2 * n,))
+            cur = b.add("cat", (cur, other), (*s[:-1], 2 * n))
     graph = FuzzGraph(seed, dtype, tuple(b.inputs), tuple(b.ops), cur)
     return graph.pruned()
 

@@ -50,8 +50,9 @@ import copy
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -83,7 +84,7 @@ class DivergenceResult:
         """Row index of :attr:`first_divergent_layer` (``None`` when no row diverges)."""
         for row in self.table:
             if row["divergent"]:
-                return row["index"]
+                return int(row["index"])
         return None
 
     def columns(self) -> dict[str, list[Any]]:
@@ -209,8 +210,8 @@ class _Recorder:
             self._handles.append(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post(name), with_kwargs=True))
 
-    def _pre(self, name: str):
-        def hook(module, args, kwargs):
+    def _pre(self, name: str) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             call = self._counts.get(name, 0)
             self._counts[name] = call + 1
             entry = {"name": name, "call": call, "module": module}
@@ -220,8 +221,8 @@ class _Recorder:
 
         return hook
 
-    def _post(self, name: str):
-        def hook(module, args, kwargs, output):
+    def _post(self, name: str) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
             entry = self._pending[name].pop()  # innermost open call of this module (recursion-safe)
             entry["output"] = _snapshot(output)
             self.calls.append(entry)
@@ -235,7 +236,7 @@ class _Recorder:
 
 
 def _run_recorded(
-    model: nn.Module, selected, inputs: tuple, keep_inputs: bool, fp64: bool
+    model: nn.Module, selected: list[tuple[str, nn.Module]], inputs: tuple[Any, ...], keep_inputs: bool, fp64: bool
 ) -> tuple[list[dict[str, Any]], Any]:
     recorder = _Recorder(selected, keep_inputs)
     try:
@@ -312,7 +313,7 @@ def locate_divergence(
     compiled: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     out_dtype = None
-    for index, (call, ref_call) in enumerate(zip(calls, ref_calls)):
+    for index, (call, ref_call) in enumerate(zip(calls, ref_calls, strict=True)):
         name, module = call["name"], call["module"]
         eager_leaves = _float_leaves(call["output"])
         if out_dtype is None and eager_leaves:
@@ -425,12 +426,14 @@ def _compare(
         "eager_local_err": _rel_norm(e, lr),
         "eager_nonfinite_mismatch": _nonfinite_mismatch(e, r),
     }
-    shapes_ok = fused_leaves is not None and [t.shape for t in fused_leaves] == [t.shape for t in eager]
-    if shapes_ok:
+    if fused_leaves is not None and [t.shape for t in fused_leaves] == [t.shape for t in eager]:
         f = _flat64(fused_leaves)
         ulps = (
             torch.cat(
-                [ulp_diff(a.contiguous(), b.to(a.dtype).contiguous()).reshape(-1) for a, b in zip(eager, fused_leaves)]
+                [
+                    ulp_diff(a.contiguous(), b.to(a.dtype).contiguous()).reshape(-1)
+                    for a, b in zip(eager, fused_leaves, strict=True)
+                ]
             )
             if eager
             else torch.zeros(0, dtype=torch.int64)

@@ -13,8 +13,9 @@ import os
 import re
 import time
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import torch
@@ -123,7 +124,7 @@ class FusedFunction:
 
         try:
             self._compiler = lookup_backend(backend)
-        except Exception as exc:  # noqa: BLE001 - dynamo raises its own error type
+        except Exception as exc:
             raise ValueError(
                 f"unknown torch.compile backend {backend!r}; registered: {', '.join(list_backends(exclude_tags=()))}"
             ) from exc
@@ -137,7 +138,7 @@ class FusedFunction:
         self.code = ""
         self._compiled = torch.compile(_private_copy(fn), backend=self._counting_backend, dynamic=dynamic)
 
-    def _counting_backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+    def _counting_backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         self._graphs += 1
         if self.options:
             from torch._inductor import config as inductor_config

@@ -11,8 +11,8 @@ Fixtures:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 import torch

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def _check_outputs(value: Any, path: str) -> None:
 
 
 @contextmanager
-def _float64_defaults():
+def _float64_defaults() -> Iterator[None]:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # factory calls without dtype= build fp64 tensors
     try:

@@ -11,6 +11,7 @@ bfloat16 has 3 fewer mantissa bits than float16, so its float16 entries are scal
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ class Tolerance:
     rtol: float
     source: str
 
-    def __iter__(self):  # allows ``atol, rtol = tolerance(...)``
+    def __iter__(self) -> Iterator[float]:  # allows ``atol, rtol = tolerance(...)``
         return iter((self.atol, self.rtol))
 
 
@@ -52,7 +53,7 @@ def tolerance(
     op_class: str = "elementwise",
     reduction_size: int = 1,
     *,
-    measured: "MeasuredTolerances | None" = None,
+    measured: MeasuredTolerances | None = None,
 ) -> Tolerance:
     """(atol, rtol) for results of ``dtype`` from an operation of ``op_class`` that accumulates
     ``reduction_size`` terms per output element.
