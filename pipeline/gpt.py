@@ -23,14 +23,13 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
-from unittest import mock
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from precisionkit.paths import FusedFunction, normalize_code, _KERNEL_DEF
+from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
 
 from .corpus import Corpus
 from .storage import atomic_path
@@ -243,22 +242,11 @@ def make_loss_fn(model: GPT, cfg: TrainConfig, device: torch.device) -> Callable
     return loss_fn
 
 
-@contextlib.contextmanager
-def capture_generated_code() -> Iterator[list[str]]:
-    """Collect the code Inductor generates inside the block (e.g. the lazily compiled backward)."""
-    from torch._inductor.graph import GraphLowering
-
-    codes: list[str] = []
-    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
-        yield codes
-
-
-def _code_evidence(prefix: str, codes: list[str]) -> dict[str, Any]:
-    code = "\n".join(normalize_code(c) for c in codes)
+def _code_evidence(prefix: str, captured: GeneratedCode) -> dict[str, Any]:
     return {
-        f"{prefix}_graphs": len(codes),
-        f"{prefix}_kernel_count": len(_KERNEL_DEF.findall(code)),
-        f"{prefix}_code_sha256": hashlib.sha256(code.encode()).hexdigest(),
+        f"{prefix}_graphs": captured.graphs,
+        f"{prefix}_kernel_count": len(captured.kernel_names),
+        f"{prefix}_code_sha256": captured.sha256,
     }
 
 
@@ -397,9 +385,10 @@ def train(
         loss = train_fn(x, y)
         scaled = scaler.scale(loss)
         if cfg.path == "fused" and "bwd_graphs" not in evidence:
-            with capture_generated_code() as codes:
+            # The backward graph compiles at the first backward(), after the forward's evidence.
+            with capture_generated_code() as captured:
                 scaled.backward()
-            evidence.update(_code_evidence("bwd", codes))
+            evidence.update(_code_evidence("bwd", captured))
         else:
             scaled.backward()
         scaler.unscale_(opt)

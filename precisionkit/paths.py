@@ -3,6 +3,10 @@ fused run carries evidence that it really compiled and fused.
 
 A fused path that compiled no graph (fell back to eager), broke the graph, or generated no fused
 kernel raises :class:`FusionError` instead of returning numbers that silently equal eager's.
+
+:func:`capture_generated_code` is the evidence-gathering part on its own, for code that a fused
+path compiles later than its first call (e.g. the backward graph, compiled at the first
+``backward()``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import os
 import re
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from unittest import mock
@@ -69,6 +74,72 @@ def normalize_code(code: str) -> str:
     """Generated code with per-process ids and absolute paths removed (what the hash covers)."""
     code = _VOLATILE_LINES.sub("", code)
     return _QUOTED_PATH.sub(r"\1<path>\2", code)
+
+
+class GeneratedCode:
+    """The code Inductor generated while :func:`capture_generated_code` was active, one source per
+    compiled graph (including graphs served from Inductor's cache), and what it shows.
+
+    >>> captured = GeneratedCode(["cpp_fused_add_0 = async_compile.cpp_pybinding(['float*'], src)"])
+    >>> captured.graphs, captured.kernel_names
+    (1, ('cpp_fused_add_0',))
+    """
+
+    def __init__(self, sources: list[str] | None = None) -> None:
+        #: Generated wrapper code as Inductor saved it, one entry per compiled graph.
+        self.sources: list[str] = list(sources or [])
+
+    @property
+    def graphs(self) -> int:
+        """How many graphs generated code."""
+        return len(self.sources)
+
+    @property
+    def code(self) -> str:
+        """All sources, normalized (see :func:`normalize_code`) and joined by newlines."""
+        return "\n".join(normalize_code(c) for c in self.sources)
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        """Names of the kernels the code defines (``name = async_compile.<kind>(...``), in order."""
+        return tuple(name for name, _kind in _KERNEL_DEF.findall(self.code))
+
+    @property
+    def extern_calls(self) -> tuple[str, ...]:
+        """Library kernels the code calls (``extern_kernels.<name>``), sorted, each once."""
+        return tuple(sorted(set(_EXTERN_CALL.findall(self.code))))
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of :attr:`code`: equal hashes mean equal generated programs."""
+        return hashlib.sha256(self.code.encode()).hexdigest()
+
+
+@contextmanager
+def capture_generated_code() -> Iterator[GeneratedCode]:
+    """Collect the code Inductor generates inside the ``with`` block.
+
+    The yielded :class:`GeneratedCode` fills up as graphs compile; read it after the block.
+    Captures nest: an outer capture also sees what an inner one collects.
+
+    >>> with capture_generated_code() as captured:
+    ...     pass  # compile and run something here
+    >>> captured.graphs
+    0
+    """
+    from torch._inductor.graph import GraphLowering
+
+    captured = GeneratedCode()
+    outer = GraphLowering.save_output_code
+
+    def save(code: str) -> None:
+        captured.sources.append(code)
+        if outer is not None:
+            outer(code)
+
+    # Inductor hands every generated wrapper module to this hook (torch's own tests patch it too).
+    with mock.patch.object(GraphLowering, "save_output_code", staticmethod(save)):
+        yield captured
 
 
 def _device_of(args: tuple[Any, ...]) -> str:
@@ -154,12 +225,10 @@ class FusedFunction:
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         from torch._dynamo.utils import counters
-        from torch._inductor.graph import GraphLowering
 
-        codes: list[str] = []
         breaks_before = dict(counters["graph_break"])
         start = time.perf_counter()
-        with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        with capture_generated_code() as captured:
             out = self._compiled(*args, **kwargs)
         seconds = time.perf_counter() - start
         reasons = tuple(
@@ -168,9 +237,8 @@ class FusedFunction:
             if count > breaks_before.get(reason, 0)
         )
         self._graphs_at_first_call = self._graphs
-        code = "\n".join(normalize_code(c) for c in codes)
-        self.code = code
-        kernels = tuple(name for name, _kind in _KERNEL_DEF.findall(code))
+        self.code = captured.code
+        kernels = captured.kernel_names
         self._evidence = FusionEvidence(
             backend=self.backend,
             options=self.options,
@@ -180,8 +248,8 @@ class FusedFunction:
             recompiles=0,
             kernel_count=len(kernels),
             kernel_names=kernels,
-            extern_calls=tuple(sorted(set(_EXTERN_CALL.findall(code)))),
-            code_sha256=hashlib.sha256(code.encode()).hexdigest(),
+            extern_calls=captured.extern_calls,
+            code_sha256=captured.sha256,
             compile_seconds=seconds,
             break_reasons=reasons,
         )

@@ -7,13 +7,14 @@ shape) and one graph-breaking function. ``aot_eager`` generates no code, so it i
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
 import torch
 
 from precisionkit import FusedFunction, FusionError, FusionEvidence, eager, fused
-from precisionkit.paths import normalize_code
+from precisionkit.paths import GeneratedCode, capture_generated_code, normalize_code
 
 
 def tiny_chain(x):
@@ -57,7 +58,7 @@ def test_metadata_view_is_flat(compiled_chain):
 
 
 def test_recompiles_counted_per_new_shape(compiled_chain):
-    fn, x, _ = compiled_chain
+    fn, _, _ = compiled_chain
     fn(torch.randn(8))  # same shape: served by the compiled artifact
     assert fn.evidence.recompiles == 0
     first = fn.evidence
@@ -85,7 +86,7 @@ def test_backend_without_generated_code_raises_fusion_error():
     def chain_for_aot(x):
         return torch.relu(x - 1) * 3
 
-    with pytest.raises(FusionError, match="aot_eager.*generated no fused kernel"):
+    with pytest.raises(FusionError, match=r"aot_eager.*generated no fused kernel"):
         fused(chain_for_aot, backend="aot_eager")(torch.randn(4))
 
 
@@ -108,7 +109,7 @@ def test_unknown_backend_raises_value_error():
 def test_evidence_before_first_call_raises():
     fn = FusedFunction(tiny_chain)
     with pytest.raises(FusionError, match="has not been called yet"):
-        fn.evidence
+        _ = fn.evidence
 
 
 def test_eager_path_is_the_function_itself():
@@ -135,3 +136,63 @@ def test_normalize_code_strips_paths_and_volatile_lines():
     # two processes that differ only in ids and cache paths hash the same
     other = code.replace("0_inference", "7_inference").replace("/tmp/torchinductor_root", "/var/cache/ti")
     assert normalize_code(other) == out
+
+
+WRAPPER = (
+    "# AOT ID: ['3_backward']\n"
+    "cpp_fused_mul_0 = async_compile.cpp_pybinding(['const float*', 'float*'], src0)\n"
+    "cpp_fused_add_tanh_1 = async_compile.cpp_pybinding(['float*'], src1)\n"
+    "def call(args):\n"
+    "    extern_kernels.mm(arg0, arg1, out=buf0)\n"
+    "    extern_kernels.addmm(arg2, buf0, arg1, out=buf1)\n"
+    "    extern_kernels.mm(buf1, arg1, out=buf2)\n"
+    "module = load('/tmp/torchinductor_root/ab/cabcdef.py')\n"
+)
+
+
+def test_capture_generated_code_reads_what_inductor_saves():
+    from torch._inductor.graph import GraphLowering
+
+    hook_before = GraphLowering.save_output_code
+    with capture_generated_code() as captured:
+        GraphLowering.save_output_code(WRAPPER)  # the hook Inductor calls once per compiled graph
+    assert GraphLowering.save_output_code is hook_before
+    assert captured.sources == [WRAPPER]
+    assert captured.graphs == 1
+    assert captured.kernel_names == ("cpp_fused_mul_0", "cpp_fused_add_tanh_1")
+    assert captured.extern_calls == ("addmm", "mm")
+    assert "AOT ID" not in captured.code and "load('<path>')" in captured.code
+    assert captured.sha256 == hashlib.sha256(normalize_code(WRAPPER).encode()).hexdigest()
+
+
+def test_nested_captures_both_see_the_inner_code():
+    from torch._inductor.graph import GraphLowering
+
+    with capture_generated_code() as outer:
+        GraphLowering.save_output_code("a = async_compile.triton('a', src)\n")
+        with capture_generated_code() as inner:
+            GraphLowering.save_output_code("b = async_compile.triton('b', src)\n")
+    assert (outer.graphs, outer.kernel_names) == (2, ("a", "b"))
+    assert (inner.graphs, inner.kernel_names) == (1, ("b",))
+
+
+def test_empty_capture_hashes_the_empty_program():
+    captured = GeneratedCode()
+    assert (captured.graphs, captured.kernel_names, captured.extern_calls) == (0, (), ())
+    assert captured.sha256 == hashlib.sha256(b"").hexdigest()
+
+
+def test_capture_sees_the_backward_graph_compiled_after_the_first_call():
+    def chain_with_grad(x):
+        return torch.tanh(x * 3) + x
+
+    fn = fused(chain_with_grad)
+    x = torch.linspace(-1, 1, 8, requires_grad=True)
+    out = fn(x)
+    with capture_generated_code() as captured:
+        out.sum().backward()
+    assert captured.graphs == 1
+    assert len(captured.kernel_names) >= 1
+    assert captured.sha256 != fn.evidence.code_sha256  # the backward is a program of its own
+    expected = 3 * (1 - torch.tanh(x.detach() * 3) ** 2) + 1
+    torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-6)
