@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ._tensors import as_tensor, flat_index, hex_bits, pair, require_float, require_same
-from .bits import bit_mismatch, ulp_diff
+from .bits import ULP_SATURATED, bit_mismatch, ulp_diff
 
 # op class -> (float32 atol, float16 atol), from the seed 001 decision matrix.
 _BASE_ATOL = {
@@ -145,33 +145,92 @@ def _describe_pair(actual: torch.Tensor, expected: torch.Tensor, flat: int) -> s
     return f"index {idx}: actual {a.item()!r} ({hex_bits(a)}), expected {e.item()!r} ({hex_bits(e)})"
 
 
+def _first(mask: torch.Tensor) -> int:
+    """Flat index of the first True element of a non-empty ``mask``."""
+    return int(torch.argmax(mask.reshape(-1).to(torch.uint8)))
+
+
+def _spelled(value: torch.Tensor) -> str:
+    v = value.item()
+    return "NaN" if math.isnan(v) else repr(v)
+
+
+def _nan_mismatches(actual: torch.Tensor, other: torch.Tensor, mask: torch.Tensor) -> str:
+    """``"2 NaN mismatches, first at index (1,): NaN vs 1.5"`` for the elements of ``mask`` (which
+    must have exactly one NaN side), ``""`` when there are none. A NaN has no ULP distance or
+    error to show; the sentinel :data:`~precisionkit.ULP_NAN` would read as a number."""
+    n = int(mask.sum())
+    if not n:
+        return ""
+    flat = _first(mask)
+    a, b = actual.reshape(-1)[flat], other.reshape(-1)[flat]
+    where = flat_index(flat, tuple(actual.shape))
+    return f"{n} NaN mismatch{'' if n == 1 else 'es'}, first at index {where}: {_spelled(a)} vs {_spelled(b)}"
+
+
+def _ulps(value: int) -> str:
+    return f">= {ULP_SATURATED} (saturated)" if value >= ULP_SATURATED else str(value)
+
+
+def _message(msg: str, parts: list[str]) -> str:
+    return (f"{msg}: " if msg else "") + "; ".join(p for p in parts if p)
+
+
 def assert_bit_equal(actual: Any, expected: Any, msg: str = "") -> None:
-    """Raise ``AssertionError`` unless the bit patterns are identical."""
+    """Raise ``AssertionError`` unless the bit patterns are identical.
+
+    The message counts the differing elements, shows the first with its bit patterns, and gives
+    the largest ULP distance among the numbers; elements that are NaN on one side only are
+    reported as such (``NaN vs 1.5``).
+
+    >>> import torch
+    >>> assert_bit_equal(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 1.5]))
+    Traceback (most recent call last):
+        ...
+    AssertionError: not bit-equal: 1 of 2 elements differ; first at index (1,): actual nan (0x7fc00000), expected 1.5 (0x3fc00000); 1 NaN mismatch, first at index (1,): NaN vs 1.5
+    """
+    __tracebackhide__ = True
     mism = bit_mismatch(actual, expected)
-    if mism.count:
-        ta, _ = as_tensor(actual, "actual")
-        te, _ = as_tensor(expected, "expected")
-        flat = int(torch.argmax(torch.as_tensor(mism.mask).reshape(-1).to(torch.uint8)))
-        ulps = ulp_diff(ta, te)
-        raise AssertionError(
-            f"{msg + ': ' if msg else ''}not bit-equal: {mism.count} of {mism.total} elements "
-            f"differ; first at {_describe_pair(ta, te, flat)}; max ULP distance "
-            f"{int(ulps.max())}"
-        )
+    if not mism.count:
+        return
+    ta, _ = as_tensor(actual, "actual")
+    te, _ = as_tensor(expected, "expected")
+    differ = torch.as_tensor(mism.mask)
+    nan_a, nan_e = torch.isnan(ta), torch.isnan(te)
+    numbers = differ & ~(nan_a | nan_e)
+    payloads = int((differ & nan_a & nan_e).sum())
+    parts = [
+        f"not bit-equal: {mism.count} of {mism.total} elements differ",
+        f"first at {_describe_pair(ta, te, _first(differ))}",
+        _nan_mismatches(ta, te, nan_a ^ nan_e),
+    ]
+    if bool(numbers.any()):
+        parts.append(f"max ULP distance {_ulps(int(ulp_diff(ta, te)[numbers].max()))}")
+    if payloads:
+        parts.append(f"{payloads} NaN payload mismatch{'' if payloads == 1 else 'es'}")
+    raise AssertionError(_message(msg, parts))
 
 
 def assert_ulp_within(actual: Any, expected: Any, max_ulp: int, msg: str = "") -> None:
-    """Raise ``AssertionError`` when any element is more than ``max_ulp`` ULP from ``expected``."""
+    """Raise ``AssertionError`` when any element is more than ``max_ulp`` ULP from ``expected``.
+
+    NaN against NaN is 0 ULP; NaN against a number always fails and is reported as ``NaN vs x``.
+    """
+    __tracebackhide__ = True
     ta, te, _ = pair(actual, expected, ("actual", "expected"))
     ulps = ulp_diff(ta, te)
     bad = ulps > max_ulp
     count = int(bad.sum())
-    if count:
-        worst = int(torch.argmax(ulps.reshape(-1)))
-        raise AssertionError(
-            f"{msg + ': ' if msg else ''}{count} of {ta.numel()} elements exceed {max_ulp} ULP; "
-            f"worst {int(ulps.reshape(-1)[worst])} ULP at {_describe_pair(ta, te, worst)}"
-        )
+    if not count:
+        return
+    one_nan = torch.isnan(ta) ^ torch.isnan(te)
+    numbers = bad & ~one_nan
+    parts = [f"{count} of {ta.numel()} elements exceed {max_ulp} ULP"]
+    if bool(numbers.any()):
+        worst = int(torch.argmax(torch.where(numbers, ulps, -1).reshape(-1)))
+        parts.append(f"worst {_ulps(int(ulps.reshape(-1)[worst]))} ULP at {_describe_pair(ta, te, worst)}")
+    parts.append(_nan_mismatches(ta, te, bad & one_nan))
+    raise AssertionError(_message(msg, parts))
 
 
 def assert_close_to_reference(
@@ -190,6 +249,7 @@ def assert_close_to_reference(
     in fp64). Missing ``atol``/``rtol`` come from :func:`tolerance` for actual's dtype. NaN must
     face NaN and infinities must match exactly.
     """
+    __tracebackhide__ = True
     ta, _ = as_tensor(actual, "actual")
     tr, _ = as_tensor(reference, "reference")
     require_float(ta, "actual")
@@ -202,21 +262,27 @@ def assert_close_to_reference(
     a64, r64 = ta.to(torch.float64), tr.to(torch.float64)
     err = (a64 - r64).abs()
     allowed = atol + rtol * r64.abs()
-    same_special = (torch.isnan(a64) & torch.isnan(r64)) | (torch.isinf(a64) & (a64 == r64))
+    nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
+    same_special = (nan_a & nan_r) | (torch.isinf(a64) & (a64 == r64))
     # NaN errors count as failures; so does any other infinity, which the test below would pass
     # (an infinite reference makes ``allowed`` infinite too).
-    special = torch.isnan(a64) | torch.isnan(r64) | torch.isinf(a64) | torch.isinf(r64)
+    special = nan_a | nan_r | torch.isinf(a64) | torch.isinf(r64)
     bad = ~same_special & (special | ~(err <= allowed))
     count = int(bad.sum())
-    if count:
-        excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf), -math.inf)
-        worst = int(torch.argmax(excess.reshape(-1)))
+    if not count:
+        return
+    source = tol.source if (atol, rtol) == (tol.atol, tol.rtol) else "given"
+    parts = [f"{count} of {ta.numel()} elements outside tolerance (atol={atol:g}, rtol={rtol:g}; {source})"]
+    numbers = bad & ~(nan_a | nan_r)
+    if bool(numbers.any()):
+        excess = torch.nan_to_num(err - allowed, nan=math.inf)  # inf - inf: an infinity of the wrong sign
+        worst = int(torch.argmax(torch.where(numbers, excess, -math.inf).reshape(-1)))
         rounded = ta.reshape(-1)[worst]
         ref_value = r64.reshape(-1)[worst]
-        raise AssertionError(
-            f"{msg + ': ' if msg else ''}{count} of {ta.numel()} elements outside tolerance "
-            f"(atol={atol:g}, rtol={rtol:g}; {tol.source if (atol, rtol) == (tol.atol, tol.rtol) else 'given'}); "
+        parts.append(
             f"worst at index {flat_index(worst, tuple(ta.shape))}: actual {rounded.item()!r} "
             f"({hex_bits(rounded)}), reference {ref_value.item()!r} ({hex_bits(ref_value)}), "
             f"abs error {float(err.reshape(-1)[worst]):.6g}"
         )
+    parts.append(_nan_mismatches(a64, r64, bad & (nan_a ^ nan_r)))
+    raise AssertionError(_message(msg, parts))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from precisionkit import (
+    ULP_NAN,
     Tolerance,
     assert_bit_equal,
     assert_close_to_reference,
@@ -18,6 +19,8 @@ from precisionkit import (
     tolerance,
 )
 from precisionkit.tolerance import OP_CLASSES
+
+pytest_plugins = ["pytester"]
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 
@@ -38,7 +41,7 @@ MATRIX = {
 
 
 def test_op_classes_are_the_decision_matrix_rows():
-    assert OP_CLASSES == tuple(MATRIX)
+    assert tuple(MATRIX) == OP_CLASSES
 
 
 def test_docstring_example():
@@ -104,7 +107,7 @@ def test_unknown_op_class_raises_value_error_listing_known_ones():
 
 
 def test_bad_dtype_and_reduction_size():
-    with pytest.raises(TypeError, match="no tolerance for dtype torch.int32"):
+    with pytest.raises(TypeError, match=r"no tolerance for dtype torch\.int32"):
         tolerance(torch.int32)
     with pytest.raises(ValueError, match="reduction_size must be >= 1, got 0"):
         tolerance(F32, "matmul", 0)
@@ -130,6 +133,36 @@ def test_assert_bit_equal_message():
     assert text.startswith("fused vs eager: not bit-equal: 2 of 4 elements differ")
     assert "first at index (0, 1): actual 1.0 (0x3c00), expected 1.0009765625 (0x3c01)" in text
     assert text.endswith("max ULP distance 2")
+
+
+def test_assert_bit_equal_nan_against_number_says_nan_not_the_sentinel():
+    with pytest.raises(AssertionError) as info:
+        assert_bit_equal(torch.tensor([1.0, float("nan")], dtype=F16), torch.tensor([1.0, 1.5], dtype=F16))
+    assert str(info.value) == (
+        "not bit-equal: 1 of 2 elements differ; first at index (1,): actual nan (0x7e00), "
+        "expected 1.5 (0x3e00); 1 NaN mismatch, first at index (1,): NaN vs 1.5"
+    )
+
+
+def test_assert_bit_equal_with_nans_and_numbers_gives_the_numbers_ulp_distance():
+    actual = torch.tensor([1.0, 1.5, 1.0], dtype=F16)
+    expected = torch.tensor([1.0 + 4 * 2**-10, float("nan"), 1.0], dtype=F16)
+    with pytest.raises(AssertionError) as info:
+        assert_bit_equal(actual, expected)
+    text = str(info.value)
+    assert text.startswith("not bit-equal: 2 of 3 elements differ; first at index (0,)")
+    assert text.endswith("; 1 NaN mismatch, first at index (1,): 1.5 vs NaN; max ULP distance 4")
+
+
+def test_assert_bit_equal_names_nan_payload_differences():
+    quiet = torch.tensor([0x7E00], dtype=torch.int16).view(F16)
+    other = torch.tensor([0x7E01], dtype=torch.int16).view(F16)
+    with pytest.raises(AssertionError) as info:
+        assert_bit_equal(quiet, other)
+    assert str(info.value) == (
+        "not bit-equal: 1 of 1 elements differ; first at index (0,): actual nan (0x7e00), "
+        "expected nan (0x7e01); 1 NaN payload mismatch"
+    )
 
 
 def test_assert_bit_equal_signed_zero_message():
@@ -160,13 +193,30 @@ def test_assert_ulp_within_message():
     )
 
 
-def test_assert_ulp_within_nan_against_number_fails():
-    with pytest.raises(AssertionError, match=r"1 of 1 elements exceed 1000 ULP; worst 9223372036854775807 ULP"):
-        assert_ulp_within(torch.tensor([float("nan")]), torch.tensor([1.0]), 1000)
+def test_assert_ulp_within_nan_against_number_says_nan_not_the_sentinel():
+    with pytest.raises(AssertionError) as info:
+        assert_ulp_within(torch.tensor([float("nan")]), torch.tensor([1.5]), 1000)
+    assert str(info.value) == "1 of 1 elements exceed 1000 ULP; 1 NaN mismatch, first at index (0,): NaN vs 1.5"
+    assert str(ULP_NAN) not in str(info.value)
+
+
+def test_assert_ulp_within_reports_the_worst_number_and_the_nans_apart():
+    a = torch.tensor([1.0, 2.0, 1.0, 1.0], dtype=F16)
+    b = torch.tensor([float("nan"), float("nan"), 1.0 + 3 * 2**-10, 1.0], dtype=F16)
+    with pytest.raises(AssertionError) as info:
+        assert_ulp_within(a, b, 1)
+    assert str(info.value) == (
+        "3 of 4 elements exceed 1 ULP; worst 3 ULP at index (2,): actual 1.0 (0x3c00), "
+        "expected 1.0029296875 (0x3c03); 2 NaN mismatches, first at index (0,): 1.0 vs NaN"
+    )
+
+
+def test_assert_ulp_within_nan_faces_nan_at_zero_ulp():
+    assert_ulp_within(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0]), 0)
 
 
 def test_assert_ulp_within_requires_same_dtype():
-    with pytest.raises(ValueError, match="actual is torch.float16, expected is torch.float32"):
+    with pytest.raises(ValueError, match=r"actual is torch\.float16, expected is torch\.float32"):
         assert_ulp_within(torch.ones(1, dtype=F16), torch.ones(1), 1)
 
 
@@ -224,13 +274,35 @@ def test_assert_close_to_reference_specials_must_match(actual, ref):
         assert_close_to_reference(torch.tensor([actual], dtype=F16), torch.tensor([ref], dtype=F64))
 
 
-def test_assert_close_to_reference_worst_is_largest_excess_and_nan_counts_as_worst():
+def test_assert_close_to_reference_worst_is_largest_excess_and_nans_are_named_apart():
     actual = torch.tensor([1.0, 2.0, float("nan")], dtype=F32)
     ref = torch.tensor([1.1, 3.0, 0.0], dtype=F64)
-    with pytest.raises(AssertionError, match=r"3 of 3 elements .* worst at index \(2,\): actual nan \(0x7fc00000\)"):
+    with pytest.raises(AssertionError) as info:
         assert_close_to_reference(actual, ref)
+    text = str(info.value)
+    assert text.startswith("3 of 3 elements outside tolerance")
+    assert text.endswith(
+        "worst at index (1,): actual 2.0 (0x40000000), reference 3.0 (0x4008000000000000), abs error 1; "
+        "1 NaN mismatch, first at index (2,): NaN vs 0.0"
+    )
     with pytest.raises(AssertionError, match=r"2 of 2 elements .* worst at index \(1,\): actual 2\.0 \(0x40000000\)"):
         assert_close_to_reference(actual[:2], ref[:2])
+
+
+def test_assert_close_to_reference_only_nan_mismatches_has_no_worst_number():
+    with pytest.raises(AssertionError) as info:
+        assert_close_to_reference(torch.tensor([1.0], dtype=F16), torch.tensor([float("nan")], dtype=F64))
+    assert str(info.value) == (
+        "1 of 1 elements outside tolerance (atol=0.001, rtol=0.01; elementwise/torch.float16/K=1: "
+        "decision matrix); 1 NaN mismatch, first at index (0,): 1.0 vs NaN"
+    )
+
+
+def test_assert_close_to_reference_infinity_of_the_wrong_sign_is_the_worst():
+    actual = torch.tensor([1.0, float("inf")], dtype=F32)
+    ref = torch.tensor([1.5, -float("inf")], dtype=F64)
+    with pytest.raises(AssertionError, match=r"2 of 2 elements .* worst at index \(1,\): actual inf .* abs error inf$"):
+        assert_close_to_reference(actual, ref)
 
 
 def test_assert_close_to_reference_validation():
@@ -238,3 +310,47 @@ def test_assert_close_to_reference_validation():
         assert_close_to_reference(torch.zeros(2), torch.zeros(3, dtype=F64))
     with pytest.raises(ValueError, match="unknown op_class"):
         assert_close_to_reference(torch.zeros(2), torch.zeros(2, dtype=F64), op_class="nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# pytest tracebacks
+# ---------------------------------------------------------------------------------------------
+
+HELPER_FAILURES = {
+    "assert_bit_equal": lambda: assert_bit_equal(torch.tensor([1.0]), torch.tensor([2.0])),
+    "assert_ulp_within": lambda: assert_ulp_within(torch.tensor([1.0]), torch.tensor([2.0]), 0),
+    "assert_close_to_reference": lambda: assert_close_to_reference(torch.tensor([1.0]), torch.tensor([2.0], dtype=F64)),
+}
+
+
+@pytest.mark.parametrize("helper", sorted(HELPER_FAILURES))
+def test_helper_frames_are_hidden_from_pytest_tracebacks(helper):
+    with pytest.raises(AssertionError) as info:
+        HELPER_FAILURES[helper]()
+    every = [entry.name for entry in info.traceback]
+    shown = [entry.name for entry in info.traceback.filter(info)]
+    assert every[-1] == helper  # raised in the helper itself ...
+    assert helper not in shown  # ... which pytest leaves out of the report
+    assert shown[-1] == "<lambda>"
+
+
+def test_failure_report_points_at_the_test_and_says_nan(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_nan_report="""
+        import torch
+        from precisionkit import assert_ulp_within
+
+        def test_kernel():
+            assert_ulp_within(torch.tensor([float("nan")]), torch.tensor([1.5]), 4)
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            ">*assert_ulp_within(*",
+            "E *AssertionError: 1 of 1 elements exceed 4 ULP; 1 NaN mismatch, first at index (0,): NaN vs 1.5",
+            "test_nan_report.py:5: AssertionError",
+        ]
+    )
+    assert "tolerance.py" not in result.stdout.str()
