@@ -177,8 +177,8 @@ class FusedFunction:
 
     >>> import torch
     >>> fused = FusedFunction(lambda x: torch.nn.functional.gelu(x * 2 + 1))
-    >>> _ = fused(torch.randn(8))  # doctest: +SKIP
-    >>> fused.evidence.kernel_count >= 1  # doctest: +SKIP
+    >>> _ = fused(torch.randn(8))
+    >>> fused.evidence.kernel_count >= 1
     True
     """
 
