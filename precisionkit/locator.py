@@ -79,14 +79,6 @@ class DivergenceResult:
     backend: str
     meta: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def first_divergent_index(self) -> int | None:
-        """Row index of :attr:`first_divergent_layer` (``None`` when no row diverges)."""
-        for row in self.table:
-            if row["divergent"]:
-                return int(row["index"])
-        return None
-
     def columns(self) -> dict[str, list[Any]]:
         """The table column-wise (``{name: values}``), e.g. for ``polars.DataFrame(...)``."""
         keys = list(self.table[0]) if self.table else []

@@ -25,8 +25,6 @@ from unittest import mock
 
 import torch
 
-PATH_NAMES = ("eager", "fused")
-
 # Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 _EXTERN_CALL = re.compile(r"extern_kernels\.(\w+)\(")
