@@ -28,6 +28,8 @@ import torch
 # Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 _EXTERN_CALL = re.compile(r"extern_kernels\.(\w+)\(")
+# AOTAutograd's label of a graph in its generated code: ``# AOT ID: ['0_forward']``.
+_AOT_KIND = re.compile(r"^# AOT ID: \['\d+_(\w+)'\]", re.MULTILINE)
 # Lines that differ between processes or machines but not in the generated computation.
 _VOLATILE_LINES = re.compile(r"^# (AOT ID|Topologically Sorted Source Nodes|Source node to ATen).*$", re.MULTILINE)
 _QUOTED_PATH = re.compile(r"(['\"])/[^'\"\n]*(['\"])")
@@ -78,9 +80,14 @@ class GeneratedCode:
     """The code Inductor generated while :func:`capture_generated_code` was active, one source per
     compiled graph (including graphs served from Inductor's cache), and what it shows.
 
-    >>> captured = GeneratedCode(["cpp_fused_add_0 = async_compile.cpp_pybinding(['float*'], src)"])
-    >>> captured.graphs, captured.kernel_names
-    (1, ('cpp_fused_add_0',))
+    AOTAutograd labels each graph ``forward``, ``backward`` or ``inference`` (:attr:`kinds`);
+    :meth:`of_kind` and :meth:`excluding` select by that label.
+
+    >>> captured = GeneratedCode(["# AOT ID: ['0_forward']\\nk0 = async_compile.cpp_pybinding(['float*'], s)"])
+    >>> captured.graphs, captured.kinds, captured.kernel_names
+    (1, ('forward',), ('k0',))
+    >>> captured.of_kind("backward").graphs
+    0
     """
 
     def __init__(self, sources: list[str] | None = None) -> None:
@@ -91,6 +98,20 @@ class GeneratedCode:
     def graphs(self) -> int:
         """How many graphs generated code."""
         return len(self.sources)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Per source, AOTAutograd's label (``forward``, ``backward``, ``inference``); ``""`` when
+        the code carries none."""
+        return tuple(m.group(1) if (m := _AOT_KIND.search(c)) else "" for c in self.sources)
+
+    def of_kind(self, *kinds: str) -> GeneratedCode:
+        """The sources whose label is one of ``kinds``."""
+        return GeneratedCode([c for c, k in zip(self.sources, self.kinds, strict=True) if k in kinds])
+
+    def excluding(self, *kinds: str) -> GeneratedCode:
+        """The sources whose label is none of ``kinds``."""
+        return GeneratedCode([c for c, k in zip(self.sources, self.kinds, strict=True) if k not in kinds])
 
     @property
     def code(self) -> str:
@@ -119,6 +140,11 @@ def capture_generated_code() -> Iterator[GeneratedCode]:
 
     The yielded :class:`GeneratedCode` fills up as graphs compile; read it after the block.
     Captures nest: an outer capture also sees what an inner one collects.
+
+    When the backward graph arrives depends on the caches: compiled, it comes at the first
+    ``backward()``; served from AOTAutograd's cache, it comes with the forward at the first call.
+    To see it in either case, capture the first forward and backward together and keep
+    ``captured.of_kind("backward")``.
 
     >>> with capture_generated_code() as captured:
     ...     pass  # compile and run something here
@@ -235,6 +261,9 @@ class FusedFunction:
             if count > breaks_before.get(reason, 0)
         )
         self._graphs_at_first_call = self._graphs
+        # The evidence covers the forward: a backward served from AOTAutograd's cache arrives
+        # with it, a compiled one only at the first backward(), and the hash must not depend on that.
+        captured = captured.excluding("backward")
         self.code = captured.code
         kernels = captured.kernel_names
         self._evidence = FusionEvidence(
