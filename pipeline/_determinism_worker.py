@@ -9,7 +9,8 @@ A fresh round runs as::
 with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`). The
 worker writes ``DIR/result.json`` (hashes, code hash, evidence, cache facts) and
 ``DIR/outputs.safetensors`` (one tensor per distinct output hash, so the caller can measure ULP
-distances between rounds).
+distances between rounds) and ``DIR/artifacts/<dtype>/<kernel>.bin``, the compiled artifact of every
+generated kernel (:mod:`pipeline.artifacts`), so the caller can measure which bytes differ.
 """
 
 import argparse
@@ -26,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import fused
 
+from .artifacts import capture_modules, combined_sha256, kernel_artifacts
 from .devices import synchronize
 from .workloads import DTYPES, WORKLOADS
 
@@ -64,12 +66,15 @@ def run_round(
     device: torch.device,
     backend: str = "inductor",
     options: dict[str, Any] | None = None,
+    artifact_dir: Path | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, torch.Tensor]]:
     """Compile the FFN once per dtype and run it ``runs`` times on the same inputs.
 
     ``inputs`` holds ``"<dtype>/<arg>"`` tensors. Returns per dtype a JSON-friendly record
-    (``hashes`` in run order, ``code_sha256``, evidence, timings) and the distinct outputs keyed
-    ``"<dtype>/<md5>"`` (at most :data:`MAX_DISTINCT_KEPT` per dtype, first occurrences).
+    (``hashes`` in run order, ``code_sha256`` of the normalized source, ``artifacts`` and
+    ``artifact_sha256`` of the compiled kernels, evidence, timings) and the distinct outputs keyed
+    ``"<dtype>/<md5>"`` (at most :data:`MAX_DISTINCT_KEPT` per dtype, first occurrences). With
+    ``artifact_dir``, each kernel's artifact bytes are written to ``<artifact_dir>/<dtype>/<kernel>.bin``.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
@@ -93,8 +98,17 @@ def run_round(
         fn = fused(workload.fn, backend, options, dynamic=False)
         hashes: list[str] = []
         start = time.perf_counter()
-        for _ in range(runs):
-            out = fn(*args)
+        with capture_modules() as modules:  # the compile happens in the first call
+            first = fn(*args)
+        # Read after the first call: on CUDA the autotuner has picked the launcher that runs.
+        artifacts = kernel_artifacts(modules, fn.evidence.kernel_names)
+        if artifact_dir is not None:
+            folder = Path(artifact_dir) / dtype
+            folder.mkdir(parents=True, exist_ok=True)
+            for art in artifacts:
+                (folder / f"{art.kernel}.bin").write_bytes(art.data)
+        for i in range(runs):
+            out = first if i == 0 else fn(*args)
             digest = output_md5(out)
             hashes.append(digest)
             key = f"{dtype}/{digest}"
@@ -106,6 +120,8 @@ def run_round(
         records[dtype] = {
             "hashes": hashes,
             "code_sha256": ev.code_sha256,
+            "artifacts": [a.record() for a in artifacts],
+            "artifact_sha256": combined_sha256(artifacts),
             "kernel_count": ev.kernel_count,
             "kernel_names": ", ".join(ev.kernel_names),
             "extern_calls": ", ".join(ev.extern_calls),
@@ -162,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = load_file(args.inputs)
     records, distinct = run_round(
         inputs, [d for d in args.dtypes.split(",") if d], args.runs, torch.device(args.device),
-        args.backend, json.loads(args.options),
+        args.backend, json.loads(args.options), artifact_dir=Path(args.out) / "artifacts",
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

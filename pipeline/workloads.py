@@ -24,7 +24,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 # --- the subgraphs -------------------------------------------------------------------------
 
 def ffn_first_half(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """matmul -> add -> layernorm -> gelu (the first half of a transformer FFN)."""
+    """matmul -> add -> layernorm -> gelu (the first half of a transformer FFN: ``w`` projects
+    hidden -> 4 * hidden, and the layernorm normalizes the widened activation)."""
     y = x @ w + b
     return F.gelu(F.layer_norm(y, y.shape[-1:]))
 
@@ -227,9 +228,13 @@ def _matmul_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
     return {"x": (p.rows, p.width), "w": (p.width, p.width), "b": (p.width,)}
 
 
+#: A transformer FFN's first projection widens hidden -> FFN_EXPANSION * hidden.
+FFN_EXPANSION = 4
+
+
 def _ffn_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
     batch, seq, hidden = p.ffn_shape
-    return {"x": (batch, seq, hidden), "w": (hidden, hidden), "b": (hidden,)}
+    return {"x": (batch, seq, hidden), "w": (hidden, FFN_EXPANSION * hidden), "b": (FFN_EXPANSION * hidden,)}
 
 
 def _attention_shapes(p: Profile) -> dict[str, tuple[int, ...]]:

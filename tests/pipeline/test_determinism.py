@@ -27,9 +27,9 @@ def test_cold_cache_env_turns_caches_off_and_points_at_the_folder():
     assert env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1" and env["PATH"] == "/bin"
 
 
-def test_s_pool_is_upstream_and_both_tables_are_assets():
+def test_s_pool_is_upstream_and_the_tables_are_assets():
     assert dg.AssetKey("input_pool_ffn") in determinism.determinism.dependency_keys
-    assert {k.to_user_string() for k in determinism.determinism.keys} == {"determinism_runs", "determinism_summary"}
+    assert {k.to_user_string() for k in determinism.determinism.keys} == {"determinism_runs", "determinism_summary", "determinism_artifacts"}
 
 
 def test_run_round_rejects_bad_inputs():
