@@ -1,19 +1,22 @@
 """Task C1 (main document §1.2 (2)): tensor x scalar versus tensor x broadcast tensor.
 
 Path A multiplies an fp16 tensor by the Python scalar 0.7; path B first materializes 0.7 as an
-fp16 0-dim tensor and broadcasts it (``expand_as``). Both run eager and fused. Besides the ULP
-distribution between the paths, the asset records *why* they differ: the eager op trace (which
-aten op ran on which operand kinds and dtypes), the multiply lines of the generated fused code
-(the constant each kernel uses), and two control runs that separate "different instruction"
-from "different operand value":
+fp16 0-dim tensor and broadcasts it (``expand_as``). The two paths differ in two ways at once: the
+*route* (a scalar operand vs a broadcast tensor operand, i.e. possibly another instruction) and
+the *value* (path A multiplies by 0.7 in its compute dtype, fp32 opmath for fp16; path B by 0.7
+rounded to fp16, 0.7001953125). Two controls separate them:
 
-* ``control_rounded_scalar``: path A's scalar route fed the fp16-rounded value of 0.7;
-* ``control_0dim_tensor``: path B's fp16 value as an un-expanded 0-dim tensor (scalar route).
+* ``control_route_only``: path B's route with path A's value: a broadcast tensor holding the
+  multiplier path A uses, in the compute dtype (fp32 for fp16 inputs), the product rounded back
+  to the input dtype;
+* ``control_value_only``: path A's route with path B's value: the Python scalar 0.7001953125.
 
-If either control reproduces path B bit for bit, the difference comes from the precision of the
-scalar operand, not from the instruction that applies it.
+Every path and control runs eager and fused. Per route, ``c1_route_records`` keeps what shows
+which instruction or kernel ran: the aten ops with their operand kinds (dispatch trace), the
+profiler's kernel rows (device kernel names on CUDA) and the fused kernel's multiply lines and
+constant. Where the routes lower to the same instruction, the table says so, under the plan's
+fallback ("observe instruction changes in one path and disclose honestly").
 """
-
 
 import re
 import time
@@ -70,13 +73,36 @@ def path_b(x: torch.Tensor) -> torch.Tensor:
     return x * torch.tensor(SCALAR, dtype=x.dtype, device=x.device).expand_as(x)
 
 
+#: 0.7 stored in each float dtype, computed once on the host (a Python float, device-independent;
+#: a constant for torch.compile, where a tensor's .item() would break the graph).
+_ROUNDED = {dt: float(torch.tensor(SCALAR, dtype=dt, device="cpu"))
+            for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
+
 def rounded_scalar(dtype: torch.dtype) -> float:
     """The value the scalar takes once stored in ``dtype`` (0.7 -> 0.7001953125 in fp16)."""
-    return float(torch.tensor(SCALAR, dtype=dtype))
+    return _ROUNDED[dtype]
 
 
-def control_rounded_scalar(x: torch.Tensor) -> torch.Tensor:
-    """Path A's scalar route, fed path B's rounded value."""
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype path A's multiply runs in: fp32 opmath for fp16/bf16 (eager CPU and CUDA kernels
+    and Inductor's generated code upcast), the dtype itself otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def path_a_multiplier(dtype: torch.dtype) -> float:
+    """The value path A multiplies by: 0.7 rounded to the compute dtype (fp32: 0.699999988079071)."""
+    return rounded_scalar(compute_dtype(dtype))
+
+
+def control_route_only(x: torch.Tensor) -> torch.Tensor:
+    """Path B's route (a broadcast tensor operand) with path A's value (0.7 in the compute dtype)."""
+    scalar = torch.tensor(SCALAR, dtype=compute_dtype(x.dtype), device=x.device)
+    return (x * scalar.expand_as(x)).to(x.dtype)
+
+
+def control_value_only(x: torch.Tensor) -> torch.Tensor:
+    """Path A's route (a Python scalar) with path B's value (0.7 rounded to the input dtype)."""
     return x * rounded_scalar(x.dtype)
 
 
@@ -91,13 +117,25 @@ def control_fp32_opmath(x: torch.Tensor) -> torch.Tensor:
 
 
 PATHS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"A": path_a, "B": path_b}
+#: The two controls of the route/value decomposition; they run eager and fused like the paths.
+ROUTE_CONTROLS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "control_route_only": control_route_only,
+    "control_value_only": control_value_only,
+}
+#: Further eager controls of the mechanism.
 CONTROLS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "control_rounded_scalar": control_rounded_scalar,
     "control_0dim_tensor": control_0dim_tensor,
     "control_fp32_opmath": control_fp32_opmath,
 }
-#: Which path each control is meant to reproduce.
-CONTROL_TARGET = {"control_rounded_scalar": "B", "control_0dim_tensor": "B", "control_fp32_opmath": "A"}
+#: Which path each control is meant to reproduce if the route does not matter.
+CONTROL_TARGET = {"control_route_only": "A", "control_value_only": "B", "control_0dim_tensor": "B", "control_fp32_opmath": "A"}
+#: (route, value) of each path and control, for the route records.
+ROUTE_AND_VALUE = {
+    "A": ("Python scalar", "0.7 in the compute dtype"),
+    "B": ("broadcast tensor", "0.7 rounded to the input dtype"),
+    "control_route_only": ("broadcast tensor", "0.7 in the compute dtype"),
+    "control_value_only": ("Python scalar", "0.7 rounded to the input dtype"),
+}
 
 
 def make_input(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
@@ -132,19 +170,39 @@ def describe_operand(a: Any) -> str:
 
 def eager_trace(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[list[str], list[str]]:
     """(aten overloads with operands, profiler op rows) of one eager call of ``fn``."""
+    ops, rows, _ = eager_trace_with_kernels(fn, x)
+    return ops, rows
+
+
+def eager_trace_with_kernels(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[list[str], list[str], list[str]]:
+    """(aten overloads with operands, profiler op rows, device kernel names) of one eager call.
+    The device kernel names are what the profiler records below the aten op: CUDA kernels on a GPU
+    run; on the CPU the profiler records no kernel below the aten op, so the list is empty."""
+    from torch.autograd import DeviceType
+
     recorder = _OpRecorder()
     with recorder:
         fn(x)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if x.device.type == "cuda" else [])
     with profile(activities=activities, record_shapes=True) as prof:
         fn(x)
-    rows = []
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+    rows, kernels = [], []
     for e in prof.events():
+        if e.device_type != DeviceType.CPU:
+            kernels.append(e.name)
+            continue
         depth, parent = 0, e.cpu_parent
         while parent is not None:
             depth, parent = depth + 1, parent.cpu_parent
         rows.append(f"{'  ' * depth}{e.name} shapes={e.input_shapes} dtypes={e.input_dtypes}")
-    return recorder.calls, rows
+    return recorder.calls, rows, kernels
+
+
+def multiply_lines(code: str) -> list[str]:
+    """The generated lines that multiply (the instruction that applies the scalar), constants masked."""
+    return [re.sub(r"\d+\.\d+(e-?\d+)?", "<const>", line) for line in kernel_lines(code) if re.search(r"\* |tl\.fma|fma\(", line)]
 
 
 _MUL_CONST = re.compile(r"(static_cast<float>\(|tl\.full\(|= )(-?\d+\.\d+(e-?\d+)?)")
@@ -193,17 +251,57 @@ def ulp_row(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[dict[str, Any]
 
 
 OUTS = {
-    "c1_path_outputs": dg.AssetOut(description="C1 (§1.2 (2)): the fp16 input and every path's output (eager/fused A/B, eager controls).", kinds={"pytorch", "safetensors"}),
-    "c1_ulp_distribution": dg.AssetOut(description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison (eager A vs B, fused A vs B, eager vs fused, controls).", kinds={"polars"}),
+    "c1_path_outputs": dg.AssetOut(description="C1 (§1.2 (2)): the fp16 input and every path's and control's output, eager and fused.", kinds={"pytorch", "safetensors"}),
+    "c1_ulp_distribution": dg.AssetOut(description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison: A vs B per mode, the route-only and value-only controls against A, eager vs fused, further controls.", kinds={"polars"}),
     "c1_ulp_histogram": dg.AssetOut(description="C1 (§1.2 (2)): ULP-distance histogram per comparison (long format).", kinds={"polars"}),
-    "c1_error_vs_fp64": dg.AssetOut(description="C1 (§1.2 (2)): each path's error against the fp64 reference (precisionkit.error_stats).", kinds={"polars"}),
+    "c1_error_vs_fp64": dg.AssetOut(description="C1 (§1.2 (2)): each path's and control's error against the fp64 reference (precisionkit.error_stats).", kinds={"polars"}),
     "c1_mechanism_evidence": dg.AssetOut(description="C1 (§1.2 (2)): why the paths differ: eager op trace, fused kernel lines and constants, control runs.", kinds={"polars"}),
+    "c1_route_records": dg.AssetOut(description="C1 (§1.2 (2)): per mode and route (A, B and the two controls): the operand route and value, the aten ops, the kernels the profiler saw, the fused kernel's multiply lines and constant, and whether the instruction differs from path A's.", kinds={"polars"}),
 }
+
+#: The comparisons of the distribution table, per mode: (label, output a, output b).
+def _comparisons(mode: str) -> list[tuple[str, str, str]]:
+    return [
+        (f"{mode} A vs B", f"{mode}_A", f"{mode}_B"),
+        (f"{mode} route only: control_route_only vs A", f"{mode}_control_route_only", f"{mode}_A"),
+        (f"{mode} value only: control_value_only vs A", f"{mode}_control_value_only", f"{mode}_A"),
+        (f"{mode} route at B's value: B vs control_value_only", f"{mode}_B", f"{mode}_control_value_only"),
+    ]
+
+
+def route_statement(records: pl.DataFrame, distribution: pl.DataFrame) -> str:
+    """The route/value decomposition and the instruction evidence in words, filled from the tables."""
+    rows = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
+    parts = []
+    for mode in ("eager", "fused"):
+        ab, route, value = rows[f"{mode} A vs B"], rows[f"{mode} route only: control_route_only vs A"], rows[f"{mode} value only: control_value_only vs A"]
+        rec = records.filter(pl.col("mode") == mode)
+        other = rec.filter(pl.col("path").is_in(["B", "control_route_only"]))
+        same = other.filter(pl.col("instruction_vs_A") == "same")
+        unseen = other.filter(pl.col("instruction_vs_A") == "not observable")
+        parts.append(
+            f"{mode}: A and B differ in {100 - ab['ulp0_pct']:.2f}% of elements (max {ab['ulp_max']} ULP); changing only the route "
+            f"(control_route_only vs A) changes {100 - route['ulp0_pct']:.2f}% (max {route['ulp_max']} ULP); changing only the value "
+            f"(control_value_only vs A) changes {100 - value['ulp0_pct']:.2f}% (max {value['ulp_max']} ULP)"
+            + ("; control_value_only reproduces B bit for bit" if rows[f"{mode} route at B's value: B vs control_value_only"]["bit_equal"] else "")
+            + (f"; the broadcast-tensor route{'s' if same.height > 1 else ''} ({', '.join(same['path'].to_list())}) lower to the same "
+               "instruction as path A (" + same["instruction_evidence"][0] + ")" if same.height else "")
+            + (f"; the instruction of {', '.join(unseen['path'].to_list())} is not observable here ({unseen['instruction_evidence'][0]})" if unseen.height else "")
+        )
+    same_everywhere = records.filter(pl.col("path").is_in(["B", "control_route_only"]))["instruction_vs_A"].to_list()
+    if same_everywhere and all(v != "different" for v in same_everywhere):
+        parts.append("No run here shows the two routes executing different instructions, so under the plan's fallback this experiment "
+                     "observes the instruction of each route separately and discloses that the A/B difference it measures is "
+                     "explained by the controls above, not by an observed instruction change")
+    elif "different" in same_everywhere:
+        diff = records.filter(pl.col("instruction_vs_A") == "different")
+        parts.append("Instruction changes observed in: " + ", ".join(f"{r['mode']} {r['path']}" for r in diff.iter_rows(named=True)))
+    return ". ".join(parts) + "."
 
 
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def c1_instruction_selection(context: dg.AssetExecutionContext, settings: ExperimentSettings):
-    """Runs paths A and B eager and fused on one seeded fp16 input and explains their difference."""
+    """Runs paths A and B and the route/value controls eager and fused on one seeded fp16 input."""
     profile_ = settings.get_profile()
     device = settings.torch_device()
     x = make_input(tuple(profile_.c1_shape), settings.derived_seed("c1", "input"), device)
@@ -211,40 +309,81 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
     outputs: dict[str, torch.Tensor] = {"input": x}
     evidence: list[dict[str, Any]] = []
     fusion: dict[str, Any] = {}
+    route_rows: list[dict[str, Any]] = []
+    traces: dict[str, tuple[list[str], list[str], list[str]]] = {}
 
-    for name, fn in PATHS.items():
+    for name, fn in {**PATHS, **ROUTE_CONTROLS}.items():
         outputs[f"eager_{name}"] = fn(x)
-        ops, prof_rows = eager_trace(fn, x)
-        evidence += [{"mode": "eager", "path": name, "source": "dispatch", "detail": c} for c in ops]
-        evidence += [{"mode": "eager", "path": name, "source": "profiler", "detail": r} for r in prof_rows]
+        ops, prof_rows, kernels = eager_trace_with_kernels(fn, x)
+        traces[name] = (ops, prof_rows, kernels)
+        if name in PATHS:
+            evidence += [{"mode": "eager", "path": name, "source": "dispatch", "detail": c} for c in ops]
+            evidence += [{"mode": "eager", "path": name, "source": "profiler", "detail": r} for r in prof_rows]
         compiled = fused(fn, settings.backend, settings.options())
         start = time.perf_counter()
         outputs[f"fused_{name}"] = compiled(x)
-        ev = compiled.evidence
         fusion[name] = (compiled, time.perf_counter() - start)
-        evidence += [{"mode": "fused", "path": name, "source": "generated_code", "detail": line} for line in kernel_lines(compiled.code)]
-        evidence.append({"mode": "fused", "path": name, "source": "constants", "detail": ", ".join(map(repr, code_constants(compiled.code))) or "none found"})
-        evidence += [{"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
-                     for k, v in ev.as_metadata().items() if k in ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")]
+        if name in PATHS:
+            ev = compiled.evidence
+            evidence += [{"mode": "fused", "path": name, "source": "generated_code", "detail": line} for line in kernel_lines(compiled.code)]
+            evidence.append({"mode": "fused", "path": name, "source": "constants", "detail": ", ".join(map(repr, code_constants(compiled.code))) or "none found"})
+            evidence += [{"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
+                         for k, v in ev.as_metadata().items() if k in ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")]
     for name, fn in CONTROLS.items():
         outputs[f"eager_{name}"] = fn(x)
-        target = CONTROL_TARGET[name]
+    for name, target in CONTROL_TARGET.items():
         reproduces = bit_equal(outputs[f"eager_{name}"], outputs[f"eager_{target}"])
-        evidence.append({"mode": "eager", "path": name, "source": "control",
-                         "detail": f"{fn.__doc__.strip()} bit-equal to eager {target}: {reproduces}"})
+        doc = (ROUTE_CONTROLS.get(name) or CONTROLS[name]).__doc__.strip()
+        evidence.append({"mode": "eager", "path": name, "source": "control", "detail": f"{doc} bit-equal to eager {target}: {reproduces}"})
     same_instructions = _mask_constants(fusion["A"][0].code) == _mask_constants(fusion["B"][0].code)
     evidence.append({"mode": "fused", "path": "A vs B", "source": "generated_code",
                      "detail": f"kernel lines identical once constants are masked: {same_instructions}"})
 
-    comparisons = {
-        "eager A vs B": ("eager_A", "eager_B"),
-        "fused A vs B": ("fused_A", "fused_B"),
+    # Per route: what shows which instruction or kernel ran, and whether it is path A's.
+    a_ops, _, a_kernels = traces["A"]
+    a_mul = multiply_lines(fusion["A"][0].code)
+    for name in (*PATHS, *ROUTE_CONTROLS):
+        ops, _, kernels = traces[name]
+        mul_ops = [o for o in ops if o.startswith("aten.mul")]
+        route, value = ROUTE_AND_VALUE[name]
+        if kernels:
+            kernel_text = "; ".join(dict.fromkeys(kernels))
+            verdict = "same" if name == "A" or list(dict.fromkeys(kernels)) == list(dict.fromkeys(a_kernels)) else "different"
+            why = f"profiler device kernels {'equal to' if verdict == 'same' else 'differ from'} path A's"
+        else:
+            kernel_text = "none recorded below the aten op (the CPU profiler records aten ops only)"
+            verdict = "reference" if name == "A" else "not observable"
+            why = "the CPU profiler records aten ops only, so the kernel below aten::mul is not observable from the trace"
+        if name == "A":
+            verdict = "reference"
+        route_rows.append({
+            "mode": "eager", "path": name, "route": route, "value": value,
+            "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
+            "aten_ops": " ; ".join(ops), "multiply_op": " ; ".join(mul_ops), "kernels": kernel_text,
+            "multiply_lines": "", "constants": "", "instruction_vs_A": verdict, "instruction_evidence": why,
+        })
+        compiled = fusion[name][0]
+        lines = multiply_lines(compiled.code)
+        same_code = lines == a_mul and _mask_constants(compiled.code) == _mask_constants(fusion["A"][0].code)
+        fverdict = "reference" if name == "A" else ("same" if same_code else "different")
+        route_rows.append({
+            "mode": "fused", "path": name, "route": route, "value": value,
+            "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
+            "aten_ops": "", "multiply_op": "", "kernels": ", ".join(compiled.evidence.kernel_names),
+            "multiply_lines": " | ".join(lines), "constants": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
+            "instruction_vs_A": fverdict,
+            "instruction_evidence": "the generated kernel's lines equal path A's once constants are masked" if fverdict in ("same", "reference")
+            else "the generated kernel's lines differ from path A's with constants masked",
+        })
+    records = pl.DataFrame(route_rows)
+
+    comparisons = {label: (a, b) for mode in ("eager", "fused") for label, a, b in _comparisons(mode)}
+    comparisons.update({
         "A eager vs fused": ("eager_A", "fused_A"),
         "B eager vs fused": ("eager_B", "fused_B"),
-        "eager control_rounded_scalar vs B": ("eager_control_rounded_scalar", "eager_B"),
         "eager control_0dim_tensor vs B": ("eager_control_0dim_tensor", "eager_B"),
         "eager control_fp32_opmath vs A": ("eager_control_fp32_opmath", "eager_A"),
-    }
+    })
     rows, hist = [], []
     for label, (a, b) in comparisons.items():
         row, h = ulp_row(label, outputs[a], outputs[b])
@@ -254,30 +393,24 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
     histogram = pl.DataFrame(hist)
 
     err_rows = []
-    for key in ("eager_A", "eager_B", "fused_A", "fused_B", "eager_control_rounded_scalar"):
+    for key in ("eager_A", "eager_B", "fused_A", "fused_B", "eager_control_route_only", "eager_control_value_only",
+                "fused_control_route_only", "fused_control_value_only"):
         stats = error_stats(outputs[key], ref)
         err_rows.append({"path": key, **{k: v for k, v in stats.items() if v is not None}})
     errors = pl.DataFrame(err_rows)
     evidence_df = pl.DataFrame(evidence)
 
     fp16_value = rounded_scalar(x.dtype)
+    statement = route_statement(records, distribution)
     notes = (
-        f"0.7 stored in fp16 is {fp16_value!r} (fp16 grid step 2**-11 in [0.5, 1); 0.7 / 2**-11 = 1433.6 "
-        f"rounds to 1434), a relative change of {fp16_value / SCALAR - 1:.3e}, about "
-        f"{(fp16_value - SCALAR) / 2**-11:.3f} fp16 ULP of the scalar. Path A keeps 0.7 as a Python "
-        "float: the op trace shows aten::mul with a double 0-dim (wrapped-number) operand, and the "
-        "generated code uses the literal 0.7 as fp32 (the nested aten::to/copy_ under aten::mul is the "
-        "iterator's Half copy of the wrapped scalar; the CPU kernel still reads the original double into "
-        "its fp32 opmath, see control_fp32_opmath). Path B rounds 0.7 to fp16 before the multiply. "
-        f"Control runs reproducing B bit for bit: rounded scalar={bit_equal(outputs['eager_control_rounded_scalar'], outputs['eager_B'])}, "
-        f"0-dim tensor={bit_equal(outputs['eager_control_0dim_tensor'], outputs['eager_B'])}; "
-        f"fp32-opmath spelling reproduces A: {bit_equal(outputs['eager_control_fp32_opmath'], outputs['eager_A'])}; "
-        f"fused kernels identical apart from constants: {same_instructions}."
+        f"Path A multiplies by 0.7 in its compute dtype ({str(compute_dtype(x.dtype)).removeprefix('torch.')}: "
+        f"{path_a_multiplier(x.dtype)!r}); path B by 0.7 stored in {str(x.dtype).removeprefix('torch.')} ({fp16_value!r}), "
+        f"a relative change of {fp16_value / SCALAR - 1:.3e}. " + statement
     )
     common = {f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))}
     yield dg.Output({k: v.contiguous() for k, v in outputs.items()}, output_name="c1_path_outputs",
                     metadata={"shape": str(list(x.shape)), "seed": settings.derived_seed("c1", "input"), "scalar": SCALAR,
-                              "scalar_in_fp16": fp16_value})
+                              "scalar_in_fp16": fp16_value, "path_a_multiplier": path_a_multiplier(x.dtype)})
     head = {r["comparison"]: r for r in rows}
     yield dg.Output(distribution, output_name="c1_ulp_distribution", metadata={
         "eager_AB_ulp0_pct": head["eager A vs B"]["ulp0_pct"],
@@ -307,6 +440,10 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         "evidence": dg.MetadataValue.md(_evidence_md(evidence_df)),
         "notes": dg.MetadataValue.md(notes),
         **fusion_meta,
+    })
+    yield dg.Output(records, output_name="c1_route_records", metadata={
+        "statement": dg.MetadataValue.md(statement),
+        "table": dg.MetadataValue.md(markdown_table(records.drop("aten_ops"))),
     })
 
 
@@ -350,39 +487,41 @@ def c1_paths_differ_mostly_within_1ulp(c1_ulp_distribution: pl.DataFrame) -> dg.
 @finding_check(
     asset="c1_mechanism_evidence",
     additional_ins={"outputs": dg.AssetIn("c1_path_outputs")},
-    description="Finding about the mechanism: the plan attributes the A/B difference to instruction selection. WARN "
-    "when a control with path A's own route but the fp16-rounded scalar reproduces path B bit for bit, i.e. the "
-    "operand's precision, not the instruction, explains it. Not a verdict on the claim (the ULP distribution is).",
+    description="Finding about the mechanism: the plan attributes the A/B difference to instruction selection. The two "
+    "controls separate route from value: WARN when changing only the value (path A's route fed B's fp16 value) "
+    "reproduces B bit for bit while changing only the route (B's broadcast route fed A's value) reproduces A, i.e. the "
+    "operand's value, not the route, explains the difference. Judged per mode (eager, fused). Not a verdict on the "
+    "claim (the ULP distribution is).",
 )
 def c1_difference_is_instruction_selection(c1_mechanism_evidence: pl.DataFrame, outputs: dict[str, torch.Tensor]) -> dg.AssetCheckResult:
-    scalar_route = bit_equal(outputs["eager_control_rounded_scalar"], outputs["eager_B"])
-    zero_dim = bit_equal(outputs["eager_control_0dim_tensor"], outputs["eager_B"])
+    meta: dict[str, Any] = {}
+    findings = []
     code_rows = c1_mechanism_evidence.filter((pl.col("source") == "generated_code") & (pl.col("path") == "A vs B"))
     same_code = bool(code_rows.height) and code_rows["detail"][0].endswith("True")
-    explained_by_value = scalar_route or zero_dim
-    findings = []
-    if explained_by_value:
-        findings.append(
-            "the A/B difference is the scalar's precision, not instruction selection: A applies 0.7 in fp32 "
-            f"(opmath), B applies 0.7 rounded to fp16 ({rounded_scalar(outputs['input'].dtype)!r}); path A's route fed "
-            "that rounded value reproduces B bit for bit"
-            + ("; the fused kernels are identical except for that constant" if same_code else "")
-        )
-    return finding_result(
-        findings,
-        {
-            "control_rounded_scalar_equals_B": scalar_route,
-            "control_0dim_tensor_equals_B": zero_dim,
-            "fused_kernels_identical_but_constants": same_code,
-            "finding": findings[0] if findings else "none",
-        },
-    )
+    for mode in ("eager", "fused"):
+        value_is_b = bit_equal(outputs[f"{mode}_control_value_only"], outputs[f"{mode}_B"])
+        route_is_a = bit_equal(outputs[f"{mode}_control_route_only"], outputs[f"{mode}_A"])
+        meta[f"{mode}.control_value_only_equals_B"] = value_is_b
+        meta[f"{mode}.control_route_only_equals_A"] = route_is_a
+        if value_is_b and route_is_a and not bit_equal(outputs[f"{mode}_A"], outputs[f"{mode}_B"]):
+            findings.append(
+                f"{mode}: the A/B difference is the scalar's value, not the route: path A's route fed B's value "
+                f"({rounded_scalar(outputs['input'].dtype)!r}) reproduces B bit for bit, and B's broadcast route fed A's value "
+                f"({path_a_multiplier(outputs['input'].dtype)!r}) reproduces A bit for bit"
+                + ("; the fused kernels of A and B are identical except for that constant" if mode == "fused" and same_code else "")
+            )
+    meta["control_0dim_tensor_equals_B"] = bit_equal(outputs["eager_control_0dim_tensor"], outputs["eager_B"])
+    meta["fused_kernels_identical_but_constants"] = same_code
+    meta["finding"] = "; ".join(findings) or "none"
+    return finding_result(findings, meta)
 
 
 @finding_check(
     asset="c1_error_vs_fp64",
-    description="Finding: the path that keeps the scalar in higher precision (A) is no farther from fp64 than the "
-    "fp16-rounded-scalar path (B), in each mode; WARN when A is farther.",
+    description="Finding: error against fp64 with the route held fixed and the value changed (A vs control_value_only: "
+    "does the higher-precision multiplier give the smaller error?) and with the value held fixed and the route changed "
+    "(A vs control_route_only: does the route alone change the error?), in each mode; WARN when the higher-precision "
+    "value is farther from fp64, or when the route alone changes the mean error.",
 )
 def c1_higher_precision_scalar_is_closer(c1_error_vs_fp64: pl.DataFrame) -> dg.AssetCheckResult:
     err = {r["path"]: r for r in c1_error_vs_fp64.iter_rows(named=True)}
@@ -390,7 +529,17 @@ def c1_higher_precision_scalar_is_closer(c1_error_vs_fp64: pl.DataFrame) -> dg.A
     for mode in ("eager", "fused"):
         a, b = err[f"{mode}_A"]["ulp_mean"], err[f"{mode}_B"]["ulp_mean"]
         meta[f"{mode}.A_ulp_mean"], meta[f"{mode}.B_ulp_mean"] = a, b
-        if a > b:
+        value = err.get(f"{mode}_control_value_only")
+        route = err.get(f"{mode}_control_route_only")
+        if value is not None:
+            meta[f"{mode}.control_value_only_ulp_mean"] = value["ulp_mean"]
+            if a > value["ulp_mean"]:
+                findings.append(f"{mode}: with the route fixed, A's value gives mean ULP error {a:.4f} > {value['ulp_mean']:.4f} with B's value")
+        elif a > b:
             findings.append(f"{mode}: A mean ULP error {a:.4f} > B {b:.4f}")
+        if route is not None:
+            meta[f"{mode}.control_route_only_ulp_mean"] = route["ulp_mean"]
+            if route["ulp_mean"] != a:
+                findings.append(f"{mode}: with the value fixed, the broadcast route's mean ULP error {route['ulp_mean']:.4f} differs from A's {a:.4f}")
     meta["finding"] = "; ".join(findings) or "none"
     return finding_result(findings, meta)

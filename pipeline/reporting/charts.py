@@ -52,6 +52,15 @@ def instruction_selection(report: Report, exp: Experiment) -> str:
     hist = report.table("c1_ulp_histogram")
     if hist is not None:
         parts.append(report.chart(exp.slug, "ulp-histogram", _ulp_bars(hist, "C1: ULP distance between paths"), "ULP distance between x * 0.7 and x * fp16-tensor(0.7), per execution mode, with controls"))
+    records = report.table("c1_route_records")
+    if records is not None and dist is not None:
+        from ..assets.instruction_selection import route_statement
+
+        parts.append("## Route or value: the two controls and the instruction each route ran\n\n"
+                     "`control_route_only` keeps path A's value and takes path B's broadcast-tensor route; "
+                     "`control_value_only` keeps path A's scalar route and takes path B's fp16 value.\n\n"
+                     + route_statement(records, dist) + "\n\n"
+                     + markdown_table(records.drop("aten_ops")))
     evidence = report.table("c1_mechanism_evidence")
     if evidence is not None:
         parts.append("## Mechanism evidence (op trace and generated code)\n\n" + markdown_table(evidence))
@@ -319,8 +328,8 @@ def determinism(report: Report, exp: Experiment) -> str:
                           "artifact_hash_equal_across_cold_start") if c in summary.columns]
     key = summary.select("dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs",
                          *hashes, "outputs_equal_round1", "kernel_count", "recompiles")
-    if "code_sha256" in hashes:  # 16 hex digits identify a hash on the page; the stored table keeps all 64
-        key = key.with_columns(pl.col("code_sha256", "artifact_sha256").str.slice(0, 16))
+    # 16 hex digits identify a hash on the page; the stored table keeps all 64
+    key = key.with_columns(pl.col(c).str.slice(0, 16) for c in ("code_sha256", "artifact_sha256") if c in hashes)
     return ("## Summary (the seed's run count / unique hashes / max ULP / kernel hash columns)\n\n"
             "`code_sha256`: the normalized generated source; `artifact_sha256`: the compiled kernels that run (H_k0 in "
             "round 1). `kernel_hash_equal_across_cold_start` compares the source hash with round 1's, "

@@ -51,11 +51,12 @@ def test_claim_rule_on_synthetic_distributions():
 def test_paths_create_their_tensors_on_the_input_device():
     # Path B and the 0-dim control build their fp16 scalar where x lives (no CPU tensor on a GPU run).
     x = c1.make_input((4, 4), seed=1, device=torch.device("cpu"))
-    for fn in (c1.path_b, c1.control_0dim_tensor):
+    for fn in (c1.path_b, c1.control_0dim_tensor, c1.control_route_only, c1.control_value_only, c1.control_fp32_opmath):
         assert fn(x).device == x.device
     if torch.cuda.is_available():
         xc = x.cuda()
         assert bit_equal(c1.path_b(xc).cpu(), c1.path_b(x)) and c1.control_0dim_tensor(xc).is_cuda
+        assert c1.control_route_only(xc).is_cuda
 
 
 def test_scalar_rounds_to_fp16_grid_above_0_7():
@@ -63,14 +64,39 @@ def test_scalar_rounds_to_fp16_grid_above_0_7():
     assert c1.rounded_scalar(torch.float16) == 1434 * 2**-11 == 0.7001953125
 
 
-def test_eager_difference_is_reproduced_by_the_rounded_scalar():
+def test_controls_separate_route_from_value():
     x = c1.make_input((16, 16), seed=3, device=torch.device("cpu"))
+    # The route-only control multiplies by the value path A uses (0.7 in fp32 opmath) through a
+    # broadcast fp32 tensor, and rounds back to fp16; the value-only control keeps A's scalar route.
+    assert c1.compute_dtype(torch.float16) == torch.float32 and c1.compute_dtype(torch.float32) == torch.float32
+    assert c1.path_a_multiplier(torch.float16) == float(torch.tensor(0.7, dtype=torch.float32))
+    route = c1.control_route_only(x)
+    assert route.dtype == x.dtype and route.device == x.device
     a, b = c1.path_a(x), c1.path_b(x)
     assert not bit_equal(a, b)
     assert int(ulp_diff(a, b).max()) == 1
-    assert bit_equal(c1.control_rounded_scalar(x), b)
+    # CPU eager: the value alone reproduces B; the route alone reproduces A.
+    assert bit_equal(c1.control_value_only(x), b)
+    assert bit_equal(route, a)
     assert bit_equal(c1.control_0dim_tensor(x), b)
     assert bit_equal(c1.control_fp32_opmath(x), a)
+
+
+def test_route_statement_is_filled_from_the_tables():
+    dist = pl.DataFrame([
+        {"comparison": label, "n": 10, "bit_equal": eq, "ulp0_pct": 100.0 if eq else 60.0, "ulp1_pct": 0.0 if eq else 40.0,
+         "ulp_ge2_pct": 0.0, "ulp_max": 0 if eq else 1}
+        for mode in ("eager", "fused") for label, eq in zip([c for c, _, _ in c1._comparisons(mode)], (False, True, False, True))
+    ])
+    rec = pl.DataFrame([
+        {"mode": m, "path": p, "instruction_vs_A": v, "instruction_evidence": f"evidence {m}"}
+        for m in ("eager", "fused") for p, v in (("A", "reference"), ("B", "same"), ("control_route_only", "same"))
+    ])
+    text = c1.route_statement(rec, dist)
+    assert "A and B differ in 40.00% of elements (max 1 ULP)" in text and "changing only the route (control_route_only vs A) changes 0.00%" in text
+    assert "control_value_only reproduces B bit for bit" in text and "plan's fallback" in text
+    different = rec.with_columns(pl.when(pl.col("path") == "B").then(pl.lit("different")).otherwise(pl.col("instruction_vs_A")).alias("instruction_vs_A"))
+    assert "Instruction changes observed in: eager B, fused B" in c1.route_statement(different, dist)
 
 
 def test_code_parsing_finds_cpp_and_triton_constants():
@@ -116,7 +142,20 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
         assert 30.0 < r["ulp1_pct"] < 50.0
     assert claim.passed and claim.metadata["verdict"].value == SUPPORTED
     assert rows["A eager vs fused"]["bit_equal"] and rows["B eager vs fused"]["bit_equal"]
-    assert rows["eager control_rounded_scalar vs B"]["bit_equal"]
+    # The two controls, both modes: the route alone changes nothing, the value alone gives B.
+    for mode in ("eager", "fused"):
+        assert rows[f"{mode} route only: control_route_only vs A"]["bit_equal"]
+        assert rows[f"{mode} route at B's value: B vs control_value_only"]["bit_equal"]
+        assert rows[f"{mode} value only: control_value_only vs A"]["ulp_max"] == 1
+    routes = read_value(tmp_path / "smoke" / "c1_route_records")
+    by = {(r["mode"], r["path"]): r for r in routes.iter_rows(named=True)}
+    assert set(by) == {(m, p) for m in ("eager", "fused") for p in ("A", "B", "control_route_only", "control_value_only")}
+    # Fused on the CPU: every route compiles to the same multiply (constants masked); eager: the CPU
+    # profiler records no kernel below aten::mul, so the instruction is not observable there.
+    assert {by[("fused", p)]["instruction_vs_A"] for p in ("B", "control_route_only", "control_value_only")} == {"same"}
+    assert by[("eager", "B")]["instruction_vs_A"] == "not observable"
+    assert by[("fused", "control_route_only")]["constants"] == "0.699999988079071"
+    assert "plan's fallback" in c1.route_statement(routes, dist)
 
     ev = read_value(tmp_path / "smoke" / "c1_mechanism_evidence")
     consts = {r["path"]: r["detail"] for r in ev.filter(ev["source"] == "constants").iter_rows(named=True)}
@@ -131,7 +170,8 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     assert errors["eager_A"]["exact_fraction"] == 1.0 and errors["eager_A"]["ulp_max"] <= 0.5
     assert errors["eager_B"]["ulp_max"] > 0.5
     assert checks["c1_higher_precision_scalar_is_closer"].passed
-    # On this CPU the control with the rounded scalar reproduces B: the finding says the operand's
-    # precision, not the instruction, explains the difference.
+    # On this CPU the value-only control reproduces B and the route-only control A, in both modes:
+    # the finding says the operand's value, not the route, explains the difference.
     assert not mech.passed
-    assert "scalar's precision" in mech.metadata["finding"].value
+    assert "scalar's value, not the route" in mech.metadata["finding"].value
+    assert mech.metadata["eager.control_route_only_equals_A"].value and mech.metadata["fused.control_value_only_equals_B"].value
