@@ -1,13 +1,22 @@
-"""Task C3 (main document §1.2 (4)): rsqrt by iteration count.
+"""Task C3 (main document §1.2 (4)): rsqrt (and div) by iteration count.
 
-Path A is the framework's ``torch.rsqrt`` (eager and fused). Path B is the classic bit-trick
-estimate (integer ``0x5f3759df - (bits >> 1)`` on the fp32 pattern) refined by N Newton steps
-``y <- y * (1.5 - 0.5 * x * y * y)``, N = 0..3, computed in fp32 and rounded once to fp16; the
-``fp16`` variant runs the same steps in fp16 arithmetic (every op rounds to fp16). The iteration
-count is the controllable knob the seed asks for: each step roughly squares the relative error
-until fp32 arithmetic, and then the final fp16 rounding, sets the floor.
+The plan asks for the framework's own iteration-count switch (path B: "adjust iteration count in
+the same framework"). Inductor exposes none: the run searches its configuration for options that
+name rsqrt, Newton steps, iterations, reciprocals or approximate math and records what it finds
+(``c3_framework_knobs``). So this experiment takes the plan's **fallback**: the framework's
+implementation (path A: ``torch.rsqrt`` eager and fused) against a same-semantics implementation
+whose iteration count we control (path B). Where Inductor exposes an approximate-math switch
+(CPU: ``cpp.enable_unsafe_math_opt_flag``, ``cpp.enable_floating_point_contract_flag``; CUDA:
+``use_fast_math``, ``eager_numerics.division_rounding``), path A also runs under it, and the table
+says whether the generated code and the result changed.
+
+Path B is the classic bit-trick estimate (integer ``0x5f3759df - (bits >> 1)`` on the fp32
+pattern) refined by N Newton steps ``y <- y * (1.5 - 0.5 * x * y * y)``, N = 0..3, computed in fp32
+and rounded once to fp16; the ``fp16`` variant runs the same steps in fp16 arithmetic (every op
+rounds to fp16). The plan's optional second example, div(x, y), has the same table
+(``c3_div_table``): true division (path A) against x * reciprocal(y), the reciprocal from the
+bit-trick estimate ``0x7ef311c3 - bits`` refined by N Newton steps ``r <- r * (2 - y * r)``.
 """
-
 
 import time
 from typing import Any, Callable
@@ -16,7 +25,7 @@ import dagster as dg
 import polars as pl
 import torch
 
-from precisionkit import error_stats, fp64_reference, fused, round_to_dtype, ulp_diff
+from precisionkit import bit_equal, error_stats, fp64_reference, fused, round_to_dtype, ulp_diff
 from precisionkit.stats import spacing
 
 from ..resources import ExperimentSettings
@@ -25,6 +34,20 @@ from ..verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
 
 GROUP = "C3_rsqrt_iterations"
 MAGIC = 0x5F3759DF
+#: Bit-trick estimate of 1/y on the fp32 pattern (the reciprocal's counterpart of MAGIC).
+RECIP_MAGIC = 0x7EF311C3
+#: What the plan's path B is here: its fallback, since the framework has no iteration knob.
+METHOD = ("plan fallback: framework implementation (path A) vs a same-semantics implementation with a controlled "
+          "iteration count (path B); the framework exposes no iteration-count switch")
+#: Inductor options that switch approximate math, per device type (each runs path A once more).
+APPROX_KNOBS: dict[str, dict[str, dict[str, Any]]] = {
+    "cpu": {"cpp.enable_unsafe_math_opt_flag=True": {"cpp.enable_unsafe_math_opt_flag": True},
+            "cpp.enable_floating_point_contract_flag=fast": {"cpp.enable_floating_point_contract_flag": "fast"}},
+    "cuda": {"use_fast_math=True": {"use_fast_math": True},
+             "eager_numerics.division_rounding=True": {"eager_numerics.division_rounding": True}},
+}
+#: Words an iteration-count or approximate-math option of Inductor would carry in its name.
+KNOB_PATTERN = r"rsqrt|newton|iteration|recip|approx|fast_math|unsafe_math|division|contract"
 ITERATIONS = (0, 1, 2, 3)
 LOW, HIGH = 0.01, 100.0
 #: Histogram bins of integer ULP distance; the last bin collects everything above.
@@ -51,6 +74,73 @@ def bit_trick_rsqrt(x: torch.Tensor, iterations: int, compute_dtype: torch.dtype
     return y
 
 
+def bit_trick_reciprocal(y: torch.Tensor, iterations: int, compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """1/y from the magic-constant estimate ``0x7ef311c3 - bits`` plus ``iterations`` Newton steps
+    ``r <- r * (2 - y * r)`` in ``compute_dtype`` (each step roughly squares the relative error)."""
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
+    if not y.is_floating_point():
+        raise TypeError(f"bit_trick_reciprocal needs a floating tensor, got {y.dtype}")
+    r = (RECIP_MAGIC - y.to(torch.float32).view(torch.int32)).view(torch.float32).to(compute_dtype)
+    yc = y.to(compute_dtype)
+    for _ in range(iterations):
+        r = r * (2.0 - yc * r)
+    return r
+
+
+def framework_knobs() -> pl.DataFrame:
+    """Every Inductor config option whose name matches :data:`KNOB_PATTERN`, with its value: the
+    search for an iteration-count or approximate-math switch, recorded rather than assumed."""
+    import re
+
+    from torch._inductor import config as inductor_config
+
+    names = sorted(k for k in inductor_config.get_config_copy() if re.search(KNOB_PATTERN, k, re.IGNORECASE))
+    return pl.DataFrame({"option": names, "value": [repr(getattr_path(inductor_config, k)) for k in names],
+                         "names_an_iteration_count": [bool(re.search(r"newton|iteration", k, re.IGNORECASE)) for k in names]},
+                        schema={"option": pl.String, "value": pl.String, "names_an_iteration_count": pl.Boolean})
+
+
+def getattr_path(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def knob_statement(knobs: pl.DataFrame, table: pl.DataFrame) -> str:
+    """What the search found and what the approximate-math switches did, in words, from the tables."""
+    iteration = knobs.filter(pl.col("names_an_iteration_count"))["option"].to_list()
+    parts = [f"Inductor's configuration has {knobs.height} option(s) matching '{KNOB_PATTERN}'"
+             + (f" ({', '.join(knobs['option'].to_list())})" if knobs.height else "")
+             + (f"; {len(iteration)} name an iteration count ({', '.join(iteration)})" if iteration
+                else "; none names an iteration count or Newton step, so path B uses the plan's fallback")]
+    for r in table.filter(pl.col("path").str.starts_with("A_fused[")).iter_rows(named=True):
+        parts.append(f"{r['path']}: generated source {'changed' if r['knob_code_changed'] else 'unchanged'}, compiled kernel "
+                     f"{'changed' if r.get('knob_artifact_changed') else 'unchanged'}, "
+                     f"output {'differs from' if r['knob_output_changed'] else 'bit-identical to'} A_fused (max {r['ulp_max']:.4g} ULP vs fp64)")
+    return "; ".join(parts) + "."
+
+
+def floor_statement(table: pl.DataFrame, op: str) -> str:
+    """Per compute dtype, the iteration count from which the fp16 result stops changing and the
+    pre-rounding error at each N, filled from the table (no hand-written conclusion)."""
+    parts = []
+    for compute in ("float32", "float16"):
+        b = table.filter(pl.col("compute_dtype") == compute).sort("iterations")
+        if b.height == 0:
+            continue
+        maxes, means = b["ulp_max"].to_list(), b["ulp_mean"].to_list()
+        its = b["iterations"].to_list()
+        stop = next((its[i] for i in range(len(its)) if all(maxes[j] == maxes[i] and means[j] == means[i] for j in range(i, len(its)))), its[-1])
+        pre = ", ".join(f"N={n}: {v:.3g}" for n, v in zip(its, b["pre_round_rel_max"].to_list()))
+        a = table.filter(pl.col("path") == "A_eager").row(0, named=True)
+        same_as_a = b.filter(pl.col("iterations") == stop)["vs_A_eager_equal_fraction"][0]
+        parts.append(f"{op}, {compute} arithmetic: pre-rounding max relative error {pre}; the fp16 result's max/mean ULP error stops "
+                     f"changing from N={stop} (max {maxes[its.index(stop)]:.4g}, mean {means[its.index(stop)]:.4g} ULP; framework "
+                     f"path A: max {a['ulp_max']:.4g}, mean {a['ulp_mean']:.4g}), where {100 * same_as_a:.2f}% of elements equal path A's")
+    return ". ".join(parts) + "."
+
+
 def make_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """fp16 U(0.01, 100), drawn in fp64 on the CPU (device-independent), rounded once."""
     if len(shape) == 0 or any(s <= 0 for s in shape):
@@ -72,43 +162,23 @@ def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
 
 
 OUTS = {
-    "c3_path_outputs": dg.AssetOut(description="C3 (§1.2 (4)): the fp16 input, fp64 reference and every path's fp16 output.", kinds={"pytorch", "safetensors"}),
-    "c3_iteration_table": dg.AssetOut(description="C3 (§1.2 (4)): per path/iteration count: ULP and relative error vs fp64, before and after rounding to fp16.", kinds={"polars"}),
-    "c3_ulp_histogram": dg.AssetOut(description="C3 (§1.2 (4)): integer-ULP histograms of every path vs the correctly rounded fp64 reference, and of A vs each B.", kinds={"polars"}),
+    "c3_path_outputs": dg.AssetOut(description="C3 (§1.2 (4)): the fp16 inputs, fp64 references and every path's fp16 output (rsqrt, and div under 'div/').", kinds={"pytorch", "safetensors"}),
+    "c3_iteration_table": dg.AssetOut(description="C3 (§1.2 (4)), rsqrt: per path/iteration count: ULP and relative error vs fp64, before and after rounding to fp16. Path B is the plan's fallback (same-semantics implementation with a controlled iteration count); A_fused[...] rows run the framework under its approximate-math switches.", kinds={"polars"}),
+    "c3_div_table": dg.AssetOut(description="C3 (§1.2 (4)), the plan's optional div(x, y) in the same table form: true division (path A, eager, fused and under the approximate-math switches) vs x * reciprocal(y), the reciprocal by bit-trick estimate + N Newton steps (path B) or torch.reciprocal.", kinds={"polars"}),
+    "c3_framework_knobs": dg.AssetOut(description="C3 (§1.2 (4)): the search for an iteration-count or approximate-math switch: every Inductor option whose name matches the pattern, with its value.", kinds={"polars"}),
+    "c3_ulp_histogram": dg.AssetOut(description="C3 (§1.2 (4)): integer-ULP histograms of every path vs the correctly rounded fp64 reference, and of A vs each B (div rows prefixed 'div').", kinds={"polars"}),
 }
 
+#: (path, iterations, compute dtype, value before the final rounding, fp16 output)
+PathRow = tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]
 
-@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
-def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
-    """Runs torch.rsqrt (eager, fused) and the bit-trick + N Newton steps on one seeded fp16 input."""
-    profile = settings.get_profile()
-    device = settings.torch_device()
-    seed = settings.derived_seed("c3", "input")
-    x = make_input(tuple(profile.c3_shape), seed)
-    ref = fp64_reference(torch.rsqrt, x)
+
+def _table(paths: list[PathRow], ref: torch.Tensor, label: str = "") -> tuple[pl.DataFrame, list[dict[str, Any]], dict[str, torch.Tensor]]:
+    """The iteration table of ``paths`` against the fp64 ``ref`` (first path: A_eager), its
+    histogram rows (comparisons prefixed with ``label``) and the fp16 outputs on the CPU."""
     ref16 = round_to_dtype(ref, torch.float16)  # the correctly rounded fp16 answer
-    xd = x.to(device)
-
-    compiled = fused(_rsqrt, settings.backend, settings.options())
-    start = time.perf_counter()
-    fused_out = compiled(xd)
-    first_call = time.perf_counter() - start
-    ev = compiled.evidence.as_metadata()
-
-    # (path, iterations, compute dtype, value before the final rounding, fp16 output)
-    paths: list[tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]] = [
-        ("A_eager", None, "framework", None, torch.rsqrt(xd)),
-        ("A_fused", None, "framework", None, fused_out),
-    ]
-    for compute in (torch.float32, torch.float16):
-        tag = str(compute).removeprefix("torch.")
-        for n in ITERATIONS:
-            raw = bit_trick_rsqrt(xd, n, compute)
-            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
-
     ref_spacing = spacing(ref, torch.float16)
-    rows, hist = [], []
-    outputs: dict[str, torch.Tensor] = {"input": x, "fp64_reference": ref}
+    rows, hist, outputs = [], [], {}
     a_eager = paths[0][4].cpu()
     for name, n, compute, raw, out in paths:
         out = out.cpu()
@@ -116,7 +186,8 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
         stats = error_stats(out, ref)
         d_ref = ulp_diff(out, ref16)
         row = {
-            "path": name, "iterations": n, "compute_dtype": compute,
+            "path": name, "method": "framework" if name.startswith("A_") else METHOD if n is not None else "framework reciprocal, then multiply",
+            "iterations": n, "compute_dtype": compute,
             "ulp_max": stats["ulp_max"], "ulp_mean": stats["ulp_mean"], "ulp_p99": stats["ulp_p99"],
             "rel_max": stats["rel_max"], "rel_mean": stats["rel_mean"],
             "correctly_rounded_fraction": stats["exact_fraction"],
@@ -136,27 +207,119 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
         else:
             row.update({"pre_round_rel_max": None, "pre_round_rel_mean": None, "pre_round_ulp16_max": None, "pre_round_ulp16_mean": None})
         rows.append(row)
-        hist += _hist(f"{name} vs fp64 (rounded)", d_ref)
+        hist += _hist(f"{label}{name} vs fp64 (rounded)", d_ref)
         if name != "A_eager":
-            hist += _hist(f"{name} vs A_eager", ulp_diff(out, a_eager))
-    table = pl.DataFrame(rows, infer_schema_length=None)
-    histogram = pl.DataFrame(hist)
-    for key in ("kernel_count", "kernel_names", "graph_breaks", "code_sha256", "compile_seconds"):
-        table = table.with_columns(pl.when(pl.col("path") == "A_fused").then(pl.lit(str(ev[key]))).otherwise(None).alias(f"fused_{key}"))
+            hist += _hist(f"{label}{name} vs A_eager", ulp_diff(out, a_eager))
+    return pl.DataFrame(rows, infer_schema_length=None), hist, outputs
 
-    yield dg.Output(outputs, output_name="c3_path_outputs", metadata={"shape": str(list(x.shape)), "seed": seed, "range": f"U({LOW}, {HIGH})"})
-    b32 = table.filter(pl.col("compute_dtype") == "float32")
+
+def _framework_paths(fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], settings: ExperimentSettings,
+                     device: torch.device) -> tuple[list[PathRow], dict[str, dict[str, Any]], float]:
+    """Path A eager, fused, and fused under each approximate-math switch of the device; per fused
+    path its evidence (kernels, code hash) and whether a switch changed the code or the output."""
+    from ..artifacts import capture_modules, combined_sha256, kernel_artifacts
+
+    def run(options: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any], float]:
+        compiled = fused(fn, settings.backend, options)
+        start = time.perf_counter()
+        with capture_modules() as modules:
+            out = compiled(*args)
+        seconds = time.perf_counter() - start
+        meta = compiled.evidence.as_metadata()
+        meta["artifact_sha256"] = combined_sha256(kernel_artifacts(modules, compiled.evidence.kernel_names))
+        return out, meta, seconds
+
+    base = settings.options()
+    fused_out, meta, first_call = run(base)
+    paths: list[PathRow] = [("A_eager", None, "framework", None, fn(*args)), ("A_fused", None, "framework", None, fused_out)]
+    evidence = {"A_fused": {**meta, "knob_code_changed": None, "knob_artifact_changed": None, "knob_output_changed": None}}
+    for label, opts in APPROX_KNOBS.get(device.type, {}).items():
+        out, meta, _ = run({**base, **opts})
+        evidence[f"A_fused[{label}]"] = {**meta, "knob_code_changed": meta["code_sha256"] != evidence["A_fused"]["code_sha256"],
+                                         "knob_artifact_changed": meta["artifact_sha256"] != evidence["A_fused"]["artifact_sha256"],
+                                         "knob_output_changed": not bit_equal(out, fused_out)}
+        paths.append((f"A_fused[{label}]", None, "framework", None, out))
+    return paths, evidence, first_call
+
+
+def _with_evidence(table: pl.DataFrame, evidence: dict[str, dict[str, Any]]) -> pl.DataFrame:
+    for key in ("kernel_count", "kernel_names", "graph_breaks", "code_sha256", "artifact_sha256", "compile_seconds"):
+        table = table.with_columns(pl.col("path").replace_strict({p: str(e[key]) for p, e in evidence.items()}, default=None).alias(f"fused_{key}"))
+    for key in ("knob_code_changed", "knob_artifact_changed", "knob_output_changed"):
+        table = table.with_columns(pl.col("path").replace_strict({p: e[key] for p, e in evidence.items()}, default=None,
+                                                                 return_dtype=pl.Boolean).alias(key))
+    return table
+
+
+def _div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x / y
+
+
+@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
+def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
+    """Runs torch.rsqrt and x / y (eager, fused, under the approximate-math switches) and the
+    bit-trick + N Newton steps implementations on seeded fp16 inputs."""
+    profile = settings.get_profile()
+    device = settings.torch_device()
+    seed = settings.derived_seed("c3", "input")
+    x = make_input(tuple(profile.c3_shape), seed)
+    ref = fp64_reference(torch.rsqrt, x)
+    xd = x.to(device)
+
+    paths, evidence, first_call = _framework_paths(_rsqrt, (xd,), settings, device)
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = bit_trick_rsqrt(xd, n, compute)
+            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    table, hist, outs = _table(paths, ref)
+    table = _with_evidence(table, evidence)
+    outputs: dict[str, torch.Tensor] = {"input": x, "fp64_reference": ref, **outs}
+
+    # div(x, y): x as the rsqrt input's range, y an independent draw from it.
+    seed_y = settings.derived_seed("c3", "div_y")
+    y = make_input(tuple(profile.c3_shape), seed_y)
+    yd = y.to(device)
+    div_ref = x.double() / y.double()  # fp64: exact inputs, one rounding to fp64
+    div_paths, div_evidence, _ = _framework_paths(_div, (xd, yd), settings, device)
+    div_paths.append(("B_torch_reciprocal", None, "framework reciprocal", None, xd * torch.reciprocal(yd)))
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = xd.to(compute) * bit_trick_reciprocal(yd, n, compute)
+            div_paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    div_table, div_hist, div_outs = _table(div_paths, div_ref, label="div ")
+    div_table = _with_evidence(div_table, div_evidence)
+    outputs.update({"div/y": y, "div/fp64_reference": div_ref, **{f"div/{k}": v for k, v in div_outs.items()}})
+    knobs = framework_knobs()
+    histogram = pl.DataFrame(hist + div_hist)
+    ev = evidence["A_fused"]
+    rows = table.to_dicts()
+
+    yield dg.Output(outputs, output_name="c3_path_outputs", metadata={"shape": str(list(x.shape)), "seed": seed, "seed_div_y": seed_y,
+                                                                      "range": f"U({LOW}, {HIGH})"})
     yield dg.Output(table, output_name="c3_iteration_table", metadata={
         **{f"{r['path']}.ulp_max": r["ulp_max"] for r in rows},
         **{f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"] for r in rows if r["pre_round_rel_max"] is not None},
+        "method": METHOD,
         "fused_first_call_seconds": round(first_call, 3),
         **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
         "table": dg.MetadataValue.md(markdown_table(table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
-        "notes": dg.MetadataValue.md(
-            "Newton's step roughly squares the relative error (error e -> 1.5 e^2); in fp32 the pre-rounding "
-            f"error reaches the fp32 floor by N=2..3 (pre-round rel max: {', '.join(f'{v:.3g}' for v in b32['pre_round_rel_max'].to_list())}), "
-            "after which the single rounding to fp16 dominates and the fp16 result stops improving."),
+        "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
         **{f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))},
+    })
+    yield dg.Output(div_table, output_name="c3_div_table", metadata={
+        **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},
+        "method": METHOD,
+        "seed_y": seed_y,
+        "table": dg.MetadataValue.md(markdown_table(div_table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
+        "notes": dg.MetadataValue.md(floor_statement(div_table, "div") + " " + knob_statement(knobs, div_table)),
+    })
+    yield dg.Output(knobs, output_name="c3_framework_knobs", metadata={
+        "options_found": knobs.height,
+        "iteration_count_options": int(knobs["names_an_iteration_count"].sum()),
+        "statement": dg.MetadataValue.md(knob_statement(knobs, table)),
+        "table": dg.MetadataValue.md(markdown_table(knobs)),
     })
     yield dg.Output(histogram, output_name="c3_ulp_histogram")
 
@@ -169,8 +332,10 @@ def _nonincreasing(values: list[float], slack: float = 0.0) -> bool:
 MONOTONE_METRICS = ("pre_round_rel_max", "ulp_max", "ulp_mean")
 
 RULE = Rule(
-    claim="§1.2 (4): an iterative approximation's implementation shows in the last bits: the bit-trick rsqrt (path B) "
-    "is not completely consistent with the framework's (path A), and more Newton iterations give no larger error",
+    claim="§1.2 (4): an iterative approximation's implementation shows in the last bits: the bit-trick rsqrt (path B, "
+    "the plan's fallback: a same-semantics implementation with a controlled iteration count, since the framework "
+    "exposes none) is not completely consistent with the framework's (path A), and more Newton iterations give no "
+    "larger error",
     metric=f"per compute dtype (fp32, fp16) of path B, across N = {', '.join(map(str, ITERATIONS))} iterations: "
     "pre-rounding max relative error, fp16 max and mean ULP error against fp64; and the share of elements where "
     "B with 0 iterations equals torch.rsqrt",
@@ -187,27 +352,65 @@ RULE = Rule(
 )
 
 
-@claim_check(
-    rule=RULE,
-    asset="c3_iteration_table",
-    description="Claim (§1.2 (4)): more Newton iterations never increase the error (fp32 arithmetic: pre-rounding max "
-    "relative error, fp16 max and mean ULP error), and A differs from the bit-trick paths with few iterations.",
-)
-def c3_error_nonincreasing_with_iterations(c3_iteration_table: pl.DataFrame) -> dg.AssetCheckResult:
-    meta, failures = {}, []
+def judge_iterations(table: pl.DataFrame, what: str) -> tuple[str, str, dict[str, Any]]:
+    """The iteration rule on one table (rsqrt or div): every MONOTONE_METRICS value non-increasing
+    in N per compute dtype, and the 0-iteration estimate not equal to path A everywhere."""
+    meta: dict[str, Any] = {"method": METHOD}
+    failures = []
     for compute in ("float32", "float16"):
-        b = c3_iteration_table.filter(pl.col("compute_dtype") == compute).sort("iterations")
+        b = table.filter(pl.col("compute_dtype") == compute).sort("iterations")
         if b.height != len(ITERATIONS):
-            raise ValueError(f"c3_iteration_table lacks iteration rows for {compute}: {b['iterations'].to_list()}")
+            raise ValueError(f"the {what} table lacks iteration rows for {compute}: {b['iterations'].to_list()}")
         for metric in MONOTONE_METRICS:
             vals = b[metric].to_list()
             meta[f"{compute}.{metric}"] = ", ".join(f"{v:.4g}" for v in vals)
             if not _nonincreasing(vals):
                 failures.append(f"{compute} {metric} increases with iterations: {meta[f'{compute}.{metric}']}")
-    a = c3_iteration_table.filter(pl.col("path") == "B_newton0_float32")["vs_A_eager_equal_fraction"][0]
+    a = table.filter(pl.col("path") == "B_newton0_float32")["vs_A_eager_equal_fraction"][0]
     meta["A_vs_B_newton0_equal_fraction"] = a
     if a >= 1.0:
-        failures.append("the 0-iteration estimate equals torch.rsqrt everywhere: no algorithm difference to show")
+        failures.append(f"the 0-iteration estimate equals the framework's {what} everywhere: no algorithm difference to show")
     verdict = CONTRADICTED if failures else SUPPORTED
-    reason = "; ".join(failures) or "every error is non-increasing in the iteration count, and A differs from B with 0 iterations"
+    reason = "; ".join(failures) or f"every error is non-increasing in the iteration count, and A differs from B with 0 iterations ({what})"
+    return verdict, reason, meta
+
+
+@claim_check(
+    rule=RULE,
+    asset="c3_iteration_table",
+    description="Claim (§1.2 (4)), under the plan's fallback (framework rsqrt vs a same-semantics implementation with a "
+    "controlled iteration count): more Newton iterations never increase the error (pre-rounding max relative error, "
+    "fp16 max and mean ULP error), and A differs from the bit-trick paths with few iterations.",
+)
+def c3_error_nonincreasing_with_iterations(c3_iteration_table: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_iterations(c3_iteration_table, "torch.rsqrt")
     return claim_result(verdict, RULE, reason, meta)
+
+
+DIV_RULE = Rule(
+    claim="§1.2 (4), the plan's div(x, y) example: x * reciprocal(y) by bit-trick estimate + Newton steps (path B) is "
+    "not completely consistent with true division (path A), and more Newton iterations give no larger error",
+    metric=f"per compute dtype (fp32, fp16) of path B, across N = {', '.join(map(str, ITERATIONS))} iterations: "
+    "pre-rounding max relative error, fp16 max and mean ULP error against fp64; and the share of elements where "
+    "B with 0 iterations equals x / y",
+    decision=RULE.decision.replace("torch.rsqrt", "x / y"),
+    threshold=0,
+    unit=RULE.unit,
+    confidence=None,
+    sample_size="one seeded pair of fp16 U(0.01, 100) inputs of the profile's c3_shape, every element, each iteration "
+    "count once",
+    derivation="a Newton step for 1/y maps relative error e to e^2, so the error can only shrink until the arithmetic's "
+    "floor (then the multiply by x and the final fp16 rounding); a deterministic computation on a fixed input either "
+    "grows or it does not, so the threshold is 0",
+)
+
+
+@claim_check(
+    rule=DIV_RULE,
+    asset="c3_div_table",
+    description="Claim (§1.2 (4)), div(x, y) under the plan's fallback: more Newton iterations of the reciprocal never "
+    "increase the error of x * reciprocal(y), and true division differs from the 0-iteration estimate.",
+)
+def c3_div_error_nonincreasing_with_iterations(c3_div_table: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_iterations(c3_div_table, "x / y")
+    return claim_result(verdict, DIV_RULE, reason, meta)

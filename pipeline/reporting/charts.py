@@ -188,9 +188,22 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
             rule = alt.Chart(pl.DataFrame({"torch_rsqrt_max": framework})).mark_rule(color="gray", strokeDash=[2, 2]).encode(y="torch_rsqrt_max:Q")
             chart = lines + rule
         parts.append("## Error by iteration count\n\n" + report.chart(exp.slug, "iterations", chart.properties(width=420, height=260, title="C3: rsqrt by magic constant + Newton steps (dashed gray: torch.rsqrt max)"), "Max and mean ULP error against fp64 by Newton iteration count"))
+    knobs = report.table("c3_framework_knobs")
+    if table is not None:
+        from ..assets import rsqrt_iterations as c3
+
+        parts.append(f"## Method: the plan's fallback\n\n{c3.METHOD}.\n\n"
+                     + (c3.knob_statement(knobs, table) + "\n\n" if knobs is not None else "")
+                     + c3.floor_statement(table, "rsqrt") + "\n")
+        div = report.table("c3_div_table")
+        if div is not None:
+            parts.append("## div(x, y): true division vs x * reciprocal(y) with N Newton steps\n\n"
+                         + c3.floor_statement(div, "div") + "\n\n"
+                         + markdown_table(div.select("path", "iterations", "compute_dtype", "ulp_max", "ulp_mean", "pre_round_rel_max",
+                                                     "correctly_rounded_fraction", "vs_A_eager_equal_fraction")))
     hist = report.table("c3_ulp_histogram")
     if hist is not None:
-        vs_fp64 = hist.filter(pl.col("comparison").str.ends_with("vs fp64 (rounded)"))
+        vs_fp64 = hist.filter(pl.col("comparison").str.ends_with("vs fp64 (rounded)") & ~pl.col("comparison").str.starts_with("div "))
         parts.append(report.chart(exp.slug, "ulp-histogram", _ulp_bars(vs_fp64, "C3: ULP distance to the correctly rounded fp64 result", columns=4), "ULP histograms of every path against fp64 rounded to fp16"))
     return "\n".join(parts)
 

@@ -7,7 +7,7 @@ from pipeline.assets import rsqrt_iterations as c3
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
 
-ASSETS = [c3.c3_rsqrt_iterations, c3.c3_error_nonincreasing_with_iterations]
+ASSETS = [c3.c3_rsqrt_iterations, c3.c3_error_nonincreasing_with_iterations, c3.c3_div_error_nonincreasing_with_iterations]
 
 
 def test_magic_constant_estimate_and_newton_convergence():
@@ -47,6 +47,18 @@ def test_claim_rule_on_synthetic_tables():
     assert grows.metadata["verdict"].value == CONTRADICTED and grows.severity == dg.AssetCheckSeverity.ERROR
     assert "float16 ulp_mean increases" in grows.metadata["reason"].value
     assert check(_table({}, newton0_equal=1.0)).metadata["verdict"].value == CONTRADICTED
+    # The div claim applies the same rule to its own table.
+    div = c3.c3_div_error_nonincreasing_with_iterations
+    assert div(_table({})).metadata["verdict"].value == SUPPORTED
+    assert div(_table({"float32.pre_round_rel_max": [1.0, 0.1, 0.2, 0.01]})).metadata["verdict"].value == CONTRADICTED
+
+
+def test_reciprocal_estimate_and_newton_convergence():
+    y = torch.linspace(0.01, 100, 1001, dtype=torch.float64)
+    errs = [float(((c3.bit_trick_reciprocal(y, n).double() * y) - 1).abs().max()) for n in c3.ITERATIONS]
+    assert errs == sorted(errs, reverse=True) and errs[0] < 0.13 and errs[3] < 3e-7
+    with pytest.raises(ValueError, match="iterations must be >= 0"):
+        c3.bit_trick_reciprocal(torch.ones(2), -1)
 
 
 def test_bad_arguments_are_rejected():
@@ -63,12 +75,30 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     hist = read_value(tmp_path / "smoke" / "c3_ulp_histogram")
     assert hist.filter(hist["comparison"] == "B_newton0_float32 vs A_eager")["count"].sum() == 64 * 64
     assert table["A_fused"]["fused_kernel_count"] == "1"
-    check = result.get_asset_check_evaluations()[0]
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    check = checks["c3_error_nonincreasing_with_iterations"]
+    div_check = checks["c3_div_error_nonincreasing_with_iterations"]
+    assert div_check.metadata["outcome"].value == CLAIM and div_check.metadata["rule.threshold"].value == 0.0
+    assert check.metadata["method"].value == c3.METHOD and "fallback" in c3.METHOD
     assert check.metadata["outcome"].value == CLAIM and check.metadata["rule.threshold"].value == 0.0
     # The bit trick with its fp32 Newton steps is plain IEEE arithmetic, so these hold on any device.
     b = [table[f"B_newton{n}_float32"] for n in c3.ITERATIONS]
     pre = [r["pre_round_rel_max"] for r in b]
     assert pre == sorted(pre, reverse=True) and pre[3] < 2e-7
+    # The div table has the same form: A eager/fused (+ switches), torch.reciprocal, N = 0..3 per dtype.
+    div = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c3_div_table").iter_rows(named=True)}
+    assert set(read_value(tmp_path / "smoke" / "c3_div_table").columns) == set(read_value(tmp_path / "smoke" / "c3_iteration_table").columns)
+    assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
+    dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3.ITERATIONS]
+    assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
+    assert div_check.passed, div_check.metadata["reason"].value
+    # The search for a framework switch is recorded, not assumed; its statement is computed.
+    knobs = read_value(tmp_path / "smoke" / "c3_framework_knobs")
+    assert not knobs["names_an_iteration_count"].any() and "use_fast_math" in knobs["option"].to_list()
+    statement = c3.knob_statement(knobs, read_value(tmp_path / "smoke" / "c3_iteration_table"))
+    assert "none names an iteration count" in statement
+    floor = c3.floor_statement(read_value(tmp_path / "smoke" / "c3_iteration_table"), "rsqrt")
+    assert "stops changing from N=" in floor and "N=0:" in floor
 
     # CPU-specific: torch.rsqrt's own accuracy (path A) and hence the verdict were measured on the
     # CPU backend; another device's rsqrt may round differently.
@@ -79,3 +109,6 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert [r["int_ulp_vs_rounded_ref_max"] for r in b[:2]] == [69, 3]
     assert b[2]["int_ulp_vs_rounded_ref_max"] <= 1 and b[3]["vs_A_eager_equal_fraction"] == 1.0
     assert check.passed and check.metadata["verdict"].value == SUPPORTED, check.metadata["reason"].value
+    # CPU: the approximate-math switches run path A once more each; true division is correctly rounded.
+    assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3.APPROX_KNOBS["cpu"]}
+    assert div["A_eager"]["correctly_rounded_fraction"] == 1.0
