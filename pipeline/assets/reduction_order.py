@@ -7,7 +7,15 @@ the additions:
   touch the reduction loop (CPU: ``cpp.threads``, ``cpp.simdlen``, ``split_reductions``; CUDA:
   ``split_reductions``, ``triton.persistent_reductions``). Whether a knob changed the generated
   code (hash) and the result is recorded per version;
-* explicit tilings built from framework ops: per-tile partial sums ``reshape(-1, tile).sum(-1)``
+* framework-tiled versions (family ``framework_tiled``): the fused sum under the settings with which
+  Inductor itself tiles the reduction. On the CPU the generated kernel splits the row into one
+  range per thread (``cpp.threads``), walks each range in vector steps of ``cpp.simdlen`` bits
+  (0: scalar) and accumulates each lane with a cascade (CascadeSumHelper) of fixed-size chunks; the
+  grid threads x simdlen gives the versions, and ``framework_tiling`` states the tiling read back
+  from the generated code. On CUDA: split reductions on/off, persistent / non-persistent and
+  cooperative reductions, and the Triton block sizes the autotuner chose (from the kernel's
+  launcher). These are *the framework's* tilings, labelled apart (``tiling_source``) from
+* the hand-written tilings built from framework ops: per-tile partial sums ``reshape(-1, tile).sum(-1)``
   then a sum of the partials, for tiles 512 / 1024 / 2048, with the partials kept in fp32 or
   stored in fp16. These are controllable on every backend.
 
@@ -25,6 +33,7 @@ output; the checks are declared with the three outcomes of :mod:`pipeline.verdic
 
 
 import math
+import re
 import time
 from typing import Any, Callable
 
@@ -34,6 +43,7 @@ import torch
 
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
+from ..artifacts import capture_modules, kernel_artifacts
 from ..resources import ExperimentSettings
 from ..summation_bounds import summation_error_bound
 from ..tables import markdown_table
@@ -61,7 +71,22 @@ def family_lambda(rows: int, terms: int, confidence: float = PROB_CONFIDENCE) ->
     u32 = 2.0**-24
     return math.sqrt(2.0 * math.log(2.0 * rows * terms / (1.0 - confidence))) / (1.0 - u32)
 #: Families judged by the seed's claim (fp32 accumulation throughout) and the fp16-partials family.
-SEED_FAMILIES = ("compiler", "tiled_fp32_partials")
+SEED_FAMILIES = ("compiler", "framework_tiled", "tiled_fp32_partials")
+#: The settings with which Inductor tiles a reduction, per device type: each is one framework-tiled
+#: version. CPU: threads x vector width (simdlen 0 = scalar loop); CUDA: Triton reduction strategies.
+FRAMEWORK_TILINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "cpu": {f"t{t}_simd{w}": {"cpp.threads": t, "cpp.simdlen": w} for t in (1, 2) for w in (0, 256, 512)},
+    "cuda": {
+        "split": {"split_reductions": True, "triton.persistent_reductions": True},
+        "nosplit_persistent": {"split_reductions": False, "triton.persistent_reductions": True},
+        "nosplit_looped": {"split_reductions": False, "triton.persistent_reductions": False},
+        "cooperative": {"split_reductions": False, "triton.cooperative_reductions": True, "triton.force_cooperative_reductions": True},
+        "min_num_split_64": {"split_reductions": True, "min_num_split": 64},
+    },
+}
+#: tiling_source per family: which versions the framework tiles, and which are tiled by hand.
+TILING_SOURCE = {"compiler": "framework (default or knob)", "framework_tiled": "framework (tiling configuration)",
+                 "tiled_fp32_partials": "hand-written", "tiled_fp16_partials": "hand-written"}
 FP16_PARTIALS_FAMILY = "tiled_fp16_partials"
 #: Inductor options per device type that change how the reduction loop is split or vectorized.
 KNOBS: dict[str, dict[str, dict[str, Any]]] = {
@@ -118,7 +143,9 @@ def bound_spec(family: str, tile: int | None) -> dict[str, Any]:
     chooses, so their chain is the worst case over every order (n - 1). Tiled versions: any order
     inside a tile and among the partials (two separate framework sums), partials kept in fp32 or
     stored in fp16."""
-    if family == "compiler":
+    if family in ("compiler", "framework_tiled"):
+        # The framework's tiling (threads, vector lanes, cascade chunks, Triton blocks) is one order
+        # among all; with fp32 accumulation the any-order chain bounds every one of them.
         return {"order": "any", "tile": None, "accumulate_dtype": torch.float32, "partial_dtype": None}
     partial = {"tiled_fp32_partials": torch.float32, "tiled_fp16_partials": torch.float16}.get(family)
     if partial is None or tile is None:
@@ -136,11 +163,40 @@ def build_versions(settings: ExperimentSettings, device: torch.device) -> list[d
     for label, opts in KNOBS.get(device.type, {}).items():
         versions.append({"version": f"fused_{label}", "family": "compiler", "tile": None, "mode": "fused",
                          "options": label, "fn": fused(plain_sum, settings.backend, {**base, **opts})})
+    for label, opts in FRAMEWORK_TILINGS.get(device.type, {}).items():
+        versions.append({"version": f"framework_tiled_{label}", "family": "framework_tiled", "tile": None, "mode": "fused",
+                         "options": ", ".join(f"{k}={v}" for k, v in opts.items()),
+                         "fn": fused(plain_sum, settings.backend, {**base, **opts})})
     for partials in PARTIALS:
         for tile in TILES:
             versions.append({"version": f"tile{tile}_{partials}_partials", "family": f"tiled_{partials}_partials",
                              "tile": tile, "mode": "eager", "options": "", "fn": tiled_sum(tile, partials)})
     return versions
+
+
+_CASCADE = re.compile(r"CascadeSumHelper<[^>]*?, (\d+)>")
+_STEP = re.compile(r"for\(int64_t x0=static_cast<int64_t>\(0L\); x0<static_cast<int64_t>\((\d+)L\); x0\+=static_cast<int64_t>\((\d+)L\)\)")
+_OMP = re.compile(r"#pragma omp parallel(?: num_threads\((\d+)\))?")
+
+
+def describe_tiling(code: str, artifacts: list[Any] | None = None) -> str:
+    """How the generated kernel tiles the reduction, read back from its code (CPU: thread ranges,
+    vector step, cascade or running sum per lane) or from the Triton launcher the autotuner chose
+    (CUDA: block sizes, warps, stages)."""
+    parts = []
+    step = _STEP.search(code)
+    if step:
+        length, stride = int(step.group(1)), int(step.group(2))
+        omp = _OMP.search(code)
+        threads = "1 thread" if omp is None else (f"{omp.group(1)} thread ranges" if omp.group(1) else "OpenMP thread ranges")
+        cascade = _CASCADE.search(code)
+        lanes = f"vector steps of {stride} lanes" if stride > 1 else "a scalar loop"
+        acc = (f"each lane a cascade sum of {cascade.group(1)}-addition chunks" if cascade else "each lane a running sum")
+        parts.append(f"{length} elements in {threads}, {lanes}, {acc}")
+    choices = [f"{a.kernel}: {a.autotune_choice}" for a in (artifacts or []) if getattr(a, "autotune_choice", "")]
+    if choices:
+        parts.append("Triton launcher " + "; ".join(choices))
+    return "; ".join(parts) or "not read back (no reduction loop or launcher config recognised in the generated kernel)"
 
 
 def row_bounds(rows: torch.Tensor, ref: torch.Tensor, results: dict[str, torch.Tensor], version: str, family: str,
@@ -219,14 +275,25 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     ref = fp64_reference(lambda x: x.sum(-1), rows)  # [1 + n_pool] fp64 (exact: fp16 terms, |s| < 2^15)
 
     versions = build_versions(settings, device)
+    skipped: list[str] = []
     stored: dict[str, torch.Tensor] = {"rows": rows}
     table_rows = []
     default_sha = None
     for v in versions:
         fn = v["fn"]
         start = time.perf_counter()
-        first16, first32 = _run(fn, rows_dev[:1])  # compiles fused versions, once, for shape [1, L]
+        with capture_modules() as modules:
+            try:
+                first16, first32 = _run(fn, rows_dev[:1])  # compiles fused versions, once, for shape [1, L]
+            except Exception as exc:  # noqa: BLE001 - a framework tiling this backend rejects is recorded, not fatal
+                if v["family"] != "framework_tiled":
+                    raise
+                skipped.append(f"{v['version']} ({v['options']}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                continue
         first_seconds = time.perf_counter() - start
+        tiling = ""
+        if v["mode"] == "fused":
+            tiling = describe_tiling(fn.code, kernel_artifacts(modules, fn.evidence.kernel_names))
         seen16, seen32 = [first16], [first32]
         start = time.perf_counter()
         for _ in range(runs - 1):
@@ -249,7 +316,11 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
             if v["version"] == "fused_default":
                 default_sha = meta["code_sha256"]
         table_rows.append({
-            "version": v["version"], "family": v["family"], "tile": v["tile"], "mode": v["mode"], "options": v["options"],
+            "version": v["version"], "family": v["family"],
+            "tiling_source": "framework (eager ATen kernel)" if v["mode"] == "eager" and v["family"] == "compiler" else TILING_SOURCE[v["family"]],
+            "framework_tiling": tiling or (f"hand-written: {v['tile']}-element tiles, then the sum of the partials" if v["tile"]
+                                           else "eager ATen kernel"),
+            "tile": v["tile"], "mode": v["mode"], "options": v["options"],
             "runs": runs, "unique_out16": unique16, "unique_acc32": unique32,
             "self_deterministic": unique16 == 1 and unique32 == 1,
             "nonfinite_outputs": int((~torch.isfinite(out16)).sum() + (~torch.isfinite(acc32)).sum()),
@@ -262,6 +333,8 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     versions_df = pl.DataFrame(table_rows).with_columns(
         (pl.col("code_sha256") == default_sha).alias("same_code_as_fused_default")
     )
+    ran = set(versions_df["version"].to_list())
+    versions = [v for v in versions if v["version"] in ran]
     names = [v["version"] for v in versions]
 
     # Pairwise differences: on the seed's single input (row 0) and over the pool rows.
@@ -309,7 +382,7 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
             })
     err_df = pl.DataFrame(err_rows)
 
-    knob_rows = versions_df.filter(pl.col("family") == "compiler")
+    knob_rows = versions_df.filter(pl.col("family").is_in(["compiler", "framework_tiled"]))
     knob_summary = []
     for r in knob_rows.iter_rows(named=True):
         if r["mode"] != "fused" or r["version"] == "fused_default":
@@ -325,7 +398,10 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
         "runs_per_version": runs,
         "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knob_summary) or "none for this device"),
-        "table": dg.MetadataValue.md(markdown_table(versions_df.select("version", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
+        "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
+        "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
+        "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in skipped) or "none"),
+        "table": dg.MetadataValue.md(markdown_table(versions_df.select("version", "tiling_source", "framework_tiling", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
         **{f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))},
     })
     yield dg.Output(matrix_df, output_name="c2_ulp_matrix", metadata={
@@ -411,8 +487,9 @@ _BOUND_DECISION = ("contradicted if any row's error exceeds its deterministic bo
                    "supported if every row is within both; inconclusive if the family has no rows")
 
 SEED_RULE = Rule(
-    claim="Every C2 version with fp32 accumulation (eager, fused default, each Inductor knob, tilings 512/1024/2048 with "
-          "fp32 partials) falls within the rounding-error range of the fp64 baseline on every row",
+    claim="Every C2 version with fp32 accumulation (eager, fused default, each Inductor knob, each framework-tiled version, "
+          "hand-written tilings 512/1024/2048 with fp32 partials) falls within the rounding-error range of the fp64 baseline "
+          "on every row",
     metric="margin = |result - fp64 sum| / B, B the deterministic error bound derived for the row, the version's "
            "summation order and the output (fp16 result and fp32 accumulator)",
     decision=_BOUND_DECISION,
@@ -497,8 +574,8 @@ def c2_versions_self_deterministic(c2_versions: pl.DataFrame) -> dg.AssetCheckRe
 @claim_check(
     rule=SEED_RULE,
     asset="c2_row_bounds",
-    description="Seed C2 claim, on the seed's family (fp32 accumulation: eager, Inductor default and knobs, tilings with fp32 "
-    "partials): every row's error against fp64 is within the deterministic bound derived for that row and that version's "
+    description="Seed C2 claim, on the seed's family (fp32 accumulation: eager, Inductor default and knobs, framework-tiled "
+    "versions, hand-written tilings with fp32 partials): every row's error against fp64 is within the deterministic bound derived for that row and that version's "
     "summation order (not a tolerance-matrix band).",
 )
 def c2_versions_within_fp64_band(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:

@@ -100,7 +100,7 @@ def reduction_order(report: Report, exp: Experiment) -> str:
             "Each result is judged against a worst-case forward error bound of *its own* summation, computed from the "
             "row's data (Higham, *Accuracy and Stability of Numerical Algorithms*, ch. 3-4), not a tolerance-matrix entry. "
             "With s the exact (fp64) sum, u16 = 2^-11, u32 = 2^-24 and gamma_k(u) = k·u / (1 - k·u):\n\n"
-            "- **fp32 accumulation, one final fp16 rounding** (eager, Inductor default and knobs, tilings with fp32 partials): "
+            "- **fp32 accumulation, one final fp16 rounding** (eager, Inductor default and knobs, framework-tiled versions, hand-written tilings with fp32 partials): "
             "|ŝ - s| ≤ u16·|s| + (1 + u16)·gamma_c(u32)·Σ|x_i| + 2^-25, where c is the longest chain of additions a term "
             "passes through: n - 1 when the framework picks the order (the worst case over every order), b - 1 + n/b - 1 "
             "for tile b (a tile sum, then the sum of the n/b partials).\n"

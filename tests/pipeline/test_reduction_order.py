@@ -51,6 +51,9 @@ def test_every_check_declares_its_outcome_kind():
 
 def test_bound_spec_per_family():
     assert c2.bound_spec("compiler", None) == {"order": "any", "tile": None, "accumulate_dtype": torch.float32, "partial_dtype": None}
+    # Framework-tiled versions accumulate in fp32 in an order the framework picks: the any-order bound.
+    assert c2.bound_spec("framework_tiled", None) == c2.bound_spec("compiler", None)
+    assert "framework_tiled" in c2.SEED_FAMILIES
     assert c2.bound_spec("tiled_fp16_partials", 512)["partial_dtype"] == torch.float16
     assert c2.bound_spec("tiled_fp32_partials", 2048)["tile"] == 2048
     with pytest.raises(ValueError, match="no summation model"):
@@ -97,6 +100,14 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert versions["eager"]["runs"] == 5 and set(versions) >= {"eager", "fused_default", "tile512_fp16_partials"}
     for v in versions.values():  # the flag is the rule's arithmetic on the counted bit patterns
         assert v["self_deterministic"] == (v["unique_out16"] == 1 and v["unique_acc32"] == 1)
+
+    # Framework-tiled versions (the device's tiling settings) are listed apart from the hand-written tilings.
+    device = smoke_resources["settings"].torch_device().type
+    fw = {v for v, r in versions.items() if r["family"] == "framework_tiled"}
+    assert fw and fw <= {f"framework_tiled_{k}" for k in c2.FRAMEWORK_TILINGS[device]}
+    assert {versions[v]["tiling_source"] for v in fw} == {"framework (tiling configuration)"}
+    assert {r["tiling_source"] for r in versions.values() if r["tile"]} == {"hand-written"}
+    assert all(versions[v]["mode"] == "fused" and versions[v]["kernel_count"] for v in fw)
 
     stored = read_value(tmp_path / "smoke" / "c2_version_outputs")
     assert stored["rows"].shape == (9, 4096)
@@ -163,6 +174,10 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     if smoke_resources["settings"].torch_device().type == "cpu":
         assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
         assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
+        # CPU: the tiling each framework version got, read back from its generated kernel.
+        assert fw == {f"framework_tiled_{k}" for k in c2.FRAMEWORK_TILINGS["cpu"]}
+        assert versions["framework_tiled_t2_simd256"]["framework_tiling"].startswith("4096 elements in 2 thread ranges, vector steps of 16 lanes")
+        assert "1 thread, a scalar loop" in versions["framework_tiled_t1_simd0"]["framework_tiling"]
         assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
         assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])
         assert tilings["fp16.out16_differ_rows"] > 0 and tilings["fp32.acc32_differ_rows"] > 0
