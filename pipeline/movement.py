@@ -37,6 +37,17 @@ def split_transpose_concat(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.cat([b.transpose(1, 2), a.transpose(1, 2), y.transpose(1, 2)], dim=1)
 
 
+def reshape_concat(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """reshape -> concat: both inputs flattened to [batch, seq * hidden], joined on the last dim. On a
+    contiguous input the reshape is a view; on a non-contiguous view (the transposed layout) it must
+    copy, and the fused kernel folds that copy into the concat."""
+    return torch.cat([x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)], dim=-1)
+
+
+def _flatten(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0], -1)
+
+
 def _rotate_half(t: torch.Tensor) -> torch.Tensor:
     half = t.shape[-1] // 2
     return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
@@ -92,6 +103,8 @@ class MovementGraph:
     explanation: str = ""
     #: dtype of ``y`` given the activation dtype (counterexamples promote to a wider type)
     y_dtype: Callable[[torch.dtype], torch.dtype] = field(default=lambda dtype: dtype)
+    #: the graph's reshape step alone (eager), to measure whether it returned a view or a copy
+    reshape_probe: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 def _wider(dtype: torch.dtype) -> torch.dtype:
@@ -107,6 +120,9 @@ CATALOGUE: dict[str, MovementGraph] = {
                       explanation="copies only; the broadcast repeats one position without arithmetic"),
         MovementGraph("split_transpose_concat", "split -> transpose -> concat", split_transpose_concat,
                       explanation="copies only; uneven split on odd widths"),
+        MovementGraph("reshape_concat", "reshape -> concat", reshape_concat,
+                      explanation="copies only; the reshape is a view of a contiguous input and a copy of a "
+                      "non-contiguous one", reshape_probe=_flatten),
         MovementGraph("rope_rotate_half", "RoPE rotate-half: slice -> neg -> concat", rope_rotate_half,
                       explanation="negation flips the sign bit only, so it is exact"),
         MovementGraph("full_two_concats", "torch.full consumed by two concats", full_two_concats,
@@ -142,6 +158,123 @@ CATALOGUE: dict[str, MovementGraph] = {
 }
 
 PURE = tuple(name for name, g in CATALOGUE.items() if not g.has_implicit_computation)
+
+#: aten ops that only move, copy or create data (no arithmetic on values): a bit difference first
+#: seen at one of these is a data-movement defect; at any other op it is arithmetic hidden in the graph.
+MOVEMENT_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "slice", "select", "split", "split_with_sizes",
+    "unbind", "cat", "expand", "clone", "copy", "copy_", "contiguous", "alias", "unsqueeze", "squeeze", "flatten",
+    "full", "empty", "empty_strided", "as_strided", "narrow", "index_select", "stack", "lift_fresh", "detach",
+})
+
+
+def reshape_copied(graph: MovementGraph, x: torch.Tensor, y: torch.Tensor) -> bool | None:
+    """Whether the graph's reshape step returned a copy (not a view of x's storage), measured
+    eagerly; None for graphs without a reshape step."""
+    if graph.reshape_probe is None:
+        return None
+    out = graph.reshape_probe(x, y)
+    return out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().view(_INT[t.element_size()]).reshape(-1).cpu()
+
+
+def _hex(v: int, size: int) -> str:
+    return f"{v & ((1 << (8 * size)) - 1):#0{2 + 2 * size}x}"
+
+
+def _op_name(target: object) -> str:
+    name = getattr(target, "__name__", str(target))  # e.g. "neg.default"
+    return name.split(".")[0]
+
+
+def localize_bit_difference(fn: Callable[..., object], args: tuple[torch.Tensor, ...], backend: str = "inductor",
+                            options: dict | None = None) -> dict[str, object]:
+    """Re-run ``fn`` op by op, eagerly and fused, and find the first aten op whose output bits
+    differ between the two (each op fed the same eager inputs). Returns the op, whether it only
+    moves data, how many output elements differ, up to three (input, eager, fused) bit patterns,
+    and, where the op has a bitwise expectation (neg flips the sign bit, a copy keeps the bits),
+    which path departs from it. ``op`` is None when no single op differs on its own."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    from precisionkit import fused
+
+    gm = make_fx(fn)(*args)
+    env: dict[str, object] = {}
+    placeholders = iter(args)
+    checked: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node.name] = next(placeholders)
+            continue
+        if node.op != "call_function":
+            continue
+        call_args = torch.fx.node.map_arg(node.args, lambda n: env[n.name])
+        call_kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n.name])
+        eager_out = node.target(*call_args, **call_kwargs)
+        env[node.name] = eager_out
+        name = _op_name(node.target)
+        flat, spec = tree_flatten((call_args, call_kwargs))
+        positions = [i for i, a in enumerate(flat) if isinstance(a, torch.Tensor)]
+        tensors_in = [flat[i] for i in positions]
+        eager_list = list(eager_out) if isinstance(eager_out, (tuple, list)) else [eager_out]
+        if not tensors_in or not all(isinstance(t, torch.Tensor) for t in eager_list):
+            continue
+
+        def one_op(*tensors, _t=node.target, _flat=flat, _spec=spec, _p=positions):
+            full = list(_flat)
+            for i, t in zip(_p, tensors):
+                full[i] = t
+            a, k = tree_unflatten(full, _spec)
+            return _t(*a, **k)
+
+        one_op.__name__ = f"op_{node.name}"
+        fused_out = fused(one_op, backend, options, require_fusion=False)(*tensors_in)
+        fused_list = list(fused_out) if isinstance(fused_out, (tuple, list)) else [fused_out]
+        checked.append(name)
+        for k, (e, f) in enumerate(zip(eager_list, fused_list)):
+            eb, fb = _bits(e), _bits(f)
+            if e.shape == f.shape and torch.equal(eb, fb):
+                continue
+            differ = (eb != fb).nonzero().reshape(-1) if e.shape == f.shape else torch.arange(0)
+            size = e.element_size()
+            same_shape_input = next((t for t in tensors_in if t.shape == e.shape and t.dtype == e.dtype), None)
+            samples, departs = [], set()
+            for idx in differ[:3].tolist():
+                inp = int(_bits(same_shape_input)[idx]) if same_shape_input is not None else None
+                expected = None
+                if inp is not None and name == "neg":
+                    expected = inp ^ (1 << (8 * size - 1))  # negation flips the sign bit only
+                elif inp is not None and name in MOVEMENT_OPS:
+                    expected = inp
+                text = (f"input {_hex(inp, size)}, " if inp is not None else "") + f"eager {_hex(int(eb[idx]), size)}, fused {_hex(int(fb[idx]), size)}"
+                if expected is not None:
+                    text += f", bitwise expectation {_hex(expected, size)}"
+                    departs |= {p for p, v in (("eager", int(eb[idx])), ("fused", int(fb[idx]))) if v & ((1 << (8 * size)) - 1) != expected & ((1 << (8 * size)) - 1)}
+                samples.append(text)
+            return {"op": f"aten.{getattr(node.target, '__name__', name)}", "op_moves_data_only": name in MOVEMENT_OPS,
+                    "output": k, "differing_elements": int(differ.numel()), "samples": samples,
+                    "departs_from_bitwise": ", ".join(sorted(departs)) or "unknown", "ops_checked": checked}
+    return {"op": None, "op_moves_data_only": None, "output": None, "differing_elements": 0, "samples": [],
+            "departs_from_bitwise": "unknown", "ops_checked": checked}
+
+
+def describe_localization(loc: dict[str, object]) -> str:
+    """One line for the check table: which op changed the bits on which path, as measured."""
+    if loc["op"] is None:
+        return (f"no single op differs when run alone ({len(loc['ops_checked'])} ops re-run eagerly and fused): the "
+                "difference arises only in the fused graph as a whole")
+    departs = loc["departs_from_bitwise"]
+    who = (f"the {departs} path departs from the op's bitwise result" if departs != "unknown"
+           else "no bitwise expectation for this op")
+    return (f"first op whose output bits differ, re-run op by op: {loc['op']} (output {loc['output']}, "
+            f"{loc['differing_elements']} elements; {'; '.join(loc['samples'])}); {who}")
 COUNTEREXAMPLES = tuple(name for name, g in CATALOGUE.items() if g.has_implicit_computation)
 
 

@@ -23,6 +23,7 @@ def test_catalogue_shapes_and_eager_semantics():
     assert CATALOGUE["split_transpose_concat"].fn(x, y).shape == (2, 12, 5)
     q, k = CATALOGUE["rope_rotate_half"].fn(x, y)
     assert torch.equal(q[..., :3], -x[..., 3:]) and torch.equal(q[..., 3:], x[..., :3])
+    assert torch.equal(CATALOGUE["reshape_concat"].fn(x, y), torch.cat([x.reshape(2, 30), y.reshape(2, 30)], -1))
     a, b = CATALOGUE["full_two_concats"].fn(x, y)
     assert a.shape == b.shape == (2, 5, 14) and bool((a[..., 6:] == -1.5).all())
     # Counterexamples really hide arithmetic; pure graphs do not.
@@ -45,6 +46,36 @@ def test_inputs_are_seeded_strided_and_carry_special_values():
         make_input((4, 4), torch.float16, "contiguous", 0, specials=False)
 
 
+def test_reshape_of_a_non_contiguous_view_copies():
+    from pipeline.movement import reshape_copied
+
+    graph = CATALOGUE["reshape_concat"]
+    flat = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
+    strided = make_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)
+    assert reshape_copied(graph, flat, flat) is False and reshape_copied(graph, strided, strided) is True
+    assert reshape_copied(CATALOGUE["transpose_concat"], flat, flat) is None
+
+
+def test_localization_finds_the_op_that_changed_a_payload():
+    from pipeline.movement import describe_localization, localize_bit_difference
+
+    # A NaN with a full payload and the sign set: negation must flip only the sign bit.
+    # hidden 16: eager negates each 8-element half-row in its scalar (non-vector) loop
+    x = torch.full((2, 8, 16), 1.0, dtype=torch.bfloat16)
+    x.view(torch.int16)[0, 0, 12] = -1  # 0xffff
+    graph = CATALOGUE["rope_rotate_half"]
+    loc = localize_bit_difference(graph.fn, (x, x.clone()))
+    eager_q = graph.fn(x, x)[0]
+    if int(eager_q.view(torch.int16)[0, 0, 4]) & 0xFFFF == 0x7FFF:
+        pytest.skip("CPU-specific: the eager bf16 negation canonicalizing a NaN payload was measured on the CPU")
+    assert loc["op"] == "aten.neg.default" and loc["op_moves_data_only"] is False
+    assert loc["departs_from_bitwise"] == "eager" and "bitwise expectation 0x7fff" in loc["samples"][0]
+    assert "the eager path departs" in describe_localization(loc)
+    # A pure copy graph has nothing to find.
+    clean = localize_bit_difference(CATALOGUE["transpose_concat"].fn, (x, x.clone()))
+    assert clean["op"] is None and "cat" in clean["ops_checked"]
+
+
 def test_s_is_upstream_in_the_asset_graph():
     assert dg.AssetKey("toolkit_selfcheck") in data_movement.data_movement_check_table.dependency_keys
 
@@ -53,7 +84,7 @@ def test_plan_compile_count_stays_bounded():
     shapes = PROFILES["default"].movement_shapes
     combos = data_movement.plan(shapes)
     assert len(combos) == len(PURE) * 3 * len(shapes) * len(LAYOUTS) + len(COUNTEREXAMPLES) * 3
-    assert len(combos) <= 100
+    assert len(combos) <= 120
     with pytest.raises(ValueError, match="no movement_shapes"):
         data_movement.plan(())
 
@@ -115,14 +146,21 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     pure = table.filter(~pl.col("has_implicit_computation"))
     not_exact = pure.filter(~pl.col("bit_equal"))
     value_changed = not_exact.filter(pl.col("mismatched_elements") != pl.col("nan_encoding_mismatches"))
+    excused = not_exact.filter(data_movement.payload_excused(not_exact))
     bit = checks["pure_movement_rows_bit_exact"]
-    assert bit.metadata["verdict"].value == (CONTRADICTED if value_changed.height else SUPPORTED)
+    assert bit.metadata["verdict"].value == (CONTRADICTED if not_exact.height > excused.height else SUPPORTED)
     assert bit.metadata["rule.threshold"].value == 0.0
-    # NaN re-encodings are a finding (WARN) with the notes explaining them, never an ERROR.
+    # NaN payload differences caused by an arithmetic op are listed counterexamples (WARN) with the
+    # measured cause (op and path), never an ERROR.
     nan = checks["pure_movement_nan_encodings"]
     assert nan.severity == dg.AssetCheckSeverity.WARN
-    assert nan.passed == (not_exact.height == value_changed.height)
-    assert all("NaN" in n for n in not_exact.filter(pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches"))["notes"])
+    assert nan.passed == (excused.height == 0)
+    assert all("NaN" in n and "measured cause: first op whose output bits differ" in n for n in excused["notes"])
+    # Reshape rows: a view of a contiguous input, a copy of the transposed (non-contiguous) view.
+    reshape = table.filter(pl.col("subgraph") == "reshape_concat")
+    assert reshape.height == 3 * len(PROFILES["smoke"].movement_shapes) * len(LAYOUTS)
+    assert reshape.filter(pl.col("layout") == "contiguous")["reshape_copied"].to_list() == [False] * (reshape.height // 2)
+    assert reshape.filter(pl.col("layout") == "transposed_view")["reshape_copied"].all()
     counter = checks["implicit_computation_counterexamples"]
     assert counter.severity == dg.AssetCheckSeverity.WARN and counter.passed == bool(implicit["bit_equal"].all())
 
@@ -132,6 +170,9 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     # Pure data movement never changed a value here: every element equal (NaN==NaN), 0 ULP.
     assert (pure["ulp_max"] == 0).all() and value_changed.height == 0
     assert bit.passed and bit.metadata["verdict"].value == SUPPORTED
+    assert reshape["bit_equal"].all()
+    # bf16 RoPE: eager negation canonicalizes a NaN's payload; measured op by op, the cause is aten.neg on the eager path.
+    assert set(excused["cause_op"]) <= {"aten.neg.default"} and set(excused["cause_path"]) <= {"eager"}
     # The scalar-scale chain double-rounds in eager but not in the fused kernel for fp16.
     scaled = implicit.filter((pl.col("subgraph") == "scaled_add_concat") & (pl.col("dtype") == "float16")).row(0, named=True)
     assert not scaled["bit_equal"] and scaled["ulp_max"] > 0
