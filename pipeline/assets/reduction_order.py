@@ -20,8 +20,8 @@ the additions:
   stored in fp16. These are controllable on every backend.
 
 Every version yields the fp16 result of the operation and its fp32 accumulator (the value before
-the final rounding): with fp32 accumulation, order effects of a few fp32 ULP mostly vanish in the
-final fp16 rounding, and the accumulator shows them directly.
+the final rounding): with fp32 accumulation, an order effect shows in the fp16 result only near an
+fp16 rounding boundary, while the accumulator shows it directly.
 
 The band each result is judged against is derived per row and per version from the row's own
 data (:mod:`pipeline.summation_bounds`): a deterministic forward error bound for the version's
@@ -625,11 +625,11 @@ def c2_fp16_partials_less_accurate(c2_row_bounds: pl.DataFrame) -> dg.AssetCheck
 @finding_check(
     asset="c2_ulp_matrix",
     description="Seed C2 expectation 'tilings differ by >= 1 ULP', per partial dtype, over the seed input and the pool. A finding, "
-    "not a claim: it is an existence statement with no error budget. With fp32 partials a reordering moves the fp32 "
-    "accumulator by a few fp32 ULP, and the final fp16 rounding (an fp16 ULP is 2^13 fp32 ULP) hides that unless the "
-    "accumulator sits that close to an fp16 rounding boundary, so whether an fp16 difference shows depends on how many "
-    "rows are drawn, not on correctness. Reported when a family's fp16 results never differ; the fp32-accumulator "
-    "differences are then the evidence that the order did change.",
+    "not a claim: it is an existence statement with no error budget. An fp16 ULP is 2^13 fp32 ULP, so a reordering's "
+    "fp32-accumulator difference shows in the fp16 result only when the accumulator lies within that difference of an "
+    "fp16 rounding boundary: whether an fp16 difference shows depends on how many rows are drawn, not on correctness. "
+    "Reported when a family's fp16 results never differ, with the measured fp32-accumulator differences (row-pairs, "
+    "max fp32 ULP) as the evidence of whether the order changed.",
 )
 def c2_tilings_differ(c2_ulp_matrix: pl.DataFrame) -> dg.AssetCheckResult:
     meta, findings = {}, []

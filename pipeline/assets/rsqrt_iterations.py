@@ -6,7 +6,8 @@ name rsqrt, Newton steps, iterations, reciprocals or approximate math and record
 (``c3_framework_knobs``). So this experiment takes the plan's **fallback**: the framework's
 implementation (path A: ``torch.rsqrt`` eager and fused) against a same-semantics implementation
 whose iteration count we control (path B). Where Inductor exposes an approximate-math switch
-(CPU: ``cpp.enable_unsafe_math_opt_flag``, ``cpp.enable_floating_point_contract_flag``; CUDA:
+(CPU: ``cpp.enable_floating_point_contract_flag``; ``cpp.enable_unsafe_math_opt_flag`` is found but
+not run, see :data:`NOT_RUN_KNOBS`; CUDA:
 ``use_fast_math``, ``eager_numerics.division_rounding``), path A also runs under it, and the table
 says whether the generated code and the result changed.
 
@@ -41,11 +42,14 @@ METHOD = ("plan fallback: framework implementation (path A) vs a same-semantics 
           "iteration count (path B); the framework exposes no iteration-count switch")
 #: Inductor options that switch approximate math, per device type (each runs path A once more).
 APPROX_KNOBS: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {"cpp.enable_unsafe_math_opt_flag=True": {"cpp.enable_unsafe_math_opt_flag": True},
-            "cpp.enable_floating_point_contract_flag=fast": {"cpp.enable_floating_point_contract_flag": "fast"}},
+    "cpu": {"cpp.enable_floating_point_contract_flag=fast": {"cpp.enable_floating_point_contract_flag": "fast"}},
     "cuda": {"use_fast_math=True": {"use_fast_math": True},
              "eager_numerics.division_rounding=True": {"eager_numerics.division_rounding": True}},
 }
+#: Switches found but not run in the pipeline's process, and why. GCC links crtfastmath.o into a
+#: shared object built with -funsafe-math-optimizations; loading it sets flush-to-zero and
+#: denormals-are-zero for the whole process, which would change every later experiment's subnormals.
+NOT_RUN_KNOBS = {"cpp.enable_unsafe_math_opt_flag": "loading its kernel would set flush-to-zero for the whole process"}
 #: Words an iteration-count or approximate-math option of Inductor would carry in its name.
 KNOB_PATTERN = r"rsqrt|newton|iteration|recip|approx|fast_math|unsafe_math|division|contract"
 ITERATIONS = (0, 1, 2, 3)
@@ -113,7 +117,8 @@ def knob_statement(knobs: pl.DataFrame, table: pl.DataFrame) -> str:
     parts = [f"Inductor's configuration has {knobs.height} option(s) matching '{KNOB_PATTERN}'"
              + (f" ({', '.join(knobs['option'].to_list())})" if knobs.height else "")
              + (f"; {len(iteration)} name an iteration count ({', '.join(iteration)})" if iteration
-                else "; none names an iteration count or Newton step, so path B uses the plan's fallback")]
+                else "; none names an iteration count or Newton step, so path B uses the plan's fallback")
+             + "".join(f"; {k} not run: {why}" for k, why in NOT_RUN_KNOBS.items() if k in knobs["option"].to_list())]
     for r in table.filter(pl.col("path").str.starts_with("A_fused[")).iter_rows(named=True):
         parts.append(f"{r['path']}: generated source {'changed' if r['knob_code_changed'] else 'unchanged'}, compiled kernel "
                      f"{'changed' if r.get('knob_artifact_changed') else 'unchanged'}, "

@@ -368,9 +368,16 @@ def data_movement(report: Report, exp: Experiment) -> str:
         + base.mark_text(fontSize=11).encode(text="label:N")
     ).properties(width=240, height=150).facet(row=alt.Row("kind:N", title=None)).resolve_scale(y="independent").properties(
         title="D: eager vs fused bit equality (rows: shapes x layouts)")
-    notes = table.filter(~pl.col("bit_equal")).select("subgraph", "dtype", "shape", "layout", "ulp_max", "mismatched_elements", "nan_encoding_mismatches", "notes")
+    cause = [c for c in ("cause_op", "cause_path") if c in table.columns]
+    notes = table.filter(~pl.col("bit_equal")).select("subgraph", "dtype", "shape", "layout", "ulp_max", "mismatched_elements", "nan_encoding_mismatches", *cause, "notes")
+    reshape = ""
+    if "reshape_copied" in table.columns:
+        rs = table.filter(pl.col("reshape_copied").is_not_null())
+        reshape = ("\n## Reshape rows\n\n`reshape_copied`: whether the eager reshape returned a copy (a non-contiguous input) "
+                   "rather than a view, measured on the storage.\n\n"
+                   + markdown_table(rs.select("subgraph", "dtype", "shape", "layout", "reshape_copied", "bit_equal", "ulp_max", "kernel_count")))
     return (report.chart(exp.slug, "check-table", chart, "Share of bit-exact rows per subgraph and dtype")
-            + "\n## Rows that are not bit-exact\n\n" + (markdown_table(notes) if notes.height else "None.\n"))
+            + "\n## Rows that are not bit-exact\n\n" + (markdown_table(notes) if notes.height else "None.\n") + reshape)
 
 
 def training(report: Report, exp: Experiment) -> str:
