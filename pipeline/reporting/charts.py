@@ -204,7 +204,7 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
     hist = report.table("c3_ulp_histogram")
     if hist is not None:
         vs_fp64 = hist.filter(pl.col("comparison").str.ends_with("vs fp64 (rounded)") & ~pl.col("comparison").str.starts_with("div "))
-        parts.append(report.chart(exp.slug, "ulp-histogram", _ulp_bars(vs_fp64, "C3: ULP distance to the correctly rounded fp64 result", columns=4), "ULP histograms of every path against fp64 rounded to fp16"))
+        parts.append(report.chart(exp.slug, "ulp-histogram", _ulp_bars(vs_fp64, "C3: ULP distance to the correctly rounded fp64 result", columns=3), "ULP histograms of every path against fp64 rounded to fp16"))
     return "\n".join(parts)
 
 
@@ -264,25 +264,6 @@ def accumulated_error(report: Report, exp: Experiment) -> str:
             "outputs, gelu's negative tail), so they measure cancellation; they are shown, not used for the "
             "verdict.\n\n" + markdown_table(extra)
         )
-    dist = report.table("accumulated_error_distributions")
-    if dist is not None:
-        cdf = dist.filter(pl.col("metric") == "sulp_max").with_columns(
-            (pl.col("dtype") + " / " + pl.col("distribution")).alias("input")
-        )
-        chart = (
-            alt.Chart(cdf)
-            .mark_line(interpolate="step-after")
-            .encode(
-                x=alt.X("bin_hi:Q", scale=alt.Scale(type="log"), title="per-set max error (scale-aware ULP)"),
-                y=alt.Y("cdf:Q", title="CDF over input sets"),
-                color=alt.Color("path:N", scale=alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f77b4", "#d62728", "#ff9896"])),
-                tooltip=["chain", "input", "path", alt.Tooltip("bin_hi:Q", format=".4g"), alt.Tooltip("cdf:Q", format=".3f")],
-            )
-            .properties(width=170, height=110)
-            .facet(row=alt.Row("chain:N", title=None), column=alt.Column("input:N", title=None))
-            .properties(title="B: CDF of per-set max scale-aware ULP error by chain, dtype and input distribution")
-        )
-        parts.append("## Error distributions\n\n" + report.chart(exp.slug, "cdf", chart, "CDF of each input set's max scale-aware ULP error against fp64, eager vs fused vs fused with emulated precision casts"))
     cex = report.table("accumulated_error_counterexamples")
     if cex is not None:
         parts.append(

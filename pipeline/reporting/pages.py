@@ -6,11 +6,18 @@ import polars as pl
 
 from .charts import CHARTS
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
-from .render import Report, experiment_header, markdown_table, outcome_cells
+from .deliverables import DELIVERABLES
+from .history import history_page
+from .render import (
+    Report, checks_section, collapsed, experiment_header, markdown_table, materializations_section, outcome_cells,
+    verdict_section,
+)
 
-
-#: Tables longer than this are not printed on the page (only described).
+#: Tables longer than this are not printed on the page (only offered for download).
 LONG_TABLE_ROWS = 120
+#: What an opened stored table shows; the download has everything.
+STORED_TABLE_ROWS = 60
+STORED_TABLE_COLUMNS = 12
 
 
 def overview(report: Report) -> str:
@@ -53,27 +60,46 @@ def overview(report: Report) -> str:
     for exp in EXPERIMENTS:
         validity, verdict, findings = outcome_cells(report, exp.group)
         lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | `{exp.group}` | {validity} | {verdict} | {findings} |")
-    lines.append("\nDefinitions of every statistic are on the [methodology](methodology.md) page.\n")
+    lines.append("\nHow each claim's key figures moved over past runs: [history](results/history.md). "
+                 "Definitions of every statistic are on the [methodology](methodology.md) page.\n")
     return "\n".join(lines)
 
 
-def experiment_page(report: Report, exp: Experiment) -> str:
-    parts = [experiment_header(report, exp)]
-    if not any(a.materialized for a in report.assets_of(exp.group)):
-        return parts[0]
-    builder: Callable[[Report, Experiment], str] | None = CHARTS.get(exp.id)
-    if builder is not None:
-        parts.append(builder(report, exp))
-    parts.append("## Stored tables\n")
+def stored_tables(report: Report, exp: Experiment) -> str:
+    """Every stored table of the experiment, collapsed, with its parquet / CSV download."""
+    parts = ["## Stored tables\n",
+             "Each table as the experiment stored it; open one to read it here (first "
+             f"{STORED_TABLE_ROWS} rows), or download it whole.\n"]
     for asset in report.assets_of(exp.group):
         table = report.table(asset.key)
         if not isinstance(table, pl.DataFrame):
             continue
-        if table.height > LONG_TABLE_ROWS:  # per-run / per-set logs: summarized above, kept on disk
-            body = f"_{table.height} rows x {table.width} columns; stored as `{asset.key}.parquet` in the data folder._\n"
+        links = report.downloads(asset.key, table)
+        if table.height > LONG_TABLE_ROWS:  # per-run / per-set logs: summarized above
+            body = f"{links}\n\n_Too long to read on a page: {table.height} rows._"
         else:
-            body = markdown_table(table)
-        parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n{body}")
+            body = f"{links}\n\n" + markdown_table(table, max_rows=STORED_TABLE_ROWS, max_columns=STORED_TABLE_COLUMNS)
+        parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n" + collapsed(f"{asset.key}: {table.height} rows", body))
+    return "\n".join(parts)
+
+
+def experiment_page(report: Report, exp: Experiment) -> str:
+    """Deliverable first (the plan's own form), then the verdict and its rules, then the details."""
+    intro = experiment_header(report, exp)
+    if not any(a.materialized for a in report.assets_of(exp.group)):
+        return intro
+    parts = [intro]
+    deliverable = DELIVERABLES.get(exp.id)
+    if deliverable is not None:
+        parts.append(deliverable(report, exp))
+    parts.append(verdict_section(report, exp))
+    parts.append("# Details\n")
+    builder: Callable[[Report, Experiment], str] | None = CHARTS.get(exp.id)
+    if builder is not None:
+        parts.append(builder(report, exp))
+    parts.append(checks_section(report, exp))
+    parts.append(stored_tables(report, exp))
+    parts.append(materializations_section(report, exp))
     return "\n".join(parts)
 
 
@@ -121,6 +147,7 @@ def all_pages(report: Report) -> dict[str, str]:
     pages = {"index.md": overview(report)}
     for exp in EXPERIMENTS:
         pages[f"results/{exp.slug}.md"] = experiment_page(report, exp)
+    pages["results/history.md"] = history_page(report)
     others = report.other_devices
     if others:
         pages["results/devices.md"] = devices_page([report, *others])

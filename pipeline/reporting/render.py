@@ -266,10 +266,46 @@ class Report:
         return (
             f'<figure class="vega-figure">\n<div class="vega-chart" id="chart-{stem}"></div>\n'
             f'<script type="application/json" data-vega-target="chart-{stem}">{inline}</script>\n'
-            f'<noscript><img src="../charts/{stem}.svg" alt="{caption}"></noscript>\n'
-            f"<figcaption>{caption} (<a href=\"../charts/{stem}.svg\">SVG</a>, "
-            f"<a href=\"../charts/{stem}.vl.json\">Vega-Lite spec</a>)</figcaption>\n</figure>\n"
+            f'<noscript><img src="charts/{stem}.svg" alt="{caption}"></noscript>\n'
+            f"<figcaption>{caption} (<a href=\"charts/{stem}.svg\">SVG</a>, "
+            f"<a href=\"charts/{stem}.vl.json\">Vega-Lite spec</a>)</figcaption>\n</figure>\n"
         )
+
+    def downloads(self, asset: str, table: pl.DataFrame) -> str:
+        """Copy a stored table into the site (parquet, and CSV up to ``CSV_MAX_ROWS`` rows) and return
+        Markdown links to the copies, relative to a page under ``results/``."""
+        folder = self.docs_dir / "results" / "data"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{asset}{self.page_suffix}"
+        with atomic_path(folder / f"{stem}.parquet") as tmp:
+            table.write_parquet(tmp)
+        links = [f"[parquet](data/{stem}.parquet)"]
+        if table.height <= CSV_MAX_ROWS:
+            with atomic_path(folder / f"{stem}.csv") as tmp:
+                _flat(table).write_csv(tmp)
+            links.append(f"[CSV](data/{stem}.csv)")
+        return "Download: " + " · ".join(links) + f" ({table.height} rows x {table.width} columns)"
+
+
+#: Larger tables are offered as parquet only (a CSV of them would dwarf the rest of the site).
+CSV_MAX_ROWS = 100_000
+
+
+def _flat(table: pl.DataFrame) -> pl.DataFrame:
+    """``table`` with nested columns (lists, structs) as JSON text, which CSV cannot hold otherwise."""
+    nested = [name for name, dtype in table.schema.items() if dtype.is_nested()]
+    return table.with_columns(
+        pl.col(name).map_elements(lambda v: json.dumps(v.to_list() if hasattr(v, "to_list") else v, default=str),
+                                  return_dtype=pl.String)
+        for name in nested
+    )
+
+
+def collapsed(title: str, body: str, kind: str = "abstract", open_: bool = False) -> str:
+    """A collapsible block (pymdownx.details): closed by default, so long tables do not bury the page."""
+    marker = "???+" if open_ else "???"
+    indented = "\n".join(("    " + line) if line.strip() else "" for line in body.strip("\n").splitlines())
+    return f'{marker} {kind} "{title}"\n\n{indented}\n'
 
 
 def _badge(kind: str, text: str) -> str:
@@ -306,10 +342,26 @@ def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
     return LABEL_MARK[o.validity], LABEL_MARK.get(o.verdict, o.verdict), findings
 
 
+def readable(value: Any) -> str:
+    """A metadata value as text for a table cell: JSON objects and lists (stored as text) become
+    ``key: value`` pairs and comma-separated items instead of raw JSON."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return fmt(value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {readable(v)}" for k, v in value.items()) or "—"
+    if isinstance(value, list):
+        return ", ".join(readable(v) for v in value) or "—"
+    return fmt(value)
+
+
 def _details(c: CheckRecord) -> str:
     skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
     shown = [(k, v) for k, v in c.metadata.items() if k not in skip and not str(v).startswith(("|", "- "))]
-    return "; ".join(f"{k}: {fmt(v)}" for k, v in shown[:6]) or "—"
+    text = "; ".join(f"{k}: {readable(v)}" for k, v in shown[:3]) or "—"
+    return text + ("; … (every entry below)" if len(shown) > 3 else "")
 
 
 def rules_section(report: "Report", group: str) -> str:
@@ -339,44 +391,77 @@ def device_line(report: Report) -> str:
 
 
 def experiment_header(report: Report, exp: Experiment) -> str:
+    """Title, device, the main-document sections fed, or a "not yet run" warning."""
     lines = [f"# {exp.id}: {exp.title}\n", device_line(report)]
     if exp.sections:
         links = ", ".join(report.section_link(s) for s in exp.sections)
         lines.append(f"Feeds the main document's {links}.\n")
-    assets = report.assets_of(exp.group)
-    if not any(a.materialized for a in assets):
+    if not any(a.materialized for a in report.assets_of(exp.group)):
         lines.append(
             f"!!! warning \"Not yet run\"\n    No asset of this experiment was materialized with the "
             f"`{report.profile}` profile. Materialize group `{exp.group}` in the Dagster UI, then "
             "re-materialize `report_site`.\n"
         )
-        return "\n".join(lines)
+    return "\n".join(lines)
+
+
+def verdict_section(report: Report, exp: Experiment) -> str:
+    """The three outcomes, then every claim's declared rule."""
     validity, verdict, findings = outcome_cells(report, exp.group)
-    lines.append("| run validity | claim verdict | findings to read |\n|---|---|---|")
-    lines.append(f"| {validity} | {verdict} | {findings} |\n")
-    lines.append(
-        "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
-        "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
-        "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n"
-    )
+    lines = ["## Verdict\n", "| run validity | claim verdict | findings to read |\n|---|---|---|",
+             f"| {validity} | {verdict} | {findings} |\n",
+             "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
+             "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
+             "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n"]
+    for c in report.checks_of(exp.group):
+        if c.outcome == CLAIM and c.state != "not yet run":
+            lines.append(f"- `{c.name}`: {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))}")
+    lines.append("")
     lines.append(rules_section(report, exp.group))
-    lines.append("## Asset checks\n")
+    return "\n".join(lines)
+
+
+def _check_details(c: CheckRecord) -> str:
+    """Every result entry of a check as a two-column table (long text wraps; Markdown entries are shown as text)."""
+    skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
+    rows = [(k, v) for k, v in c.metadata.items() if k not in skip]
+    if not rows:
+        return "No result metadata."
+    body = ["| entry | value |", "|---|---|"]
+    for k, v in rows:
+        text = readable(v)
+        if text.startswith(("|", "- ")):  # a Markdown table or list: too long for a cell, summarize its size
+            text = f"({len(str(v).splitlines())} lines; see the check in the Dagster UI)"
+        body.append(f"| {k} | {text} |")
+    return "\n".join(body)
+
+
+def checks_section(report: Report, exp: Experiment) -> str:
+    """One table per outcome kind (asset, check, result, short details), each check's full result collapsed below."""
+    lines = ["## Asset checks\n"]
     for kind in ("validity", "claim", "finding"):
         checks = [c for c in report.checks_of(exp.group) if c.outcome == kind]
         if not checks:
             continue
         lines.append(f"### {OUTCOME_TITLE[kind]}\n")
-        lines.append("| asset | check | result | details |\n|---|---|---|---|")
+        lines.append("| check | asset | result | details |\n|---|---|---|---|")
         for c in checks:
-            lines.append(f"| `{c.asset}` | {fmt(c.description or c.name)} | {LABEL_MARK.get(c.label, c.label)} | {_details(c)} |")
+            lines.append(f"| {fmt(c.description or c.name)} | `{c.asset}` | {LABEL_MARK.get(c.label, c.label)} | "
+                         f"{_details(c)} |")
         lines.append("")
-    lines.append("\n## Materializations\n")
-    lines.append("| asset | materialized (UTC) | commit | device |\n|---|---|---|---|")
-    for a in assets:
+        for c in checks:
+            if c.metadata:
+                lines.append(collapsed(f"{c.name}: every result entry", _check_details(c), kind="info"))
+    return "\n".join(lines)
+
+
+def materializations_section(report: Report, exp: Experiment) -> str:
+    lines = ["## Materializations\n", "| asset | materialized (UTC) | commit | torch | device |\n|---|---|---|---|---|"]
+    for a in report.assets_of(exp.group):
         when = a.timestamp.strftime("%Y-%m-%d %H:%M") if a.timestamp else LABEL_MARK["not yet run"]
         lines.append(
             f"| `{a.key}` | {when} | {fmt(a.metadata.get('provenance.git_commit', '—'))[:12]} | "
-            f"{fmt(a.metadata.get('provenance.device_name', '—'))} |"
+            f"{fmt(a.metadata.get('provenance.torch_version', '—'))} | {fmt(a.metadata.get('provenance.device_name', '—'))} |"
         )
     lines.append("")
     return "\n".join(lines)

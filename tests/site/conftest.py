@@ -37,3 +37,24 @@ def chromium_path():
     if path is None:
         pytest.skip("Debian's chromium is not installed (make test installs it where apt-get is usable)")
     return path
+
+
+@pytest.fixture(scope="session")
+def full_site(tmp_path_factory):
+    """The report built from a smoke run of every experiment (all but the planted-bug suite, whose
+    page then shows as not yet run): the pages a reader opens, for the browser layout test."""
+    from pipeline.definitions import all_checks, experiment_assets
+
+    tmp = tmp_path_factory.mktemp("full-report")
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp / "data"))
+    assets = [a for a in experiment_assets if all(a.group_names_by_key[k] != "regression" for k in a.keys)]
+    keys = {k for a in assets for k in a.keys}
+    checks = [c for c in all_checks if all(k.asset_key in keys for k in c.check_keys)]
+    result = dg.materialize(
+        [*assets, *checks, report_site],
+        resources=resources,
+        run_config={"ops": {"report_site": {"config": {"docs_dir": str(tmp / "docs"), "build_dir": str(tmp / "build")}}}},
+        raise_on_error=False,
+    )
+    assert result.output_for_node("report_site") is not None
+    return {"root": tmp, "build": tmp / "build", "docs": tmp / "docs", "output": result.output_for_node("report_site")}

@@ -1,0 +1,244 @@
+"""History of every claim: its verdict and key figures over past materializations, from Dagster's event log.
+
+A nightly run is the project's regression baseline; this page makes a run that moved something visible at a
+glance. One point is one evaluation of a claim check, paired with the materialization of the checked asset it
+judged (the latest one at or before the evaluation) for the commit and torch version. Only materializations of
+the report's profile and device, made in this checkout (not imported from a bundle), are shown.
+"""
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import altair as alt
+import dagster as dg
+import polars as pl
+
+from ..verdicts import CLAIM
+from .claims import EXPERIMENTS
+from .render import LABEL_MARK, Report, collapsed, fmt
+
+#: How many past evaluations of each claim the page reads.
+HISTORY_POINTS = 50
+#: How many key figures a claim's table shows (the chart's dropdown offers all of them).
+TABLE_FIGURES = 8
+
+
+@dataclass
+class Point:
+    """One evaluation of a claim check, with the provenance of the materialization it judged."""
+
+    when: dt.datetime
+    verdict: str
+    commit: str
+    torch: str
+    run_id: str
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def _plain(metadata: Any) -> dict[str, Any]:
+    return {k: getattr(v, "value", v) for k, v in (metadata or {}).items()}
+
+
+def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
+    """The numbers a claim's result reports (the rule's own parameters are constant and left out)."""
+    return {
+        k: float(v)
+        for k, v in metadata.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("rule.")
+    }
+
+
+def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, dict[str, Any]]]:
+    """(timestamp, metadata) of this report's materializations of ``key``, oldest first."""
+    from ..bundle import device_of
+
+    out = []
+    records = report.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key), limit=HISTORY_POINTS * 2
+    ).records
+    for r in records:
+        mat = r.event_log_entry.asset_materialization
+        meta = _plain(mat.metadata if mat else {})
+        if "bundle.imported_from" in meta or meta.get("provenance.profile") != report.profile:
+            continue
+        if report.device_label is not None and device_of(meta) != report.device_label:
+            continue
+        out.append((r.event_log_entry.timestamp, meta))
+    return sorted(out, key=lambda x: x[0])
+
+
+def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
+    """Past evaluations of one claim check, oldest first, each paired with the materialization it judged."""
+    mats = _materializations(report, check_key.asset_key)
+    if not mats:
+        return []
+    points = []
+    for r in report.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=HISTORY_POINTS):
+        data = r.event.dagster_event.event_specific_data if r.event and r.event.dagster_event else None
+        if data is None or not hasattr(data, "passed"):
+            continue  # planned but never evaluated
+        meta = _plain(data.metadata)
+        if "bundle.imported_from" in meta:
+            continue
+        stamp = r.event.timestamp
+        judged = [m for t, m in mats if t <= stamp + 1e-6]
+        if not judged:
+            continue
+        prov = judged[-1]
+        points.append(
+            Point(
+                when=dt.datetime.fromtimestamp(stamp, dt.UTC),
+                verdict=str(meta.get("verdict") or ("supported" if data.passed else "inconclusive")),
+                commit=str(prov.get("provenance.git_commit", "—"))[:12],
+                torch=str(prov.get("provenance.torch_version", "—")),
+                run_id=r.run_id,
+                figures=key_figures(meta),
+            )
+        )
+    return sorted(points, key=lambda p: p.when)
+
+
+def moved(points: list[Point]) -> list[str]:
+    """What changed between the last two points: the verdict and every key figure that differs."""
+    if len(points) < 2:
+        return []
+    before, after = points[-2], points[-1]
+    out = [f"verdict {before.verdict} → {after.verdict}"] if before.verdict != after.verdict else []
+    for name, value in after.figures.items():
+        old = before.figures.get(name)
+        if old is None or old != value:
+            out.append(f"{name} {fmt(old)} → {fmt(value)}")
+    return out
+
+
+def _claims(report: Report) -> list[tuple[str, dg.AssetCheckKey]]:
+    """(experiment id, claim check) in the report's experiment order."""
+    groups = {e.group: e.id for e in EXPERIMENTS}
+    out = []
+    for key in sorted(report.graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
+        spec = report.graph.get_check_spec(key)
+        if _plain(spec.metadata).get("outcome") != CLAIM:
+            continue
+        group = report.graph.get(key.asset_key).group_name
+        if group in groups:
+            out.append((groups[group], key))
+    order = [e.id for e in EXPERIMENTS]
+    return sorted(out, key=lambda x: order.index(x[0]))
+
+
+def _point_table(points: list[Point]) -> str:
+    names = list(dict.fromkeys(n for p in points for n in p.figures))[:TABLE_FIGURES]
+    lines = [
+        "| materialized (UTC) | commit | torch | verdict | " + " | ".join(names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
+    ]
+    previous: Point | None = None
+    for p in points:
+        cells = []
+        for n in names:
+            value = p.figures.get(n)
+            changed = previous is not None and previous.figures.get(n) != value
+            cells.append(f"**{fmt(value)}**" if changed else fmt(value))
+        verdict = LABEL_MARK.get(p.verdict, p.verdict)
+        lines.append(f"| {p.when:%Y-%m-%d %H:%M} | `{p.commit}` | {p.torch} | {verdict} | " + " | ".join(cells) + " |")
+        previous = p
+    return "\n".join(lines) + "\n"
+
+
+def history_page(report: Report) -> str:
+    label = report.device_label or report.device
+    lines = [
+        "# History of the claims\n",
+        f"Profile **{report.profile}**, device **{label}**. Every claim's verdict and key figures over the past "
+        f"materializations made in this checkout (up to {HISTORY_POINTS} each, oldest first), from Dagster's event "
+        "log, with the commit and torch version of each point. A figure that changed from the previous point is "
+        "**bold**; the first table lists what the latest run moved.\n",
+    ]
+    histories = [(exp_id, key, claim_history(report, key)) for exp_id, key in _claims(report)]
+    histories = [h for h in histories if h[2]]
+    if not histories:
+        lines.append("No claim has been evaluated with this profile and device yet.\n")
+        return "\n".join(lines)
+    slug = {e.id: e.slug for e in EXPERIMENTS}
+    lines += [
+        "## At a glance\n",
+        "| experiment | claim | points | latest | moved in the latest run |",
+        "|---|---|---|---|---|",
+    ]
+    for exp_id, key, points in histories:
+        change = "; ".join(moved(points)) or ("nothing" if len(points) > 1 else "— (first point)")
+        lines.append(
+            f"| [{exp_id}]({slug[exp_id]}{report.page_suffix}.md) | `{key.name}` | {len(points)} | "
+            f"{LABEL_MARK.get(points[-1].verdict, points[-1].verdict)} | {fmt(change)} |"
+        )
+    lines.append("")
+    rows = [
+        {
+            "claim": f"{exp_id}: {key.name}",
+            "when": p.when.isoformat(),
+            "verdict": p.verdict,
+            "commit": p.commit,
+            "torch": p.torch,
+        }
+        for exp_id, key, points in histories
+        for p in points
+    ]
+    timeline = (
+        alt.Chart(pl.DataFrame(rows))
+        .mark_point(filled=True, size=90)
+        .encode(
+            x=alt.X("when:T", title="materialized (UTC)"),
+            y=alt.Y("claim:N", title=None, sort=[r["claim"] for r in rows]),
+            color=alt.Color(
+                "verdict:N",
+                scale=alt.Scale(
+                    domain=["supported", "inconclusive", "contradicted"], range=["#2e7d32", "#f9a825", "#c62828"]
+                ),
+            ),
+            tooltip=["claim", "verdict", "when:T", "commit", "torch"],
+        )
+        .properties(width=360, height=max(120, 18 * len(histories)), title="Verdict of every claim at each run")
+    )
+    lines.append(
+        report.chart(
+            "history", "verdicts", timeline, "Verdict of each claim over past runs (hover for commit and torch)"
+        )
+    )
+    figures = [
+        {
+            "series": f"{exp_id}: {key.name} · {name}",
+            "when": p.when.isoformat(),
+            "value": value,
+            "commit": p.commit,
+            "torch": p.torch,
+            "verdict": p.verdict,
+        }
+        for exp_id, key, points in histories
+        for p in points
+        for name, value in p.figures.items()
+    ]
+    if figures:
+        options = list(dict.fromkeys(f["series"] for f in figures))
+        pick = alt.param(
+            name="figure", value=options[0], bind=alt.binding_select(options=options, name="claim · figure ")
+        )
+        chart = (
+            alt.Chart(pl.DataFrame(figures))
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("when:T", title="materialized (UTC)"),
+                y=alt.Y("value:Q", title="value (the figure's own unit)", scale=alt.Scale(zero=False)),
+                tooltip=["series", "value", "when:T", "commit", "torch", "verdict"],
+            )
+            .add_params(pick)
+            .transform_filter(alt.datum.series == pick)
+            .properties(width=520, height=200, title="Key figure over past runs (pick the claim and figure below)")
+        )
+        lines.append(report.chart("history", "figures", chart, "One key figure of one claim over past runs"))
+    lines.append("## Every claim\n")
+    for exp_id, key, points in histories:
+        lines.append(f"### {exp_id}: `{key.name}`\n")
+        title = f"{len(points)} point(s); latest {points[-1].verdict}"
+        lines.append(collapsed(title, _point_table(points), kind="note", open_=bool(moved(points))))
+    return "\n".join(lines)
