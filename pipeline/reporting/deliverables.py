@@ -28,6 +28,7 @@ PLAN_DELIVERABLE = {
 
 #: Colours shared by every eager-vs-fused chart.
 PATH_COLORS = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f77b4", "#d62728", "#ff9896"])
+PATH_DASHES = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=[[1, 0], [6, 3], [2, 2]])
 
 
 def _opening(exp: Experiment, body: str) -> str:
@@ -131,9 +132,11 @@ def reduction_order(report: Report, exp: Experiment) -> str:
     if matrix is None:
         return ""
     parts = []
-    pool = matrix.filter(pl.col("scope") == "pool")
-    order = pool["version_a"].unique(maintain_order=True).to_list()
-    order += [v for v in pool["version_b"].unique(maintain_order=True).to_list() if v not in order]
+    upper = matrix.filter(pl.col("scope") == "pool")
+    # The stored matrix holds each pair once; the ULP distance is symmetric, so show both halves.
+    pool = pl.concat([upper, upper.rename({"version_a": "version_b", "version_b": "version_a"}).select(upper.columns)])
+    order = upper["version_a"].unique(maintain_order=True).to_list()
+    order += [v for v in upper["version_b"].unique(maintain_order=True).to_list() if v not in order]
     outputs = pool["output"].unique(maintain_order=True).to_list()
     pick = _select("output", outputs, "output ")
     base = alt.Chart(pool).encode(
@@ -257,23 +260,21 @@ def data_movement(report: Report, exp: Experiment) -> str:
     )
     check = cells.pivot(on="dtype", index=["subgraph", "kind"], values="bit-exact", aggregate_function="first")
     bad = table.filter(~pl.col("bit_equal"))
-    cex = bad.select(
-        "subgraph",
-        "dtype",
-        "shape",
-        "layout",
-        pl.col("ulp_max").map_elements(_ulp_text, return_dtype=pl.String),
-        "mismatched_elements",
-        "notes",
-    )
     pure_bad = bad.filter(~pl.col("has_implicit_computation")).height
+    # A list, not a table: each counterexample's explanation is prose.
+    items = [
+        f"- **{r['subgraph']}**, {r['dtype']}, shape {r['shape']}, {r['layout']}"
+        f"{' (hides arithmetic)' if r['has_implicit_computation'] else ''}: "
+        f"max ULP {_ulp_text(r['ulp_max'])}, {fmt(r['mismatched_elements'])} element(s) differ. {fmt(r['notes'])}"
+        for r in bad.iter_rows(named=True)
+    ]
     return _opening(
         exp,
         (
             "### Check table\n\nBit-exact rows (shapes x layouts) of eager vs fused, per subgraph and dtype.\n\n"
             + markdown_table(check)
             + f"\n### Counterexamples\n\n**{bad.height}** row(s) not bit-exact, {pure_bad} of them pure data movement.\n\n"
-            + (markdown_table(cex) if bad.height else "None.\n")
+            + ("\n".join(items) + "\n" if items else "None.\n")
         ),
     )
 
@@ -305,15 +306,22 @@ def accumulated_error(report: Report, exp: Experiment) -> str:
         cdf = dist.filter(pl.col("metric") == "sulp_max")
         for chain in cdf["chain"].unique(maintain_order=True).to_list():
             rows = cdf.filter(pl.col("chain") == chain)
-            inputs = rows["distribution"].unique(maintain_order=True).to_list()
+            inputs = sorted(rows["distribution"].unique().to_list(), key=lambda d: (d != "normal", d))
             pick = _select("distribution", inputs, "input distribution ")
             chart = (
                 alt.Chart(rows)
                 .mark_line(interpolate="step-after")
                 .encode(
-                    x=alt.X("bin_hi:Q", scale=alt.Scale(type="log"), title="per-set max error (scale-aware ULP)"),
+                    x=alt.X(
+                        "bin_hi:Q",
+                        scale=alt.Scale(type="log"),
+                        axis=alt.Axis(tickCount=5, labelOverlap=True),
+                        title="per-set max error (scale-aware ULP)",
+                    ),
                     y=alt.Y("cdf:Q", title="share of input sets (CDF)", scale=alt.Scale(domain=[0, 1])),
                     color=alt.Color("path:N", scale=PATH_COLORS, title="path"),
+                    # Dashes keep both lines visible where fused equals eager.
+                    strokeDash=alt.StrokeDash("path:N", scale=PATH_DASHES, legend=None),
                     tooltip=[
                         "dtype",
                         "distribution",
@@ -325,7 +333,7 @@ def accumulated_error(report: Report, exp: Experiment) -> str:
                 .add_params(pick)
                 .transform_filter(alt.datum.distribution == pick)
                 .properties(width=250, height=170)
-                .facet(column=alt.Column("dtype:N", title=None), columns=2)
+                .facet(facet=alt.Facet("dtype:N", title=None), columns=2)
                 .properties(title=f"B: {chain}, CDF of each input set's max error against fp64")
             )
             parts.append(
@@ -350,22 +358,35 @@ def training(report: Report, exp: Experiment) -> str:
         index=["run", "role", "step"], on=metrics, variable_name="metric", value_name="value"
     ).drop_nulls("value")
     runs = long["run"].unique(maintain_order=True).to_list()
-    palette = {"eager": "#1f77b4", "fused": "#d62728"}
-    colors = [next((c for k, c in palette.items() if r.endswith(f"_{k}")), "#b0b0b0") for r in runs]
-    charts = [
-        alt.Chart(long.filter(pl.col("metric") == m))
-        .mark_line(point=m != "train_loss", strokeWidth=1.5)
-        .encode(
-            x=alt.X("step:Q", title="step"),
-            y=alt.Y("value:Q", title=m.replace("_", " "), scale=alt.Scale(zero=False)),
-            color=alt.Color(
-                "run:N", scale=alt.Scale(domain=runs, range=colors), title="run (grey: eager replicates, control)"
-            ),
-            tooltip=["run", "role", "step", alt.Tooltip("value:Q", format=".5f")],
+    main = [r for r in runs if r.endswith(("_eager", "_fused"))]
+    colors = ["#1f77b4" if r.endswith("_eager") else "#d62728" for r in main]
+    dashes = [[1, 0] if r.endswith("_eager") else [6, 3] for r in main]
+
+    def curve(metric: str) -> alt.LayerChart:
+        rows = long.filter(pl.col("metric") == metric)
+        x = alt.X("step:Q", title="step")
+        y = alt.Y("value:Q", title=metric.replace("_", " "), scale=alt.Scale(zero=False))
+        tooltip = ["run", "role", "step", alt.Tooltip("value:Q", format=".5f")]
+        # Replicates and the control in grey underneath; eager and fused on top (fused dashed, so both show).
+        others = (
+            alt.Chart(rows.filter(~pl.col("run").is_in(main)))
+            .mark_line(color="#bdbdbd", strokeWidth=1)
+            .encode(x=x, y=y, detail="run:N", tooltip=tooltip)
         )
-        .properties(width=260, height=150, title=m.replace("_", " "))
-        for m in metrics
-    ]
+        ours = (
+            alt.Chart(rows.filter(pl.col("run").is_in(main)))
+            .mark_line(point=metric != "train_loss", strokeWidth=1.8)
+            .encode(
+                x=x,
+                y=y,
+                color=alt.Color("run:N", scale=alt.Scale(domain=main, range=colors), title="run"),
+                strokeDash=alt.StrokeDash("run:N", scale=alt.Scale(domain=main, range=dashes), legend=None),
+                tooltip=tooltip,
+            )
+        )
+        return (others + ours).properties(width=260, height=150, title=metric.replace("_", " "))
+
+    charts = [curve(m) for m in metrics]
     grid = alt.vconcat(*[alt.hconcat(*charts[i : i + 2]) for i in range(0, len(charts), 2)]).properties(
         title="E: eager (blue) vs fused (red) over training"
     )

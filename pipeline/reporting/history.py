@@ -49,8 +49,8 @@ def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, dict[str, Any]]]:
-    """(timestamp, metadata) of this report's materializations of ``key``, oldest first."""
+def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, str, dict[str, Any]]]:
+    """(timestamp, run id, metadata) of this report's materializations of ``key``, oldest first."""
     from ..bundle import device_of
 
     out = []
@@ -64,7 +64,7 @@ def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, dic
             continue
         if report.device_label is not None and device_of(meta) != report.device_label:
             continue
-        out.append((r.event_log_entry.timestamp, meta))
+        out.append((r.event_log_entry.timestamp, r.event_log_entry.run_id, meta))
     return sorted(out, key=lambda x: x[0])
 
 
@@ -82,7 +82,10 @@ def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
         if "bundle.imported_from" in meta:
             continue
         stamp = r.event.timestamp
-        judged = [m for t, m in mats if t <= stamp + 1e-6]
+        # The materialization the check judged: the one of the same run, else (a check run on its own)
+        # the latest one before the evaluation.
+        same_run = [m for _, run_id, m in mats if run_id == r.run_id]
+        judged = same_run or [m for t, _, m in mats if t <= stamp + 1e-6]
         if not judged:
             continue
         prov = judged[-1]
@@ -173,10 +176,27 @@ def history_page(report: Report) -> str:
             f"{LABEL_MARK.get(points[-1].verdict, points[-1].verdict)} | {fmt(change)} |"
         )
     lines.append("")
+    # One column per run (a nightly run evaluates every claim), labelled by its start, oldest first.
+    starts: dict[str, dt.datetime] = {}
+    for _, _, points in histories:
+        for p in points:
+            starts[p.run_id] = min(starts.get(p.run_id, p.when), p.when)
+    for run_id in starts:
+        record = report.instance.get_run_record_by_id(run_id)
+        if record is not None and record.start_time:
+            starts[run_id] = dt.datetime.fromtimestamp(record.start_time, dt.UTC)
+    runs = sorted(starts, key=lambda r: starts[r])
+    label = {r: f"{starts[r]:%m-%d %H:%M:%S}" for r in runs}
+    run_axis = alt.X(
+        "run:O",
+        sort=[label[r] for r in runs],
+        title="run (UTC start, oldest first)",
+        axis=alt.Axis(labelAngle=-40, labelLimit=120),
+    )
     rows = [
         {
             "claim": f"{exp_id}: {key.name}",
-            "when": p.when.isoformat(),
+            "run": label[p.run_id],
             "verdict": p.verdict,
             "commit": p.commit,
             "torch": p.torch,
@@ -188,7 +208,7 @@ def history_page(report: Report) -> str:
         alt.Chart(pl.DataFrame(rows))
         .mark_point(filled=True, size=90)
         .encode(
-            x=alt.X("when:T", title="materialized (UTC)"),
+            x=run_axis,
             y=alt.Y("claim:N", title=None, sort=[r["claim"] for r in rows]),
             color=alt.Color(
                 "verdict:N",
@@ -196,9 +216,13 @@ def history_page(report: Report) -> str:
                     domain=["supported", "inconclusive", "contradicted"], range=["#2e7d32", "#f9a825", "#c62828"]
                 ),
             ),
-            tooltip=["claim", "verdict", "when:T", "commit", "torch"],
+            tooltip=["claim", "verdict", "run", "commit", "torch"],
         )
-        .properties(width=360, height=max(120, 18 * len(histories)), title="Verdict of every claim at each run")
+        .properties(
+            width=min(420, 40 + 24 * len(runs)),
+            height=max(120, 18 * len(histories)),
+            title="Verdict of every claim at each run",
+        )
     )
     lines.append(
         report.chart(
@@ -208,7 +232,7 @@ def history_page(report: Report) -> str:
     figures = [
         {
             "series": f"{exp_id}: {key.name} · {name}",
-            "when": p.when.isoformat(),
+            "run": label[p.run_id],
             "value": value,
             "commit": p.commit,
             "torch": p.torch,
@@ -227,13 +251,13 @@ def history_page(report: Report) -> str:
             alt.Chart(pl.DataFrame(figures))
             .mark_line(point=True)
             .encode(
-                x=alt.X("when:T", title="materialized (UTC)"),
+                x=run_axis,
                 y=alt.Y("value:Q", title="value (the figure's own unit)", scale=alt.Scale(zero=False)),
-                tooltip=["series", "value", "when:T", "commit", "torch", "verdict"],
+                tooltip=["series", "value", "run", "commit", "torch", "verdict"],
             )
             .add_params(pick)
             .transform_filter(alt.datum.series == pick)
-            .properties(width=520, height=200, title="Key figure over past runs (pick the claim and figure below)")
+            .properties(width=460, height=200, title="Key figure over past runs (pick the claim and figure below)")
         )
         lines.append(report.chart("history", "figures", chart, "One key figure of one claim over past runs"))
     lines.append("## Every claim\n")

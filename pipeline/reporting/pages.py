@@ -6,7 +6,7 @@ import polars as pl
 
 from .charts import CHARTS
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
-from .deliverables import DELIVERABLES
+from .deliverables import DELIVERABLES, PLAN_DELIVERABLE
 from .history import history_page
 from .render import (
     Report, checks_section, collapsed, experiment_header, markdown_table, materializations_section, outcome_cells,
@@ -56,10 +56,12 @@ def overview(report: Report) -> str:
             "behaves on a GPU.\n"
         )
     lines.append("\n## Experiments\n")
-    lines.append("| experiment | asset group | run validity | verdict | findings |\n|---|---|---|---|---|")
+    lines.append("Each experiment's page opens with what the test plan asks it to deliver, in the plan's form.\n")
+    lines.append("| experiment | opens with (the plan's deliverable) | run validity | verdict | findings |\n|---|---|---|---|---|")
     for exp in EXPERIMENTS:
         validity, verdict, findings = outcome_cells(report, exp.group)
-        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | `{exp.group}` | {validity} | {verdict} | {findings} |")
+        opens = PLAN_DELIVERABLE.get(exp.id, f"no plan deliverable (asset group `{exp.group}`)")
+        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {validity} | {verdict} | {findings} |")
     lines.append("\nHow each claim's key figures moved over past runs: [history](results/history.md). "
                  "Definitions of every statistic are on the [methodology](methodology.md) page.\n")
     return "\n".join(lines)
@@ -93,7 +95,7 @@ def experiment_page(report: Report, exp: Experiment) -> str:
     if deliverable is not None:
         parts.append(deliverable(report, exp))
     parts.append(verdict_section(report, exp))
-    parts.append("# Details\n")
+    parts.append("## Details\n\nCharts and tables behind the deliverable, every check's result, the stored tables.\n")
     builder: Callable[[Report, Experiment], str] | None = CHARTS.get(exp.id)
     if builder is not None:
         parts.append(builder(report, exp))

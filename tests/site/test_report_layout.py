@@ -175,7 +175,9 @@ def test_every_page_fits_1280px_and_every_chart_has_marks(full_site, chromium_pa
                 assert empty == [], f"{rel}: charts without marks: {empty}"
                 charts_seen += len(marks)
                 page.screenshot(path=str(SCREENSHOTS / f"{_name(rel)}.png"), full_page=True)
-                page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")  # measure every table
+                # Measure every table: open each collapsed block, as a reader would (its toggle handler runs the
+                # same wide-table pass as below, asynchronously).
+                page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true); markWideTables(document)")
                 layout = page.evaluate(LAYOUT_PROBE)
                 assert layout == [], f"{rel}: {layout}"
                 assert problems == [], f"{rel}: console errors {problems}"
