@@ -7,14 +7,13 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+from test_report_site import ARTIFACTS, _serve  # same folder: pytest puts it on sys.path
 
 from pipeline.reporting.claims import EXPERIMENTS
 from pipeline.reporting.deliverables import PLAN_DELIVERABLE
 from pipeline.reporting.history import claim_history, key_figures, moved
 from pipeline.reporting.render import Report, collapsed, readable
 from pipeline.verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
-
-from test_report_site import ARTIFACTS, _serve  # same folder: pytest puts it on sys.path
 
 SCREENSHOTS = ARTIFACTS / "site"
 
@@ -40,16 +39,30 @@ def test_key_figures_keep_numbers_and_drop_the_rule_and_flags():
 
 # --- history from the event log -------------------------------------------------------------------
 
-RULE = Rule(claim="toy", metric="m", decision="m <= 1", threshold=1.0, unit="ULP", confidence=None,
-            sample_size="1", derivation="test")
+RULE = Rule(
+    claim="toy",
+    metric="m",
+    decision="m <= 1",
+    threshold=1.0,
+    unit="ULP",
+    confidence=None,
+    sample_size="1",
+    derivation="test",
+)
 OBSERVED = {"value": 0.0, "commit": "a" * 40}
 
 
 @dg.asset(group_name="C3_rsqrt_iterations", name="toy_table")
 def toy_table() -> dg.MaterializeResult:
-    return dg.MaterializeResult(metadata={
-        "provenance.profile": "smoke", "provenance.device_label": "cpu", "provenance.device": "cpu",
-        "provenance.git_commit": OBSERVED["commit"], "provenance.torch_version": "9.9.9"})
+    return dg.MaterializeResult(
+        metadata={
+            "provenance.profile": "smoke",
+            "provenance.device_label": "cpu",
+            "provenance.device": "cpu",
+            "provenance.git_commit": OBSERVED["commit"],
+            "provenance.torch_version": "9.9.9",
+        }
+    )
 
 
 @claim_check(rule=RULE, asset=toy_table, name="toy_claim")
@@ -82,10 +95,10 @@ def test_pages_open_with_the_deliverable_then_the_verdict_then_details(built_sit
     page = (built_site["build"] / "results" / "rsqrt-iterations.html").read_text()
     order = [page.index(f'id="{anchor}"') for anchor in ("deliverable", "verdict", "decision-rules", "details")]
     assert order == sorted(order)
-    deliverable = page[order[0]:order[1]]
+    deliverable = page[order[0] : order[1]]
     assert "Newton iterations" in deliverable and "max ULP vs fp64" in deliverable
     c1 = (built_site["build"] / "results" / "instruction-selection.html").read_text()
-    c1_deliverable = c1[c1.index('id="deliverable"'):c1.index('id="verdict"')]
+    c1_deliverable = c1[c1.index('id="deliverable"') : c1.index('id="verdict"')]
     for column in ("ULP = 0 (%)", "ULP = 1 (%)", "ULP &gt;= 2 (%)"):
         assert column in c1_deliverable
     assert 'id="chart-instruction-selection-deliverable-histogram"' in c1_deliverable
@@ -94,7 +107,7 @@ def test_pages_open_with_the_deliverable_then_the_verdict_then_details(built_sit
 def test_stored_tables_collapse_and_download_whole(built_site):
     build = built_site["build"]
     page = (build / "results" / "rsqrt-iterations.html").read_text()
-    stored = page[page.index('id="stored-tables"'):]
+    stored = page[page.index('id="stored-tables"') :]
     assert "<details" in stored and 'href="data/c3_iteration_table.parquet"' in stored
     assert 'href="data/c3_iteration_table.csv"' in stored
     parquet = pl.read_parquet(build / "results" / "data" / "c3_iteration_table.parquet")
@@ -169,7 +182,8 @@ def test_every_page_fits_1280px_and_every_chart_has_marks(full_site, chromium_pa
                 expected = page.locator(".vega-chart").count()
                 if expected:
                     page.wait_for_function(
-                        "n => document.querySelectorAll('.vega-chart svg').length >= n", arg=expected, timeout=20_000)
+                        "n => document.querySelectorAll('.vega-chart svg').length >= n", arg=expected, timeout=20_000
+                    )
                 marks = page.evaluate(MARKS_PROBE)
                 empty = [chart for chart, count in marks if count == 0]
                 assert empty == [], f"{rel}: charts without marks: {empty}"
@@ -177,7 +191,9 @@ def test_every_page_fits_1280px_and_every_chart_has_marks(full_site, chromium_pa
                 page.screenshot(path=str(SCREENSHOTS / f"{_name(rel)}.png"), full_page=True)
                 # Measure every table: open each collapsed block, as a reader would (its toggle handler runs the
                 # same wide-table pass as below, asynchronously).
-                page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true); markWideTables(document)")
+                page.evaluate(
+                    "document.querySelectorAll('details').forEach(d => d.open = true); markWideTables(document)"
+                )
                 layout = page.evaluate(LAYOUT_PROBE)
                 assert layout == [], f"{rel}: {layout}"
                 assert problems == [], f"{rel}: console errors {problems}"
@@ -195,10 +211,18 @@ def test_every_plan_experiment_page_opens_with_its_deliverable(full_site):
         if exp.id not in PLAN_DELIVERABLE:
             continue
         page = (full_site["build"] / "results" / f"{exp.slug}.html").read_text()
-        body = page[page.index("<h1"):]
+        body = page[page.index("<h1") :]
         first_h2 = re.search(r'<h2 id="([\w-]+)"', body)
         assert first_h2 is not None and first_h2.group(1) == "deliverable", exp.id
     b = (full_site["build"] / "results" / "accumulated-error.html").read_text()
-    b_deliverable = b[b.index('id="deliverable"'):b.index('id="verdict"')]
+    b_deliverable = b[b.index('id="deliverable"') : b.index('id="verdict"')]
     chains = re.findall(r'id="chart-accumulated-error-deliverable-cdf-([\w]+)"', b_deliverable)
     assert len(chains) == len(set(chains)) >= 4  # one chart per operator chain
+
+
+@pytest.mark.slow
+def test_no_page_prints_raw_json(full_site):
+    raw_json = re.compile(r'\{(?:"|&quot;)[\w.]+(?:"|&quot;):')
+    for page in full_site["build"].rglob("*.html"):
+        text = re.sub(r"<script.*?</script>", "", page.read_text(), flags=re.S)  # chart specs are JSON by design
+        assert not raw_json.search(text), f"{page.name}: {raw_json.search(text).group(0)}"
