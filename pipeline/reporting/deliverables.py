@@ -68,7 +68,12 @@ def determinism(report: Report, exp: Experiment) -> str:
         pl.col("run_count").alias("run count"),
         pl.col("unique_output_hashes").alias("unique hash count"),
         pl.col("max_ulp_diff_across_runs").alias("max ULP diff"),
-        pl.col("kernel_hash_equal_across_cold_start").alias("kernel hash = H_k0"),
+        *(
+            [pl.col("artifact_hash_equal_across_cold_start").alias("kernel binary hash = H_k0")]
+            if "artifact_hash_equal_across_cold_start" in summary.columns
+            else []
+        ),
+        pl.col("kernel_hash_equal_across_cold_start").alias("kernel source hash = round 1's"),
         pl.col("outputs_equal_round1").alias("outputs = round 1"),
     )
     ok = summary.filter((pl.col("unique_output_hashes") == 1) & (pl.col("max_ulp_diff_across_runs") == 0)).height
@@ -202,7 +207,9 @@ def rsqrt_iterations(report: Report, exp: Experiment) -> str:
     parts = [markdown_table(rows)]
     hist = report.table("c3_ulp_histogram")
     if hist is not None:
-        vs = hist.filter(pl.col("comparison").str.ends_with("vs fp64 (rounded)"))
+        vs = hist.filter(
+            pl.col("comparison").str.ends_with("vs fp64 (rounded)") & ~pl.col("comparison").str.starts_with("div ")
+        )
         names = vs["comparison"].unique(maintain_order=True).to_list()
         reference = next((n for n in names if n.startswith("A_eager")), names[0])
         others = [n for n in names if n != reference]
@@ -266,6 +273,7 @@ def data_movement(report: Report, exp: Experiment) -> str:
         f"- **{r['subgraph']}**, {r['dtype']}, shape {r['shape']}, {r['layout']}"
         f"{' (hides arithmetic)' if r['has_implicit_computation'] else ''}: "
         f"max ULP {_ulp_text(r['ulp_max'])}, {fmt(r['mismatched_elements'])} element(s) differ. {fmt(r['notes'])}"
+        + (f" Cause: `{r['cause_op']}` ({fmt(r.get('cause_path'))})." if r.get("cause_op") else "")
         for r in bad.iter_rows(named=True)
     ]
     return _opening(
