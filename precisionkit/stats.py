@@ -32,7 +32,8 @@ import torch
 
 from ._tensors import FORMAT, INT_VIEW, as_tensor, require_float, require_same
 
-_CPU_CHUNK = 1 << 20
+_CPU_CHUNK = 1 << 18
+_DEVICE_CHUNK = 1 << 24
 _PERCENTILES = (50.0, 99.0)
 
 
@@ -104,64 +105,205 @@ def _exact_percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]
     return out
 
 
+def _interpolate(order_stats: dict[int, float], m: int, qs: tuple[float, ...]) -> list[float]:
+    """Percentiles with numpy's "linear" method from the order statistics at the needed ranks."""
+    out = []
+    for q in qs:
+        r = q / 100.0 * (m - 1)
+        lo, hi = int(math.floor(r)), int(math.ceil(r))
+        out.append(float(order_stats[lo] + (order_stats[hi] - order_stats[lo]) * (r - lo)))
+    return out
+
+
+def _needed_ranks(m: int, qs: tuple[float, ...]) -> list[int]:
+    ranks = [q / 100.0 * (m - 1) for q in qs]
+    return sorted({int(math.floor(r)) for r in ranks} | {int(math.ceil(r)) for r in ranks})
+
+
+# Exact selection without keeping the errors: every error is a non-negative float64, whose bit
+# pattern read as an int64 orders like the value. A pass over the data histograms 16 bits of the
+# pattern below an already fixed prefix; the bin holding a wanted rank becomes the next prefix.
+# Once a bin is small (_COLLECT elements) its values are gathered in a later pass and the rank is
+# selected among them exactly; a bin of one repeated value (e.g. exact zeros) resolves by the
+# prefix alone after at most four passes.
+_DIGIT = 16
+_COLLECT = 1 << 21
+_METRICS = ("abs", "rel", "ulp", "sulp")
+
+
+class _Query:
+    """One wanted order statistic of one metric: rank ``rank`` (0-based) among the values whose
+    bit pattern starts with ``prefix`` (the top ``64 - shift`` bits)."""
+
+    def __init__(self, metric: str, rank: int) -> None:
+        self.metric, self.rank = metric, rank
+        self.prefix, self.shift = 0, 64  # nothing fixed yet: every value matches
+        self.count: int | None = None  # values matching the prefix, when known
+        self.value: float | None = None
+
+    def matches(self, keys: torch.Tensor) -> torch.Tensor:
+        if self.shift >= 64:
+            return torch.ones_like(keys, dtype=torch.bool)
+        return (keys >> self.shift) == self.prefix
+
+
 class _Accumulator:
-    def __init__(self, n: int, device: torch.device) -> None:
-        self.abs = torch.empty(n, dtype=torch.float64, device=device)
-        self.rel = torch.empty(n, dtype=torch.float64, device=device)
-        self.ulp = torch.empty(n, dtype=torch.float64, device=device)
-        self.sulp = torch.empty(n, dtype=torch.float64, device=device)
+    def __init__(self) -> None:
         self.filled = 0
         self.counts = dict(nan_matched=0, inf_matched=0, nan_mismatch=0, inf_mismatch=0)
         self.exact = self.above = self.below = self.within_1e3 = self.within_5e3 = 0
         self.dot = self.norm_a = self.norm_ref = 0.0
+        self.max = dict.fromkeys(_METRICS, 0.0)
+        self.sums: dict[str, list[float]] = {m: [] for m in _METRICS}
 
 
-def _chunk(acc: _Accumulator, a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype) -> None:
+def _spacing64(r64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`spacing` of finite fp64 values, from the exponent bits (no frexp / ldexp) where the
+    result is a normal fp64 number, i.e. for every format but fp64 itself."""
+    _, mantissa, emin = FORMAT[dtype]
+    if emin - mantissa < -1022:
+        return spacing(r64, dtype)
+    exponent = ((r64.view(torch.int64) >> 52) & 0x7FF) - 1023  # zero and fp64 subnormals: -1023
+    exponent = torch.clamp(exponent, min=emin)
+    return ((exponent + (1023 - mantissa)) << 52).view(torch.float64)
+
+
+def _metrics(a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype,
+             acc: _Accumulator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The four errors of one chunk's finite pairs; with ``acc``, also counts the excluded pairs."""
     a64, r64 = a.to(torch.float64), ref.to(torch.float64)
-    nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
-    inf_a, inf_r = torch.isinf(a64), torch.isinf(r64)
-    acc.counts["nan_matched"] += int((nan_a & nan_r).sum())
-    acc.counts["nan_mismatch"] += int((nan_a ^ nan_r).sum())
-    same_inf = inf_a & inf_r & (a64 == r64)
-    acc.counts["inf_matched"] += int(same_inf.sum())
-    acc.counts["inf_mismatch"] += int(((inf_a | inf_r) & ~(nan_a | nan_r) & ~same_inf).sum())
-    finite = ~(nan_a | nan_r | inf_a | inf_r)
-    if not bool(finite.all()):
-        a64, r64, row_spacing = a64[finite], r64[finite], row_spacing[finite]
+    diff = a64 - r64
+    if not bool(torch.isfinite(diff).all()):  # some side is NaN or infinite (or the difference overflows)
+        finite_a, finite_r = torch.isfinite(a64), torch.isfinite(r64)
+        finite = finite_a & finite_r
+        if acc is not None:
+            nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
+            inf_a, inf_r = ~finite_a & ~nan_a, ~finite_r & ~nan_r
+            acc.counts["nan_matched"] += int((nan_a & nan_r).sum())
+            acc.counts["nan_mismatch"] += int((nan_a ^ nan_r).sum())
+            same_inf = inf_a & inf_r & (a64 == r64)
+            acc.counts["inf_matched"] += int(same_inf.sum())
+            acc.counts["inf_mismatch"] += int(((inf_a | inf_r) & ~(nan_a | nan_r) & ~same_inf).sum())
+        a64, r64, diff = a64[finite], r64[finite], diff[finite]
+        if row_spacing.numel() > 1:
+            row_spacing = row_spacing[finite]
+    err = diff.abs()
+    tiny = torch.finfo(dtype).tiny
+    values = {
+        "abs": err,
+        "rel": err / torch.clamp(r64.abs(), min=tiny),
+        "ulp": err / _spacing64(r64, dtype),
+        "sulp": err / row_spacing,
+    }
+    return a64, r64, diff, values
+
+
+def _accumulate(acc: _Accumulator, a64: torch.Tensor, r64: torch.Tensor, diff: torch.Tensor,
+                values: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
     k = a64.numel()
     if k == 0:
         return
-    sl = slice(acc.filled, acc.filled + k)
-    diff = a64 - r64
-    err = torch.abs(diff, out=acc.abs[sl])
-    tiny = torch.finfo(dtype).tiny
-    torch.div(err, torch.clamp(r64.abs(), min=tiny), out=acc.rel[sl])
-    torch.div(err, spacing(r64, dtype), out=acc.ulp[sl])
-    torch.div(err, row_spacing, out=acc.sulp[sl])
     acc.filled += k
+    for name, v in values.items():
+        acc.max[name] = max(acc.max[name], float(v.max()))
+        acc.sums[name].append(float(v.sum()))
     rounded = round_to_dtype(r64, dtype).to(torch.float64) if dtype != torch.float64 else r64
     acc.exact += int((a64 == rounded).sum())
     acc.above += int((diff > 0).sum())
     acc.below += int((diff < 0).sum())
-    acc.within_1e3 += int((acc.rel[sl] <= 1e-3).sum())
-    acc.within_5e3 += int((acc.rel[sl] <= 5e-3).sum())
+    acc.within_1e3 += int((values["rel"] <= 1e-3).sum())
+    acc.within_5e3 += int((values["rel"] <= 5e-3).sum())
     acc.dot += float(torch.dot(a64, r64))
     acc.norm_a += float(torch.dot(a64, a64))
     acc.norm_ref += float(torch.dot(r64, r64))
 
 
-def _summary(values: torch.Tensor, prefix: str) -> dict[str, float]:
-    if values.device.type == "cpu":
-        p50, p99 = _exact_percentiles(values.numpy(), _PERCENTILES)
+def _row_scales(fr: torch.Tensor, row_len: int, n_rows: int, chunk: int) -> torch.Tensor:
+    """Per row (last dimension), the largest finite ``|ref|``, in fp64, without an fp64 copy of ``ref``."""
+    out = torch.zeros(n_rows, dtype=torch.float64, device=fr.device)
+    if row_len <= chunk:
+        step = max(1, chunk // row_len)
+        for r0 in range(0, n_rows, step):
+            r1 = min(n_rows, r0 + step)
+            block = fr[r0 * row_len:r1 * row_len].reshape(r1 - r0, row_len).abs().to(torch.float64)
+            block = torch.where(torch.isfinite(block), block, torch.zeros((), dtype=torch.float64, device=fr.device))
+            out[r0:r1] = block.amax(dim=1)
     else:
-        ordered = torch.sort(values).values.cpu().numpy()
-        p50, p99 = _exact_percentiles(ordered, _PERCENTILES)
-    return {
-        f"{prefix}_max": float(values.max()),
-        f"{prefix}_mean": float(values.sum()) / values.numel(),
-        f"{prefix}_p50": p50,
-        f"{prefix}_p99": p99,
-    }
+        for r in range(n_rows):
+            best = 0.0
+            for s in range(r * row_len, (r + 1) * row_len, chunk):
+                piece = fr[s:min((r + 1) * row_len, s + chunk)].abs().to(torch.float64)
+                piece = piece[torch.isfinite(piece)]
+                if piece.numel():
+                    best = max(best, float(piece.max()))
+            out[r] = best
+    return out
+
+
+def _chunks(n: int, row_len: int, chunk: int):
+    """(start, stop, first row, rows) per chunk: whole rows where a row fits in a chunk, else
+    pieces of one row (rows == 0 marks a piece inside row ``first row``)."""
+    if row_len <= chunk:
+        step = max(1, chunk // row_len) * row_len
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            yield start, stop, start // row_len, (stop - start) // row_len
+    else:
+        for start in range(0, n, chunk):
+            row = start // row_len
+            yield start, min(n, start + chunk, (row + 1) * row_len), row, 0
+
+
+
+def _select(queries: list[_Query], passes) -> None:
+    """Resolve every query's order statistic exactly by radix passes over the errors
+    (``passes()`` yields, per chunk, a dict metric -> fp64 errors of that chunk)."""
+    pending = list(queries)
+    while pending:
+        histograms: dict[int, torch.Tensor] = {}
+        collected: dict[int, list[torch.Tensor]] = {}
+        groups: dict[tuple[str, int, int], list[_Query]] = {}
+        for q in pending:
+            groups.setdefault((q.metric, q.prefix, q.shift), []).append(q)
+        collect = {g for g, qs in groups.items() if qs[0].count is not None and qs[0].count <= _COLLECT}
+        for values in passes():
+            for (metric, prefix, shift), qs in groups.items():
+                keys = values[metric].view(torch.int64)
+                gid = id(qs[0])
+                sel = keys if shift >= 64 else keys[(keys >> shift) == prefix]
+                if (metric, prefix, shift) in collect:
+                    collected.setdefault(gid, []).append(sel)
+                else:
+                    digit = (sel >> (shift - _DIGIT)) & ((1 << _DIGIT) - 1)
+                    h = torch.bincount(digit, minlength=1 << _DIGIT)
+                    histograms[gid] = h if gid not in histograms else histograms[gid] + h
+        still = []
+        for g, qs in groups.items():
+            gid = id(qs[0])
+            if g in collect:
+                keys = torch.cat(collected.get(gid, [])) if gid in collected else torch.empty(0, dtype=torch.int64)
+                ordered = keys.view(torch.float64).cpu().numpy()
+                wanted = sorted({q.rank for q in qs})
+                ordered.partition(wanted)
+                for q in qs:
+                    q.value = float(ordered[q.rank])
+                continue
+            hist = histograms.get(gid)
+            if hist is None:
+                hist = torch.zeros(1 << _DIGIT, dtype=torch.int64)
+            cum = torch.cumsum(hist.cpu(), 0)
+            for q in qs:
+                b = int(torch.searchsorted(cum, torch.tensor(q.rank), right=True))
+                below = int(cum[b - 1]) if b > 0 else 0
+                q.rank -= below
+                q.count = int(hist[b])
+                q.shift -= _DIGIT
+                q.prefix = ((q.prefix << _DIGIT) if q.shift + _DIGIT < 64 else 0) | b
+                if q.shift == 0:  # every bit fixed: the bin is one value
+                    q.value = float(torch.tensor(q.prefix, dtype=torch.int64).view(torch.float64))
+                else:
+                    still.append(q)
+        pending = still
 
 
 STAT_KEYS = tuple(
@@ -180,6 +322,11 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     n_compared``, a rounding-bias signal), and the counts ``nan_matched``, ``inf_matched``,
     ``nan_mismatch``, ``inf_mismatch``. See the module docstring for exact definitions.
 
+    The errors are computed chunk by chunk and never stored whole: one pass gathers the counts,
+    sums and maxima and a histogram of each error's leading bits; a second pass (rarely more)
+    gathers the few errors in the histogram bins that hold the wanted ranks, among which the
+    percentiles are selected exactly. Working memory is a few chunks, not the input's size.
+
     >>> import torch
     >>> s = error_stats(torch.tensor([1.0, 2.0], dtype=torch.float16),
     ...                 torch.tensor([1.0, 2.0 + 2**-11], dtype=torch.float64))
@@ -193,26 +340,46 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     if tr.device != ta.device:
         tr = tr.to(ta.device)
     require_same(ta, tr, ("a", "ref"), dtype=False)
+    ta, tr = ta.detach(), tr.detach()
     n = ta.numel()
-    acc = _Accumulator(n, ta.device)
+    dtype = ta.dtype
     fa, fr = ta.reshape(-1), tr.reshape(-1)
-    # One spacing per row (last dimension) at the row's largest finite |ref|; elements find theirs by index.
+    chunk = _CPU_CHUNK if ta.device.type == "cpu" else _DEVICE_CHUNK
+    # One spacing per row (last dimension) at the row's largest finite |ref|.
     row_len = ta.shape[-1] if ta.dim() > 0 and ta.shape[-1] > 0 else 1
-    finite_ref = torch.where(torch.isfinite(tr), tr, torch.zeros((), dtype=tr.dtype, device=tr.device))
-    rows = finite_ref.to(torch.float64).reshape(-1, row_len) if n else finite_ref.to(torch.float64).reshape(0, 1)
-    row_spacing = scaled_spacing(rows, ta.dtype)[:, 0] if n else rows[:, 0]
-    step = _CPU_CHUNK if ta.device.type == "cpu" else max(n, 1)
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        index = torch.arange(start, stop, device=ta.device) // row_len
-        _chunk(acc, fa[start:stop], fr[start:stop], row_spacing[index], ta.dtype)
+    n_rows = n // row_len if n else 0
+    row_spacing = spacing(_row_scales(fr, row_len, n_rows, chunk), dtype) if n else torch.zeros(0, dtype=torch.float64)
+
+    def chunk_metrics(acc: _Accumulator | None):
+        for start, stop, row, rows in _chunks(n, row_len, chunk):
+            if rows:
+                sp = row_spacing[row:row + rows, None].expand(rows, row_len).reshape(-1)
+            else:
+                sp = row_spacing[row:row + 1]
+            yield _metrics(fa[start:stop], fr[start:stop], sp, dtype, acc)
+
+    acc = _Accumulator()
+    for a64, r64, diff, values in chunk_metrics(acc):
+        _accumulate(acc, a64, r64, diff, values, dtype)
     m = acc.filled
     result: dict[str, float | int | None] = {"n": n, "n_compared": m, **acc.counts}
     if m == 0:
         result.update({key: None for key in STAT_KEYS})
         return result
-    for name in ("abs", "rel", "ulp", "sulp"):
-        result.update(_summary(getattr(acc, name)[:m], name))
+    ranks = _needed_ranks(m, _PERCENTILES)
+    queries = [_Query(metric, r) for metric in _METRICS for r in ranks]
+    _select(queries, lambda: (values for *_, values in chunk_metrics(None)))
+    by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
+    for q, rank in zip(queries, [r for _ in _METRICS for r in ranks]):  # q.rank is now bin-relative
+        by_metric[q.metric][rank] = q.value
+    for name in _METRICS:
+        p50, p99 = _interpolate(by_metric[name], m, _PERCENTILES)
+        result.update({
+            f"{name}_max": acc.max[name],
+            f"{name}_mean": math.fsum(acc.sums[name]) / m,
+            f"{name}_p50": p50,
+            f"{name}_p99": p99,
+        })
     denom = math.sqrt(acc.norm_a) * math.sqrt(acc.norm_ref)
     result.update(
         {

@@ -318,3 +318,50 @@ def test_round_to_dtype_bf16_matches_exact_grid_rounding():
     grid = np.arange(0x7F80, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
     np.testing.assert_array_equal(got, _grid_round(x, grid))
     assert not np.array_equal(torch.from_numpy(x).to(BF16).float().numpy().astype(np.float64), got)
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming selection: exact percentiles without keeping the errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _numpy_stats(a: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    err = np.abs(a.astype(np.float64) - ref)
+    p50, p99 = np.percentile(err, [50, 99])
+    return {"abs_p50": p50, "abs_p99": p99, "abs_max": err.max()}
+
+
+@pytest.mark.parametrize("collect", [1, 3, 1 << 21])
+def test_percentiles_exact_when_bins_hold_many_equal_values(monkeypatch, collect):
+    """Mostly exact zeros plus a few repeated values: the wanted ranks sit in bins far larger than
+    the collection limit, so selection narrows by further passes down to single values."""
+    monkeypatch.setattr(stats_module, "_CPU_CHUNK", 64)
+    monkeypatch.setattr(stats_module, "_COLLECT", collect)
+    rng = np.random.default_rng(21)
+    ref = rng.standard_normal(5000)
+    a = ref.astype(np.float32).astype(np.float64)
+    a[:3000] = ref[:3000]  # exact: error 0
+    a[3000:4000] = ref[3000:4000] + 2.0**-20  # one repeated error value
+    s = error_stats(torch.from_numpy(a), torch.from_numpy(ref))
+    expected = _numpy_stats(a, ref)
+    for key, value in expected.items():
+        assert s[key] == value, key
+
+
+def test_percentiles_exact_with_rows_longer_than_a_chunk(monkeypatch):
+    monkeypatch.setattr(stats_module, "_CPU_CHUNK", 100)
+    rng = np.random.default_rng(22)
+    ref = rng.standard_normal((3, 1000)) * np.array([[1.0], [1e-3], [1e3]])
+    a = ref.astype(np.float16)
+    s = error_stats(torch.from_numpy(a), torch.from_numpy(ref))
+    monkeypatch.setattr(stats_module, "_CPU_CHUNK", 1 << 18)
+    whole = error_stats(torch.from_numpy(a), torch.from_numpy(ref))
+    for key in STAT_KEYS:
+        if key.endswith("_mean") or key == "cosine":  # sums: chunking changes their rounding only
+            assert s[key] == pytest.approx(whole[key], rel=1e-13), key
+        else:
+            assert s[key] == whole[key], key
+    err = np.abs(a.astype(np.float64) - ref)
+    assert s["abs_p99"] == np.percentile(err, 99)
+    row_spacing = np.ldexp(1.0, np.floor(np.log2(np.abs(ref).max(axis=1))).astype(int) - 10)
+    assert s["sulp_max"] == (err / row_spacing[:, None]).max()
