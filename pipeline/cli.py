@@ -20,13 +20,89 @@ def _instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
-def report(profile: str, device: str, backend: str) -> int:
+def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str) -> float | None:
+    """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
+    exists, or None."""
+    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=50, ascending=False)
+    for record in result.records:
+        mat = record.asset_materialization
+        if mat is None:
+            continue
+        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if meta.get("provenance.profile") != profile:
+            continue
+        path = meta.get("path")
+        if path is not None and not Path(str(path)).exists():
+            return None
+        return record.timestamp
+    return None
+
+
+def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str) -> list[dg.AssetKey]:
+    """Assets missing for ``profile`` (never materialized, stored file gone, or a check of theirs
+    never evaluated, e.g. after an interrupted run), those older than an upstream asset, everything
+    downstream of those, and the report."""
+    graph = defs.resolve_asset_graph()
+    keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
+    stamps = {k: _stored_for_profile(instance, k, profile) for k in keys}
+    todo = {k for k, t in stamps.items() if t is None}
+    for key in keys:
+        node = graph.get(key)
+        if key in todo:
+            continue
+        if any(stamps.get(p) is not None and stamps[p] > stamps[key] for p in node.parent_keys):
+            todo.add(key)
+            continue
+        for check_key in node.check_keys:
+            latest = instance.get_latest_asset_check_evaluation_record(check_key)
+            data = latest.event.dagster_event.event_specific_data if latest and latest.event and latest.event.dagster_event else None
+            if data is None or not hasattr(data, "passed"):
+                todo.add(key)
+                break
+    frontier = list(todo)
+    while frontier:
+        for child in graph.get(frontier.pop()).child_keys:
+            if child not in todo:
+                todo.add(child)
+                frontier.append(child)
+    todo |= {k for k in keys if graph.get(k).group_name == "report"}
+    return sorted(todo, key=lambda k: k.to_user_string())
+
+
+def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list:
+    out = []
+    for check_key in defs.resolve_asset_graph().asset_check_keys:
+        latest = instance.get_latest_asset_check_evaluation_record(check_key)
+        if latest and latest.event and latest.event.dagster_event:
+            data = latest.event.dagster_event.event_specific_data
+            if hasattr(data, "passed"):  # planned but never evaluated: not yet run
+                out.append(data)
+    return out
+
+
+def report(profile: str, device: str, backend: str, backend_options: str = "{}", verbose: bool = False,
+           everything: bool = False) -> int:
+    from .resources import settings_problems
+
+    problems = settings_problems(profile, device, backend, backend_options)
+    if problems:
+        print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
+        return 2
     from .definitions import defs
 
-    run_config = {"resources": {"settings": {"config": {"profile": profile, "device": device, "backend": backend}}}}
+    settings = {"profile": profile, "device": device, "backend": backend, "backend_options": backend_options}
+    loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
+    run_config = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
+    instance = _instance()
     job = defs.resolve_job_def("all_assets_job")
+    selection = None if everything else assets_to_run(defs, instance, profile)
+    total = len([k for k in defs.resolve_asset_graph().get_all_asset_keys()])
+    if selection is not None:
+        print(f"profile {profile}: {len(selection)} of {total} assets missing or stale (the rest are stored); "
+              "--all re-runs everything")
     start = time.perf_counter()
-    result = job.execute_in_process(instance=_instance(), run_config=run_config, raise_on_error=False)
+    result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
+                                    asset_selection=selection)
     seconds = time.perf_counter() - start
     checks = [
         e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
@@ -35,7 +111,7 @@ def report(profile: str, device: str, backend: str) -> int:
     materialized = result.get_asset_materialization_events()
     print(f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks in {seconds:.1f} s; "
           f"run {result.run_id}")
-    print(outcome_table(defs, checks, failed_steps))
+    print(outcome_table(defs, _latest_evaluations(defs, instance), failed_steps))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
@@ -137,9 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="materialize every asset and run every check")
-    rep.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    rep.add_argument("--profile", default="default", help=f"one of {', '.join(sorted(PROFILES))}")
     rep.add_argument("--device", default="auto")
     rep.add_argument("--backend", default="inductor")
+    rep.add_argument("--backend-options", default="{}", help='JSON object of compiler options')
+    rep.add_argument("--all", dest="everything", action="store_true",
+                     help="materialize every asset, not only those missing or stale for the profile")
+    rep.add_argument("--verbose", action="store_true", help="Dagster's full console log (DEBUG) instead of progress lines")
     pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
     pro.add_argument("--profile", default="default", choices=sorted(PROFILES))
     pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
@@ -164,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return import_bundle(args.path, args.data_dir, args.replace)
     if args.command == "promote-baseline":
         return promote_baseline(args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note)
-    return report(args.profile, args.device, args.backend)
+    return report(args.profile, args.device, args.backend, args.backend_options, args.verbose, args.everything)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import dagster as dg
 
 from . import assets as assets_package
 from .assets.regression import promote_baseline_job
+from .progress import progress_logger
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
 from .storage import PrecisionIOManager
@@ -52,4 +53,7 @@ defs = dg.Definitions(
     jobs=[all_assets_job, promote_baseline_job],
     schedules=[nightly_schedule],
     resources=build_resources(),
+    # Runs with no logger configuration get Dagster's default console logger; the CLI picks
+    # "progress" (compact lines) or, with --verbose, "console" at DEBUG.
+    loggers={"console": dg.colored_console_logger, "progress": progress_logger},
 )

@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .devices import check_device, device_name, device_versions
 from .profiles import Profile, get_profile
@@ -44,6 +44,15 @@ class ExperimentSettings(dg.ConfigurableResource):
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
     )
     seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+
+    @model_validator(mode="after")
+    def _settings_are_usable(self) -> "ExperimentSettings":
+        # Runs when a run builds the resource, before any asset step: one clear error instead of
+        # every step failing on an unknown profile, a missing device or an unregistered backend.
+        problems = settings_problems(self.profile, self.device, self.backend, self.backend_options)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def get_profile(self) -> Profile:
         return get_profile(self.profile)
@@ -87,6 +96,49 @@ class ExperimentSettings(dg.ConfigurableResource):
             **cpu_capability(),
             "git_commit": git_commit(),
         }
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot run here, or None. The one place that decides device availability
+    (settings validation and the CLI both call it)."""
+    try:
+        default_device(device)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def backend_problem(backend: str) -> str | None:
+    """Why ``backend`` is not a usable ``torch.compile`` backend name, or None (planted-bug
+    backends count: they register on first use)."""
+    from torch._dynamo import list_backends
+
+    from .planted_bugs import PLANTED_BUGS
+
+    known = set(list_backends(exclude_tags=())) | set(PLANTED_BUGS)
+    if backend in known:
+        return None
+    return f"unknown torch.compile backend {backend!r}; registered: {', '.join(sorted(known))}"
+
+
+def settings_problems(profile: str, device: str, backend: str, backend_options: str = "{}") -> list[str]:
+    """Every reason the settings cannot run, each one line (empty when they can)."""
+    from .profiles import PROFILES
+
+    problems = []
+    if profile not in PROFILES:
+        problems.append(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+    if (why := device_problem(device)) is not None:
+        problems.append(why)
+    if (why := backend_problem(backend)) is not None:
+        problems.append(why)
+    try:
+        options = json.loads(backend_options)
+        if not isinstance(options, dict):
+            problems.append(f"backend_options must be a JSON object, got {backend_options!r}")
+    except json.JSONDecodeError as exc:
+        problems.append(f"backend_options is not valid JSON: {backend_options!r} ({exc})")
+    return problems
 
 
 @functools.cache

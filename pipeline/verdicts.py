@@ -19,6 +19,9 @@ The report, the CLI summary and the planted-bug matrix read these three outcomes
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -70,9 +73,52 @@ def _spec_metadata(outcome: str, rule: Rule | None) -> dict[str, Any]:
     return {"outcome": outcome, **(rule.metadata() if rule else {})}
 
 
+#: Op tag of a check that reads other assets than its own (``additional_ins``): when one of them
+#: is neither in the run nor stored, the IO manager hands over :data:`NOT_STORED` and the check
+#: does not run (it reads as "not yet run"), so any asset selection materializes.
+READS_OTHER_ASSETS_TAG = "fusion/reads_other_assets"
+
+
+class _NotStored:
+    def __repr__(self) -> str:
+        return "NOT_STORED"
+
+
+NOT_STORED = _NotStored()
+
+
+def _skip_unless_stored(fn: Callable[..., Any], inputs: Iterable[str]) -> Callable[..., Any]:
+    names = tuple(inputs)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        missing = [n for n in names if kwargs.get(n) is NOT_STORED]
+        if missing:
+            context = args[0] if args else kwargs.get("context")
+            if context is not None:
+                context.log.info(f"check not run: {', '.join(missing)} is neither in this run nor stored")
+            return None
+        return fn(*args, **kwargs)
+
+    # Dagster type-checks inputs by their annotations; these may also receive NOT_STORED.
+    signature = inspect.signature(fn, eval_str=True)
+    wrapper.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
+        p.replace(annotation=Any) if p.name in names else p for p in signature.parameters.values()
+    ])
+    return wrapper
+
+
 def _check(outcome: str, rule: Rule | None, kwargs: dict[str, Any]) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
     metadata = {**kwargs.pop("metadata", {}), **_spec_metadata(outcome, rule)}
-    return dg.asset_check(metadata=metadata, **kwargs)
+    others = tuple((kwargs.get("additional_ins") or {}).keys())
+    if not others:
+        return dg.asset_check(metadata=metadata, **kwargs)
+    kwargs["op_tags"] = {**kwargs.get("op_tags", {}), READS_OTHER_ASSETS_TAG: ",".join(others)}
+
+    def decorate(fn: Callable[..., Any]) -> dg.AssetChecksDefinition:
+        return dg.asset_check(metadata=metadata, **kwargs)(_skip_unless_stored(fn, others))
+
+    return decorate
 
 
 def validity_check(**kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:

@@ -1,0 +1,207 @@
+"""The main command's run control: settings validated before a run, progress lines, checks that
+read other assets in partial selections, and resuming after an interrupted run."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipeline import cli
+from pipeline.definitions import build_resources, defs
+from pipeline.progress import Progress, _RunLines, fmt_seconds, track
+from pipeline.resources import ExperimentSettings, settings_problems
+from pipeline.verdicts import NOT_STORED, READS_OTHER_ASSETS_TAG, finding_check, finding_result
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# --- progress --------------------------------------------------------------------------------
+
+
+def test_fmt_seconds():
+    assert [fmt_seconds(s) for s in (7.25, 65, 3725)] == ["7.2s", "1m 05s", "1h 02m"]
+
+
+def test_progress_lines_are_rate_limited_and_carry_an_eta():
+    now = [0.0]
+    lines: list[str] = []
+    p = Progress(lines.append, "runs", 4, every=10.0, clock=lambda: now[0])
+    now[0] = 2.0
+    p.advance()  # the first line is always written
+    now[0] = 4.0
+    p.advance()  # 2 s after the last line: held back
+    now[0] = 13.0
+    p.advance(note="round 2")
+    now[0] = 14.0
+    p.advance()  # the last one is always written
+    assert lines == [
+        "runs 1/4 (25%) 2.0s elapsed, ETA 6.0s",
+        "runs 3/4 (75%) 13.0s elapsed, ETA 4.3s - round 2",
+        "runs 4/4 (100%) 14.0s elapsed",
+    ]
+    with pytest.raises(ValueError, match="total must be >= 0"):
+        Progress(None, "x", -1)
+
+
+def test_track_yields_every_item_and_reports_the_end():
+    lines: list[str] = []
+    assert list(track(range(3), lines.append, "sets", every=1e9)) == [0, 1, 2]
+    assert lines[0].startswith("sets 1/3 (33%)") and lines[-1].startswith("sets 3/3 (100%)")
+
+
+def test_terminal_lines_show_steps_and_asset_messages_but_not_debug():
+    @dg.asset
+    def talky(context) -> None:
+        context.log.info("halfway")
+        context.log.debug("internal detail")
+
+    out = io.StringIO()
+    handler = _RunLines(out)
+    logger = logging.Logger("test_progress", level=logging.DEBUG)
+    logger.addHandler(handler)
+
+    @dg.logger
+    def capture(_):
+        return logger
+
+    job = dg.Definitions(assets=[talky], jobs=[dg.define_asset_job("j", [talky])],
+                         loggers={"capture": capture}).resolve_job_def("j")
+    result = job.execute_in_process(run_config={"loggers": {"capture": {}}})
+    assert result.success
+    text = out.getvalue()
+    assert "start  talky" in text and "    talky: halfway" in text
+    assert "done   talky in " in text
+    assert "internal detail" not in text and "STEP_START" not in text
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def test_settings_problems_name_each_bad_setting():
+    assert settings_problems("smoke", "cpu", "inductor", "{}") == []
+    problems = settings_problems("huge", "cpu", "nosuch", "[1]")
+    assert problems[0] == "unknown profile 'huge'; expected one of smoke, default, seed"
+    assert problems[1].startswith("unknown torch.compile backend 'nosuch'; registered: ")
+    assert problems[2] == "backend_options must be a JSON object, got '[1]'"
+    assert "planted_drop_channel" in problems[1]  # planted bugs count as registered
+    assert settings_problems("smoke", "cpu", "planted_drop_channel") == []
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_unavailable_device_is_a_settings_problem():
+    assert settings_problems("smoke", "cuda", "inductor") == ["device 'cuda' requested but CUDA is not available here"]
+
+
+def test_settings_resource_refuses_bad_values_before_any_step():
+    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+        ExperimentSettings(profile="huge", device="cpu")
+    with pytest.raises(ValueError, match="backend_options is not valid JSON"):
+        ExperimentSettings(profile="smoke", device="cpu", backend_options="{")
+
+
+def test_cli_bad_settings_exit_2_with_one_line(capsys):
+    assert cli.main(["report", "--profile", "smoke", "--device", "cpu", "--backend", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("report: invalid settings: unknown torch.compile backend 'nosuch'")
+
+
+# --- partial selections -------------------------------------------------------------------------
+
+
+def test_every_upstream_selection_only_runs_checks_whose_inputs_it_has_or_may_skip():
+    """For each asset, the selection the UI offers (the asset with its upstream): every check in it
+    reads only selected assets, or is marked so that an unstored input skips it instead of failing."""
+    graph = defs.resolve_asset_graph()
+    checks = {key: c for c in defs.asset_checks for key in c.check_keys}
+    walked = 0
+    for key in graph.get_all_asset_keys():
+        selection = dg.AssetSelection.assets(key).upstream()
+        assets = selection.resolve(graph)
+        for check_key in selection.resolve_checks(graph):
+            checks_def = checks[check_key]
+            reads = {k for k in checks_def.keys_by_input_name.values() if k != check_key.asset_key}
+            unselected = reads - assets
+            if unselected:
+                tag = checks_def.node_def.tags.get(READS_OTHER_ASSETS_TAG, "")
+                marked = {checks_def.keys_by_input_name[n] for n in tag.split(",") if n}
+                assert unselected <= marked, (key, check_key, unselected)
+        walked += 1
+    assert walked == len(graph.get_all_asset_keys())
+    # the case that used to fail: B's summary checks when accumulated_error_per_set is not selected
+    tagged = {c.to_user_string() for c, d in checks.items() if d.node_def.tags.get(READS_OTHER_ASSETS_TAG)}
+    assert "accumulated_error_summary:accumulated_error_run_valid" in tagged
+
+
+def test_check_whose_other_input_is_not_stored_is_skipped_not_failed(tmp_path):
+    @dg.asset
+    def x() -> dict:
+        return {"v": 1}
+
+    @dg.asset
+    def y() -> dict:
+        return {"v": 2}
+
+    @finding_check(asset="x", additional_ins={"other": dg.AssetIn("y")})
+    def reads_y(x: dict, other: dict) -> dg.AssetCheckResult:
+        assert other is not NOT_STORED
+        return finding_result([], {"y": other["v"]})
+
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    alone = dg.materialize([x, y, reads_y], resources=resources, selection=dg.AssetSelection.assets(x))
+    assert alone.success
+    assert alone.get_asset_check_evaluations() == []  # not run: y is neither selected nor stored
+    both = dg.materialize([x, y, reads_y], resources=resources)
+    (evaluation,) = both.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.metadata["y"].value == 2
+    again = dg.materialize([x, y, reads_y], resources=resources, selection=dg.AssetSelection.assets(x))
+    (evaluation,) = again.get_asset_check_evaluations()  # y is stored now: the check runs
+    assert evaluation.metadata["y"].value == 2
+
+
+# --- interruption -------------------------------------------------------------------------------
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    shutil.copy(REPO / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    return {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "1",
+            "FUSION_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_only_what_is_missing_and_the_report_builds(tmp_path):
+    env = _env(tmp_path)
+    command = [sys.executable, "-m", "pipeline.cli", "report", "--profile", "smoke", "--device", "cpu"]
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    finished = 0
+    deadline = time.monotonic() + 600
+    assert first.stdout is not None
+    for line in first.stdout:  # kill once a few assets are stored, mid-run
+        finished += " done " in line
+        if finished >= 3 or time.monotonic() > deadline:
+            break
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert finished >= 3, "the first run did not get far enough to be interrupted part-way"
+
+    second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    header = next(line for line in second.stdout.splitlines() if "missing or stale" in line)
+    todo, total = (int(w) for w in header.split(":")[1].split()[0:3:2])
+    assert todo < total  # what the killed run stored is not run again
+    assert "FAILED report_site" not in second.stdout
+    assert "report site: " in second.stdout
+    assert (REPO / "site" / "build" / "index.html").exists()
+    assert "AssetCheckEvaluationPlanned" not in second.stdout + second.stderr
