@@ -3,6 +3,7 @@
 #   make test     run the test suite
 #   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
 #   make lint     ruff (lint + format check) and mypy over LINT_PATHS / TYPE_PATHS
+#   make test-fast  unit tests only (no materializations, no browser): about a minute
 # A GPU user picks another torch build, e.g.:  make report TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>"
 # or installs torch into .venv first and passes TORCH_SPEC=skip.
 
@@ -20,7 +21,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup report test test-cuda lint benchmark ui clean
+.PHONY: setup report test test-fast test-cuda lint benchmark matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,8 +50,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy $(TYPE_PATHS)
 
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not materializes and not slow and not browser and not cuda"
+
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
+
+# fp32 vs fp16 vs bf16 matmul on this CPU; with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 set,
+# shows that the slow 16-bit path of an AVX2-only machine is in effect.
+matmul-timing: $(STAMP)
+	$(BIN)/python benchmarks/bench_matmul.py
 
 ui: $(STAMP)
 	$(BIN)/dagster dev

@@ -66,6 +66,8 @@ def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: s
                 todo.add(child)
                 frontier.append(child)
     todo |= {k for k in keys if graph.get(k).group_name == "report"}
+    # A multi-asset that cannot be subset runs whole: take its other outputs along.
+    todo = set(dg.AssetSelection.assets(*todo).required_multi_asset_neighbors().resolve(graph))
     return sorted(todo, key=lambda k: k.to_user_string())
 
 

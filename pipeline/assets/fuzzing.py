@@ -18,6 +18,7 @@ import polars as pl
 
 from precisionkit import fuzz
 
+from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..verdicts import finding_check, finding_result
 
@@ -59,8 +60,14 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     folder = Path(base) / settings.profile / "reproducers" / "fuzz"
     seeds = fuzz_seeds(settings)
     start = time.perf_counter()
+    progress = Progress(context.log.info, "fuzzer graphs", len(seeds))
+
+    def log(line: str) -> None:  # one line per graph: kept at DEBUG, counted for the progress line
+        context.log.debug(line)
+        progress.advance(note=line)
+
     outcomes = fuzz.fuzz(seeds, backend=settings.backend, options=settings.options(), out_dir=folder,
-                         max_shrink_checks=MAX_SHRINK_CHECKS, log=context.log.debug)
+                         max_shrink_checks=MAX_SHRINK_CHECKS, log=log)
     seconds = time.perf_counter() - start
     table = pl.DataFrame([o.row() for o in outcomes], schema=SCHEMA)
     counts = Counter(o.klass for o in outcomes)

@@ -34,6 +34,7 @@ import polars as pl
 
 from ..corpus import load_corpus
 from ..gpt import TrainConfig, TrainResult, train
+from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check, finding_result, validity_check, validity_result
@@ -97,8 +98,9 @@ RULE = Rule(
 
 
 def main_precision(settings: ExperimentSettings) -> str:
-    """bf16 on CPU (fp16 autocast is slow and unrepresentative there); fp16 on CUDA."""
-    return "float16" if settings.torch_device().type == "cuda" else "bfloat16"
+    """fp16 on CUDA; on CPU the profile's ``cpu_train_precision`` (bf16, or fp32 in the default
+    profile, whose budget must hold on CPUs without native 16-bit matmul: see pipeline/profiles.py)."""
+    return "float16" if settings.torch_device().type == "cuda" else settings.get_profile().cpu_train_precision
 
 
 def replicate_run(main: str, order: str) -> str:
@@ -126,7 +128,7 @@ def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
         {"run": replicate_run(main, o), "path": "eager", "precision": main, "data_order": o, "role": "replicate", "init_ulp_nudge": False}
         for o in REPLICATE_ORDERS[1:]
     ]
-    if settings.get_profile().train.get("fp32_control", 0):
+    if settings.get_profile().train.get("fp32_control", 0) and main != "float32":
         plan += [
             {"run": "float32_eager", "path": "eager", "precision": "float32", "data_order": "A", "role": "fp32_pair", "init_ulp_nudge": False},
             {"run": "float32_fused", "path": "fused", "precision": "float32", "data_order": "A", "role": "fp32_pair", "init_ulp_nudge": False},
@@ -161,7 +163,9 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     device = settings.torch_device()
     ckpt_root = checkpoint_root(context, settings)
     frames, summary = [], []
-    for run in run_plan(settings):
+    plan = run_plan(settings)
+    progress = Progress(context.log.info, "training runs", len(plan), every=0.0)
+    for run in plan:
         cfg = TrainConfig.from_profile(
             profile.train,
             path=run["path"],
@@ -178,6 +182,7 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
         result = train(cfg, corpus, checkpoint_dir=ckpt_root / run["run"], log=context.log.info)
         frames.append(_curve_frame(run, cfg, result))
         summary.append({**run, **_run_summary(result)})
+        progress.advance(note=f"{run['run']} done")
     curves = pl.concat(frames, how="vertical")
     context.add_output_metadata(
         {

@@ -1,0 +1,35 @@
+"""Test tiers: ``make test-fast`` runs the unit tests only, leaving out every test that
+materializes assets, runs the pipeline command or a browser (``-m "not materializes and not slow
+and not browser"``). A test is marked ``materializes`` when its body or one of its fixtures calls
+Dagster's materialization entry points, so new tests fall into the right tier by themselves."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+_RUNS_ASSETS = ("materialize(", "execute_in_process(", "pipeline.cli", "cli.main([\"report\"")
+
+
+def _runs_assets(fn) -> bool:
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return any(marker in source for marker in _RUNS_ASSETS)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "materializes: materializes assets or runs the pipeline (not in make test-fast)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = []
+        if fixtures is not None:
+            for name in fixtures.names_closure:
+                defs += [d.func for d in fixtures.name2fixturedefs.get(name, ())]
+        if _runs_assets(getattr(item, "function", None)) or any(_runs_assets(f) for f in defs):
+            item.add_marker(pytest.mark.materializes)
