@@ -7,14 +7,16 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import torch
 from pydantic import Field, model_validator
 
-from .devices import check_device, device_name, device_versions
-from .profiles import Profile, get_profile
+from .devices import DeviceError, check_device, device_name, device_versions
+from .profiles import PROFILES, Profile, get_profile
+
+PROFILE_NAMES = tuple(PROFILES)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 class ExperimentSettings(dg.ConfigurableResource):
     """Profile, compute device, fused backend and base seed of a run."""
 
-    profile: str = Field(
+    # An enum in the config schema: the launchpad rejects an unknown profile before a run starts.
+    profile: Literal[PROFILE_NAMES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_PROFILE", "default"),
         description="smoke | default | seed: sizes and counts only (default from FUSION_PROFILE)",
     )
@@ -102,8 +105,8 @@ def device_problem(device: str) -> str | None:
     """Why ``device`` cannot run here, or None. The one place that decides device availability
     (settings validation and the CLI both call it)."""
     try:
-        default_device(device)
-    except ValueError as exc:
+        check_device(device)
+    except (DeviceError, ValueError) as exc:
         return str(exc)
     return None
 

@@ -103,8 +103,10 @@ def test_unavailable_device_is_a_settings_problem():
 
 
 def test_settings_resource_refuses_bad_values_before_any_step():
-    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+    with pytest.raises(ValueError, match=r"profile[\s\S]*'smoke', 'default' or 'seed'[\s\S]*'huge'"):
         ExperimentSettings(profile="huge", device="cpu")
+    with pytest.raises(ValueError, match="unknown torch.compile backend 'nosuch'"):
+        ExperimentSettings(profile="smoke", device="cpu", backend="nosuch")
     with pytest.raises(ValueError, match="backend_options is not valid JSON"):
         ExperimentSettings(profile="smoke", device="cpu", backend_options="{")
 
@@ -205,3 +207,10 @@ def test_killed_run_resumes_with_only_what_is_missing_and_the_report_builds(tmp_
     assert "report site: " in second.stdout
     assert (REPO / "site" / "build" / "index.html").exists()
     assert "AssetCheckEvaluationPlanned" not in second.stdout + second.stderr
+
+
+def test_launchpad_rejects_an_unknown_profile_by_config_schema():
+    job = defs.resolve_job_def("all_assets_job")
+    assert dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "smoke"}}}})
+    with pytest.raises(dg.DagsterInvalidConfigError, match="profile not in enum type"):
+        dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "huge"}}}})
