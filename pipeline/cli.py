@@ -3,6 +3,7 @@ into the local Dagster instance (so the runs show in the UI) and prints what was
 
 import argparse
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,42 @@ def _instance() -> dg.DagsterInstance:
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
     return dg.DagsterInstance.get()
+
+
+#: Tags on runs this command starts: which process ran them, on which machine.
+CLI_PID_TAG, CLI_HOST_TAG = "fusion/cli_pid", "fusion/cli_host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"pipeline.cli" in f.read()
+    except OSError:
+        if not Path("/proc").is_dir():  # no procfs: ask the OS whether the pid exists
+            try:
+                os.kill(pid, 0)
+                return True
+            except OSError:
+                return False
+        return False
+
+
+def release_interrupted_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Runs this command started whose process is gone (killed, crashed) still read as in
+    progress and still hold their slots of the one-step-at-a-time pool, so the next run would wait
+    for them forever: mark them failed and free their slots. Returns their run ids."""
+    statuses = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.CANCELING]
+    released = []
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={CLI_HOST_TAG: platform.node()}))
+    for run in runs:
+        pid = int(run.tags.get(CLI_PID_TAG, "0") or 0)
+        if pid and pid != os.getpid() and _alive(pid):
+            continue
+        instance.report_run_failed(run, f"interrupted: the command that ran it (pid {pid}) is gone")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released
 
 
 def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str) -> float | None:
@@ -97,6 +134,8 @@ def report(profile: str, device: str, backend: str, backend_options: str = "{}",
     run_config = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
     instance = _instance()
     job = defs.resolve_job_def("all_assets_job")
+    for run_id in release_interrupted_runs(instance):
+        print(f"run {run_id} was interrupted: marked failed, its pool slots released")
     selection = None if everything else assets_to_run(defs, instance, profile)
     total = len([k for k in defs.resolve_asset_graph().get_all_asset_keys()])
     if selection is not None:
@@ -104,7 +143,8 @@ def report(profile: str, device: str, backend: str, backend_options: str = "{}",
               "--all re-runs everything")
     start = time.perf_counter()
     result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                    asset_selection=selection)
+                                    asset_selection=selection,
+                                    tags={CLI_PID_TAG: str(os.getpid()), CLI_HOST_TAG: platform.node()})
     seconds = time.perf_counter() - start
     checks = [
         e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
