@@ -64,21 +64,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-profile", default="default", help="profile whose E model steps are timed ('' to skip)")
     parser.add_argument("--train-steps", type=int, default=5)
     args = parser.parse_args(argv)
-    print(f"[setup] torch {torch.__version__}, threads {torch.get_num_threads()}, cpu_capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}, "
-          f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset)')}")
+    print(
+        f"[setup] torch {torch.__version__}, threads {torch.get_num_threads()}, cpu_capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}, "
+        f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset)')}"
+    )
     rates = {}
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         rates[dtype] = gflops(args.size, dtype, args.repeats)
-        print(f"[matmul] {args.size}x{args.size} {str(dtype).removeprefix('torch.'):<9} {rates[dtype]:8.2f} GFLOP/s "
-              f"({rates[dtype] / rates[torch.float32]:.3f}x fp32)")
+        print(
+            f"[matmul] {args.size}x{args.size} {str(dtype).removeprefix('torch.'):<9} {rates[dtype]:8.2f} GFLOP/s "
+            f"({rates[dtype] / rates[torch.float32]:.3f}x fp32)"
+        )
     if args.train_profile:
         from pipeline.profiles import get_profile
 
         for dtype in (torch.float32, torch.bfloat16):
             seconds = training_step_seconds(args.train_profile, args.train_steps, dtype)
-            print(f"[train] profile {args.train_profile} E model ({get_profile(args.train_profile).train}): one eager "
-                  f"{str(dtype).removeprefix('torch.')} step {seconds * 1e3:.0f} ms (median of {args.train_steps})")
+            print(
+                f"[train] profile {args.train_profile} E model ({get_profile(args.train_profile).train}): one eager "
+                f"{str(dtype).removeprefix('torch.')} step {seconds * 1e3:.0f} ms (median of {args.train_steps})"
+            )
 
 
 if __name__ == "__main__":

@@ -113,17 +113,21 @@ def child_error_stats(shape: tuple[int, ...]) -> None:
     copies = (a.clone(), ref.clone())  # the yardstick (after the peak is read): one copy of the inputs
     copy_seconds = time.perf_counter() - start
     del copies
-    print(json.dumps({
-        "seconds": seconds,
-        "copy_seconds": copy_seconds,
-        "peak_bytes": peak,
-        "before_bytes": before,
-        "a_bytes": a.numel() * a.element_size(),
-        "ref_bytes": ref.numel() * ref.element_size(),
-        "ulp_max": stats["ulp_max"],
-        "exact_fraction": stats["exact_fraction"],
-        "n_compared": stats["n_compared"],
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "copy_seconds": copy_seconds,
+                "peak_bytes": peak,
+                "before_bytes": before,
+                "a_bytes": a.numel() * a.element_size(),
+                "ref_bytes": ref.numel() * ref.element_size(),
+                "ulp_max": stats["ulp_max"],
+                "exact_fraction": stats["exact_fraction"],
+                "n_compared": stats["n_compared"],
+            }
+        )
+    )
 
 
 def bench_error_stats(shape: tuple[int, ...]) -> None:
@@ -140,15 +144,21 @@ def bench_error_stats(shape: tuple[int, ...]) -> None:
         f"ref fp64 {r['ref_bytes'] / MIB:.1f} MiB"
     )
     print(f"[error_stats] wall time: {r['seconds']:.2f} s ({n / r['seconds'] / 1e6:.1f} M elements/s)")
-    print(f"[error_stats] peak RSS: {r['peak_bytes'] / MIB:.1f} MiB (child process; high-water mark "
-          f"{r['before_bytes'] / MIB:.1f} MiB with inputs built, so "
-          f"+{(r['peak_bytes'] - r['before_bytes']) / MIB:.1f} MiB during error_stats)")
+    print(
+        f"[error_stats] peak RSS: {r['peak_bytes'] / MIB:.1f} MiB (child process; high-water mark "
+        f"{r['before_bytes'] / MIB:.1f} MiB with inputs built, so "
+        f"+{(r['peak_bytes'] - r['before_bytes']) / MIB:.1f} MiB during error_stats)"
+    )
     inputs = r["a_bytes"] + r["ref_bytes"]
-    print(f"[error_stats] ratio to one copy of the inputs: time {r['seconds'] / r['copy_seconds']:.1f}x "
-          f"(copy {r['copy_seconds'] * 1e3:.0f} ms), extra memory {(r['peak_bytes'] - r['before_bytes']) / inputs:.2f}x "
-          f"({inputs / MIB:.0f} MiB of inputs)")
-    print(f"[error_stats] result: n_compared={r['n_compared']} ulp_max={r['ulp_max']} "
-          f"exact_fraction={r['exact_fraction']}")
+    print(
+        f"[error_stats] ratio to one copy of the inputs: time {r['seconds'] / r['copy_seconds']:.1f}x "
+        f"(copy {r['copy_seconds'] * 1e3:.0f} ms), extra memory {(r['peak_bytes'] - r['before_bytes']) / inputs:.2f}x "
+        f"({inputs / MIB:.0f} MiB of inputs)"
+    )
+    print(
+        f"[error_stats] result: n_compared={r['n_compared']} ulp_max={r['ulp_max']} "
+        f"exact_fraction={r['exact_fraction']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ remaining ``n_compared`` finite pairs and is ``None`` when there are none.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,7 @@ class _Query:
 
     def __init__(self, metric: str, rank: int) -> None:
         self.metric, self.rank = metric, rank
+        self.target = rank  # the rank among all values (``rank`` becomes relative to the prefix's bin)
         self.prefix, self.shift = 0, 64  # nothing fixed yet: every value matches
         self.count: int | None = None  # values matching the prefix, when known
         self.value: float | None = None
@@ -168,8 +170,13 @@ def _spacing64(r64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return ((exponent + (1023 - mantissa)) << 52).view(torch.float64)
 
 
-def _metrics(a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype,
-             acc: _Accumulator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+#: One chunk's finite pairs: a and ref in fp64, a - ref, and the four errors by name.
+_Metrics = tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+
+
+def _metrics(
+    a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype, acc: _Accumulator | None
+) -> _Metrics:
     """The four errors of one chunk's finite pairs; with ``acc``, also counts the excluded pairs."""
     a64, r64 = a.to(torch.float64), ref.to(torch.float64)
     diff = a64 - r64
@@ -198,8 +205,14 @@ def _metrics(a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtyp
     return a64, r64, diff, values
 
 
-def _accumulate(acc: _Accumulator, a64: torch.Tensor, r64: torch.Tensor, diff: torch.Tensor,
-                values: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+def _accumulate(
+    acc: _Accumulator,
+    a64: torch.Tensor,
+    r64: torch.Tensor,
+    diff: torch.Tensor,
+    values: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+) -> None:
     k = a64.numel()
     if k == 0:
         return
@@ -225,14 +238,14 @@ def _row_scales(fr: torch.Tensor, row_len: int, n_rows: int, chunk: int) -> torc
         step = max(1, chunk // row_len)
         for r0 in range(0, n_rows, step):
             r1 = min(n_rows, r0 + step)
-            block = fr[r0 * row_len:r1 * row_len].reshape(r1 - r0, row_len).abs().to(torch.float64)
+            block = fr[r0 * row_len : r1 * row_len].reshape(r1 - r0, row_len).abs().to(torch.float64)
             block = torch.where(torch.isfinite(block), block, torch.zeros((), dtype=torch.float64, device=fr.device))
             out[r0:r1] = block.amax(dim=1)
     else:
         for r in range(n_rows):
             best = 0.0
             for s in range(r * row_len, (r + 1) * row_len, chunk):
-                piece = fr[s:min((r + 1) * row_len, s + chunk)].abs().to(torch.float64)
+                piece = fr[s : min((r + 1) * row_len, s + chunk)].abs().to(torch.float64)
                 piece = piece[torch.isfinite(piece)]
                 if piece.numel():
                     best = max(best, float(piece.max()))
@@ -240,7 +253,7 @@ def _row_scales(fr: torch.Tensor, row_len: int, n_rows: int, chunk: int) -> torc
     return out
 
 
-def _chunks(n: int, row_len: int, chunk: int):
+def _chunks(n: int, row_len: int, chunk: int) -> Iterator[tuple[int, int, int, int]]:
     """(start, stop, first row, rows) per chunk: whole rows where a row fits in a chunk, else
     pieces of one row (rows == 0 marks a piece inside row ``first row``)."""
     if row_len <= chunk:
@@ -254,8 +267,7 @@ def _chunks(n: int, row_len: int, chunk: int):
             yield start, min(n, start + chunk, (row + 1) * row_len), row, 0
 
 
-
-def _select(queries: list[_Query], passes) -> None:
+def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch.Tensor]]]) -> None:
     """Resolve every query's order statistic exactly by radix passes over the errors
     (``passes()`` yields, per chunk, a dict metric -> fp64 errors of that chunk)."""
     pending = list(queries)
@@ -306,9 +318,13 @@ def _select(queries: list[_Query], passes) -> None:
         pending = still
 
 
-STAT_KEYS = tuple(
-    f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")
-) + ("exact_fraction", "cosine", "rel_within_1e-3", "rel_within_5e-3", "error_balance")
+STAT_KEYS = tuple(f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")) + (
+    "exact_fraction",
+    "cosine",
+    "rel_within_1e-3",
+    "rel_within_5e-3",
+    "error_balance",
+)
 
 
 def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
@@ -328,8 +344,9 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     percentiles are selected exactly. Working memory is a few chunks, not the input's size.
 
     >>> import torch
-    >>> s = error_stats(torch.tensor([1.0, 2.0], dtype=torch.float16),
-    ...                 torch.tensor([1.0, 2.0 + 2**-11], dtype=torch.float64))
+    >>> s = error_stats(
+    ...     torch.tensor([1.0, 2.0], dtype=torch.float16), torch.tensor([1.0, 2.0 + 2**-11], dtype=torch.float64)
+    ... )
     >>> s["ulp_max"], s["exact_fraction"]
     (0.25, 1.0)
     """
@@ -350,12 +367,12 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     n_rows = n // row_len if n else 0
     row_spacing = spacing(_row_scales(fr, row_len, n_rows, chunk), dtype) if n else torch.zeros(0, dtype=torch.float64)
 
-    def chunk_metrics(acc: _Accumulator | None):
+    def chunk_metrics(acc: _Accumulator | None) -> Iterator[_Metrics]:
         for start, stop, row, rows in _chunks(n, row_len, chunk):
             if rows:
-                sp = row_spacing[row:row + rows, None].expand(rows, row_len).reshape(-1)
+                sp = row_spacing[row : row + rows, None].expand(rows, row_len).reshape(-1)
             else:
-                sp = row_spacing[row:row + 1]
+                sp = row_spacing[row : row + 1]
             yield _metrics(fa[start:stop], fr[start:stop], sp, dtype, acc)
 
     acc = _Accumulator()
@@ -370,16 +387,19 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     queries = [_Query(metric, r) for metric in _METRICS for r in ranks]
     _select(queries, lambda: (values for *_, values in chunk_metrics(None)))
     by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
-    for q, rank in zip(queries, [r for _ in _METRICS for r in ranks]):  # q.rank is now bin-relative
-        by_metric[q.metric][rank] = q.value
+    for q in queries:
+        assert q.value is not None
+        by_metric[q.metric][q.target] = q.value
     for name in _METRICS:
         p50, p99 = _interpolate(by_metric[name], m, _PERCENTILES)
-        result.update({
-            f"{name}_max": acc.max[name],
-            f"{name}_mean": math.fsum(acc.sums[name]) / m,
-            f"{name}_p50": p50,
-            f"{name}_p99": p99,
-        })
+        result.update(
+            {
+                f"{name}_max": acc.max[name],
+                f"{name}_mean": math.fsum(acc.sums[name]) / m,
+                f"{name}_p50": p50,
+                f"{name}_p99": p99,
+            }
+        )
     denom = math.sqrt(acc.norm_a) * math.sqrt(acc.norm_ref)
     result.update(
         {
