@@ -57,9 +57,11 @@ def release_interrupted_runs(instance: dg.DagsterInstance) -> list[str]:
     return released
 
 
-def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str) -> float | None:
+def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str,
+                        same: dict[str, str] | None = None) -> float | None:
     """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
-    exists, or None."""
+    exists, or None; None as well when that materialization's provenance differs from ``same``
+    (device, backend, options: the stored value was computed under other settings)."""
     result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=50, ascending=False)
     for record in result.records:
         mat = record.asset_materialization
@@ -71,17 +73,20 @@ def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile:
         path = meta.get("path")
         if path is not None and not Path(str(path)).exists():
             return None
+        if any(str(meta.get(f"provenance.{k}", v)) != v for k, v in (same or {}).items()):
+            return None
         return record.timestamp
     return None
 
 
-def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str) -> list[dg.AssetKey]:
-    """Assets missing for ``profile`` (never materialized, stored file gone, or a check of theirs
-    never evaluated, e.g. after an interrupted run), those older than an upstream asset, everything
-    downstream of those, and the report."""
+def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str,
+                  same: dict[str, str] | None = None) -> list[dg.AssetKey]:
+    """Assets missing for ``profile`` (never materialized, stored file gone, computed under other
+    ``same`` settings, or a check of theirs never evaluated, e.g. after an interrupted run), those
+    older than an upstream asset, everything downstream of those, and the report."""
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
-    stamps = {k: _stored_for_profile(instance, k, profile) for k in keys}
+    stamps = {k: _stored_for_profile(instance, k, profile, same) for k in keys}
     todo = {k for k, t in stamps.items() if t is None}
     for key in keys:
         node = graph.get(key)
@@ -136,7 +141,10 @@ def report(profile: str, device: str, backend: str, backend_options: str = "{}",
     job = defs.resolve_job_def("all_assets_job")
     for run_id in release_interrupted_runs(instance):
         print(f"run {run_id} was interrupted: marked failed, its pool slots released")
-    selection = None if everything else assets_to_run(defs, instance, profile)
+    from .devices import check_device
+
+    same = {"device": str(check_device(device)), "backend": backend, "backend_options": backend_options}
+    selection = None if everything else assets_to_run(defs, instance, profile, same)
     total = len([k for k in defs.resolve_asset_graph().get_all_asset_keys()])
     if selection is not None:
         print(f"profile {profile}: {len(selection)} of {total} assets missing or stale (the rest are stored); "

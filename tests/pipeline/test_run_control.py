@@ -215,3 +215,37 @@ def test_launchpad_rejects_an_unknown_profile_by_config_schema():
     assert dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "smoke"}}}})
     with pytest.raises(dg.DagsterInvalidConfigError, match="profile not in enum type"):
         dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "huge"}}}})
+
+
+def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
+    @dg.asset
+    def up() -> dict:
+        return {"v": 1}
+
+    @dg.asset
+    def down(up: dict) -> dict:
+        return {"v": up["v"] + 1}
+
+    @dg.asset(deps=[down])
+    def side() -> dict:
+        return {"v": 3}
+
+    small = dg.Definitions(assets=[up, down, side])
+    instance = dg.DagsterInstance.ephemeral()
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    same = {"device": "cpu", "backend": "inductor", "backend_options": "{}"}
+
+    def todo(**other: str) -> list[str]:
+        return [k.to_user_string() for k in cli.assets_to_run(small, instance, "smoke", {**same, **other})]
+
+    assert todo() == ["down", "side", "up"]  # nothing stored yet
+    assert dg.materialize([up, down, side], resources=resources, instance=instance).success
+    assert todo() == []
+    assert cli.assets_to_run(small, instance, "default", same) != []  # another profile: all missing
+    assert todo(backend="eager") == ["down", "side", "up"]  # stored under another backend
+    (tmp_path / "smoke" / "down.json").unlink()
+    assert todo() == ["down", "side"]  # the file is gone: down, and what depends on it
+    assert dg.materialize([up, down, side], resources=resources, instance=instance).success
+    time.sleep(0.01)
+    assert dg.materialize([up], resources=resources, instance=instance, selection=[up]).success
+    assert todo() == ["down", "side"]  # up is newer than down
