@@ -249,3 +249,32 @@ def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
     time.sleep(0.01)
     assert dg.materialize([up], resources=resources, instance=instance, selection=[up]).success
     assert todo() == ["down", "side"]  # up is newer than down
+
+
+def test_report_reads_a_planned_but_unevaluated_check_as_not_yet_run(tmp_path):
+    from pipeline.reporting.render import Report
+
+    @dg.asset(group_name="g")
+    def x() -> dict:
+        return {"v": 1}
+
+    @dg.asset(group_name="g")
+    def y() -> dict:
+        return {"v": 2}
+
+    @finding_check(asset="x", additional_ins={"other": dg.AssetIn("y")})
+    def reads_y(x: dict, other: dict) -> dg.AssetCheckResult:
+        return finding_result([], {})
+
+    instance = dg.DagsterInstance.ephemeral()
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    assert dg.materialize([x, y, reads_y], resources=resources, instance=instance,
+                          selection=dg.AssetSelection.assets(x)).success
+    graph = dg.Definitions(assets=[x, y], asset_checks=[reads_y]).resolve_asset_graph()
+    (check_key,) = graph.asset_check_keys
+    latest = instance.get_latest_asset_check_evaluation_record(check_key)
+    assert type(latest.event.dagster_event.event_specific_data).__name__ == "AssetCheckEvaluationPlanned"
+    report = Report(instance, graph, tmp_path / "smoke", tmp_path / "docs", "smoke", "")
+    (record,) = report.checks_of("g")
+    assert record.state == "not yet run"
+    assert report.outcome("g") is not None and not any(c.state == "passed" for c in report.checks_of("g"))
