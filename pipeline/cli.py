@@ -79,28 +79,28 @@ def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile:
     return None
 
 
+def _evaluated(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> bool:
+    """Whether the check's latest record is a result (not only "planned" by a run that stopped)."""
+    latest = instance.get_latest_asset_check_evaluation_record(check_key)
+    event = latest.event.dagster_event if latest is not None and latest.event is not None else None
+    return event is not None and hasattr(event.event_specific_data, "passed")
+
+
 def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str,
-                  same: dict[str, str] | None = None) -> list[dg.AssetKey]:
-    """Assets missing for ``profile`` (never materialized, stored file gone, computed under other
-    ``same`` settings, or a check of theirs never evaluated, e.g. after an interrupted run), those
-    older than an upstream asset, everything downstream of those, and the report."""
+                  same: dict[str, str] | None = None) -> tuple[list[dg.AssetKey], list[dg.AssetCheckKey]]:
+    """What a resumed run does. Assets: those missing for ``profile`` (never materialized, stored
+    file gone, or computed under other ``same`` settings), those older than an upstream asset,
+    everything downstream of those, and the report. Checks: every check of those assets, and the
+    checks of stored assets that never produced a result (e.g. a run stopped before them); those
+    run against the stored values without materializing their asset again."""
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
     stamps = {k: _stored_for_profile(instance, k, profile, same) for k in keys}
     todo = {k for k, t in stamps.items() if t is None}
     for key in keys:
         node = graph.get(key)
-        if key in todo:
-            continue
-        if any(stamps.get(p) is not None and stamps[p] > stamps[key] for p in node.parent_keys):
+        if key not in todo and any(stamps.get(p) is not None and stamps[p] > stamps[key] for p in node.parent_keys):
             todo.add(key)
-            continue
-        for check_key in node.check_keys:
-            latest = instance.get_latest_asset_check_evaluation_record(check_key)
-            data = latest.event.dagster_event.event_specific_data if latest and latest.event and latest.event.dagster_event else None
-            if data is None or not hasattr(data, "passed"):
-                todo.add(key)
-                break
     frontier = list(todo)
     while frontier:
         for child in graph.get(frontier.pop()).child_keys:
@@ -110,7 +110,9 @@ def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: s
     todo |= {k for k in keys if graph.get(k).group_name == "report"}
     # A multi-asset that cannot be subset runs whole: take its other outputs along.
     todo = set(dg.AssetSelection.assets(*todo).required_multi_asset_neighbors().resolve(graph))
-    return sorted(todo, key=lambda k: k.to_user_string())
+    checks = {c for c in graph.asset_check_keys if c.asset_key in todo or not _evaluated(instance, c)}
+    return (sorted(todo, key=lambda k: k.to_user_string()),
+            sorted(checks, key=lambda c: (c.asset_key.to_user_string(), c.name)))
 
 
 def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list:
@@ -144,14 +146,15 @@ def report(profile: str, device: str, backend: str, backend_options: str = "{}",
     from .devices import check_device
 
     same = {"device": str(check_device(device)), "backend": backend, "backend_options": backend_options}
-    selection = None if everything else assets_to_run(defs, instance, profile, same)
-    total = len([k for k in defs.resolve_asset_graph().get_all_asset_keys()])
-    if selection is not None:
-        print(f"profile {profile}: {len(selection)} of {total} assets missing or stale (the rest are stored); "
+    graph = defs.resolve_asset_graph()
+    if not everything:
+        assets, checks = assets_to_run(defs, instance, profile, same)
+        print(f"profile {profile}: {len(assets)} of {len(graph.get_all_asset_keys())} assets missing or stale "
+              f"(the rest are stored), {len(checks)} of {len(graph.asset_check_keys)} checks to run; "
               "--all re-runs everything")
+        job = job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
     start = time.perf_counter()
     result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                    asset_selection=selection,
                                     tags={CLI_PID_TAG: str(os.getpid()), CLI_HOST_TAG: platform.node()})
     seconds = time.perf_counter() - start
     checks = [

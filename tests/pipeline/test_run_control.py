@@ -230,24 +230,40 @@ def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
     def side() -> dict:
         return {"v": 3}
 
-    small = dg.Definitions(assets=[up, down, side])
+    @finding_check(asset="up")
+    def up_ok(up: dict) -> dg.AssetCheckResult:
+        return finding_result([])
+
+    @finding_check(asset="down", additional_ins={"other": dg.AssetIn("side")})
+    def down_reads_side(down: dict, other: dict) -> dg.AssetCheckResult:
+        return finding_result([])
+
+    small = dg.Definitions(assets=[up, down, side], asset_checks=[up_ok, down_reads_side])
     instance = dg.DagsterInstance.ephemeral()
     resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
     same = {"device": "cpu", "backend": "inductor", "backend_options": "{}"}
 
     def todo(**other: str) -> list[str]:
-        return [k.to_user_string() for k in cli.assets_to_run(small, instance, "smoke", {**same, **other})]
+        return [k.to_user_string() for k in cli.assets_to_run(small, instance, "smoke", {**same, **other})[0]]
+
+    def checks() -> list[str]:
+        return [c.name for c in cli.assets_to_run(small, instance, "smoke", same)[1]]
 
     assert todo() == ["down", "side", "up"]  # nothing stored yet
-    assert dg.materialize([up, down, side], resources=resources, instance=instance).success
-    assert todo() == []
+    assert checks() == ["down_reads_side", "up_ok"]
+    # side is not selected and not stored: down's check is planned but cannot run
+    everything = [up, down, side, up_ok, down_reads_side]
+    assert dg.materialize(everything, resources=resources, instance=instance, selection=dg.AssetSelection.assets(up, down)).success
+    assert todo() == ["side"] and checks() == ["down_reads_side"]  # only the check, not down again
+    assert dg.materialize(everything, resources=resources, instance=instance).success
+    assert todo() == [] and checks() == []
     assert cli.assets_to_run(small, instance, "default", same) != []  # another profile: all missing
     assert todo(backend="eager") == ["down", "side", "up"]  # stored under another backend
     (tmp_path / "smoke" / "down.json").unlink()
     assert todo() == ["down", "side"]  # the file is gone: down, and what depends on it
-    assert dg.materialize([up, down, side], resources=resources, instance=instance).success
+    assert dg.materialize(everything, resources=resources, instance=instance).success
     time.sleep(0.01)
-    assert dg.materialize([up], resources=resources, instance=instance, selection=[up]).success
+    assert dg.materialize(everything, resources=resources, instance=instance, selection=[up]).success
     assert todo() == ["down", "side"]  # up is newer than down
 
 
