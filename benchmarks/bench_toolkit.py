@@ -152,7 +152,7 @@ def bench_error_stats(shape: tuple[int, ...]) -> None:
     inputs = r["a_bytes"] + r["ref_bytes"]
     print(
         f"[error_stats] ratio to one copy of the inputs: time {r['seconds'] / r['copy_seconds']:.1f}x "
-        f"(copy {r['copy_seconds'] * 1e3:.0f} ms), extra memory {(r['peak_bytes'] - r['before_bytes']) / inputs:.2f}x "
+        f"(copy {r['copy_seconds'] * 1e3:.2f} ms), extra memory {(r['peak_bytes'] - r['before_bytes']) / inputs:.2f}x "
         f"({inputs / MIB:.0f} MiB of inputs)"
     )
     print(

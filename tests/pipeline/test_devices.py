@@ -42,8 +42,9 @@ def test_an_index_past_the_device_count_is_refused(monkeypatch):
 
 
 def test_settings_use_the_device_check_and_label_results():
-    with pytest.raises(DeviceError, match="unknown device type 'cdua'"):
-        ExperimentSettings(profile="smoke", device="cdua").torch_device()
+    # the settings refuse a bad device when they are built, before any step uses it
+    with pytest.raises(ValueError, match="unknown device type 'cdua'"):
+        ExperimentSettings(profile="smoke", device="cdua")
     plain = ExperimentSettings(profile="smoke", device="cpu", device_label="")
     assert plain.device_key() == devices.device_name(torch.device("cpu"))
     prov = ExperimentSettings(profile="smoke", device="cpu", device_label="node-3").provenance()

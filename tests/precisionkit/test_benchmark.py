@@ -26,6 +26,8 @@ EXPECTED_LINES = [
     rf"\[error_stats\] wall time: {NUMBER} s \({NUMBER} M elements/s\)",
     rf"\[error_stats\] peak RSS: {NUMBER} MiB \(child process; high-water mark {NUMBER} MiB with inputs "
     rf"built, so \+-?{NUMBER} MiB during error_stats\)",
+    rf"\[error_stats\] ratio to one copy of the inputs: time {NUMBER}x \(copy {NUMBER} ms\), extra memory "
+    rf"-?{NUMBER}x \(2 MiB of inputs\)",
     rf"\[error_stats\] result: n_compared=262144 ulp_max={NUMBER} exact_fraction={NUMBER}",
 ]
 
