@@ -273,18 +273,26 @@ def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch
     pending = list(queries)
     while pending:
         histograms: dict[int, torch.Tensor] = {}
-        collected: dict[int, list[torch.Tensor]] = {}
         groups: dict[tuple[str, int, int], list[_Query]] = {}
         for q in pending:
             groups.setdefault((q.metric, q.prefix, q.shift), []).append(q)
         collect = {g for g, qs in groups.items() if qs[0].count is not None and qs[0].count <= _COLLECT}
+        # Buffers of the known bin sizes, allocated before the pass: many small long-lived pieces
+        # between the chunks' temporaries would fragment the heap and keep its memory resident.
+        collected: dict[int, torch.Tensor] = {}
+        filled: dict[int, int] = {}
+        for g in collect:
+            first = groups[g][0]
+            collected[id(first)] = torch.empty(first.count or 0, dtype=torch.int64)
+            filled[id(first)] = 0
         for values in passes():
             for (metric, prefix, shift), qs in groups.items():
                 keys = values[metric].view(torch.int64)
                 gid = id(qs[0])
                 sel = keys if shift >= 64 else keys[(keys >> shift) == prefix]
                 if (metric, prefix, shift) in collect:
-                    collected.setdefault(gid, []).append(sel)
+                    collected[gid][filled[gid] : filled[gid] + sel.numel()] = sel.cpu()
+                    filled[gid] += sel.numel()
                 else:
                     digit = (sel >> (shift - _DIGIT)) & ((1 << _DIGIT) - 1)
                     h = torch.bincount(digit, minlength=1 << _DIGIT)
@@ -293,8 +301,7 @@ def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch
         for g, qs in groups.items():
             gid = id(qs[0])
             if g in collect:
-                keys = torch.cat(collected.get(gid, [])) if gid in collected else torch.empty(0, dtype=torch.int64)
-                ordered = keys.view(torch.float64).cpu().numpy()
+                ordered = collected[gid].view(torch.float64).numpy()
                 wanted = sorted({q.rank for q in qs})
                 ordered.partition(wanted)
                 for q in qs:
