@@ -33,10 +33,10 @@ def main(step: str, n_sets: int, data_dir: str) -> None:
     from pipeline.resources import ExperimentSettings
     from pipeline.workloads import CHAINS, WORKLOADS
 
-    # The seed profile's shapes, with only the set count changed.
-    name = f"seed_sets{n_sets}"
-    profiles.PROFILES[name] = dataclasses.replace(profiles.PROFILES["seed"], name=name, chain_sets=n_sets)
-    settings = ExperimentSettings(profile=name, device="cpu")
+    # The seed profile's shapes, with only the set count changed. The probe owns its process, so it
+    # replaces the seed entry in place: the settings accept only the profile names of the schema.
+    profiles.PROFILES["seed"] = dataclasses.replace(profiles.PROFILES["seed"], chain_sets=n_sets)
+    settings = ExperimentSettings(profile="seed", device="cpu")
     resources = build_resources(settings, base_dir=data_dir)
     chains = ("matmul_add_layernorm",) if step == "S" else CHAINS
     upstream = [a for a in [*toolkit.input_pools, *toolkit.fp64_references]
