@@ -153,10 +153,12 @@ class _Accumulator:
     def __init__(self) -> None:
         self.filled = 0
         self.counts = dict(nan_matched=0, inf_matched=0, nan_mismatch=0, inf_mismatch=0)
-        self.exact = self.above = self.below = self.within_1e3 = self.within_5e3 = 0
+        self.exact = self.balance = self.within_1e3 = self.within_5e3 = 0
         self.dot = self.norm_a = self.norm_ref = 0.0
         self.max = dict.fromkeys(_METRICS, 0.0)
         self.sums: dict[str, list[float]] = {m: [] for m in _METRICS}
+        # Histograms of each error's top _DIGIT bits: the first radix pass, taken with the sums.
+        self.hist: dict[str, torch.Tensor] = {}
 
 
 def _spacing64(r64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -173,27 +175,41 @@ def _spacing64(r64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 #: One chunk's finite pairs: a and ref in fp64, a - ref, and the four errors by name.
 _Metrics = tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 
+_EXPONENT_BITS = 0x7FF0000000000000
 
-def _metrics(
+
+class _Buffers:
+    """Per-chunk working tensors, allocated once: the chunks' arithmetic runs in place in them."""
+
+    def __init__(self, size: int, device: torch.device) -> None:
+        def f64() -> torch.Tensor:
+            return torch.empty(size, dtype=torch.float64, device=device)
+
+        self.a64, self.r64, self.diff, self.tmp = f64(), f64(), f64(), f64()
+        self.values = {name: f64() for name in _METRICS}
+        self.keys = torch.empty(size, dtype=torch.int64, device=device)
+
+
+def _masked_metrics(
     a: torch.Tensor, ref: torch.Tensor, row_spacing: torch.Tensor, dtype: torch.dtype, acc: _Accumulator | None
 ) -> _Metrics:
-    """The four errors of one chunk's finite pairs; with ``acc``, also counts the excluded pairs."""
+    """:func:`_metrics` for a chunk with NaNs or infinities: counts the excluded pairs into ``acc``
+    and computes the errors of the finite pairs (new tensors, not the buffers)."""
     a64, r64 = a.to(torch.float64), ref.to(torch.float64)
     diff = a64 - r64
-    if not bool(torch.isfinite(diff).all()):  # some side is NaN or infinite (or the difference overflows)
-        finite_a, finite_r = torch.isfinite(a64), torch.isfinite(r64)
-        finite = finite_a & finite_r
-        if acc is not None:
-            nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
-            inf_a, inf_r = ~finite_a & ~nan_a, ~finite_r & ~nan_r
-            acc.counts["nan_matched"] += int((nan_a & nan_r).sum())
-            acc.counts["nan_mismatch"] += int((nan_a ^ nan_r).sum())
-            same_inf = inf_a & inf_r & (a64 == r64)
-            acc.counts["inf_matched"] += int(same_inf.sum())
-            acc.counts["inf_mismatch"] += int(((inf_a | inf_r) & ~(nan_a | nan_r) & ~same_inf).sum())
-        a64, r64, diff = a64[finite], r64[finite], diff[finite]
-        if row_spacing.numel() > 1:
-            row_spacing = row_spacing[finite]
+    finite_a, finite_r = torch.isfinite(a64), torch.isfinite(r64)
+    finite = finite_a & finite_r
+    if acc is not None:
+        nan_a, nan_r = torch.isnan(a64), torch.isnan(r64)
+        inf_a, inf_r = ~finite_a & ~nan_a, ~finite_r & ~nan_r
+        acc.counts["nan_matched"] += int((nan_a & nan_r).sum())
+        acc.counts["nan_mismatch"] += int((nan_a ^ nan_r).sum())
+        same_inf = inf_a & inf_r & (a64 == r64)
+        acc.counts["inf_matched"] += int(same_inf.sum())
+        acc.counts["inf_mismatch"] += int(((inf_a | inf_r) & ~(nan_a | nan_r) & ~same_inf).sum())
+    a64, r64, diff = a64[finite], r64[finite], diff[finite]
+    if row_spacing.numel() > 1:
+        row_spacing = row_spacing.reshape(-1)[finite]
     err = diff.abs()
     tiny = torch.finfo(dtype).tiny
     values = {
@@ -205,6 +221,54 @@ def _metrics(
     return a64, r64, diff, values
 
 
+def _metrics(
+    a: torch.Tensor,
+    ref: torch.Tensor,
+    row_spacing: torch.Tensor,
+    rows: int,
+    dtype: torch.dtype,
+    acc: _Accumulator | None,
+    buf: _Buffers,
+) -> _Metrics:
+    """The four errors of one chunk's finite pairs; with ``acc``, also counts the excluded pairs.
+
+    ``row_spacing`` holds one spacing per row of the chunk (``rows`` rows) or, with ``rows == 0``,
+    the one spacing of the row the chunk is a piece of. Chunks of finite pairs (the usual case) are
+    computed in place in ``buf``; the returned tensors are views of it, valid until the next chunk.
+    """
+    k = a.numel()
+    a64, r64, diff = buf.a64[:k], buf.r64[:k], buf.diff[:k]
+    a64.copy_(a)
+    r64.copy_(ref)
+    torch.sub(a64, r64, out=diff)
+    err = buf.values["abs"][:k]
+    torch.abs(diff, out=err)
+    # max propagates NaN: a finite maximum means every pair is finite and no difference overflowed
+    if k and not math.isfinite(float(err.max())):
+        if rows:
+            row_spacing = row_spacing[:, None].expand(rows, k // rows)
+        return _masked_metrics(a, ref, row_spacing, dtype, acc)
+    values = {name: v[:k] for name, v in buf.values.items()}
+    tmp = buf.tmp[:k]
+    torch.abs(r64, out=tmp)
+    tmp.clamp_(min=torch.finfo(dtype).tiny)
+    torch.div(err, tmp, out=values["rel"])
+    _, mantissa, emin = FORMAT[dtype]
+    if emin - mantissa < -1022:  # fp64: spacings below the normal range
+        torch.div(err, spacing(r64, dtype), out=values["ulp"])
+    else:  # spacing(ref) = max(2**floor(log2|ref|), 2**emin) * 2**-mantissa, all exact powers of two
+        keys = buf.keys[:k]
+        torch.bitwise_and(r64.view(torch.int64), _EXPONENT_BITS, out=keys)
+        gap = keys.view(torch.float64)
+        gap.clamp_(min=2.0**emin).mul_(2.0**-mantissa)
+        torch.div(err, gap, out=values["ulp"])
+    if rows:
+        torch.div(err.view(rows, k // rows), row_spacing[:, None], out=values["sulp"].view(rows, k // rows))
+    else:
+        torch.div(err, row_spacing, out=values["sulp"])
+    return a64, r64, diff, values
+
+
 def _accumulate(
     acc: _Accumulator,
     a64: torch.Tensor,
@@ -212,18 +276,22 @@ def _accumulate(
     diff: torch.Tensor,
     values: dict[str, torch.Tensor],
     dtype: torch.dtype,
+    keys: torch.Tensor,
 ) -> None:
     k = a64.numel()
     if k == 0:
         return
     acc.filled += k
+    keys = keys[:k]
     for name, v in values.items():
         acc.max[name] = max(acc.max[name], float(v.max()))
         acc.sums[name].append(float(v.sum()))
+        torch.bitwise_right_shift(v.view(torch.int64), 64 - _DIGIT, out=keys)
+        h = torch.bincount(keys, minlength=1 << _DIGIT)
+        acc.hist[name] = h if name not in acc.hist else acc.hist[name].add_(h)
     rounded = round_to_dtype(r64, dtype).to(torch.float64) if dtype != torch.float64 else r64
     acc.exact += int((a64 == rounded).sum())
-    acc.above += int((diff > 0).sum())
-    acc.below += int((diff < 0).sum())
+    acc.balance += int(torch.sign(diff).sum())  # (#above - #below): exact, |sum| < 2**53
     acc.within_1e3 += int((values["rel"] <= 1e-3).sum())
     acc.within_5e3 += int((values["rel"] <= 5e-3).sum())
     acc.dot += float(torch.dot(a64, r64))
@@ -267,9 +335,15 @@ def _chunks(n: int, row_len: int, chunk: int) -> Iterator[tuple[int, int, int, i
             yield start, min(n, start + chunk, (row + 1) * row_len), row, 0
 
 
-def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch.Tensor]]]) -> None:
+def _select(
+    queries: list[_Query],
+    passes: Callable[[set[str]], Iterable[dict[str, torch.Tensor]]],
+    given: dict[str, torch.Tensor] | None = None,
+) -> None:
     """Resolve every query's order statistic exactly by radix passes over the errors
-    (``passes()`` yields, per chunk, a dict metric -> fp64 errors of that chunk)."""
+    (``passes(metrics)`` yields, per chunk, a dict metric -> fp64 errors of that chunk, at least
+    for the named metrics). ``given``: each metric's histogram of the top ``_DIGIT`` bits, when
+    already taken, which saves the first pass."""
     pending = list(queries)
     while pending:
         histograms: dict[int, torch.Tensor] = {}
@@ -277,6 +351,13 @@ def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch
         for q in pending:
             groups.setdefault((q.metric, q.prefix, q.shift), []).append(q)
         collect = {g for g, qs in groups.items() if qs[0].count is not None and qs[0].count <= _COLLECT}
+        if given is not None:  # the first round's histograms are given: no pass
+            histograms = {id(qs[0]): given[metric] for (metric, _, _), qs in groups.items()}
+            given = None
+            collect = set()
+            groups_for_pass: dict[tuple[str, int, int], list[_Query]] = {}
+        else:
+            groups_for_pass = groups
         # Buffers of the known bin sizes, allocated before the pass: many small long-lived pieces
         # between the chunks' temporaries would fragment the heap and keep its memory resident.
         collected: dict[int, torch.Tensor] = {}
@@ -285,8 +366,8 @@ def _select(queries: list[_Query], passes: Callable[[], Iterable[dict[str, torch
             first = groups[g][0]
             collected[id(first)] = torch.empty(first.count or 0, dtype=torch.int64)
             filled[id(first)] = 0
-        for values in passes():
-            for (metric, prefix, shift), qs in groups.items():
+        for values in passes({metric for metric, _, _ in groups_for_pass}) if groups_for_pass else ():
+            for (metric, prefix, shift), qs in groups_for_pass.items():
                 keys = values[metric].view(torch.int64)
                 gid = id(qs[0])
                 sel = keys if shift >= 64 else keys[(keys >> shift) == prefix]
@@ -374,17 +455,16 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     n_rows = n // row_len if n else 0
     row_spacing = spacing(_row_scales(fr, row_len, n_rows, chunk), dtype) if n else torch.zeros(0, dtype=torch.float64)
 
+    buf = _Buffers(min(n, chunk), ta.device)
+
     def chunk_metrics(acc: _Accumulator | None) -> Iterator[_Metrics]:
         for start, stop, row, rows in _chunks(n, row_len, chunk):
-            if rows:
-                sp = row_spacing[row : row + rows, None].expand(rows, row_len).reshape(-1)
-            else:
-                sp = row_spacing[row : row + 1]
-            yield _metrics(fa[start:stop], fr[start:stop], sp, dtype, acc)
+            sp = row_spacing[row : row + (rows or 1)]
+            yield _metrics(fa[start:stop], fr[start:stop], sp, rows, dtype, acc, buf)
 
     acc = _Accumulator()
     for a64, r64, diff, values in chunk_metrics(acc):
-        _accumulate(acc, a64, r64, diff, values, dtype)
+        _accumulate(acc, a64, r64, diff, values, dtype, buf.keys)
     m = acc.filled
     result: dict[str, float | int | None] = {"n": n, "n_compared": m, **acc.counts}
     if m == 0:
@@ -392,7 +472,7 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
         return result
     ranks = _needed_ranks(m, _PERCENTILES)
     queries = [_Query(metric, r) for metric in _METRICS for r in ranks]
-    _select(queries, lambda: (values for *_, values in chunk_metrics(None)))
+    _select(queries, lambda metrics: (values for *_, values in chunk_metrics(None)), given=acc.hist)
     by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
     for q in queries:
         assert q.value is not None
@@ -414,7 +494,7 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
             "cosine": acc.dot / denom if denom > 0 else (1.0 if acc.norm_a == acc.norm_ref else 0.0),
             "rel_within_1e-3": acc.within_1e3 / m,
             "rel_within_5e-3": acc.within_5e3 / m,
-            "error_balance": abs(acc.above - acc.below) / m,
+            "error_balance": abs(acc.balance) / m,
         }
     )
     return result
