@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -67,6 +68,7 @@ def run_round(
     backend: str = "inductor",
     options: dict[str, Any] | None = None,
     artifact_dir: Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, torch.Tensor]]:
     """Compile the FFN once per dtype and run it ``runs`` times on the same inputs.
 
@@ -75,6 +77,7 @@ def run_round(
     ``artifact_sha256`` of the compiled kernels, evidence, timings) and the distinct outputs keyed
     ``"<dtype>/<md5>"`` (at most :data:`MAX_DISTINCT_KEPT` per dtype, first occurrences). With
     ``artifact_dir``, each kernel's artifact bytes are written to ``<artifact_dir>/<dtype>/<kernel>.bin``.
+    With ``log``, progress lines of each dtype's runs go to it.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
@@ -107,7 +110,12 @@ def run_round(
             folder.mkdir(parents=True, exist_ok=True)
             for art in artifacts:
                 (folder / f"{art.kernel}.bin").write_bytes(art.data)
-        for i in range(runs):
+        steps: Iterable[int] = range(runs)
+        if log is not None:  # imported here: the fresh-process worker does without dagster
+            from .progress import track
+
+            steps = track(steps, log, f"{dtype} runs", total=runs)
+        for i in steps:
             out = first if i == 0 else fn(*args)
             digest = output_md5(out)
             hashes.append(digest)

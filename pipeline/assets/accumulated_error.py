@@ -29,6 +29,7 @@ from precisionkit.decide import holm, paired_quantile_test, sign_test
 
 from ..devices import synchronize
 from ..profiles import get_profile
+from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..storage import save_tensors
 from ..tables import markdown_table
@@ -93,6 +94,8 @@ def _run_chain(
             paths[p](*first)
         seconds = dict.fromkeys(PATHS, 0.0)
         n_total = 0
+        progress = Progress(context.log.info, f"{workload.name} {dtype} input sets",
+                            sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions))
         for dist in distributions:
             stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
             ref = refs[f"{dist}/{dtype}"]
@@ -150,6 +153,7 @@ def _run_chain(
                                 "max_ulp_vs_eager": int(vs_eager[j]),
                             }
                         )
+                progress.advance(stop - start)
             n_total += n_sets
             # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.
             idx = int(np.argmax(fused_gap))

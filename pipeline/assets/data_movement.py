@@ -24,6 +24,7 @@ from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
 from ..movement import (CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, MovementGraph, describe_localization,
                         localize_bit_difference, make_input, reshape_copied)
+from ..progress import track
 from ..resources import ExperimentSettings
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check,
                         finding_result, validity_check, validity_result)
@@ -111,7 +112,7 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
     # One compiled function per combination (dynamic=False): each subgraph's code object collects
     # one dynamo cache entry per dtype/shape/layout, more than the default recompile limit of 8.
     with torch._dynamo.config.patch(recompile_limit=len(combos) + 8, accumulated_recompile_limit=4 * len(combos) + 256):
-        for name, dtype_name, shape, layout in combos:
+        for name, dtype_name, shape, layout in track(combos, context.log.info, "subgraph combinations"):
             graph = CATALOGUE[name]
             dtype = DTYPES[dtype_name]
             specials = not graph.has_implicit_computation

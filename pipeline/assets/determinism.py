@@ -30,6 +30,7 @@ from precisionkit import ulp_diff
 
 from .._determinism_worker import cold_cache_env, run_round
 from ..artifacts import describe_byte_difference
+from ..progress import track
 from ..resources import REPO_ROOT, ExperimentSettings
 from ..workloads import WORKLOADS
 from ..tables import markdown_table
@@ -173,7 +174,7 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
         tmp_path = Path(tmp)
         start = time.perf_counter()
         r1_records, r1_distinct = run_round(inputs, list(DETERMINISM_DTYPES), runs, device, settings.backend, settings.options(),
-                                            artifact_dir=tmp_path / "round1" / "artifacts")
+                                            artifact_dir=tmp_path / "round1" / "artifacts", log=context.log.info)
         wall = {"round1": time.perf_counter() - start}
         rounds: dict[str, tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]] = {
             "round1": (r1_records, r1_distinct, {"process": "in-process", "compiler_cache": "as configured",
@@ -181,7 +182,8 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
         }
         inputs_file = tmp_path / "inputs.safetensors"
         save_file(inputs, str(inputs_file))
-        for name, threads, n in (("round2_cold", default_threads, runs), (f"cold_threads_{alt_threads}", alt_threads, thread_runs)):
+        cold = (("round2_cold", default_threads, runs), (f"cold_threads_{alt_threads}", alt_threads, thread_runs))
+        for name, threads, n in track(cold, context.log.info, "cold-start rounds (fresh processes)", every=0.0):
             result, distinct, seconds = _fresh_round(inputs_file, tmp_path, n, threads, settings)
             wall[name] = seconds
             rounds[name] = (result["records"], distinct, {"process": f"fresh (pid {result['pid']})", "compiler_cache": "empty, caches off",

@@ -44,6 +44,7 @@ import torch
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
 from ..artifacts import capture_modules, kernel_artifacts
+from ..progress import track
 from ..resources import ExperimentSettings
 from ..summation_bounds import summation_error_bound
 from ..tables import markdown_table
@@ -279,7 +280,7 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     stored: dict[str, torch.Tensor] = {"rows": rows}
     table_rows = []
     default_sha = None
-    for v in versions:
+    for v in track(versions, context.log.info, f"summation versions ({runs} runs + {n_pool} pool rows each)"):
         fn = v["fn"]
         start = time.perf_counter()
         with capture_modules() as modules:

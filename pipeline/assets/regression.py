@@ -26,6 +26,7 @@ import polars as pl
 
 from .. import baseline
 from ..planted_bugs import PLANTED_BUGS, register_planted_backends
+from ..progress import track
 from ..resources import ExperimentSettings
 from ..storage import PrecisionIOManager
 from ..tables import markdown_table
@@ -527,7 +528,7 @@ def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettin
                      "error_outcomes": len(errors), "checks_evaluated": len(out["outcomes"]), "unavailable": missing,
                      "first_failure": first, "first_failure_metadata": first_meta, "wall_seconds": out["seconds"]})
     reference = healthy_runs[0]
-    for name in bugs:
+    for name in track(bugs, log, "planted-bug runs"):
         bug = PLANTED_BUGS[name]
         out = run(name, name, seeds[0])
         errors = score_bug(reference, out)
