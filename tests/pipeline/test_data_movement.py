@@ -124,9 +124,16 @@ def test_rules_on_synthetic_tables():
 
 
 def test_smoke_check_table(smoke_resources, tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize([toolkit.toolkit_selfcheck, data_movement.data_movement_check_table, *CHECKS],
-                            resources=smoke_resources)
+                            resources=smoke_resources, instance=instance)
     assert result.success
+    # The combinations loop reports progress into the run log: its first and its last combination.
+    n_combos = len(data_movement.plan(PROFILES["smoke"].movement_shapes))
+    messages = [e.user_message for e in instance.all_logs(result.run_id) if e.dagster_event is None]
+    progress = [m for m in messages if m.startswith("subgraph combinations ")]
+    assert progress[0].startswith(f"subgraph combinations 1/{n_combos} ")
+    assert progress[-1].startswith(f"subgraph combinations {n_combos}/{n_combos} (100%)")
     table = storage.read_value(tmp_path / "smoke" / "data_movement_check_table")
     for col in ("subgraph", "dtype", "shape", "layout", "has_implicit_computation", "bit_equal", "ulp_max", "kernel_count", "notes"):
         assert col in table.columns
