@@ -58,6 +58,9 @@ class Profile:
     train: dict[str, int] = field(default_factory=dict)
     # Task E on CPU: the autocast precision of the main runs (float32: no autocast). CUDA uses fp16.
     cpu_train_precision: str = "bfloat16"
+    # Planted-bug matrix: the bugs it runs when its config names none (empty: every planted bug).
+    # Each bug is a full re-run of B, C2 and D, so the smoke profile runs one bug per way of being caught.
+    planted_bugs: tuple[str, ...] = ()
 
     def sizes(self) -> dict[str, Any]:
         """Every size of the profile, flat, for asset metadata."""
@@ -88,6 +91,9 @@ PROFILES: dict[str, Profile] = {
         c3_shape=(64, 64),
         fuzz_graphs=6,
         train=dict(layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2, fp32_control=0),
+        # caught by: the run's validity (no fusion), C2's determinism claim, D's bit-exactness claim, B's claim
+        planted_bugs=("planted_fallback_to_eager", "planted_nondeterministic_reduction", "planted_contiguous_only",
+                      "planted_layout_swap"),
     ),
     "default": Profile(
         name="default",

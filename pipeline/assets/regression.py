@@ -302,8 +302,8 @@ MUTATION_RULE = Rule(
     threshold=1.0,
     unit="ERROR outcomes per bug run, beyond the healthy run's",
     confidence=None,
-    sample_size="one run per planted bug (every bug of pipeline.planted_bugs unless configured), at the first "
-    "healthy base seed",
+    sample_size="one run per planted bug (every bug of pipeline.planted_bugs unless configured or limited by the "
+    "profile's planted_bugs: smoke runs one bug per way of being caught), at the first healthy base seed",
     derivation="A planted bug is a known wrong result: a harness that lets it through with only WARN findings or "
     "inconclusive verdicts would let the same real fault through (DESIGN principle 6: planted faults must flip a "
     "verdict at ERROR). Outcomes the healthy run already has are subtracted so a standing failure is not credited.",
@@ -326,7 +326,8 @@ FALSE_ALARM_RULE = Rule(
 
 
 class PlantedBugMatrixConfig(dg.Config):
-    """Which bugs, experiments and healthy base seeds the matrix runs (empty: all / the default)."""
+    """Which bugs, experiments and healthy base seeds the matrix runs (empty: the profile's bugs, else all / the
+    default)."""
 
     bugs: list[str] = []
     experiments: list[str] = []
@@ -564,7 +565,8 @@ SCORING = ("a bug is caught when its run has at least one ERROR outcome (claim c
     kinds={"polars"},
 )
 def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig) -> pl.DataFrame:
-    bugs = config.bugs or list(PLANTED_BUGS)
+    bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
+    not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_MODULES)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
@@ -585,6 +587,7 @@ def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSe
         "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
         "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
         "bugs_missed": ", ".join(bug_rows.filter(pl.col("caught") != "yes")["bug"].to_list()) or "none",
+        "bugs_not_run": ", ".join(not_run) or "none",
         "healthy_seeds": ", ".join(str(s) for s in facts["healthy_seeds"]),
         "false_alarms": int(healthy_rows["error_outcomes"].sum()),
         "false_alarms_by_seed": ", ".join(f"{r['seed']}={r['error_outcomes']}" for r in healthy_rows.iter_rows(named=True)),

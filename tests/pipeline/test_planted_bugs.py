@@ -7,6 +7,7 @@ import torch
 
 from pipeline import planted_bugs, storage
 from pipeline.planted_bugs import PLANTED_BUGS
+from pipeline.profiles import PROFILES
 from pipeline.assets import regression
 from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
@@ -230,7 +231,8 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
     healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
     checks = [regression.planted_bug_matrix, regression.every_planted_bug_caught,
               regression.healthy_backend_no_false_alarms, regression.planted_bug_matrix_run_valid]
-    result = dg.materialize(checks, resources=smoke_resources)
+    every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS)}}}}
+    result = dg.materialize(checks, resources=smoke_resources, run_config=every_bug)
     assert result.success
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert all(evals[c].passed for c in ("every_planted_bug_caught", "healthy_backend_no_false_alarms",
@@ -263,3 +265,13 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
         assert where in by_bug[bug]["caught_by"], (bug, by_bug[bug]["caught_by"])
     # Only ERROR outcomes count: no WARN finding or inconclusive verdict appears as a catch.
     assert not any("finding" in r["caught_by"] or "inconclusive" in r["caught_by"] for r in by_bug.values())
+
+
+def test_profiles_name_which_planted_bugs_the_matrix_runs():
+    """default and seed run every bug; smoke a subset of known bugs, one per place a bug is caught
+    (the run's validity, B's, C2's and D's claims)."""
+    assert PROFILES["default"].planted_bugs == () and PROFILES["seed"].planted_bugs == ()
+    smoke = PROFILES["smoke"].planted_bugs
+    assert set(smoke) < set(PLANTED_BUGS) and len(set(smoke)) == len(smoke) == 4
+    assert set(smoke) == {"planted_fallback_to_eager", "planted_nondeterministic_reduction", "planted_contiguous_only",
+                          "planted_layout_swap"}
