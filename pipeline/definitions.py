@@ -15,7 +15,7 @@ from .storage import PrecisionIOManager
 experiment_assets = dg.load_assets_from_package_module(assets_package)
 all_checks = dg.load_asset_checks_from_package_module(assets_package)
 #: The report renders last: it depends on every experiment asset.
-report_site = build_report_asset([key for a in experiment_assets for key in a.keys])
+report_site = build_report_asset(experiment_assets, all_checks)
 all_assets = [*experiment_assets, report_site]
 
 #: Materializes every asset (and runs every check): the full report.

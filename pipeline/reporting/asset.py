@@ -2,6 +2,7 @@
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,14 @@ def _any_imported(instance: dg.DagsterInstance, graph: Any, profile: str, label:
                 yield meta
 
 
-def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
-    """The report asset, downstream of ``upstream`` (every experiment asset), so that in a run
-    that materializes everything it renders last."""
+def build_report_asset(
+    experiment_assets: Sequence[dg.AssetsDefinition], experiment_checks: Sequence[dg.AssetChecksDefinition]
+) -> dg.AssetsDefinition:
+    """The report asset over ``experiment_assets`` and ``experiment_checks`` (every experiment of the
+    code location). It depends on every experiment asset, so that in a run that materializes
+    everything it renders last, and it reads the asset graph (groups, descriptions, check specs)
+    from the definitions it is given rather than from the code location that holds it."""
+    upstream = [key for a in experiment_assets for key in a.keys]
 
     @dg.asset(
         group_name="report",
@@ -66,9 +72,10 @@ def build_report_asset(upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
         build_dir = Path(config.build_dir) if Path(config.build_dir).is_absolute() else root / config.build_dir
         data_dir = Path(context.resources.io_manager.base_dir)
         data_dir = (data_dir if data_dir.is_absolute() else Path.cwd() / data_dir) / settings.profile
-        from ..definitions import defs  # the whole code location: every experiment and check
-
-        graph = defs.resolve_asset_graph()
+        graph = dg.Definitions(
+            assets=[*experiment_assets, report_site], asset_checks=experiment_checks,
+            resources={"settings": settings, "io_manager": context.resources.io_manager},
+        ).resolve_asset_graph()
         report = Report(
             context.instance, graph, data_dir, docs_dir, settings.profile, config.main_document_url,
             str(settings.torch_device()), device_label=settings.device_key(),
