@@ -28,18 +28,11 @@ import numpy as np
 import polars as pl
 import torch
 
+from .experiments import EXPERIMENTS as REGISTRY
 from .storage import atomic_path, read_value
 
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
-EXPERIMENTS: dict[str, tuple[str, ...]] = {
-    "A": ("determinism_summary", "determinism_runs"),
-    "B": ("accumulated_error_per_set", "accumulated_error_summary"),
-    "C1": ("c1_path_outputs", "c1_ulp_distribution", "c1_error_vs_fp64"),
-    "C2": ("c2_version_outputs", "c2_versions", "c2_error_vs_fp64"),
-    "C3": ("c3_path_outputs", "c3_iteration_table"),
-    "D": ("data_movement_check_table",),
-    "E": ("training_curves",),
-}
+EXPERIMENTS: dict[str, tuple[str, ...]] = {e.id: e.baseline for e in sorted(REGISTRY, key=lambda e: e.id) if e.baseline}
 #: Provenance fields compared between baseline and current (all recorded ones are shown).
 PROVENANCE_FIELDS = ("torch_version", "backend", "backend_options", "device", "device_name", "cpu_threads",
                      "seed", "profile", "git_commit")

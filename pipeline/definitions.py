@@ -5,15 +5,17 @@ import os
 
 import dagster as dg
 
-from . import assets as assets_package
 from .assets.regression import promote_baseline_job
+from .experiments import EXPERIMENTS
 from .progress import progress_logger
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
 from .storage import PrecisionIOManager
 
-experiment_assets = dg.load_assets_from_package_module(assets_package)
-all_checks = dg.load_asset_checks_from_package_module(assets_package)
+#: Each experiment's own assets and checks, as the registry lists them.
+experiment_definitions = [exp.definitions() for exp in EXPERIMENTS]
+experiment_assets = [a for exp in EXPERIMENTS for a in exp.assets()]
+all_checks = [c for exp in EXPERIMENTS for c in exp.checks()]
 #: The report renders last: it depends on every experiment asset.
 report_site = build_report_asset(experiment_assets, all_checks)
 all_assets = [*experiment_assets, report_site]
@@ -47,13 +49,15 @@ def build_resources(settings: ExperimentSettings | None = None, base_dir: str | 
     }
 
 
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=all_checks,
-    jobs=[all_assets_job, promote_baseline_job],
-    schedules=[nightly_schedule],
-    resources=build_resources(),
-    # Runs with no logger configuration get Dagster's default console logger; the CLI picks
-    # "progress" (compact lines) or, with --verbose, "console" at DEBUG.
-    loggers={"console": dg.colored_console_logger, "progress": progress_logger},
+defs = dg.Definitions.merge(
+    *experiment_definitions,
+    dg.Definitions(
+        assets=[report_site],
+        jobs=[all_assets_job, promote_baseline_job],
+        schedules=[nightly_schedule],
+        resources=build_resources(),
+        # Runs with no logger configuration get Dagster's default console logger; the CLI picks
+        # "progress" (compact lines) or, with --verbose, "console" at DEBUG.
+        loggers={"console": dg.colored_console_logger, "progress": progress_logger},
+    ),
 )

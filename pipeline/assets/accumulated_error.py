@@ -27,6 +27,7 @@ from precisionkit import fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
+from ..experiments import group_of
 from ..devices import synchronize
 from ..profiles import get_profile
 from ..progress import Progress
@@ -38,7 +39,7 @@ from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check
                         finding_check, finding_result, validity_check, validity_result)
 from ..workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
 
-GROUP = "B_accumulated_error"
+GROUP = group_of("B")
 DTYPES_B = ("float16", "bfloat16")
 PATHS = ("eager", "fused", "fused_emulate")
 FUSED_PATHS = ("fused", "fused_emulate")

@@ -22,6 +22,7 @@ import torch
 
 from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
+from ..experiments import group_of
 from ..movement import (CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, MovementGraph, describe_localization,
                         localize_bit_difference, make_input, reshape_copied)
 from ..progress import track
@@ -30,7 +31,7 @@ from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check
                         finding_result, validity_check, validity_result)
 from ..workloads import DTYPES
 
-GROUP = "D_data_movement"
+GROUP = group_of("D")
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
 #: Most rows whose NaN-payload difference is localized op by op in one run (each costs a few compiles).
 MAX_LOCALIZATIONS = 40

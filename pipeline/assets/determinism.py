@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import ulp_diff
 
+from ..experiments import group_of
 from .._determinism_worker import cold_cache_env, run_round
 from ..artifacts import describe_byte_difference
 from ..progress import track
@@ -37,7 +38,7 @@ from ..tables import markdown_table
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result,
                         finding_check, finding_result, validity_check, validity_result)
 
-GROUP = "A_determinism"
+GROUP = group_of("A")
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
 #: runs of the thread-count round: a cheap extra, not part of the seed's table
 THREAD_ROUND_RUNS = 25

@@ -18,11 +18,12 @@ import polars as pl
 
 from precisionkit import fuzz
 
+from ..experiments import group_of
 from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..verdicts import finding_check, finding_result
 
-GROUP = "diagnostics"
+GROUP = group_of("Diagnostics")
 #: Shrinking candidates per failing graph (each one is a compile).
 MAX_SHRINK_CHECKS = 16
 

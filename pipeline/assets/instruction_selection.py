@@ -30,12 +30,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
+from ..experiments import group_of
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, combine,
                         finding_check, finding_result)
 
-GROUP = "C1_instruction_selection"
+GROUP = group_of("C1")
 SCALAR = 0.7
 #: Histogram bins of the ULP distance between two paths; the last bin collects everything above.
 HIST_MAX = 4

@@ -43,6 +43,7 @@ import torch
 
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
+from ..experiments import group_of
 from ..artifacts import capture_modules, kernel_artifacts
 from ..progress import track
 from ..resources import ExperimentSettings
@@ -51,7 +52,7 @@ from ..tables import markdown_table
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check,
                         finding_result, validity_check, validity_result)
 
-GROUP = "C2_reduction_order"
+GROUP = group_of("C2")
 TILES = (512, 1024, 2048)
 PARTIALS = ("fp32", "fp16")
 OUTPUTS = {"out16": torch.float16, "acc32": torch.float32}

@@ -14,7 +14,6 @@
 """
 
 
-import importlib
 import json
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from ..experiments import experiment, group_of
 from .. import baseline
 from ..planted_bugs import PLANTED_BUGS, register_planted_backends
 from ..progress import track
@@ -33,7 +33,7 @@ from ..tables import markdown_table
 from ..verdicts import (CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY, CheckOutcome, Rule, check_outcome,
                         claim_check, claim_result, finding_check, finding_result, validity_check, validity_result)
 
-GROUP = "regression"
+GROUP = group_of("Regression")
 # Importing the code location registers the planted backends, so a run launched with
 # settings.backend = planted_* (e.g. from the UI) finds them.
 register_planted_backends()
@@ -285,7 +285,8 @@ def promote_baseline_job() -> None:
 # --- planted-bug matrix ----------------------------------------------------------------------
 
 #: Experiments re-run per bug and their modules (S assets come along as upstream).
-MATRIX_MODULES = {"B": "accumulated_error", "C2": "reduction_order", "D": "data_movement"}
+#: Experiments the planted-bug matrix runs (their modules come from the registry).
+MATRIX_EXPERIMENTS = ("B", "C2", "D")
 MATRIX_PROFILE = "smoke"
 HEALTHY_BACKEND = "inductor"
 #: Healthy runs need at least this many base seeds for "no false alarm" to be supported.
@@ -340,12 +341,12 @@ class PlantedBugMatrixConfig(dg.Config):
 def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
     """Assets and checks of the S module and the chosen experiments' modules; unavailable modules
     (an experiment still being written) are reported instead of failing the matrix."""
-    modules, unavailable = [importlib.import_module("pipeline.assets.toolkit")], []
+    modules, unavailable = experiment("S").load_modules(), []
     for exp in experiments:
-        if exp not in MATRIX_MODULES:
-            raise ValueError(f"experiment {exp!r} is not runnable in the matrix; choose from {', '.join(MATRIX_MODULES)}")
+        if exp not in MATRIX_EXPERIMENTS:
+            raise ValueError(f"experiment {exp!r} is not runnable in the matrix; choose from {', '.join(MATRIX_EXPERIMENTS)}")
         try:
-            modules.append(importlib.import_module(f"pipeline.assets.{MATRIX_MODULES[exp]}"))
+            modules.extend(experiment(exp).load_modules())
         except Exception as exc:  # noqa: BLE001
             unavailable.append(f"{exp}: {type(exc).__name__}: {exc}")
     assets = list(dg.load_assets_from_modules(modules))
@@ -567,7 +568,7 @@ SCORING = ("a bug is caught when its run has at least one ERROR outcome (claim c
 def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig) -> pl.DataFrame:
     bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
-    experiments = config.experiments or list(MATRIX_MODULES)
+    experiments = config.experiments or list(MATRIX_EXPERIMENTS)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
         table, facts = build_matrix(bugs, experiments, settings, Path(tmp), healthy_seeds=config.healthy_seeds or None,

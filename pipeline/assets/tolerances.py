@@ -26,12 +26,13 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
+from ..experiments import group_of
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import finding_check, finding_result
 from ..workloads import WORKLOADS
 
-GROUP = "diagnostics"
+GROUP = group_of("Diagnostics")
 QUANTILE = 99.9
 TOO_LOOSE = 0.1
 

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import dagster as dg
 import polars as pl
 
+from ..experiments import group_of
 from ..corpus import load_corpus
 from ..gpt import TrainConfig, TrainResult, train
 from ..progress import Progress
@@ -39,7 +40,7 @@ from ..resources import ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check, finding_result, validity_check, validity_result
 
-GROUP = "E_training"
+GROUP = group_of("E")
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.
 DEVIATION_METRICS = ("eval_loss", "train_loss", "grad_norm")
 FINAL_METRICS = ("train_loss", "eval_loss", "perplexity", "grad_norm")

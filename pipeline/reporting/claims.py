@@ -2,6 +2,10 @@
 
 from dataclasses import dataclass
 
+from ..experiments import EXPERIMENTS, Experiment
+
+__all__ = ["CLAIM_EVIDENCE", "EXPERIMENTS", "SECTIONS", "Experiment", "Section"]
+
 
 @dataclass(frozen=True)
 class Section:
@@ -20,28 +24,6 @@ SECTIONS = {
     "6.1": Section("section-6-1", "§6.1", "Where fusion is worse, fusion is switched off per operator type; counterexamples from experiments feed that switch list."),
 }
 
-
-@dataclass(frozen=True)
-class Experiment:
-    id: str  # S, A, B, C1, C2, C3, D, E
-    title: str
-    group: str  # Dagster asset group
-    slug: str  # page name under results/
-    sections: tuple[str, ...]  # keys of SECTIONS
-
-
-EXPERIMENTS = (
-    Experiment("S", "Precision toolkit", "S_toolkit", "toolkit", ()),
-    Experiment("A", "Fused-path binary determinism", "A_determinism", "determinism", ("3.3",)),
-    Experiment("C1", "Tensor x scalar instruction selection", "C1_instruction_selection", "instruction-selection", ("1.2-2",)),
-    Experiment("C2", "Reduction accumulation order", "C2_reduction_order", "reduction-order", ("1.2-3",)),
-    Experiment("C3", "rsqrt algorithm iterations", "C3_rsqrt_iterations", "rsqrt-iterations", ("1.2-4",)),
-    Experiment("D", "Pure data movement is bit-exact", "D_data_movement", "data-movement", ("2",)),
-    Experiment("B", "Eager vs fused accumulated error", "B_accumulated_error", "accumulated-error", ("3.2", "6.1")),
-    Experiment("E", "End-to-end training alignment", "E_training", "training", ("3.2", "6.1")),
-    Experiment("Diagnostics", "Divergence locator, graph fuzzer, measured tolerances", "diagnostics", "diagnostics", ()),
-    Experiment("Regression", "Drift against the baseline and the planted-bug suite", "regression", "drift", ()),
-)
 
 #: Claim -> experiments giving evidence, in the main document's order.
 CLAIM_EVIDENCE = (

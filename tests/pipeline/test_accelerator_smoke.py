@@ -27,15 +27,14 @@ pytestmark = [pytest.mark.cuda, pytest.mark.slow,
               pytest.mark.skipif(DEVICE is None, reason=f"needs an accelerator: {REASON}")]
 
 
-@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if e.group not in ("regression",)], ids=lambda e: e.id)
+@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if e.id != "Regression"], ids=lambda e: e.id)
 def test_experiment_smoke_on_accelerator(experiment, tmp_path):
     from pipeline.definitions import build_resources, defs
     from pipeline.resources import ExperimentSettings
 
     settings = ExperimentSettings(profile="smoke", device=DEVICE)
-    graph = defs.resolve_asset_graph()
-    keys = [k for k in graph.get_all_asset_keys() if graph.get(k).group_name == experiment.group]
-    assert keys, f"no assets in group {experiment.group}"
+    keys = [k for a in experiment.assets() for k in a.keys]
+    assert keys, f"no assets in experiment {experiment.id}"
     selection = dg.AssetSelection.assets(*keys).upstream()
     job = dg.define_asset_job(f"smoke_{experiment.group}", selection=selection)
     on_device = dg.Definitions(assets=defs.assets, asset_checks=defs.asset_checks, jobs=[job],

@@ -11,16 +11,16 @@ import dagster as dg
 import pytest
 
 from pipeline import bundle as bundle_mod
-from pipeline.assets import toolkit
 from pipeline.bundle import BundleError, export_bundle, import_bundle, read_manifest
+from pipeline.experiments import experiment
 from pipeline.definitions import build_resources, defs
 from pipeline.reporting.asset import device_reports
 from pipeline.reporting.pages import all_pages
 from pipeline.reporting.render import Report
 from pipeline.resources import ExperimentSettings
 
-S_ASSETS = [*toolkit.input_pools, *toolkit.fp64_references, toolkit.toolkit_selfcheck]
-S_CHECKS = [*toolkit.reference_checks, toolkit.toolkit_selfcheck_all_cells_pass]
+S_ASSETS = experiment("S").assets()
+S_CHECKS = experiment("S").checks()
 REMOTE = "remote-node-7"
 
 

@@ -6,6 +6,7 @@ from safetensors.torch import save_file
 
 from pipeline import storage
 from pipeline.assets import toolkit
+from pipeline.experiments import experiment
 from pipeline.definitions import defs
 from pipeline.profiles import PROFILES, get_profile
 from pipeline.resources import ExperimentSettings
@@ -13,8 +14,8 @@ from pipeline.verdicts import VALIDITY
 from pipeline.workloads import WORKLOADS, set_args
 from precisionkit import bit_equal, fp64_reference
 
-S_ASSETS = [*toolkit.input_pools, *toolkit.fp64_references, toolkit.toolkit_selfcheck]
-S_CHECKS = [*toolkit.reference_checks, toolkit.toolkit_selfcheck_all_cells_pass]
+S_ASSETS = experiment("S").assets()
+S_CHECKS = experiment("S").checks()
 
 
 def test_definitions_load_with_job_schedule_and_s_assets():
