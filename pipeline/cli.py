@@ -211,8 +211,9 @@ def promote_baseline(profile: str, device: str, backend: str, data_dir: str | No
     from .assets.regression import promote_with_instance
     from .baseline import BaselineError
     from .resources import ExperimentSettings
+    from .storage import default_data_root
 
-    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    base_dir = data_dir or default_data_root()
     settings = ExperimentSettings(profile=profile, device=device, backend=backend)
     try:
         done = promote_with_instance(_instance(), base_dir, settings, allow_partial=allow_partial, note=note)
@@ -231,8 +232,9 @@ def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool
     from .bundle import BundleError
     from .bundle import export_bundle as export
     from .definitions import defs
+    from .storage import default_data_root
 
-    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    base_dir = data_dir or default_data_root()
     try:
         done = export(_instance(), defs.resolve_asset_graph(), base_dir, profile, out,
                       include_tensors=not no_tensors, max_tensor_bytes=int(max_tensor_mib * 2**20))
@@ -250,8 +252,9 @@ def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
     from .bundle import BundleError
     from .bundle import import_bundle as load
     from .definitions import defs
+    from .storage import default_data_root
 
-    base_dir = data_dir or os.environ.get("FUSION_DATA_DIR", "data")
+    base_dir = data_dir or default_data_root()
     try:
         done = load(_instance(), path, base_dir, defs.resolve_asset_graph(), replace=replace)
     except BundleError as exc:

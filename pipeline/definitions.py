@@ -1,8 +1,6 @@
 """The code location: assembles assets, checks, resources, the all-assets job and its schedule."""
 
 
-import os
-
 import dagster as dg
 
 from .assets.regression import promote_baseline_job
@@ -10,7 +8,7 @@ from .experiments import EXPERIMENTS
 from .progress import progress_logger
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
-from .storage import PrecisionIOManager
+from .storage import DataFolder, PrecisionIOManager
 
 #: Each experiment's own assets and checks, as the registry lists them.
 experiment_definitions = [exp.definitions() for exp in EXPERIMENTS]
@@ -41,11 +39,11 @@ def build_resources(settings: ExperimentSettings | None = None, base_dir: str | 
     """Resources for the code location; ``settings`` defaults to launch-time configuration, and
     the IO manager shares that same resource so stored files follow the run's profile."""
     settings = settings or ExperimentSettings.configure_at_launch()
+    data = DataFolder(root=base_dir) if base_dir else DataFolder()
     return {
         "settings": settings,
-        "io_manager": PrecisionIOManager(
-            base_dir=base_dir or os.environ.get("FUSION_DATA_DIR", "data"), settings=settings
-        ),
+        "data": data,
+        "io_manager": PrecisionIOManager(data=data, settings=settings),
     }
 
 

@@ -9,7 +9,7 @@
 
 Every write goes to a temporary file in the target folder and is renamed into place, so a run
 killed mid-write leaves the previous file intact. Files live under
-``<base_dir>/<profile>/<asset key path>.<ext>``, so profiles never overwrite each other.
+``<data folder>/<profile>/<asset key path>.<ext>``, so profiles never overwrite each other.
 """
 
 
@@ -296,14 +296,36 @@ def read_value(stem: Path) -> Any:
     raise FileNotFoundError(f"no stored value at {stem}.{{safetensors,parquet,json}}: materialize it first")
 
 
-class PrecisionIOManager(dg.ConfigurableIOManager):
-    """Stores each asset under ``base_dir/<profile>/`` and attaches provenance metadata."""
+#: Environment variable naming the data folder (``./data`` when unset).
+DATA_DIR_ENV = "FUSION_DATA_DIR"
 
-    base_dir: str = Field(default="data", description="root folder of stored asset values")
+
+def default_data_root() -> str:
+    """The data folder when none is given: ``$FUSION_DATA_DIR``, else ``data`` (relative to the working directory)."""
+    return os.environ.get(DATA_DIR_ENV, "data")
+
+
+class DataFolder(dg.ConfigurableResource):
+    """The data folder of a run: stored asset values under ``<root>/<profile>/``, with the baselines,
+    reproducers and checkpoints next to them. Assets that write files of their own (not through the
+    IO manager) take their folder from here."""
+
+    root: str = Field(default_factory=default_data_root, description=f"data folder (default from {DATA_DIR_ENV}, else ./data)")
+
+    def profile_dir(self, profile: str) -> Path:
+        """``<root>/<profile>``: where the stored values of that profile live."""
+        return Path(self.root) / profile
+
+
+class PrecisionIOManager(dg.ConfigurableIOManager):
+    """Stores each asset under ``<data folder>/<profile>/`` and attaches provenance metadata: the one
+    place that records a stored value's provenance."""
+
+    data: dg.ResourceDependency[DataFolder]
     settings: dg.ResourceDependency[ExperimentSettings]
 
     def _stem(self, key: dg.AssetKey) -> Path:
-        return Path(self.base_dir) / self.settings.profile / Path(*key.path)
+        return self.data.profile_dir(self.settings.profile) / Path(*key.path)
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if obj is None:

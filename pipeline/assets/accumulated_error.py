@@ -32,7 +32,7 @@ from ..devices import synchronize
 from ..profiles import get_profile
 from ..progress import Progress
 from ..resources import ExperimentSettings
-from ..storage import save_tensors
+from ..storage import DataFolder, save_tensors
 from ..tables import markdown_table
 from .toolkit import pool_set_seed
 from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, combine,
@@ -501,10 +501,8 @@ def _explain(row: dict[str, Any], fused_ops: list[str]) -> str:
 
 
 def _reproducer_dir(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> Path:
-    base = getattr(context.resources.io_manager, "base_dir", None)
-    if not base:
-        raise ValueError("the io_manager resource has no base_dir: reproducers need PrecisionIOManager")
-    return Path(base) / settings.profile / "reproducers" / "accumulated_error"
+    data: DataFolder = context.resources.data
+    return data.profile_dir(settings.profile) / "reproducers" / "accumulated_error"
 
 
 def is_counterexample(row: dict[str, Any]) -> bool:
@@ -535,8 +533,8 @@ COUNTEREXAMPLE_SCHEMA = {
         "summary": dg.AssetIn("accumulated_error_summary"),
         "worst_sets": dg.AssetIn("accumulated_error_worst_sets"),
     },
-    # Reproducers go next to the stored assets, so the asset needs the IO manager's base folder.
-    required_resource_keys={"io_manager", "settings"},
+    # Reproducers go next to the stored assets, in the data folder.
+    required_resource_keys={"data", "settings"},
     description="Every chain x distribution x dtype where fused's P99 or max of per-set scale-aware error exceeds "
     "eager's, or fused is non-finite where eager is finite: B's verdict for it (contradicted, or within the rule), "
     "the fused op types, a saved reproducer (the set where fused is worst relative to eager: inputs, fp64 reference, "

@@ -91,7 +91,6 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
             "total_compile_seconds": float(table["compile_seconds"].fill_null(0).sum()),
             "wall_seconds": seconds,
             "head": dg.MetadataValue.md(markdown_table(table.head(12).select(_HEAD_COLUMNS))),
-            **{f"provenance.{k}": v for k, v in settings.provenance().items()},
         }
     )
     return table

@@ -11,7 +11,6 @@ with reproducers) and the measured tolerance table.
 
 import time
 from collections import Counter
-from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -21,6 +20,7 @@ from precisionkit import fuzz
 from ..experiments import group_of
 from ..progress import Progress
 from ..resources import ExperimentSettings
+from ..storage import DataFolder
 from ..verdicts import finding_check, finding_result
 
 GROUP = group_of("Diagnostics")
@@ -45,7 +45,7 @@ def fuzz_seeds(settings: ExperimentSettings) -> list[int]:
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
-    required_resource_keys={"io_manager", "settings"},
+    required_resource_keys={"data", "settings"},
     description=(
         "Differential graph fuzzer (feeds §6.1): random small graphs (elementwise, reductions, matmul, layernorm, "
         "softmax, reshape/transpose/concat, broadcasting) run eager, fused and fp64; outcome class, errors, the "
@@ -55,10 +55,8 @@ def fuzz_seeds(settings: ExperimentSettings) -> list[int]:
 )
 def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
-    base = getattr(context.resources.io_manager, "base_dir", None)
-    if base is None:
-        raise ValueError("the io_manager resource has no base_dir: reproducers need PrecisionIOManager")
-    folder = Path(base) / settings.profile / "reproducers" / "fuzz"
+    data: DataFolder = context.resources.data
+    folder = data.profile_dir(settings.profile) / "reproducers" / "fuzz"
     seeds = fuzz_seeds(settings)
     start = time.perf_counter()
     progress = Progress(context.log.info, "fuzzer graphs", len(seeds))
@@ -89,7 +87,6 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
                 "\n".join(f"- seed {r['seed']} **{r['class']}** ({r['dtype']}): {r['shrunk_ops'] or r['ops']} -> `{r['reproducer']}` {r['detail']}"
                           for r in table.filter(~pl.col("class").is_in(["ok"])).iter_rows(named=True)) or "none"
             ),
-            **{f"provenance.{k}": v for k, v in settings.provenance().items()},
         }
     )
     return table

@@ -408,7 +408,6 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         f"{path_a_multiplier(x.dtype)!r}); path B by 0.7 stored in {str(x.dtype).removeprefix('torch.')} ({fp16_value!r}), "
         f"a relative change of {fp16_value / SCALAR - 1:.3e}. " + statement
     )
-    common = {f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))}
     yield dg.Output({k: v.contiguous() for k, v in outputs.items()}, output_name="c1_path_outputs",
                     metadata={"shape": str(list(x.shape)), "seed": settings.derived_seed("c1", "input"), "scalar": SCALAR,
                               "scalar_in_fp16": fp16_value, "path_a_multiplier": path_a_multiplier(x.dtype)})
@@ -422,7 +421,6 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         "fused_AB_ulp_ge2_pct": head["fused A vs B"]["ulp_ge2_pct"],
         "table": dg.MetadataValue.md(markdown_table(distribution)),
         "notes": dg.MetadataValue.md(notes),
-        **common,
     })
     yield dg.Output(histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))})
     err_meta = {f"{r['path']}.ulp_max": r["ulp_max"] for r in err_rows} | {f"{r['path']}.ulp_mean": r["ulp_mean"] for r in err_rows}

@@ -404,7 +404,6 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
         "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in skipped) or "none"),
         "table": dg.MetadataValue.md(markdown_table(versions_df.select("version", "tiling_source", "framework_tiling", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
-        **{f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))},
     })
     yield dg.Output(matrix_df, output_name="c2_ulp_matrix", metadata={
         "pairs": len(names) * (len(names) - 1) // 2,

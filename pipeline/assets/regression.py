@@ -28,7 +28,7 @@ from .. import baseline
 from ..planted_bugs import PLANTED_BUGS, register_planted_backends
 from ..progress import track
 from ..resources import ExperimentSettings
-from ..storage import PrecisionIOManager
+from ..storage import DataFolder, PrecisionIOManager
 from ..tables import markdown_table
 from ..verdicts import (CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY, CheckOutcome, Rule, check_outcome,
                         claim_check, claim_result, finding_check, finding_result, validity_check, validity_result)
@@ -78,20 +78,13 @@ def promote_with_instance(instance: dg.DagsterInstance | None, base_dir: str, se
 # --- baseline comparison ---------------------------------------------------------------------
 
 
-def _base_dir(context: dg.AssetExecutionContext) -> str:
-    base = getattr(context.resources.io_manager, "base_dir", None)
-    if not base:
-        raise ValueError("the io_manager resource has no base_dir: the baseline needs PrecisionIOManager")
-    return base
-
-
 _BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for a in assets]
 
 
 @dg.asset(
     group_name=GROUP,
     deps=_BASELINE_DEPS,
-    required_resource_keys={"io_manager", "settings"},
+    required_resource_keys={"data", "settings"},
     description="Every experiment's stored tables against the promoted baseline (data/baselines/<profile>/CURRENT): "
     "bit-exact items (A output md5s, D bit_equal/ulp_max, C1-C3 outputs and ULP tables), B's per-set ulp_max "
     "distributions with a bootstrap noise tolerance, E's eval loss against its data-order noise band. One row per "
@@ -100,8 +93,9 @@ _BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for
 )
 def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
-    base_dir = _base_dir(context)
-    data_dir = Path(base_dir) / settings.profile
+    data: DataFolder = context.resources.data
+    base_dir = data.root
+    data_dir = data.profile_dir(settings.profile)
     fallback = settings.provenance()
 
     def current_provenance(exp: str) -> dict[str, Any]:
@@ -266,10 +260,11 @@ class PromoteBaselineConfig(dg.Config):
     note: str = ""
 
 
-@dg.op(required_resource_keys={"io_manager", "settings"}, description="Promote the stored tables of the run's profile to a new baseline version.")
+@dg.op(required_resource_keys={"data", "settings"}, description="Promote the stored tables of the run's profile to a new baseline version.")
 def promote_baseline_op(context: dg.OpExecutionContext, config: PromoteBaselineConfig) -> None:
     settings: ExperimentSettings = context.resources.settings
-    done = promote_with_instance(context.instance, context.resources.io_manager.base_dir, settings,
+    data: DataFolder = context.resources.data
+    done = promote_with_instance(context.instance, data.root, settings,
                                  allow_partial=config.allow_partial, note=config.note)
     context.log.info(f"promoted {', '.join(done.promoted)} as baseline {done.version} ({done.folder})")
     context.add_output_metadata({"version": done.version, "folder": str(done.folder), "experiments": ", ".join(done.promoted),
@@ -402,7 +397,8 @@ def run_experiments(backend: str, defs: list[Any], base_dir: Path, like: Experim
     :func:`scored_assets`."""
     settings = ExperimentSettings(profile=MATRIX_PROFILE, device=like.device, backend=backend,
                                   backend_options=like.backend_options, seed=like.seed if seed is None else seed)
-    resources = {"settings": settings, "io_manager": PrecisionIOManager(base_dir=str(base_dir), settings=settings)}
+    data = DataFolder(root=str(base_dir))
+    resources = {"settings": settings, "data": data, "io_manager": PrecisionIOManager(data=data, settings=settings)}
     kinds = declared_outcomes(defs)
     start = time.perf_counter()
     result = dg.materialize(defs, resources=resources, raise_on_error=False,

@@ -312,7 +312,6 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
         **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
         "table": dg.MetadataValue.md(markdown_table(table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
         "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
-        **{f"provenance.{k}": v for k, v in settings.provenance().items() if isinstance(v, (int, str))},
     })
     yield dg.Output(div_table, output_name="c3_div_table", metadata={
         **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},

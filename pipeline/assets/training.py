@@ -24,7 +24,6 @@ profile's ``train.fp32_control`` is 1 (reported, not judged).
 
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,6 +36,7 @@ from ..corpus import load_corpus
 from ..gpt import TrainConfig, TrainResult, train
 from ..progress import Progress
 from ..resources import ExperimentSettings
+from ..storage import DataFolder
 from ..tables import markdown_table
 from ..verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check, finding_result, validity_check, validity_result
 
@@ -138,18 +138,18 @@ def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
 
 
 def checkpoint_root(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> Path:
-    """``<data>/<profile>/checkpoints``, next to the stored assets of the same IO manager."""
-    base = getattr(context.resources.io_manager, "base_dir", None) or os.environ.get("FUSION_DATA_DIR", "data")
-    return Path(base) / settings.profile / "checkpoints"
+    """``<data>/<profile>/checkpoints``, next to the stored assets of the profile."""
+    data: DataFolder = context.resources.data
+    return data.profile_dir(settings.profile) / "checkpoints"
 
 
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
     deps=[dg.AssetKey("toolkit_selfcheck")],
-    # The IO manager is required so checkpoints land under its data folder (no settings param:
-    # Dagster rejects resource keys given both in the decorator and as arguments).
-    required_resource_keys={"io_manager", "settings"},
+    # The data folder holds the checkpoints (no settings param: Dagster rejects resource keys
+    # given both in the decorator and as arguments).
+    required_resource_keys={"data", "settings"},
     description=(
         "Task E training curves (feeds §3.2/§6.1): GPT-2-style byte-level model trained with the fused switch, "
         f"{len(REPLICATE_ORDERS)} eager replicates that differ only in data order, and an eager numerics-only control "

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from ..bundle import device_of, device_slug, imported_devices
 from ..resources import ExperimentSettings
+from ..storage import DataFolder
 from .claims import EXPERIMENTS
 from .pages import all_pages
 from .render import REPO_ROOT, Report, mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
@@ -62,19 +63,18 @@ def build_report_asset(
         deps=upstream,
         description="The report site: overview of claims and evidence, one page per experiment, built offline with MkDocs-Material.",
         kinds={"mkdocs"},
-        # The IO manager is needed for its data folder, which cannot be a typed parameter.
-        required_resource_keys={"io_manager", "settings"},
     )
-    def report_site(context: dg.AssetExecutionContext, config: ReportConfig) -> dict:
-        settings: ExperimentSettings = context.resources.settings
+    def report_site(
+        context: dg.AssetExecutionContext, config: ReportConfig, settings: ExperimentSettings, data: DataFolder
+    ) -> dict:
         root = REPO_ROOT
         docs_dir = Path(config.docs_dir) if Path(config.docs_dir).is_absolute() else root / config.docs_dir
         build_dir = Path(config.build_dir) if Path(config.build_dir).is_absolute() else root / config.build_dir
-        data_dir = Path(context.resources.io_manager.base_dir)
-        data_dir = (data_dir if data_dir.is_absolute() else Path.cwd() / data_dir) / settings.profile
+        data_dir = data.profile_dir(settings.profile)
+        data_dir = data_dir if data_dir.is_absolute() else Path.cwd() / data_dir
         graph = dg.Definitions(
             assets=[*experiment_assets, report_site], asset_checks=experiment_checks,
-            resources={"settings": settings, "io_manager": context.resources.io_manager},
+            resources={"settings": settings, "data": data},
         ).resolve_asset_graph()
         report = Report(
             context.instance, graph, data_dir, docs_dir, settings.profile, config.main_document_url,
