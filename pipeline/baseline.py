@@ -465,10 +465,6 @@ class Comparison:
     reason: str = ""
 
 
-def empty_table() -> pl.DataFrame:
-    return pl.DataFrame(schema=COLUMNS)
-
-
 def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[str], dict[str, Any]]) -> Comparison:
     """Compare the stored tables of ``profile`` with its CURRENT baseline.
 

@@ -299,11 +299,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def checkpoint_path(root: Path, run: str, cfg: TrainConfig) -> Path:
-    """``root/<run>/<config key>/checkpoint.pt``."""
-    return Path(root) / run / cfg.key() / "checkpoint.pt"
-
-
 def train(
     cfg: TrainConfig,
     corpus: Corpus,

@@ -60,10 +60,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 OpHook = Callable[..., torch.Tensor]
 
 
-def _plain(index: int, fn: Callable[..., torch.Tensor], *args: object) -> torch.Tensor:
-    return fn(*args)
-
-
 def _scaled(scores: torch.Tensor, factor: float) -> torch.Tensor:
     return scores * factor
 
@@ -297,13 +293,6 @@ WORKLOADS: dict[str, Workload] = {
 
 #: The accumulated-error chains of task B, in the seed's order.
 CHAINS = ("mul_add_gelu_mul", "layernorm", "softmax", "matmul_add_layernorm", "attention")
-
-
-def get_workload(name: str) -> Workload:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}") from None
 
 
 def set_args(pool: dict[str, torch.Tensor], workload: Workload, index: int) -> tuple[torch.Tensor, ...]:

@@ -325,8 +325,6 @@ LABEL_MARK = {
     "nothing to read": _badge("ok", "none"),
     "not yet run": _badge("none", "not yet run"),
 }
-#: Kept for pages that badge a plain verdict string.
-VERDICT_MARK = LABEL_MARK
 OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
 RULE_FIELDS = (("claim", "claim"), ("metric", "metric"), ("decision", "decision"), ("threshold", "materiality threshold"),
                ("unit", "unit"), ("confidence", "confidence"), ("sample_size", "sample size"), ("derivation", "derivation"))
