@@ -1,6 +1,6 @@
 # One-command set-up and runs. Everything installs into .venv from the project's own files.
 #   make report   materialize every asset (default profile) and build the report site
-#   make test     run the test suite
+#   make test     run the test suite (make test-all adds the heavy tier; make test-fast: unit tests only)
 #   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
 #   make lint     ruff (lint + format check) and mypy over LINT_PATHS / TYPE_PATHS
 #   make test-fast  unit tests only (no materializations, no browser): about a minute
@@ -36,6 +36,11 @@ report: $(STAMP)
 	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
 
 test: $(STAMP)
+	./scripts/ensure-chromium.sh
+	$(BIN)/python -m pytest -m "not heavy"
+
+# Everything, the heavy tier included (about half an hour on 2 cores).
+test-all: $(STAMP)
 	./scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest
 

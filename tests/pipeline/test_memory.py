@@ -20,7 +20,7 @@ FEW, MORE = 16, 48
 #: Growth allowed per extra set, as a fraction of one set's stored bytes (allocator noise).
 PER_SET_FRACTION = 0.5
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")]
 
 
 def _probe(step: str, sets: int, tmp_path: Path) -> dict:

@@ -226,6 +226,7 @@ def test_declared_outcomes_read_from_check_specs():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_resources):
     """The asset end to end: B, C2 and D at smoke size, every planted bug (old and new classes), three
     healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
