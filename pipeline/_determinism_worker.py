@@ -19,8 +19,8 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -91,7 +91,7 @@ def run_round(
         if missing:
             raise ValueError(f"inputs lack {', '.join(f'{dtype}/{a}' for a in missing)}")
         args = tuple(inputs[f"{dtype}/{a}"].to(device) for a in workload.arg_names)
-        wrong = [a for a, t in zip(workload.arg_names, args) if t.dtype != DTYPES[dtype]]
+        wrong = [a for a, t in zip(workload.arg_names, args, strict=False) if t.dtype != DTYPES[dtype]]
         if wrong:
             raise ValueError(f"inputs {wrong} of the {dtype} set are not {dtype}")
         if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
@@ -185,8 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     facts = _cache_facts()
     inputs = load_file(args.inputs)
     records, distinct = run_round(
-        inputs, [d for d in args.dtypes.split(",") if d], args.runs, torch.device(args.device),
-        args.backend, json.loads(args.options), artifact_dir=Path(args.out) / "artifacts",
+        inputs,
+        [d for d in args.dtypes.split(",") if d],
+        args.runs,
+        torch.device(args.device),
+        args.backend,
+        json.loads(args.options),
+        artifact_dir=Path(args.out) / "artifacts",
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
 
@@ -46,8 +47,15 @@ class KernelArtifact:
 
     def record(self) -> dict[str, Any]:
         """JSON-friendly view (no bytes)."""
-        return {"kernel": self.kernel, "kind": self.kind, "sha256": self.sha256, "file_sha256": self.file_sha256 or self.sha256,
-                "size": self.size, "autotune_choice": self.autotune_choice, "detail": self.detail}
+        return {
+            "kernel": self.kernel,
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "file_sha256": self.file_sha256 or self.sha256,
+            "size": self.size,
+            "autotune_choice": self.autotune_choice,
+            "detail": self.detail,
+        }
 
 
 @contextlib.contextmanager
@@ -111,8 +119,16 @@ def artifact_of(name: str, obj: Any) -> KernelArtifact:
     if isinstance(so_path, str) and so_path.endswith(".so") and Path(so_path).is_file():
         data = Path(so_path).read_bytes()
         loaded = loaded_sha256(data)
-        return KernelArtifact(name, "cpu_shared_object", loaded or _sha(data), len(data), "",
-                              Path(so_path).name + ("" if loaded else " (not ELF: whole file hashed)"), data, _sha(data))
+        return KernelArtifact(
+            name,
+            "cpu_shared_object",
+            loaded or _sha(data),
+            len(data),
+            "",
+            Path(so_path).name + ("" if loaded else " (not ELF: whole file hashed)"),
+            data,
+            _sha(data),
+        )
     launchers = getattr(obj, "launchers", None)
     if launchers is not None:  # a Triton CachingAutotuner: after the first call, the launcher(s) it uses
         results = list(getattr(obj, "compile_results", []) or [])
@@ -129,7 +145,9 @@ def artifact_of(name: str, obj: Any) -> KernelArtifact:
         kind = f"triton_{fmt}" if data else "triton_unavailable"
         detail = f"{len(chosen)} launcher(s) of {len(getattr(obj, 'configs', []) or [])} config(s); ptx sha256 {ptx_sha[:16]}"
         return KernelArtifact(name, kind, _sha(data), len(data), " | ".join(choices), detail, data)
-    return KernelArtifact(name, "unknown", _sha(b""), 0, "", f"no compiled artifact found on a {type(obj).__name__}", b"")
+    return KernelArtifact(
+        name, "unknown", _sha(b""), 0, "", f"no compiled artifact found on a {type(obj).__name__}", b""
+    )
 
 
 def kernel_artifacts(modules: list[ModuleType], kernel_names: tuple[str, ...] | list[str]) -> list[KernelArtifact]:
@@ -173,11 +191,14 @@ def elf_sections(data: bytes, *, allocated_only: bool = False) -> list[tuple[str
 
     def name(idx: int) -> str:
         end = data.find(b"\0", str_off + idx)
-        return data[str_off + idx:end].decode(errors="replace") if end >= 0 else "?"
+        return data[str_off + idx : end].decode(errors="replace") if end >= 0 else "?"
 
     # (sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size); SHT_NOBITS (8) occupies no file bytes
-    return [(name(h[0]), h[4], 0 if h[1] == 8 else h[5]) for h in headers
-            if h[1] != 0 and (not allocated_only or h[2] & SHF_ALLOC)]
+    return [
+        (name(h[0]), h[4], 0 if h[1] == 8 else h[5])
+        for h in headers
+        if h[1] != 0 and (not allocated_only or h[2] & SHF_ALLOC)
+    ]
 
 
 def loaded_sha256(data: bytes) -> str:
@@ -189,7 +210,7 @@ def loaded_sha256(data: bytes) -> str:
     h = hashlib.sha256()
     for name, off, size in sections:
         if name not in _NOT_RUN:
-            h.update(name.encode() + b"\0" + data[off:off + size])
+            h.update(name.encode() + b"\0" + data[off : off + size])
     return h.hexdigest()
 
 
@@ -208,14 +229,19 @@ def describe_byte_difference(a: bytes, b: bytes, limit: int = 6) -> str:
     sections = elf_sections(a)
     if sections and loaded_sha256(a) and loaded_sha256(b):
         same = loaded_sha256(a) == loaded_sha256(b)
-        parts.append("the allocated (loaded) sections are " + ("identical: only sections the loader does not map differ"
-                                                               if same else "different"))
+        parts.append(
+            "the allocated (loaded) sections are "
+            + ("identical: only sections the loader does not map differ" if same else "different")
+        )
     if sections and diffs:
         counts: dict[str, int] = {}
         for i in diffs:
             owner = next((n for n, off, size in sections if off <= i < off + size), "(outside every section)")
             counts[owner] = counts.get(owner, 0) + 1
         top = sorted(counts.items(), key=lambda kv: -kv[1])
-        parts.append("differing bytes by ELF section: " + ", ".join(f"{n} {c}" for n, c in top[:limit])
-                     + (f", ... {len(top) - limit} more sections" if len(top) > limit else ""))
+        parts.append(
+            "differing bytes by ELF section: "
+            + ", ".join(f"{n} {c}" for n, c in top[:limit])
+            + (f", ... {len(top) - limit} more sections" if len(top) > limit else "")
+        )
     return "; ".join(parts)

@@ -19,10 +19,11 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -34,17 +35,34 @@ from .storage import atomic_path, read_value
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
 EXPERIMENTS: dict[str, tuple[str, ...]] = {e.id: e.baseline for e in sorted(REGISTRY, key=lambda e: e.id) if e.baseline}
 #: Provenance fields compared between baseline and current (all recorded ones are shown).
-PROVENANCE_FIELDS = ("torch_version", "backend", "backend_options", "device", "device_name", "cpu_threads",
-                     "seed", "profile", "git_commit")
+PROVENANCE_FIELDS = (
+    "torch_version",
+    "backend",
+    "backend_options",
+    "device",
+    "device_name",
+    "cpu_threads",
+    "seed",
+    "profile",
+    "git_commit",
+)
 #: Bootstrap resamples for B's noise tolerance, and the quantile of the resampled differences used.
 BOOTSTRAP_RESAMPLES = 400
 BOOTSTRAP_QUANTILE = 0.99
 _EXTENSIONS = (".parquet", ".safetensors", ".json")
 
 COLUMNS: dict[str, Any] = {
-    "experiment": pl.String, "item": pl.String, "kind": pl.String, "baseline_value": pl.String,
-    "current_value": pl.String, "delta": pl.Float64, "tolerance": pl.Float64, "tolerance_source": pl.String,
-    "moved": pl.String, "severity": pl.String, "status": pl.String,
+    "experiment": pl.String,
+    "item": pl.String,
+    "kind": pl.String,
+    "baseline_value": pl.String,
+    "current_value": pl.String,
+    "delta": pl.Float64,
+    "tolerance": pl.Float64,
+    "tolerance_source": pl.String,
+    "moved": pl.String,
+    "severity": pl.String,
+    "status": pl.String,
 }
 
 
@@ -149,7 +167,7 @@ def promote(
 
     root = baselines_root(base_dir, profile)
     root.mkdir(parents=True, exist_ok=True)
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     version, n = stamp, 1
     while (root / version).exists():  # never reuse a folder, even within the same second
         n += 1
@@ -169,19 +187,28 @@ def promote(
             src = stored_file(data_dir, asset)
             assert src is not None
             shutil.copy2(src, staging / src.name)
-            tables[asset] = {"file": src.name, "sha256": _sha256(src), "bytes": src.stat().st_size,
-                             "stored_at": datetime.fromtimestamp(src.stat().st_mtime, timezone.utc).isoformat()}
+            tables[asset] = {
+                "file": src.name,
+                "sha256": _sha256(src),
+                "bytes": src.stat().st_size,
+                "stored_at": datetime.fromtimestamp(src.stat().st_mtime, UTC).isoformat(),
+            }
             found = provenance_lookup(asset) if provenance_lookup else None
             if found and provenance is None:
                 provenance, source = found
         if provenance is None:
             provenance = dict(environment or {})
             source = "promoting environment (no materialization event recorded for these tables)"
-        experiments[exp] = {"status": "promoted", "tables": tables, "provenance": provenance, "provenance_source": source}
+        experiments[exp] = {
+            "status": "promoted",
+            "tables": tables,
+            "provenance": provenance,
+            "provenance_source": source,
+        }
     manifest = {
         "version": version,
         "profile": profile,
-        "promoted_at": (now or datetime.now(timezone.utc)).isoformat(),
+        "promoted_at": (now or datetime.now(UTC)).isoformat(),
         "promoted_by": _user(),
         "note": note,
         "allow_partial": allow_partial,
@@ -207,8 +234,20 @@ def _user() -> str:
 # --- comparison ------------------------------------------------------------------------------
 
 
-def _row(exp: str, item: str, kind: str, base: Any, cur: Any, *, delta: float | None = None, tol: float | None = None,
-         tol_source: str = "", moved: bool = False, severity: str = "none", status: str = "compared") -> dict[str, Any]:
+def _row(
+    exp: str,
+    item: str,
+    kind: str,
+    base: Any,
+    cur: Any,
+    *,
+    delta: float | None = None,
+    tol: float | None = None,
+    tol_source: str = "",
+    moved: bool = False,
+    severity: str = "none",
+    status: str = "compared",
+) -> dict[str, Any]:
     def fmt(v: Any) -> str | None:
         if v is None:
             return None
@@ -216,18 +255,35 @@ def _row(exp: str, item: str, kind: str, base: Any, cur: Any, *, delta: float | 
             return f"{v:.6g}"
         return str(v)
 
-    return {"experiment": exp, "item": item, "kind": kind, "baseline_value": fmt(base), "current_value": fmt(cur),
-            "delta": None if delta is None else float(delta), "tolerance": None if tol is None else float(tol),
-            "tolerance_source": tol_source, "moved": "yes" if moved else "no",
-            "severity": severity if moved or status != "compared" else "none", "status": status}
+    return {
+        "experiment": exp,
+        "item": item,
+        "kind": kind,
+        "baseline_value": fmt(base),
+        "current_value": fmt(cur),
+        "delta": None if delta is None else float(delta),
+        "tolerance": None if tol is None else float(tol),
+        "tolerance_source": tol_source,
+        "moved": "yes" if moved else "no",
+        "severity": severity if moved or status != "compared" else "none",
+        "status": status,
+    }
 
 
 #: Marks an item (row, tensor) absent on one side, as opposed to a stored null value.
 MISSING = object()
 
 
-def _exact(exp: str, item: str, kind: str, base: Any, cur: Any, *, worse_if: Callable[[Any, Any], bool] | None = None,
-           severity: str = "ERROR") -> dict[str, Any]:
+def _exact(
+    exp: str,
+    item: str,
+    kind: str,
+    base: Any,
+    cur: Any,
+    *,
+    worse_if: Callable[[Any, Any], bool] | None = None,
+    severity: str = "ERROR",
+) -> dict[str, Any]:
     """A bit-exact item: any difference moves it. ``worse_if(base, cur)`` False downgrades to WARN."""
     if base is MISSING:
         return _row(exp, item, kind, None, cur, moved=True, severity="WARN", status="not in baseline")
@@ -235,8 +291,12 @@ def _exact(exp: str, item: str, kind: str, base: Any, cur: Any, *, worse_if: Cal
         return _row(exp, item, kind, base, None, moved=True, severity="ERROR", status="not in current")
     if base is None or cur is None:
         return _row(exp, item, kind, base, cur, moved=base is not cur, severity=severity)
-    numeric = isinstance(base, (int, float, np.integer, np.floating)) and not isinstance(base, bool) and isinstance(
-        cur, (int, float, np.integer, np.floating)) and not isinstance(cur, bool)
+    numeric = (
+        isinstance(base, (int, float, np.integer, np.floating))
+        and not isinstance(base, bool)
+        and isinstance(cur, (int, float, np.integer, np.floating))
+        and not isinstance(cur, bool)
+    )
     delta = float(cur) - float(base) if numeric else None
     moved = base != cur and not (numeric and np.isnan(float(base)) and np.isnan(float(cur)))
     sev = severity
@@ -253,14 +313,31 @@ def tensor_md5(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def _tensor_items(exp: str, asset: str, base: dict[str, torch.Tensor], cur: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+def _tensor_items(
+    exp: str, asset: str, base: dict[str, torch.Tensor], cur: dict[str, torch.Tensor]
+) -> list[dict[str, Any]]:
     keys = sorted(set(base) | set(cur))
-    return [_exact(exp, f"{asset}/{k}/md5", "bit_exact", tensor_md5(base[k]) if k in base else MISSING,
-                   tensor_md5(cur[k]) if k in cur else MISSING) for k in keys]
+    return [
+        _exact(
+            exp,
+            f"{asset}/{k}/md5",
+            "bit_exact",
+            tensor_md5(base[k]) if k in base else MISSING,
+            tensor_md5(cur[k]) if k in cur else MISSING,
+        )
+        for k in keys
+    ]
 
 
-def _table_items(exp: str, asset: str, base: pl.DataFrame, cur: pl.DataFrame, keys: list[str],
-                 values: dict[str, str], kind: str = "bit_exact") -> list[dict[str, Any]]:
+def _table_items(
+    exp: str,
+    asset: str,
+    base: pl.DataFrame,
+    cur: pl.DataFrame,
+    keys: list[str],
+    values: dict[str, str],
+    kind: str = "bit_exact",
+) -> list[dict[str, Any]]:
     """Exact comparison of ``values`` columns, row matched on ``keys``; ``values[col]`` is
     "lower" (an error: higher is worse), "higher" (e.g. bit_equal: False is worse) or "any"."""
     rows = []
@@ -275,8 +352,17 @@ def _table_items(exp: str, asset: str, base: pl.DataFrame, cur: pl.DataFrame, ke
             bv = b[key].get(col) if key in b else MISSING
             cv = c[key].get(col) if key in c else MISSING
             worse = {"lower": lambda x, y: y > x, "higher": lambda x, y: y < x}.get(better)
-            rows.append(_exact(exp, f"{asset}/{name}/{col}", kind, bv, cv, worse_if=worse,
-                               severity="WARN" if better == "code" else "ERROR"))
+            rows.append(
+                _exact(
+                    exp,
+                    f"{asset}/{name}/{col}",
+                    kind,
+                    bv,
+                    cv,
+                    worse_if=worse,
+                    severity="WARN" if better == "code" else "ERROR",
+                )
+            )
     return rows
 
 
@@ -289,8 +375,13 @@ B_STATS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def bootstrap_tolerance(sample: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], seed: int,
-                        resamples: int = BOOTSTRAP_RESAMPLES, quantile: float = BOOTSTRAP_QUANTILE) -> float:
+def bootstrap_tolerance(
+    sample: np.ndarray,
+    stat: Callable[[np.ndarray], np.ndarray],
+    seed: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    quantile: float = BOOTSTRAP_QUANTILE,
+) -> float:
     """How far ``stat`` moves between two independent draws of ``len(sample)`` sets from the
     baseline's own distribution: the ``quantile`` of |stat(a) - stat(b)| over bootstrap pairs."""
     sample = sample[np.isfinite(sample)]
@@ -312,9 +403,18 @@ def _compare_b(base: pl.DataFrame, cur: pl.DataFrame, same_inputs: bool) -> list
         b = base.filter(sel).sort("distribution", "set_index")
         c = cur.filter(sel).sort("distribution", "set_index")
         if b.height == 0 or c.height == 0:
-            rows.append(_row("B", f"{name}/ulp_max", "statistic", b.height or None, c.height or None, moved=True,
-                             severity="WARN" if b.height == 0 else "ERROR",
-                             status="not in baseline" if b.height == 0 else "not in current"))
+            rows.append(
+                _row(
+                    "B",
+                    f"{name}/ulp_max",
+                    "statistic",
+                    b.height or None,
+                    c.height or None,
+                    moved=True,
+                    severity="WARN" if b.height == 0 else "ERROR",
+                    status="not in baseline" if b.height == 0 else "not in current",
+                )
+            )
             continue
         bv = b["ulp_max"].to_numpy().astype(float)
         cv = c["ulp_max"].to_numpy().astype(float)
@@ -324,24 +424,47 @@ def _compare_b(base: pl.DataFrame, cur: pl.DataFrame, same_inputs: bool) -> list
             tol = bootstrap_tolerance(bv, stat, seed)
             delta = cs - bs
             moved = abs(delta) > tol
-            rows.append(_row("B", f"{name}/ulp_max_{stat_name}", "statistic", bs, cs, delta=delta, tol=tol,
-                             tol_source=f"bootstrap q{BOOTSTRAP_QUANTILE} of |diff| over {BOOTSTRAP_RESAMPLES} pairs of "
-                                        f"{bv.size}-set resamples of the baseline",
-                             moved=moved, severity="ERROR" if delta > 0 else "WARN"))
+            rows.append(
+                _row(
+                    "B",
+                    f"{name}/ulp_max_{stat_name}",
+                    "statistic",
+                    bs,
+                    cs,
+                    delta=delta,
+                    tol=tol,
+                    tol_source=f"bootstrap q{BOOTSTRAP_QUANTILE} of |diff| over {BOOTSTRAP_RESAMPLES} pairs of "
+                    f"{bv.size}-set resamples of the baseline",
+                    moved=moved,
+                    severity="ERROR" if delta > 0 else "WARN",
+                )
+            )
         if same_inputs and b.height == c.height:
             # Same seed, same sets: per-set values are deterministic, so any change is a code/numerics change.
             changed = float((b["ulp_max"].to_numpy() != c["ulp_max"].to_numpy()).mean())
-            rows.append(_row("B", f"{name}/sets_with_changed_ulp_max", "paired", 0.0, changed, delta=changed, tol=0.0,
-                             tol_source="same inputs: bit-exact per set", moved=changed > 0, severity="WARN"))
+            rows.append(
+                _row(
+                    "B",
+                    f"{name}/sets_with_changed_ulp_max",
+                    "paired",
+                    0.0,
+                    changed,
+                    delta=changed,
+                    tol=0.0,
+                    tol_source="same inputs: bit-exact per set",
+                    moved=changed > 0,
+                    severity="WARN",
+                )
+            )
     return rows
 
 
 def _noise_band(eager: list[float | None], order_b: list[float | None], half_width: int = 1) -> list[float | None]:
     """Per evaluation point, the largest data-order noise |eager - eager_order_B| within +-half_width points."""
-    noise = [abs(x - y) if x is not None and y is not None else None for x, y in zip(eager, order_b)]
+    noise = [abs(x - y) if x is not None and y is not None else None for x, y in zip(eager, order_b, strict=False)]
     out = []
     for i in range(len(noise)):
-        window = [v for v in noise[max(0, i - half_width): i + half_width + 1] if v is not None]
+        window = [v for v in noise[max(0, i - half_width) : i + half_width + 1] if v is not None]
         out.append(max(window) if window else None)
     return out
 
@@ -363,7 +486,7 @@ def _band_of(df: pl.DataFrame) -> dict[int, float]:
     steps_b, b = _curve(df, pair[0])
     if steps != steps_b:
         return {}
-    return {s: v for s, v in zip(steps, _noise_band(a, b)) if v is not None}
+    return {s: v for s, v in zip(steps, _noise_band(a, b), strict=False) if v is not None}
 
 
 def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
@@ -373,12 +496,21 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
         bs, bl = _curve(base, run)
         cs, cl = _curve(cur, run)
         if not bs or not cs:
-            rows.append(_row("E", f"{run}/final_eval_loss", "curve", bl[-1] if bl else None, cl[-1] if cl else None,
-                             moved=True, severity="WARN" if not bs else "ERROR",
-                             status="not in baseline" if not bs else "not in current"))
+            rows.append(
+                _row(
+                    "E",
+                    f"{run}/final_eval_loss",
+                    "curve",
+                    bl[-1] if bl else None,
+                    cl[-1] if cl else None,
+                    moved=True,
+                    severity="WARN" if not bs else "ERROR",
+                    status="not in baseline" if not bs else "not in current",
+                )
+            )
             continue
         common = [s for s in bs if s in set(cs)]
-        bmap, cmap = dict(zip(bs, bl)), dict(zip(cs, cl))
+        bmap, cmap = dict(zip(bs, bl, strict=False)), dict(zip(cs, cl, strict=False))
 
         def band(step: int) -> float | None:
             vals = [v for v in (band_b.get(step), band_c.get(step)) if v is not None]
@@ -386,18 +518,50 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
 
         last = common[-1] if common else None
         if last is None or band(last) is None:
-            rows.append(_row("E", f"{run}/final_eval_loss", "curve", bl[-1], cl[-1], moved=True, severity="WARN",
-                             status="no common steps or no noise band (needs <main>_eager and <main>_eager_order_B)"))
+            rows.append(
+                _row(
+                    "E",
+                    f"{run}/final_eval_loss",
+                    "curve",
+                    bl[-1],
+                    cl[-1],
+                    moved=True,
+                    severity="WARN",
+                    status="no common steps or no noise band (needs <main>_eager and <main>_eager_order_B)",
+                )
+            )
             continue
         delta = cmap[last] - bmap[last]
         tol = band(last)
-        rows.append(_row("E", f"{run}/final_eval_loss@{last}", "curve", bmap[last], cmap[last], delta=delta, tol=tol,
-                         tol_source="E's data-order noise band (|eager - eager_order_B|, +-1 eval point, max of baseline and current)",
-                         moved=abs(delta) > tol, severity="ERROR" if delta > 0 else "WARN"))
+        rows.append(
+            _row(
+                "E",
+                f"{run}/final_eval_loss@{last}",
+                "curve",
+                bmap[last],
+                cmap[last],
+                delta=delta,
+                tol=tol,
+                tol_source="E's data-order noise band (|eager - eager_order_B|, +-1 eval point, max of baseline and current)",
+                moved=abs(delta) > tol,
+                severity="ERROR" if delta > 0 else "WARN",
+            )
+        )
         outside = [s for s in common if band(s) is not None and abs(cmap[s] - bmap[s]) > band(s)]
-        rows.append(_row("E", f"{run}/eval_points_outside_band", "curve", 0, len(outside), delta=len(outside), tol=0.0,
-                         tol_source=f"{len(common)} common eval points; same band", moved=bool(outside),
-                         severity="WARN"))
+        rows.append(
+            _row(
+                "E",
+                f"{run}/eval_points_outside_band",
+                "curve",
+                0,
+                len(outside),
+                delta=len(outside),
+                tol=0.0,
+                tol_source=f"{len(common)} common eval points; same band",
+                moved=bool(outside),
+                severity="WARN",
+            )
+        )
     return rows
 
 
@@ -412,35 +576,89 @@ def _compare_experiment(exp: str, base_dir: Path, cur_dir: Path, same_inputs: bo
         for df_b, df_c, name in ((b["determinism_runs"], c["determinism_runs"], "determinism_runs"),):
             agg = lambda df: df.group_by("round", "dtype").agg(pl.col("md5").unique().sort().str.join(","))  # noqa: E731
             rows += _table_items("A", f"{name}/output_md5s", agg(df_b), agg(df_c), ["round", "dtype"], {"md5": "any"})
-        rows += _table_items("A", "determinism_summary", b["determinism_summary"], c["determinism_summary"],
-                             ["dtype", "round"], {"unique_output_hashes": "lower", "max_ulp_diff_across_runs": "lower"})
-        rows += _table_items("A", "determinism_summary", b["determinism_summary"], c["determinism_summary"],
-                             ["dtype", "round"], {"code_sha256": "code"}, kind="code")
+        rows += _table_items(
+            "A",
+            "determinism_summary",
+            b["determinism_summary"],
+            c["determinism_summary"],
+            ["dtype", "round"],
+            {"unique_output_hashes": "lower", "max_ulp_diff_across_runs": "lower"},
+        )
+        rows += _table_items(
+            "A",
+            "determinism_summary",
+            b["determinism_summary"],
+            c["determinism_summary"],
+            ["dtype", "round"],
+            {"code_sha256": "code"},
+            kind="code",
+        )
         return rows
     if exp == "B":
         return _compare_b(b["accumulated_error_per_set"], c["accumulated_error_per_set"], same_inputs)
     if exp == "C1":
-        return (_tensor_items("C1", "c1_path_outputs", b["c1_path_outputs"], c["c1_path_outputs"])
-                + _table_items("C1", "c1_ulp_distribution", b["c1_ulp_distribution"], c["c1_ulp_distribution"],
-                               ["comparison"], {"bit_equal": "any", "ulp1_pct": "any", "ulp_max": "any"})
-                + _table_items("C1", "c1_error_vs_fp64", b["c1_error_vs_fp64"], c["c1_error_vs_fp64"], ["path"],
-                               {"ulp_max": "lower", "ulp_mean": "lower"}))
+        return (
+            _tensor_items("C1", "c1_path_outputs", b["c1_path_outputs"], c["c1_path_outputs"])
+            + _table_items(
+                "C1",
+                "c1_ulp_distribution",
+                b["c1_ulp_distribution"],
+                c["c1_ulp_distribution"],
+                ["comparison"],
+                {"bit_equal": "any", "ulp1_pct": "any", "ulp_max": "any"},
+            )
+            + _table_items(
+                "C1",
+                "c1_error_vs_fp64",
+                b["c1_error_vs_fp64"],
+                c["c1_error_vs_fp64"],
+                ["path"],
+                {"ulp_max": "lower", "ulp_mean": "lower"},
+            )
+        )
     if exp == "C2":
-        return (_tensor_items("C2", "c2_version_outputs", b["c2_version_outputs"], c["c2_version_outputs"])
-                + _table_items("C2", "c2_error_vs_fp64", b["c2_error_vs_fp64"], c["c2_error_vs_fp64"],
-                               ["version", "output"], {"ulp_max": "lower", "within_band_fraction": "higher"})
-                + _table_items("C2", "c2_versions", b["c2_versions"], c["c2_versions"], ["version"],
-                               {"self_deterministic": "higher"})
-                + _table_items("C2", "c2_versions", b["c2_versions"], c["c2_versions"], ["version"],
-                               {"code_sha256": "code"}, kind="code"))
+        return (
+            _tensor_items("C2", "c2_version_outputs", b["c2_version_outputs"], c["c2_version_outputs"])
+            + _table_items(
+                "C2",
+                "c2_error_vs_fp64",
+                b["c2_error_vs_fp64"],
+                c["c2_error_vs_fp64"],
+                ["version", "output"],
+                {"ulp_max": "lower", "within_band_fraction": "higher"},
+            )
+            + _table_items(
+                "C2", "c2_versions", b["c2_versions"], c["c2_versions"], ["version"], {"self_deterministic": "higher"}
+            )
+            + _table_items(
+                "C2",
+                "c2_versions",
+                b["c2_versions"],
+                c["c2_versions"],
+                ["version"],
+                {"code_sha256": "code"},
+                kind="code",
+            )
+        )
     if exp == "C3":
         key = lambda df: df.with_columns(pl.col("iterations").cast(pl.String).fill_null("-"))  # noqa: E731
-        return (_tensor_items("C3", "c3_path_outputs", b["c3_path_outputs"], c["c3_path_outputs"])
-                + _table_items("C3", "c3_iteration_table", key(b["c3_iteration_table"]), key(c["c3_iteration_table"]),
-                               ["path", "iterations", "compute_dtype"], {"ulp_max": "lower", "correctly_rounded_fraction": "higher"}))
+        return _tensor_items("C3", "c3_path_outputs", b["c3_path_outputs"], c["c3_path_outputs"]) + _table_items(
+            "C3",
+            "c3_iteration_table",
+            key(b["c3_iteration_table"]),
+            key(c["c3_iteration_table"]),
+            ["path", "iterations", "compute_dtype"],
+            {"ulp_max": "lower", "correctly_rounded_fraction": "higher"},
+        )
     if exp == "D":
-        return _table_items("D", "data_movement_check_table", b["data_movement_check_table"], c["data_movement_check_table"],
-                            ["subgraph", "dtype", "shape", "layout"], {"bit_equal": "higher", "ulp_max": "lower"})
+        return _table_items(
+            "D",
+            "data_movement_check_table",
+            b["data_movement_check_table"],
+            c["data_movement_check_table"],
+            ["subgraph", "dtype", "shape", "layout"],
+            {"bit_equal": "higher", "ulp_max": "lower"},
+        )
     if exp == "E":
         return _compare_e(b["training_curves"], c["training_curves"])
     raise BaselineError(f"unknown experiment {exp!r}")
@@ -474,7 +692,9 @@ def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[st
     folder = current_version(base_dir, profile)
     if folder is None:
         reason = f"no baseline promoted for profile {profile!r} (expected {baselines_root(base_dir, profile)}/CURRENT)"
-        table = pl.DataFrame([_row("-", "baseline", "presence", None, None, status="no baseline", severity="WARN")], schema=COLUMNS)
+        table = pl.DataFrame(
+            [_row("-", "baseline", "presence", None, None, status="no baseline", severity="WARN")], schema=COLUMNS
+        )
         return Comparison(table, None, {}, reason)
     manifest = load_manifest(folder)
     cur_dir = Path(base_dir) / profile
@@ -486,14 +706,35 @@ def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[st
         in_base = entry.get("status") == "promoted"
         in_cur = not status[exp]
         if not in_base and not in_cur:
-            rows.append(_row(exp, "(experiment)", "presence", None, None, status="not in baseline, not materialized", severity="INFO"))
+            rows.append(
+                _row(
+                    exp,
+                    "(experiment)",
+                    "presence",
+                    None,
+                    None,
+                    status="not in baseline, not materialized",
+                    severity="INFO",
+                )
+            )
             continue
         if not in_base:
-            rows.append(_row(exp, "(experiment)", "presence", None, "materialized", status="not in baseline", severity="WARN"))
+            rows.append(
+                _row(exp, "(experiment)", "presence", None, "materialized", status="not in baseline", severity="WARN")
+            )
             continue
         if not in_cur:
-            rows.append(_row(exp, "(experiment)", "presence", "promoted", None,
-                             status=f"not materialized (missing {', '.join(status[exp])})", severity="WARN"))
+            rows.append(
+                _row(
+                    exp,
+                    "(experiment)",
+                    "presence",
+                    "promoted",
+                    None,
+                    status=f"not materialized (missing {', '.join(status[exp])})",
+                    severity="WARN",
+                )
+            )
             continue
         base_prov = entry.get("provenance", {})
         same_files = all(

@@ -65,6 +65,7 @@ def _sha256(path: Path) -> str:
 
 # --- metadata, portable both ways --------------------------------------------------------------
 
+
 def _portable(value: Any) -> dict[str, Any]:
     """A Dagster metadata value as ``{"type", "value"}`` JSON."""
     if isinstance(value, dg.MarkdownMetadataValue):
@@ -96,6 +97,7 @@ def _restore(entry: dict[str, Any]) -> Any:
 
 # --- export --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ExportResult:
     folder: Path
@@ -114,16 +116,29 @@ def _versions() -> dict[str, str]:
         project = version("fusion-precision")
     except Exception:  # noqa: BLE001 - a source checkout without installed metadata
         project = "unknown"
-    return {"schema": str(SCHEMA_VERSION), "fusion_precision": project, "dagster": dg.__version__,
-            "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "schema": str(SCHEMA_VERSION),
+        "fusion_precision": project,
+        "dagster": dg.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _stored_file(stem: Path) -> Path | None:
     return next((stem.with_suffix(e) for e in _EXTENSIONS if stem.with_suffix(e).exists()), None)
 
 
-def export_bundle(instance: dg.DagsterInstance, asset_graph: Any, data_dir: Path | str, profile: str, out: Path | str,
-                  *, include_tensors: bool = True, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> ExportResult:
+def export_bundle(
+    instance: dg.DagsterInstance,
+    asset_graph: Any,
+    data_dir: Path | str,
+    profile: str,
+    out: Path | str,
+    *,
+    include_tensors: bool = True,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+) -> ExportResult:
     """Write the bundle of ``profile`` from ``instance`` and ``<data_dir>/<profile>`` to ``out``.
 
     Each asset's latest materialization with this profile is exported with its stored file and
@@ -150,14 +165,23 @@ def export_bundle(instance: dg.DagsterInstance, asset_graph: Any, data_dir: Path
             meta = {k: _portable(v) for k, v in mat.metadata.items()}
             plain_meta = {k: e["value"] for k, e in meta.items()}
             if provenance is None:
-                provenance = {k.removeprefix("provenance."): v for k, v in plain_meta.items() if k.startswith("provenance.")}
+                provenance = {
+                    k.removeprefix("provenance."): v for k, v in plain_meta.items() if k.startswith("provenance.")
+                }
             elif device_of(plain_meta) != provenance.get("device_label"):
-                raise BundleError(f"{key.to_user_string()} was last materialized on {device_of(plain_meta)!r}, other "
-                                  f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
-                                  "one device's results; re-materialize the profile on one device")
+                raise BundleError(
+                    f"{key.to_user_string()} was last materialized on {device_of(plain_meta)!r}, other "
+                    f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
+                    "one device's results; re-materialize the profile on one device"
+                )
             name = key.to_user_string()
-            record: dict[str, Any] = {"asset": name, "timestamp": event.timestamp, "run_id": event.run_id,
-                                      "metadata": meta, "file": None}
+            record: dict[str, Any] = {
+                "asset": name,
+                "timestamp": event.timestamp,
+                "run_id": event.run_id,
+                "metadata": meta,
+                "file": None,
+            }
             stored = _stored_file(source / Path(*key.path))
             if stored is not None:
                 size = stored.stat().st_size
@@ -176,14 +200,20 @@ def export_bundle(instance: dg.DagsterInstance, asset_graph: Any, data_dir: Path
                     continue
                 evaluation = _check_in_run(instance, check_key, event.run_id)
                 if evaluation is not None:
-                    checks.append({"asset": name, "name": check_key.name, "passed": bool(evaluation.passed),
-                                   "severity": evaluation.severity.value,
-                                   "metadata": {k: _portable(v) for k, v in evaluation.metadata.items()}})
+                    checks.append(
+                        {
+                            "asset": name,
+                            "name": check_key.name,
+                            "passed": bool(evaluation.passed),
+                            "severity": evaluation.severity.value,
+                            "metadata": {k: _portable(v) for k, v in evaluation.metadata.items()},
+                        }
+                    )
         if not assets:
             raise BundleError(f"nothing to export: no materialization with profile {profile!r} in this instance")
         manifest = {
             "schema_version": SCHEMA_VERSION,
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "profile": profile,
             "provenance": provenance,
             "versions": _versions(),
@@ -202,8 +232,14 @@ def export_bundle(instance: dg.DagsterInstance, asset_graph: Any, data_dir: Path
     return ExportResult(out, len(assets), len(checks), len(files), left_out)
 
 
-def _latest_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str, device: str | None = None,
-                        limit: int = 50, local_only: bool = False) -> Any:
+def _latest_for_profile(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    profile: str,
+    device: str | None = None,
+    limit: int = 50,
+    local_only: bool = False,
+) -> Any:
     """The latest materialization event of ``key`` made with ``profile`` (and ``device``, if
     given; only those made here, not imported, with ``local_only``)."""
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records
@@ -245,6 +281,7 @@ def _check_in_run(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run
 
 # --- import --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ImportResult:
     device: str
@@ -275,7 +312,9 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     from .profiles import PROFILES
 
     if manifest["profile"] not in PROFILES:
-        raise BundleError(f"bundle profile {manifest['profile']!r} is unknown here (expected one of {', '.join(PROFILES)})")
+        raise BundleError(
+            f"bundle profile {manifest['profile']!r} is unknown here (expected one of {', '.join(PROFILES)})"
+        )
     prov = manifest["provenance"]
     if not isinstance(prov, dict):
         raise BundleError("bundle provenance must be an object")
@@ -283,9 +322,15 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     if absent:
         raise BundleError(f"bundle provenance lacks {', '.join(absent)}: cannot say where its results come from")
     if prov["profile"] != manifest["profile"]:
-        raise BundleError(f"bundle provenance says profile {prov['profile']!r} but the bundle is for {manifest['profile']!r}")
+        raise BundleError(
+            f"bundle provenance says profile {prov['profile']!r} but the bundle is for {manifest['profile']!r}"
+        )
     versions = manifest["versions"]
-    if not isinstance(versions, dict) or str(versions.get("schema")) != str(SCHEMA_VERSION) or not versions.get("torch"):
+    if (
+        not isinstance(versions, dict)
+        or str(versions.get("schema")) != str(SCHEMA_VERSION)
+        or not versions.get("torch")
+    ):
         raise BundleError(f"bundle versions {versions!r} must name the schema ({SCHEMA_VERSION}) and torch")
     if versions["torch"] != prov["torch_version"]:
         raise BundleError(f"bundle versions name torch {versions['torch']} but its provenance {prov['torch_version']}")
@@ -293,9 +338,11 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     for record in manifest["assets"]:
         meta = {k: e.get("value") for k, e in record.get("metadata", {}).items()}
         if meta.get("provenance.profile") != manifest["profile"] or device_of(meta) != label:
-            raise BundleError(f"asset {record.get('asset')!r} was materialized with profile "
-                              f"{meta.get('provenance.profile')!r} on {device_of(meta)!r}, not the bundle's "
-                              f"{manifest['profile']!r} on {label!r}")
+            raise BundleError(
+                f"asset {record.get('asset')!r} was materialized with profile "
+                f"{meta.get('provenance.profile')!r} on {device_of(meta)!r}, not the bundle's "
+                f"{manifest['profile']!r} on {label!r}"
+            )
     root = bundle.resolve()
     for rel, info in manifest["files"].items():
         target = (bundle / rel).resolve()
@@ -315,8 +362,14 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     return manifest
 
 
-def import_bundle(instance: dg.DagsterInstance, bundle: Path | str, data_dir: Path | str, asset_graph: Any = None,
-                  *, replace: bool = False) -> ImportResult:
+def import_bundle(
+    instance: dg.DagsterInstance,
+    bundle: Path | str,
+    data_dir: Path | str,
+    asset_graph: Any = None,
+    *,
+    replace: bool = False,
+) -> ImportResult:
     """Check ``bundle``, store its files under ``<data_dir>/devices/<device>/<profile>/`` and record
     its materializations and check evaluations in ``instance``.
 
@@ -332,16 +385,23 @@ def import_bundle(instance: dg.DagsterInstance, bundle: Path | str, data_dir: Pa
         known = {k.to_user_string() for k in asset_graph.get_all_asset_keys()}
         unknown = sorted({r["asset"] for r in manifest["assets"]} - known)
         known_checks = {(c.asset_key.to_user_string(), c.name) for c in asset_graph.asset_check_keys}
-        unknown += sorted(f"{c['asset']}:{c['name']}" for c in manifest["checks"] if (c["asset"], c["name"]) not in known_checks)
+        unknown += sorted(
+            f"{c['asset']}:{c['name']}" for c in manifest["checks"] if (c["asset"], c["name"]) not in known_checks
+        )
         if unknown:
             raise BundleError(f"bundle holds assets/checks this code location does not define: {unknown}")
     target = Path(data_dir) / "devices" / device_slug(label) / profile
     if target.exists() and not replace:
-        raise BundleError(f"results of {label!r} for profile {profile!r} were imported before ({target}); "
-                          "pass replace to import these instead (the earlier ones are kept aside)")
+        raise BundleError(
+            f"results of {label!r} for profile {profile!r} were imported before ({target}); "
+            "pass replace to import these instead (the earlier ones are kept aside)"
+        )
     # Every event is built (and so every metadata entry checked) before anything is written.
-    origin = {"bundle.imported_from": str(bundle.resolve()), "bundle.created_at": manifest.get("created_at", ""),
-              "bundle.schema_version": SCHEMA_VERSION}
+    origin = {
+        "bundle.imported_from": str(bundle.resolve()),
+        "bundle.created_at": manifest.get("created_at", ""),
+        "bundle.schema_version": SCHEMA_VERSION,
+    }
     events: list[Any] = []
     for record in manifest["assets"]:
         meta = {k: _restore(e) for k, e in record["metadata"].items()}
@@ -349,8 +409,11 @@ def import_bundle(instance: dg.DagsterInstance, bundle: Path | str, data_dir: Pa
             meta["path"] = dg.MetadataValue.path(str((target / Path(record["file"]).relative_to("data")).resolve()))
         meta["bundle.original_run_id"] = record.get("run_id") or ""
         meta["bundle.original_timestamp"] = float(record.get("timestamp") or 0.0)
-        events.append(dg.AssetMaterialization(asset_key=dg.AssetKey.from_user_string(record["asset"]),
-                                              metadata={**meta, **origin}))
+        events.append(
+            dg.AssetMaterialization(
+                asset_key=dg.AssetKey.from_user_string(record["asset"]), metadata={**meta, **origin}
+            )
+        )
     for c in manifest["checks"]:
         meta = {k: _restore(e) for k, e in c["metadata"].items()}
         meta["provenance.device_label"] = label
@@ -359,8 +422,15 @@ def import_bundle(instance: dg.DagsterInstance, bundle: Path | str, data_dir: Pa
             severity = dg.AssetCheckSeverity(c["severity"])
         except ValueError:
             raise BundleError(f"check {c['asset']}:{c['name']} has unknown severity {c['severity']!r}") from None
-        events.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey.from_user_string(c["asset"]), check_name=c["name"],
-                                              passed=bool(c["passed"]), severity=severity, metadata={**meta, **origin}))
+        events.append(
+            dg.AssetCheckEvaluation(
+                asset_key=dg.AssetKey.from_user_string(c["asset"]),
+                check_name=c["name"],
+                passed=bool(c["passed"]),
+                severity=severity,
+                metadata={**meta, **origin},
+            )
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{profile}.", suffix=".partial", dir=target.parent))
     try:

@@ -43,8 +43,12 @@ def release_interrupted_runs(instance: dg.DagsterInstance) -> list[str]:
     """Runs this command started whose process is gone (killed, crashed) still read as in
     progress and still hold their slots of the one-step-at-a-time pool, so the next run would wait
     for them forever: mark them failed and free their slots. Returns their run ids."""
-    statuses = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.CANCELING]
+    statuses = [
+        dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.CANCELING,
+    ]
     released = []
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={CLI_HOST_TAG: platform.node()}))
     for run in runs:
@@ -57,8 +61,9 @@ def release_interrupted_runs(instance: dg.DagsterInstance) -> list[str]:
     return released
 
 
-def _stored_for_profile(instance: dg.DagsterInstance, key: dg.AssetKey, profile: str,
-                        same: dict[str, str] | None = None) -> float | None:
+def _stored_for_profile(
+    instance: dg.DagsterInstance, key: dg.AssetKey, profile: str, same: dict[str, str] | None = None
+) -> float | None:
     """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
     exists, or None; None as well when that materialization's provenance differs from ``same``
     (device, backend, options: the stored value was computed under other settings)."""
@@ -86,8 +91,9 @@ def _evaluated(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> boo
     return event is not None and hasattr(event.event_specific_data, "passed")
 
 
-def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str,
-                  same: dict[str, str] | None = None) -> tuple[list[dg.AssetKey], list[dg.AssetCheckKey]]:
+def assets_to_run(
+    defs: dg.Definitions, instance: dg.DagsterInstance, profile: str, same: dict[str, str] | None = None
+) -> tuple[list[dg.AssetKey], list[dg.AssetCheckKey]]:
     """What a resumed run does. Assets: those missing for ``profile`` (never materialized, stored
     file gone, or computed under other ``same`` settings), those older than an upstream asset,
     everything downstream of those, and the report. Checks: every check of those assets, and the
@@ -111,8 +117,10 @@ def assets_to_run(defs: dg.Definitions, instance: dg.DagsterInstance, profile: s
     # A multi-asset that cannot be subset runs whole: take its other outputs along.
     todo = set(dg.AssetSelection.assets(*todo).required_multi_asset_neighbors().resolve(graph))
     checks = {c for c in graph.asset_check_keys if c.asset_key in todo or not _evaluated(instance, c)}
-    return (sorted(todo, key=lambda k: k.to_user_string()),
-            sorted(checks, key=lambda c: (c.asset_key.to_user_string(), c.name)))
+    return (
+        sorted(todo, key=lambda k: k.to_user_string()),
+        sorted(checks, key=lambda c: (c.asset_key.to_user_string(), c.name)),
+    )
 
 
 def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list:
@@ -126,8 +134,14 @@ def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> l
     return out
 
 
-def report(profile: str, device: str, backend: str, backend_options: str = "{}", verbose: bool = False,
-           everything: bool = False) -> int:
+def report(
+    profile: str,
+    device: str,
+    backend: str,
+    backend_options: str = "{}",
+    verbose: bool = False,
+    everything: bool = False,
+) -> int:
     from .resources import settings_problems
 
     problems = settings_problems(profile, device, backend, backend_options)
@@ -149,21 +163,27 @@ def report(profile: str, device: str, backend: str, backend_options: str = "{}",
     graph = defs.resolve_asset_graph()
     if not everything:
         assets, checks = assets_to_run(defs, instance, profile, same)
-        print(f"profile {profile}: {len(assets)} of {len(graph.get_all_asset_keys())} assets missing or stale "
-              f"(the rest are stored), {len(checks)} of {len(graph.asset_check_keys)} checks to run; "
-              "--all re-runs everything")
+        print(
+            f"profile {profile}: {len(assets)} of {len(graph.get_all_asset_keys())} assets missing or stale "
+            f"(the rest are stored), {len(checks)} of {len(graph.asset_check_keys)} checks to run; "
+            "--all re-runs everything"
+        )
         job = job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
     start = time.perf_counter()
-    result = job.execute_in_process(instance=instance, run_config=run_config, raise_on_error=False,
-                                    tags={CLI_PID_TAG: str(os.getpid()), CLI_HOST_TAG: platform.node()})
+    result = job.execute_in_process(
+        instance=instance,
+        run_config=run_config,
+        raise_on_error=False,
+        tags={CLI_PID_TAG: str(os.getpid()), CLI_HOST_TAG: platform.node()},
+    )
     seconds = time.perf_counter() - start
-    checks = [
-        e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
-    ]
+    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     materialized = result.get_asset_materialization_events()
-    print(f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks in {seconds:.1f} s; "
-          f"run {result.run_id}")
+    print(
+        f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks in {seconds:.1f} s; "
+        f"run {result.run_id}"
+    )
     print(outcome_table(defs, _latest_evaluations(defs, instance), failed_steps))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
@@ -183,11 +203,20 @@ def outcome_table(defs: dg.Definitions, evaluations: list, failed_steps: list[st
     lines_failed = []
     for e in evaluations:
         spec = graph.get_check_spec(e.asset_check_key)
-        outcome = check_outcome(f"{e.asset_key.to_user_string()}:{e.check_name}", e.passed, e.severity,
-                                e.metadata, (spec.metadata or {}).get("outcome"))
+        outcome = check_outcome(
+            f"{e.asset_key.to_user_string()}:{e.check_name}",
+            e.passed,
+            e.severity,
+            e.metadata,
+            (spec.metadata or {}).get("outcome"),
+        )
         by_group.setdefault(graph.get(e.asset_key).group_name, []).append(outcome)
         if not outcome.passed:
-            label = outcome.verdict if outcome.outcome == "claim" else ("invalid" if outcome.outcome == "validity" else "finding")
+            label = (
+                outcome.verdict
+                if outcome.outcome == "claim"
+                else ("invalid" if outcome.outcome == "validity" else "finding")
+            )
             lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
     steps_by_group: dict[str, list[str]] = {}
     for step in failed_steps:
@@ -206,7 +235,9 @@ def outcome_table(defs: dg.Definitions, evaluations: list, failed_steps: list[st
     return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []))
 
 
-def promote_baseline(profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str) -> int:
+def promote_baseline(
+    profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str
+) -> int:
     """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's events)."""
     from .assets.regression import promote_with_instance
     from .baseline import BaselineError
@@ -236,8 +267,15 @@ def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool
 
     base_dir = data_dir or default_data_root()
     try:
-        done = export(_instance(), defs.resolve_asset_graph(), base_dir, profile, out,
-                      include_tensors=not no_tensors, max_tensor_bytes=int(max_tensor_mib * 2**20))
+        done = export(
+            _instance(),
+            defs.resolve_asset_graph(),
+            base_dir,
+            profile,
+            out,
+            include_tensors=not no_tensors,
+            max_tensor_bytes=int(max_tensor_mib * 2**20),
+        )
     except BundleError as exc:
         print(f"export-bundle: {exc}", file=sys.stderr)
         return 2
@@ -260,8 +298,10 @@ def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
     except BundleError as exc:
         print(f"import-bundle: {exc}", file=sys.stderr)
         return 2
-    print(f"imported {done.assets} materializations and {done.checks} check evaluations of {done.device!r} "
-          f"(profile {done.profile}) -> {done.folder}; re-materialize report_site to show them")
+    print(
+        f"imported {done.assets} materializations and {done.checks} check evaluations of {done.device!r} "
+        f"(profile {done.profile}) -> {done.folder}; re-materialize report_site to show them"
+    )
     return 0
 
 
@@ -272,14 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--profile", default="default", help=f"one of {', '.join(sorted(PROFILES))}")
     rep.add_argument("--device", default="auto")
     rep.add_argument("--backend", default="inductor")
-    rep.add_argument("--backend-options", default="{}", help='JSON object of compiler options')
-    rep.add_argument("--all", dest="everything", action="store_true",
-                     help="materialize every asset, not only those missing or stale for the profile")
-    rep.add_argument("--verbose", action="store_true", help="Dagster's full console log (DEBUG) instead of progress lines")
+    rep.add_argument("--backend-options", default="{}", help="JSON object of compiler options")
+    rep.add_argument(
+        "--all",
+        dest="everything",
+        action="store_true",
+        help="materialize every asset, not only those missing or stale for the profile",
+    )
+    rep.add_argument(
+        "--verbose", action="store_true", help="Dagster's full console log (DEBUG) instead of progress lines"
+    )
     pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
     pro.add_argument("--profile", default="default", choices=sorted(PROFILES))
     pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
-    pro.add_argument("--backend", default="inductor", help="recorded as provenance where no materialization event has it")
+    pro.add_argument(
+        "--backend", default="inductor", help="recorded as provenance where no materialization event has it"
+    )
     pro.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
     pro.add_argument("--allow-partial", action="store_true", help="promote even if some experiment is not materialized")
     pro.add_argument("--note", default="", help="free text stored in the manifest")

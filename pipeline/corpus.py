@@ -5,7 +5,6 @@ ship with every CPython 3.11 install. Nothing is downloaded; the bytes depend on
 patch release, so the corpus is identified by its sha256 and size (recorded in asset metadata).
 """
 
-
 import hashlib
 import sysconfig
 from dataclasses import dataclass

@@ -1,6 +1,5 @@
 """The code location: assembles assets, checks, resources, the all-assets job and its schedule."""
 
-
 import dagster as dg
 
 from .assets.regression import promote_baseline_job
@@ -38,12 +37,12 @@ nightly_schedule = dg.ScheduleDefinition(
 def build_resources(settings: ExperimentSettings | None = None, base_dir: str | None = None) -> dict:
     """Resources for the code location; ``settings`` defaults to launch-time configuration, and
     the IO manager shares that same resource so stored files follow the run's profile."""
-    settings = settings or ExperimentSettings.configure_at_launch()
+    shared = settings if settings is not None else ExperimentSettings.configure_at_launch()
     data = DataFolder(root=base_dir) if base_dir else DataFolder()
     return {
-        "settings": settings,
+        "settings": shared,
         "data": data,
-        "io_manager": PrecisionIOManager(data=data, settings=settings),
+        "io_manager": PrecisionIOManager(data=data, settings=shared),
     }
 
 

@@ -8,6 +8,7 @@ stops the run before any work with an error that says what is available instead.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from typing import Any
 
@@ -32,10 +33,8 @@ def _backend(kind: str) -> Any:
 def _ensure_plugin(kind: str) -> None:
     """Out-of-tree backends register themselves on import (``torch_npu`` adds ``torch.npu``)."""
     if kind == "npu" and not hasattr(torch, "npu"):
-        try:
+        with contextlib.suppress(ImportError):
             import torch_npu  # noqa: F401
-        except ImportError:
-            pass
 
 
 def is_available(kind: str) -> bool:
@@ -86,20 +85,26 @@ def check_device(name: str) -> torch.device:
         return torch.device(kind)
     kind, _, index = name.partition(":")
     if kind not in DEVICE_TYPES:
-        raise DeviceError(f"unknown device type {kind!r} in {name!r}; expected auto or one of "
-                          f"{', '.join(DEVICE_TYPES)} (optionally with ':<index>')")
+        raise DeviceError(
+            f"unknown device type {kind!r} in {name!r}; expected auto or one of "
+            f"{', '.join(DEVICE_TYPES)} (optionally with ':<index>')"
+        )
     if index and not index.isdigit():
         raise DeviceError(f"device index in {name!r} must be a non-negative integer, got {index!r}")
     if kind == "cpu" and index not in ("", "0"):
         raise DeviceError(f"device {name!r}: the cpu has no index other than 0")
     if not is_available(kind):
-        raise DeviceError(f"device {name!r} requested but torch reports no {kind} backend on this machine "
-                          f"(available: {', '.join(available_devices())})")
+        raise DeviceError(
+            f"device {name!r} requested but torch reports no {kind} backend on this machine "
+            f"(available: {', '.join(available_devices())})"
+        )
     if index:
         count = device_count(kind)
         if int(index) >= count:
-            raise DeviceError(f"device {name!r} requested but torch sees {count} {kind} device(s) "
-                              f"(available: {', '.join(available_devices())})")
+            raise DeviceError(
+                f"device {name!r} requested but torch sees {count} {kind} device(s) "
+                f"(available: {', '.join(available_devices())})"
+            )
     return torch.device(name)
 
 
@@ -134,7 +139,13 @@ def device_name(device: torch.device) -> str:
 
 def device_versions(device: torch.device) -> dict[str, str]:
     """Driver and runtime versions a result depends on, for provenance (empty strings where none)."""
-    out = {"torch_version": torch.__version__, "cuda_runtime": "", "hip_runtime": "", "driver": "", "compute_capability": ""}
+    out = {
+        "torch_version": torch.__version__,
+        "cuda_runtime": "",
+        "hip_runtime": "",
+        "driver": "",
+        "compute_capability": "",
+    }
     if device.type == "cuda":
         out["cuda_runtime"] = str(torch.version.cuda or "")
         out["hip_runtime"] = str(getattr(torch.version, "hip", None) or "")
@@ -156,8 +167,12 @@ def _nvidia_smi_driver() -> str:
     if shutil.which("nvidia-smi") is None:
         return ""
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -33,46 +33,100 @@ class Experiment:
 
     def definitions(self) -> dg.Definitions:
         """The experiment's assets and asset checks (no resources: the code location binds those)."""
-        return _definitions(self)
+        return dg.Definitions(assets=self.assets(), asset_checks=self.checks())
 
     def assets(self) -> list[dg.AssetsDefinition]:
-        return list(self.definitions().assets or ())  # type: ignore[arg-type]
+        return list(_loaded(self)[0])
 
     def checks(self) -> list[dg.AssetChecksDefinition]:
-        return list(self.definitions().asset_checks or ())
+        return list(_loaded(self)[1])
 
 
 @cache
-def _definitions(exp: Experiment) -> dg.Definitions:
+def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.AssetChecksDefinition, ...]]:
+    """The assets and checks of ``exp``'s modules, loaded once (each load makes new definition objects)."""
     modules = exp.load_modules()
-    return dg.Definitions(
-        assets=list(dg.load_assets_from_modules(modules)),
-        asset_checks=list(dg.load_asset_checks_from_modules(modules)),
-    )
+    assets = tuple(a for a in dg.load_assets_from_modules(modules) if isinstance(a, dg.AssetsDefinition))
+    return assets, tuple(dg.load_asset_checks_from_modules(modules))
 
 
 #: In the report's order (the toolkit first, then the experiments in the order of the test plan).
 EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment("S", "Precision toolkit", "S_toolkit", "toolkit", (), ("toolkit",)),
-    Experiment("A", "Fused-path binary determinism", "A_determinism", "determinism", ("3.3",), ("determinism",),
-               baseline=("determinism_summary", "determinism_runs")),
-    Experiment("C1", "Tensor x scalar instruction selection", "C1_instruction_selection", "instruction-selection",
-               ("1.2-2",), ("instruction_selection",),
-               baseline=("c1_path_outputs", "c1_ulp_distribution", "c1_error_vs_fp64")),
-    Experiment("C2", "Reduction accumulation order", "C2_reduction_order", "reduction-order", ("1.2-3",),
-               ("reduction_order",), baseline=("c2_version_outputs", "c2_versions", "c2_error_vs_fp64")),
-    Experiment("C3", "rsqrt algorithm iterations", "C3_rsqrt_iterations", "rsqrt-iterations", ("1.2-4",),
-               ("rsqrt_iterations",), baseline=("c3_path_outputs", "c3_iteration_table")),
-    Experiment("D", "Pure data movement is bit-exact", "D_data_movement", "data-movement", ("2",), ("data_movement",),
-               baseline=("data_movement_check_table",)),
-    Experiment("B", "Eager vs fused accumulated error", "B_accumulated_error", "accumulated-error", ("3.2", "6.1"),
-               ("accumulated_error",), baseline=("accumulated_error_per_set", "accumulated_error_summary")),
-    Experiment("E", "End-to-end training alignment", "E_training", "training", ("3.2", "6.1"), ("training",),
-               baseline=("training_curves",)),
-    Experiment("Diagnostics", "Divergence locator, graph fuzzer, measured tolerances", "diagnostics", "diagnostics",
-               (), ("divergence", "fuzzing", "tolerances")),
-    Experiment("Regression", "Drift against the baseline and the planted-bug suite", "regression", "drift", (),
-               ("regression",)),
+    Experiment(
+        "A",
+        "Fused-path binary determinism",
+        "A_determinism",
+        "determinism",
+        ("3.3",),
+        ("determinism",),
+        baseline=("determinism_summary", "determinism_runs"),
+    ),
+    Experiment(
+        "C1",
+        "Tensor x scalar instruction selection",
+        "C1_instruction_selection",
+        "instruction-selection",
+        ("1.2-2",),
+        ("instruction_selection",),
+        baseline=("c1_path_outputs", "c1_ulp_distribution", "c1_error_vs_fp64"),
+    ),
+    Experiment(
+        "C2",
+        "Reduction accumulation order",
+        "C2_reduction_order",
+        "reduction-order",
+        ("1.2-3",),
+        ("reduction_order",),
+        baseline=("c2_version_outputs", "c2_versions", "c2_error_vs_fp64"),
+    ),
+    Experiment(
+        "C3",
+        "rsqrt algorithm iterations",
+        "C3_rsqrt_iterations",
+        "rsqrt-iterations",
+        ("1.2-4",),
+        ("rsqrt_iterations",),
+        baseline=("c3_path_outputs", "c3_iteration_table"),
+    ),
+    Experiment(
+        "D",
+        "Pure data movement is bit-exact",
+        "D_data_movement",
+        "data-movement",
+        ("2",),
+        ("data_movement",),
+        baseline=("data_movement_check_table",),
+    ),
+    Experiment(
+        "B",
+        "Eager vs fused accumulated error",
+        "B_accumulated_error",
+        "accumulated-error",
+        ("3.2", "6.1"),
+        ("accumulated_error",),
+        baseline=("accumulated_error_per_set", "accumulated_error_summary"),
+    ),
+    Experiment(
+        "E",
+        "End-to-end training alignment",
+        "E_training",
+        "training",
+        ("3.2", "6.1"),
+        ("training",),
+        baseline=("training_curves",),
+    ),
+    Experiment(
+        "Diagnostics",
+        "Divergence locator, graph fuzzer, measured tolerances",
+        "diagnostics",
+        "diagnostics",
+        (),
+        ("divergence", "fuzzing", "tolerances"),
+    ),
+    Experiment(
+        "Regression", "Drift against the baseline and the planted-bug suite", "regression", "drift", (), ("regression",)
+    ),
 )
 
 BY_ID: dict[str, Experiment] = {e.id: e for e in EXPERIMENTS}

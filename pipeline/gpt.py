@@ -15,15 +15,15 @@ Training checkpoints after every evaluation interval and resumes from the latest
 same configuration (the directory is keyed by a hash of the config), bit for bit on the eager path.
 """
 
-
 import contextlib
 import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -229,7 +229,9 @@ def _windows(data: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[to
     return chunks[:, :-1], chunks[:, 1:]
 
 
-def make_loss_fn(model: GPT, cfg: TrainConfig, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def make_loss_fn(
+    model: GPT, cfg: TrainConfig, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Mean next-byte cross-entropy, forward under autocast in ``cfg.precision`` (fp32 loss)."""
     dtype = PRECISIONS[cfg.precision]
 
@@ -401,10 +403,14 @@ def train(
         n_steps += 1
         if step % cfg.eval_every == 0 or step == cfg.steps:
             eval_loss = evaluate()
-            rows.append(_row(step, loss_sum / n_steps, eval_loss, norm_sum / n_steps, sched.get_last_lr()[0], skipped, cfg))
+            rows.append(
+                _row(step, loss_sum / n_steps, eval_loss, norm_sum / n_steps, sched.get_last_lr()[0], skipped, cfg)
+            )
             loss_sum, norm_sum, n_steps, skipped = 0.0, 0.0, 0, 0
             if log:
-                log(f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}")
+                log(
+                    f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
+                )
             save()
         if stop_after is not None and step >= stop_after and step < cfg.steps:
             raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
@@ -413,7 +419,20 @@ def train(
     if cfg.path == "fused":
         for name, fn in (("train", train_fn), ("eval", eval_fn)):
             ev = fn.evidence.as_metadata()
-            evidence.update({f"{name}_{k}": ev[k] for k in ("graph_count", "graph_breaks", "recompiles", "kernel_count", "code_sha256", "compile_seconds", "extern_calls")})
+            evidence.update(
+                {
+                    f"{name}_{k}": ev[k]
+                    for k in (
+                        "graph_count",
+                        "graph_breaks",
+                        "recompiles",
+                        "kernel_count",
+                        "code_sha256",
+                        "compile_seconds",
+                        "extern_calls",
+                    )
+                }
+            )
         evidence["backend"] = cfg.backend
         evidence["options"] = cfg.options_json
     if ckpt is not None:
@@ -432,7 +451,15 @@ def train(
     )
 
 
-def _row(step: int, train_loss: float | None, eval_loss: float, grad_norm: float | None, lr: float, skipped: int, cfg: TrainConfig) -> dict[str, Any]:
+def _row(
+    step: int,
+    train_loss: float | None,
+    eval_loss: float,
+    grad_norm: float | None,
+    lr: float,
+    skipped: int,
+    cfg: TrainConfig,
+) -> dict[str, Any]:
     """One curve point; train loss and grad norm are means over the steps since the last point."""
     return {
         "step": step,

@@ -9,8 +9,8 @@ where a fused kernel may legitimately round differently from op-by-op execution.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -18,6 +18,7 @@ LAYOUTS = ("contiguous", "transposed_view")
 
 
 # --- pure data movement --------------------------------------------------------------------
+
 
 def transpose_concat(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """transpose -> concat: both inputs transposed to [batch, hidden, seq], joined on seq."""
@@ -69,6 +70,7 @@ def full_two_concats(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, to
 
 # --- counterexamples: arithmetic hidden in a movement-looking graph --------------------------
 
+
 def promote_broadcast_concat(x: torch.Tensor, y_wide: torch.Tensor) -> torch.Tensor:
     """Broadcast with implicit type promotion: x's first position plus a wider-typed y, cast
     back to x's dtype and concatenated with x. The add rounds (once in the wide type, then again
@@ -114,22 +116,43 @@ def _wider(dtype: torch.dtype) -> torch.dtype:
 CATALOGUE: dict[str, MovementGraph] = {
     g.name: g
     for g in (
-        MovementGraph("transpose_concat", "transpose -> concat", transpose_concat,
-                      explanation="copies only"),
-        MovementGraph("slice_broadcast_concat", "slice -> broadcast -> concat", slice_broadcast_concat,
-                      explanation="copies only; the broadcast repeats one position without arithmetic"),
-        MovementGraph("split_transpose_concat", "split -> transpose -> concat", split_transpose_concat,
-                      explanation="copies only; uneven split on odd widths"),
-        MovementGraph("reshape_concat", "reshape -> concat", reshape_concat,
-                      explanation="copies only; the reshape is a view of a contiguous input and a copy of a "
-                      "non-contiguous one", reshape_probe=_flatten),
-        MovementGraph("rope_rotate_half", "RoPE rotate-half: slice -> neg -> concat", rope_rotate_half,
-                      explanation="negation flips the sign bit only, so it is exact"),
-        MovementGraph("full_two_concats", "torch.full consumed by two concats", full_two_concats,
-                      explanation="the fill value -1.5 is exact in every dtype"),
+        MovementGraph("transpose_concat", "transpose -> concat", transpose_concat, explanation="copies only"),
         MovementGraph(
-            "promote_broadcast_concat", "broadcast + implicit type promotion -> downcast -> concat",
-            promote_broadcast_concat, has_implicit_computation=True,
+            "slice_broadcast_concat",
+            "slice -> broadcast -> concat",
+            slice_broadcast_concat,
+            explanation="copies only; the broadcast repeats one position without arithmetic",
+        ),
+        MovementGraph(
+            "split_transpose_concat",
+            "split -> transpose -> concat",
+            split_transpose_concat,
+            explanation="copies only; uneven split on odd widths",
+        ),
+        MovementGraph(
+            "reshape_concat",
+            "reshape -> concat",
+            reshape_concat,
+            explanation="copies only; the reshape is a view of a contiguous input and a copy of a non-contiguous one",
+            reshape_probe=_flatten,
+        ),
+        MovementGraph(
+            "rope_rotate_half",
+            "RoPE rotate-half: slice -> neg -> concat",
+            rope_rotate_half,
+            explanation="negation flips the sign bit only, so it is exact",
+        ),
+        MovementGraph(
+            "full_two_concats",
+            "torch.full consumed by two concats",
+            full_two_concats,
+            explanation="the fill value -1.5 is exact in every dtype",
+        ),
+        MovementGraph(
+            "promote_broadcast_concat",
+            "broadcast + implicit type promotion -> downcast -> concat",
+            promote_broadcast_concat,
+            has_implicit_computation=True,
             explanation=(
                 "x (dtype) + y (wider type) promotes to the wider type, adds, and the .to() rounds "
                 "back: one add and one downcast, which both paths can do in the same order"
@@ -137,8 +160,10 @@ CATALOGUE: dict[str, MovementGraph] = {
             y_dtype=_wider,
         ),
         MovementGraph(
-            "promote_downcast_scale_concat", "broadcast + promotion -> downcast -> scale -> concat",
-            promote_downcast_scale_concat, has_implicit_computation=True,
+            "promote_downcast_scale_concat",
+            "broadcast + promotion -> downcast -> scale -> concat",
+            promote_downcast_scale_concat,
+            has_implicit_computation=True,
             explanation=(
                 "eager rounds the promoted sum to x's dtype at .to() and rounds again after * 3; "
                 "a fused kernel may drop the intermediate downcast and round once"
@@ -146,7 +171,9 @@ CATALOGUE: dict[str, MovementGraph] = {
             y_dtype=_wider,
         ),
         MovementGraph(
-            "scaled_add_concat", "scale by a Python scalar + add -> concat", scaled_add_concat,
+            "scaled_add_concat",
+            "scale by a Python scalar + add -> concat",
+            scaled_add_concat,
             has_implicit_computation=True,
             explanation=(
                 "eager rounds x * 0.1 to the tensor dtype before adding y; a fused kernel may compute "
@@ -161,11 +188,40 @@ PURE = tuple(name for name, g in CATALOGUE.items() if not g.has_implicit_computa
 
 #: aten ops that only move, copy or create data (no arithmetic on values): a bit difference first
 #: seen at one of these is a data-movement defect; at any other op it is arithmetic hidden in the graph.
-MOVEMENT_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "slice", "select", "split", "split_with_sizes",
-    "unbind", "cat", "expand", "clone", "copy", "copy_", "contiguous", "alias", "unsqueeze", "squeeze", "flatten",
-    "full", "empty", "empty_strided", "as_strided", "narrow", "index_select", "stack", "lift_fresh", "detach",
-})
+MOVEMENT_OPS = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "permute",
+        "transpose",
+        "t",
+        "slice",
+        "select",
+        "split",
+        "split_with_sizes",
+        "unbind",
+        "cat",
+        "expand",
+        "clone",
+        "copy",
+        "copy_",
+        "contiguous",
+        "alias",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "full",
+        "empty",
+        "empty_strided",
+        "as_strided",
+        "narrow",
+        "index_select",
+        "stack",
+        "lift_fresh",
+        "detach",
+    }
+)
 
 
 def reshape_copied(graph: MovementGraph, x: torch.Tensor, y: torch.Tensor) -> bool | None:
@@ -193,8 +249,9 @@ def _op_name(target: object) -> str:
     return name.split(".")[0]
 
 
-def localize_bit_difference(fn: Callable[..., object], args: tuple[torch.Tensor, ...], backend: str = "inductor",
-                            options: dict | None = None) -> dict[str, object]:
+def localize_bit_difference(
+    fn: Callable[..., object], args: tuple[torch.Tensor, ...], backend: str = "inductor", options: dict | None = None
+) -> dict[str, object]:
     """Re-run ``fn`` op by op, eagerly and fused, and find the first aten op whose output bits
     differ between the two (each op fed the same eager inputs). Returns the op, whether it only
     moves data, how many output elements differ, up to three (input, eager, fused) bit patterns,
@@ -230,7 +287,7 @@ def localize_bit_difference(fn: Callable[..., object], args: tuple[torch.Tensor,
 
         def one_op(*tensors, _t=node.target, _flat=flat, _spec=spec, _p=positions):
             full = list(_flat)
-            for i, t in zip(_p, tensors):
+            for i, t in zip(_p, tensors, strict=False):
                 full[i] = t
             a, k = tree_unflatten(full, _spec)
             return _t(*a, **k)
@@ -245,16 +302,22 @@ def localize_bit_difference(fn: Callable[..., object], args: tuple[torch.Tensor,
                 bad = (got != expected).nonzero().reshape(-1)
                 if bad.numel():
                     eager_departure = {
-                        "op": f"aten.{getattr(node.target, '__name__', name)}", "op_moves_data_only": False, "output": 0,
+                        "op": f"aten.{getattr(node.target, '__name__', name)}",
+                        "op_moves_data_only": False,
+                        "output": 0,
                         "differing_elements": int(bad.numel()),
-                        "samples": [f"input {_hex(int(_bits(src)[i]), size)}, eager {_hex(int(got[i]), size)}, bitwise expectation "
-                                    f"{_hex(int(expected[i]), size)}" for i in bad[:3].tolist()],
-                        "departs_from_bitwise": "eager"}
+                        "samples": [
+                            f"input {_hex(int(_bits(src)[i]), size)}, eager {_hex(int(got[i]), size)}, bitwise expectation "
+                            f"{_hex(int(expected[i]), size)}"
+                            for i in bad[:3].tolist()
+                        ],
+                        "departs_from_bitwise": "eager",
+                    }
         one_op.__name__ = f"op_{node.name}"
         fused_out = fused(one_op, backend, options, require_fusion=False)(*tensors_in)
         fused_list = list(fused_out) if isinstance(fused_out, (tuple, list)) else [fused_out]
         checked.append(name)
-        for k, (e, f) in enumerate(zip(eager_list, fused_list)):
+        for k, (e, f) in enumerate(zip(eager_list, fused_list, strict=False)):
             eb, fb = _bits(e), _bits(f)
             if e.shape == f.shape and torch.equal(eb, fb):
                 continue
@@ -269,35 +332,65 @@ def localize_bit_difference(fn: Callable[..., object], args: tuple[torch.Tensor,
                     expected = inp ^ (1 << (8 * size - 1))  # negation flips the sign bit only
                 elif inp is not None and name in MOVEMENT_OPS:
                     expected = inp
-                text = (f"input {_hex(inp, size)}, " if inp is not None else "") + f"eager {_hex(int(eb[idx]), size)}, fused {_hex(int(fb[idx]), size)}"
+                text = (
+                    f"input {_hex(inp, size)}, " if inp is not None else ""
+                ) + f"eager {_hex(int(eb[idx]), size)}, fused {_hex(int(fb[idx]), size)}"
                 if expected is not None:
                     text += f", bitwise expectation {_hex(expected, size)}"
-                    departs |= {p for p, v in (("eager", int(eb[idx])), ("fused", int(fb[idx]))) if v & ((1 << (8 * size)) - 1) != expected & ((1 << (8 * size)) - 1)}
+                    departs |= {
+                        p
+                        for p, v in (("eager", int(eb[idx])), ("fused", int(fb[idx])))
+                        if v & ((1 << (8 * size)) - 1) != expected & ((1 << (8 * size)) - 1)
+                    }
                 samples.append(text)
-            return {"op": f"aten.{getattr(node.target, '__name__', name)}", "op_moves_data_only": name in MOVEMENT_OPS,
-                    "output": k, "differing_elements": int(differ.numel()), "samples": samples,
-                    "departs_from_bitwise": ", ".join(sorted(departs)) or "unknown", "ops_checked": checked}
+            return {
+                "op": f"aten.{getattr(node.target, '__name__', name)}",
+                "op_moves_data_only": name in MOVEMENT_OPS,
+                "output": k,
+                "differing_elements": int(differ.numel()),
+                "samples": samples,
+                "departs_from_bitwise": ", ".join(sorted(departs)) or "unknown",
+                "ops_checked": checked,
+            }
     if eager_departure is not None:
         # No op differs alone between eager and fused, but one eager op departs from its bitwise
         # result: the fused graph keeps the bits there (measured on the whole graph), eager does not.
         return {**eager_departure, "ops_checked": checked, "alone": False}
-    return {"op": None, "op_moves_data_only": None, "output": None, "differing_elements": 0, "samples": [],
-            "departs_from_bitwise": "unknown", "ops_checked": checked}
+    return {
+        "op": None,
+        "op_moves_data_only": None,
+        "output": None,
+        "differing_elements": 0,
+        "samples": [],
+        "departs_from_bitwise": "unknown",
+        "ops_checked": checked,
+    }
 
 
 def describe_localization(loc: dict[str, object]) -> str:
     """One line for the check table: which op changed the bits on which path, as measured."""
     if loc["op"] is None:
-        return (f"no single op differs when run alone ({len(loc['ops_checked'])} ops re-run eagerly and fused): the "
-                "difference arises only in the fused graph as a whole")
+        return (
+            f"no single op differs when run alone ({len(loc['ops_checked'])} ops re-run eagerly and fused): the "
+            "difference arises only in the fused graph as a whole"
+        )
     departs = loc["departs_from_bitwise"]
-    who = (f"the {departs} path departs from the op's bitwise result" if departs != "unknown"
-           else "no bitwise expectation for this op")
+    who = (
+        f"the {departs} path departs from the op's bitwise result"
+        if departs != "unknown"
+        else "no bitwise expectation for this op"
+    )
     if loc.get("alone") is False:
-        return (f"no op differs alone between eager and fused; re-run op by op, the eager {loc['op']} departs from its "
-                f"bitwise result ({loc['differing_elements']} elements; {'; '.join(loc['samples'])}); the eager path departs")
-    return (f"first op whose output bits differ, re-run op by op: {loc['op']} (output {loc['output']}, "
-            f"{loc['differing_elements']} elements; {'; '.join(loc['samples'])}); {who}")
+        return (
+            f"no op differs alone between eager and fused; re-run op by op, the eager {loc['op']} departs from its "
+            f"bitwise result ({loc['differing_elements']} elements; {'; '.join(loc['samples'])}); the eager path departs"
+        )
+    return (
+        f"first op whose output bits differ, re-run op by op: {loc['op']} (output {loc['output']}, "
+        f"{loc['differing_elements']} elements; {'; '.join(loc['samples'])}); {who}"
+    )
+
+
 COUNTEREXAMPLES = tuple(name for name, g in CATALOGUE.items() if g.has_implicit_computation)
 
 
@@ -316,7 +409,13 @@ def _special_values(dtype: torch.dtype) -> torch.Tensor:
 
 
 def make_input(
-    shape: tuple[int, ...], dtype: torch.dtype, layout: str, seed: int, *, specials: bool, device: torch.device | str = "cpu"
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    layout: str,
+    seed: int,
+    *,
+    specials: bool,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
     """A seeded ``shape`` activation in ``dtype`` with the given memory layout.
 
@@ -330,7 +429,9 @@ def make_input(
         raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     gen = torch.Generator().manual_seed(seed)
     batch, seq, hidden = shape
-    base = torch.randn((batch, hidden, seq) if layout == "transposed_view" else shape, generator=gen, dtype=torch.float64)
+    base = torch.randn(
+        (batch, hidden, seq) if layout == "transposed_view" else shape, generator=gen, dtype=torch.float64
+    )
     if specials:
         values = _special_values(dtype)
         flat = base.view(-1)

@@ -35,8 +35,9 @@ import itertools
 import operator
 import random
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -89,7 +90,9 @@ def _map_outputs(outs: Any, transform: Callable[[torch.Tensor], torch.Tensor]) -
     return transform(outs) if _is_float_tensor(outs) else outs
 
 
-def _wrap_outputs(compiled: Callable[..., Any], transform: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+def _wrap_outputs(
+    compiled: Callable[..., Any], transform: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
         return _map_outputs(_call(compiled, args), transform)
 
@@ -219,7 +222,7 @@ def _stale_vector_tail(t: torch.Tensor) -> torch.Tensor:
     # The masked epilogue stores the lanes still in the register from the last full vector:
     # element n - tail + i receives element n - tail - VECTOR_WIDTH + i.
     damaged = t.detach().clone()
-    damaged[..., n - tail:] = t.detach()[..., n - tail - VECTOR_WIDTH: n - VECTOR_WIDTH]
+    damaged[..., n - tail :] = t.detach()[..., n - tail - VECTOR_WIDTH : n - VECTOR_WIDTH]
     return _same_values_keep_grad(t, damaged)
 
 
@@ -236,7 +239,9 @@ def _is_dense_permutation(t: torch.Tensor) -> bool:
     """True when ``t`` covers a gap-free block of its storage in some dim order (e.g. a transpose of
     a contiguous tensor): sorted by stride, each stride is the product of the smaller dims' sizes."""
     expected = 1
-    for size, stride in sorted(((n, st) for n, st in zip(t.shape, t.stride()) if n != 1), key=lambda p: p[1]):
+    for size, stride in sorted(
+        ((n, st) for n, st in zip(t.shape, t.stride(), strict=False) if n != 1), key=lambda p: p[1]
+    ):
         if stride != expected:
             return False
         expected *= size
@@ -308,8 +313,9 @@ def _round_mantissa(graph: torch.fx.Graph, x: torch.fx.Node, dropped_bits: int) 
     Inductor elides an fp32 -> fp16 -> fp32 cast pair unless ``emulate_precision_casts`` is set,
     so a cast would not round; the bit form cannot be elided."""
     bits = graph.call_function(aten.view.dtype, (x, torch.int32))
-    odd = graph.call_function(aten.bitwise_and.Scalar,
-                              (graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (bits, dropped_bits)), 1))
+    odd = graph.call_function(
+        aten.bitwise_and.Scalar, (graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (bits, dropped_bits)), 1)
+    )
     half = (1 << (dropped_bits - 1)) - 1
     bumped = graph.call_function(aten.add.Tensor, (graph.call_function(aten.add.Tensor, (bits, half)), odd))
     rounded = graph.call_function(aten.bitwise_and.Scalar, (bumped, -(1 << dropped_bits)))
@@ -450,7 +456,7 @@ def _rewrite_bf16_scratch(gm: torch.fx.GraphModule) -> int:
             x32 = graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.float32})
             y = _round_to_bf16_precision(graph, x32)
             y = graph.call_function(aten._to_copy.default, (y,), {"dtype": val.dtype})
-        node.replace_all_uses_with(y, delete_user_cb=lambda user: user is not x32)
+        node.replace_all_uses_with(y, delete_user_cb=lambda user: user is not x32)  # noqa: B023 - used during this call
         count += 1
     if count:
         graph.lint()
@@ -474,9 +480,14 @@ fp16_accumulation_backend = _graph_fault_backend(_rewrite_fp16_accumulation)
 fp16_accumulation_backend.__doc__ = "sum/mean over the last dim accumulate in fp16, then Inductor."
 
 long_reduction_backend = _graph_fault_backend(_rewrite_long_reduction)
-long_reduction_backend.__doc__ = "sum/mean over a last dim longer than LONG_REDUCTION_THRESHOLD use a bf16 split-K workspace, then Inductor."
+long_reduction_backend.__doc__ = (
+    "sum/mean over a last dim longer than LONG_REDUCTION_THRESHOLD use a bf16 split-K workspace, then Inductor."
+)
 bf16_scratch_backend = _graph_fault_backend(_rewrite_bf16_scratch)
-bf16_scratch_backend.__doc__ = "fp32/fp16 reduction results (sum, mean, var) rounded to bf16 precision before use, then Inductor."
+bf16_scratch_backend.__doc__ = (
+    "fp32/fp16 reduction results (sum, mean, var) rounded to bf16 precision before use, then Inductor."
+)
+
 
 def fallback_to_eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Claims to fuse but returns the graph's own forward: op by op, no generated code."""
@@ -488,41 +499,82 @@ def fallback_to_eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any
 PLANTED_BUGS: dict[str, PlantedBug] = {
     bug.name: bug
     for bug in (
-        PlantedBug("planted_drop_channel", "fused kernel drops a channel",
-                   "last element of the last dim of every floating graph output set to 0", drop_channel_backend),
-        PlantedBug("planted_wrong_axis", "reduction over the wrong axis",
-                   "FX pass: sum/amax/mean/var_mean over the last dim of [..., A, B] read the input column-major "
-                   "(softmax and layer norm included, via their ATen decomposition)", wrong_axis_backend),
-        PlantedBug("planted_layout_swap", "NCHW/NHWC-style layout swap",
-                   "outputs of rank >= 2: the last two dims' data permuted (buffer read transposed), shape kept",
-                   layout_swap_backend),
-        PlantedBug("planted_fp16_accumulation", "fp16 accumulation in a long reduction",
-                   "FX pass: sum/mean over the last dim round their input to fp16 precision and accumulate sequentially "
-                   "(up to 64 steps) with the running sum rounded to fp16 precision after each add (softmax's "
-                   "denominator included)", fp16_accumulation_backend),
-        PlantedBug("planted_off_by_one_ulp", "off-by-one-ULP rounding change",
-                   "every nonzero finite output moved one ULP away from zero (nextafter)", off_by_one_ulp_backend),
-        PlantedBug("planted_fallback_to_eager", "fused path silently falls back to eager",
-                   "backend returns gm.forward without calling Inductor (no generated code)", fallback_to_eager_backend),
-        PlantedBug("planted_nondeterministic_reduction", "non-deterministic reduction order",
-                   "outputs of graphs with a reduction or matmul get -1/0/+1 ULP per element from a per-call RNG",
-                   nondeterministic_reduction_backend),
-        PlantedBug("planted_long_reduction_bf16", "precision lost only in long reductions (split-K workspace)",
-                   f"FX pass: sum/mean over a last dim longer than {LONG_REDUCTION_THRESHOLD} elements switch to a "
-                   f"split-K path: {SPLIT_CHUNK}-element chunks summed in fp32, then the partials stored and added in "
-                   "order at bf16 precision; shorter reductions compile unchanged", long_reduction_backend),
-        PlantedBug("planted_contiguous_only", "kernel correct only for contiguous inputs (stride bug)",
-                   "every dense non-contiguous floating input (a transposed or permuted view) is indexed with "
-                   "contiguous strides: its storage read in memory order as if it were row-major; contiguous "
-                   "inputs are unaffected", contiguous_only_backend),
-        PlantedBug("planted_bf16_scratch", "intermediate rounded against the graph's dtype (bf16 scratch buffer)",
-                   "FX pass: every fp32 or fp16 reduction result (sum, mean, var, var_mean: softmax's denominator, "
-                   "layer norm's mean and variance) is rounded to bf16 precision before its consumers read it",
-                   bf16_scratch_backend),
-        PlantedBug("planted_vector_tail", "wrong result only in the odd tail of a vectorized loop",
-                   f"outputs whose last dim is longer than {VECTOR_WIDTH} and not a multiple of it: the last "
-                   f"(length % {VECTOR_WIDTH}) elements of every row take the values {VECTOR_WIDTH} positions "
-                   "earlier (stale lanes of the previous full vector)", vector_tail_backend),
+        PlantedBug(
+            "planted_drop_channel",
+            "fused kernel drops a channel",
+            "last element of the last dim of every floating graph output set to 0",
+            drop_channel_backend,
+        ),
+        PlantedBug(
+            "planted_wrong_axis",
+            "reduction over the wrong axis",
+            "FX pass: sum/amax/mean/var_mean over the last dim of [..., A, B] read the input column-major "
+            "(softmax and layer norm included, via their ATen decomposition)",
+            wrong_axis_backend,
+        ),
+        PlantedBug(
+            "planted_layout_swap",
+            "NCHW/NHWC-style layout swap",
+            "outputs of rank >= 2: the last two dims' data permuted (buffer read transposed), shape kept",
+            layout_swap_backend,
+        ),
+        PlantedBug(
+            "planted_fp16_accumulation",
+            "fp16 accumulation in a long reduction",
+            "FX pass: sum/mean over the last dim round their input to fp16 precision and accumulate sequentially "
+            "(up to 64 steps) with the running sum rounded to fp16 precision after each add (softmax's "
+            "denominator included)",
+            fp16_accumulation_backend,
+        ),
+        PlantedBug(
+            "planted_off_by_one_ulp",
+            "off-by-one-ULP rounding change",
+            "every nonzero finite output moved one ULP away from zero (nextafter)",
+            off_by_one_ulp_backend,
+        ),
+        PlantedBug(
+            "planted_fallback_to_eager",
+            "fused path silently falls back to eager",
+            "backend returns gm.forward without calling Inductor (no generated code)",
+            fallback_to_eager_backend,
+        ),
+        PlantedBug(
+            "planted_nondeterministic_reduction",
+            "non-deterministic reduction order",
+            "outputs of graphs with a reduction or matmul get -1/0/+1 ULP per element from a per-call RNG",
+            nondeterministic_reduction_backend,
+        ),
+        PlantedBug(
+            "planted_long_reduction_bf16",
+            "precision lost only in long reductions (split-K workspace)",
+            f"FX pass: sum/mean over a last dim longer than {LONG_REDUCTION_THRESHOLD} elements switch to a "
+            f"split-K path: {SPLIT_CHUNK}-element chunks summed in fp32, then the partials stored and added in "
+            "order at bf16 precision; shorter reductions compile unchanged",
+            long_reduction_backend,
+        ),
+        PlantedBug(
+            "planted_contiguous_only",
+            "kernel correct only for contiguous inputs (stride bug)",
+            "every dense non-contiguous floating input (a transposed or permuted view) is indexed with "
+            "contiguous strides: its storage read in memory order as if it were row-major; contiguous "
+            "inputs are unaffected",
+            contiguous_only_backend,
+        ),
+        PlantedBug(
+            "planted_bf16_scratch",
+            "intermediate rounded against the graph's dtype (bf16 scratch buffer)",
+            "FX pass: every fp32 or fp16 reduction result (sum, mean, var, var_mean: softmax's denominator, "
+            "layer norm's mean and variance) is rounded to bf16 precision before its consumers read it",
+            bf16_scratch_backend,
+        ),
+        PlantedBug(
+            "planted_vector_tail",
+            "wrong result only in the odd tail of a vectorized loop",
+            f"outputs whose last dim is longer than {VECTOR_WIDTH} and not a multiple of it: the last "
+            f"(length % {VECTOR_WIDTH}) elements of every row take the values {VECTOR_WIDTH} positions "
+            "earlier (stale lanes of the previous full vector)",
+            vector_tail_backend,
+        ),
     )
 }
 

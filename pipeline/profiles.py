@@ -90,10 +90,16 @@ PROFILES: dict[str, Profile] = {
         c2_runs=5,
         c3_shape=(64, 64),
         fuzz_graphs=6,
-        train=dict(layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2, fp32_control=0),
+        train=dict(
+            layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2, fp32_control=0
+        ),
         # caught by: the run's validity (no fusion), C2's determinism claim, D's bit-exactness claim, B's claim
-        planted_bugs=("planted_fallback_to_eager", "planted_nondeterministic_reduction", "planted_contiguous_only",
-                      "planted_layout_swap"),
+        planted_bugs=(
+            "planted_fallback_to_eager",
+            "planted_nondeterministic_reduction",
+            "planted_contiguous_only",
+            "planted_layout_swap",
+        ),
     ),
     "default": Profile(
         name="default",
@@ -114,7 +120,9 @@ PROFILES: dict[str, Profile] = {
         c2_runs=200,
         c3_shape=(1024, 1024),
         fuzz_graphs=120,
-        train=dict(layers=2, heads=4, width=64, context=64, batch=8, steps=600, eval_every=30, eval_batches=4, fp32_control=0),
+        train=dict(
+            layers=2, heads=4, width=64, context=64, batch=8, steps=600, eval_every=30, eval_batches=4, fp32_control=0
+        ),
         cpu_train_precision="float32",
     ),
     "seed": Profile(
@@ -133,7 +141,17 @@ PROFILES: dict[str, Profile] = {
         c2_runs=1000,
         c3_shape=(1024, 1024),
         fuzz_graphs=1000,
-        train=dict(layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8, fp32_control=1),
+        train=dict(
+            layers=12,
+            heads=12,
+            width=768,
+            context=1024,
+            batch=8,
+            steps=1000,
+            eval_every=50,
+            eval_batches=8,
+            fp32_control=1,
+        ),
     ),
 }
 

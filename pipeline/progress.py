@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import dagster as dg
 
@@ -22,7 +23,7 @@ def fmt_seconds(seconds: float) -> str:
     """``7.3s``, ``4m 05s``, ``1h 02m``."""
     if seconds < 60:
         return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(int(round(seconds)), 60)  # noqa: RUF046 - a numpy float rounds to a float
     if minutes < 60:
         return f"{minutes}m {secs:02d}s"
     hours, minutes = divmod(minutes, 60)
@@ -32,8 +33,14 @@ def fmt_seconds(seconds: float) -> str:
 class Progress:
     """Counts the finished items of a loop of known length and reports rate-limited lines."""
 
-    def __init__(self, log: Callable[[str], None] | None, what: str, total: int, every: float = 15.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log: Callable[[str], None] | None,
+        what: str,
+        total: int,
+        every: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if total < 0:
             raise ValueError(f"progress total must be >= 0, got {total}")
         self.log, self.what, self.total, self.every, self.clock = log, what, total, every, clock
@@ -58,8 +65,9 @@ class Progress:
             self.log(self.line(note))
 
 
-def track(items: Iterable[T], log: Callable[[str], None] | None, what: str, total: int | None = None,
-          every: float = 15.0) -> Iterator[T]:
+def track(
+    items: Iterable[T], log: Callable[[str], None] | None, what: str, total: int | None = None, every: float = 15.0
+) -> Iterator[T]:
     """Yield ``items``, reporting progress after each (``total`` defaults to ``len(items)``)."""
     if total is None:
         total = len(items)  # type: ignore[arg-type]

@@ -1,6 +1,5 @@
 """Run configuration shared by every asset, shown (and editable) in the Dagster UI launchpad."""
 
-
 import functools
 import json
 import os
@@ -172,7 +171,11 @@ def git_commit() -> str:
         )
         commit = out.stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
         ).stdout.strip()
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

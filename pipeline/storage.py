@@ -12,7 +12,6 @@ killed mid-write leaves the previous file intact. Files live under
 ``<data folder>/<profile>/<asset key path>.<ext>``, so profiles never overwrite each other.
 """
 
-
 import json
 import os
 import struct
@@ -76,8 +75,17 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
 # --- set-stacked tensors, written and read a chunk of sets at a time -------------------------
 
 #: safetensors' dtype codes for the dtypes stored here.
-_ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-              torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+_ST_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 #: Marks a safetensors file whose every tensor is stacked on a leading set axis.
 SET_LAYOUT = "sets"
 
@@ -98,7 +106,9 @@ class SetStream:
 
     def __post_init__(self) -> None:
         if self.n_sets < 1 or self.chunk_sets < 1:
-            raise ValueError(f"a set stream needs n_sets >= 1 and chunk_sets >= 1, got {self.n_sets}, {self.chunk_sets}")
+            raise ValueError(
+                f"a set stream needs n_sets >= 1 and chunk_sets >= 1, got {self.n_sets}, {self.chunk_sets}"
+            )
         bad = {k: str(d) for k, (_, d) in self.entries.items() if d not in _ST_DTYPES}
         if bad:
             raise TypeError(f"cannot store dtypes {bad} in a set stream; supported: {sorted(map(str, _ST_DTYPES))}")
@@ -132,7 +142,11 @@ def save_set_stream(stream: SetStream, target: Path) -> None:
         per_set = _numel(shape) * _itemsize(dtype)
         offsets[key] = (position, per_set)
         end = position + per_set * stream.n_sets
-        header[key] = {"dtype": _ST_DTYPES[dtype], "shape": [stream.n_sets, *map(int, shape)], "data_offsets": [position, end]}
+        header[key] = {
+            "dtype": _ST_DTYPES[dtype],
+            "shape": [stream.n_sets, *map(int, shape)],
+            "data_offsets": [position, end],
+        }
         position = end
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
@@ -144,13 +158,17 @@ def save_set_stream(stream: SetStream, target: Path) -> None:
             stop = min(stream.n_sets, start + stream.chunk_sets)
             chunk = stream.produce(start, stop)
             if set(chunk) != set(stream.entries):
-                raise ValueError(f"set stream chunk {start}:{stop} has keys {sorted(chunk)}, expected {sorted(stream.entries)}")
+                raise ValueError(
+                    f"set stream chunk {start}:{stop} has keys {sorted(chunk)}, expected {sorted(stream.entries)}"
+                )
             for key in sorted(stream.entries):
                 shape, dtype = stream.entries[key]
                 value = chunk[key]
                 if tuple(value.shape) != (stop - start, *shape) or value.dtype != dtype:
-                    raise ValueError(f"set stream chunk {start}:{stop}, key {key!r}: got {list(value.shape)} {value.dtype}, "
-                                     f"expected {[stop - start, *shape]} {dtype}")
+                    raise ValueError(
+                        f"set stream chunk {start}:{stop}, key {key!r}: got {list(value.shape)} {value.dtype}, "
+                        f"expected {[stop - start, *shape]} {dtype}"
+                    )
                 base, per_set = offsets[key]
                 fh.seek(data_start + base + start * per_set)
                 fh.write(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -227,7 +245,9 @@ class SetTensors(Mapping[str, SetTensor]):
         try:
             return self._tensors[key]
         except KeyError:
-            raise KeyError(f"{key!r} is not stored in {self.path}; stored: {', '.join(sorted(self._tensors))}") from None
+            raise KeyError(
+                f"{key!r} is not stored in {self.path}; stored: {', '.join(sorted(self._tensors))}"
+            ) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
@@ -310,7 +330,9 @@ class DataFolder(dg.ConfigurableResource):
     reproducers and checkpoints next to them. Assets that write files of their own (not through the
     IO manager) take their folder from here."""
 
-    root: str = Field(default_factory=default_data_root, description=f"data folder (default from {DATA_DIR_ENV}, else ./data)")
+    root: str = Field(
+        default_factory=default_data_root, description=f"data folder (default from {DATA_DIR_ENV}, else ./data)"
+    )
 
     def profile_dir(self, profile: str) -> Path:
         """``<root>/<profile>``: where the stored values of that profile live."""

@@ -32,8 +32,8 @@ out of scope (callers check finiteness separately).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -42,7 +42,12 @@ ORDERS = ("any", "recursive", "pairwise")
 #: Unit roundoff u = 2^-p (p significand bits, implicit bit included), round to nearest.
 UNIT_ROUNDOFF = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 2.0**-24, torch.float64: 2.0**-53}
 #: Largest rounding error in the subnormal range: half the smallest subnormal spacing.
-UNDERFLOW_ERROR = {torch.float16: 2.0**-25, torch.bfloat16: 2.0**-134, torch.float32: 2.0**-150, torch.float64: 2.0**-1075}
+UNDERFLOW_ERROR = {
+    torch.float16: 2.0**-25,
+    torch.bfloat16: 2.0**-134,
+    torch.float32: 2.0**-150,
+    torch.float64: 2.0**-1075,
+}
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -188,16 +193,34 @@ def summation_error_bound(
         prob = finish(accumulated(lambda k: min(gamma(k, u_a), gamma_tilde(k, u_a, lam))))
         products = n + (n // tile if store else 0)
         probability = max(0.0, 1 - products * (1 - p_lambda(lam, u_a)))
-    return SummationBound(det, prob, probability, abs_sum, partial_abs, chains,
-                          bound_formula(order=order, tile=tile, accumulate_dtype=accumulate_dtype,
-                                        partial_dtype=partial_dtype, output_dtype=output_dtype))
+    return SummationBound(
+        det,
+        prob,
+        probability,
+        abs_sum,
+        partial_abs,
+        chains,
+        bound_formula(
+            order=order,
+            tile=tile,
+            accumulate_dtype=accumulate_dtype,
+            partial_dtype=partial_dtype,
+            output_dtype=output_dtype,
+        ),
+    )
 
 
 _SHORT = {torch.float16: "16", torch.bfloat16: "bf16", torch.float32: "32", torch.float64: "64"}
 
 
-def bound_formula(*, order: str = "any", tile: int | None = None, accumulate_dtype: torch.dtype = torch.float32,
-                  partial_dtype: torch.dtype | None = None, output_dtype: torch.dtype = torch.float16) -> str:
+def bound_formula(
+    *,
+    order: str = "any",
+    tile: int | None = None,
+    accumulate_dtype: torch.dtype = torch.float32,
+    partial_dtype: torch.dtype | None = None,
+    output_dtype: torch.dtype = torch.float16,
+) -> str:
     """The deterministic bound of :func:`summation_error_bound` in symbols, for metadata and the report."""
     a, o = _SHORT[accumulate_dtype], _SHORT[output_dtype]
     c = "c(n)" if tile is None else "c(b)+c(n/b)"

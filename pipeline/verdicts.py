@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -102,13 +102,15 @@ def _skip_unless_stored(fn: Callable[..., Any], inputs: Iterable[str]) -> Callab
 
     # Dagster type-checks inputs by their annotations; these may also receive NOT_STORED.
     signature = inspect.signature(fn, eval_str=True)
-    wrapper.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
-        p.replace(annotation=Any) if p.name in names else p for p in signature.parameters.values()
-    ])
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=Any) if p.name in names else p for p in signature.parameters.values()]
+    )
     return wrapper
 
 
-def _check(outcome: str, rule: Rule | None, kwargs: dict[str, Any]) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
+def _check(
+    outcome: str, rule: Rule | None, kwargs: dict[str, Any]
+) -> Callable[[Callable[..., Any]], dg.AssetChecksDefinition]:
     metadata = {**kwargs.pop("metadata", {}), **_spec_metadata(outcome, rule)}
     others = tuple((kwargs.get("additional_ins") or {}).keys())
     if not others:
@@ -145,7 +147,9 @@ def validity_result(problems: Iterable[str], metadata: Mapping[str, Any] | None 
     return dg.AssetCheckResult(passed=not problems, severity=dg.AssetCheckSeverity.ERROR, metadata=meta)
 
 
-def claim_result(verdict: str, rule: Rule, reason: str, metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
+def claim_result(
+    verdict: str, rule: Rule, reason: str, metadata: Mapping[str, Any] | None = None
+) -> dg.AssetCheckResult:
     """The claim's verdict under ``rule``: contradicted fails at ERROR, inconclusive at WARN."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
@@ -194,7 +198,9 @@ class CheckOutcome:
         return not self.passed and self.severity == "ERROR"
 
 
-def check_outcome(key: str, passed: bool, severity: Any, metadata: Mapping[str, Any], spec_outcome: str | None = None) -> CheckOutcome:
+def check_outcome(
+    key: str, passed: bool, severity: Any, metadata: Mapping[str, Any], spec_outcome: str | None = None
+) -> CheckOutcome:
     """Classify one evaluation. The outcome kind comes from the check's spec (``spec_outcome``) or,
     failing that, the result's ``outcome`` metadata; a check that declares neither is treated as a
     validity check (an unclassified ERROR must not pass silently as a finding)."""
@@ -221,14 +227,17 @@ class ExperimentOutcome:
     finding_checks: tuple[str, ...] = ()
 
 
-def summarize(outcomes: Iterable[CheckOutcome], failed_steps: Iterable[str] = (), complete: bool = True) -> ExperimentOutcome:
+def summarize(
+    outcomes: Iterable[CheckOutcome], failed_steps: Iterable[str] = (), complete: bool = True
+) -> ExperimentOutcome:
     """The experiment's validity, verdict and findings from its evaluated checks.
 
     A failed step (an asset that raised, e.g. ``FusionError`` when fusion evidence is missing) makes
     the run invalid. An invalid run's claims are not judged."""
     outcomes = list(outcomes)
     invalid = tuple(o.key for o in outcomes if o.outcome == VALIDITY and not o.passed) + tuple(
-        f"step failed: {s}" for s in failed_steps)
+        f"step failed: {s}" for s in failed_steps
+    )
     claims = [o for o in outcomes if o.outcome == CLAIM]
     findings = tuple(o.key for o in outcomes if o.outcome == FINDING and not o.passed)
     validity = "invalid" if invalid else ("valid" if complete else "incomplete")

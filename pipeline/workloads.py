@@ -10,8 +10,8 @@ counterexamples have a chance to appear.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 
 
 # --- the subgraphs -------------------------------------------------------------------------
+
 
 def ffn_first_half(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """matmul -> add -> layernorm -> gelu (the first half of a transformer FFN: ``w`` projects
@@ -181,6 +182,7 @@ def _affine_near_one(sampler: Sampler) -> Sampler:
 
 # --- the catalogue ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -253,37 +255,55 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload(
-            "ffn", "matmul -> add -> layernorm -> gelu (FFN first half)", ffn_first_half, "layernorm",
+            "ffn",
+            "matmul -> add -> layernorm -> gelu (FFN first half)",
+            ffn_first_half,
+            "layernorm",
             _ffn_shapes,
             {"normal": _fan_in_scaled(_normal)},
             lambda p: p.ffn_shape[2],
         ),
         Workload(
-            "mul_add_gelu_mul", "mul -> add -> gelu -> mul", mul_add_gelu_mul, "elementwise",
+            "mul_add_gelu_mul",
+            "mul -> add -> gelu -> mul",
+            mul_add_gelu_mul,
+            "elementwise",
             _chain_shapes,
             {"normal": _normal, "wide_range": _wide_range},
             lambda p: 1,
         ),
         Workload(
-            "layernorm", "layernorm", layernorm, "layernorm",
+            "layernorm",
+            "layernorm",
+            layernorm,
+            "layernorm",
             _norm_shapes,
             {"normal": _affine_near_one(_normal), "near_cancellation": _affine_near_one(_near_cancellation)},
             lambda p: p.width,
         ),
         Workload(
-            "softmax", "softmax", softmax, "softmax",
+            "softmax",
+            "softmax",
+            softmax,
+            "softmax",
             _rows,
             {"normal": _normal, "large_logits": _large_logits},
             lambda p: p.width,
         ),
         Workload(
-            "matmul_add_layernorm", "matmul -> add -> layernorm", matmul_add_layernorm, "layernorm",
+            "matmul_add_layernorm",
+            "matmul -> add -> layernorm",
+            matmul_add_layernorm,
+            "layernorm",
             _matmul_shapes,
             {"normal": _fan_in_scaled(_normal), "wide_range": _fan_in_scaled(_wide_range)},
             lambda p: p.width,
         ),
         Workload(
-            "attention", "attention: qk -> softmax -> pv", attention, "softmax",
+            "attention",
+            "attention: qk -> softmax -> pv",
+            attention,
+            "softmax",
             _attention_shapes,
             {"normal": _normal, "peaked": _attention_peaked},
             lambda p: p.attention[2],

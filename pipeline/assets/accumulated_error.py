@@ -12,7 +12,6 @@ at all becomes a counterexample with a saved reproducer; an ablation (each op ke
 fused region in turn) measures which op is responsible, and that feeds the §6.1 switch list.
 """
 
-
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,17 +26,28 @@ from precisionkit import fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
-from ..experiments import group_of
 from ..devices import synchronize
+from ..experiments import group_of
 from ..profiles import get_profile
 from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..storage import DataFolder, save_tensors
 from ..tables import markdown_table
-from .toolkit import pool_set_seed
-from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, combine,
-                        finding_check, finding_result, validity_check, validity_result)
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    combine,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
 from ..workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
+from .toolkit import pool_set_seed
 
 GROUP = group_of("B")
 DTYPES_B = ("float16", "bfloat16")
@@ -83,7 +93,9 @@ def _run_chain(
     distributions = list(workload.distributions)
     for dtype in DTYPES_B:
         keys = [f"{d}/{dtype}/{workload.arg_names[0]}" for d in distributions]
-        missing = [k for k in keys if k not in pool] + [f"{d}/{dtype}" for d in distributions if f"{d}/{dtype}" not in refs]
+        missing = [k for k in keys if k not in pool] + [
+            f"{d}/{dtype}" for d in distributions if f"{d}/{dtype}" not in refs
+        ]
         if missing:
             raise ValueError(f"input_pool/fp64_reference of {workload.name!r} lack entries {missing}: rematerialize S")
         paths: dict[str, Any] = {"eager": workload.fn}
@@ -95,8 +107,11 @@ def _run_chain(
             paths[p](*first)
         seconds = dict.fromkeys(PATHS, 0.0)
         n_total = 0
-        progress = Progress(context.log.info, f"{workload.name} {dtype} input sets",
-                            sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions))
+        progress = Progress(
+            context.log.info,
+            f"{workload.name} {dtype} input sets",
+            sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions),
+        )
         for dist in distributions:
             stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
             ref = refs[f"{dist}/{dtype}"]
@@ -122,7 +137,9 @@ def _run_chain(
                 all_stats = {p: error_stats_per_set(outputs[p], ref_batch) for p in PATHS}
                 for p in PATHS:
                     stats = all_stats[p]
-                    vs_eager = ulp_diff(outputs[p], outputs["eager"]).reshape(stop - start, -1).amax(dim=1).cpu().numpy()
+                    vs_eager = (
+                        ulp_diff(outputs[p], outputs["eager"]).reshape(stop - start, -1).amax(dim=1).cpu().numpy()
+                    )
                     nonfinite = ~torch.isfinite(outputs[p]).reshape(stop - start, -1)
                     nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
                     nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
@@ -183,21 +200,46 @@ def _run_chain(
                         "each (chain, dtype, path) must compile once"
                     )
                 meta = ev.as_metadata()
-                row.update({k: meta[k] for k in ("backend", "options", "graph_count", "graph_breaks", "recompiles",
-                                                 "kernel_count", "kernel_names", "extern_calls", "code_sha256",
-                                                 "compile_seconds")})
+                row.update(
+                    {
+                        k: meta[k]
+                        for k in (
+                            "backend",
+                            "options",
+                            "graph_count",
+                            "graph_breaks",
+                            "recompiles",
+                            "kernel_count",
+                            "kernel_names",
+                            "extern_calls",
+                            "code_sha256",
+                            "compile_seconds",
+                        )
+                    }
+                )
             evidence.append(row)
         context.log.info(
-            f"{workload.name}/{dtype}: "
-            + ", ".join(f"{p} {n_total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS)
+            f"{workload.name}/{dtype}: " + ", ".join(f"{p} {n_total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS)
         )
 
 
 _EVIDENCE_SCHEMA = {
-    "chain": pl.String, "dtype": pl.String, "path": pl.String, "sets": pl.Int64, "path_seconds": pl.Float64,
-    "sets_per_second": pl.Float64, "backend": pl.String, "options": pl.String, "graph_count": pl.Int64,
-    "graph_breaks": pl.Int64, "recompiles": pl.Int64, "kernel_count": pl.Int64, "kernel_names": pl.String,
-    "extern_calls": pl.String, "code_sha256": pl.String, "compile_seconds": pl.Float64,
+    "chain": pl.String,
+    "dtype": pl.String,
+    "path": pl.String,
+    "sets": pl.Int64,
+    "path_seconds": pl.Float64,
+    "sets_per_second": pl.Float64,
+    "backend": pl.String,
+    "options": pl.String,
+    "graph_count": pl.Int64,
+    "graph_breaks": pl.Int64,
+    "recompiles": pl.Int64,
+    "kernel_count": pl.Int64,
+    "kernel_names": pl.String,
+    "extern_calls": pl.String,
+    "code_sha256": pl.String,
+    "compile_seconds": pl.Float64,
 }
 
 
@@ -233,7 +275,9 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
     evidence: list[dict[str, Any]] = []
     worst: dict[str, torch.Tensor] = {}
     for chain in CHAINS:
-        _run_chain(context, settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], rows, evidence, worst)
+        _run_chain(
+            context, settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], rows, evidence, worst
+        )
     per_set = pl.DataFrame(rows)
     ev = pl.DataFrame(evidence, schema=_EVIDENCE_SCHEMA)
     wall = time.perf_counter() - wall
@@ -245,9 +289,17 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
         **{f"sets_per_second_{p}": round(throughput[p], 1) for p in PATHS},
         "recompiles_total": int(ev["recompiles"].sum()),
     }
-    yield dg.Output(per_set, "accumulated_error_per_set", metadata={"sets_total": per_set.height // len(PATHS), **common})
-    yield dg.Output(ev, "accumulated_error_fusion_evidence", metadata={
-        **common, "table": dg.MetadataValue.md(markdown_table(ev.drop("kernel_names", "options", "backend")))})
+    yield dg.Output(
+        per_set, "accumulated_error_per_set", metadata={"sets_total": per_set.height // len(PATHS), **common}
+    )
+    yield dg.Output(
+        ev,
+        "accumulated_error_fusion_evidence",
+        metadata={
+            **common,
+            "table": dg.MetadataValue.md(markdown_table(ev.drop("kernel_names", "options", "backend"))),
+        },
+    )
     yield dg.Output(worst, "accumulated_error_worst_sets", metadata={"entries": len(worst)})
 
 
@@ -291,9 +343,16 @@ RULE = Rule(
 )
 
 
-def judge(per_set: pl.DataFrame, *, margin: float = MATERIALITY_SULP, confidence: float = CONFIDENCE,
-          q: float = TAIL_QUANTILE, resamples: int = BOOTSTRAP_RESAMPLES,
-          min_sets: int = MIN_SETS_FOR_SUPPORTED, paths: tuple[str, ...] = JUDGED_PATHS) -> pl.DataFrame:
+def judge(
+    per_set: pl.DataFrame,
+    *,
+    margin: float = MATERIALITY_SULP,
+    confidence: float = CONFIDENCE,
+    q: float = TAIL_QUANTILE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    min_sets: int = MIN_SETS_FOR_SUPPORTED,
+    paths: tuple[str, ...] = JUDGED_PATHS,
+) -> pl.DataFrame:
     """B's rule applied to the per-set table: one row per chain x distribution x dtype x judged path.
 
     Pairs each path's per-set ``sulp_max`` with eager's on the same ``set_index``; sets where
@@ -301,7 +360,9 @@ def judge(per_set: pl.DataFrame, *, margin: float = MATERIALITY_SULP, confidence
     the bootstrap; sets where the path is non-finite where eager is finite contradict the claim
     outright. Deterministic: each row's bootstrap is seeded from its key.
     """
-    eager = per_set.filter(pl.col("path") == "eager").select(*GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"))
+    eager = per_set.filter(pl.col("path") == "eager").select(
+        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager")
+    )
     rows: list[dict[str, Any]] = []
     for path in paths:
         pair = per_set.filter(pl.col("path") == path).join(eager, on=[*GROUP_KEYS, "set_index"])
@@ -312,26 +373,55 @@ def judge(per_set: pl.DataFrame, *, margin: float = MATERIALITY_SULP, confidence
             nonfinite_sets = int((grp["nonfinite_vs_eager"] > 0).sum())
             ok = np.isfinite(f) & np.isfinite(e)
             row: dict[str, Any] = {
-                "chain": chain, "distribution": dist, "dtype": dtype, "path": path, "sets": grp.height,
-                "paired_sets": int(ok.sum()), "unpaired_sets": int((~ok).sum()), "nonfinite_sets": nonfinite_sets,
+                "chain": chain,
+                "distribution": dist,
+                "dtype": dtype,
+                "path": path,
+                "sets": grp.height,
+                "paired_sets": int(ok.sum()),
+                "unpaired_sets": int((~ok).sum()),
+                "nonfinite_sets": nonfinite_sets,
                 "nonfinite_elements": int(grp["nonfinite_vs_eager"].sum()),
             }
             if ok.sum() >= 2:
                 seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
-                test = paired_quantile_test(f[ok], e[ok], q=q, margin=margin, confidence=confidence,
-                                            resamples=resamples, seed=seed)
+                test = paired_quantile_test(
+                    f[ok], e[ok], q=q, margin=margin, confidence=confidence, resamples=resamples, seed=seed
+                )
                 sign = sign_test(f[ok], e[ok], margin=margin)
-                row.update({
-                    "eager_p99": test.y_quantile, "fused_p99": test.x_quantile, "p99_difference": test.estimate,
-                    "ci_lower": test.lower, "ci_upper": test.upper, "p_value": test.p_value,
-                    "eager_max": float(e[ok].max()), "fused_max": float(f[ok].max()),
-                    "materially_worse_sets": sign.positive, "materially_better_sets": int((e[ok] - f[ok] > margin).sum()),
-                    "sign_test_p": sign.p_value,
-                })
+                row.update(
+                    {
+                        "eager_p99": test.y_quantile,
+                        "fused_p99": test.x_quantile,
+                        "p99_difference": test.estimate,
+                        "ci_lower": test.lower,
+                        "ci_upper": test.upper,
+                        "p_value": test.p_value,
+                        "eager_max": float(e[ok].max()),
+                        "fused_max": float(f[ok].max()),
+                        "materially_worse_sets": sign.positive,
+                        "materially_better_sets": int((e[ok] - f[ok] > margin).sum()),
+                        "sign_test_p": sign.p_value,
+                    }
+                )
             else:
-                row.update({k: None for k in ("eager_p99", "fused_p99", "p99_difference", "ci_lower", "ci_upper",
-                                              "eager_max", "fused_max", "materially_worse_sets",
-                                              "materially_better_sets", "sign_test_p")})
+                row.update(
+                    {
+                        k: None
+                        for k in (
+                            "eager_p99",
+                            "fused_p99",
+                            "p99_difference",
+                            "ci_lower",
+                            "ci_upper",
+                            "eager_max",
+                            "fused_max",
+                            "materially_worse_sets",
+                            "materially_better_sets",
+                            "sign_test_p",
+                        )
+                    }
+                )
                 row["p_value"] = 1.0
             rows.append(row)
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
@@ -340,32 +430,53 @@ def judge(per_set: pl.DataFrame, *, margin: float = MATERIALITY_SULP, confidence
     rejected, adjusted = holm(table["p_value"].to_numpy(), alpha=1.0 - confidence)
     table = table.with_columns(pl.Series("p_holm", adjusted), pl.Series("_rejected", rejected))
     verdict = (
-        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected")).then(pl.lit(CONTRADICTED))
-        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin)).then(pl.lit(SUPPORTED))
+        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected"))
+        .then(pl.lit(CONTRADICTED))
+        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin))
+        .then(pl.lit(SUPPORTED))
         .otherwise(pl.lit(INCONCLUSIVE))
     )
     return table.with_columns(verdict.alias("verdict")).drop("_rejected")
 
 
 JUDGE_SCHEMA = {
-    "chain": pl.String, "distribution": pl.String, "dtype": pl.String, "path": pl.String, "sets": pl.Int64,
-    "paired_sets": pl.Int64, "unpaired_sets": pl.Int64, "nonfinite_sets": pl.Int64, "nonfinite_elements": pl.Int64,
-    "eager_p99": pl.Float64, "fused_p99": pl.Float64, "p99_difference": pl.Float64, "ci_lower": pl.Float64,
-    "ci_upper": pl.Float64, "p_value": pl.Float64, "eager_max": pl.Float64, "fused_max": pl.Float64,
-    "materially_worse_sets": pl.Int64, "materially_better_sets": pl.Int64, "sign_test_p": pl.Float64,
+    "chain": pl.String,
+    "distribution": pl.String,
+    "dtype": pl.String,
+    "path": pl.String,
+    "sets": pl.Int64,
+    "paired_sets": pl.Int64,
+    "unpaired_sets": pl.Int64,
+    "nonfinite_sets": pl.Int64,
+    "nonfinite_elements": pl.Int64,
+    "eager_p99": pl.Float64,
+    "fused_p99": pl.Float64,
+    "p99_difference": pl.Float64,
+    "ci_lower": pl.Float64,
+    "ci_upper": pl.Float64,
+    "p_value": pl.Float64,
+    "eager_max": pl.Float64,
+    "fused_max": pl.Float64,
+    "materially_worse_sets": pl.Int64,
+    "materially_better_sets": pl.Int64,
+    "sign_test_p": pl.Float64,
 }
 
 
 def _reason(row: dict[str, Any]) -> str:
     where = f"{row['chain']}/{row['distribution']}/{row['dtype']} ({row['path']})"
     if row["nonfinite_sets"]:
-        return (f"{where}: {row['nonfinite_sets']} of {row['sets']} sets have non-finite outputs where eager's are "
-                f"finite ({row['nonfinite_elements']} elements)")
+        return (
+            f"{where}: {row['nonfinite_sets']} of {row['sets']} sets have non-finite outputs where eager's are "
+            f"finite ({row['nonfinite_elements']} elements)"
+        )
     if row["p99_difference"] is None:
         return f"{where}: fewer than two sets with finite errors on both paths"
-    return (f"{where}: P99 {row['fused_p99']:.3g} vs eager {row['eager_p99']:.3g} sULP, difference "
-            f"{row['p99_difference']:+.3g} [{row['ci_lower']:+.3g}, {row['ci_upper']:+.3g}], Holm p {row['p_holm']:.2g}, "
-            f"{row['paired_sets']} sets: {row['verdict']}")
+    return (
+        f"{where}: P99 {row['fused_p99']:.3g} vs eager {row['eager_p99']:.3g} sULP, difference "
+        f"{row['p99_difference']:+.3g} [{row['ci_lower']:+.3g}, {row['ci_upper']:+.3g}], Holm p {row['p_holm']:.2g}, "
+        f"{row['paired_sets']} sets: {row['verdict']}"
+    )
 
 
 # --- summary ---------------------------------------------------------------------------------
@@ -398,10 +509,12 @@ def _path_aggregates(per_set: pl.DataFrame) -> pl.DataFrame:
     "fused is better / equal / worse, and the fusion evidence. The §3.2 summary table.",
     kinds={"polars"},
 )
-def accumulated_error_summary(context: dg.AssetExecutionContext, per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
+def accumulated_error_summary(
+    context: dg.AssetExecutionContext, per_set: pl.DataFrame, evidence: pl.DataFrame
+) -> pl.DataFrame:
     verdicts = judge(per_set)
     aggs = _path_aggregates(per_set)
-    wide = aggs.filter(pl.col("path") == "eager").select(GROUP_KEYS + ["sets"])
+    wide = aggs.filter(pl.col("path") == "eager").select([*GROUP_KEYS, "sets"])
     for p in PATHS:
         part = aggs.filter(pl.col("path") == p).select(
             GROUP_KEYS
@@ -413,9 +526,23 @@ def accumulated_error_summary(context: dg.AssetExecutionContext, per_set: pl.Dat
     for p, label in (("fused", "fused"), ("fused_emulate", "emulate")):
         v = verdicts.filter(pl.col("path") == p).select(
             *GROUP_KEYS,
-            *[pl.col(c).alias(f"{label}_{c}") for c in ("verdict", "p99_difference", "ci_lower", "ci_upper", "p_value",
-                                                          "p_holm", "nonfinite_sets", "nonfinite_elements", "materially_worse_sets",
-                                                          "materially_better_sets", "sign_test_p", "paired_sets")],
+            *[
+                pl.col(c).alias(f"{label}_{c}")
+                for c in (
+                    "verdict",
+                    "p99_difference",
+                    "ci_lower",
+                    "ci_upper",
+                    "p_value",
+                    "p_holm",
+                    "nonfinite_sets",
+                    "nonfinite_elements",
+                    "materially_worse_sets",
+                    "materially_better_sets",
+                    "sign_test_p",
+                    "paired_sets",
+                )
+            ],
         )
         wide = wide.join(v, on=GROUP_KEYS, how="left")
         # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
@@ -430,18 +557,34 @@ def accumulated_error_summary(context: dg.AssetExecutionContext, per_set: pl.Dat
         wide = wide.join(shares, on=GROUP_KEYS)
     for p, label in (("fused", "fused"), ("fused_emulate", "emulate")):
         ev = evidence.filter(pl.col("path") == p).select(
-            "chain", "dtype",
-            *[pl.col(c).alias(f"{label}_{c}") for c in ("kernel_count", "graph_breaks", "recompiles", "code_sha256", "extern_calls", "sets_per_second")],
+            "chain",
+            "dtype",
+            *[
+                pl.col(c).alias(f"{label}_{c}")
+                for c in (
+                    "kernel_count",
+                    "graph_breaks",
+                    "recompiles",
+                    "code_sha256",
+                    "extern_calls",
+                    "sets_per_second",
+                )
+            ],
         )
         wide = wide.join(ev, on=["chain", "dtype"], how="left")
-    eager_tp = evidence.filter(pl.col("path") == "eager").select("chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second"))
+    eager_tp = evidence.filter(pl.col("path") == "eager").select(
+        "chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second")
+    )
     wide = wide.join(eager_tp, on=["chain", "dtype"], how="left").with_columns(
         (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
         (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
     )
     order = {c: i for i, c in enumerate(CHAINS)}
-    wide = wide.with_columns(pl.col("chain").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
-        "_o", "distribution", "dtype").drop("_o")
+    wide = (
+        wide.with_columns(pl.col("chain").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+        .sort("_o", "distribution", "dtype")
+        .drop("_o")
+    )
     table = verdict_table(wide)
     counts = {v: int((wide["fused_verdict"] == v).sum()) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)}
     context.add_output_metadata(
@@ -460,11 +603,13 @@ def accumulated_error_summary(context: dg.AssetExecutionContext, per_set: pl.Dat
 def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:
     """B's verdict table: one row per chain x distribution x dtype with the rule's figures."""
     return summary.select(
-        *GROUP_KEYS, pl.col("fused_paired_sets").alias("sets"),
+        *GROUP_KEYS,
+        pl.col("fused_paired_sets").alias("sets"),
         pl.col("eager_sulp_max_p99").round(3).alias("eager P99"),
         pl.col("fused_sulp_max_p99").round(3).alias("fused P99"),
         pl.col("fused_p99_difference").round(3).alias("difference"),
-        pl.col("fused_ci_lower").round(3).alias("CI low"), pl.col("fused_ci_upper").round(3).alias("CI high"),
+        pl.col("fused_ci_lower").round(3).alias("CI low"),
+        pl.col("fused_ci_upper").round(3).alias("CI high"),
         pl.col("fused_p_holm").round(4).alias("Holm p"),
         pl.col("fused_nonfinite_sets").alias("non-finite sets"),
         pl.col("fused_materially_worse_sets").alias("sets worse > 1 sULP"),
@@ -488,15 +633,23 @@ def _explain(row: dict[str, Any], fused_ops: list[str]) -> str:
         f"eager on {row['fused_bit_equal_eager_fraction']:.1%}."
     ]
     if row["emulate_same_code_as_fused"]:
-        parts.append("emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
-                     "intermediate precision from the fused kernel's own arithmetic.")
-    elif row["emulate_verdict"] != CONTRADICTED and (row["fused_emulate_sulp_max_p99"] or 0) <= (row["eager_sulp_max_p99"] or 0):
-        parts.append(f"With emulate_precision_casts (intermediates rounded to {dtype} as eager rounds them) fused is "
-                     "no worse than eager: the difference comes from the precision fused intermediates are kept in.")
+        parts.append(
+            "emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
+            "intermediate precision from the fused kernel's own arithmetic."
+        )
+    elif row["emulate_verdict"] != CONTRADICTED and (row["fused_emulate_sulp_max_p99"] or 0) <= (
+        row["eager_sulp_max_p99"] or 0
+    ):
+        parts.append(
+            f"With emulate_precision_casts (intermediates rounded to {dtype} as eager rounds them) fused is "
+            "no worse than eager: the difference comes from the precision fused intermediates are kept in."
+        )
     else:
         parts.append("emulate_precision_casts does not remove it, so it is not only intermediate rounding.")
-    parts.append(f"Fused code covers: {', '.join(fused_ops) or 'none'}; the ablation table names the op whose removal "
-                 "from the fused region measurably reduces the error.")
+    parts.append(
+        f"Fused code covers: {', '.join(fused_ops) or 'none'}; the ablation table names the op whose removal "
+        "from the fused region measurably reduces the error."
+    )
     return " ".join(parts)
 
 
@@ -513,17 +666,35 @@ def is_counterexample(row: dict[str, Any]) -> bool:
         return True
     if row["fused_verdict"] == CONTRADICTED:
         return True
-    return bool(row["fused_sulp_max_p99"] > row["eager_sulp_max_p99"] or row["fused_sulp_max_max"] > row["eager_sulp_max_max"])
+    return bool(
+        row["fused_sulp_max_p99"] > row["eager_sulp_max_p99"] or row["fused_sulp_max_max"] > row["eager_sulp_max_max"]
+    )
 
 
 COUNTEREXAMPLE_SCHEMA = {
-    "chain": pl.String, "distribution": pl.String, "dtype": pl.String, "operator_chain": pl.String,
-    "fused_ops": pl.String, "verdict": pl.String, "p99_difference": pl.Float64, "ci_lower": pl.Float64,
-    "ci_upper": pl.Float64, "nonfinite_sets": pl.Int64, "eager_sulp_p99": pl.Float64, "fused_sulp_p99": pl.Float64,
-    "eager_sulp_max": pl.Float64, "fused_sulp_max": pl.Float64, "eager_ulp_max_max": pl.Float64,
-    "fused_ulp_max_max": pl.Float64, "fused_worse_fraction": pl.Float64, "emulate_verdict": pl.String,
-    "emulate_same_code_as_fused": pl.Boolean, "worst_set_index": pl.Int64, "pool_seed": pl.Int64,
-    "reproducer": pl.String, "explanation": pl.String,
+    "chain": pl.String,
+    "distribution": pl.String,
+    "dtype": pl.String,
+    "operator_chain": pl.String,
+    "fused_ops": pl.String,
+    "verdict": pl.String,
+    "p99_difference": pl.Float64,
+    "ci_lower": pl.Float64,
+    "ci_upper": pl.Float64,
+    "nonfinite_sets": pl.Int64,
+    "eager_sulp_p99": pl.Float64,
+    "fused_sulp_p99": pl.Float64,
+    "eager_sulp_max": pl.Float64,
+    "fused_sulp_max": pl.Float64,
+    "eager_ulp_max_max": pl.Float64,
+    "fused_ulp_max_max": pl.Float64,
+    "fused_worse_fraction": pl.Float64,
+    "emulate_verdict": pl.String,
+    "emulate_same_code_as_fused": pl.Boolean,
+    "worst_set_index": pl.Int64,
+    "pool_seed": pl.Int64,
+    "reproducer": pl.String,
+    "explanation": pl.String,
 }
 
 
@@ -565,28 +736,48 @@ def accumulated_error_counterexamples(
         tensors["pool_seed"] = torch.tensor([seed], dtype=torch.int64)
         path = folder / f"{chain}__{dist}__{dtype}.safetensors"
         save_tensors(tensors, path)
-        out.append({
-            "chain": chain, "distribution": dist, "dtype": dtype,
-            "operator_chain": " -> ".join(CHAIN_STAGES[chain][0]), "fused_ops": ", ".join(ops),
-            "verdict": row["fused_verdict"], "p99_difference": row["fused_p99_difference"],
-            "ci_lower": row["fused_ci_lower"], "ci_upper": row["fused_ci_upper"],
-            "nonfinite_sets": row["fused_nonfinite_sets"],
-            "eager_sulp_p99": row["eager_sulp_max_p99"], "fused_sulp_p99": row["fused_sulp_max_p99"],
-            "eager_sulp_max": row["eager_sulp_max_max"], "fused_sulp_max": row["fused_sulp_max_max"],
-            "eager_ulp_max_max": row["eager_ulp_max_max"], "fused_ulp_max_max": row["fused_ulp_max_max"],
-            "fused_worse_fraction": row["fused_worse_fraction"], "emulate_verdict": row["emulate_verdict"],
-            "emulate_same_code_as_fused": row["emulate_same_code_as_fused"],
-            "worst_set_index": int(tensors["set_index"][0]), "pool_seed": seed, "reproducer": str(path),
-            "explanation": _explain(row, ops),
-        })
+        out.append(
+            {
+                "chain": chain,
+                "distribution": dist,
+                "dtype": dtype,
+                "operator_chain": " -> ".join(CHAIN_STAGES[chain][0]),
+                "fused_ops": ", ".join(ops),
+                "verdict": row["fused_verdict"],
+                "p99_difference": row["fused_p99_difference"],
+                "ci_lower": row["fused_ci_lower"],
+                "ci_upper": row["fused_ci_upper"],
+                "nonfinite_sets": row["fused_nonfinite_sets"],
+                "eager_sulp_p99": row["eager_sulp_max_p99"],
+                "fused_sulp_p99": row["fused_sulp_max_p99"],
+                "eager_sulp_max": row["eager_sulp_max_max"],
+                "fused_sulp_max": row["fused_sulp_max_max"],
+                "eager_ulp_max_max": row["eager_ulp_max_max"],
+                "fused_ulp_max_max": row["fused_ulp_max_max"],
+                "fused_worse_fraction": row["fused_worse_fraction"],
+                "emulate_verdict": row["emulate_verdict"],
+                "emulate_same_code_as_fused": row["emulate_same_code_as_fused"],
+                "worst_set_index": int(tensors["set_index"][0]),
+                "pool_seed": seed,
+                "reproducer": str(path),
+                "explanation": _explain(row, ops),
+            }
+        )
     table = pl.DataFrame(out, schema=COUNTEREXAMPLE_SCHEMA)
-    context.add_output_metadata({
-        "counterexamples": table.height,
-        "contradicted": int((table["verdict"] == CONTRADICTED).sum()),
-        "chains_with_counterexamples": ", ".join(sorted(set(table["chain"].to_list()))) or "none",
-        "list": dg.MetadataValue.md(markdown_table(table.select(
-            "chain", "distribution", "dtype", "verdict", pl.col("p99_difference").round(3), "nonfinite_sets"))),
-    })
+    context.add_output_metadata(
+        {
+            "counterexamples": table.height,
+            "contradicted": int((table["verdict"] == CONTRADICTED).sum()),
+            "chains_with_counterexamples": ", ".join(sorted(set(table["chain"].to_list()))) or "none",
+            "list": dg.MetadataValue.md(
+                markdown_table(
+                    table.select(
+                        "chain", "distribution", "dtype", "verdict", pl.col("p99_difference").round(3), "nonfinite_sets"
+                    )
+                )
+            ),
+        }
+    )
     return table
 
 
@@ -594,16 +785,38 @@ def accumulated_error_counterexamples(
 ABLATION_SETS = 32
 
 ABLATION_SCHEMA = {
-    "chain": pl.String, "distribution": pl.String, "dtype": pl.String, "verdict": pl.String, "op_index": pl.Int64,
-    "op": pl.String, "sets": pl.Int64, "eager_mean": pl.Float64, "fused_mean": pl.Float64, "ablated_mean": pl.Float64,
-    "fused_nonfinite_sets": pl.Int64, "ablated_nonfinite_sets": pl.Int64, "improvement": pl.Float64,
-    "share_of_gap": pl.Float64, "responsible": pl.Boolean,
+    "chain": pl.String,
+    "distribution": pl.String,
+    "dtype": pl.String,
+    "verdict": pl.String,
+    "op_index": pl.Int64,
+    "op": pl.String,
+    "sets": pl.Int64,
+    "eager_mean": pl.Float64,
+    "fused_mean": pl.Float64,
+    "ablated_mean": pl.Float64,
+    "fused_nonfinite_sets": pl.Int64,
+    "ablated_nonfinite_sets": pl.Int64,
+    "improvement": pl.Float64,
+    "share_of_gap": pl.Float64,
+    "responsible": pl.Boolean,
 }
 
 
-def ablate(chain: str, dtype: str, pool: dict[str, torch.Tensor], ref: torch.Tensor, set_indices: list[int],
-           dist: str, fused_errors: np.ndarray, eager_errors: np.ndarray, fused_nonfinite: int,
-           compiled: dict[tuple[str, str, int], Any], make_fused: Any, device: torch.device) -> list[dict[str, Any]]:
+def ablate(
+    chain: str,
+    dtype: str,
+    pool: dict[str, torch.Tensor],
+    ref: torch.Tensor,
+    set_indices: list[int],
+    dist: str,
+    fused_errors: np.ndarray,
+    eager_errors: np.ndarray,
+    fused_nonfinite: int,
+    compiled: dict[tuple[str, str, int], Any],
+    make_fused: Any,
+    device: torch.device,
+) -> list[dict[str, Any]]:
     """For each op of ``chain``: the chain compiled with that op kept out of the fused region, run
     on ``set_indices``; its mean per-set scale-aware error against the fused and eager means.
 
@@ -624,9 +837,18 @@ def ablate(chain: str, dtype: str, pool: dict[str, torch.Tensor], ref: torch.Ten
         stats = error_stats_per_set(outputs, refs)
         nonfinite = int((~torch.isfinite(outputs)).reshape(len(set_indices), -1).any(dim=1).sum())
         ablated = np.nan_to_num(stats["sulp_max"], nan=0.0)
-        out.append({"op_index": i, "op": op, "sets": len(set_indices), "eager_mean": float(eager_errors.mean()),
-                    "fused_mean": float(fused_errors.mean()), "ablated_mean": float(ablated.mean()),
-                    "fused_nonfinite_sets": fused_nonfinite, "ablated_nonfinite_sets": nonfinite})
+        out.append(
+            {
+                "op_index": i,
+                "op": op,
+                "sets": len(set_indices),
+                "eager_mean": float(eager_errors.mean()),
+                "fused_mean": float(fused_errors.mean()),
+                "ablated_mean": float(ablated.mean()),
+                "fused_nonfinite_sets": fused_nonfinite,
+                "ablated_nonfinite_sets": nonfinite,
+            }
+        )
     for r in out:
         r["improvement"] = r["fused_mean"] - r["ablated_mean"]
         gap = r["fused_mean"] - r["eager_mean"]
@@ -659,8 +881,13 @@ def _responsible(rows: list[dict[str, Any]]) -> None:
     "mean per-set scale-aware error with and without that op fused, and the op whose removal helps most.",
     kinds={"polars"},
 )
-def fusion_ablation(context: dg.AssetExecutionContext, settings: ExperimentSettings, counterexamples: pl.DataFrame,
-                    per_set: pl.DataFrame, **inputs: Any) -> pl.DataFrame:
+def fusion_ablation(
+    context: dg.AssetExecutionContext,
+    settings: ExperimentSettings,
+    counterexamples: pl.DataFrame,
+    per_set: pl.DataFrame,
+    **inputs: Any,
+) -> pl.DataFrame:
     device = settings.torch_device()
     compiled: dict[tuple[str, str, int], Any] = {}
 
@@ -678,21 +905,48 @@ def fusion_ablation(context: dg.AssetExecutionContext, settings: ExperimentSetti
         nonfinite = f["nonfinite_vs_eager"].to_numpy() > 0
         gap = np.where(nonfinite, np.inf, fe - ee)
         chosen = np.argsort(-gap, kind="stable")[:ABLATION_SETS]
-        found = ablate(chain, dtype, inputs[f"pool_{chain}"], inputs[f"ref_{chain}"][f"{dist}/{dtype}"],
-                       [int(i) for i in f["set_index"].to_numpy()[chosen]], dist, fe[chosen], ee[chosen], int(nonfinite[chosen].sum()),
-                       compiled, make_fused, device)
+        found = ablate(
+            chain,
+            dtype,
+            inputs[f"pool_{chain}"],
+            inputs[f"ref_{chain}"][f"{dist}/{dtype}"],
+            [int(i) for i in f["set_index"].to_numpy()[chosen]],
+            dist,
+            fe[chosen],
+            ee[chosen],
+            int(nonfinite[chosen].sum()),
+            compiled,
+            make_fused,
+            device,
+        )
         _responsible(found)
-        rows.extend({"chain": chain, "distribution": dist, "dtype": dtype, "verdict": cex["verdict"], **r} for r in found)
+        rows.extend(
+            {"chain": chain, "distribution": dist, "dtype": dtype, "verdict": cex["verdict"], **r} for r in found
+        )
     table = pl.DataFrame(rows, schema=ABLATION_SCHEMA)
     responsible = table.filter(pl.col("responsible"))
-    context.add_output_metadata({
-        "counterexamples_ablated": counterexamples.height,
-        "variants_compiled": len(compiled),
-        "wall_seconds": round(time.perf_counter() - start, 1),
-        "responsible_ops": dg.MetadataValue.md(markdown_table(responsible.select(
-            "chain", "distribution", "dtype", "verdict", "op", pl.col("improvement").round(3),
-            pl.col("share_of_gap").round(2)))) if responsible.height else "none measured",
-    })
+    context.add_output_metadata(
+        {
+            "counterexamples_ablated": counterexamples.height,
+            "variants_compiled": len(compiled),
+            "wall_seconds": round(time.perf_counter() - start, 1),
+            "responsible_ops": dg.MetadataValue.md(
+                markdown_table(
+                    responsible.select(
+                        "chain",
+                        "distribution",
+                        "dtype",
+                        "verdict",
+                        "op",
+                        pl.col("improvement").round(3),
+                        pl.col("share_of_gap").round(2),
+                    )
+                )
+            )
+            if responsible.height
+            else "none measured",
+        }
+    )
     return table
 
 
@@ -717,9 +971,11 @@ def fusion_switch_list(context: dg.AssetExecutionContext, ablation: pl.DataFrame
     if cases.height == 0:
         note = "No chain, distribution or dtype had fused error above eager's: nothing needs to be kept out of fusion."
     else:
-        note = (f"{cases.height} counterexample(s), {contradicted} contradicting B's claim; each op listed was measured "
-                f"by ablation (kept out of the fused region, error fell). {unexplained.height} counterexample(s) had no "
-                "single op whose removal helped by more than 0.1 scale-aware ULP.")
+        note = (
+            f"{cases.height} counterexample(s), {contradicted} contradicting B's claim; each op listed was measured "
+            f"by ablation (kept out of the fused region, error fell). {unexplained.height} counterexample(s) had no "
+            "single op whose removal helped by more than 0.1 scale-aware ULP."
+        )
     value = {
         "counterexamples": cases.height,
         "contradicted": contradicted,
@@ -732,9 +988,14 @@ def fusion_switch_list(context: dg.AssetExecutionContext, ablation: pl.DataFrame
         "no_single_op": [f"{r['chain']}/{r['distribution']}/{r['dtype']}" for r in unexplained.iter_rows(named=True)],
         "note": note,
     }
-    context.add_output_metadata({"counterexamples": cases.height, "note": note,
-                                 "keep_out_of_fusion": str(value["keep_out_of_fusion"] or "none"),
-                                 "watch": str(value["watch"] or "none")})
+    context.add_output_metadata(
+        {
+            "counterexamples": cases.height,
+            "note": note,
+            "keep_out_of_fusion": str(value["keep_out_of_fusion"] or "none"),
+            "watch": str(value["watch"] or "none"),
+        }
+    )
     return value
 
 
@@ -754,7 +1015,9 @@ BINS_PER_OCTAVE = 2
 )
 def accumulated_error_distributions(context: dg.AssetExecutionContext, per_set: pl.DataFrame) -> pl.DataFrame:
     keys = [*GROUP_KEYS, "path"]
-    long = per_set.unpivot(index=keys, on=["sulp_max", "ulp_max", "ulp_p99"], variable_name="metric", value_name="value")
+    long = per_set.unpivot(
+        index=keys, on=["sulp_max", "ulp_max", "ulp_p99"], variable_name="metric", value_name="value"
+    )
     long = long.filter(pl.col("value").is_not_nan())
     binned = long.with_columns(
         pl.when(pl.col("value") > 0)
@@ -766,8 +1029,14 @@ def accumulated_error_distributions(context: dg.AssetExecutionContext, per_set: 
         binned.group_by([*keys, "metric", "bin"])
         .agg(pl.len().alias("count"))
         .with_columns(
-            pl.when(pl.col("bin").is_null()).then(0.0).otherwise(2.0 ** (pl.col("bin") / BINS_PER_OCTAVE)).alias("bin_lo"),
-            pl.when(pl.col("bin").is_null()).then(0.0).otherwise(2.0 ** ((pl.col("bin") + 1) / BINS_PER_OCTAVE)).alias("bin_hi"),
+            pl.when(pl.col("bin").is_null())
+            .then(0.0)
+            .otherwise(2.0 ** (pl.col("bin") / BINS_PER_OCTAVE))
+            .alias("bin_lo"),
+            pl.when(pl.col("bin").is_null())
+            .then(0.0)
+            .otherwise(2.0 ** ((pl.col("bin") + 1) / BINS_PER_OCTAVE))
+            .alias("bin_hi"),
         )
         .sort([*keys, "metric", "bin"], nulls_last=False)
         .with_columns((pl.col("count") / pl.col("count").sum().over([*keys, "metric"])).alias("fraction"))
@@ -784,38 +1053,56 @@ def accumulated_error_distributions(context: dg.AssetExecutionContext, per_set: 
 @validity_check(
     asset="accumulated_error_summary",
     name="accumulated_error_run_valid",
-    additional_ins={"per_set": dg.AssetIn("accumulated_error_per_set"),
-                    "evidence": dg.AssetIn("accumulated_error_fusion_evidence")},
+    additional_ins={
+        "per_set": dg.AssetIn("accumulated_error_per_set"),
+        "evidence": dg.AssetIn("accumulated_error_fusion_evidence"),
+    },
     required_resource_keys={"settings"},
     description="The B run did what it claims: every chain x distribution x dtype x path has every input set; each "
     "fused path compiled once, without graph breaks, with generated kernels; eager outputs are finite wherever the "
     "fp64 reference is (the input distributions stay inside the dtype's finite range, as the plan says).",
 )
-def accumulated_error_run_valid(context: dg.AssetCheckExecutionContext, accumulated_error_summary: pl.DataFrame,
-                                per_set: pl.DataFrame, evidence: pl.DataFrame) -> dg.AssetCheckResult:
+def accumulated_error_run_valid(
+    context: dg.AssetCheckExecutionContext,
+    accumulated_error_summary: pl.DataFrame,
+    per_set: pl.DataFrame,
+    evidence: pl.DataFrame,
+) -> dg.AssetCheckResult:
     settings: ExperimentSettings = context.resources.settings
     expected_sets = get_profile(settings.profile).chain_sets
     problems = []
     counts = per_set.group_by([*GROUP_KEYS, "path"]).agg(pl.len().alias("n"))
     short = counts.filter(pl.col("n") != expected_sets)
     if short.height:
-        problems.append(f"{short.height} chain/distribution/dtype/path groups lack sets (expected {expected_sets} each)")
+        problems.append(
+            f"{short.height} chain/distribution/dtype/path groups lack sets (expected {expected_sets} each)"
+        )
     expected_groups = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(DTYPES_B) * len(PATHS)
     if counts.height != expected_groups:
         problems.append(f"{counts.height} groups in the per-set table, expected {expected_groups}")
     fused_ev = evidence.filter(pl.col("path").is_in(list(FUSED_PATHS)))
-    for name, bad in (("graph breaks", pl.col("graph_breaks") > 0), ("recompiles", pl.col("recompiles") > 0),
-                      ("no generated kernel", pl.col("kernel_count") < 1)):
+    for name, bad in (
+        ("graph breaks", pl.col("graph_breaks") > 0),
+        ("recompiles", pl.col("recompiles") > 0),
+        ("no generated kernel", pl.col("kernel_count") < 1),
+    ):
         hit = fused_ev.filter(bad)
         if hit.height:
-            problems.append(f"{name}: " + ", ".join(f"{r['chain']}/{r['dtype']}/{r['path']}" for r in hit.iter_rows(named=True)))
+            problems.append(
+                f"{name}: " + ", ".join(f"{r['chain']}/{r['dtype']}/{r['path']}" for r in hit.iter_rows(named=True))
+            )
     eager_nonfinite = per_set.filter((pl.col("path") == "eager") & (pl.col("nonfinite_vs_ref") > 0))
     if eager_nonfinite.height:
         where = eager_nonfinite.select(*GROUP_KEYS).unique().sort(pl.all())
-        problems.append(f"eager is non-finite where the fp64 reference is finite on {eager_nonfinite.height} sets ("
-                        + ", ".join("/".join(r) for r in where.iter_rows()) + "): inputs outside the planned finite range")
-    return validity_result(problems, {"groups": counts.height, "sets_per_group": expected_sets,
-                                      "fused_paths_with_evidence": fused_ev.height})
+        problems.append(
+            f"eager is non-finite where the fp64 reference is finite on {eager_nonfinite.height} sets ("
+            + ", ".join("/".join(r) for r in where.iter_rows())
+            + "): inputs outside the planned finite range"
+        )
+    return validity_result(
+        problems,
+        {"groups": counts.height, "sets_per_group": expected_sets, "fused_paths_with_evidence": fused_ev.height},
+    )
 
 
 def _chain_check(chain: str) -> dg.AssetChecksDefinition:
@@ -831,13 +1118,23 @@ def _chain_check(chain: str) -> dg.AssetChecksDefinition:
     def check(accumulated_error_summary: pl.DataFrame) -> dg.AssetCheckResult:
         rows = accumulated_error_summary.filter(pl.col("chain") == chain)
         judged = [
-            {**{k: r[k] for k in GROUP_KEYS}, "path": p, "sets": r[f"{label}_paired_sets"],
-             "verdict": r[f"{label}_verdict"], "nonfinite_sets": r[f"{label}_nonfinite_sets"],
-             "nonfinite_elements": r[f"{label}_nonfinite_elements"], "p99_difference": r[f"{label}_p99_difference"],
-             "ci_lower": r[f"{label}_ci_lower"], "ci_upper": r[f"{label}_ci_upper"], "p_holm": r[f"{label}_p_holm"],
-             "paired_sets": r[f"{label}_paired_sets"], "fused_p99": r[f"{p}_sulp_max_p99"],
-             "eager_p99": r["eager_sulp_max_p99"]}
-            for r in rows.iter_rows(named=True) for p, label in (("fused", "fused"), ("fused_emulate", "emulate"))
+            {
+                **{k: r[k] for k in GROUP_KEYS},
+                "path": p,
+                "sets": r[f"{label}_paired_sets"],
+                "verdict": r[f"{label}_verdict"],
+                "nonfinite_sets": r[f"{label}_nonfinite_sets"],
+                "nonfinite_elements": r[f"{label}_nonfinite_elements"],
+                "p99_difference": r[f"{label}_p99_difference"],
+                "ci_lower": r[f"{label}_ci_lower"],
+                "ci_upper": r[f"{label}_ci_upper"],
+                "p_holm": r[f"{label}_p_holm"],
+                "paired_sets": r[f"{label}_paired_sets"],
+                "fused_p99": r[f"{p}_sulp_max_p99"],
+                "eager_p99": r["eager_sulp_max_p99"],
+            }
+            for r in rows.iter_rows(named=True)
+            for p, label in (("fused", "fused"), ("fused_emulate", "emulate"))
         ]
         if not judged:
             return claim_result(INCONCLUSIVE, RULE, f"no rows for {chain} in the summary")
@@ -848,10 +1145,23 @@ def _chain_check(chain: str) -> dg.AssetChecksDefinition:
             **{f"rows_{v}": sum(j["verdict"] == v for j in judged) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)},
             "nonfinite_sets": sum(j["nonfinite_sets"] or 0 for j in judged),
             "sets_per_row": max(j["sets"] or 0 for j in judged),
-            "rows": dg.MetadataValue.md(markdown_table(pl.DataFrame(judged).select(
-                *GROUP_KEYS, "path", "sets", pl.col("eager_p99").round(3), pl.col("fused_p99").round(3),
-                pl.col("p99_difference").round(3), pl.col("ci_lower").round(3), pl.col("ci_upper").round(3),
-                pl.col("p_holm").round(4), "nonfinite_sets", "verdict"))),
+            "rows": dg.MetadataValue.md(
+                markdown_table(
+                    pl.DataFrame(judged).select(
+                        *GROUP_KEYS,
+                        "path",
+                        "sets",
+                        pl.col("eager_p99").round(3),
+                        pl.col("fused_p99").round(3),
+                        pl.col("p99_difference").round(3),
+                        pl.col("ci_lower").round(3),
+                        pl.col("ci_upper").round(3),
+                        pl.col("p_holm").round(4),
+                        "nonfinite_sets",
+                        "verdict",
+                    )
+                )
+            ),
         }
         return claim_result(verdict, RULE, "; ".join(_reason(j) for j in deciding[:3]), meta)
 
@@ -869,8 +1179,11 @@ chain_checks = [_chain_check(c) for c in CHAINS]
     "reproducers in accumulated_error_counterexamples.",
 )
 def fused_worse_within_rule(accumulated_error_summary: pl.DataFrame) -> dg.AssetCheckResult:
-    rows = [r for r in accumulated_error_summary.iter_rows(named=True)
-            if is_counterexample(r) and r["fused_verdict"] != CONTRADICTED]
+    rows = [
+        r
+        for r in accumulated_error_summary.iter_rows(named=True)
+        if is_counterexample(r) and r["fused_verdict"] != CONTRADICTED
+    ]
     findings = [
         f"{r['chain']}/{r['distribution']}/{r['dtype']}: P99 {r['fused_sulp_max_p99']:.3g} vs {r['eager_sulp_max_p99']:.3g}, "
         f"max {r['fused_sulp_max_max']:.3g} vs {r['eager_sulp_max_max']:.3g} sULP ({r['fused_verdict']})"

@@ -13,7 +13,6 @@ path), and the implicit-computation counterexamples. Reshape rows record whether
 view or a copy (``reshape_copied``, measured on the eager path).
 """
 
-
 import time
 
 import dagster as dg
@@ -23,12 +22,31 @@ import torch
 from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
 from ..experiments import group_of
-from ..movement import (CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, MovementGraph, describe_localization,
-                        localize_bit_difference, make_input, reshape_copied)
+from ..movement import (
+    CATALOGUE,
+    COUNTEREXAMPLES,
+    LAYOUTS,
+    PURE,
+    MovementGraph,
+    describe_localization,
+    localize_bit_difference,
+    make_input,
+    reshape_copied,
+)
 from ..progress import track
 from ..resources import ExperimentSettings
-from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check,
-                        finding_result, validity_check, validity_result)
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
 from ..workloads import DTYPES
 
 GROUP = group_of("D")
@@ -59,7 +77,7 @@ def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch
     to three distinct (eager, fused) NaN bit patterns as hex."""
     total = nan_pairs = 0
     patterns: list[str] = []
-    for e, f in zip(eager_out, fused_out):
+    for e, f in zip(eager_out, fused_out, strict=False):
         mask = bit_mismatch(e, f).mask
         total += int(mask.sum())
         both_nan = mask & torch.isnan(e) & torch.isnan(f)
@@ -67,18 +85,17 @@ def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch
         view = _INT_VIEW.get(e.dtype)
         if view is not None and int(both_nan.sum()):
             bits = (1 << (8 * e.element_size())) - 1
-            for a, b in zip(e.view(view)[both_nan].tolist(), f.view(view)[both_nan].tolist()):
+            for a, b in zip(e.view(view)[both_nan].tolist(), f.view(view)[both_nan].tolist(), strict=False):
                 pair = f"eager {a & bits:#x} vs fused {b & bits:#x}"
                 if pair not in patterns and len(patterns) < 3:
                     patterns.append(pair)
     return {"mismatched": total, "nan_encoding_only": nan_pairs, "nan_patterns": patterns}
 
 
-def _notes(graph: MovementGraph, dtype: str, equal: bool, ulp_max: int, nature: dict, total: int, cause: str = "") -> str:
-    if equal:
-        observed = "bit-exact"
-    else:
-        observed = f"{nature['mismatched']} of {total} elements differ, max {ulp_max} ULP"
+def _notes(
+    graph: MovementGraph, dtype: str, equal: bool, ulp_max: int, nature: dict, total: int, cause: str = ""
+) -> str:
+    observed = "bit-exact" if equal else f"{nature['mismatched']} of {total} elements differ, max {ulp_max} ULP"
     if graph.has_implicit_computation:
         return f"{observed}; hidden arithmetic: {graph.explanation}"
     if equal:
@@ -117,23 +134,38 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
             graph = CATALOGUE[name]
             dtype = DTYPES[dtype_name]
             specials = not graph.has_implicit_computation
-            x = make_input(shape, dtype, layout, settings.derived_seed("movement", dtype_name, shape, layout, specials, "x"),
-                           specials=specials, device=device)
-            y = make_input(shape, graph.y_dtype(dtype), layout,
-                           settings.derived_seed("movement", dtype_name, shape, layout, specials, "y"),
-                           specials=specials, device=device)
+            x = make_input(
+                shape,
+                dtype,
+                layout,
+                settings.derived_seed("movement", dtype_name, shape, layout, specials, "x"),
+                specials=specials,
+                device=device,
+            )
+            y = make_input(
+                shape,
+                graph.y_dtype(dtype),
+                layout,
+                settings.derived_seed("movement", dtype_name, shape, layout, specials, "y"),
+                specials=specials,
+                device=device,
+            )
             eager_out = _as_tuple(graph.fn(x, y))
             fn = fused(graph.fn, backend, options, dynamic=False)
             fused_out = _as_tuple(fn(x, y))
             ev = fn.evidence
-            equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out))
-            ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out))
+            equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out, strict=False))
+            ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False))
             nature = _mismatch_nature(eager_out, fused_out)
             total = sum(e.numel() for e in eager_out)
             # A NaN whose bits differ: find, op by op, which op changed the payload on which path.
             loc = None
-            if not equal and not graph.has_implicit_computation and nature["mismatched"] == nature["nan_encoding_only"] \
-                    and localized < MAX_LOCALIZATIONS:
+            if (
+                not equal
+                and not graph.has_implicit_computation
+                and nature["mismatched"] == nature["nan_encoding_only"]
+                and localized < MAX_LOCALIZATIONS
+            ):
                 loc = localize_bit_difference(graph.fn, (x, y), backend, options)
                 localized += 1
             rows.append(
@@ -156,13 +188,27 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
                     "cause_op": None if loc is None else loc["op"],
                     "cause_op_moves_data_only": None if loc is None else loc["op_moves_data_only"],
                     "cause_path": None if loc is None else loc["departs_from_bitwise"],
-                    "notes": _notes(graph, dtype_name, equal, ulp_max, nature, total,
-                                    describe_localization(loc) if loc is not None else ""),
+                    "notes": _notes(
+                        graph,
+                        dtype_name,
+                        equal,
+                        ulp_max,
+                        nature,
+                        total,
+                        describe_localization(loc) if loc is not None else "",
+                    ),
                 }
             )
     wall = time.perf_counter() - start
-    table = pl.DataFrame(rows, schema_overrides={"reshape_copied": pl.Boolean, "cause_op": pl.String,
-                                                 "cause_op_moves_data_only": pl.Boolean, "cause_path": pl.String})
+    table = pl.DataFrame(
+        rows,
+        schema_overrides={
+            "reshape_copied": pl.Boolean,
+            "cause_op": pl.String,
+            "cause_op_moves_data_only": pl.Boolean,
+            "cause_path": pl.String,
+        },
+    )
     pure = table.filter(~pl.col("has_implicit_computation"))
     implicit = table.filter(pl.col("has_implicit_computation"))
     context.add_output_metadata(
@@ -196,7 +242,10 @@ def payload_excused(frame: pl.DataFrame) -> pl.Expr:
 def _counterexample_list(table: pl.DataFrame) -> str:
     """Markdown list of every row that is not bit-exact or hides arithmetic."""
     rows = table.filter(pl.col("has_implicit_computation") | ~pl.col("bit_equal"))
-    lines = ["| subgraph | dtype | shape | layout | implicit | bit_equal | ulp_max | notes |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| subgraph | dtype | shape | layout | implicit | bit_equal | ulp_max | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows.iter_rows(named=True):
         lines.append(
             f"| {r['subgraph']} | {r['dtype']} | {r['shape']} | {r['layout']} | {r['has_implicit_computation']} "
@@ -206,11 +255,16 @@ def _counterexample_list(table: pl.DataFrame) -> str:
 
 
 def _row_names(frame: pl.DataFrame) -> str:
-    return ", ".join(f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}" for r in frame.iter_rows(named=True)) or "none"
+    return (
+        ", ".join(f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}" for r in frame.iter_rows(named=True))
+        or "none"
+    )
 
 
 def _row_notes(frame: pl.DataFrame) -> str:
-    return "\n".join(f"- {r['subgraph']} {r['dtype']} {r['shape']} {r['layout']}: {r['notes']}" for r in frame.iter_rows(named=True))
+    return "\n".join(
+        f"- {r['subgraph']} {r['dtype']} {r['shape']} {r['layout']}: {r['notes']}" for r in frame.iter_rows(named=True)
+    )
 
 
 RULE = Rule(
@@ -244,18 +298,27 @@ def pure_movement_rows_bit_exact(data_movement_check_table: pl.DataFrame) -> dg.
     failed = pure.filter(~pl.col("bit_equal"))
     excused = failed.filter(payload_excused(failed))
     value_failed = failed.filter(pl.col("mismatched_elements") != pl.col("nan_encoding_mismatches"))
-    payload_failed = failed.filter((pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches")) & ~payload_excused(failed))
+    payload_failed = failed.filter(
+        (pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches")) & ~payload_excused(failed)
+    )
     if pure.height == 0:
         verdict, reason = INCONCLUSIVE, "the table has no pure data-movement row"
     elif value_failed.height or payload_failed.height:
-        verdict, reason = CONTRADICTED, (f"values changed in {value_failed.height} and NaN payloads changed by data movement (or "
-                                         f"unattributed) in {payload_failed.height} of {pure.height} pure rows: "
-                                         f"{_row_names(pl.concat([value_failed, payload_failed]))}")
+        verdict, reason = (
+            CONTRADICTED,
+            (
+                f"values changed in {value_failed.height} and NaN payloads changed by data movement (or "
+                f"unattributed) in {payload_failed.height} of {pure.height} pure rows: "
+                f"{_row_names(pl.concat([value_failed, payload_failed]))}"
+            ),
+        )
     else:
         verdict = SUPPORTED
         reason = f"every bit kept by data movement in {pure.height} pure rows" + (
             f" ({excused.height} with NaN payloads changed by an arithmetic op, measured; see pure_movement_nan_encodings)"
-            if excused.height else "")
+            if excused.height
+            else ""
+        )
     return claim_result(
         verdict,
         RULE,
@@ -266,7 +329,10 @@ def pure_movement_rows_bit_exact(data_movement_check_table: pl.DataFrame) -> dg.
             "value_differences": value_failed.height,
             "payload_differences_from_movement": payload_failed.height,
             "payload_counterexamples": excused.height,
-            "changed_values": dg.MetadataValue.md(_row_notes(pl.concat([value_failed, payload_failed])) or "none: no pure row changed a bit by moving data"),
+            "changed_values": dg.MetadataValue.md(
+                _row_notes(pl.concat([value_failed, payload_failed]))
+                or "none: no pure row changed a bit by moving data"
+            ),
         },
     )
 
@@ -286,7 +352,10 @@ def pure_movement_nan_encodings(data_movement_check_table: pl.DataFrame) -> dg.A
             key = f"{r['cause_op']} ({r['cause_path']} path departs from the bitwise result)"
             causes[key] = causes.get(key, 0) + 1
     return finding_result(
-        [f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}" for r in nan_only.iter_rows(named=True)],
+        [
+            f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}"
+            for r in nan_only.iter_rows(named=True)
+        ],
         {
             "rows": nan_only.height,
             "nan_elements": int(nan_only["nan_encoding_mismatches"].sum()) if nan_only.height else 0,
@@ -305,7 +374,10 @@ def implicit_computation_counterexamples(data_movement_check_table: pl.DataFrame
     implicit = data_movement_check_table.filter(pl.col("has_implicit_computation"))
     differ = implicit.filter(~pl.col("bit_equal"))
     return finding_result(
-        [f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}" for r in differ.iter_rows(named=True)],
+        [
+            f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}"
+            for r in differ.iter_rows(named=True)
+        ],
         {
             "implicit_rows": implicit.height,
             "not_bit_exact": differ.height,
@@ -320,7 +392,9 @@ def implicit_computation_counterexamples(data_movement_check_table: pl.DataFrame
     description="Run validity: every planned (subgraph, dtype, shape, layout) ran and fused: kernels generated, no "
     "graph break, no recompile.",
 )
-def every_movement_combination_fused(data_movement_check_table: pl.DataFrame, settings: ExperimentSettings) -> dg.AssetCheckResult:
+def every_movement_combination_fused(
+    data_movement_check_table: pl.DataFrame, settings: ExperimentSettings
+) -> dg.AssetCheckResult:
     table = data_movement_check_table
     expected = len(plan(settings.get_profile().movement_shapes))
     not_fused = table.filter((pl.col("kernel_count") < 1) | (pl.col("graph_breaks") > 0) | (pl.col("recompiles") > 0))

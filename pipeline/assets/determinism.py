@@ -11,7 +11,6 @@ Where a hash is not the same, the row says where the difference was measured (wh
 which source lines, which bytes) in ``difference_source``.
 """
 
-
 import difflib
 import json
 import subprocess
@@ -28,15 +27,25 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import ulp_diff
 
-from ..experiments import group_of
 from .._determinism_worker import cold_cache_env, run_round
 from ..artifacts import describe_byte_difference
+from ..experiments import group_of
 from ..progress import track
 from ..resources import REPO_ROOT, ExperimentSettings
-from ..workloads import WORKLOADS
 from ..tables import markdown_table
-from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result,
-                        finding_check, finding_result, validity_check, validity_result)
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
+from ..workloads import WORKLOADS
 
 GROUP = group_of("A")
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
@@ -56,14 +65,30 @@ def _fresh_round(
     """Run one round in a new Python process whose compiler cache is a new empty folder."""
     cache = tempfile.mkdtemp(prefix="inductor_cold_", dir=out_dir)
     cmd = [
-        sys.executable, "-m", "pipeline._determinism_worker",
-        "--inputs", str(inputs_file), "--out", str(out_dir / f"round_t{threads}"),
-        "--runs", str(runs), "--dtypes", ",".join(DETERMINISM_DTYPES), "--threads", str(threads),
-        "--device", str(settings.torch_device()), "--backend", settings.backend,
-        "--options", json.dumps(settings.options()),
+        sys.executable,
+        "-m",
+        "pipeline._determinism_worker",
+        "--inputs",
+        str(inputs_file),
+        "--out",
+        str(out_dir / f"round_t{threads}"),
+        "--runs",
+        str(runs),
+        "--dtypes",
+        ",".join(DETERMINISM_DTYPES),
+        "--threads",
+        str(threads),
+        "--device",
+        str(settings.torch_device()),
+        "--backend",
+        settings.backend,
+        "--options",
+        json.dumps(settings.options()),
     ]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=cold_cache_env(cache), cwd=REPO_ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    proc = subprocess.run(
+        cmd, env=cold_cache_env(cache), cwd=REPO_ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"determinism worker failed (exit {proc.returncode}): {proc.stderr[-4000:]}")
@@ -78,7 +103,9 @@ def _artifact_bytes(folder: Path, dtype: str, kernel: str) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def artifact_difference(ref: list[dict[str, Any]], other: list[dict[str, Any]], ref_dir: Path, other_dir: Path, dtype: str) -> str:
+def artifact_difference(
+    ref: list[dict[str, Any]], other: list[dict[str, Any]], ref_dir: Path, other_dir: Path, dtype: str
+) -> str:
     """Which kernels' artifacts differ between two rounds, and where their bytes differ (measured)."""
     by_ref = {a["kernel"]: a for a in ref}
     by_other = {a["kernel"]: a for a in other}
@@ -93,8 +120,14 @@ def artifact_difference(ref: list[dict[str, Any]], other: list[dict[str, Any]], 
                 what.append(f"autotuning choice {a['autotune_choice'] or '-'} -> {b['autotune_choice'] or '-'}")
             if a["sha256"] != b["sha256"]:
                 ba, bb = _artifact_bytes(ref_dir, dtype, name), _artifact_bytes(other_dir, dtype, name)
-                what.append(f"{a['kind']} bytes: " + (describe_byte_difference(ba, bb) if ba is not None and bb is not None
-                                                        else f"sha256 {a['sha256'][:12]} -> {b['sha256'][:12]}"))
+                what.append(
+                    f"{a['kind']} bytes: "
+                    + (
+                        describe_byte_difference(ba, bb)
+                        if ba is not None and bb is not None
+                        else f"sha256 {a['sha256'][:12]} -> {b['sha256'][:12]}"
+                    )
+                )
             parts.append(f"kernel {name}: " + "; ".join(what))
     return "; ".join(parts)
 
@@ -108,9 +141,11 @@ def output_difference(distinct: dict[str, torch.Tensor], keys: list[str]) -> str
     parts = []
     for k in known[1:]:
         d = ulp_diff(first, distinct[k])
-        changed = (d > 0)
+        changed = d > 0
         rows = changed.reshape(-1, first.shape[-1]).any(-1).nonzero().reshape(-1)
-        parts.append(f"{int(changed.sum())} of {first.numel()} elements in {rows.numel()} rows differ (max {int(d.max())} ULP)")
+        parts.append(
+            f"{int(changed.sum())} of {first.numel()} elements in {rows.numel()} rows differ (max {int(d.max())} ULP)"
+        )
     return "; ".join(parts)
 
 
@@ -125,7 +160,8 @@ def _ulp(distinct: dict[str, torch.Tensor], key_a: str, key_b: str) -> int | Non
 
 def _code_diff(a: str, b: str, limit: int = 12) -> str:
     lines = [
-        line for line in difflib.unified_diff(a.splitlines(), b.splitlines(), "H_k0", "other", n=0, lineterm="")
+        line
+        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), "H_k0", "other", n=0, lineterm="")
         if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
     ]
     return "\n".join(lines[:limit]) + (f"\n... {len(lines) - limit} more" if len(lines) > limit else "")
@@ -165,7 +201,9 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
     runs = profile.determinism_runs
     device = settings.torch_device()
     workload = WORKLOADS["ffn"]
-    inputs = {f"{d}/{a}": pool[f"normal/{d}/{a}"][0].contiguous() for d in DETERMINISM_DTYPES for a in workload.arg_names}
+    inputs = {
+        f"{d}/{a}": pool[f"normal/{d}/{a}"][0].contiguous() for d in DETERMINISM_DTYPES for a in workload.arg_names
+    }
     default_threads = torch.get_num_threads()
     alt_threads = other_thread_count(default_threads)
     thread_runs = min(runs, THREAD_ROUND_RUNS)
@@ -174,12 +212,27 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
     with tempfile.TemporaryDirectory(prefix="determinism_") as tmp:
         tmp_path = Path(tmp)
         start = time.perf_counter()
-        r1_records, r1_distinct = run_round(inputs, list(DETERMINISM_DTYPES), runs, device, settings.backend, settings.options(),
-                                            artifact_dir=tmp_path / "round1" / "artifacts", log=context.log.info)
+        r1_records, r1_distinct = run_round(
+            inputs,
+            list(DETERMINISM_DTYPES),
+            runs,
+            device,
+            settings.backend,
+            settings.options(),
+            artifact_dir=tmp_path / "round1" / "artifacts",
+            log=context.log.info,
+        )
         wall = {"round1": time.perf_counter() - start}
         rounds: dict[str, tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]] = {
-            "round1": (r1_records, r1_distinct, {"process": "in-process", "compiler_cache": "as configured",
-                                                 "artifacts": tmp_path / "round1" / "artifacts"}),
+            "round1": (
+                r1_records,
+                r1_distinct,
+                {
+                    "process": "in-process",
+                    "compiler_cache": "as configured",
+                    "artifacts": tmp_path / "round1" / "artifacts",
+                },
+            ),
         }
         inputs_file = tmp_path / "inputs.safetensors"
         save_file(inputs, str(inputs_file))
@@ -187,8 +240,15 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
         for name, threads, n in track(cold, context.log.info, "cold-start rounds (fresh processes)", every=0.0):
             result, distinct, seconds = _fresh_round(inputs_file, tmp_path, n, threads, settings)
             wall[name] = seconds
-            rounds[name] = (result["records"], distinct, {"process": f"fresh (pid {result['pid']})", "compiler_cache": "empty, caches off",
-                                                          "artifacts": tmp_path / f"round_t{threads}" / "artifacts"})
+            rounds[name] = (
+                result["records"],
+                distinct,
+                {
+                    "process": f"fresh (pid {result['pid']})",
+                    "compiler_cache": "empty, caches off",
+                    "artifacts": tmp_path / f"round_t{threads}" / "artifacts",
+                },
+            )
 
         for dtype in DETERMINISM_DTYPES:
             h_k0 = r1_records[dtype]["code_sha256"]
@@ -209,44 +269,93 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
                     ulps_round.append(u_round)
                     ulps_r1.append(u_r1)
                     run_rows.append(
-                        {"round": name, "dtype": dtype, "threads": rec["threads"], "run": i, "md5": h,
-                         "ulp_vs_round_first": u_round, "ulp_vs_round1_first": u_r1}
+                        {
+                            "round": name,
+                            "dtype": dtype,
+                            "threads": rec["threads"],
+                            "run": i,
+                            "md5": h,
+                            "ulp_vs_round_first": u_round,
+                            "ulp_vs_round1_first": u_r1,
+                        }
                     )
                 code_equal = rec["code_sha256"] == h_k0
                 artifact_equal = rec["artifact_sha256"] == a_k0
                 sources = []
                 unique = list(dict.fromkeys(hashes))
                 if len(unique) > 1:
-                    sources.append(f"within the round, {len(unique)} distinct outputs from one program "
-                                   f"({rec['recompiles']} recompiles): " + output_difference(distinct, [f"{dtype}/{h}" for h in unique]))
+                    sources.append(
+                        f"within the round, {len(unique)} distinct outputs from one program "
+                        f"({rec['recompiles']} recompiles): "
+                        + output_difference(distinct, [f"{dtype}/{h}" for h in unique])
+                    )
                 if name != "round1":
                     if not code_equal:
                         diffs[f"{name}/{dtype}"] = _code_diff(r1_records[dtype]["code"], rec["code"])
-                        sources.append("generated source differs from round 1: " + diffs[f"{name}/{dtype}"].replace("\n", " | "))
+                        sources.append(
+                            "generated source differs from round 1: " + diffs[f"{name}/{dtype}"].replace("\n", " | ")
+                        )
                     if not artifact_equal:
-                        sources.append("compiled artifact differs from round 1: "
-                                       + artifact_difference(r1_records[dtype]["artifacts"], rec["artifacts"], r1_dir, facts["artifacts"], dtype))
+                        sources.append(
+                            "compiled artifact differs from round 1: "
+                            + artifact_difference(
+                                r1_records[dtype]["artifacts"], rec["artifacts"], r1_dir, facts["artifacts"], dtype
+                            )
+                        )
                     if set(hashes) != {r1_md5}:
-                        cause = ("with the same source and artifacts, so the difference arises at run time"
-                                 + (f" (thread count {rec['threads']} vs {r1_records[dtype]['threads']}; extern calls: {rec['extern_calls'] or 'none'})"
-                                    if rec["threads"] != r1_records[dtype]["threads"] else f" (extern calls: {rec['extern_calls'] or 'none'})")
-                                 if code_equal and artifact_equal else "after the compiled program changed")
+                        cause = (
+                            "with the same source and artifacts, so the difference arises at run time"
+                            + (
+                                f" (thread count {rec['threads']} vs {r1_records[dtype]['threads']}; extern calls: {rec['extern_calls'] or 'none'})"
+                                if rec["threads"] != r1_records[dtype]["threads"]
+                                else f" (extern calls: {rec['extern_calls'] or 'none'})"
+                            )
+                            if code_equal and artifact_equal
+                            else "after the compiled program changed"
+                        )
                         other = next(h for h in hashes if h != r1_md5)
                         r1_key, o_key = f"r1:{dtype}/{r1_md5}", f"{dtype}/{other}"
-                        pair = {k: v for k, v in ((r1_key, r1_distinct.get(f"{dtype}/{r1_md5}")), (o_key, distinct.get(o_key)))
-                                if v is not None}
-                        sources.append("outputs differ from round 1 " + cause + ": " + output_difference(pair, [r1_key, o_key]))
+                        pair = {
+                            k: v
+                            for k, v in ((r1_key, r1_distinct.get(f"{dtype}/{r1_md5}")), (o_key, distinct.get(o_key)))
+                            if v is not None
+                        }
+                        sources.append(
+                            "outputs differ from round 1 " + cause + ": " + output_difference(pair, [r1_key, o_key])
+                        )
                 for art in rec["artifacts"]:
                     ref_art = next((a for a in r1_records[dtype]["artifacts"] if a["kernel"] == art["kernel"]), None)
-                    artifact_rows.append({
-                        "round": name, "dtype": dtype, "threads": rec["threads"], "kernel": art["kernel"], "kind": art["kind"],
-                        "artifact_sha256": art["sha256"], "file_sha256": art.get("file_sha256", art["sha256"]),
-                        "bytes": art["size"], "autotune_choice": art["autotune_choice"],
-                        "equal_to_round1": "reference" if name == "round1" else ("yes" if ref_art is not None and (ref_art["sha256"], ref_art["autotune_choice"]) == (art["sha256"], art["autotune_choice"]) else "no"),
-                        "byte_difference": "" if name == "round1" or ref_art is None or ref_art.get("file_sha256") == art.get("file_sha256") else describe_byte_difference(
-                            _artifact_bytes(r1_dir, dtype, art["kernel"]) or b"", _artifact_bytes(facts["artifacts"], dtype, art["kernel"]) or b""),
-                        "detail": art["detail"],
-                    })
+                    artifact_rows.append(
+                        {
+                            "round": name,
+                            "dtype": dtype,
+                            "threads": rec["threads"],
+                            "kernel": art["kernel"],
+                            "kind": art["kind"],
+                            "artifact_sha256": art["sha256"],
+                            "file_sha256": art.get("file_sha256", art["sha256"]),
+                            "bytes": art["size"],
+                            "autotune_choice": art["autotune_choice"],
+                            "equal_to_round1": "reference"
+                            if name == "round1"
+                            else (
+                                "yes"
+                                if ref_art is not None
+                                and (ref_art["sha256"], ref_art["autotune_choice"])
+                                == (art["sha256"], art["autotune_choice"])
+                                else "no"
+                            ),
+                            "byte_difference": ""
+                            if name == "round1"
+                            or ref_art is None
+                            or ref_art.get("file_sha256") == art.get("file_sha256")
+                            else describe_byte_difference(
+                                _artifact_bytes(r1_dir, dtype, art["kernel"]) or b"",
+                                _artifact_bytes(facts["artifacts"], dtype, art["kernel"]) or b"",
+                            ),
+                            "detail": art["detail"],
+                        }
+                    )
                 known_round = [u for u in ulps_round if u is not None]
                 known_r1 = [u for u in ulps_r1 if u is not None]
                 summary_rows.append(
@@ -262,11 +371,18 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
                         "outputs_equal_round1": "yes" if set(hashes) == {r1_md5} else "no",
                         "max_ulp_vs_round1": max(known_r1) if len(known_r1) == len(hashes) else None,
                         "code_sha256": rec["code_sha256"],
-                        "kernel_hash_equal_across_cold_start": "reference (round 1 source)" if name == "round1" else ("yes" if code_equal else "no"),
+                        "kernel_hash_equal_across_cold_start": "reference (round 1 source)"
+                        if name == "round1"
+                        else ("yes" if code_equal else "no"),
                         "artifact_sha256": rec["artifact_sha256"],
-                        "artifact_hash_equal_across_cold_start": "reference (H_k0)" if name == "round1" else ("yes" if artifact_equal else "no"),
+                        "artifact_hash_equal_across_cold_start": "reference (H_k0)"
+                        if name == "round1"
+                        else ("yes" if artifact_equal else "no"),
                         "artifact_kinds": ", ".join(sorted({a["kind"] for a in rec["artifacts"]})) or "none",
-                        "autotune_choice": " | ".join(a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"]) or "none (no autotuning)",
+                        "autotune_choice": " | ".join(
+                            a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"]
+                        )
+                        or "none (no autotuning)",
                         "difference_source": "; ".join(sources) or "none",
                         "kernel_count": rec["kernel_count"],
                         "extern_calls": rec["extern_calls"],
@@ -291,7 +407,9 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
             "fp16_unique_output_hashes_round1": int(r1_fp16["unique_output_hashes"]),
             "fp16_unique_output_hashes_round2": int(headline["unique_output_hashes"]),
             # -1: some outputs were beyond the distinct ones kept, so the distance is unknown
-            "fp16_max_ulp_diff_across_runs": -1 if r1_fp16["max_ulp_diff_across_runs"] is None else int(r1_fp16["max_ulp_diff_across_runs"]),
+            "fp16_max_ulp_diff_across_runs": -1
+            if r1_fp16["max_ulp_diff_across_runs"] is None
+            else int(r1_fp16["max_ulp_diff_across_runs"]),
             "fp16_kernel_hash_equal_across_cold_start": headline["kernel_hash_equal_across_cold_start"],
             "fp16_artifact_hash_equal_across_cold_start": headline["artifact_hash_equal_across_cold_start"],
             "fp16_outputs_equal_across_cold_start": headline["outputs_equal_round1"],
@@ -301,7 +419,8 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
             "default_threads": default_threads,
             "alt_threads": alt_threads,
             "outputs_equal_with_alt_threads": ", ".join(
-                f"{r['dtype']}={r['outputs_equal_round1']}" for r in summary.filter(pl.col("round").str.starts_with("cold_threads")).iter_rows(named=True)
+                f"{r['dtype']}={r['outputs_equal_round1']}"
+                for r in summary.filter(pl.col("round").str.starts_with("cold_threads")).iter_rows(named=True)
             ),
             "code_differs_from_H_k0": dg.MetadataValue.md(
                 "\n\n".join(f"**{k}**\n```\n{v}\n```" for k, v in diffs.items()) or "no round generated other code"
@@ -312,23 +431,48 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
         output_name="determinism_summary",
     )
     context.add_output_metadata(
-        {"rows": artifacts_table.height,
-         "kernels_differing_from_round1": int((artifacts_table["equal_to_round1"] == "no").sum()),
-         "table": dg.MetadataValue.md(markdown_table(artifacts_table.drop("detail")))},
+        {
+            "rows": artifacts_table.height,
+            "kernels_differing_from_round1": int((artifacts_table["equal_to_round1"] == "no").sum()),
+            "table": dg.MetadataValue.md(markdown_table(artifacts_table.drop("detail"))),
+        },
         output_name="determinism_artifacts",
     )
     return runs_table, summary, artifacts_table
 
 
-_ARTIFACT_SCHEMA = {"round": pl.String, "dtype": pl.String, "threads": pl.Int64, "kernel": pl.String, "kind": pl.String,
-                    "artifact_sha256": pl.String, "file_sha256": pl.String, "bytes": pl.Int64, "autotune_choice": pl.String,
-                    "equal_to_round1": pl.String, "byte_difference": pl.String, "detail": pl.String}
+_ARTIFACT_SCHEMA = {
+    "round": pl.String,
+    "dtype": pl.String,
+    "threads": pl.Int64,
+    "kernel": pl.String,
+    "kind": pl.String,
+    "artifact_sha256": pl.String,
+    "file_sha256": pl.String,
+    "bytes": pl.Int64,
+    "autotune_choice": pl.String,
+    "equal_to_round1": pl.String,
+    "byte_difference": pl.String,
+    "detail": pl.String,
+}
 
 
-_SUMMARY_COLUMNS = ["dtype", "round", "threads", "run_count", "unique_output_hashes", "max_ulp_diff_across_runs",
-                    "code_sha256", "kernel_hash_equal_across_cold_start", "artifact_sha256",
-                    "artifact_hash_equal_across_cold_start", "outputs_equal_round1", "kernel_count", "recompiles",
-                    "difference_source"]
+_SUMMARY_COLUMNS = [
+    "dtype",
+    "round",
+    "threads",
+    "run_count",
+    "unique_output_hashes",
+    "max_ulp_diff_across_runs",
+    "code_sha256",
+    "kernel_hash_equal_across_cold_start",
+    "artifact_sha256",
+    "artifact_hash_equal_across_cold_start",
+    "outputs_equal_round1",
+    "kernel_count",
+    "recompiles",
+    "difference_source",
+]
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -393,8 +537,11 @@ def _measured(frame: pl.DataFrame) -> str:
     """The measured source of every difference in ``frame``'s rows (``difference_source``)."""
     if "difference_source" not in frame.columns:
         return "not measured (no difference_source column)" if frame.height else "none"
-    parts = [f"{r['dtype']}/{r['round']}: {r['difference_source']}" for r in frame.iter_rows(named=True)
-             if r["difference_source"] not in (None, "none")]
+    parts = [
+        f"{r['dtype']}/{r['round']}: {r['difference_source']}"
+        for r in frame.iter_rows(named=True)
+        if r["difference_source"] not in (None, "none")
+    ]
     return "; ".join(parts) or "none"
 
 
@@ -439,10 +586,19 @@ def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckRes
     above = determinism_summary.filter(col.is_not_null() & (col != 0))
     unknown = determinism_summary.filter(col.is_null())
     if above.height:
-        verdict, reason = CONTRADICTED, f"runs differ by up to {int(above['max_ulp_diff_across_runs'].max())} ULP in {_rows(above)}"
+        verdict, reason = (
+            CONTRADICTED,
+            f"runs differ by up to {int(above['max_ulp_diff_across_runs'].max())} ULP in {_rows(above)}",
+        )
     elif unknown.height or determinism_summary.height == 0:
-        verdict, reason = INCONCLUSIVE, (f"ULP distance unknown in {_rows(unknown)} (more distinct outputs than kept)"
-                                         if unknown.height else "the summary has no row")
+        verdict, reason = (
+            INCONCLUSIVE,
+            (
+                f"ULP distance unknown in {_rows(unknown)} (more distinct outputs than kept)"
+                if unknown.height
+                else "the summary has no row"
+            ),
+        )
     else:
         verdict, reason = SUPPORTED, f"0 ULP between runs in each of {determinism_summary.height} dtype x round rows"
     return claim_result(
@@ -471,11 +627,18 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
     if cold.height == 0:
         verdict, reason = INCONCLUSIVE, "no cold-start round in the summary"
     elif code_bad.height or artifact_bad.height or out_bad.height:
-        verdict, reason = CONTRADICTED, (f"artifact hash differs from H_k0: {_rows(artifact_bad)}; source hash differs from "
-                                         f"round 1: {_rows(code_bad)}; outputs differ from round 1: {_rows(out_bad)}")
+        verdict, reason = (
+            CONTRADICTED,
+            (
+                f"artifact hash differs from H_k0: {_rows(artifact_bad)}; source hash differs from "
+                f"round 1: {_rows(code_bad)}; outputs differ from round 1: {_rows(out_bad)}"
+            ),
+        )
     else:
-        verdict, reason = SUPPORTED, (f"artifact hash H_k0, round 1's source hash and output bits reproduced for "
-                                      f"{cold.height} dtypes")
+        verdict, reason = (
+            SUPPORTED,
+            (f"artifact hash H_k0, round 1's source hash and output bits reproduced for {cold.height} dtypes"),
+        )
     return claim_result(
         verdict,
         RULE_COLD_START,

@@ -7,7 +7,6 @@ first layer whose fused error exceeds eager's by more than the measured noise. F
 (which layer, if any, makes the fused path worse).
 """
 
-
 import time
 
 import dagster as dg
@@ -16,8 +15,8 @@ import torch
 
 from precisionkit.locator import locate_divergence
 
-from ..experiments import group_of
 from ..corpus import load_corpus
+from ..experiments import group_of
 from ..gpt import GPT, TrainConfig, eval_batches
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
@@ -28,9 +27,25 @@ GROUP = group_of("Diagnostics")
 SEQUENCES = 2
 #: Chart-ready column order; the rest of the locator's columns follow.
 LEAD_COLUMNS = (
-    "layer_index", "layer", "module_type", "depth", "eager_err", "fused_err", "eager_local_err",
-    "fused_local_err", "excess", "noise", "divergent", "ulp_eager_vs_fused_max", "ulp_eager_vs_fused_mean",
-    "bit_equal_fraction", "eager_abs_max", "fused_abs_max", "kernel_count", "extern_calls", "graph_breaks",
+    "layer_index",
+    "layer",
+    "module_type",
+    "depth",
+    "eager_err",
+    "fused_err",
+    "eager_local_err",
+    "fused_local_err",
+    "excess",
+    "noise",
+    "divergent",
+    "ulp_eager_vs_fused_max",
+    "ulp_eager_vs_fused_mean",
+    "bit_equal_fraction",
+    "eager_abs_max",
+    "fused_abs_max",
+    "kernel_count",
+    "extern_calls",
+    "graph_breaks",
 )
 
 
@@ -96,7 +111,16 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
     return table
 
 
-_HEAD_COLUMNS = ("layer_index", "layer", "eager_err", "fused_err", "excess", "ulp_eager_vs_fused_max", "kernel_count", "divergent")
+_HEAD_COLUMNS = (
+    "layer_index",
+    "layer",
+    "eager_err",
+    "fused_err",
+    "excess",
+    "ulp_eager_vs_fused_max",
+    "kernel_count",
+    "divergent",
+)
 
 
 @finding_check(
@@ -118,7 +142,8 @@ def no_layer_diverges(divergence_per_layer: pl.DataFrame) -> dg.AssetCheckResult
             "first_divergent_layer": first,
             "finding": (
                 f"fused path diverges first at {first} (excess {float(bad['excess'][0]):.3g} > noise {float(bad['noise'][0]):.3g})"
-                if bad.height else "no layer beyond the noise"
+                if bad.height
+                else "no layer beyond the noise"
             ),
         },
     )

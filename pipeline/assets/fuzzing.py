@@ -8,7 +8,6 @@ reproducer script under ``<data>/<profile>/reproducers/fuzz``. Feeds §6.1 (comp
 with reproducers) and the measured tolerance table.
 """
 
-
 import time
 from collections import Counter
 
@@ -28,11 +27,26 @@ GROUP = group_of("Diagnostics")
 MAX_SHRINK_CHECKS = 16
 
 SCHEMA = {
-    "seed": pl.Int64, "dtype": pl.String, "ops": pl.String, "n_ops": pl.Int64, "class": pl.String,
-    "fused_abs_err": pl.Float64, "eager_abs_err": pl.Float64, "fused_tol_ratio": pl.Float64,
-    "eager_tol_ratio": pl.Float64, "atol": pl.Float64, "rtol": pl.Float64, "op_class": pl.String,
-    "reduction_size": pl.Int64, "graph_count": pl.Int64, "kernel_count": pl.Int64, "compile_seconds": pl.Float64,
-    "detail": pl.String, "shrunk_ops": pl.String, "shrunk_n_ops": pl.Int64, "reproducer": pl.String,
+    "seed": pl.Int64,
+    "dtype": pl.String,
+    "ops": pl.String,
+    "n_ops": pl.Int64,
+    "class": pl.String,
+    "fused_abs_err": pl.Float64,
+    "eager_abs_err": pl.Float64,
+    "fused_tol_ratio": pl.Float64,
+    "eager_tol_ratio": pl.Float64,
+    "atol": pl.Float64,
+    "rtol": pl.Float64,
+    "op_class": pl.String,
+    "reduction_size": pl.Int64,
+    "graph_count": pl.Int64,
+    "kernel_count": pl.Int64,
+    "compile_seconds": pl.Float64,
+    "detail": pl.String,
+    "shrunk_ops": pl.String,
+    "shrunk_n_ops": pl.Int64,
+    "reproducer": pl.String,
 }
 
 
@@ -65,8 +79,14 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         context.log.debug(line)
         progress.advance(note=line)
 
-    outcomes = fuzz.fuzz(seeds, backend=settings.backend, options=settings.options(), out_dir=folder,
-                         max_shrink_checks=MAX_SHRINK_CHECKS, log=log)
+    outcomes = fuzz.fuzz(
+        seeds,
+        backend=settings.backend,
+        options=settings.options(),
+        out_dir=folder,
+        max_shrink_checks=MAX_SHRINK_CHECKS,
+        log=log,
+    )
     seconds = time.perf_counter() - start
     table = pl.DataFrame([o.row() for o in outcomes], schema=SCHEMA)
     counts = Counter(o.klass for o in outcomes)
@@ -84,8 +104,11 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
             "dtypes": ", ".join(f"{k}={v}" for k, v in sorted(Counter(table["dtype"]).items())),
             "rule": f"mismatch: fused max|err|/(atol+rtol|ref|) > 1 and > {fuzz.EAGER_MARGIN:g} x eager's",
             "failures": dg.MetadataValue.md(
-                "\n".join(f"- seed {r['seed']} **{r['class']}** ({r['dtype']}): {r['shrunk_ops'] or r['ops']} -> `{r['reproducer']}` {r['detail']}"
-                          for r in table.filter(~pl.col("class").is_in(["ok"])).iter_rows(named=True)) or "none"
+                "\n".join(
+                    f"- seed {r['seed']} **{r['class']}** ({r['dtype']}): {r['shrunk_ops'] or r['ops']} -> `{r['reproducer']}` {r['detail']}"
+                    for r in table.filter(~pl.col("class").is_in(["ok"])).iter_rows(named=True)
+                )
+                or "none"
             ),
         }
     )
@@ -107,6 +130,9 @@ def fuzzed_graphs_all_ok(fuzz_outcomes: pl.DataFrame) -> dg.AssetCheckResult:
             "graphs": fuzz_outcomes.height,
             "failing": bad.height,
             "classes": ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
-            "finding": "; ".join(f"seed {r['seed']}: {r['class']} ({r['reproducer']})" for r in bad.head(10).iter_rows(named=True)) or "none",
+            "finding": "; ".join(
+                f"seed {r['seed']}: {r['class']} ({r['reproducer']})" for r in bad.head(10).iter_rows(named=True)
+            )
+            or "none",
         },
     )

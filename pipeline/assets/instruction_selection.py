@@ -20,7 +20,8 @@ fallback ("observe instruction changes in one path and disclose honestly").
 
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -33,8 +34,17 @@ from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 from ..experiments import group_of
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
-from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, combine,
-                        finding_check, finding_result)
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    combine,
+    finding_check,
+    finding_result,
+)
 
 GROUP = group_of("C1")
 SCALAR = 0.7
@@ -76,8 +86,10 @@ def path_b(x: torch.Tensor) -> torch.Tensor:
 
 #: 0.7 stored in each float dtype, computed once on the host (a Python float, device-independent;
 #: a constant for torch.compile, where a tensor's .item() would break the graph).
-_ROUNDED = {dt: float(torch.tensor(SCALAR, dtype=dt, device="cpu"))
-            for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+_ROUNDED = {
+    dt: float(torch.tensor(SCALAR, dtype=dt, device="cpu"))
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
 
 
 def rounded_scalar(dtype: torch.dtype) -> float:
@@ -129,7 +141,12 @@ CONTROLS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "control_fp32_opmath": control_fp32_opmath,
 }
 #: Which path each control is meant to reproduce if the route does not matter.
-CONTROL_TARGET = {"control_route_only": "A", "control_value_only": "B", "control_0dim_tensor": "B", "control_fp32_opmath": "A"}
+CONTROL_TARGET = {
+    "control_route_only": "A",
+    "control_value_only": "B",
+    "control_0dim_tensor": "B",
+    "control_fp32_opmath": "A",
+}
 #: (route, value) of each path and control, for the route records.
 ROUTE_AND_VALUE = {
     "A": ("Python scalar", "0.7 in the compute dtype"),
@@ -175,7 +192,9 @@ def eager_trace(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return ops, rows
 
 
-def eager_trace_with_kernels(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[list[str], list[str], list[str]]:
+def eager_trace_with_kernels(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+) -> tuple[list[str], list[str], list[str]]:
     """(aten overloads with operands, profiler op rows, device kernel names) of one eager call.
     The device kernel names are what the profiler records below the aten op: CUDA kernels on a GPU
     run; on the CPU the profiler records no kernel below the aten op, so the list is empty."""
@@ -203,7 +222,11 @@ def eager_trace_with_kernels(fn: Callable[[torch.Tensor], torch.Tensor], x: torc
 
 def multiply_lines(code: str) -> list[str]:
     """The generated lines that multiply (the instruction that applies the scalar), constants masked."""
-    return [re.sub(r"\d+\.\d+(e-?\d+)?", "<const>", line) for line in kernel_lines(code) if re.search(r"\* |tl\.fma|fma\(", line)]
+    return [
+        re.sub(r"\d+\.\d+(e-?\d+)?", "<const>", line)
+        for line in kernel_lines(code)
+        if re.search(r"\* |tl\.fma|fma\(", line)
+    ]
 
 
 _MUL_CONST = re.compile(r"(static_cast<float>\(|tl\.full\(|= )(-?\d+\.\d+(e-?\d+)?)")
@@ -211,7 +234,9 @@ _MUL_CONST = re.compile(r"(static_cast<float>\(|tl\.full\(|= )(-?\d+\.\d+(e-?\d+
 
 def kernel_lines(code: str) -> list[str]:
     """The lines of generated code that load the input, hold a constant, multiply and store."""
-    keep = re.compile(r"(load|convert|Vectorized|static_cast<float>\(\d|\* |tl\.full|\.to\(|= -?\d+\.\d|constant|store)")
+    keep = re.compile(
+        r"(load|convert|Vectorized|static_cast<float>\(\d|\* |tl\.full|\.to\(|= -?\d+\.\d|constant|store)"
+    )
     lines = []
     for line in code.splitlines():
         s = line.strip()
@@ -244,21 +269,43 @@ def ulp_row(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[dict[str, Any]
         "ulp_max": int(d.max()),
     }
     hist = [
-        {"comparison": name, "ulp": (str(k) if k < HIST_MAX else f">={HIST_MAX}"), "count": int(counts[k]),
-         "fraction": int(counts[k]) / n}
+        {
+            "comparison": name,
+            "ulp": (str(k) if k < HIST_MAX else f">={HIST_MAX}"),
+            "count": int(counts[k]),
+            "fraction": int(counts[k]) / n,
+        }
         for k in range(HIST_MAX + 1)
     ]
     return row, hist
 
 
 OUTS = {
-    "c1_path_outputs": dg.AssetOut(description="C1 (§1.2 (2)): the fp16 input and every path's and control's output, eager and fused.", kinds={"pytorch", "safetensors"}),
-    "c1_ulp_distribution": dg.AssetOut(description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison: A vs B per mode, the route-only and value-only controls against A, eager vs fused, further controls.", kinds={"polars"}),
-    "c1_ulp_histogram": dg.AssetOut(description="C1 (§1.2 (2)): ULP-distance histogram per comparison (long format).", kinds={"polars"}),
-    "c1_error_vs_fp64": dg.AssetOut(description="C1 (§1.2 (2)): each path's and control's error against the fp64 reference (precisionkit.error_stats).", kinds={"polars"}),
-    "c1_mechanism_evidence": dg.AssetOut(description="C1 (§1.2 (2)): why the paths differ: eager op trace, fused kernel lines and constants, control runs.", kinds={"polars"}),
-    "c1_route_records": dg.AssetOut(description="C1 (§1.2 (2)): per mode and route (A, B and the two controls): the operand route and value, the aten ops, the kernels the profiler saw, the fused kernel's multiply lines and constant, and whether the instruction differs from path A's.", kinds={"polars"}),
+    "c1_path_outputs": dg.AssetOut(
+        description="C1 (§1.2 (2)): the fp16 input and every path's and control's output, eager and fused.",
+        kinds={"pytorch", "safetensors"},
+    ),
+    "c1_ulp_distribution": dg.AssetOut(
+        description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison: A vs B per mode, the route-only and value-only controls against A, eager vs fused, further controls.",
+        kinds={"polars"},
+    ),
+    "c1_ulp_histogram": dg.AssetOut(
+        description="C1 (§1.2 (2)): ULP-distance histogram per comparison (long format).", kinds={"polars"}
+    ),
+    "c1_error_vs_fp64": dg.AssetOut(
+        description="C1 (§1.2 (2)): each path's and control's error against the fp64 reference (precisionkit.error_stats).",
+        kinds={"polars"},
+    ),
+    "c1_mechanism_evidence": dg.AssetOut(
+        description="C1 (§1.2 (2)): why the paths differ: eager op trace, fused kernel lines and constants, control runs.",
+        kinds={"polars"},
+    ),
+    "c1_route_records": dg.AssetOut(
+        description="C1 (§1.2 (2)): per mode and route (A, B and the two controls): the operand route and value, the aten ops, the kernels the profiler saw, the fused kernel's multiply lines and constant, and whether the instruction differs from path A's.",
+        kinds={"polars"},
+    ),
 }
+
 
 #: The comparisons of the distribution table, per mode: (label, output a, output b).
 def _comparisons(mode: str) -> list[tuple[str, str, str]]:
@@ -275,7 +322,11 @@ def route_statement(records: pl.DataFrame, distribution: pl.DataFrame) -> str:
     rows = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
     parts = []
     for mode in ("eager", "fused"):
-        ab, route, value = rows[f"{mode} A vs B"], rows[f"{mode} route only: control_route_only vs A"], rows[f"{mode} value only: control_value_only vs A"]
+        ab, route, value = (
+            rows[f"{mode} A vs B"],
+            rows[f"{mode} route only: control_route_only vs A"],
+            rows[f"{mode} value only: control_value_only vs A"],
+        )
         rec = records.filter(pl.col("mode") == mode)
         other = rec.filter(pl.col("path").is_in(["B", "control_route_only"]))
         same = other.filter(pl.col("instruction_vs_A") == "same")
@@ -284,19 +335,36 @@ def route_statement(records: pl.DataFrame, distribution: pl.DataFrame) -> str:
             f"{mode}: A and B differ in {100 - ab['ulp0_pct']:.2f}% of elements (max {ab['ulp_max']} ULP); changing only the route "
             f"(control_route_only vs A) changes {100 - route['ulp0_pct']:.2f}% (max {route['ulp_max']} ULP); changing only the value "
             f"(control_value_only vs A) changes {100 - value['ulp0_pct']:.2f}% (max {value['ulp_max']} ULP)"
-            + ("; control_value_only reproduces B bit for bit" if rows[f"{mode} route at B's value: B vs control_value_only"]["bit_equal"] else "")
-            + (f"; the broadcast-tensor route{'s' if same.height > 1 else ''} ({', '.join(same['path'].to_list())}) lower to the same "
-               "instruction as path A (" + same["instruction_evidence"][0] + ")" if same.height else "")
-            + (f"; the instruction of {', '.join(unseen['path'].to_list())} is not observable here ({unseen['instruction_evidence'][0]})" if unseen.height else "")
+            + (
+                "; control_value_only reproduces B bit for bit"
+                if rows[f"{mode} route at B's value: B vs control_value_only"]["bit_equal"]
+                else ""
+            )
+            + (
+                f"; the broadcast-tensor route{'s' if same.height > 1 else ''} ({', '.join(same['path'].to_list())}) lower to the same "
+                "instruction as path A (" + same["instruction_evidence"][0] + ")"
+                if same.height
+                else ""
+            )
+            + (
+                f"; the instruction of {', '.join(unseen['path'].to_list())} is not observable here ({unseen['instruction_evidence'][0]})"
+                if unseen.height
+                else ""
+            )
         )
     same_everywhere = records.filter(pl.col("path").is_in(["B", "control_route_only"]))["instruction_vs_A"].to_list()
     if same_everywhere and all(v != "different" for v in same_everywhere):
-        parts.append("No run here shows the two routes executing different instructions, so under the plan's fallback this experiment "
-                     "observes the instruction of each route separately and discloses that the A/B difference it measures is "
-                     "explained by the controls above, not by an observed instruction change")
+        parts.append(
+            "No run here shows the two routes executing different instructions, so under the plan's fallback this experiment "
+            "observes the instruction of each route separately and discloses that the A/B difference it measures is "
+            "explained by the controls above, not by an observed instruction change"
+        )
     elif "different" in same_everywhere:
         diff = records.filter(pl.col("instruction_vs_A") == "different")
-        parts.append("Instruction changes observed in: " + ", ".join(f"{r['mode']} {r['path']}" for r in diff.iter_rows(named=True)))
+        parts.append(
+            "Instruction changes observed in: "
+            + ", ".join(f"{r['mode']} {r['path']}" for r in diff.iter_rows(named=True))
+        )
     return ". ".join(parts) + "."
 
 
@@ -326,22 +394,48 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         fusion[name] = (compiled, time.perf_counter() - start)
         if name in PATHS:
             ev = compiled.evidence
-            evidence += [{"mode": "fused", "path": name, "source": "generated_code", "detail": line} for line in kernel_lines(compiled.code)]
-            evidence.append({"mode": "fused", "path": name, "source": "constants", "detail": ", ".join(map(repr, code_constants(compiled.code))) or "none found"})
-            evidence += [{"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
-                         for k, v in ev.as_metadata().items() if k in ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")]
+            evidence += [
+                {"mode": "fused", "path": name, "source": "generated_code", "detail": line}
+                for line in kernel_lines(compiled.code)
+            ]
+            evidence.append(
+                {
+                    "mode": "fused",
+                    "path": name,
+                    "source": "constants",
+                    "detail": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
+                }
+            )
+            evidence += [
+                {"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
+                for k, v in ev.as_metadata().items()
+                if k in ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")
+            ]
     for name, fn in CONTROLS.items():
         outputs[f"eager_{name}"] = fn(x)
     for name, target in CONTROL_TARGET.items():
         reproduces = bit_equal(outputs[f"eager_{name}"], outputs[f"eager_{target}"])
         doc = (ROUTE_CONTROLS.get(name) or CONTROLS[name]).__doc__.strip()
-        evidence.append({"mode": "eager", "path": name, "source": "control", "detail": f"{doc} bit-equal to eager {target}: {reproduces}"})
+        evidence.append(
+            {
+                "mode": "eager",
+                "path": name,
+                "source": "control",
+                "detail": f"{doc} bit-equal to eager {target}: {reproduces}",
+            }
+        )
     same_instructions = _mask_constants(fusion["A"][0].code) == _mask_constants(fusion["B"][0].code)
-    evidence.append({"mode": "fused", "path": "A vs B", "source": "generated_code",
-                     "detail": f"kernel lines identical once constants are masked: {same_instructions}"})
+    evidence.append(
+        {
+            "mode": "fused",
+            "path": "A vs B",
+            "source": "generated_code",
+            "detail": f"kernel lines identical once constants are masked: {same_instructions}",
+        }
+    )
 
     # Per route: what shows which instruction or kernel ran, and whether it is path A's.
-    a_ops, _, a_kernels = traces["A"]
+    _a_ops, _, a_kernels = traces["A"]
     a_mul = multiply_lines(fusion["A"][0].code)
     for name in (*PATHS, *ROUTE_CONTROLS):
         ops, _, kernels = traces[name]
@@ -349,42 +443,67 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         route, value = ROUTE_AND_VALUE[name]
         if kernels:
             kernel_text = "; ".join(dict.fromkeys(kernels))
-            verdict = "same" if name == "A" or list(dict.fromkeys(kernels)) == list(dict.fromkeys(a_kernels)) else "different"
+            verdict = (
+                "same" if name == "A" or list(dict.fromkeys(kernels)) == list(dict.fromkeys(a_kernels)) else "different"
+            )
             why = f"profiler device kernels {'equal to' if verdict == 'same' else 'differ from'} path A's"
         else:
             kernel_text = "none recorded below the aten op (the CPU profiler records aten ops only)"
             verdict = "reference" if name == "A" else "not observable"
-            why = "the CPU profiler records aten ops only, so the kernel below aten::mul is not observable from the trace"
+            why = (
+                "the CPU profiler records aten ops only, so the kernel below aten::mul is not observable from the trace"
+            )
         if name == "A":
             verdict = "reference"
-        route_rows.append({
-            "mode": "eager", "path": name, "route": route, "value": value,
-            "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
-            "aten_ops": " ; ".join(ops), "multiply_op": " ; ".join(mul_ops), "kernels": kernel_text,
-            "multiply_lines": "", "constants": "", "instruction_vs_A": verdict, "instruction_evidence": why,
-        })
+        route_rows.append(
+            {
+                "mode": "eager",
+                "path": name,
+                "route": route,
+                "value": value,
+                "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
+                "aten_ops": " ; ".join(ops),
+                "multiply_op": " ; ".join(mul_ops),
+                "kernels": kernel_text,
+                "multiply_lines": "",
+                "constants": "",
+                "instruction_vs_A": verdict,
+                "instruction_evidence": why,
+            }
+        )
         compiled = fusion[name][0]
         lines = multiply_lines(compiled.code)
         same_code = lines == a_mul and _mask_constants(compiled.code) == _mask_constants(fusion["A"][0].code)
         fverdict = "reference" if name == "A" else ("same" if same_code else "different")
-        route_rows.append({
-            "mode": "fused", "path": name, "route": route, "value": value,
-            "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
-            "aten_ops": "", "multiply_op": "", "kernels": ", ".join(compiled.evidence.kernel_names),
-            "multiply_lines": " | ".join(lines), "constants": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
-            "instruction_vs_A": fverdict,
-            "instruction_evidence": "the generated kernel's lines equal path A's once constants are masked" if fverdict in ("same", "reference")
-            else "the generated kernel's lines differ from path A's with constants masked",
-        })
+        route_rows.append(
+            {
+                "mode": "fused",
+                "path": name,
+                "route": route,
+                "value": value,
+                "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
+                "aten_ops": "",
+                "multiply_op": "",
+                "kernels": ", ".join(compiled.evidence.kernel_names),
+                "multiply_lines": " | ".join(lines),
+                "constants": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
+                "instruction_vs_A": fverdict,
+                "instruction_evidence": "the generated kernel's lines equal path A's once constants are masked"
+                if fverdict in ("same", "reference")
+                else "the generated kernel's lines differ from path A's with constants masked",
+            }
+        )
     records = pl.DataFrame(route_rows)
 
     comparisons = {label: (a, b) for mode in ("eager", "fused") for label, a, b in _comparisons(mode)}
-    comparisons.update({
-        "A eager vs fused": ("eager_A", "fused_A"),
-        "B eager vs fused": ("eager_B", "fused_B"),
-        "eager control_0dim_tensor vs B": ("eager_control_0dim_tensor", "eager_B"),
-        "eager control_fp32_opmath vs A": ("eager_control_fp32_opmath", "eager_A"),
-    })
+    comparisons.update(
+        {
+            "A eager vs fused": ("eager_A", "fused_A"),
+            "B eager vs fused": ("eager_B", "fused_B"),
+            "eager control_0dim_tensor vs B": ("eager_control_0dim_tensor", "eager_B"),
+            "eager control_fp32_opmath vs A": ("eager_control_fp32_opmath", "eager_A"),
+        }
+    )
     rows, hist = [], []
     for label, (a, b) in comparisons.items():
         row, h = ulp_row(label, outputs[a], outputs[b])
@@ -394,8 +513,16 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
     histogram = pl.DataFrame(hist)
 
     err_rows = []
-    for key in ("eager_A", "eager_B", "fused_A", "fused_B", "eager_control_route_only", "eager_control_value_only",
-                "fused_control_route_only", "fused_control_value_only"):
+    for key in (
+        "eager_A",
+        "eager_B",
+        "fused_A",
+        "fused_B",
+        "eager_control_route_only",
+        "eager_control_value_only",
+        "fused_control_route_only",
+        "fused_control_value_only",
+    ):
         stats = error_stats(outputs[key], ref)
         err_rows.append({"path": key, **{k: v for k, v in stats.items() if v is not None}})
     errors = pl.DataFrame(err_rows)
@@ -408,42 +535,80 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
         f"{path_a_multiplier(x.dtype)!r}); path B by 0.7 stored in {str(x.dtype).removeprefix('torch.')} ({fp16_value!r}), "
         f"a relative change of {fp16_value / SCALAR - 1:.3e}. " + statement
     )
-    yield dg.Output({k: v.contiguous() for k, v in outputs.items()}, output_name="c1_path_outputs",
-                    metadata={"shape": str(list(x.shape)), "seed": settings.derived_seed("c1", "input"), "scalar": SCALAR,
-                              "scalar_in_fp16": fp16_value, "path_a_multiplier": path_a_multiplier(x.dtype)})
+    yield dg.Output(
+        {k: v.contiguous() for k, v in outputs.items()},
+        output_name="c1_path_outputs",
+        metadata={
+            "shape": str(list(x.shape)),
+            "seed": settings.derived_seed("c1", "input"),
+            "scalar": SCALAR,
+            "scalar_in_fp16": fp16_value,
+            "path_a_multiplier": path_a_multiplier(x.dtype),
+        },
+    )
     head = {r["comparison"]: r for r in rows}
-    yield dg.Output(distribution, output_name="c1_ulp_distribution", metadata={
-        "eager_AB_ulp0_pct": head["eager A vs B"]["ulp0_pct"],
-        "eager_AB_ulp1_pct": head["eager A vs B"]["ulp1_pct"],
-        "eager_AB_ulp_ge2_pct": head["eager A vs B"]["ulp_ge2_pct"],
-        "fused_AB_ulp0_pct": head["fused A vs B"]["ulp0_pct"],
-        "fused_AB_ulp1_pct": head["fused A vs B"]["ulp1_pct"],
-        "fused_AB_ulp_ge2_pct": head["fused A vs B"]["ulp_ge2_pct"],
-        "table": dg.MetadataValue.md(markdown_table(distribution)),
-        "notes": dg.MetadataValue.md(notes),
-    })
-    yield dg.Output(histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))})
-    err_meta = {f"{r['path']}.ulp_max": r["ulp_max"] for r in err_rows} | {f"{r['path']}.ulp_mean": r["ulp_mean"] for r in err_rows}
-    yield dg.Output(errors, output_name="c1_error_vs_fp64", metadata={
-        **err_meta,
-        "table": dg.MetadataValue.md(markdown_table(errors.select("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance"))),
-    })
+    yield dg.Output(
+        distribution,
+        output_name="c1_ulp_distribution",
+        metadata={
+            "eager_AB_ulp0_pct": head["eager A vs B"]["ulp0_pct"],
+            "eager_AB_ulp1_pct": head["eager A vs B"]["ulp1_pct"],
+            "eager_AB_ulp_ge2_pct": head["eager A vs B"]["ulp_ge2_pct"],
+            "fused_AB_ulp0_pct": head["fused A vs B"]["ulp0_pct"],
+            "fused_AB_ulp1_pct": head["fused A vs B"]["ulp1_pct"],
+            "fused_AB_ulp_ge2_pct": head["fused A vs B"]["ulp_ge2_pct"],
+            "table": dg.MetadataValue.md(markdown_table(distribution)),
+            "notes": dg.MetadataValue.md(notes),
+        },
+    )
+    yield dg.Output(
+        histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))}
+    )
+    err_meta = {f"{r['path']}.ulp_max": r["ulp_max"] for r in err_rows} | {
+        f"{r['path']}.ulp_mean": r["ulp_mean"] for r in err_rows
+    }
+    yield dg.Output(
+        errors,
+        output_name="c1_error_vs_fp64",
+        metadata={
+            **err_meta,
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    errors.select("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance")
+                )
+            ),
+        },
+    )
     fusion_meta = {}
     for name, (compiled, seconds) in fusion.items():
-        fusion_meta.update({f"fused_{name}.{k}": v for k, v in compiled.evidence.as_metadata().items() if isinstance(v, (int, float, str))})
+        fusion_meta.update(
+            {
+                f"fused_{name}.{k}": v
+                for k, v in compiled.evidence.as_metadata().items()
+                if isinstance(v, (int, float, str))
+            }
+        )
         fusion_meta[f"fused_{name}.first_call_seconds"] = round(seconds, 3)
-    yield dg.Output(evidence_df, output_name="c1_mechanism_evidence", metadata={
-        "fused_kernels_identical_but_constants": same_instructions,
-        "constants_A": ", ".join(map(repr, code_constants(fusion["A"][0].code))),
-        "constants_B": ", ".join(map(repr, code_constants(fusion["B"][0].code))),
-        "evidence": dg.MetadataValue.md(_evidence_md(evidence_df)),
-        "notes": dg.MetadataValue.md(notes),
-        **fusion_meta,
-    })
-    yield dg.Output(records, output_name="c1_route_records", metadata={
-        "statement": dg.MetadataValue.md(statement),
-        "table": dg.MetadataValue.md(markdown_table(records.drop("aten_ops"))),
-    })
+    yield dg.Output(
+        evidence_df,
+        output_name="c1_mechanism_evidence",
+        metadata={
+            "fused_kernels_identical_but_constants": same_instructions,
+            "constants_A": ", ".join(map(repr, code_constants(fusion["A"][0].code))),
+            "constants_B": ", ".join(map(repr, code_constants(fusion["B"][0].code))),
+            "evidence": dg.MetadataValue.md(_evidence_md(evidence_df)),
+            "notes": dg.MetadataValue.md(notes),
+            **fusion_meta,
+        },
+    )
+    yield dg.Output(
+        records,
+        output_name="c1_route_records",
+        metadata={
+            "statement": dg.MetadataValue.md(statement),
+            "table": dg.MetadataValue.md(markdown_table(records.drop("aten_ops"))),
+        },
+    )
 
 
 def _evidence_md(df: pl.DataFrame) -> str:
@@ -469,17 +634,27 @@ def c1_paths_differ_mostly_within_1ulp(c1_ulp_distribution: pl.DataFrame) -> dg.
     meta, verdicts, reasons = {}, [], []
     for mode in ("eager", "fused"):
         r = _row(c1_ulp_distribution, f"{mode} A vs B")
-        meta.update({f"{mode}.ulp0_pct": r["ulp0_pct"], f"{mode}.ulp1_pct": r["ulp1_pct"], f"{mode}.ulp_ge2_pct": r["ulp_ge2_pct"],
-                     f"{mode}.ulp_max": r["ulp_max"]})
+        meta.update(
+            {
+                f"{mode}.ulp0_pct": r["ulp0_pct"],
+                f"{mode}.ulp1_pct": r["ulp1_pct"],
+                f"{mode}.ulp_ge2_pct": r["ulp_ge2_pct"],
+                f"{mode}.ulp_max": r["ulp_max"],
+            }
+        )
         if r["ulp_ge2_pct"] > 100 * MAX_FRACTION_ABOVE_1ULP:
             verdicts.append(CONTRADICTED)
-            reasons.append(f"{mode}: {r['ulp_ge2_pct']:.3f}% of elements differ by >= 2 ULP (rule: at most {100 * MAX_FRACTION_ABOVE_1ULP:g}%)")
+            reasons.append(
+                f"{mode}: {r['ulp_ge2_pct']:.3f}% of elements differ by >= 2 ULP (rule: at most {100 * MAX_FRACTION_ABOVE_1ULP:g}%)"
+            )
         elif r["bit_equal"]:
             verdicts.append(INCONCLUSIVE)
             reasons.append(f"{mode}: A and B are bit-identical on this backend (no difference to explain)")
         else:
             verdicts.append(SUPPORTED)
-            reasons.append(f"{mode}: {100 - r['ulp0_pct']:.2f}% of elements differ, {r['ulp_ge2_pct']:.3f}% by >= 2 ULP")
+            reasons.append(
+                f"{mode}: {100 - r['ulp0_pct']:.2f}% of elements differ, {r['ulp_ge2_pct']:.3f}% by >= 2 ULP"
+            )
     return claim_result(combine(verdicts), RULE, "; ".join(reasons), meta)
 
 
@@ -492,7 +667,9 @@ def c1_paths_differ_mostly_within_1ulp(c1_ulp_distribution: pl.DataFrame) -> dg.
     "operand's value, not the route, explains the difference. Judged per mode (eager, fused). Not a verdict on the "
     "claim (the ULP distribution is).",
 )
-def c1_difference_is_instruction_selection(c1_mechanism_evidence: pl.DataFrame, outputs: dict[str, torch.Tensor]) -> dg.AssetCheckResult:
+def c1_difference_is_instruction_selection(
+    c1_mechanism_evidence: pl.DataFrame, outputs: dict[str, torch.Tensor]
+) -> dg.AssetCheckResult:
     meta: dict[str, Any] = {}
     findings = []
     code_rows = c1_mechanism_evidence.filter((pl.col("source") == "generated_code") & (pl.col("path") == "A vs B"))
@@ -507,7 +684,11 @@ def c1_difference_is_instruction_selection(c1_mechanism_evidence: pl.DataFrame, 
                 f"{mode}: the A/B difference is the scalar's value, not the route: path A's route fed B's value "
                 f"({rounded_scalar(outputs['input'].dtype)!r}) reproduces B bit for bit, and B's broadcast route fed A's value "
                 f"({path_a_multiplier(outputs['input'].dtype)!r}) reproduces A bit for bit"
-                + ("; the fused kernels of A and B are identical except for that constant" if mode == "fused" and same_code else "")
+                + (
+                    "; the fused kernels of A and B are identical except for that constant"
+                    if mode == "fused" and same_code
+                    else ""
+                )
             )
     meta["control_0dim_tensor_equals_B"] = bit_equal(outputs["eager_control_0dim_tensor"], outputs["eager_B"])
     meta["fused_kernels_identical_but_constants"] = same_code
@@ -533,12 +714,16 @@ def c1_higher_precision_scalar_is_closer(c1_error_vs_fp64: pl.DataFrame) -> dg.A
         if value is not None:
             meta[f"{mode}.control_value_only_ulp_mean"] = value["ulp_mean"]
             if a > value["ulp_mean"]:
-                findings.append(f"{mode}: with the route fixed, A's value gives mean ULP error {a:.4f} > {value['ulp_mean']:.4f} with B's value")
+                findings.append(
+                    f"{mode}: with the route fixed, A's value gives mean ULP error {a:.4f} > {value['ulp_mean']:.4f} with B's value"
+                )
         elif a > b:
             findings.append(f"{mode}: A mean ULP error {a:.4f} > B {b:.4f}")
         if route is not None:
             meta[f"{mode}.control_route_only_ulp_mean"] = route["ulp_mean"]
             if route["ulp_mean"] != a:
-                findings.append(f"{mode}: with the value fixed, the broadcast route's mean ULP error {route['ulp_mean']:.4f} differs from A's {a:.4f}")
+                findings.append(
+                    f"{mode}: with the value fixed, the broadcast route's mean ULP error {route['ulp_mean']:.4f} differs from A's {a:.4f}"
+                )
     meta["finding"] = "; ".join(findings) or "none"
     return finding_result(findings, meta)

@@ -30,12 +30,11 @@ entry). ``c2_row_bounds`` holds error, bound and margin = error / bound for ever
 output; the checks are declared with the three outcomes of :mod:`pipeline.verdicts`.
 """
 
-
-
 import math
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -43,14 +42,24 @@ import torch
 
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
-from ..experiments import group_of
 from ..artifacts import capture_modules, kernel_artifacts
+from ..experiments import group_of
 from ..progress import track
 from ..resources import ExperimentSettings
 from ..summation_bounds import summation_error_bound
 from ..tables import markdown_table
-from ..verdicts import (CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check,
-                        finding_result, validity_check, validity_result)
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
 
 GROUP = group_of("C2")
 TILES = (512, 1024, 2048)
@@ -67,11 +76,16 @@ def family_lambda(rows: int, terms: int, confidence: float = PROB_CONFIDENCE) ->
     hold with probability at least ``confidence`` under their model (independent, mean-zero
     rounding errors): by a union bound, rows * terms * 2 exp(-lambda^2 (1-u32)^2 / 2) <= 1 - confidence.
 
-    >>> round(family_lambda(9 * 11 * 2, 4096 + 8), 3), round(family_lambda(257 * 11 * 2, 16384 + 32), 3)  # smoke, default
+    >>> (
+    ...     round(family_lambda(9 * 11 * 2, 4096 + 8), 3),
+    ...     round(family_lambda(257 * 11 * 2, 16384 + 32), 3),
+    ... )  # smoke, default
     (6.149, 6.877)
     """
     u32 = 2.0**-24
     return math.sqrt(2.0 * math.log(2.0 * rows * terms / (1.0 - confidence))) / (1.0 - u32)
+
+
 #: Families judged by the seed's claim (fp32 accumulation throughout) and the fp16-partials family.
 SEED_FAMILIES = ("compiler", "framework_tiled", "tiled_fp32_partials")
 #: The settings with which Inductor tiles a reduction, per device type: each is one framework-tiled
@@ -82,13 +96,21 @@ FRAMEWORK_TILINGS: dict[str, dict[str, dict[str, Any]]] = {
         "split": {"split_reductions": True, "triton.persistent_reductions": True},
         "nosplit_persistent": {"split_reductions": False, "triton.persistent_reductions": True},
         "nosplit_looped": {"split_reductions": False, "triton.persistent_reductions": False},
-        "cooperative": {"split_reductions": False, "triton.cooperative_reductions": True, "triton.force_cooperative_reductions": True},
+        "cooperative": {
+            "split_reductions": False,
+            "triton.cooperative_reductions": True,
+            "triton.force_cooperative_reductions": True,
+        },
         "min_num_split_64": {"split_reductions": True, "min_num_split": 64},
     },
 }
 #: tiling_source per family: which versions the framework tiles, and which are tiled by hand.
-TILING_SOURCE = {"compiler": "framework (default or knob)", "framework_tiled": "framework (tiling configuration)",
-                 "tiled_fp32_partials": "hand-written", "tiled_fp16_partials": "hand-written"}
+TILING_SOURCE = {
+    "compiler": "framework (default or knob)",
+    "framework_tiled": "framework (tiling configuration)",
+    "tiled_fp32_partials": "hand-written",
+    "tiled_fp16_partials": "hand-written",
+}
 FP16_PARTIALS_FAMILY = "tiled_fp16_partials"
 #: Inductor options per device type that change how the reduction loop is split or vectorized.
 KNOBS: dict[str, dict[str, dict[str, Any]]] = {
@@ -157,27 +179,61 @@ def bound_spec(family: str, tile: int | None) -> dict[str, Any]:
 
 def build_versions(settings: ExperimentSettings, device: torch.device) -> list[dict[str, Any]]:
     """Every version: name, family, tile, mode, options and the callable (fused ones not yet compiled)."""
-    versions = [{"version": "eager", "family": "compiler", "tile": None, "mode": "eager", "options": "", "fn": plain_sum}]
+    versions = [
+        {"version": "eager", "family": "compiler", "tile": None, "mode": "eager", "options": "", "fn": plain_sum}
+    ]
     base = settings.options()
-    versions.append({"version": "fused_default", "family": "compiler", "tile": None, "mode": "fused",
-                     "options": ", ".join(f"{k}={v}" for k, v in base.items()),
-                     "fn": fused(plain_sum, settings.backend, base)})
+    versions.append(
+        {
+            "version": "fused_default",
+            "family": "compiler",
+            "tile": None,
+            "mode": "fused",
+            "options": ", ".join(f"{k}={v}" for k, v in base.items()),
+            "fn": fused(plain_sum, settings.backend, base),
+        }
+    )
     for label, opts in KNOBS.get(device.type, {}).items():
-        versions.append({"version": f"fused_{label}", "family": "compiler", "tile": None, "mode": "fused",
-                         "options": label, "fn": fused(plain_sum, settings.backend, {**base, **opts})})
+        versions.append(
+            {
+                "version": f"fused_{label}",
+                "family": "compiler",
+                "tile": None,
+                "mode": "fused",
+                "options": label,
+                "fn": fused(plain_sum, settings.backend, {**base, **opts}),
+            }
+        )
     for label, opts in FRAMEWORK_TILINGS.get(device.type, {}).items():
-        versions.append({"version": f"framework_tiled_{label}", "family": "framework_tiled", "tile": None, "mode": "fused",
-                         "options": ", ".join(f"{k}={v}" for k, v in opts.items()),
-                         "fn": fused(plain_sum, settings.backend, {**base, **opts})})
+        versions.append(
+            {
+                "version": f"framework_tiled_{label}",
+                "family": "framework_tiled",
+                "tile": None,
+                "mode": "fused",
+                "options": ", ".join(f"{k}={v}" for k, v in opts.items()),
+                "fn": fused(plain_sum, settings.backend, {**base, **opts}),
+            }
+        )
     for partials in PARTIALS:
         for tile in TILES:
-            versions.append({"version": f"tile{tile}_{partials}_partials", "family": f"tiled_{partials}_partials",
-                             "tile": tile, "mode": "eager", "options": "", "fn": tiled_sum(tile, partials)})
+            versions.append(
+                {
+                    "version": f"tile{tile}_{partials}_partials",
+                    "family": f"tiled_{partials}_partials",
+                    "tile": tile,
+                    "mode": "eager",
+                    "options": "",
+                    "fn": tiled_sum(tile, partials),
+                }
+            )
     return versions
 
 
 _CASCADE = re.compile(r"CascadeSumHelper<[^>]*?, (\d+)>")
-_STEP = re.compile(r"for\(int64_t x0=static_cast<int64_t>\(0L\); x0<static_cast<int64_t>\((\d+)L\); x0\+=static_cast<int64_t>\((\d+)L\)\)")
+_STEP = re.compile(
+    r"for\(int64_t x0=static_cast<int64_t>\(0L\); x0<static_cast<int64_t>\((\d+)L\); x0\+=static_cast<int64_t>\((\d+)L\)\)"
+)
 _OMP = re.compile(r"#pragma omp parallel(?: num_threads\((\d+)\))?")
 
 
@@ -190,10 +246,12 @@ def describe_tiling(code: str, artifacts: list[Any] | None = None) -> str:
     if step:
         length, stride = int(step.group(1)), int(step.group(2))
         omp = _OMP.search(code)
-        threads = "1 thread" if omp is None else (f"{omp.group(1)} thread ranges" if omp.group(1) else "OpenMP thread ranges")
+        threads = (
+            "1 thread" if omp is None else (f"{omp.group(1)} thread ranges" if omp.group(1) else "OpenMP thread ranges")
+        )
         cascade = _CASCADE.search(code)
         lanes = f"vector steps of {stride} lanes" if stride > 1 else "a scalar loop"
-        acc = (f"each lane a cascade sum of {cascade.group(1)}-addition chunks" if cascade else "each lane a running sum")
+        acc = f"each lane a cascade sum of {cascade.group(1)}-addition chunks" if cascade else "each lane a running sum"
         parts.append(f"{length} elements in {threads}, {lanes}, {acc}")
     choices = [f"{a.kernel}: {a.autotune_choice}" for a in (artifacts or []) if getattr(a, "autotune_choice", "")]
     if choices:
@@ -201,8 +259,16 @@ def describe_tiling(code: str, artifacts: list[Any] | None = None) -> str:
     return "; ".join(parts) or "not read back (no reduction loop or launcher config recognised in the generated kernel)"
 
 
-def row_bounds(rows: torch.Tensor, ref: torch.Tensor, results: dict[str, torch.Tensor], version: str, family: str,
-               tile: int | None, output: str, lam: float = LAMBDA) -> pl.DataFrame:
+def row_bounds(
+    rows: torch.Tensor,
+    ref: torch.Tensor,
+    results: dict[str, torch.Tensor],
+    version: str,
+    family: str,
+    tile: int | None,
+    output: str,
+    lam: float = LAMBDA,
+) -> pl.DataFrame:
     """One row per input row: the version's error against fp64 and its derived bounds.
 
     ``rows`` the fp16 inputs, ``ref`` their fp64 sums, ``results[output]`` the version's values.
@@ -213,18 +279,30 @@ def row_bounds(rows: torch.Tensor, ref: torch.Tensor, results: dict[str, torch.T
     err = (result - ref).abs()
     nan = torch.full_like(err, float("nan"))
     err = torch.where(torch.isfinite(result), err, nan)  # a non-finite result has no finite margin
-    return pl.DataFrame({
-        "version": [version] * len(ref), "family": [family] * len(ref), "output": [output] * len(ref),
-        "row": list(range(len(ref))), "ref": ref.tolist(), "abs_ref": ref.abs().tolist(),
-        "abs_sum": b.abs_sum.tolist(),
-        "partial_abs_sum": b.partial_abs_sum.tolist() if b.partial_abs_sum is not None else [None] * len(ref),
-        "result": result.tolist(), "error": err.tolist(),
-        "bound": b.deterministic.tolist(), "bound_kind": ["deterministic"] * len(ref),
-        "margin": (err / b.deterministic).tolist(),
-        "bound_prob": b.probabilistic.tolist(), "margin_prob": (err / b.probabilistic).tolist(),
-        "prob_bound_probability": [b.probability] * len(ref), "lambda": [lam] * len(ref),
-        "chain": ["+".join(str(c) for c in b.chains)] * len(ref), "bound_formula": [b.formula] * len(ref),
-    }, schema_overrides={"partial_abs_sum": pl.Float64})
+    return pl.DataFrame(
+        {
+            "version": [version] * len(ref),
+            "family": [family] * len(ref),
+            "output": [output] * len(ref),
+            "row": list(range(len(ref))),
+            "ref": ref.tolist(),
+            "abs_ref": ref.abs().tolist(),
+            "abs_sum": b.abs_sum.tolist(),
+            "partial_abs_sum": b.partial_abs_sum.tolist() if b.partial_abs_sum is not None else [None] * len(ref),
+            "result": result.tolist(),
+            "error": err.tolist(),
+            "bound": b.deterministic.tolist(),
+            "bound_kind": ["deterministic"] * len(ref),
+            "margin": (err / b.deterministic).tolist(),
+            "bound_prob": b.probabilistic.tolist(),
+            "margin_prob": (err / b.probabilistic).tolist(),
+            "prob_bound_probability": [b.probability] * len(ref),
+            "lambda": [lam] * len(ref),
+            "chain": ["+".join(str(c) for c in b.chains)] * len(ref),
+            "bound_formula": [b.formula] * len(ref),
+        },
+        schema_overrides={"partial_abs_sum": pl.Float64},
+    )
 
 
 def _run(fn: Callable[[torch.Tensor], Pair], x: torch.Tensor) -> Pair:
@@ -234,8 +312,12 @@ def _run(fn: Callable[[torch.Tensor], Pair], x: torch.Tensor) -> Pair:
 
 def _pair_metrics(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
     d = ulp_diff(a, b)
-    return {"differ_rows": int((d > 0).sum()), "differ_fraction": float((d > 0).double().mean()),
-            "ulp_max": int(d.max()), "ulp_mean": float(d.double().mean())}
+    return {
+        "differ_rows": int((d > 0).sum()),
+        "differ_fraction": float((d > 0).double().mean()),
+        "ulp_max": int(d.max()),
+        "ulp_mean": float(d.double().mean()),
+    }
 
 
 BAND_WORDS = (
@@ -253,11 +335,26 @@ BAND_WORDS = (
 )
 
 OUTS = {
-    "c2_version_outputs": dg.AssetOut(description="C2 (§1.2 (3)): input rows (row 0 = the seed's single input, then the pool) and every version's fp16 result and fp32 accumulator.", kinds={"pytorch", "safetensors"}),
-    "c2_versions": dg.AssetOut(description="C2 (§1.2 (3)): every version (compiler knob or explicit tiling), its self-determinism over the profile's runs, its fusion evidence and its non-finite outputs.", kinds={"polars"}),
-    "c2_ulp_matrix": dg.AssetOut(description="C2 (§1.2 (3)): pairwise ULP differences between versions (long format: version_a, version_b, output, scope, metrics).", kinds={"polars"}),
-    "c2_error_vs_fp64": dg.AssetOut(description="C2 (§1.2 (3)): each version's error against fp64 over all rows, how often it is the closest, and its margin against its derived error bound (within_band_fraction = rows with margin <= 1).", kinds={"polars"}),
-    "c2_row_bounds": dg.AssetOut(description="C2 (§1.2 (3)): per row, version and output: error against fp64, the derived deterministic (and probabilistic) bound of the version's summation order, margin = error / bound.", kinds={"polars"}),
+    "c2_version_outputs": dg.AssetOut(
+        description="C2 (§1.2 (3)): input rows (row 0 = the seed's single input, then the pool) and every version's fp16 result and fp32 accumulator.",
+        kinds={"pytorch", "safetensors"},
+    ),
+    "c2_versions": dg.AssetOut(
+        description="C2 (§1.2 (3)): every version (compiler knob or explicit tiling), its self-determinism over the profile's runs, its fusion evidence and its non-finite outputs.",
+        kinds={"polars"},
+    ),
+    "c2_ulp_matrix": dg.AssetOut(
+        description="C2 (§1.2 (3)): pairwise ULP differences between versions (long format: version_a, version_b, output, scope, metrics).",
+        kinds={"polars"},
+    ),
+    "c2_error_vs_fp64": dg.AssetOut(
+        description="C2 (§1.2 (3)): each version's error against fp64 over all rows, how often it is the closest, and its margin against its derived error bound (within_band_fraction = rows with margin <= 1).",
+        kinds={"polars"},
+    ),
+    "c2_row_bounds": dg.AssetOut(
+        description="C2 (§1.2 (3)): per row, version and output: error against fp64, the derived deterministic (and probabilistic) bound of the version's summation order, margin = error / bound.",
+        kinds={"polars"},
+    ),
 }
 
 
@@ -287,10 +384,12 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         with capture_modules() as modules:
             try:
                 first16, first32 = _run(fn, rows_dev[:1])  # compiles fused versions, once, for shape [1, L]
-            except Exception as exc:  # noqa: BLE001 - a framework tiling this backend rejects is recorded, not fatal
+            except Exception as exc:
                 if v["family"] != "framework_tiled":
                     raise
-                skipped.append(f"{v['version']} ({v['options']}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                skipped.append(
+                    f"{v['version']} ({v['options']}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                )
                 continue
         first_seconds = time.perf_counter() - start
         tiling = ""
@@ -306,7 +405,9 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
                 seen32.append(o32)
         run_seconds = time.perf_counter() - start
         unique16, unique32 = len(seen16), len(seen32)
-        pool16, pool32 = zip(*(_run(fn, rows_dev[i : i + 1]) for i in range(1, 1 + n_pool))) if n_pool else ((), ())
+        pool16, pool32 = (
+            zip(*(_run(fn, rows_dev[i : i + 1]) for i in range(1, 1 + n_pool)), strict=False) if n_pool else ((), ())
+        )
         out16 = torch.cat([first16, *pool16])
         acc32 = torch.cat([first32, *pool32])
         stored[f"{v['version']}/out16"] = out16
@@ -314,24 +415,53 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         ev: dict[str, Any] = {}
         if v["mode"] == "fused":
             meta = fn.evidence.as_metadata()
-            ev = {k: meta[k] for k in ("kernel_count", "kernel_names", "graph_breaks", "recompiles", "code_sha256", "compile_seconds")}
+            ev = {
+                k: meta[k]
+                for k in (
+                    "kernel_count",
+                    "kernel_names",
+                    "graph_breaks",
+                    "recompiles",
+                    "code_sha256",
+                    "compile_seconds",
+                )
+            }
             if v["version"] == "fused_default":
                 default_sha = meta["code_sha256"]
-        table_rows.append({
-            "version": v["version"], "family": v["family"],
-            "tiling_source": "framework (eager ATen kernel)" if v["mode"] == "eager" and v["family"] == "compiler" else TILING_SOURCE[v["family"]],
-            "framework_tiling": tiling or (f"hand-written: {v['tile']}-element tiles, then the sum of the partials" if v["tile"]
-                                           else "eager ATen kernel"),
-            "tile": v["tile"], "mode": v["mode"], "options": v["options"],
-            "runs": runs, "unique_out16": unique16, "unique_acc32": unique32,
-            "self_deterministic": unique16 == 1 and unique32 == 1,
-            "nonfinite_outputs": int((~torch.isfinite(out16)).sum() + (~torch.isfinite(acc32)).sum()),
-            "out16_value": float(first16[0]), "acc32_value": float(first32[0]), "fp64_value": float(ref[0]),
-            "first_call_seconds": round(first_seconds, 4), "seconds_per_run": run_seconds / max(runs - 1, 1),
-            "kernel_count": ev.get("kernel_count"), "kernel_names": ev.get("kernel_names"),
-            "graph_breaks": ev.get("graph_breaks"), "recompiles": ev.get("recompiles"),
-            "code_sha256": ev.get("code_sha256"), "compile_seconds": ev.get("compile_seconds"),
-        })
+        table_rows.append(
+            {
+                "version": v["version"],
+                "family": v["family"],
+                "tiling_source": "framework (eager ATen kernel)"
+                if v["mode"] == "eager" and v["family"] == "compiler"
+                else TILING_SOURCE[v["family"]],
+                "framework_tiling": tiling
+                or (
+                    f"hand-written: {v['tile']}-element tiles, then the sum of the partials"
+                    if v["tile"]
+                    else "eager ATen kernel"
+                ),
+                "tile": v["tile"],
+                "mode": v["mode"],
+                "options": v["options"],
+                "runs": runs,
+                "unique_out16": unique16,
+                "unique_acc32": unique32,
+                "self_deterministic": unique16 == 1 and unique32 == 1,
+                "nonfinite_outputs": int((~torch.isfinite(out16)).sum() + (~torch.isfinite(acc32)).sum()),
+                "out16_value": float(first16[0]),
+                "acc32_value": float(first32[0]),
+                "fp64_value": float(ref[0]),
+                "first_call_seconds": round(first_seconds, 4),
+                "seconds_per_run": run_seconds / max(runs - 1, 1),
+                "kernel_count": ev.get("kernel_count"),
+                "kernel_names": ev.get("kernel_names"),
+                "graph_breaks": ev.get("graph_breaks"),
+                "recompiles": ev.get("recompiles"),
+                "code_sha256": ev.get("code_sha256"),
+                "compile_seconds": ev.get("compile_seconds"),
+            }
+        )
     versions_df = pl.DataFrame(table_rows).with_columns(
         (pl.col("code_sha256") == default_sha).alias("same_code_as_fused_default")
     )
@@ -347,17 +477,37 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
             for output in OUTPUTS:
                 for scope, sl in scopes.items():
                     m = _pair_metrics(stored[f"{a}/{output}"][sl], stored[f"{b}/{output}"][sl])
-                    matrix.append({"version_a": a, "version_b": b, "output": output, "scope": scope, "rows": sl.stop - sl.start, **m})
+                    matrix.append(
+                        {
+                            "version_a": a,
+                            "version_b": b,
+                            "output": output,
+                            "scope": scope,
+                            "rows": sl.stop - sl.start,
+                            **m,
+                        }
+                    )
     matrix_df = pl.DataFrame(matrix)
 
     # Per row: error against fp64 and the version's own derived bound.
     # One lambda for every row judged, so that all probabilistic bounds hold together at PROB_CONFIDENCE.
     lam = family_lambda(len(ref) * len(versions) * len(OUTPUTS), rows.shape[-1] + rows.shape[-1] // min(TILES))
-    bounds_df = pl.concat([
-        row_bounds(rows, ref, {o: stored[f"{v['version']}/{o}"] for o in OUTPUTS}, v["version"], v["family"], v["tile"],
-                   output, lam)
-        for output in OUTPUTS for v in versions
-    ])
+    bounds_df = pl.concat(
+        [
+            row_bounds(
+                rows,
+                ref,
+                {o: stored[f"{v['version']}/{o}"] for o in OUTPUTS},
+                v["version"],
+                v["family"],
+                v["tile"],
+                output,
+                lam,
+            )
+            for output in OUTPUTS
+            for v in versions
+        ]
+    )
 
     # Error against fp64 over all rows; "closest" counts rows where the version's error is minimal (ties count for all).
     err_rows = []
@@ -369,19 +519,45 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
             vb = bounds_df.filter((pl.col("version") == n) & (pl.col("output") == output))
             margin = vb["margin"].fill_nan(float("inf"))
             worst = vb.row(int(margin.arg_max()), named=True)
-            err_rows.append({
-                "version": n, "family": worst["family"], "output": output, "rows": int(ref.numel()),
-                "closest_rows": int((errs[k] == best).sum()), "closest_fraction": float((errs[k] == best).double().mean()),
-                "bound_kind": "deterministic", "bound_formula": worst["bound_formula"], "chain": worst["chain"],
-                "within_band_fraction": float((margin <= 1.0).mean()),
-                "margin_max": float(margin.max()), "margin_mean": float(vb["margin"].mean()),
-                "worst_margin_row": worst["row"], "worst_error": worst["error"], "worst_bound": worst["bound"],
-                "worst_ref": worst["ref"], "worst_abs_sum": worst["abs_sum"],
-                "margin_prob_max": float(vb["margin_prob"].fill_nan(float("inf")).max()),
-                "rows_above_prob_bound": int((vb["margin_prob"].fill_nan(float("inf")) > 1.0).sum()),
-                "prob_bound_probability": worst["prob_bound_probability"],
-                **{key: val for key, val in stats.items() if key in ("abs_max", "abs_mean", "rel_max", "ulp_max", "ulp_mean", "ulp_p99", "exact_fraction", "error_balance")},
-            })
+            err_rows.append(
+                {
+                    "version": n,
+                    "family": worst["family"],
+                    "output": output,
+                    "rows": int(ref.numel()),
+                    "closest_rows": int((errs[k] == best).sum()),
+                    "closest_fraction": float((errs[k] == best).double().mean()),
+                    "bound_kind": "deterministic",
+                    "bound_formula": worst["bound_formula"],
+                    "chain": worst["chain"],
+                    "within_band_fraction": float((margin <= 1.0).mean()),
+                    "margin_max": float(margin.max()),
+                    "margin_mean": float(vb["margin"].mean()),
+                    "worst_margin_row": worst["row"],
+                    "worst_error": worst["error"],
+                    "worst_bound": worst["bound"],
+                    "worst_ref": worst["ref"],
+                    "worst_abs_sum": worst["abs_sum"],
+                    "margin_prob_max": float(vb["margin_prob"].fill_nan(float("inf")).max()),
+                    "rows_above_prob_bound": int((vb["margin_prob"].fill_nan(float("inf")) > 1.0).sum()),
+                    "prob_bound_probability": worst["prob_bound_probability"],
+                    **{
+                        key: val
+                        for key, val in stats.items()
+                        if key
+                        in (
+                            "abs_max",
+                            "abs_mean",
+                            "rel_max",
+                            "ulp_max",
+                            "ulp_mean",
+                            "ulp_p99",
+                            "exact_fraction",
+                            "error_balance",
+                        )
+                    },
+                }
+            )
     err_df = pl.DataFrame(err_rows)
 
     knob_rows = versions_df.filter(pl.col("family").is_in(["compiler", "framework_tiled"]))
@@ -390,39 +566,106 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         if r["mode"] != "fused" or r["version"] == "fused_default":
             continue
         same_result = bit_equal(stored[f"{r['version']}/acc32"], stored["fused_default/acc32"])
-        knob_summary.append(f"{r['options']}: code {'unchanged' if r['same_code_as_fused_default'] else 'changed'}, "
-                            f"fp32 accumulator {'unchanged' if same_result else 'changed'} vs fused_default")
-    out16_pool = matrix_df.filter((pl.col("output") == "out16"))
-    yield dg.Output(stored, output_name="c2_version_outputs", metadata={
-        "rows": 1 + n_pool, "length": length, "seed": settings.derived_seed("c2", "rows")})
-    yield dg.Output(versions_df, output_name="c2_versions", metadata={
-        "versions": len(names),
-        "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
-        "runs_per_version": runs,
-        "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knob_summary) or "none for this device"),
-        "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
-        "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
-        "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in skipped) or "none"),
-        "table": dg.MetadataValue.md(markdown_table(versions_df.select("version", "tiling_source", "framework_tiling", "options", "unique_out16", "unique_acc32", "out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default"))),
-    })
-    yield dg.Output(matrix_df, output_name="c2_ulp_matrix", metadata={
-        "pairs": len(names) * (len(names) - 1) // 2,
-        "out16_pairs_differing": int(out16_pool.filter(pl.col("differ_rows") > 0).select(["version_a", "version_b"]).unique().height),
-        "out16_ulp_max": int(out16_pool["ulp_max"].max()),
-        "table_out16_pool": dg.MetadataValue.md(markdown_table(matrix_df.filter((pl.col("output") == "out16") & (pl.col("scope") == ("pool" if n_pool else "seed_input"))).drop("output", "scope"))),
-    })
+        knob_summary.append(
+            f"{r['options']}: code {'unchanged' if r['same_code_as_fused_default'] else 'changed'}, "
+            f"fp32 accumulator {'unchanged' if same_result else 'changed'} vs fused_default"
+        )
+    out16_pool = matrix_df.filter(pl.col("output") == "out16")
+    yield dg.Output(
+        stored,
+        output_name="c2_version_outputs",
+        metadata={"rows": 1 + n_pool, "length": length, "seed": settings.derived_seed("c2", "rows")},
+    )
+    yield dg.Output(
+        versions_df,
+        output_name="c2_versions",
+        metadata={
+            "versions": len(names),
+            "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
+            "runs_per_version": runs,
+            "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knob_summary) or "none for this device"),
+            "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
+            "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
+            "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in skipped) or "none"),
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    versions_df.select(
+                        "version",
+                        "tiling_source",
+                        "framework_tiling",
+                        "options",
+                        "unique_out16",
+                        "unique_acc32",
+                        "out16_value",
+                        "acc32_value",
+                        "fp64_value",
+                        "kernel_count",
+                        "same_code_as_fused_default",
+                    )
+                )
+            ),
+        },
+    )
+    yield dg.Output(
+        matrix_df,
+        output_name="c2_ulp_matrix",
+        metadata={
+            "pairs": len(names) * (len(names) - 1) // 2,
+            "out16_pairs_differing": int(
+                out16_pool.filter(pl.col("differ_rows") > 0).select(["version_a", "version_b"]).unique().height
+            ),
+            "out16_ulp_max": int(out16_pool["ulp_max"].max()),
+            "table_out16_pool": dg.MetadataValue.md(
+                markdown_table(
+                    matrix_df.filter(
+                        (pl.col("output") == "out16") & (pl.col("scope") == ("pool" if n_pool else "seed_input"))
+                    ).drop("output", "scope")
+                )
+            ),
+        },
+    )
     o16 = err_df.filter(pl.col("output") == "out16")
-    yield dg.Output(err_df, output_name="c2_error_vs_fp64", metadata={
-        "band": BAND_WORDS,
-        "min_within_band_fraction": float(o16["within_band_fraction"].min()),
-        "max_margin_out16": float(o16["margin_max"].max()),
-        "table": dg.MetadataValue.md(markdown_table(o16.select("version", "chain", "ulp_mean", "ulp_max", "abs_max", "closest_fraction", "margin_max", "worst_margin_row", "worst_error", "worst_bound", "margin_prob_max"))),
-    })
-    yield dg.Output(bounds_df, output_name="c2_row_bounds", metadata={
-        "band": BAND_WORDS,
-        "rows": bounds_df.height,
-        "formulas": dg.MetadataValue.md(markdown_table(bounds_df.unique(["family", "output", "chain"], maintain_order=True).select("family", "output", "chain", "bound_formula"))),
-    })
+    yield dg.Output(
+        err_df,
+        output_name="c2_error_vs_fp64",
+        metadata={
+            "band": BAND_WORDS,
+            "min_within_band_fraction": float(o16["within_band_fraction"].min()),
+            "max_margin_out16": float(o16["margin_max"].max()),
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    o16.select(
+                        "version",
+                        "chain",
+                        "ulp_mean",
+                        "ulp_max",
+                        "abs_max",
+                        "closest_fraction",
+                        "margin_max",
+                        "worst_margin_row",
+                        "worst_error",
+                        "worst_bound",
+                        "margin_prob_max",
+                    )
+                )
+            ),
+        },
+    )
+    yield dg.Output(
+        bounds_df,
+        output_name="c2_row_bounds",
+        metadata={
+            "band": BAND_WORDS,
+            "rows": bounds_df.height,
+            "formulas": dg.MetadataValue.md(
+                markdown_table(
+                    bounds_df.unique(["family", "output", "chain"], maintain_order=True).select(
+                        "family", "output", "chain", "bound_formula"
+                    )
+                )
+            ),
+        },
+    )
 
 
 # --- decision helpers (plain functions, unit-tested) ----------------------------------------------
@@ -436,34 +679,60 @@ def judge_bounds(bounds: pl.DataFrame, families: tuple[str, ...]) -> tuple[str, 
     if fam.height == 0:
         return INCONCLUSIVE, f"no rows for {', '.join(families)}", {"rows_judged": 0}
     margin = fam["margin"].fill_nan(float("inf")).fill_null(float("inf"))
-    fam = fam.with_columns(margin.alias("_m"), fam["margin_prob"].fill_nan(float("inf")).fill_null(float("inf")).alias("_mp"))
+    fam = fam.with_columns(
+        margin.alias("_m"), fam["margin_prob"].fill_nan(float("inf")).fill_null(float("inf")).alias("_mp")
+    )
     above = fam.filter(pl.col("_m") > 1.0)
     above_prob = fam.filter(pl.col("_mp") > 1.0)
     per_version = fam.group_by("version", "output", maintain_order=True).agg(
-        pl.col("_m").max().alias("margin_max"), (pl.col("_m") > 1.0).sum().alias("rows_above"))
+        pl.col("_m").max().alias("margin_max"), (pl.col("_m") > 1.0).sum().alias("rows_above")
+    )
     worst = fam.sort("_m", descending=True).head(5)
     meta: dict[str, Any] = {
-        "rows_judged": fam.height, "versions_judged": fam["version"].n_unique(), "rows_above_bound": above.height,
-        "margin_max": float(fam["_m"].max()), "margin_prob_max": float(fam["_mp"].max()),
+        "rows_judged": fam.height,
+        "versions_judged": fam["version"].n_unique(),
+        "rows_above_bound": above.height,
+        "margin_max": float(fam["_m"].max()),
+        "margin_prob_max": float(fam["_mp"].max()),
         "rows_above_probabilistic_bound": above_prob.height,
         "lambda": float(fam["lambda"][0]) if "lambda" in fam.columns else LAMBDA,
         "margin_max_out16": float(fam.filter(pl.col("output") == "out16")["_m"].max() or 0.0),
         "margin_max_acc32": float(fam.filter(pl.col("output") == "acc32")["_m"].max() or 0.0),
         "per_version": dg.MetadataValue.md(markdown_table(per_version)),
-        "worst_rows": dg.MetadataValue.md(markdown_table(worst.select("version", "output", "row", "abs_ref", "abs_sum", "error", "bound", "margin"))),
+        "worst_rows": dg.MetadataValue.md(
+            markdown_table(worst.select("version", "output", "row", "abs_ref", "abs_sum", "error", "bound", "margin"))
+        ),
     }
     if above.height:
         w = above.sort("_m", descending=True).row(0, named=True)
-        return CONTRADICTED, (f"{above.height} of {fam.height} rows exceed their deterministic bound; worst {w['version']}/{w['output']} "
-                              f"row {w['row']}: |error| {w['error']:.4g} > bound {w['bound']:.4g} (margin {w['_m']:.3g})"), meta
+        return (
+            CONTRADICTED,
+            (
+                f"{above.height} of {fam.height} rows exceed their deterministic bound; worst {w['version']}/{w['output']} "
+                f"row {w['row']}: |error| {w['error']:.4g} > bound {w['bound']:.4g} (margin {w['_m']:.3g})"
+            ),
+            meta,
+        )
     if above_prob.height:
         w = above_prob.sort("_mp", descending=True).row(0, named=True)
-        return CONTRADICTED, (f"{above_prob.height} of {fam.height} rows exceed the probabilistic bound (lambda "
-                              f"{meta['lambda']:.3g}, all rows together at confidence {PROB_CONFIDENCE:g}); worst "
-                              f"{w['version']}/{w['output']} row {w['row']}: |error| {w['error']:.4g} > {w['bound_prob']:.4g} "
-                              f"(margin {w['_mp']:.3g}; deterministic margin {w['_m']:.3g})"), meta
-    return SUPPORTED, (f"all {fam.height} rows within their deterministic bound (largest margin {meta['margin_max']:.3g}) "
-                       f"and their probabilistic bound (largest margin {meta['margin_prob_max']:.3g})"), meta
+        return (
+            CONTRADICTED,
+            (
+                f"{above_prob.height} of {fam.height} rows exceed the probabilistic bound (lambda "
+                f"{meta['lambda']:.3g}, all rows together at confidence {PROB_CONFIDENCE:g}); worst "
+                f"{w['version']}/{w['output']} row {w['row']}: |error| {w['error']:.4g} > {w['bound_prob']:.4g} "
+                f"(margin {w['_mp']:.3g}; deterministic margin {w['_m']:.3g})"
+            ),
+            meta,
+        )
+    return (
+        SUPPORTED,
+        (
+            f"all {fam.height} rows within their deterministic bound (largest margin {meta['margin_max']:.3g}) "
+            f"and their probabilistic bound (largest margin {meta['margin_prob_max']:.3g})"
+        ),
+        meta,
+    )
 
 
 def sign_test_p(worse: int, better: int) -> float:
@@ -476,23 +745,29 @@ def sign_test_p(worse: int, better: int) -> float:
 
 # --- checks -----------------------------------------------------------------------------------
 
-_BOUND_DERIVATION = ("Higham, Accuracy and Stability of Numerical Algorithms, ch. 3-4: the worst-case forward error of the "
-                     "version's summation order from the row's own sum|x| (and sum|p_j| for stored partials); see "
-                     "c2_row_bounds.bound_formula. " + BAND_WORDS)
+_BOUND_DERIVATION = (
+    "Higham, Accuracy and Stability of Numerical Algorithms, ch. 3-4: the worst-case forward error of the "
+    "version's summation order from the row's own sum|x| (and sum|p_j| for stored partials); see "
+    "c2_row_bounds.bound_formula. " + BAND_WORDS
+)
 
-_BOUND_DERIVATION += (" Probabilistic part: Higham & Mary 2019, lambda = sqrt(2 ln(2 R N / (1 - confidence))) for R "
-                      "rows of N terms (a union bound over every rounding of every row).")
-_BOUND_DECISION = ("contradicted if any row's error exceeds its deterministic bound (impossible for any correct "
-                   "implementation of that order and precision), or exceeds its probabilistic bound (the seed's 'random "
-                   "error range'; lambda chosen so that all judged rows hold together at the stated confidence); "
-                   "supported if every row is within both; inconclusive if the family has no rows")
+_BOUND_DERIVATION += (
+    " Probabilistic part: Higham & Mary 2019, lambda = sqrt(2 ln(2 R N / (1 - confidence))) for R "
+    "rows of N terms (a union bound over every rounding of every row)."
+)
+_BOUND_DECISION = (
+    "contradicted if any row's error exceeds its deterministic bound (impossible for any correct "
+    "implementation of that order and precision), or exceeds its probabilistic bound (the seed's 'random "
+    "error range'; lambda chosen so that all judged rows hold together at the stated confidence); "
+    "supported if every row is within both; inconclusive if the family has no rows"
+)
 
 SEED_RULE = Rule(
     claim="Every C2 version with fp32 accumulation (eager, fused default, each Inductor knob, each framework-tiled version, "
-          "hand-written tilings 512/1024/2048 with fp32 partials) falls within the rounding-error range of the fp64 baseline "
-          "on every row",
+    "hand-written tilings 512/1024/2048 with fp32 partials) falls within the rounding-error range of the fp64 baseline "
+    "on every row",
     metric="margin = |result - fp64 sum| / B, B the deterministic error bound derived for the row, the version's "
-           "summation order and the output (fp16 result and fp32 accumulator)",
+    "summation order and the output (fp16 result and fp32 accumulator)",
     decision=_BOUND_DECISION,
     threshold=1.0,
     unit="margin (error / derived bound)",
@@ -503,9 +778,9 @@ SEED_RULE = Rule(
 
 FP16_PARTIALS_RULE = Rule(
     claim="The tilings with fp16-stored partials (512/1024/2048) fall within their own rounding-error range of the "
-          "fp64 baseline on every row (the bound includes one fp16 rounding per stored partial)",
+    "fp64 baseline on every row (the bound includes one fp16 rounding per stored partial)",
     metric="margin = |result - fp64 sum| / B, B the deterministic bound of fp32 tile sums, fp16-stored partials and an "
-           "fp32 sum of the partials (fp16 result and fp32 accumulator)",
+    "fp32 sum of the partials (fp16 result and fp32 accumulator)",
     decision=_BOUND_DECISION,
     threshold=1.0,
     unit="margin (error / derived bound)",
@@ -550,10 +825,14 @@ def c2_run_valid(c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
         if r["nonfinite_outputs"]:
             problems.append(f"{r['version']}: {r['nonfinite_outputs']} non-finite output(s)")
     fused_versions = c2_versions.filter(pl.col("mode") == "fused")
-    return validity_result(problems, {
-        "versions": c2_versions.height, "fused_versions": fused_versions.height,
-        "knob_versions": fused_versions.height - int("fused_default" in names),
-    })
+    return validity_result(
+        problems,
+        {
+            "versions": c2_versions.height,
+            "fused_versions": fused_versions.height,
+            "knob_versions": fused_versions.height - int("fused_default" in names),
+        },
+    )
 
 
 @claim_check(
@@ -564,12 +843,25 @@ def c2_run_valid(c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
 def c2_versions_self_deterministic(c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
     bad = c2_versions.filter(~pl.col("self_deterministic"))
     runs = int(c2_versions["runs"][0])
-    meta = {"versions": c2_versions.height, "runs_per_version": runs,
-            "nondeterministic": ", ".join(f"{r['version']} ({r['unique_out16']} distinct fp16 / {r['unique_acc32']} distinct fp32 results)"
-                                          for r in bad.iter_rows(named=True)) or "none"}
+    meta = {
+        "versions": c2_versions.height,
+        "runs_per_version": runs,
+        "nondeterministic": ", ".join(
+            f"{r['version']} ({r['unique_out16']} distinct fp16 / {r['unique_acc32']} distinct fp32 results)"
+            for r in bad.iter_rows(named=True)
+        )
+        or "none",
+    }
     if bad.height:
-        return claim_result(CONTRADICTED, DETERMINISM_RULE, f"{bad.height} of {c2_versions.height} versions gave differing bits over {runs} runs", meta)
-    return claim_result(SUPPORTED, DETERMINISM_RULE, f"all {c2_versions.height} versions bit-identical over {runs} runs", meta)
+        return claim_result(
+            CONTRADICTED,
+            DETERMINISM_RULE,
+            f"{bad.height} of {c2_versions.height} versions gave differing bits over {runs} runs",
+            meta,
+        )
+    return claim_result(
+        SUPPORTED, DETERMINISM_RULE, f"all {c2_versions.height} versions bit-identical over {runs} runs", meta
+    )
 
 
 @claim_check(
@@ -613,13 +905,23 @@ def c2_fp16_partials_less_accurate(c2_row_bounds: pl.DataFrame) -> dg.AssetCheck
         ea, eb = a["error"].to_numpy(), b["error"].to_numpy()
         worse, better = int((ea > eb).sum()), int((ea < eb).sum())
         p = sign_test_p(worse, better)
-        meta.update({f"tile{tile}.fp16_worse_rows": worse, f"tile{tile}.fp16_better_rows": better,
-                     f"tile{tile}.equal_rows": int(a.height - worse - better), f"tile{tile}.sign_test_p": p,
-                     f"tile{tile}.fp16_mean_error": float(ea.mean()), f"tile{tile}.fp32_mean_error": float(eb.mean()),
-                     f"tile{tile}.fp16_margin_max": float(a["margin"].max()), f"tile{tile}.fp32_margin_max": float(b["margin"].max())})
+        meta.update(
+            {
+                f"tile{tile}.fp16_worse_rows": worse,
+                f"tile{tile}.fp16_better_rows": better,
+                f"tile{tile}.equal_rows": int(a.height - worse - better),
+                f"tile{tile}.sign_test_p": p,
+                f"tile{tile}.fp16_mean_error": float(ea.mean()),
+                f"tile{tile}.fp32_mean_error": float(eb.mean()),
+                f"tile{tile}.fp16_margin_max": float(a["margin"].max()),
+                f"tile{tile}.fp32_margin_max": float(b["margin"].max()),
+            }
+        )
         if p < 0.01:
-            findings.append(f"tile {tile}: fp16-stored partials farther from fp64 on {worse} rows, closer on {better} (sign test p = {p:.2g}); "
-                            f"mean |error| {ea.mean():.3g} vs {eb.mean():.3g} with fp32 partials, largest margin {a['margin'].max():.3g}")
+            findings.append(
+                f"tile {tile}: fp16-stored partials farther from fp64 on {worse} rows, closer on {better} (sign test p = {p:.2g}); "
+                f"mean |error| {ea.mean():.3g} vs {eb.mean():.3g} with fp32 partials, largest margin {a['margin'].max():.3g}"
+            )
     return finding_result(findings, meta)
 
 
@@ -650,8 +952,8 @@ def c2_tilings_differ(c2_ulp_matrix: pl.DataFrame) -> dg.AssetCheckResult:
                 f"{partials} partials: the three tilings give bit-identical fp16 sums on every row; the order does change the "
                 f"fp32 accumulator ({meta[f'{partials}.acc32_differ_rows']} differing row-pairs, max {meta[f'{partials}.acc32_ulp_max']} fp32 ULP), "
                 "and those differences vanish in the final rounding"
-                if meta[f"{partials}.acc32_differ_rows"] else
-                f"{partials} partials: the three tilings agree bit for bit in both the fp16 sum and the fp32 accumulator on every row"
+                if meta[f"{partials}.acc32_differ_rows"]
+                else f"{partials} partials: the three tilings agree bit for bit in both the fp16 sum and the fp32 accumulator on every row"
             )
     return finding_result(findings, meta)
 
@@ -667,11 +969,18 @@ def c2_probabilistic_margin(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:
     mp = c2_row_bounds["margin_prob"].fill_nan(float("inf"))
     above = c2_row_bounds.filter(mp > 1.0)
     expected = float((1 - c2_row_bounds["prob_bound_probability"]).sum())
-    meta = {"lambda": float(c2_row_bounds["lambda"][0]) if c2_row_bounds.height else LAMBDA, "rows_judged": c2_row_bounds.height, "rows_above": above.height,
-            "expected_above_at_most": expected, "margin_prob_max": float(mp.max()),
-            "min_probability": float(c2_row_bounds["prob_bound_probability"].min())}
-    findings = [f"{r['version']}/{r['output']} row {r['row']}: |error| {r['error']:.4g} > probabilistic bound {r['bound_prob']:.4g}"
-                for r in above.sort("margin_prob", descending=True).head(10).iter_rows(named=True)]
+    meta = {
+        "lambda": float(c2_row_bounds["lambda"][0]) if c2_row_bounds.height else LAMBDA,
+        "rows_judged": c2_row_bounds.height,
+        "rows_above": above.height,
+        "expected_above_at_most": expected,
+        "margin_prob_max": float(mp.max()),
+        "min_probability": float(c2_row_bounds["prob_bound_probability"].min()),
+    }
+    findings = [
+        f"{r['version']}/{r['output']} row {r['row']}: |error| {r['error']:.4g} > probabilistic bound {r['bound_prob']:.4g}"
+        for r in above.sort("margin_prob", descending=True).head(10).iter_rows(named=True)
+    ]
     if above.height > 10:
         findings.append(f"... {above.height - 10} more")
     return finding_result(findings, meta)

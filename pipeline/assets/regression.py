@@ -13,7 +13,6 @@
 * ``promote_baseline_job`` (an op, launchable from the UI) promotes the stored tables.
 """
 
-
 import json
 import tempfile
 import time
@@ -22,16 +21,32 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
-from ..experiments import experiment, group_of
 from .. import baseline
+from ..experiments import experiment, group_of
 from ..planted_bugs import PLANTED_BUGS, register_planted_backends
 from ..progress import track
 from ..resources import ExperimentSettings
 from ..storage import DataFolder, PrecisionIOManager
 from ..tables import markdown_table
-from ..verdicts import (CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY, CheckOutcome, Rule, check_outcome,
-                        claim_check, claim_result, finding_check, finding_result, validity_check, validity_result)
+from ..verdicts import (
+    CLAIM,
+    CONTRADICTED,
+    FINDING,
+    INCONCLUSIVE,
+    SUPPORTED,
+    VALIDITY,
+    CheckOutcome,
+    Rule,
+    check_outcome,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
 
 GROUP = group_of("Regression")
 # Importing the code location registers the planted backends, so a run launched with
@@ -41,7 +56,9 @@ register_planted_backends()
 # --- provenance from the Dagster instance ----------------------------------------------------
 
 
-def recorded_provenance(instance: dg.DagsterInstance | None, asset: str, stored: Path | None) -> tuple[dict[str, Any], str] | None:
+def recorded_provenance(
+    instance: dg.DagsterInstance | None, asset: str, stored: Path | None
+) -> tuple[dict[str, Any], str] | None:
     """Provenance metadata of the latest materialization of ``asset`` that wrote ``stored``
     (asset keys are shared between profiles, so the event's stored path must match)."""
     if instance is None or stored is None:
@@ -65,12 +82,21 @@ def recorded_provenance(instance: dg.DagsterInstance | None, asset: str, stored:
     return None
 
 
-def promote_with_instance(instance: dg.DagsterInstance | None, base_dir: str, settings: ExperimentSettings,
-                          allow_partial: bool = False, note: str = "") -> baseline.Promotion:
+def promote_with_instance(
+    instance: dg.DagsterInstance | None,
+    base_dir: str,
+    settings: ExperimentSettings,
+    allow_partial: bool = False,
+    note: str = "",
+) -> baseline.Promotion:
     """Promote ``<base_dir>/<profile>`` with provenance from the instance's events where recorded."""
     data_dir = Path(base_dir) / settings.profile
     return baseline.promote(
-        base_dir, settings.profile, allow_partial=allow_partial, note=note, environment=settings.provenance(),
+        base_dir,
+        settings.profile,
+        allow_partial=allow_partial,
+        note=note,
+        environment=settings.provenance(),
         provenance_lookup=lambda asset: recorded_provenance(instance, asset, baseline.stored_file(data_dir, asset)),
     )
 
@@ -117,9 +143,19 @@ def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
         "warn_moves": moved.filter(pl.col("severity") == "WARN").height,
         "seconds": round(time.perf_counter() - start, 2),
         "provenance_changed": _provenance_text(result.provenance_changed),
-        "moved_items": dg.MetadataValue.md(markdown_table(moved.select("experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status"))),
-        "not_compared": ", ".join(f"{r['experiment']}: {r['status']}" for r in table.filter(pl.col("status") != "compared").iter_rows(named=True)
-                                 if r["kind"] == "presence") or "none",
+        "moved_items": dg.MetadataValue.md(
+            markdown_table(
+                moved.select(
+                    "experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status"
+                )
+            )
+        ),
+        "not_compared": ", ".join(
+            f"{r['experiment']}: {r['status']}"
+            for r in table.filter(pl.col("status") != "compared").iter_rows(named=True)
+            if r["kind"] == "presence"
+        )
+        or "none",
     }
     if result.reason:
         meta["reason"] = result.reason
@@ -130,7 +166,9 @@ def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
 def _provenance_text(changed: dict[str, dict[str, tuple[Any, Any]]]) -> str:
     if not changed:
         return "none"
-    return "; ".join(f"{exp}: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items()) for exp, diff in changed.items())
+    return "; ".join(
+        f"{exp}: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items()) for exp, diff in changed.items()
+    )
 
 
 #: Item kinds of the comparison table that are not numerics (experiment presence, provenance fields).
@@ -160,8 +198,13 @@ def _compared(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _what_moved(moved: pl.DataFrame) -> Any:
-    return dg.MetadataValue.md(markdown_table(moved.sort("severity").select(
-        "experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status")))
+    return dg.MetadataValue.md(
+        markdown_table(
+            moved.sort("severity").select(
+                "experiment", "item", "baseline_value", "current_value", "delta", "tolerance", "severity", "status"
+            )
+        )
+    )
 
 
 @claim_check(
@@ -174,9 +217,12 @@ def _what_moved(moved: pl.DataFrame) -> Any:
 def no_moves_against_baseline(baseline_comparison: pl.DataFrame) -> dg.AssetCheckResult:
     table = baseline_comparison
     if table.filter(pl.col("status") == "no baseline").height:
-        return claim_result(INCONCLUSIVE, BASELINE_RULE,
-                            "no baseline promoted: run `python -m pipeline.cli promote-baseline` or launch "
-                            "promote_baseline_job; nothing was compared")
+        return claim_result(
+            INCONCLUSIVE,
+            BASELINE_RULE,
+            "no baseline promoted: run `python -m pipeline.cli promote-baseline` or launch "
+            "promote_baseline_job; nothing was compared",
+        )
     compared = _compared(table)
     moved = compared.filter(pl.col("moved") == "yes")
     errors = moved.filter(pl.col("severity") == "ERROR")
@@ -185,19 +231,33 @@ def no_moves_against_baseline(baseline_comparison: pl.DataFrame) -> dg.AssetChec
         "items_compared": compared.height,
         "moved": moved.height,
         "error_moves": errors.height,
-        "moved_by_experiment": ", ".join(f"{e}={n}" for e, n in moved.group_by("experiment").len().sort("experiment").iter_rows()) or "none",
+        "moved_by_experiment": ", ".join(
+            f"{e}={n}" for e, n in moved.group_by("experiment").len().sort("experiment").iter_rows()
+        )
+        or "none",
         "what_moved": _what_moved(moved),
-        "provenance_changed": ", ".join(f"{r['experiment']}.{r['item'].removeprefix('provenance.')}: {r['baseline_value']} -> {r['current_value']}"
-                                        for r in prov.iter_rows(named=True)) or "none",
+        "provenance_changed": ", ".join(
+            f"{r['experiment']}.{r['item'].removeprefix('provenance.')}: {r['baseline_value']} -> {r['current_value']}"
+            for r in prov.iter_rows(named=True)
+        )
+        or "none",
     }
     if errors.height:
         worst = ", ".join(f"{r['experiment']} {r['item']}" for r in errors.head(3).iter_rows(named=True))
-        return claim_result(CONTRADICTED, BASELINE_RULE,
-                            f"{errors.height} item(s) moved the worse way beyond tolerance (e.g. {worst})", meta)
+        return claim_result(
+            CONTRADICTED,
+            BASELINE_RULE,
+            f"{errors.height} item(s) moved the worse way beyond tolerance (e.g. {worst})",
+            meta,
+        )
     if compared.height == 0:
         return claim_result(INCONCLUSIVE, BASELINE_RULE, "a baseline is promoted but no item could be compared", meta)
-    return claim_result(SUPPORTED, BASELINE_RULE,
-                        f"{compared.height} items compared, none moved the worse way beyond its tolerance", meta)
+    return claim_result(
+        SUPPORTED,
+        BASELINE_RULE,
+        f"{compared.height} items compared, none moved the worse way beyond its tolerance",
+        meta,
+    )
 
 
 @validity_check(
@@ -221,8 +281,11 @@ def baseline_items_comparable(baseline_comparison: pl.DataFrame) -> dg.AssetChec
 def baseline_moves_within_rule(baseline_comparison: pl.DataFrame) -> dg.AssetCheckResult:
     items = baseline_comparison.filter(~pl.col("kind").is_in(list(_META_KINDS)))
     moved = items.filter((pl.col("moved") == "yes") & (pl.col("severity") == "WARN"))
-    findings = [f"{r['experiment']} {r['item']}: {r['baseline_value']} -> {r['current_value']}"
-                + (f" ({r['status']})" if r["status"] != "compared" else "") for r in moved.iter_rows(named=True)]
+    findings = [
+        f"{r['experiment']} {r['item']}: {r['baseline_value']} -> {r['current_value']}"
+        + (f" ({r['status']})" if r["status"] != "compared" else "")
+        for r in moved.iter_rows(named=True)
+    ]
     return finding_result(findings, {"what_moved": _what_moved(moved)})
 
 
@@ -233,8 +296,10 @@ def baseline_moves_within_rule(baseline_comparison: pl.DataFrame) -> dg.AssetChe
 )
 def baseline_provenance_changed(baseline_comparison: pl.DataFrame) -> dg.AssetCheckResult:
     prov = baseline_comparison.filter((pl.col("kind") == "provenance") & (pl.col("moved") == "yes"))
-    findings = [f"{r['experiment']}.{r['item'].removeprefix('provenance.')}: {r['baseline_value']} -> {r['current_value']}"
-                for r in prov.iter_rows(named=True)]
+    findings = [
+        f"{r['experiment']}.{r['item'].removeprefix('provenance.')}: {r['baseline_value']} -> {r['current_value']}"
+        for r in prov.iter_rows(named=True)
+    ]
     return finding_result(findings)
 
 
@@ -260,16 +325,26 @@ class PromoteBaselineConfig(dg.Config):
     note: str = ""
 
 
-@dg.op(required_resource_keys={"data", "settings"}, description="Promote the stored tables of the run's profile to a new baseline version.")
+@dg.op(
+    required_resource_keys={"data", "settings"},
+    description="Promote the stored tables of the run's profile to a new baseline version.",
+)
 def promote_baseline_op(context: dg.OpExecutionContext, config: PromoteBaselineConfig) -> None:
     settings: ExperimentSettings = context.resources.settings
     data: DataFolder = context.resources.data
-    done = promote_with_instance(context.instance, data.root, settings,
-                                 allow_partial=config.allow_partial, note=config.note)
+    done = promote_with_instance(
+        context.instance, data.root, settings, allow_partial=config.allow_partial, note=config.note
+    )
     context.log.info(f"promoted {', '.join(done.promoted)} as baseline {done.version} ({done.folder})")
-    context.add_output_metadata({"version": done.version, "folder": str(done.folder), "experiments": ", ".join(done.promoted),
-                                 "skipped": ", ".join(f"{e} (missing {', '.join(m)})" for e, m in done.skipped.items()) or "none",
-                                 "previous": done.previous or "none"})
+    context.add_output_metadata(
+        {
+            "version": done.version,
+            "folder": str(done.folder),
+            "experiments": ", ".join(done.promoted),
+            "skipped": ", ".join(f"{e} (missing {', '.join(m)})" for e, m in done.skipped.items()) or "none",
+            "previous": done.previous or "none",
+        }
+    )
 
 
 @dg.job(description="Mark the current materialization of each experiment as the baseline (new version; CURRENT moves).")
@@ -325,9 +400,9 @@ class PlantedBugMatrixConfig(dg.Config):
     """Which bugs, experiments and healthy base seeds the matrix runs (empty: the profile's bugs, else all / the
     default)."""
 
-    bugs: list[str] = []
-    experiments: list[str] = []
-    healthy_seeds: list[int] = []
+    bugs: list[str] = Field(default_factory=list)
+    experiments: list[str] = Field(default_factory=list)
+    healthy_seeds: list[int] = Field(default_factory=list)
     #: Skip assets that only finding checks (or no check) read: they cannot produce an ERROR outcome
     #: by a check, only by crashing. False runs every asset of the chosen experiments.
     skip_finding_only_assets: bool = True
@@ -339,7 +414,9 @@ def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
     modules, unavailable = experiment("S").load_modules(), []
     for exp in experiments:
         if exp not in MATRIX_EXPERIMENTS:
-            raise ValueError(f"experiment {exp!r} is not runnable in the matrix; choose from {', '.join(MATRIX_EXPERIMENTS)}")
+            raise ValueError(
+                f"experiment {exp!r} is not runnable in the matrix; choose from {', '.join(MATRIX_EXPERIMENTS)}"
+            )
         try:
             modules.extend(experiment(exp).load_modules())
         except Exception as exc:  # noqa: BLE001
@@ -389,20 +466,27 @@ def scored_assets(defs: list[Any]) -> list[dg.AssetKey]:
     return sorted(selected, key=lambda k: k.to_user_string())
 
 
-def run_experiments(backend: str, defs: list[Any], base_dir: Path, like: ExperimentSettings,
-                    seed: int | None = None, prune: bool = True) -> dict[str, Any]:
+def run_experiments(
+    backend: str, defs: list[Any], base_dir: Path, like: ExperimentSettings, seed: int | None = None, prune: bool = True
+) -> dict[str, Any]:
     """Materialize ``defs`` at smoke size with ``backend`` (base seed ``seed``, default ``like``'s).
     Returns every evaluated check as a :class:`~pipeline.verdicts.CheckOutcome` (kind from its spec,
     else its result metadata) with its metadata, and every failed step. ``prune`` materializes only
     :func:`scored_assets`."""
-    settings = ExperimentSettings(profile=MATRIX_PROFILE, device=like.device, backend=backend,
-                                  backend_options=like.backend_options, seed=like.seed if seed is None else seed)
+    settings = ExperimentSettings(
+        profile=MATRIX_PROFILE,
+        device=like.device,
+        backend=backend,
+        backend_options=like.backend_options,
+        seed=like.seed if seed is None else seed,
+    )
     data = DataFolder(root=str(base_dir))
     resources = {"settings": settings, "data": data, "io_manager": PrecisionIOManager(data=data, settings=settings)}
     kinds = declared_outcomes(defs)
     start = time.perf_counter()
-    result = dg.materialize(defs, resources=resources, raise_on_error=False,
-                            selection=scored_assets(defs) if prune else None)
+    result = dg.materialize(
+        defs, resources=resources, raise_on_error=False, selection=scored_assets(defs) if prune else None
+    )
     outcomes, metadata = {}, {}
     for e in result.get_asset_check_evaluations():
         key = f"{e.asset_key.to_user_string()}:{e.check_name}"
@@ -415,10 +499,21 @@ def run_experiments(backend: str, defs: list[Any], base_dir: Path, like: Experim
             continue
         err = ev.event_specific_data.error
         text = err.to_string() if err else ""
-        failures.append({"step": ev.step_key, "error": _root_cls(err), "message": _root_message(err)[:600],
-                         "fusion": "FusionError" in text})
-    return {"outcomes": outcomes, "metadata": metadata, "failures": failures, "seed": settings.seed,
-            "seconds": time.perf_counter() - start}
+        failures.append(
+            {
+                "step": ev.step_key,
+                "error": _root_cls(err),
+                "message": _root_message(err)[:600],
+                "fusion": "FusionError" in text,
+            }
+        )
+    return {
+        "outcomes": outcomes,
+        "metadata": metadata,
+        "failures": failures,
+        "seed": settings.seed,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def _root_cls(err: Any) -> str:
@@ -451,8 +546,9 @@ def error_outcomes(run: dict[str, Any]) -> dict[str, str]:
     """Every ERROR outcome of one run: ``asset:check`` (or ``step <key>``) -> its kind."""
     errors = {key: kind for key, o in sorted(run["outcomes"].items()) if (kind := error_kind(o))}
     for f in run["failures"]:
-        errors[f"step {f['step']}"] = ("invalid run: FusionError (no fusion evidence)" if f["fusion"]
-                                       else f"invalid run: step raised {f['error']}")
+        errors[f"step {f['step']}"] = (
+            "invalid run: FusionError (no fusion evidence)" if f["fusion"] else f"invalid run: step raised {f['error']}"
+        )
     return errors
 
 
@@ -480,9 +576,18 @@ def _caught_by(errors: dict[str, str]) -> str:
 
 
 MATRIX_SCHEMA = {
-    "row": pl.String, "bug": pl.String, "fault_class": pl.String, "description": pl.String, "seed": pl.Int64,
-    "caught": pl.String, "caught_by": pl.String, "error_outcomes": pl.Int64, "checks_evaluated": pl.Int64,
-    "unavailable": pl.String, "first_failure": pl.String, "first_failure_metadata": pl.String,
+    "row": pl.String,
+    "bug": pl.String,
+    "fault_class": pl.String,
+    "description": pl.String,
+    "seed": pl.Int64,
+    "caught": pl.String,
+    "caught_by": pl.String,
+    "error_outcomes": pl.Int64,
+    "checks_evaluated": pl.Int64,
+    "unavailable": pl.String,
+    "first_failure": pl.String,
+    "first_failure_metadata": pl.String,
     "wall_seconds": pl.Float64,
 }
 
@@ -492,9 +597,15 @@ def default_healthy_seeds(like: ExperimentSettings) -> list[int]:
     return [like.seed + i for i in range(MIN_HEALTHY_SEEDS)]
 
 
-def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettings, work_dir: Path,
-                 healthy_seeds: list[int] | None = None, log: Any = None,
-                 prune: bool = True) -> tuple[pl.DataFrame, dict[str, Any]]:
+def build_matrix(
+    bugs: list[str],
+    experiments: list[str],
+    like: ExperimentSettings,
+    work_dir: Path,
+    healthy_seeds: list[int] | None = None,
+    log: Any = None,
+    prune: bool = True,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The healthy backend once per base seed, then every bug once at the first seed; one row per
     healthy seed (its ERROR outcomes: false alarms) and one per bug (its ERROR outcomes beyond the
     healthy run at the same seed: what caught it). Returns the table and run facts for metadata."""
@@ -509,8 +620,10 @@ def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettin
     def run(label: str, backend: str, seed: int) -> dict[str, Any]:
         out = run_experiments(backend, defs, work_dir / label, like, seed=seed, prune=prune)
         if log:
-            log(f"{label} ({backend}, seed {seed}): {len(out['outcomes'])} checks, {len(out['failures'])} failed steps, "
-                f"{len(error_outcomes(out))} ERROR outcomes, {out['seconds']:.1f} s")
+            log(
+                f"{label} ({backend}, seed {seed}): {len(out['outcomes'])} checks, {len(out['failures'])} failed steps, "
+                f"{len(error_outcomes(out))} ERROR outcomes, {out['seconds']:.1f} s"
+            )
         return out
 
     rows, healthy_runs = [], []
@@ -519,35 +632,63 @@ def build_matrix(bugs: list[str], experiments: list[str], like: ExperimentSettin
         healthy_runs.append(out)
         errors = error_outcomes(out)
         first, first_meta = _first_failure(out, errors)
-        rows.append({"row": HEALTHY_ROW, "bug": f"{HEALTHY_BACKEND} (healthy, seed {seed})",
-                     "fault_class": "none (false-alarm control)",
-                     "description": "the healthy backend; every ERROR outcome of this run is a false alarm",
-                     "seed": seed, "caught": "false alarm" if errors else "clean", "caught_by": _caught_by(errors),
-                     "error_outcomes": len(errors), "checks_evaluated": len(out["outcomes"]), "unavailable": missing,
-                     "first_failure": first, "first_failure_metadata": first_meta, "wall_seconds": out["seconds"]})
+        rows.append(
+            {
+                "row": HEALTHY_ROW,
+                "bug": f"{HEALTHY_BACKEND} (healthy, seed {seed})",
+                "fault_class": "none (false-alarm control)",
+                "description": "the healthy backend; every ERROR outcome of this run is a false alarm",
+                "seed": seed,
+                "caught": "false alarm" if errors else "clean",
+                "caught_by": _caught_by(errors),
+                "error_outcomes": len(errors),
+                "checks_evaluated": len(out["outcomes"]),
+                "unavailable": missing,
+                "first_failure": first,
+                "first_failure_metadata": first_meta,
+                "wall_seconds": out["seconds"],
+            }
+        )
     reference = healthy_runs[0]
     for name in track(bugs, log, "planted-bug runs"):
         bug = PLANTED_BUGS[name]
         out = run(name, name, seeds[0])
         errors = score_bug(reference, out)
         first, first_meta = _first_failure(out, errors)
-        rows.append({"row": BUG_ROW, "bug": name, "fault_class": bug.fault_class, "description": bug.description,
-                     "seed": seeds[0], "caught": "yes" if errors else "no", "caught_by": _caught_by(errors),
-                     "error_outcomes": len(errors), "checks_evaluated": len(out["outcomes"]), "unavailable": missing,
-                     "first_failure": first, "first_failure_metadata": first_meta, "wall_seconds": out["seconds"]})
+        rows.append(
+            {
+                "row": BUG_ROW,
+                "bug": name,
+                "fault_class": bug.fault_class,
+                "description": bug.description,
+                "seed": seeds[0],
+                "caught": "yes" if errors else "no",
+                "caught_by": _caught_by(errors),
+                "error_outcomes": len(errors),
+                "checks_evaluated": len(out["outcomes"]),
+                "unavailable": missing,
+                "first_failure": first,
+                "first_failure_metadata": first_meta,
+                "wall_seconds": out["seconds"],
+            }
+        )
     facts = {
         "healthy_seeds": seeds,
         "healthy_seconds": sum(r["seconds"] for r in healthy_runs),
         "healthy_checks": len(reference["outcomes"]),
-        "healthy_warn_checks": sorted(k for k, o in reference["outcomes"].items() if not o.passed and not error_kind(o)),
+        "healthy_warn_checks": sorted(
+            k for k, o in reference["outcomes"].items() if not o.passed and not error_kind(o)
+        ),
         "unavailable": unavailable,
     }
     return pl.DataFrame(rows, schema=MATRIX_SCHEMA), facts
 
 
-SCORING = ("a bug is caught when its run has at least one ERROR outcome (claim contradicted, validity check failed, "
-           "step failed) that the healthy run at the same base seed does not have; WARN findings and inconclusive "
-           "verdicts never count. A healthy run's ERROR outcomes are false alarms.")
+SCORING = (
+    "a bug is caught when its run has at least one ERROR outcome (claim contradicted, validity check failed, "
+    "step failed) that the healthy run at the same base seed does not have; WARN findings and inconclusive "
+    "verdicts never count. A healthy run's ERROR outcomes are false alarms."
+)
 
 
 @dg.asset(
@@ -561,41 +702,61 @@ SCORING = ("a bug is caught when its run has at least one ERROR outcome (claim c
     "outcome through pipeline.verdicts.",
     kinds={"polars"},
 )
-def planted_bug_matrix(context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig) -> pl.DataFrame:
+def planted_bug_matrix(
+    context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig
+) -> pl.DataFrame:
     bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_EXPERIMENTS)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
-        table, facts = build_matrix(bugs, experiments, settings, Path(tmp), healthy_seeds=config.healthy_seeds or None,
-                                    log=context.log.info, prune=config.skip_finding_only_assets)
+        table, facts = build_matrix(
+            bugs,
+            experiments,
+            settings,
+            Path(tmp),
+            healthy_seeds=config.healthy_seeds or None,
+            log=context.log.info,
+            prune=config.skip_finding_only_assets,
+        )
     wall = time.perf_counter() - start
     bug_rows = table.filter(pl.col("row") == BUG_ROW)
     healthy_rows = table.filter(pl.col("row") == HEALTHY_ROW)
-    context.add_output_metadata({
-        "profile_used": MATRIX_PROFILE,
-        "note": f"experiments re-run at the {MATRIX_PROFILE!r} profile regardless of this run's profile "
-                f"({settings.profile!r}) to keep the matrix affordable; data in a temporary folder",
-        "scoring": SCORING,
-        "experiments": ", ".join(experiments),
-        "assets_run": "only assets read by validity/claim checks (and upstream)" if config.skip_finding_only_assets
-                      else "every asset of the experiments",
-        "bugs": bug_rows.height,
-        "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
-        "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
-        "bugs_missed": ", ".join(bug_rows.filter(pl.col("caught") != "yes")["bug"].to_list()) or "none",
-        "bugs_not_run": ", ".join(not_run) or "none",
-        "healthy_seeds": ", ".join(str(s) for s in facts["healthy_seeds"]),
-        "false_alarms": int(healthy_rows["error_outcomes"].sum()),
-        "false_alarms_by_seed": ", ".join(f"{r['seed']}={r['error_outcomes']}" for r in healthy_rows.iter_rows(named=True)),
-        "wall_seconds": round(wall, 1),
-        "healthy_run_seconds": round(facts["healthy_seconds"], 1),
-        "healthy_checks": facts["healthy_checks"],
-        "healthy_warn_checks (findings / inconclusive, never counted)": ", ".join(facts["healthy_warn_checks"]) or "none",
-        "unavailable_experiments": "; ".join(facts["unavailable"]) or "none",
-        "matrix": dg.MetadataValue.md(markdown_table(table.select(
-            "bug", "fault_class", "caught", "caught_by", "error_outcomes", pl.col("wall_seconds").round(1)))),
-    })
+    context.add_output_metadata(
+        {
+            "profile_used": MATRIX_PROFILE,
+            "note": f"experiments re-run at the {MATRIX_PROFILE!r} profile regardless of this run's profile "
+            f"({settings.profile!r}) to keep the matrix affordable; data in a temporary folder",
+            "scoring": SCORING,
+            "experiments": ", ".join(experiments),
+            "assets_run": "only assets read by validity/claim checks (and upstream)"
+            if config.skip_finding_only_assets
+            else "every asset of the experiments",
+            "bugs": bug_rows.height,
+            "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
+            "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
+            "bugs_missed": ", ".join(bug_rows.filter(pl.col("caught") != "yes")["bug"].to_list()) or "none",
+            "bugs_not_run": ", ".join(not_run) or "none",
+            "healthy_seeds": ", ".join(str(s) for s in facts["healthy_seeds"]),
+            "false_alarms": int(healthy_rows["error_outcomes"].sum()),
+            "false_alarms_by_seed": ", ".join(
+                f"{r['seed']}={r['error_outcomes']}" for r in healthy_rows.iter_rows(named=True)
+            ),
+            "wall_seconds": round(wall, 1),
+            "healthy_run_seconds": round(facts["healthy_seconds"], 1),
+            "healthy_checks": facts["healthy_checks"],
+            "healthy_warn_checks (findings / inconclusive, never counted)": ", ".join(facts["healthy_warn_checks"])
+            or "none",
+            "unavailable_experiments": "; ".join(facts["unavailable"]) or "none",
+            "matrix": dg.MetadataValue.md(
+                markdown_table(
+                    table.select(
+                        "bug", "fault_class", "caught", "caught_by", "error_outcomes", pl.col("wall_seconds").round(1)
+                    )
+                )
+            ),
+        }
+    )
     return table
 
 
@@ -627,15 +788,22 @@ def planted_bug_matrix_run_valid(planted_bug_matrix: pl.DataFrame) -> dg.AssetCh
 def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
     bugs = planted_bug_matrix.filter(pl.col("row") == BUG_ROW)
     missed = bugs.filter(pl.col("caught") != "yes")
-    meta = {"bugs": bugs.height, "caught": bugs.height - missed.height,
-            "missed": ", ".join(missed["bug"].to_list()) or "none",
-            "caught_by": dg.MetadataValue.md(markdown_table(bugs.select("bug", "fault_class", "caught", "caught_by")))}
+    meta = {
+        "bugs": bugs.height,
+        "caught": bugs.height - missed.height,
+        "missed": ", ".join(missed["bug"].to_list()) or "none",
+        "caught_by": dg.MetadataValue.md(markdown_table(bugs.select("bug", "fault_class", "caught", "caught_by"))),
+    }
     if bugs.height == 0:
         return claim_result(INCONCLUSIVE, MUTATION_RULE, "no planted bug ran", meta)
     if missed.height:
-        return claim_result(CONTRADICTED, MUTATION_RULE,
-                            f"{missed.height} of {bugs.height} planted bugs raised no ERROR outcome beyond the healthy "
-                            f"run's: {', '.join(missed['bug'].to_list())}", meta)
+        return claim_result(
+            CONTRADICTED,
+            MUTATION_RULE,
+            f"{missed.height} of {bugs.height} planted bugs raised no ERROR outcome beyond the healthy "
+            f"run's: {', '.join(missed['bug'].to_list())}",
+            meta,
+        )
     return claim_result(SUPPORTED, MUTATION_RULE, f"all {bugs.height} planted bugs caught at ERROR", meta)
 
 
@@ -647,14 +815,26 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
 def healthy_backend_no_false_alarms(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
     healthy = planted_bug_matrix.filter(pl.col("row") == HEALTHY_ROW)
     alarms = healthy.filter(pl.col("error_outcomes") > 0)
-    meta = {"healthy_seeds": healthy.height,
-            "error_outcomes_by_seed": ", ".join(f"{r['seed']}={r['error_outcomes']}" for r in healthy.iter_rows(named=True)) or "none",
-            "false_alarms": "; ".join(f"seed {r['seed']}: {r['caught_by']}" for r in alarms.iter_rows(named=True)) or "none"}
+    meta = {
+        "healthy_seeds": healthy.height,
+        "error_outcomes_by_seed": ", ".join(f"{r['seed']}={r['error_outcomes']}" for r in healthy.iter_rows(named=True))
+        or "none",
+        "false_alarms": "; ".join(f"seed {r['seed']}: {r['caught_by']}" for r in alarms.iter_rows(named=True))
+        or "none",
+    }
     if alarms.height:
-        return claim_result(CONTRADICTED, FALSE_ALARM_RULE,
-                            f"{int(alarms['error_outcomes'].sum())} ERROR outcome(s) on {alarms.height} of "
-                            f"{healthy.height} healthy seeds", meta)
+        return claim_result(
+            CONTRADICTED,
+            FALSE_ALARM_RULE,
+            f"{int(alarms['error_outcomes'].sum())} ERROR outcome(s) on {alarms.height} of "
+            f"{healthy.height} healthy seeds",
+            meta,
+        )
     if healthy.height < MIN_HEALTHY_SEEDS:
-        return claim_result(INCONCLUSIVE, FALSE_ALARM_RULE,
-                            f"only {healthy.height} healthy seed(s); the rule needs {MIN_HEALTHY_SEEDS}", meta)
+        return claim_result(
+            INCONCLUSIVE,
+            FALSE_ALARM_RULE,
+            f"only {healthy.height} healthy seed(s); the rule needs {MIN_HEALTHY_SEEDS}",
+            meta,
+        )
     return claim_result(SUPPORTED, FALSE_ALARM_RULE, f"0 ERROR outcomes on {healthy.height} healthy seeds", meta)

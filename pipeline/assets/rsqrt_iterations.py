@@ -19,8 +19,10 @@ rounds to fp16). The plan's optional second example, div(x, y), has the same tab
 bit-trick estimate ``0x7ef311c3 - bits`` refined by N Newton steps ``r <- r * (2 - y * r)``.
 """
 
+import itertools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -39,13 +41,17 @@ MAGIC = 0x5F3759DF
 #: Bit-trick estimate of 1/y on the fp32 pattern (the reciprocal's counterpart of MAGIC).
 RECIP_MAGIC = 0x7EF311C3
 #: What the plan's path B is here: its fallback, since the framework has no iteration knob.
-METHOD = ("plan fallback: framework implementation (path A) vs a same-semantics implementation with a controlled "
-          "iteration count (path B); the framework exposes no iteration-count switch")
+METHOD = (
+    "plan fallback: framework implementation (path A) vs a same-semantics implementation with a controlled "
+    "iteration count (path B); the framework exposes no iteration-count switch"
+)
 #: Inductor options that switch approximate math, per device type (each runs path A once more).
 APPROX_KNOBS: dict[str, dict[str, dict[str, Any]]] = {
     "cpu": {"cpp.enable_floating_point_contract_flag=fast": {"cpp.enable_floating_point_contract_flag": "fast"}},
-    "cuda": {"use_fast_math=True": {"use_fast_math": True},
-             "eager_numerics.division_rounding=True": {"eager_numerics.division_rounding": True}},
+    "cuda": {
+        "use_fast_math=True": {"use_fast_math": True},
+        "eager_numerics.division_rounding=True": {"eager_numerics.division_rounding": True},
+    },
 }
 #: Switches found but not run in the pipeline's process, and why. GCC links crtfastmath.o into a
 #: shared object built with -funsafe-math-optimizations; loading it sets flush-to-zero and
@@ -101,9 +107,14 @@ def framework_knobs() -> pl.DataFrame:
     from torch._inductor import config as inductor_config
 
     names = sorted(k for k in inductor_config.get_config_copy() if re.search(KNOB_PATTERN, k, re.IGNORECASE))
-    return pl.DataFrame({"option": names, "value": [repr(getattr_path(inductor_config, k)) for k in names],
-                         "names_an_iteration_count": [bool(re.search(r"newton|iteration", k, re.IGNORECASE)) for k in names]},
-                        schema={"option": pl.String, "value": pl.String, "names_an_iteration_count": pl.Boolean})
+    return pl.DataFrame(
+        {
+            "option": names,
+            "value": [repr(getattr_path(inductor_config, k)) for k in names],
+            "names_an_iteration_count": [bool(re.search(r"newton|iteration", k, re.IGNORECASE)) for k in names],
+        },
+        schema={"option": pl.String, "value": pl.String, "names_an_iteration_count": pl.Boolean},
+    )
 
 
 def getattr_path(obj: Any, dotted: str) -> Any:
@@ -115,15 +126,22 @@ def getattr_path(obj: Any, dotted: str) -> Any:
 def knob_statement(knobs: pl.DataFrame, table: pl.DataFrame) -> str:
     """What the search found and what the approximate-math switches did, in words, from the tables."""
     iteration = knobs.filter(pl.col("names_an_iteration_count"))["option"].to_list()
-    parts = [f"Inductor's configuration has {knobs.height} option(s) matching '{KNOB_PATTERN}'"
-             + (f" ({', '.join(knobs['option'].to_list())})" if knobs.height else "")
-             + (f"; {len(iteration)} name an iteration count ({', '.join(iteration)})" if iteration
-                else "; none names an iteration count or Newton step, so path B uses the plan's fallback")
-             + "".join(f"; {k} not run: {why}" for k, why in NOT_RUN_KNOBS.items() if k in knobs["option"].to_list())]
+    parts = [
+        f"Inductor's configuration has {knobs.height} option(s) matching '{KNOB_PATTERN}'"
+        + (f" ({', '.join(knobs['option'].to_list())})" if knobs.height else "")
+        + (
+            f"; {len(iteration)} name an iteration count ({', '.join(iteration)})"
+            if iteration
+            else "; none names an iteration count or Newton step, so path B uses the plan's fallback"
+        )
+        + "".join(f"; {k} not run: {why}" for k, why in NOT_RUN_KNOBS.items() if k in knobs["option"].to_list())
+    ]
     for r in table.filter(pl.col("path").str.starts_with("A_fused[")).iter_rows(named=True):
-        parts.append(f"{r['path']}: generated source {'changed' if r['knob_code_changed'] else 'unchanged'}, compiled kernel "
-                     f"{'changed' if r.get('knob_artifact_changed') else 'unchanged'}, "
-                     f"output {'differs from' if r['knob_output_changed'] else 'bit-identical to'} A_fused (max {r['ulp_max']:.4g} ULP vs fp64)")
+        parts.append(
+            f"{r['path']}: generated source {'changed' if r['knob_code_changed'] else 'unchanged'}, compiled kernel "
+            f"{'changed' if r.get('knob_artifact_changed') else 'unchanged'}, "
+            f"output {'differs from' if r['knob_output_changed'] else 'bit-identical to'} A_fused (max {r['ulp_max']:.4g} ULP vs fp64)"
+        )
     return "; ".join(parts) + "."
 
 
@@ -137,13 +155,22 @@ def floor_statement(table: pl.DataFrame, op: str) -> str:
             continue
         maxes, means = b["ulp_max"].to_list(), b["ulp_mean"].to_list()
         its = b["iterations"].to_list()
-        stop = next((its[i] for i in range(len(its)) if all(maxes[j] == maxes[i] and means[j] == means[i] for j in range(i, len(its)))), its[-1])
-        pre = ", ".join(f"N={n}: {v:.3g}" for n, v in zip(its, b["pre_round_rel_max"].to_list()))
+        stop = next(
+            (
+                its[i]
+                for i in range(len(its))
+                if all(maxes[j] == maxes[i] and means[j] == means[i] for j in range(i, len(its)))
+            ),
+            its[-1],
+        )
+        pre = ", ".join(f"N={n}: {v:.3g}" for n, v in zip(its, b["pre_round_rel_max"].to_list(), strict=False))
         a = table.filter(pl.col("path") == "A_eager").row(0, named=True)
         same_as_a = b.filter(pl.col("iterations") == stop)["vs_A_eager_equal_fraction"][0]
-        parts.append(f"{op}, {compute} arithmetic: pre-rounding max relative error {pre}; the fp16 result's max/mean ULP error stops "
-                     f"changing from N={stop} (max {maxes[its.index(stop)]:.4g}, mean {means[its.index(stop)]:.4g} ULP; framework "
-                     f"path A: max {a['ulp_max']:.4g}, mean {a['ulp_mean']:.4g}), where {100 * same_as_a:.2f}% of elements equal path A's")
+        parts.append(
+            f"{op}, {compute} arithmetic: pre-rounding max relative error {pre}; the fp16 result's max/mean ULP error stops "
+            f"changing from N={stop} (max {maxes[its.index(stop)]:.4g}, mean {means[its.index(stop)]:.4g} ULP; framework "
+            f"path A: max {a['ulp_max']:.4g}, mean {a['ulp_mean']:.4g}), where {100 * same_as_a:.2f}% of elements equal path A's"
+        )
     return ". ".join(parts) + "."
 
 
@@ -163,23 +190,47 @@ def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
     d = d.reshape(-1).cpu()
     counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)
     n = d.numel()
-    return [{"comparison": label, "ulp": str(k) if k < HIST_MAX else f">={HIST_MAX}", "count": int(counts[k]),
-             "fraction": int(counts[k]) / n} for k in range(HIST_MAX + 1)]
+    return [
+        {
+            "comparison": label,
+            "ulp": str(k) if k < HIST_MAX else f">={HIST_MAX}",
+            "count": int(counts[k]),
+            "fraction": int(counts[k]) / n,
+        }
+        for k in range(HIST_MAX + 1)
+    ]
 
 
 OUTS = {
-    "c3_path_outputs": dg.AssetOut(description="C3 (§1.2 (4)): the fp16 inputs, fp64 references and every path's fp16 output (rsqrt, and div under 'div/').", kinds={"pytorch", "safetensors"}),
-    "c3_iteration_table": dg.AssetOut(description="C3 (§1.2 (4)), rsqrt: per path/iteration count: ULP and relative error vs fp64, before and after rounding to fp16. Path B is the plan's fallback (same-semantics implementation with a controlled iteration count); A_fused[...] rows run the framework under its approximate-math switches.", kinds={"polars"}),
-    "c3_div_table": dg.AssetOut(description="C3 (§1.2 (4)), the plan's optional div(x, y) in the same table form: true division (path A, eager, fused and under the approximate-math switches) vs x * reciprocal(y), the reciprocal by bit-trick estimate + N Newton steps (path B) or torch.reciprocal.", kinds={"polars"}),
-    "c3_framework_knobs": dg.AssetOut(description="C3 (§1.2 (4)): the search for an iteration-count or approximate-math switch: every Inductor option whose name matches the pattern, with its value.", kinds={"polars"}),
-    "c3_ulp_histogram": dg.AssetOut(description="C3 (§1.2 (4)): integer-ULP histograms of every path vs the correctly rounded fp64 reference, and of A vs each B (div rows prefixed 'div').", kinds={"polars"}),
+    "c3_path_outputs": dg.AssetOut(
+        description="C3 (§1.2 (4)): the fp16 inputs, fp64 references and every path's fp16 output (rsqrt, and div under 'div/').",
+        kinds={"pytorch", "safetensors"},
+    ),
+    "c3_iteration_table": dg.AssetOut(
+        description="C3 (§1.2 (4)), rsqrt: per path/iteration count: ULP and relative error vs fp64, before and after rounding to fp16. Path B is the plan's fallback (same-semantics implementation with a controlled iteration count); A_fused[...] rows run the framework under its approximate-math switches.",
+        kinds={"polars"},
+    ),
+    "c3_div_table": dg.AssetOut(
+        description="C3 (§1.2 (4)), the plan's optional div(x, y) in the same table form: true division (path A, eager, fused and under the approximate-math switches) vs x * reciprocal(y), the reciprocal by bit-trick estimate + N Newton steps (path B) or torch.reciprocal.",
+        kinds={"polars"},
+    ),
+    "c3_framework_knobs": dg.AssetOut(
+        description="C3 (§1.2 (4)): the search for an iteration-count or approximate-math switch: every Inductor option whose name matches the pattern, with its value.",
+        kinds={"polars"},
+    ),
+    "c3_ulp_histogram": dg.AssetOut(
+        description="C3 (§1.2 (4)): integer-ULP histograms of every path vs the correctly rounded fp64 reference, and of A vs each B (div rows prefixed 'div').",
+        kinds={"polars"},
+    ),
 }
 
 #: (path, iterations, compute dtype, value before the final rounding, fp16 output)
 PathRow = tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]
 
 
-def _table(paths: list[PathRow], ref: torch.Tensor, label: str = "") -> tuple[pl.DataFrame, list[dict[str, Any]], dict[str, torch.Tensor]]:
+def _table(
+    paths: list[PathRow], ref: torch.Tensor, label: str = ""
+) -> tuple[pl.DataFrame, list[dict[str, Any]], dict[str, torch.Tensor]]:
     """The iteration table of ``paths`` against the fp64 ``ref`` (first path: A_eager), its
     histogram rows (comparisons prefixed with ``label``) and the fp16 outputs on the CPU."""
     ref16 = round_to_dtype(ref, torch.float16)  # the correctly rounded fp16 answer
@@ -192,10 +243,19 @@ def _table(paths: list[PathRow], ref: torch.Tensor, label: str = "") -> tuple[pl
         stats = error_stats(out, ref)
         d_ref = ulp_diff(out, ref16)
         row = {
-            "path": name, "method": "framework" if name.startswith("A_") else METHOD if n is not None else "framework reciprocal, then multiply",
-            "iterations": n, "compute_dtype": compute,
-            "ulp_max": stats["ulp_max"], "ulp_mean": stats["ulp_mean"], "ulp_p99": stats["ulp_p99"],
-            "rel_max": stats["rel_max"], "rel_mean": stats["rel_mean"],
+            "path": name,
+            "method": "framework"
+            if name.startswith("A_")
+            else METHOD
+            if n is not None
+            else "framework reciprocal, then multiply",
+            "iterations": n,
+            "compute_dtype": compute,
+            "ulp_max": stats["ulp_max"],
+            "ulp_mean": stats["ulp_mean"],
+            "ulp_p99": stats["ulp_p99"],
+            "rel_max": stats["rel_max"],
+            "rel_mean": stats["rel_mean"],
             "correctly_rounded_fraction": stats["exact_fraction"],
             "int_ulp_vs_rounded_ref_max": int(d_ref.max()),
             "vs_A_eager_equal_fraction": float((ulp_diff(out, a_eager) == 0).double().mean()),
@@ -204,14 +264,23 @@ def _table(paths: list[PathRow], ref: torch.Tensor, label: str = "") -> tuple[pl
         if raw is not None:
             raw64 = raw.cpu().to(torch.float64)
             err = (raw64 - ref).abs()
-            row.update({
-                "pre_round_rel_max": float((err / ref.abs()).max()),
-                "pre_round_rel_mean": float((err / ref.abs()).mean()),
-                "pre_round_ulp16_max": float((err / ref_spacing).max()),  # in fp16 ULPs, before rounding
-                "pre_round_ulp16_mean": float((err / ref_spacing).mean()),
-            })
+            row.update(
+                {
+                    "pre_round_rel_max": float((err / ref.abs()).max()),
+                    "pre_round_rel_mean": float((err / ref.abs()).mean()),
+                    "pre_round_ulp16_max": float((err / ref_spacing).max()),  # in fp16 ULPs, before rounding
+                    "pre_round_ulp16_mean": float((err / ref_spacing).mean()),
+                }
+            )
         else:
-            row.update({"pre_round_rel_max": None, "pre_round_rel_mean": None, "pre_round_ulp16_max": None, "pre_round_ulp16_mean": None})
+            row.update(
+                {
+                    "pre_round_rel_max": None,
+                    "pre_round_rel_mean": None,
+                    "pre_round_ulp16_max": None,
+                    "pre_round_ulp16_mean": None,
+                }
+            )
         rows.append(row)
         hist += _hist(f"{label}{name} vs fp64 (rounded)", d_ref)
         if name != "A_eager":
@@ -219,8 +288,9 @@ def _table(paths: list[PathRow], ref: torch.Tensor, label: str = "") -> tuple[pl
     return pl.DataFrame(rows, infer_schema_length=None), hist, outputs
 
 
-def _framework_paths(fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], settings: ExperimentSettings,
-                     device: torch.device) -> tuple[list[PathRow], dict[str, dict[str, Any]], float]:
+def _framework_paths(
+    fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], settings: ExperimentSettings, device: torch.device
+) -> tuple[list[PathRow], dict[str, dict[str, Any]], float]:
     """Path A eager, fused, and fused under each approximate-math switch of the device; per fused
     path its evidence (kernels, code hash) and whether a switch changed the code or the output."""
     from ..artifacts import capture_modules, combined_sha256, kernel_artifacts
@@ -237,23 +307,38 @@ def _framework_paths(fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, 
 
     base = settings.options()
     fused_out, meta, first_call = run(base)
-    paths: list[PathRow] = [("A_eager", None, "framework", None, fn(*args)), ("A_fused", None, "framework", None, fused_out)]
-    evidence = {"A_fused": {**meta, "knob_code_changed": None, "knob_artifact_changed": None, "knob_output_changed": None}}
+    paths: list[PathRow] = [
+        ("A_eager", None, "framework", None, fn(*args)),
+        ("A_fused", None, "framework", None, fused_out),
+    ]
+    evidence = {
+        "A_fused": {**meta, "knob_code_changed": None, "knob_artifact_changed": None, "knob_output_changed": None}
+    }
     for label, opts in APPROX_KNOBS.get(device.type, {}).items():
         out, meta, _ = run({**base, **opts})
-        evidence[f"A_fused[{label}]"] = {**meta, "knob_code_changed": meta["code_sha256"] != evidence["A_fused"]["code_sha256"],
-                                         "knob_artifact_changed": meta["artifact_sha256"] != evidence["A_fused"]["artifact_sha256"],
-                                         "knob_output_changed": not bit_equal(out, fused_out)}
+        evidence[f"A_fused[{label}]"] = {
+            **meta,
+            "knob_code_changed": meta["code_sha256"] != evidence["A_fused"]["code_sha256"],
+            "knob_artifact_changed": meta["artifact_sha256"] != evidence["A_fused"]["artifact_sha256"],
+            "knob_output_changed": not bit_equal(out, fused_out),
+        }
         paths.append((f"A_fused[{label}]", None, "framework", None, out))
     return paths, evidence, first_call
 
 
 def _with_evidence(table: pl.DataFrame, evidence: dict[str, dict[str, Any]]) -> pl.DataFrame:
     for key in ("kernel_count", "kernel_names", "graph_breaks", "code_sha256", "artifact_sha256", "compile_seconds"):
-        table = table.with_columns(pl.col("path").replace_strict({p: str(e[key]) for p, e in evidence.items()}, default=None).alias(f"fused_{key}"))
+        table = table.with_columns(
+            pl.col("path")
+            .replace_strict({p: str(e[key]) for p, e in evidence.items()}, default=None)
+            .alias(f"fused_{key}")
+        )
     for key in ("knob_code_changed", "knob_artifact_changed", "knob_output_changed"):
-        table = table.with_columns(pl.col("path").replace_strict({p: e[key] for p, e in evidence.items()}, default=None,
-                                                                 return_dtype=pl.Boolean).alias(key))
+        table = table.with_columns(
+            pl.col("path")
+            .replace_strict({p: e[key] for p, e in evidence.items()}, default=None, return_dtype=pl.Boolean)
+            .alias(key)
+        )
     return table
 
 
@@ -302,35 +387,79 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     ev = evidence["A_fused"]
     rows = table.to_dicts()
 
-    yield dg.Output(outputs, output_name="c3_path_outputs", metadata={"shape": str(list(x.shape)), "seed": seed, "seed_div_y": seed_y,
-                                                                      "range": f"U({LOW}, {HIGH})"})
-    yield dg.Output(table, output_name="c3_iteration_table", metadata={
-        **{f"{r['path']}.ulp_max": r["ulp_max"] for r in rows},
-        **{f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"] for r in rows if r["pre_round_rel_max"] is not None},
-        "method": METHOD,
-        "fused_first_call_seconds": round(first_call, 3),
-        **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
-        "table": dg.MetadataValue.md(markdown_table(table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
-        "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
-    })
-    yield dg.Output(div_table, output_name="c3_div_table", metadata={
-        **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},
-        "method": METHOD,
-        "seed_y": seed_y,
-        "table": dg.MetadataValue.md(markdown_table(div_table.select("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction"))),
-        "notes": dg.MetadataValue.md(floor_statement(div_table, "div") + " " + knob_statement(knobs, div_table)),
-    })
-    yield dg.Output(knobs, output_name="c3_framework_knobs", metadata={
-        "options_found": knobs.height,
-        "iteration_count_options": int(knobs["names_an_iteration_count"].sum()),
-        "statement": dg.MetadataValue.md(knob_statement(knobs, table)),
-        "table": dg.MetadataValue.md(markdown_table(knobs)),
-    })
+    yield dg.Output(
+        outputs,
+        output_name="c3_path_outputs",
+        metadata={"shape": str(list(x.shape)), "seed": seed, "seed_div_y": seed_y, "range": f"U({LOW}, {HIGH})"},
+    )
+    yield dg.Output(
+        table,
+        output_name="c3_iteration_table",
+        metadata={
+            **{f"{r['path']}.ulp_max": r["ulp_max"] for r in rows},
+            **{
+                f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"]
+                for r in rows
+                if r["pre_round_rel_max"] is not None
+            },
+            "method": METHOD,
+            "fused_first_call_seconds": round(first_call, 3),
+            **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    table.select(
+                        "path",
+                        "ulp_max",
+                        "ulp_mean",
+                        "rel_max",
+                        "pre_round_rel_max",
+                        "pre_round_ulp16_max",
+                        "correctly_rounded_fraction",
+                        "vs_A_eager_equal_fraction",
+                    )
+                )
+            ),
+            "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
+        },
+    )
+    yield dg.Output(
+        div_table,
+        output_name="c3_div_table",
+        metadata={
+            **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},
+            "method": METHOD,
+            "seed_y": seed_y,
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    div_table.select(
+                        "path",
+                        "ulp_max",
+                        "ulp_mean",
+                        "rel_max",
+                        "pre_round_rel_max",
+                        "correctly_rounded_fraction",
+                        "vs_A_eager_equal_fraction",
+                    )
+                )
+            ),
+            "notes": dg.MetadataValue.md(floor_statement(div_table, "div") + " " + knob_statement(knobs, div_table)),
+        },
+    )
+    yield dg.Output(
+        knobs,
+        output_name="c3_framework_knobs",
+        metadata={
+            "options_found": knobs.height,
+            "iteration_count_options": int(knobs["names_an_iteration_count"].sum()),
+            "statement": dg.MetadataValue.md(knob_statement(knobs, table)),
+            "table": dg.MetadataValue.md(markdown_table(knobs)),
+        },
+    )
     yield dg.Output(histogram, output_name="c3_ulp_histogram")
 
 
 def _nonincreasing(values: list[float], slack: float = 0.0) -> bool:
-    return all(b <= a + slack for a, b in zip(values, values[1:]))
+    return all(b <= a + slack for a, b in itertools.pairwise(values))
 
 
 #: Metrics that must not grow with the iteration count, per compute dtype of the Newton steps.
@@ -374,9 +503,14 @@ def judge_iterations(table: pl.DataFrame, what: str) -> tuple[str, str, dict[str
     a = table.filter(pl.col("path") == "B_newton0_float32")["vs_A_eager_equal_fraction"][0]
     meta["A_vs_B_newton0_equal_fraction"] = a
     if a >= 1.0:
-        failures.append(f"the 0-iteration estimate equals the framework's {what} everywhere: no algorithm difference to show")
+        failures.append(
+            f"the 0-iteration estimate equals the framework's {what} everywhere: no algorithm difference to show"
+        )
     verdict = CONTRADICTED if failures else SUPPORTED
-    reason = "; ".join(failures) or f"every error is non-increasing in the iteration count, and A differs from B with 0 iterations ({what})"
+    reason = (
+        "; ".join(failures)
+        or f"every error is non-increasing in the iteration count, and A differs from B with 0 iterations ({what})"
+    )
     return verdict, reason, meta
 
 

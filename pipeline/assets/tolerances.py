@@ -15,7 +15,6 @@ magnitudes). ``ratio = atol / matrix_atol``: above 1 the matrix would reject obs
 fused results; below 0.1 it is more than ten times looser than needed. Feeds §6.1 (tolerances).
 """
 
-
 from collections import defaultdict
 from typing import Any
 
@@ -37,29 +36,71 @@ QUANTILE = 99.9
 TOO_LOOSE = 0.1
 
 
-def observations(per_set: pl.DataFrame, c1: pl.DataFrame, c2: pl.DataFrame, c3: pl.DataFrame, fuzzed: pl.DataFrame, profile) -> list[dict[str, Any]]:
+def observations(
+    per_set: pl.DataFrame, c1: pl.DataFrame, c2: pl.DataFrame, c3: pl.DataFrame, fuzzed: pl.DataFrame, profile
+) -> list[dict[str, Any]]:
     """Every fused-vs-fp64 observation as (source, op_class, dtype, reduction_size, abs_err, ulp_err)."""
     obs: list[dict[str, Any]] = []
     for r in per_set.filter(pl.col("path") == "fused").iter_rows(named=True):
         w = WORKLOADS[r["chain"]]
-        obs.append({"source": f"B:{r['chain']}/{r['distribution']}", "op_class": w.op_class, "dtype": r["dtype"],
-                    "reduction_size": int(w.reduction(profile)), "abs_err": r["abs_max"], "ulp_err": r["ulp_max"]})
+        obs.append(
+            {
+                "source": f"B:{r['chain']}/{r['distribution']}",
+                "op_class": w.op_class,
+                "dtype": r["dtype"],
+                "reduction_size": int(w.reduction(profile)),
+                "abs_err": r["abs_max"],
+                "ulp_err": r["ulp_max"],
+            }
+        )
     for r in c1.filter(pl.col("path").str.starts_with("fused")).iter_rows(named=True):
         # C1 multiplies an fp16 tensor by a scalar: one rounding, no accumulation.
-        obs.append({"source": f"C1:{r['path']}", "op_class": "elementwise", "dtype": "float16", "reduction_size": 1,
-                    "abs_err": r["abs_max"], "ulp_err": r["ulp_max"]})
+        obs.append(
+            {
+                "source": f"C1:{r['path']}",
+                "op_class": "elementwise",
+                "dtype": "float16",
+                "reduction_size": 1,
+                "abs_err": r["abs_max"],
+                "ulp_err": r["ulp_max"],
+            }
+        )
     for r in c2.filter(pl.col("version").str.starts_with("fused")).iter_rows(named=True):
         # A row sum of K terms is K additions, the matrix's matmul case; acc32 is the fp32 accumulator.
         dtype = "float16" if r["output"] == "out16" else "float32"
-        obs.append({"source": f"C2:{r['version']}/{r['output']}", "op_class": "matmul", "dtype": dtype,
-                    "reduction_size": int(profile.c2_length), "abs_err": r["abs_max"], "ulp_err": r["ulp_max"]})
+        obs.append(
+            {
+                "source": f"C2:{r['version']}/{r['output']}",
+                "op_class": "matmul",
+                "dtype": dtype,
+                "reduction_size": int(profile.c2_length),
+                "abs_err": r["abs_max"],
+                "ulp_err": r["ulp_max"],
+            }
+        )
     for r in c3.filter(pl.col("path") == "A_fused").iter_rows(named=True):
         # The framework rsqrt, fused; C3 records relative and ULP error only (no absolute error).
-        obs.append({"source": f"C3:{r['path']}", "op_class": "elementwise", "dtype": "float16", "reduction_size": 1,
-                    "abs_err": None, "ulp_err": r["ulp_max"]})
+        obs.append(
+            {
+                "source": f"C3:{r['path']}",
+                "op_class": "elementwise",
+                "dtype": "float16",
+                "reduction_size": 1,
+                "abs_err": None,
+                "ulp_err": r["ulp_max"],
+            }
+        )
     for r in fuzzed.filter(pl.col("class") == "ok").iter_rows(named=True):
-        obs.append({"source": "fuzz", "op_class": r["op_class"], "dtype": r["dtype"], "reduction_size": int(r["reduction_size"]),
-                    "abs_err": r["fused_abs_err"], "ulp_err": None})
+        obs.append(
+            {
+                "source": "fuzz",
+                "op_class": r["op_class"],
+                "dtype": r["dtype"],
+                "reduction_size": int(r["reduction_size"]),
+                "abs_err": r["fused_abs_err"],
+                "ulp_err": None,
+            }
+        )
     return obs
 
 
@@ -84,19 +125,46 @@ def measure(obs: list[dict[str, Any]]) -> pl.DataFrame:
         worst = max(by_source, key=lambda s: max(by_source[s])) if by_source else ""
         matrix = tolerance(getattr(torch, dtype), op_class, k)
         ratio = atol / matrix.atol if atol is not None else None
-        verdict = "no atol data" if ratio is None else (
-            "matrix too tight" if ratio > 1 else ("matrix >10x loose" if ratio < TOO_LOOSE else "matrix ok"))
-        rows.append({
-            "op_class": op_class, "dtype": dtype, "reduction_size": k,
-            "n_obs": len(items), "sources": ", ".join(sorted({o["source"].split(":")[0] for o in items})),
-            "atol": atol, "ulp": ulp, "matrix_atol": matrix.atol, "matrix_rtol": matrix.rtol,
-            "matrix_rule": matrix.source.split(": ")[-1], "ratio": ratio, "verdict": verdict, "worst_source": worst,
-        })
-    return pl.DataFrame(rows, schema={
-        "op_class": pl.String, "dtype": pl.String, "reduction_size": pl.Int64, "n_obs": pl.Int64, "sources": pl.String,
-        "atol": pl.Float64, "ulp": pl.Float64, "matrix_atol": pl.Float64, "matrix_rtol": pl.Float64,
-        "matrix_rule": pl.String, "ratio": pl.Float64, "verdict": pl.String, "worst_source": pl.String,
-    })
+        verdict = (
+            "no atol data"
+            if ratio is None
+            else ("matrix too tight" if ratio > 1 else ("matrix >10x loose" if ratio < TOO_LOOSE else "matrix ok"))
+        )
+        rows.append(
+            {
+                "op_class": op_class,
+                "dtype": dtype,
+                "reduction_size": k,
+                "n_obs": len(items),
+                "sources": ", ".join(sorted({o["source"].split(":")[0] for o in items})),
+                "atol": atol,
+                "ulp": ulp,
+                "matrix_atol": matrix.atol,
+                "matrix_rtol": matrix.rtol,
+                "matrix_rule": matrix.source.split(": ")[-1],
+                "ratio": ratio,
+                "verdict": verdict,
+                "worst_source": worst,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "op_class": pl.String,
+            "dtype": pl.String,
+            "reduction_size": pl.Int64,
+            "n_obs": pl.Int64,
+            "sources": pl.String,
+            "atol": pl.Float64,
+            "ulp": pl.Float64,
+            "matrix_atol": pl.Float64,
+            "matrix_rtol": pl.Float64,
+            "matrix_rule": pl.String,
+            "ratio": pl.Float64,
+            "verdict": pl.String,
+            "worst_source": pl.String,
+        },
+    )
 
 
 @dg.asset(
@@ -136,11 +204,16 @@ def measured_tolerances(
             **{f"verdict.{r['verdict']}": int(r["count"]) for r in counts.iter_rows(named=True)},
             "max_ratio": float(table["ratio"].max() or 0.0),
             "quantile": QUANTILE,
-            "table": dg.MetadataValue.md(markdown_table(
-                table.select(_TABLE_COLUMNS).with_columns(  # bold where the hand-written matrix is off
-                    pl.when(pl.col("verdict") != "matrix ok").then("**" + pl.col("verdict") + "**").otherwise(pl.col("verdict")).alias("verdict")
+            "table": dg.MetadataValue.md(
+                markdown_table(
+                    table.select(_TABLE_COLUMNS).with_columns(  # bold where the hand-written matrix is off
+                        pl.when(pl.col("verdict") != "matrix ok")
+                        .then("**" + pl.col("verdict") + "**")
+                        .otherwise(pl.col("verdict"))
+                        .alias("verdict")
+                    )
                 )
-            )),
+            ),
         }
     )
     return table
@@ -158,7 +231,8 @@ def matrix_covers_measured_error(measured_tolerances: pl.DataFrame) -> dg.AssetC
     tight = measured_tolerances.filter(pl.col("ratio") > 1)
     findings = [
         f"{r['op_class']}/{r['dtype']}/K={r['reduction_size']}: measured {r['atol']:.3g} vs matrix {r['matrix_atol']:.3g} "
-        f"(x{r['ratio']:.3g}, worst {r['worst_source']})" for r in tight.iter_rows(named=True)
+        f"(x{r['ratio']:.3g}, worst {r['worst_source']})"
+        for r in tight.iter_rows(named=True)
     ]
     return finding_result(
         findings,

@@ -9,7 +9,6 @@ and read back lazily, so memory holds one chunk whatever the set count (the seed
 pools are tens of GB in fp64).
 """
 
-
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -50,11 +49,15 @@ def pool_set_seed(settings: ExperimentSettings, workload: str, distribution: str
     return settings.derived_seed("pool", workload, distribution, index)
 
 
-def draw_sets(workload: Workload, settings: ExperimentSettings, distribution: str, start: int, stop: int) -> dict[str, torch.Tensor]:
+def draw_sets(
+    workload: Workload, settings: ExperimentSettings, distribution: str, start: int, stop: int
+) -> dict[str, torch.Tensor]:
     """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis."""
     profile = settings.get_profile()
-    drawn = [workload.sample(profile, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
-             for i in range(start, stop)]
+    drawn = [
+        workload.sample(profile, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
+        for i in range(start, stop)
+    ]
     return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
 
 
@@ -68,7 +71,12 @@ def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
     profile = settings.get_profile()
     shapes = workload.shapes(profile)
     dtypes = POOL_DTYPES[workload.name]
-    entries = {pool_key(d, t, a): (shapes[a], DTYPES[t]) for d in workload.distributions for t in dtypes for a in workload.arg_names}
+    entries = {
+        pool_key(d, t, a): (shapes[a], DTYPES[t])
+        for d in workload.distributions
+        for t in dtypes
+        for a in workload.arg_names
+    }
 
     def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
         out = {}
@@ -89,8 +97,10 @@ def reference_stream(workload: Workload, pool: Mapping[str, Any]) -> SetStream:
     if not groups:
         raise ValueError(f"the input pool of {workload.name!r} has no {first_arg!r} entries: rematerialize it")
     n_sets = pool[f"{groups[0]}/{first_arg}"].shape[0]
-    meta = tuple(torch.empty(tuple(pool[f"{groups[0]}/{a}"].shape[1:]), dtype=torch.float64, device="meta")
-                 for a in workload.arg_names)
+    meta = tuple(
+        torch.empty(tuple(pool[f"{groups[0]}/{a}"].shape[1:]), dtype=torch.float64, device="meta")
+        for a in workload.arg_names
+    )
     out_shape = tuple(workload.fn(*meta).shape)
     entries = {g: (out_shape, torch.float64) for g in groups}
 
@@ -98,7 +108,9 @@ def reference_stream(workload: Workload, pool: Mapping[str, Any]) -> SetStream:
         out = {}
         for g in groups:
             subset = {a: pool[f"{g}/{a}"][start:stop] for a in workload.arg_names}
-            out[g] = torch.stack([fp64_reference(workload.fn, set_args(subset, workload, i)) for i in range(stop - start)])
+            out[g] = torch.stack(
+                [fp64_reference(workload.fn, set_args(subset, workload, i)) for i in range(stop - start)]
+            )
         return out
 
     set_bytes = sum(8 * math.prod(pool[f"{g}/{a}"].shape[1:]) for g in groups for a in workload.arg_names)
@@ -153,8 +165,9 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
     )
     def reference(context: dg.AssetExecutionContext, pool: Any) -> SetStream:
         stream = reference_stream(workload, pool)
-        context.add_output_metadata({"entries": len(stream.entries), "sets": stream.n_sets,
-                                     "sets_per_chunk": stream.chunk_sets})
+        context.add_output_metadata(
+            {"entries": len(stream.entries), "sets": stream.n_sets, "sets_per_chunk": stream.chunk_sets}
+        )
         return stream
 
     return reference
@@ -238,6 +251,9 @@ def toolkit_selfcheck_all_cells_pass(toolkit_selfcheck: pl.DataFrame) -> dg.Asse
     failed = toolkit_selfcheck.filter(~pl.col("passed"))
     return validity_result(
         [f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True)],
-        {"cells": toolkit_selfcheck.height,
-         "failed": ", ".join(f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True)) or "none"},
+        {
+            "cells": toolkit_selfcheck.height,
+            "failed": ", ".join(f"{r['dtype']}/{r['value_class']}: {r['detail']}" for r in failed.iter_rows(named=True))
+            or "none",
+        },
     )

@@ -22,23 +22,34 @@ autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fuse
 profile's ``train.fp32_control`` is 1 (reported, not judged).
 """
 
-
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from ..experiments import group_of
 from ..corpus import load_corpus
+from ..experiments import group_of
 from ..gpt import TrainConfig, TrainResult, train
 from ..progress import Progress
 from ..resources import ExperimentSettings
 from ..storage import DataFolder
 from ..tables import markdown_table
-from ..verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result, finding_check, finding_result, validity_check, validity_result
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
 
 GROUP = group_of("E")
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.
@@ -121,18 +132,60 @@ def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
     """
     main = main_precision(settings)
     plan = [
-        {"run": replicate_run(main, "A"), "path": "eager", "precision": main, "data_order": "A", "role": "replicate", "init_ulp_nudge": False},
-        {"run": f"{main}_fused", "path": "fused", "precision": main, "data_order": "A", "role": "fused", "init_ulp_nudge": False},
-        {"run": control_run(main), "path": "eager", "precision": main, "data_order": "A", "role": "control", "init_ulp_nudge": True},
+        {
+            "run": replicate_run(main, "A"),
+            "path": "eager",
+            "precision": main,
+            "data_order": "A",
+            "role": "replicate",
+            "init_ulp_nudge": False,
+        },
+        {
+            "run": f"{main}_fused",
+            "path": "fused",
+            "precision": main,
+            "data_order": "A",
+            "role": "fused",
+            "init_ulp_nudge": False,
+        },
+        {
+            "run": control_run(main),
+            "path": "eager",
+            "precision": main,
+            "data_order": "A",
+            "role": "control",
+            "init_ulp_nudge": True,
+        },
     ]
     plan += [
-        {"run": replicate_run(main, o), "path": "eager", "precision": main, "data_order": o, "role": "replicate", "init_ulp_nudge": False}
+        {
+            "run": replicate_run(main, o),
+            "path": "eager",
+            "precision": main,
+            "data_order": o,
+            "role": "replicate",
+            "init_ulp_nudge": False,
+        }
         for o in REPLICATE_ORDERS[1:]
     ]
     if settings.get_profile().train.get("fp32_control", 0) and main != "float32":
         plan += [
-            {"run": "float32_eager", "path": "eager", "precision": "float32", "data_order": "A", "role": "fp32_pair", "init_ulp_nudge": False},
-            {"run": "float32_fused", "path": "fused", "precision": "float32", "data_order": "A", "role": "fp32_pair", "init_ulp_nudge": False},
+            {
+                "run": "float32_eager",
+                "path": "eager",
+                "precision": "float32",
+                "data_order": "A",
+                "role": "fp32_pair",
+                "init_ulp_nudge": False,
+            },
+            {
+                "run": "float32_fused",
+                "path": "fused",
+                "precision": "float32",
+                "data_order": "A",
+                "role": "fp32_pair",
+                "init_ulp_nudge": False,
+            },
         ]
     return plan
 
@@ -193,12 +246,30 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
             "wall_seconds.total": round(sum(s["wall_seconds"] for s in summary), 2),
             **{f"wall_seconds.{s['run']}": s["wall_seconds"] for s in summary},
             **{f"final_eval_loss.{s['run']}": s["final_eval_loss"] for s in summary},
-            **{f"{s['run']}.{k}": v for s in summary for k, v in s["evidence"].items() if isinstance(v, (int, float, str))},
+            **{
+                f"{s['run']}.{k}": v
+                for s in summary
+                for k, v in s["evidence"].items()
+                if isinstance(v, (int, float, str))
+            },
             "n_params": summary[0]["n_params"],
             "tokens_per_run": int(profile.train["steps"] * profile.train["batch"] * profile.train["context"]),
-            "run_table": dg.MetadataValue.md(markdown_table(pl.DataFrame(summary).select(
-                "run", "role", "path", "precision", "data_order", "init_ulp_nudge", "nudged_elements", "wall_seconds",
-                "final_eval_loss", "resumed_from_step"))),
+            "run_table": dg.MetadataValue.md(
+                markdown_table(
+                    pl.DataFrame(summary).select(
+                        "run",
+                        "role",
+                        "path",
+                        "precision",
+                        "data_order",
+                        "init_ulp_nudge",
+                        "nudged_elements",
+                        "wall_seconds",
+                        "final_eval_loss",
+                        "resumed_from_step",
+                    )
+                )
+            ),
             **{f"train.{k}": v for k, v in profile.train.items()},
         }
     )
@@ -223,13 +294,32 @@ def _run_summary(result: TrainResult) -> dict[str, Any]:
 
 
 CURVE_SCHEMA = {
-    "run": pl.String, "path": pl.String, "precision": pl.String, "data_order": pl.String, "role": pl.String,
-    "init_ulp_nudge": pl.Boolean, "data_seed": pl.Int64, "init_seed": pl.Int64, "nudged_elements": pl.Int64,
-    "step": pl.Int64, "tokens": pl.Int64, "train_loss": pl.Float64, "eval_loss": pl.Float64,
-    "perplexity": pl.Float64, "grad_norm": pl.Float64, "lr": pl.Float64, "skipped_steps": pl.Int64,
-    "wall_seconds": pl.Float64, "n_params": pl.Int64, "graph_breaks": pl.Int64, "recompiles": pl.Int64,
-    "fwd_kernels": pl.Int64, "bwd_kernels": pl.Int64, "eval_kernels": pl.Int64,
-    "fwd_code_sha256": pl.String, "bwd_code_sha256": pl.String,
+    "run": pl.String,
+    "path": pl.String,
+    "precision": pl.String,
+    "data_order": pl.String,
+    "role": pl.String,
+    "init_ulp_nudge": pl.Boolean,
+    "data_seed": pl.Int64,
+    "init_seed": pl.Int64,
+    "nudged_elements": pl.Int64,
+    "step": pl.Int64,
+    "tokens": pl.Int64,
+    "train_loss": pl.Float64,
+    "eval_loss": pl.Float64,
+    "perplexity": pl.Float64,
+    "grad_norm": pl.Float64,
+    "lr": pl.Float64,
+    "skipped_steps": pl.Int64,
+    "wall_seconds": pl.Float64,
+    "n_params": pl.Int64,
+    "graph_breaks": pl.Int64,
+    "recompiles": pl.Int64,
+    "fwd_kernels": pl.Int64,
+    "bwd_kernels": pl.Int64,
+    "eval_kernels": pl.Int64,
+    "fwd_code_sha256": pl.String,
+    "bwd_code_sha256": pl.String,
 }
 
 
@@ -274,8 +364,12 @@ class CurveJudgement:
     min_spread: float | None
 
     def metadata(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"replicates": self.replicates, "judged_points": self.judged_points, "points_outside": self.points_outside,
-                               "first_outside_step": "never" if self.first_outside_step is None else int(self.first_outside_step)}
+        out: dict[str, Any] = {
+            "replicates": self.replicates,
+            "judged_points": self.judged_points,
+            "points_outside": self.points_outside,
+            "first_outside_step": "never" if self.first_outside_step is None else int(self.first_outside_step),
+        }
         for k in ("outside_fraction", "final_fused_minus_eager", "final_spread", "min_spread"):
             v = getattr(self, k)
             if v is not None:
@@ -304,7 +398,12 @@ def judge_fused_curve(
     """:data:`RULE` on one curve: a pure function of the eval points (``replicates`` holds one
     curve per replicate, ``eager`` is the replicate fused is paired with). Step 0 is not judged.
 
-    >>> reps = [[5, 3.0, 2.5, 2.2, 2.0], [5, 3.1, 2.6, 2.3, 2.1], [5, 3.05, 2.55, 2.25, 2.05], [5, 2.95, 2.45, 2.15, 1.95]]
+    >>> reps = [
+    ...     [5, 3.0, 2.5, 2.2, 2.0],
+    ...     [5, 3.1, 2.6, 2.3, 2.1],
+    ...     [5, 3.05, 2.55, 2.25, 2.05],
+    ...     [5, 2.95, 2.45, 2.15, 1.95],
+    ... ]
     >>> judge_fused_curve([0, 10, 20, 30, 40], reps, reps[0], [5, 3.01, 2.5, 2.21, 2.0]).verdict
     'supported'
     """
@@ -328,30 +427,45 @@ def judge_fused_curve(
             outside_steps.append(steps[i])
     last = judged[-1] if judged else None
     final_spread = spreads[-1] if spreads else None
-    final_diff = (fused[last] - eager[last]) if last is not None and _finite(fused[last]) and _finite(eager[last]) else None
+    final_diff = (
+        (fused[last] - eager[last]) if last is not None and _finite(fused[last]) and _finite(eager[last]) else None
+    )
     defined = [s for s in spreads if s is not None]
     base = dict(
-        replicates=len(replicates), judged_points=len(judged), points_outside=len(outside_steps),
+        replicates=len(replicates),
+        judged_points=len(judged),
+        points_outside=len(outside_steps),
         outside_fraction=len(outside_steps) / len(judged) if judged else None,
-        first_outside_step=outside_steps[0] if outside_steps else None, final_step=steps[last] if last is not None else None,
-        final_fused_minus_eager=final_diff, final_spread=final_spread, min_spread=min(defined) if defined else None,
+        first_outside_step=outside_steps[0] if outside_steps else None,
+        final_step=steps[last] if last is not None else None,
+        final_fused_minus_eager=final_diff,
+        final_spread=final_spread,
+        min_spread=min(defined) if defined else None,
     )
     if len(replicates) < min_replicates:
         return CurveJudgement(INCONCLUSIVE, f"{len(replicates)} replicates, the rule needs {min_replicates}", **base)
     if len(judged) < min_points:
         return CurveJudgement(INCONCLUSIVE, f"{len(judged)} judged eval points, the rule needs {min_points}", **base)
     if len(defined) < len(spreads) or min(defined) <= 0:
-        bad = [steps[i] for i, s in zip(judged, spreads) if s is None or s <= 0]
-        return CurveJudgement(INCONCLUSIVE, f"replicate spread zero or undefined at step(s) {bad[:5]}: no measured variation to judge against", **base)
+        bad = [steps[i] for i, s in zip(judged, spreads, strict=False) if s is None or s <= 0]
+        return CurveJudgement(
+            INCONCLUSIVE,
+            f"replicate spread zero or undefined at step(s) {bad[:5]}: no measured variation to judge against",
+            **base,
+        )
     fraction = len(outside_steps) / len(judged)
     reasons = []
     if fraction > max_outside_fraction:
-        reasons.append(f"fused outside the envelope widened by {widening:g} spreads at {len(outside_steps)}/{len(judged)} "
-                       f"eval points ({fraction:.0%} > {max_outside_fraction:.0%}; first at step {outside_steps[0]})")
+        reasons.append(
+            f"fused outside the envelope widened by {widening:g} spreads at {len(outside_steps)}/{len(judged)} "
+            f"eval points ({fraction:.0%} > {max_outside_fraction:.0%}; first at step {outside_steps[0]})"
+        )
     if final_diff is None or abs(final_diff) > final_multiple * final_spread:
         shown = "non-finite" if final_diff is None else f"{final_diff:+.4g}"
-        reasons.append(f"final eval loss fused - eager {shown} exceeds {final_multiple:g} x final spread "
-                       f"{final_spread:.4g} = {final_multiple * final_spread:.4g}")
+        reasons.append(
+            f"final eval loss fused - eager {shown} exceeds {final_multiple:g} x final spread "
+            f"{final_spread:.4g} = {final_multiple * final_spread:.4g}"
+        )
     if reasons:
         return CurveJudgement(CONTRADICTED, "; ".join(reasons), **base)
     return CurveJudgement(
@@ -368,7 +482,9 @@ def rms(values: Sequence[float | None]) -> float | None:
     return math.sqrt(sum(v * v for v in vals) / len(vals)) if vals else None
 
 
-def control_findings(fused_dev: Sequence[float | None], control_dev: Sequence[float | None], factor: float = CONTROL_FACTOR) -> list[str]:
+def control_findings(
+    fused_dev: Sequence[float | None], control_dev: Sequence[float | None], factor: float = CONTROL_FACTOR
+) -> list[str]:
     """Finding when fused's RMS deviation from eager exceeds ``factor`` x the control's (both over
     the same judged eval points): fused moves the curve more than a pure rounding perturbation does.
 
@@ -383,7 +499,9 @@ def control_findings(fused_dev: Sequence[float | None], control_dev: Sequence[fl
     if c == 0:
         return [] if f == 0 else [f"the control did not move the curve (RMS 0) while fused did (RMS {f:.4g})"]
     if f > factor * c:
-        return [f"fused moves the eval-loss curve {f / c:.3g}x as far as the one-ULP control (RMS {f:.4g} vs {c:.4g}; finding above {factor:g}x)"]
+        return [
+            f"fused moves the eval-loss curve {f / c:.3g}x as far as the one-ULP control (RMS {f:.4g} vs {c:.4g}; finding above {factor:g}x)"
+        ]
     return []
 
 
@@ -422,19 +540,34 @@ def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
                 ok = all(_finite(v) for v in vals)
                 lo, hi = (min(vals), max(vals)) if ok else (None, None)
                 spread = hi - lo if ok else None
-                dev = lambda x: x[i] - eager[i] if _finite(x[i]) and _finite(eager[i]) else None  # noqa: E731
+                dev = lambda x: x[i] - eager[i] if _finite(x[i]) and _finite(eager[i]) else None  # noqa: E731, B023 - called at once, in this iteration
                 f_dev = dev(fused)
-                rows.append({
-                    "precision": precision, "metric": metric, "step": step, "judged": step > 0,
-                    **{f"replicate_{o}": reps[o][i] for o in REPLICATE_ORDERS},
-                    "eager": eager[i], "fused": fused[i], "control": control[i],
-                    "replicate_min": lo, "replicate_max": hi, "replicate_spread": spread,
-                    "envelope_lo": lo - ENVELOPE_WIDENING * spread if ok else None,
-                    "envelope_hi": hi + ENVELOPE_WIDENING * spread if ok else None,
-                    "fused_minus_eager": f_dev, "control_minus_eager": dev(control),
-                    "outside_envelope": (not _finite(fused[i]) or fused[i] < lo - ENVELOPE_WIDENING * spread
-                                         or fused[i] > hi + ENVELOPE_WIDENING * spread) if ok and step > 0 else None,
-                })
+                rows.append(
+                    {
+                        "precision": precision,
+                        "metric": metric,
+                        "step": step,
+                        "judged": step > 0,
+                        **{f"replicate_{o}": reps[o][i] for o in REPLICATE_ORDERS},
+                        "eager": eager[i],
+                        "fused": fused[i],
+                        "control": control[i],
+                        "replicate_min": lo,
+                        "replicate_max": hi,
+                        "replicate_spread": spread,
+                        "envelope_lo": lo - ENVELOPE_WIDENING * spread if ok else None,
+                        "envelope_hi": hi + ENVELOPE_WIDENING * spread if ok else None,
+                        "fused_minus_eager": f_dev,
+                        "control_minus_eager": dev(control),
+                        "outside_envelope": (
+                            not _finite(fused[i])
+                            or fused[i] < lo - ENVELOPE_WIDENING * spread
+                            or fused[i] > hi + ENVELOPE_WIDENING * spread
+                        )
+                        if ok and step > 0
+                        else None,
+                    }
+                )
     return pl.DataFrame(rows)
 
 
@@ -452,17 +585,22 @@ def deviation_summary(dev: pl.DataFrame) -> list[dict[str, Any]]:
         j = judge_frame(dev, precision, metric)
         part = dev.filter((pl.col("precision") == precision) & (pl.col("metric") == metric) & pl.col("judged"))
         spread = part["replicate_spread"].drop_nulls()
-        out.append({
-            "precision": precision, "metric": metric, "verdict_under_rule": j.verdict,
-            "judged_points": j.judged_points, "points_outside": j.points_outside,
-            "first_outside_step": "never" if j.first_outside_step is None else str(j.first_outside_step),
-            "spread_mean": float(spread.mean()) if spread.len() else None,
-            "spread_final": j.final_spread,
-            "fused_rms_dev": rms(part["fused_minus_eager"].to_list()),
-            "control_rms_dev": rms(part["control_minus_eager"].to_list()),
-            "final_fused_minus_eager": j.final_fused_minus_eager,
-            "final_control_minus_eager": part["control_minus_eager"].to_list()[-1] if part.height else None,
-        })
+        out.append(
+            {
+                "precision": precision,
+                "metric": metric,
+                "verdict_under_rule": j.verdict,
+                "judged_points": j.judged_points,
+                "points_outside": j.points_outside,
+                "first_outside_step": "never" if j.first_outside_step is None else str(j.first_outside_step),
+                "spread_mean": float(spread.mean()) if spread.len() else None,
+                "spread_final": j.final_spread,
+                "fused_rms_dev": rms(part["fused_minus_eager"].to_list()),
+                "control_rms_dev": rms(part["control_minus_eager"].to_list()),
+                "final_fused_minus_eager": j.final_fused_minus_eager,
+                "final_control_minus_eager": part["control_minus_eager"].to_list()[-1] if part.height else None,
+            }
+        )
     return out
 
 
@@ -475,16 +613,27 @@ def deviation_summary(dev: pl.DataFrame) -> list[dict[str, Any]]:
     "the spread of the eager replicates (max - min over data orders) and the one-ULP control's difference from eager.",
     kinds={"polars"},
 )
-def training_final_metrics(context: dg.AssetExecutionContext, settings: ExperimentSettings, training_curves: pl.DataFrame) -> pl.DataFrame:
+def training_final_metrics(
+    context: dg.AssetExecutionContext, settings: ExperimentSettings, training_curves: pl.DataFrame
+) -> pl.DataFrame:
     table = final_metric_table(training_curves, main_precision(settings))
     context.add_output_metadata(
         {
             "table": dg.MetadataValue.md(markdown_table(table)),
-            **{f"{r['precision']}.{r['metric']}.fused_minus_eager": float(r["fused_minus_eager"]) for r in table.iter_rows(named=True)},
-            **{f"{r['precision']}.{r['metric']}.replicate_spread": float(r["replicate_spread"])
-               for r in table.iter_rows(named=True) if r["replicate_spread"] is not None},
-            **{f"{r['precision']}.{r['metric']}.control_minus_eager": float(r["control_minus_eager"])
-               for r in table.iter_rows(named=True) if r["control_minus_eager"] is not None},
+            **{
+                f"{r['precision']}.{r['metric']}.fused_minus_eager": float(r["fused_minus_eager"])
+                for r in table.iter_rows(named=True)
+            },
+            **{
+                f"{r['precision']}.{r['metric']}.replicate_spread": float(r["replicate_spread"])
+                for r in table.iter_rows(named=True)
+                if r["replicate_spread"] is not None
+            },
+            **{
+                f"{r['precision']}.{r['metric']}.control_minus_eager": float(r["control_minus_eager"])
+                for r in table.iter_rows(named=True)
+                if r["control_minus_eager"] is not None
+            },
         }
     )
     return table
@@ -508,19 +657,37 @@ def final_metric_table(curves: pl.DataFrame, main: str) -> pl.DataFrame:
             spread = max(vals) - min(vals) if len(vals) >= 2 else None
             diff = f[metric] - e[metric]
             c_diff = control[metric] - e[metric] if control is not None and precision == main else None
-            rows.append({
-                "precision": precision, "metric": metric, "step": e["step"],
-                "eager": e[metric], "fused": f[metric], "fused_minus_eager": diff,
-                "rel_diff": diff / e[metric] if e[metric] else None,
-                "replicate_spread": spread,
-                "diff_in_spreads": abs(diff) / spread if spread else None,
-                "control": control[metric] if c_diff is not None else None, "control_minus_eager": c_diff,
-            })
-    return pl.DataFrame(rows, schema={
-        "precision": pl.String, "metric": pl.String, "step": pl.Int64, "eager": pl.Float64, "fused": pl.Float64,
-        "fused_minus_eager": pl.Float64, "rel_diff": pl.Float64, "replicate_spread": pl.Float64,
-        "diff_in_spreads": pl.Float64, "control": pl.Float64, "control_minus_eager": pl.Float64,
-    })
+            rows.append(
+                {
+                    "precision": precision,
+                    "metric": metric,
+                    "step": e["step"],
+                    "eager": e[metric],
+                    "fused": f[metric],
+                    "fused_minus_eager": diff,
+                    "rel_diff": diff / e[metric] if e[metric] else None,
+                    "replicate_spread": spread,
+                    "diff_in_spreads": abs(diff) / spread if spread else None,
+                    "control": control[metric] if c_diff is not None else None,
+                    "control_minus_eager": c_diff,
+                }
+            )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "precision": pl.String,
+            "metric": pl.String,
+            "step": pl.Int64,
+            "eager": pl.Float64,
+            "fused": pl.Float64,
+            "fused_minus_eager": pl.Float64,
+            "rel_diff": pl.Float64,
+            "replicate_spread": pl.Float64,
+            "diff_in_spreads": pl.Float64,
+            "control": pl.Float64,
+            "control_minus_eager": pl.Float64,
+        },
+    )
 
 
 @dg.asset(
@@ -529,7 +696,9 @@ def final_metric_table(curves: pl.DataFrame, main: str) -> pl.DataFrame:
     f"widening by {ENVELOPE_WIDENING:g} spreads), fused and the one-ULP control against eager; the first step outside.",
     kinds={"polars"},
 )
-def training_deviation(context: dg.AssetExecutionContext, settings: ExperimentSettings, training_curves: pl.DataFrame) -> pl.DataFrame:
+def training_deviation(
+    context: dg.AssetExecutionContext, settings: ExperimentSettings, training_curves: pl.DataFrame
+) -> pl.DataFrame:
     dev = deviation_frame(training_curves, main_precision(settings))
     summary = deviation_summary(dev)
     meta: dict[str, Any] = {"summary": dg.MetadataValue.md(markdown_table(pl.DataFrame(summary)))}
@@ -537,7 +706,14 @@ def training_deviation(context: dg.AssetExecutionContext, settings: ExperimentSe
         prefix = f"{s['precision']}.{s['metric']}"
         meta[f"{prefix}.first_outside_step"] = s["first_outside_step"]
         meta[f"{prefix}.points_outside"] = int(s["points_outside"])
-        for k in ("spread_mean", "spread_final", "fused_rms_dev", "control_rms_dev", "final_fused_minus_eager", "final_control_minus_eager"):
+        for k in (
+            "spread_mean",
+            "spread_final",
+            "fused_rms_dev",
+            "control_rms_dev",
+            "final_fused_minus_eager",
+            "final_control_minus_eager",
+        ):
             if s[k] is not None:
                 meta[f"{prefix}.{k}"] = float(s[k])
     context.add_output_metadata(meta)
@@ -559,7 +735,9 @@ def training_deviation(context: dg.AssetExecutionContext, settings: ExperimentSe
 )
 def training_runs_valid(context: dg.AssetCheckExecutionContext, training_curves: pl.DataFrame) -> dg.AssetCheckResult:
     plan = run_plan(context.resources.settings)
-    return validity_result(run_problems(training_curves, plan), {"runs": training_curves["run"].n_unique(), "planned_runs": len(plan)})
+    return validity_result(
+        run_problems(training_curves, plan), {"runs": training_curves["run"].n_unique(), "planned_runs": len(plan)}
+    )
 
 
 def run_problems(curves: pl.DataFrame, plan: list[dict[str, Any]]) -> list[str]:
@@ -614,13 +792,32 @@ def run_problems(curves: pl.DataFrame, plan: list[dict[str, Any]]) -> list[str]:
     f"replicates at every eval point (envelope widened by {ENVELOPE_WIDENING:g} spreads, at most "
     f"{MAX_OUTSIDE_FRACTION:.0%} of points outside; final |fused - eager| <= {FINAL_SPREAD_MULTIPLE:g} spreads).",
 )
-def fused_learns_like_eager(context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame) -> dg.AssetCheckResult:
+def fused_learns_like_eager(
+    context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame
+) -> dg.AssetCheckResult:
     main = main_precision(context.resources.settings)
     j = judge_frame(training_deviation, main)
-    part = training_deviation.filter((pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")).sort("step")
-    table = part.select("step", "replicate_min", "replicate_max", "replicate_spread", "eager", "fused", "control",
-                        "fused_minus_eager", "control_minus_eager", "outside_envelope")
-    return claim_result(j.verdict, RULE, j.reason, {"precision": main, **j.metadata(), "points": dg.MetadataValue.md(markdown_table(table))})
+    part = training_deviation.filter(
+        (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
+    ).sort("step")
+    table = part.select(
+        "step",
+        "replicate_min",
+        "replicate_max",
+        "replicate_spread",
+        "eager",
+        "fused",
+        "control",
+        "fused_minus_eager",
+        "control_minus_eager",
+        "outside_envelope",
+    )
+    return claim_result(
+        j.verdict,
+        RULE,
+        j.reason,
+        {"precision": main, **j.metadata(), "points": dg.MetadataValue.md(markdown_table(table))},
+    )
 
 
 @finding_check(
@@ -631,9 +828,13 @@ def fused_learns_like_eager(context: dg.AssetCheckExecutionContext, training_dev
     f"(same data order and init); a finding above {CONTROL_FACTOR:g}x (fused moves the curve more than pure rounding "
     "does, even if within the replicate envelope).",
 )
-def fused_deviation_vs_rounding_control(context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame) -> dg.AssetCheckResult:
+def fused_deviation_vs_rounding_control(
+    context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame
+) -> dg.AssetCheckResult:
     main = main_precision(context.resources.settings)
-    part = training_deviation.filter((pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")).sort("step")
+    part = training_deviation.filter(
+        (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
+    ).sort("step")
     fused_dev, control_dev = part["fused_minus_eager"].to_list(), part["control_minus_eager"].to_list()
     f, c = rms(fused_dev), rms(control_dev)
     meta: dict[str, Any] = {"control_factor": CONTROL_FACTOR, "judged_points": part.height}

@@ -22,19 +22,31 @@ class ReportConfig(dg.Config):
         default_factory=lambda: os.environ.get("FUSION_MAIN_DOCUMENT_URL", ""),
         description="Base URL of the main document; claims link to its section anchors. Empty: a local page lists the sections.",
     )
-    docs_dir: str = Field(default="site/docs", description="where pages and chart specs are written (relative to the repo)")
+    docs_dir: str = Field(
+        default="site/docs", description="where pages and chart specs are written (relative to the repo)"
+    )
     build_dir: str = Field(default="site/build", description="where mkdocs builds the static site (git-ignored)")
 
 
-def device_reports(instance: dg.DagsterInstance, graph: Any, data_root: Path, docs_dir: Path, profile: str,
-                   main_document_url: str) -> list[Report]:
+def device_reports(
+    instance: dg.DagsterInstance, graph: Any, data_root: Path, docs_dir: Path, profile: str, main_document_url: str
+) -> list[Report]:
     """One report per device imported from a results bundle, reading its own data folder."""
     out = []
     for label in imported_devices(instance, graph, profile):
         folder = data_root / "devices" / device_slug(label) / profile
-        first = next((r for r in _any_imported(instance, graph, profile, label)), {})
-        r = Report(instance, graph, folder, docs_dir, profile, main_document_url,
-                   str(first.get("provenance.device", "unknown")), device_label=label, imported=True)
+        first: dict[str, Any] = next(iter(_any_imported(instance, graph, profile, label)), {})
+        r = Report(
+            instance,
+            graph,
+            folder,
+            docs_dir,
+            profile,
+            main_document_url,
+            str(first.get("provenance.device", "unknown")),
+            device_label=label,
+            imported=True,
+        )
         r.page_suffix = f"--{device_slug(label)}"
         out.append(r)
     return out
@@ -45,7 +57,11 @@ def _any_imported(instance: dg.DagsterInstance, graph: Any, profile: str, label:
         for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=20).records:
             mat = record.event_log_entry.asset_materialization
             meta = {k: getattr(v, "value", v) for k, v in (mat.metadata if mat else {}).items()}
-            if "bundle.imported_from" in meta and meta.get("provenance.profile") == profile and device_of(meta) == label:
+            if (
+                "bundle.imported_from" in meta
+                and meta.get("provenance.profile") == profile
+                and device_of(meta) == label
+            ):
                 yield meta
 
 
@@ -73,15 +89,23 @@ def build_report_asset(
         data_dir = data.profile_dir(settings.profile)
         data_dir = data_dir if data_dir.is_absolute() else Path.cwd() / data_dir
         graph = dg.Definitions(
-            assets=[*experiment_assets, report_site], asset_checks=experiment_checks,
+            assets=[*experiment_assets, report_site],
+            asset_checks=experiment_checks,
             resources={"settings": settings, "data": data},
         ).resolve_asset_graph()
         report = Report(
-            context.instance, graph, data_dir, docs_dir, settings.profile, config.main_document_url,
-            str(settings.torch_device()), device_label=settings.device_key(),
+            context.instance,
+            graph,
+            data_dir,
+            docs_dir,
+            settings.profile,
+            config.main_document_url,
+            str(settings.torch_device()),
+            device_label=settings.device_key(),
         )
-        report.other_devices = device_reports(context.instance, graph, data_dir.parent, docs_dir, settings.profile,
-                                              config.main_document_url)
+        report.other_devices = device_reports(
+            context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
+        )
         prepare_docs_dir(docs_dir)
         vendor_javascript(docs_dir)
         pages = all_pages(report)
@@ -89,7 +113,7 @@ def build_report_asset(
             write_page(docs_dir, relative, text)
         provenance = {
             **settings.provenance(),
-            "built_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "built_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         }
         index = mkdocs_build(docs_dir, build_dir, provenance)
         outcomes = {exp.id: report.outcome(exp.group) for exp in EXPERIMENTS}

@@ -1,6 +1,7 @@
 """The report's pages: overview (claim -> evidence), one page per experiment, toolkit page."""
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 
@@ -9,7 +10,13 @@ from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .deliverables import DELIVERABLES, PLAN_DELIVERABLE
 from .history import history_page
 from .render import (
-    Report, checks_section, collapsed, experiment_header, markdown_table, materializations_section, outcome_cells,
+    Report,
+    checks_section,
+    collapsed,
+    experiment_header,
+    markdown_table,
+    materializations_section,
+    outcome_cells,
     verdict_section,
 )
 
@@ -47,31 +54,43 @@ def overview(report: Report) -> str:
             )
     others = report.other_devices
     if others:
-        lines.append(f"Results of {len(others)} more device(s) are imported: see [devices side by side](results/devices.md).\n")
-    if not report.device.startswith("cuda") and not any(o.device.split(":")[0] in ("cuda", "xpu", "npu", "mps") for o in others):
         lines.append(
-            "!!! note \"Measured on the CPU only\"\n    Every number here comes from the CPU: the fused path is "
+            f"Results of {len(others)} more device(s) are imported: see [devices side by side](results/devices.md).\n"
+        )
+    if not report.device.startswith("cuda") and not any(
+        o.device.split(":")[0] in ("cuda", "xpu", "npu", "mps") for o in others
+    ):
+        lines.append(
+            '!!! note "Measured on the CPU only"\n    Every number here comes from the CPU: the fused path is '
             "Inductor's generated C++. The same pipeline runs on CUDA (Triton kernels) with "
             "`device: cuda`, but no GPU result is part of this build, so nothing here says how fusion "
             "behaves on a GPU.\n"
         )
     lines.append("\n## Experiments\n")
     lines.append("Each experiment's page opens with what the test plan asks it to deliver, in the plan's form.\n")
-    lines.append("| experiment | opens with (the plan's deliverable) | run validity | verdict | findings |\n|---|---|---|---|---|")
+    lines.append(
+        "| experiment | opens with (the plan's deliverable) | run validity | verdict | findings |\n|---|---|---|---|---|"
+    )
     for exp in EXPERIMENTS:
         validity, verdict, findings = outcome_cells(report, exp.group)
         opens = PLAN_DELIVERABLE.get(exp.id, f"no plan deliverable (asset group `{exp.group}`)")
-        lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {validity} | {verdict} | {findings} |")
-    lines.append("\nHow each claim's key figures moved over past runs: [history](results/history.md). "
-                 "Definitions of every statistic are on the [methodology](methodology.md) page.\n")
+        lines.append(
+            f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {validity} | {verdict} | {findings} |"
+        )
+    lines.append(
+        "\nHow each claim's key figures moved over past runs: [history](results/history.md). "
+        "Definitions of every statistic are on the [methodology](methodology.md) page.\n"
+    )
     return "\n".join(lines)
 
 
 def stored_tables(report: Report, exp: Experiment) -> str:
     """Every stored table of the experiment, collapsed, with its parquet / CSV download."""
-    parts = ["## Stored tables\n",
-             "Each table as the experiment stored it; open one to read it here (first "
-             f"{STORED_TABLE_ROWS} rows), or download it whole.\n"]
+    parts = [
+        "## Stored tables\n",
+        "Each table as the experiment stored it; open one to read it here (first "
+        f"{STORED_TABLE_ROWS} rows), or download it whole.\n",
+    ]
     for asset in report.assets_of(exp.group):
         table = report.table(asset.key)
         if not isinstance(table, pl.DataFrame):
@@ -81,7 +100,9 @@ def stored_tables(report: Report, exp: Experiment) -> str:
             body = f"{links}\n\n_Too long to read on a page: {table.height} rows._"
         else:
             body = f"{links}\n\n" + markdown_table(table, max_rows=STORED_TABLE_ROWS, max_columns=STORED_TABLE_COLUMNS)
-        parts.append(f"### `{asset.key}`\n\n{asset.description}\n\n" + collapsed(f"{asset.key}: {table.height} rows", body))
+        parts.append(
+            f"### `{asset.key}`\n\n{asset.description}\n\n" + collapsed(f"{asset.key}: {table.height} rows", body)
+        )
     return "\n".join(parts)
 
 
@@ -116,20 +137,32 @@ def _provenance(report: Report) -> dict[str, Any]:
     return newest
 
 
-PROVENANCE_ROWS = (("device", "torch device"), ("device_name", "hardware"), ("backend", "fused backend"),
-                   ("torch_version", "torch"), ("cuda_runtime", "CUDA runtime"), ("driver", "driver"),
-                   ("compute_capability", "compute capability"), ("cpu_capability", "ATen CPU ISA"),
-                   ("git_commit", "commit"))
+PROVENANCE_ROWS = (
+    ("device", "torch device"),
+    ("device_name", "hardware"),
+    ("backend", "fused backend"),
+    ("torch_version", "torch"),
+    ("cuda_runtime", "CUDA runtime"),
+    ("driver", "driver"),
+    ("compute_capability", "compute capability"),
+    ("cpu_capability", "ATen CPU ISA"),
+    ("git_commit", "commit"),
+)
 
 
 def devices_page(reports: list[Report]) -> str:
     """Every device with results for the profile, side by side: outcomes per experiment, then provenance."""
     labels = [r.device_label or r.device for r in reports]
-    lines = ["# Devices side by side\n",
-             f"Profile **{reports[0].profile}**. Each column is one device's latest materialization of each experiment "
-             "(run validity / claim verdict / findings), judged by the same rules; the first column is this checkout's "
-             "own run, the others come from imported results bundles. Devices named: " + ", ".join(f"**{x}**" for x in labels) + ".\n",
-             "| experiment | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    lines = [
+        "# Devices side by side\n",
+        f"Profile **{reports[0].profile}**. Each column is one device's latest materialization of each experiment "
+        "(run validity / claim verdict / findings), judged by the same rules; the first column is this checkout's "
+        "own run, the others come from imported results bundles. Devices named: "
+        + ", ".join(f"**{x}**" for x in labels)
+        + ".\n",
+        "| experiment | " + " | ".join(labels) + " |",
+        "|---" * (len(labels) + 1) + "|",
+    ]
     for exp in EXPERIMENTS:
         cells = []
         for r in reports:
@@ -141,7 +174,9 @@ def devices_page(reports: list[Report]) -> str:
     provs = [_provenance(r) for r in reports]
     for key, title in PROVENANCE_ROWS:
         lines.append(f"| {title} | " + " | ".join(str(p.get(f"provenance.{key}", "—") or "—") for p in provs) + " |")
-    lines.append("| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |")
+    lines.append(
+        "| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -20,8 +20,17 @@ import polars as pl
 
 from ..storage import atomic_path, read_value
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
-from ..verdicts import CLAIM, INCONCLUSIVE, NOT_JUDGED, VALIDITY, CheckOutcome, ExperimentOutcome, check_outcome, summarize
-from .claims import EXPERIMENTS, SECTIONS, Experiment
+from ..verdicts import (
+    CLAIM,
+    INCONCLUSIVE,
+    NOT_JUDGED,
+    VALIDITY,
+    CheckOutcome,
+    ExperimentOutcome,
+    check_outcome,
+    summarize,
+)
+from .claims import SECTIONS, Experiment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC_DOCS = REPO_ROOT / "site" / "docs"
@@ -64,8 +73,9 @@ class CheckRecord:
         """This evaluation as the three outcomes see it (None when not yet run)."""
         if self.state == "not yet run":
             return None
-        return check_outcome(self.key, self.state == "passed", "WARN" if self.state == "warned" else "ERROR",
-                             self.metadata, self.outcome)
+        return check_outcome(
+            self.key, self.state == "passed", "WARN" if self.state == "warned" else "ERROR", self.metadata, self.outcome
+        )
 
     @property
     def label(self) -> str:
@@ -138,7 +148,7 @@ class Report:
                 meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
                 if meta.get("provenance.profile") == self.profile:
                     record.materialized = True
-                    record.timestamp = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+                    record.timestamp = dt.datetime.fromtimestamp(event.timestamp, dt.UTC)
                     record.metadata = meta
             out.append(record)
         return out
@@ -151,8 +161,14 @@ class Report:
                 continue
             spec = self.graph.get_check_spec(check_key)
             spec_meta = {k: plain(v) for k, v in (spec.metadata or {}).items()}
-            record = CheckRecord(check_key.asset_key.to_user_string(), check_key.name, spec.description or "",
-                                 "not yet run", outcome=spec_meta.get("outcome", VALIDITY), spec_metadata=spec_meta)
+            record = CheckRecord(
+                check_key.asset_key.to_user_string(),
+                check_key.name,
+                spec.description or "",
+                "not yet run",
+                outcome=spec_meta.get("outcome", VALIDITY),
+                spec_metadata=spec_meta,
+            )
             latest = self._latest_check_record(check_key)
             evaluation = None
             if latest is not None and latest.event is not None and latest.event.dagster_event is not None:
@@ -267,8 +283,8 @@ class Report:
             f'<figure class="vega-figure">\n<div class="vega-chart" id="chart-{stem}"></div>\n'
             f'<script type="application/json" data-vega-target="chart-{stem}">{inline}</script>\n'
             f'<noscript><img src="charts/{stem}.svg" alt="{caption}"></noscript>\n'
-            f"<figcaption>{caption} (<a href=\"charts/{stem}.svg\">SVG</a>, "
-            f"<a href=\"charts/{stem}.vl.json\">Vega-Lite spec</a>)</figcaption>\n</figure>\n"
+            f'<figcaption>{caption} (<a href="charts/{stem}.svg">SVG</a>, '
+            f'<a href="charts/{stem}.vl.json">Vega-Lite spec</a>)</figcaption>\n</figure>\n'
         )
 
     def downloads(self, asset: str, table: pl.DataFrame) -> str:
@@ -295,8 +311,9 @@ def _flat(table: pl.DataFrame) -> pl.DataFrame:
     """``table`` with nested columns (lists, structs) as JSON text, which CSV cannot hold otherwise."""
     nested = [name for name, dtype in table.schema.items() if dtype.is_nested()]
     return table.with_columns(
-        pl.col(name).map_elements(lambda v: json.dumps(v.to_list() if hasattr(v, "to_list") else v, default=str),
-                                  return_dtype=pl.String)
+        pl.col(name).map_elements(
+            lambda v: json.dumps(v.to_list() if hasattr(v, "to_list") else v, default=str), return_dtype=pl.String
+        )
         for name in nested
     )
 
@@ -326,8 +343,16 @@ LABEL_MARK = {
     "not yet run": _badge("none", "not yet run"),
 }
 OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
-RULE_FIELDS = (("claim", "claim"), ("metric", "metric"), ("decision", "decision"), ("threshold", "materiality threshold"),
-               ("unit", "unit"), ("confidence", "confidence"), ("sample_size", "sample size"), ("derivation", "derivation"))
+RULE_FIELDS = (
+    ("claim", "claim"),
+    ("metric", "metric"),
+    ("decision", "decision"),
+    ("threshold", "materiality threshold"),
+    ("unit", "unit"),
+    ("confidence", "confidence"),
+    ("sample_size", "sample size"),
+    ("derivation", "derivation"),
+)
 
 
 def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
@@ -367,9 +392,11 @@ def rules_section(report: "Report", group: str) -> str:
     claims = [c for c in report.checks_of(group) if c.outcome == CLAIM]
     if not claims:
         return ""
-    lines = ["## Decision rules\n",
-             "Each claim is judged by a rule declared with its check, before the data is seen (the same parameters "
-             "are shown in the Dagster UI on the check's definition).\n"]
+    lines = [
+        "## Decision rules\n",
+        "Each claim is judged by a rule declared with its check, before the data is seen (the same parameters "
+        "are shown in the Dagster UI on the check's definition).\n",
+    ]
     for c in claims:
         lines.append(f"### `{c.name}`\n")
         lines.append("| parameter | value |\n|---|---|")
@@ -396,7 +423,7 @@ def experiment_header(report: Report, exp: Experiment) -> str:
         lines.append(f"Feeds the main document's {links}.\n")
     if not any(a.materialized for a in report.assets_of(exp.group)):
         lines.append(
-            f"!!! warning \"Not yet run\"\n    No asset of this experiment was materialized with the "
+            f'!!! warning "Not yet run"\n    No asset of this experiment was materialized with the '
             f"`{report.profile}` profile. Materialize group `{exp.group}` in the Dagster UI, then "
             "re-materialize `report_site`.\n"
         )
@@ -406,11 +433,14 @@ def experiment_header(report: Report, exp: Experiment) -> str:
 def verdict_section(report: Report, exp: Experiment) -> str:
     """The three outcomes, then every claim's declared rule."""
     validity, verdict, findings = outcome_cells(report, exp.group)
-    lines = ["## Verdict\n", "| run validity | claim verdict | findings to read |\n|---|---|---|",
-             f"| {validity} | {verdict} | {findings} |\n",
-             "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
-             "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
-             "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n"]
+    lines = [
+        "## Verdict\n",
+        "| run validity | claim verdict | findings to read |\n|---|---|---|",
+        f"| {validity} | {verdict} | {findings} |\n",
+        "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
+        "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
+        "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n",
+    ]
     for c in report.checks_of(exp.group):
         if c.outcome == CLAIM and c.state != "not yet run":
             lines.append(f"- `{c.name}`: {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))}")
@@ -444,8 +474,9 @@ def checks_section(report: Report, exp: Experiment) -> str:
         lines.append(f"### {OUTCOME_TITLE[kind]}\n")
         lines.append("| check | asset | result | details |\n|---|---|---|---|")
         for c in checks:
-            lines.append(f"| {fmt(c.description or c.name)} | `{c.asset}` | {LABEL_MARK.get(c.label, c.label)} | "
-                         f"{_details(c)} |")
+            lines.append(
+                f"| {fmt(c.description or c.name)} | `{c.asset}` | {LABEL_MARK.get(c.label, c.label)} | {_details(c)} |"
+            )
         lines.append("")
         for c in checks:
             if c.metadata:
@@ -513,7 +544,9 @@ def mkdocs_build(docs_dir: Path, build_dir: Path, provenance: dict[str, Any]) ->
         tmp.write_text(json.dumps(body, indent=1))  # JSON is valid YAML
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(config)],
-        cwd=REPO_ROOT, capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}")

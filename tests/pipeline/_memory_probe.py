@@ -39,8 +39,11 @@ def main(step: str, n_sets: int, data_dir: str) -> None:
     settings = ExperimentSettings(profile="seed", device="cpu")
     resources = build_resources(settings, base_dir=data_dir)
     chains = ("matmul_add_layernorm",) if step == "S" else CHAINS
-    upstream = [a for a in [*toolkit.input_pools, *toolkit.fp64_references]
-                if any(k.to_user_string().endswith(chains) for k in a.keys)]
+    upstream = [
+        a
+        for a in [*toolkit.input_pools, *toolkit.fp64_references]
+        if any(k.to_user_string().endswith(chains) for k in a.keys)
+    ]
     set_bytes = sum(toolkit.pool_stream(WORKLOADS[c], settings).set_bytes() for c in chains)
     if step == "S":
         measured = upstream

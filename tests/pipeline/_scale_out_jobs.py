@@ -9,7 +9,6 @@ from pipeline.assets import toolkit
 from pipeline.definitions import build_resources
 from pipeline.resources import ExperimentSettings
 
-
 #: A slice of S (each step is a fresh process importing torch, a few seconds each on 2 cores).
 WORKLOAD = "softmax"
 
@@ -19,7 +18,9 @@ def s_assets_job() -> dg.JobDefinition:
     Dagster's default (multi-or-in-process) executor, storing under ``FUSION_DATA_DIR``."""
     settings = ExperimentSettings(profile="smoke", device="cpu")
     pick = lambda defs_list: [d for d in defs_list if any(WORKLOAD in k.to_user_string() for k in d.keys)]  # noqa: E731
-    checks = [c for c in toolkit.reference_checks if any(WORKLOAD in k.asset_key.to_user_string() for k in c.check_keys)]
+    checks = [
+        c for c in toolkit.reference_checks if any(WORKLOAD in k.asset_key.to_user_string() for k in c.check_keys)
+    ]
     defs = dg.Definitions(
         assets=[*pick(toolkit.input_pools), *pick(toolkit.fp64_references), toolkit.toolkit_selfcheck],
         asset_checks=[*checks, toolkit.toolkit_selfcheck_all_cells_pass],

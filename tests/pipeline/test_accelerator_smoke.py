@@ -23,8 +23,11 @@ def _device_or_reason() -> tuple[str | None, str]:
 
 
 DEVICE, REASON = _device_or_reason()
-pytestmark = [pytest.mark.cuda, pytest.mark.slow,
-              pytest.mark.skipif(DEVICE is None, reason=f"needs an accelerator: {REASON}")]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.slow,
+    pytest.mark.skipif(DEVICE is None, reason=f"needs an accelerator: {REASON}"),
+]
 
 
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if e.id != "Regression"], ids=lambda e: e.id)
@@ -37,10 +40,15 @@ def test_experiment_smoke_on_accelerator(experiment, tmp_path):
     assert keys, f"no assets in experiment {experiment.id}"
     selection = dg.AssetSelection.assets(*keys).upstream()
     job = dg.define_asset_job(f"smoke_{experiment.group}", selection=selection)
-    on_device = dg.Definitions(assets=defs.assets, asset_checks=defs.asset_checks, jobs=[job],
-                               resources=build_resources(settings, base_dir=str(tmp_path)))
-    result = on_device.resolve_job_def(job.name).execute_in_process(instance=dg.DagsterInstance.ephemeral(),
-                                                                     raise_on_error=False)
+    on_device = dg.Definitions(
+        assets=defs.assets,
+        asset_checks=defs.asset_checks,
+        jobs=[job],
+        resources=build_resources(settings, base_dir=str(tmp_path)),
+    )
+    result = on_device.resolve_job_def(job.name).execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
+    )
     failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert result.success, f"{experiment.id} on {DEVICE}: failed steps {failed}"
     mats = result.get_asset_materialization_events()

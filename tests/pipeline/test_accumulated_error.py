@@ -23,8 +23,11 @@ B_ASSETS = [
     b.accumulated_error_distributions,
 ]
 B_CHECKS = [*b.chain_checks, b.accumulated_error_run_valid, b.fused_worse_within_rule]
-UPSTREAM = [a for a in [*toolkit.input_pools, *toolkit.fp64_references] if any(
-    k.to_user_string().endswith(tuple(CHAINS)) for k in a.keys)]
+UPSTREAM = [
+    a
+    for a in [*toolkit.input_pools, *toolkit.fp64_references]
+    if any(k.to_user_string().endswith(tuple(CHAINS)) for k in a.keys)
+]
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +93,11 @@ def test_per_set_stats_equal_error_stats_for_a_sample_set(smoke_run):
     for path, out in (("eager", w.fn(*args)), ("fused", fn(*args))):
         want = error_stats(out, ref[idx])
         row = per_set.filter(
-            (pl.col("chain") == "softmax") & (pl.col("distribution") == "large_logits") & (pl.col("dtype") == "float16")
-            & (pl.col("path") == path) & (pl.col("set_index") == idx)
+            (pl.col("chain") == "softmax")
+            & (pl.col("distribution") == "large_logits")
+            & (pl.col("dtype") == "float16")
+            & (pl.col("path") == path)
+            & (pl.col("set_index") == idx)
         ).row(0, named=True)
         for key in ("abs_max", "rel_max", "ulp_p50", "ulp_p99", "ulp_max"):
             assert row[key] == want[key], (path, key, row[key], want[key])
@@ -111,7 +117,11 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     n_groups = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(b.DTYPES_B)
     assert summary.height == n_groups
     for label in ("fused", "emulate"):
-        total = summary[f"{label}_better_fraction"] + summary[f"{label}_equal_fraction"] + summary[f"{label}_worse_fraction"]
+        total = (
+            summary[f"{label}_better_fraction"]
+            + summary[f"{label}_equal_fraction"]
+            + summary[f"{label}_worse_fraction"]
+        )
         assert np.allclose(total.to_numpy(), 1.0)
     assert (summary["fused_recompiles"] == 0).all() and (summary["emulate_recompiles"] == 0).all()
     # Smoke has 6 sets per row, below the rule's minimum for "supported": no row can be supported.
@@ -129,8 +139,11 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     # Every counterexample is ablated op by op; at most one op per counterexample is named responsible.
     for row in cex.iter_rows(named=True):
         ops = b.CHAIN_STAGES[row["chain"]][0]
-        got = ablation.filter((pl.col("chain") == row["chain"]) & (pl.col("distribution") == row["distribution"])
-                              & (pl.col("dtype") == row["dtype"]))
+        got = ablation.filter(
+            (pl.col("chain") == row["chain"])
+            & (pl.col("distribution") == row["distribution"])
+            & (pl.col("dtype") == row["dtype"])
+        )
         assert got["op"].to_list() == list(ops)
         assert got["responsible"].sum() <= 1
     assert switch["counterexamples"] == cex.height
@@ -139,7 +152,9 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     # Every B check declares its outcome kind; the claim checks carry the rule's parameters.
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert set(checks) == {f"fused_not_worse_than_eager_{c}" for c in CHAINS} | {
-        "accumulated_error_run_valid", "fused_worse_within_rule"}
+        "accumulated_error_run_valid",
+        "fused_worse_within_rule",
+    }
     assert checks["accumulated_error_run_valid"].passed, checks["accumulated_error_run_valid"].metadata
     for chain in CHAINS:
         ev = checks[f"fused_not_worse_than_eager_{chain}"]
@@ -175,9 +190,17 @@ def _per_set(eager, fused, *, nonfinite=None, chain="softmax", dist="normal", dt
     rows = []
     for path, values in (("eager", eager), ("fused", fused), ("fused_emulate", eager)):
         for i, v in enumerate(values):
-            rows.append({"chain": chain, "distribution": dist, "dtype": dtype, "path": path, "set_index": i,
-                         "sulp_max": float(v),
-                         "nonfinite_vs_eager": int(nonfinite[i]) if (nonfinite is not None and path == "fused") else 0})
+            rows.append(
+                {
+                    "chain": chain,
+                    "distribution": dist,
+                    "dtype": dtype,
+                    "path": path,
+                    "set_index": i,
+                    "sulp_max": float(v),
+                    "nonfinite_vs_eager": int(nonfinite[i]) if (nonfinite is not None and path == "fused") else 0,
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -212,7 +235,11 @@ def test_rule_any_nonfinite_output_where_eager_is_finite_contradicts():
     eager = np.full(200, 0.5)
     flags = np.zeros(200, dtype=int)
     flags[17] = 3
-    row = b.judge(_per_set(eager, eager, nonfinite=flags), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    row = (
+        b.judge(_per_set(eager, eager, nonfinite=flags), resamples=999)
+        .filter(pl.col("path") == "fused")
+        .row(0, named=True)
+    )
     assert row["verdict"] == "contradicted" and row["nonfinite_sets"] == 1 and row["nonfinite_elements"] == 3
 
 
@@ -282,8 +309,10 @@ def _nan_on_large_logits(gm, example_inputs):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("backend", "fault", "expect_chain"),
-    [("test_perturb_elementwise", _perturb_elementwise, "mul_add_gelu_mul"),
-     ("test_nan_on_large_logits", _nan_on_large_logits, "softmax")],
+    [
+        ("test_perturb_elementwise", _perturb_elementwise, "mul_add_gelu_mul"),
+        ("test_nan_on_large_logits", _nan_on_large_logits, "softmax"),
+    ],
 )
 def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault, expect_chain):
     from torch._dynamo import list_backends, register_backend
@@ -293,10 +322,15 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
 
     if backend not in list_backends(exclude_tags=()):
         register_backend(name=backend)(fault)
-    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu", backend=backend), base_dir=str(tmp_path))
+    resources = build_resources(
+        ExperimentSettings(profile="smoke", device="cpu", backend=backend), base_dir=str(tmp_path)
+    )
     checks = [*b.chain_checks, b.accumulated_error_run_valid]
-    result = dg.materialize([*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks],
-                            resources=resources, raise_on_error=False)
+    result = dg.materialize(
+        [*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks],
+        resources=resources,
+        raise_on_error=False,
+    )
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
     # The run itself is valid (fused with evidence, eager finite): the fault is judged as a claim.
     assert evals["accumulated_error_run_valid"].passed, evals["accumulated_error_run_valid"].metadata

@@ -4,8 +4,15 @@ import types
 
 import torch
 
-from pipeline.artifacts import (artifact_of, capture_modules, combined_sha256, describe_byte_difference, elf_sections,
-                                kernel_artifacts, loaded_sha256)
+from pipeline.artifacts import (
+    artifact_of,
+    capture_modules,
+    combined_sha256,
+    describe_byte_difference,
+    elf_sections,
+    kernel_artifacts,
+    loaded_sha256,
+)
 from precisionkit import fused
 
 
@@ -29,22 +36,35 @@ def test_cpu_kernel_artifact_is_the_loaded_shared_object():
     patched[debug[0]] ^= 0xFF
     assert loaded_sha256(bytes(patched)) == art.sha256
     text = describe_byte_difference(art.data, bytes(patched))
-    assert "1 differing bytes" in text and ".debug_str 1" in text and "allocated (loaded) sections are identical" in text
+    assert (
+        "1 differing bytes" in text and ".debug_str 1" in text and "allocated (loaded) sections are identical" in text
+    )
     assert combined_sha256([art]) == combined_sha256([art.record()])
 
 
 def test_triton_kernel_artifact_records_binary_and_autotuning_choice():
     config = types.SimpleNamespace(kwargs={"XBLOCK": 64, "R0_BLOCK": 512}, num_warps=8, num_stages=1)
-    launcher = types.SimpleNamespace(config=config, bin=types.SimpleNamespace(asm={"cubin": b"\x7fELFcubin", "ptx": ".visible .entry k"}))
+    launcher = types.SimpleNamespace(
+        config=config, bin=types.SimpleNamespace(asm={"cubin": b"\x7fELFcubin", "ptx": ".visible .entry k"})
+    )
     autotuner = types.SimpleNamespace(launchers=[launcher], compile_results=[], configs=[config, config])
     art = artifact_of("triton_red_fused_sum_0", autotuner)
     assert art.kind == "triton_cubin" and art.data == b"\x7fELFcubin"
     assert art.autotune_choice == "R0_BLOCK=512, XBLOCK=64, num_warps=8, num_stages=1"
     assert "1 launcher(s) of 2 config(s)" in art.detail
     # Another autotuning choice with the same binary is another artifact hash (the choice is part of it).
-    other = artifact_of("triton_red_fused_sum_0", types.SimpleNamespace(
-        launchers=[types.SimpleNamespace(config=types.SimpleNamespace(kwargs={"XBLOCK": 1}, num_warps=4, num_stages=1), bin=launcher.bin)],
-        compile_results=[], configs=[]))
+    other = artifact_of(
+        "triton_red_fused_sum_0",
+        types.SimpleNamespace(
+            launchers=[
+                types.SimpleNamespace(
+                    config=types.SimpleNamespace(kwargs={"XBLOCK": 1}, num_warps=4, num_stages=1), bin=launcher.bin
+                )
+            ],
+            compile_results=[],
+            configs=[],
+        ),
+    )
     assert other.sha256 == art.sha256 and combined_sha256([other]) != combined_sha256([art])
 
 

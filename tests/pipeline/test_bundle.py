@@ -12,8 +12,8 @@ import pytest
 
 from pipeline import bundle as bundle_mod
 from pipeline.bundle import BundleError, export_bundle, import_bundle, read_manifest
-from pipeline.experiments import experiment
 from pipeline.definitions import build_resources, defs
+from pipeline.experiments import experiment
 from pipeline.reporting.asset import device_reports
 from pipeline.reporting.pages import all_pages
 from pipeline.reporting.render import Report
@@ -26,8 +26,9 @@ REMOTE = "remote-node-7"
 
 def _materialize_s(instance, data_dir, label=""):
     settings = ExperimentSettings(profile="smoke", device="cpu", device_label=label)
-    result = dg.materialize([*S_ASSETS, *S_CHECKS], resources=build_resources(settings, base_dir=str(data_dir)),
-                            instance=instance)
+    result = dg.materialize(
+        [*S_ASSETS, *S_CHECKS], resources=build_resources(settings, base_dir=str(data_dir)), instance=instance
+    )
     assert result.success
     return settings
 
@@ -37,8 +38,9 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("remote")
     with dg.DagsterInstance.ephemeral() as instance:
         _materialize_s(instance, root / "data", REMOTE)
-        done = export_bundle(instance, defs.resolve_asset_graph(), root / "data", "smoke", root / "bundle",
-                             max_tensor_bytes=4096)
+        done = export_bundle(
+            instance, defs.resolve_asset_graph(), root / "data", "smoke", root / "bundle", max_tensor_bytes=4096
+        )
     return done
 
 
@@ -76,7 +78,9 @@ def test_round_trip_into_a_fresh_instance_and_report_shows_both_devices(bundle, 
         # Local files are untouched; the bundle's sit in their own folder, byte for byte.
         assert (home_data / "smoke" / "keep.txt").read_text() == "stored before the import"
         assert (home_data / "smoke" / "toolkit_selfcheck.parquet").exists()
-        assert (done.folder / "toolkit_selfcheck.parquet").read_bytes() == (bundle / "data" / "toolkit_selfcheck.parquet").read_bytes()
+        assert (done.folder / "toolkit_selfcheck.parquet").read_bytes() == (
+            bundle / "data" / "toolkit_selfcheck.parquet"
+        ).read_bytes()
         # The imported materialization carries the remote provenance and points at the copied file.
         event = instance.get_latest_materialization_event(dg.AssetKey("toolkit_selfcheck"))
         meta = event.asset_materialization.metadata
@@ -85,8 +89,9 @@ def test_round_trip_into_a_fresh_instance_and_report_shows_both_devices(bundle, 
         assert meta["bundle.imported_from"].value == str(bundle.resolve())
 
         graph = defs.resolve_asset_graph()
-        report = Report(instance, graph, home_data / "smoke", tmp_path / "docs", "smoke", "", "cpu",
-                        device_label=local.device_key())
+        report = Report(
+            instance, graph, home_data / "smoke", tmp_path / "docs", "smoke", "", "cpu", device_label=local.device_key()
+        )
         report.other_devices = device_reports(instance, graph, home_data, tmp_path / "docs", "smoke", "")
         assert [r.device_label for r in report.other_devices] == [REMOTE]
         pages = all_pages(report)
@@ -94,8 +99,10 @@ def test_round_trip_into_a_fresh_instance_and_report_shows_both_devices(bundle, 
     assert f"**{local.device_key()}**" in devices and f"**{REMOTE}**" in devices
     assert "toolkit--remote-node-7.md" in devices and str(bundle.resolve()) in devices
     # Both devices' S pages exist, each naming its device, each with its own passed checks.
-    for page, label, origin in (("results/toolkit.md", local.device_key(), "run in this checkout"),
-                                ("results/toolkit--remote-node-7.md", REMOTE, "imported from a results bundle")):
+    for page, label, origin in (
+        ("results/toolkit.md", local.device_key(), "run in this checkout"),
+        ("results/toolkit--remote-node-7.md", REMOTE, "imported from a results bundle"),
+    ):
         text = pages[page]
         assert f"Device: **{label}**" in text and origin in text
         assert "not yet run" not in text.split("## Asset checks")[1].split("## Materializations")[0]
@@ -105,19 +112,25 @@ def test_round_trip_into_a_fresh_instance_and_report_shows_both_devices(bundle, 
 
 
 def _files_and_events(instance, data):
-    mats = sum(len(instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=k), limit=100).records)
-               for a in S_ASSETS for k in a.keys)
+    mats = sum(
+        len(instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=k), limit=100).records)
+        for a in S_ASSETS
+        for k in a.keys
+    )
     return sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) if data.exists() else [], mats
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("tamper", "does not match its recorded sha256"),
-    ("missing_file", "bundle is partial"),
-    ("schema", "schema version 99 is not supported"),
-    ("no_provenance", "provenance lacks device_name"),
-    ("relabel", "not the bundle's 'smoke' on 'gpu-that-never-ran'"),
-    ("no_manifest", "bundle.json is missing"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("tamper", "does not match its recorded sha256"),
+        ("missing_file", "bundle is partial"),
+        ("schema", "schema version 99 is not supported"),
+        ("no_provenance", "provenance lacks device_name"),
+        ("relabel", "not the bundle's 'smoke' on 'gpu-that-never-ran'"),
+        ("no_manifest", "bundle.json is missing"),
+    ],
+)
 def test_bad_bundle_is_refused_and_nothing_is_written(bundle, tmp_path, damage, message):
     manifest_path = bundle / "bundle.json"
     manifest = json.loads(manifest_path.read_text())

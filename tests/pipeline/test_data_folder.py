@@ -30,10 +30,17 @@ def test_build_resources_shares_one_folder_between_assets_and_io_manager(tmp_pat
 
 
 def test_no_module_reads_the_data_folder_around_the_resource():
-    patterns = (f'environ.get("{DATA_DIR_ENV}"', f'environ["{DATA_DIR_ENV}"]', "io_manager.base_dir",
-                "getattr(context.resources.io_manager")
-    readers = sorted(p.relative_to(PIPELINE).as_posix() for p in PIPELINE.rglob("*.py")
-                     if any(pattern in p.read_text() for pattern in patterns))
+    patterns = (
+        f'environ.get("{DATA_DIR_ENV}"',
+        f'environ["{DATA_DIR_ENV}"]',
+        "io_manager.base_dir",
+        "getattr(context.resources.io_manager",
+    )
+    readers = sorted(
+        p.relative_to(PIPELINE).as_posix()
+        for p in PIPELINE.rglob("*.py")
+        if any(pattern in p.read_text() for pattern in patterns)
+    )
     assert readers == []
 
 

@@ -9,11 +9,19 @@ from pipeline.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_gra
 from pipeline.profiles import PROFILES
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 
-CHECKS = [data_movement.pure_movement_rows_bit_exact, data_movement.pure_movement_nan_encodings,
-          data_movement.implicit_computation_counterexamples, data_movement.every_movement_combination_fused]
+CHECKS = [
+    data_movement.pure_movement_rows_bit_exact,
+    data_movement.pure_movement_nan_encodings,
+    data_movement.implicit_computation_counterexamples,
+    data_movement.every_movement_combination_fused,
+]
 #: The §2 claim; NaN re-encodings and the hidden-arithmetic counterexamples are findings; fusion is validity.
-KINDS = {"pure_movement_rows_bit_exact": CLAIM, "pure_movement_nan_encodings": FINDING,
-         "implicit_computation_counterexamples": FINDING, "every_movement_combination_fused": VALIDITY}
+KINDS = {
+    "pure_movement_rows_bit_exact": CLAIM,
+    "pure_movement_nan_encodings": FINDING,
+    "implicit_computation_counterexamples": FINDING,
+    "every_movement_combination_fused": VALIDITY,
+}
 
 
 def test_catalogue_shapes_and_eager_semantics():
@@ -21,7 +29,7 @@ def test_catalogue_shapes_and_eager_semantics():
     y = make_input((2, 5, 6), torch.float32, "contiguous", 2, specials=False)
     assert CATALOGUE["transpose_concat"].fn(x, y).shape == (2, 6, 10)
     assert CATALOGUE["split_transpose_concat"].fn(x, y).shape == (2, 12, 5)
-    q, k = CATALOGUE["rope_rotate_half"].fn(x, y)
+    q, _k = CATALOGUE["rope_rotate_half"].fn(x, y)
     assert torch.equal(q[..., :3], -x[..., 3:]) and torch.equal(q[..., 3:], x[..., :3])
     assert torch.equal(CATALOGUE["reshape_concat"].fn(x, y), torch.cat([x.reshape(2, 30), y.reshape(2, 30)], -1))
     a, b = CATALOGUE["full_two_concats"].fn(x, y)
@@ -98,16 +106,33 @@ def test_checks_declare_their_outcome_and_rule():
 
 
 def _table(rows: list[dict]) -> pl.DataFrame:
-    base = {"subgraph": "transpose_concat", "dtype": "float16", "shape": "1x3x8", "layout": "contiguous",
-            "has_implicit_computation": False, "bit_equal": True, "ulp_max": 0, "mismatched_elements": 0,
-            "nan_encoding_mismatches": 0, "kernel_count": 1, "graph_breaks": 0, "recompiles": 0, "notes": "bit-exact"}
+    base = {
+        "subgraph": "transpose_concat",
+        "dtype": "float16",
+        "shape": "1x3x8",
+        "layout": "contiguous",
+        "has_implicit_computation": False,
+        "bit_equal": True,
+        "ulp_max": 0,
+        "mismatched_elements": 0,
+        "nan_encoding_mismatches": 0,
+        "kernel_count": 1,
+        "graph_breaks": 0,
+        "recompiles": 0,
+        "notes": "bit-exact",
+    }
     return pl.DataFrame([{**base, **r} for r in rows])
 
 
 def test_rules_on_synthetic_tables():
     # The rule, on any device: a changed value contradicts; a NaN re-encoding is only a finding.
     claim = data_movement.pure_movement_rows_bit_exact
-    nan_only = {"bit_equal": False, "mismatched_elements": 2, "nan_encoding_mismatches": 2, "notes": "NaN 0x7e00 vs 0x7fc0"}
+    nan_only = {
+        "bit_equal": False,
+        "mismatched_elements": 2,
+        "nan_encoding_mismatches": 2,
+        "notes": "NaN 0x7e00 vs 0x7fc0",
+    }
     changed = {"bit_equal": False, "ulp_max": 1, "mismatched_elements": 3, "nan_encoding_mismatches": 1}
     assert claim(_table([{}])).metadata["verdict"].value == SUPPORTED
     assert claim(_table([{}, nan_only])).metadata["verdict"].value == SUPPORTED
@@ -118,15 +143,19 @@ def test_rules_on_synthetic_tables():
     nan = data_movement.pure_movement_nan_encodings(_table([{}, nan_only, changed]))
     assert not nan.passed and nan.severity == dg.AssetCheckSeverity.WARN and nan.metadata["rows"].value == 1
     implicit = data_movement.implicit_computation_counterexamples(
-        _table([{"subgraph": "scaled_add_concat", "has_implicit_computation": True, "bit_equal": False, "ulp_max": 1}]))
+        _table([{"subgraph": "scaled_add_concat", "has_implicit_computation": True, "bit_equal": False, "ulp_max": 1}])
+    )
     assert not implicit.passed and implicit.severity == dg.AssetCheckSeverity.WARN
     assert data_movement.implicit_computation_counterexamples(_table([{}])).passed
 
 
 def test_smoke_check_table(smoke_resources, tmp_path):
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([toolkit.toolkit_selfcheck, data_movement.data_movement_check_table, *CHECKS],
-                            resources=smoke_resources, instance=instance)
+    result = dg.materialize(
+        [toolkit.toolkit_selfcheck, data_movement.data_movement_check_table, *CHECKS],
+        resources=smoke_resources,
+        instance=instance,
+    )
     assert result.success
     # The combinations loop reports progress into the run log: its first and its last combination.
     n_combos = len(data_movement.plan(PROFILES["smoke"].movement_shapes))
@@ -135,7 +164,17 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     assert progress[0].startswith(f"subgraph combinations 1/{n_combos} ")
     assert progress[-1].startswith(f"subgraph combinations {n_combos}/{n_combos} (100%)")
     table = storage.read_value(tmp_path / "smoke" / "data_movement_check_table")
-    for col in ("subgraph", "dtype", "shape", "layout", "has_implicit_computation", "bit_equal", "ulp_max", "kernel_count", "notes"):
+    for col in (
+        "subgraph",
+        "dtype",
+        "shape",
+        "layout",
+        "has_implicit_computation",
+        "bit_equal",
+        "ulp_max",
+        "kernel_count",
+        "notes",
+    ):
         assert col in table.columns
     assert table.height == len(data_movement.plan(PROFILES["smoke"].movement_shapes))
     assert set(table["dtype"]) == set(data_movement.MOVEMENT_DTYPES)
@@ -144,8 +183,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     assert all(n for n in implicit["notes"])
 
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert {name: e.metadata["outcome"].value for name, e in checks.items()
-            if name in KINDS} == KINDS
+    assert {name: e.metadata["outcome"].value for name, e in checks.items() if name in KINDS} == KINDS
     # Validity: every planned combination ran and fused (a property of the harness, on any device).
     assert checks["every_movement_combination_fused"].passed, checks["every_movement_combination_fused"].metadata
     assert (table["kernel_count"] >= 1).all() and (table["recompiles"] == 0).all()
@@ -166,7 +204,9 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     # Reshape rows: a view of a contiguous input, a copy of the transposed (non-contiguous) view.
     reshape = table.filter(pl.col("subgraph") == "reshape_concat")
     assert reshape.height == 3 * len(PROFILES["smoke"].movement_shapes) * len(LAYOUTS)
-    assert reshape.filter(pl.col("layout") == "contiguous")["reshape_copied"].to_list() == [False] * (reshape.height // 2)
+    assert reshape.filter(pl.col("layout") == "contiguous")["reshape_copied"].to_list() == [False] * (
+        reshape.height // 2
+    )
     assert reshape.filter(pl.col("layout") == "transposed_view")["reshape_copied"].all()
     counter = checks["implicit_computation_counterexamples"]
     assert counter.severity == dg.AssetCheckSeverity.WARN and counter.passed == bool(implicit["bit_equal"].all())
@@ -181,6 +221,8 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     # bf16 RoPE: eager negation canonicalizes a NaN's payload; measured op by op, the cause is aten.neg on the eager path.
     assert set(excused["cause_op"]) <= {"aten.neg.default"} and set(excused["cause_path"]) <= {"eager"}
     # The scalar-scale chain double-rounds in eager but not in the fused kernel for fp16.
-    scaled = implicit.filter((pl.col("subgraph") == "scaled_add_concat") & (pl.col("dtype") == "float16")).row(0, named=True)
+    scaled = implicit.filter((pl.col("subgraph") == "scaled_add_concat") & (pl.col("dtype") == "float16")).row(
+        0, named=True
+    )
     assert not scaled["bit_equal"] and scaled["ulp_max"] > 0
     assert not counter.passed and "scaled_add_concat/float16" in counter.metadata["details"].value

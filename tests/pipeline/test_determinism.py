@@ -29,7 +29,11 @@ def test_cold_cache_env_turns_caches_off_and_points_at_the_folder():
 
 def test_s_pool_is_upstream_and_the_tables_are_assets():
     assert dg.AssetKey("input_pool_ffn") in determinism.determinism.dependency_keys
-    assert {k.to_user_string() for k in determinism.determinism.keys} == {"determinism_runs", "determinism_summary", "determinism_artifacts"}
+    assert {k.to_user_string() for k in determinism.determinism.keys} == {
+        "determinism_runs",
+        "determinism_summary",
+        "determinism_artifacts",
+    }
 
 
 def test_run_round_rejects_bad_inputs():
@@ -42,12 +46,21 @@ def test_run_round_rejects_bad_inputs():
     assert determinism.other_thread_count(2) == 1 and determinism.other_thread_count(1) == 2
 
 
-CHECKS = [determinism.one_output_hash_per_round, determinism.zero_ulp_within_round,
-          determinism.cold_start_reproduces_round1, determinism.no_recompiles_during_runs,
-          determinism.thread_count_output_comparison]
+CHECKS = [
+    determinism.one_output_hash_per_round,
+    determinism.zero_ulp_within_round,
+    determinism.cold_start_reproduces_round1,
+    determinism.no_recompiles_during_runs,
+    determinism.thread_count_output_comparison,
+]
 #: Outcome kind each check declares: the §3.3 claims, the run's validity, the thread-count finding.
-KINDS = {"one_output_hash_per_round": CLAIM, "zero_ulp_within_round": CLAIM, "cold_start_reproduces_round1": CLAIM,
-         "no_recompiles_during_runs": VALIDITY, "thread_count_output_comparison": FINDING}
+KINDS = {
+    "one_output_hash_per_round": CLAIM,
+    "zero_ulp_within_round": CLAIM,
+    "cold_start_reproduces_round1": CLAIM,
+    "no_recompiles_during_runs": VALIDITY,
+    "thread_count_output_comparison": FINDING,
+}
 
 
 def _specs(checks):
@@ -72,10 +85,20 @@ def _v(result, key):
 
 
 def _summary(rows):
-    base = {"dtype": "float16", "round": "round1", "threads": 2, "run_count": 3, "unique_output_hashes": 1,
-            "max_ulp_diff_across_runs": 0, "outputs_equal_round1": "yes", "max_ulp_vs_round1": 0,
-            "kernel_hash_equal_across_cold_start": "reference (H_k0)", "kernel_count": 2, "graph_breaks": 0,
-            "recompiles": 0}
+    base = {
+        "dtype": "float16",
+        "round": "round1",
+        "threads": 2,
+        "run_count": 3,
+        "unique_output_hashes": 1,
+        "max_ulp_diff_across_runs": 0,
+        "outputs_equal_round1": "yes",
+        "max_ulp_vs_round1": 0,
+        "kernel_hash_equal_across_cold_start": "reference (H_k0)",
+        "kernel_count": 2,
+        "graph_breaks": 0,
+        "recompiles": 0,
+    }
     return pl.DataFrame([{**base, **r} for r in rows], infer_schema_length=None)
 
 
@@ -94,13 +117,16 @@ def test_claim_rules_on_synthetic_summaries():
     assert _v(one_ulp, "verdict") == CONTRADICTED
     unknown = determinism.zero_ulp_within_round(_summary([{}, {**cold, "max_ulp_diff_across_runs": None}]))
     assert _v(unknown, "verdict") == INCONCLUSIVE and unknown.severity == dg.AssetCheckSeverity.WARN
-    code_moved = determinism.cold_start_reproduces_round1(_summary([{}, {**cold, "kernel_hash_equal_across_cold_start": "no"}]))
+    code_moved = determinism.cold_start_reproduces_round1(
+        _summary([{}, {**cold, "kernel_hash_equal_across_cold_start": "no"}])
+    )
     assert _v(code_moved, "verdict") == CONTRADICTED
     assert _v(determinism.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
 
     # Another thread count changing the bits is a finding (WARN), never a contradiction.
     threads = determinism.thread_count_output_comparison(
-        _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}]))
+        _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}])
+    )
     assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
     assert _v(threads, "outcome") == FINDING
 
@@ -113,7 +139,11 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path):
     summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
     log = storage.read_value(tmp_path / "smoke" / "determinism_runs")
     assert set(summary["dtype"]) == set(determinism.DETERMINISM_DTYPES)
-    assert set(summary["round"]) == {"round1", "round2_cold", f"cold_threads_{determinism.other_thread_count(torch.get_num_threads())}"}
+    assert set(summary["round"]) == {
+        "round1",
+        "round2_cold",
+        f"cold_threads_{determinism.other_thread_count(torch.get_num_threads())}",
+    }
     # The per-run log has one md5 per run and round; the summary counts them.
     for r in summary.iter_rows(named=True):
         sub = log.filter((pl.col("round") == r["round"]) & (pl.col("dtype") == r["dtype"]))
@@ -127,7 +157,9 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path):
     assert evals["no_recompiles_during_runs"].passed, evals["no_recompiles_during_runs"].metadata
     # Each claim's verdict follows its rule applied to the table, whatever the device measured.
     verdicts = {name: e.metadata["verdict"].value for name, e in evals.items() if KINDS[name] == CLAIM}
-    assert verdicts["one_output_hash_per_round"] == (SUPPORTED if (summary["unique_output_hashes"] == 1).all() else CONTRADICTED)
+    assert verdicts["one_output_hash_per_round"] == (
+        SUPPORTED if (summary["unique_output_hashes"] == 1).all() else CONTRADICTED
+    )
     for name in verdicts:
         assert evals[name].metadata["rule.threshold"].value == 0.0
         assert evals[name].passed == (verdicts[name] == SUPPORTED)
@@ -144,7 +176,9 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path):
         pytest.skip("CPU-specific: §3.3's claims measured supported on the CPU backend")
     assert (main["unique_output_hashes"] == 1).all() and (main["max_ulp_diff_across_runs"] == 0).all()
     cold = summary.filter(pl.col("round") == "round2_cold")
-    assert (cold["kernel_hash_equal_across_cold_start"] == "yes").all() and (cold["outputs_equal_round1"] == "yes").all()
+    assert (cold["kernel_hash_equal_across_cold_start"] == "yes").all() and (
+        cold["outputs_equal_round1"] == "yes"
+    ).all()
     r1 = summary.filter(pl.col("round") == "round1").sort("dtype")
     assert cold.sort("dtype")["code_sha256"].to_list() == r1["code_sha256"].to_list()
     assert set(verdicts.values()) == {SUPPORTED}, {n: evals[n].metadata["reason"].value for n in verdicts}

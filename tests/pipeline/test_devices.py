@@ -12,13 +12,16 @@ def test_cpu_and_auto_resolve_here():
     assert check_device("auto") == torch.device(expected)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("tpu", "unknown device type 'tpu'"),
-    ("gpu", "unknown device type 'gpu'"),
-    ("cuda:x", "index in 'cuda:x' must be a non-negative integer"),
-    ("cpu:1", "the cpu has no index other than 0"),
-    ("", "non-empty string"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("tpu", "unknown device type 'tpu'"),
+        ("gpu", "unknown device type 'gpu'"),
+        ("cuda:x", "index in 'cuda:x' must be a non-negative integer"),
+        ("cpu:1", "the cpu has no index other than 0"),
+        ("", "non-empty string"),
+    ],
+)
 def test_malformed_names_are_refused_with_the_problem_named(name, message):
     with pytest.raises(DeviceError, match=message):
         check_device(name)

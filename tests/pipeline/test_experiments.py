@@ -47,8 +47,12 @@ def test_baseline_and_report_read_membership_from_the_registry():
 def test_matrix_loads_toolkit_and_the_chosen_experiment_from_the_registry():
     defs_list, unavailable = regression.matrix_definitions(["D"])
     assert unavailable == []
-    groups = {a.group_names_by_key[k] for a in defs_list if isinstance(a, dg.AssetsDefinition)
-              and not isinstance(a, dg.AssetChecksDefinition) for k in a.keys}
+    groups = {
+        a.group_names_by_key[k]
+        for a in defs_list
+        if isinstance(a, dg.AssetsDefinition) and not isinstance(a, dg.AssetChecksDefinition)
+        for k in a.keys
+    }
     assert groups == {"S_toolkit", "D_data_movement"}
     with pytest.raises(ValueError, match="choose from B, C2, D"):
         regression.matrix_definitions(["E"])

@@ -29,12 +29,15 @@ def test_pipeline_has_no_import_cycle():
 
 
 def test_a_deferred_import_inside_a_function_counts_as_a_cycle(tmp_path):
-    root = _package(tmp_path, {
-        "defs.py": "from .sub.report import build\n",
-        "sub/__init__.py": "",
-        "sub/report.py": "def build():\n    from ..defs import x\n    return x\n",
-        "leaf.py": "import os\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "defs.py": "from .sub.report import build\n",
+            "sub/__init__.py": "",
+            "sub/report.py": "def build():\n    from ..defs import x\n    return x\n",
+            "leaf.py": "import os\n",
+        },
+    )
     graph = import_cycles.import_graph(root)
     assert graph["pkg.defs"] == {"pkg.sub.report"}
     assert graph["pkg.sub.report"] == {"pkg.defs"}
@@ -43,12 +46,15 @@ def test_a_deferred_import_inside_a_function_counts_as_a_cycle(tmp_path):
 
 
 def test_absolute_and_package_relative_imports_resolve_to_modules(tmp_path):
-    root = _package(tmp_path, {
-        "a.py": "import pkg.b\n",
-        "b.py": "from . import c\n",
-        "c.py": "from pkg.a import name\n",
-        "d.py": "from pkg import c\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "a.py": "import pkg.b\n",
+            "b.py": "from . import c\n",
+            "c.py": "from pkg.a import name\n",
+            "d.py": "from pkg import c\n",
+        },
+    )
     graph = import_cycles.import_graph(root)
     assert graph["pkg.a"] == {"pkg.b"}
     assert graph["pkg.b"] == {"pkg.c"}
@@ -58,10 +64,14 @@ def test_absolute_and_package_relative_imports_resolve_to_modules(tmp_path):
 
 def test_script_exit_status_names_the_cycle(tmp_path):
     root = _package(tmp_path, {"x.py": "from . import y\n", "y.py": "from .x import f\n"})
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "import_cycles.py"), str(root)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "import_cycles.py"), str(root)], capture_output=True, text=True
+    )
     assert bad.returncode == 1
     assert bad.stdout.strip() == "cycle: pkg.x <-> pkg.y"
-    good = subprocess.run([sys.executable, str(ROOT / "scripts" / "import_cycles.py"), str(ROOT / "pipeline")],
-                          capture_output=True, text=True)
+    good = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "import_cycles.py"), str(ROOT / "pipeline")],
+        capture_output=True,
+        text=True,
+    )
     assert good.returncode == 0, good.stdout

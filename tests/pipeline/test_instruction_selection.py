@@ -8,12 +8,18 @@ from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from precisionkit import bit_equal, ulp_diff
 
-CHECKS = [c1.c1_paths_differ_mostly_within_1ulp, c1.c1_difference_is_instruction_selection,
-          c1.c1_higher_precision_scalar_is_closer]
+CHECKS = [
+    c1.c1_paths_differ_mostly_within_1ulp,
+    c1.c1_difference_is_instruction_selection,
+    c1.c1_higher_precision_scalar_is_closer,
+]
 ASSETS = [c1.c1_instruction_selection, *CHECKS]
 #: The plan's claim is judged on the ULP distribution; the mechanism and the fp64 comparison are findings.
-KINDS = {"c1_paths_differ_mostly_within_1ulp": CLAIM, "c1_difference_is_instruction_selection": FINDING,
-         "c1_higher_precision_scalar_is_closer": FINDING}
+KINDS = {
+    "c1_paths_differ_mostly_within_1ulp": CLAIM,
+    "c1_difference_is_instruction_selection": FINDING,
+    "c1_higher_precision_scalar_is_closer": FINDING,
+}
 
 
 def _v(result, key):
@@ -32,7 +38,9 @@ def test_checks_declare_their_outcome_and_rule():
 
 def _distribution(eager: dict, fused: dict) -> pl.DataFrame:
     base = {"n": 100, "bit_equal": False, "ulp0_pct": 60.0, "ulp1_pct": 40.0, "ulp_ge2_pct": 0.0, "ulp_max": 1}
-    return pl.DataFrame([{"comparison": "eager A vs B", **base, **eager}, {"comparison": "fused A vs B", **base, **fused}])
+    return pl.DataFrame(
+        [{"comparison": "eager A vs B", **base, **eager}, {"comparison": "fused A vs B", **base, **fused}]
+    )
 
 
 def test_claim_rule_on_synthetic_distributions():
@@ -83,19 +91,40 @@ def test_controls_separate_route_from_value():
 
 
 def test_route_statement_is_filled_from_the_tables():
-    dist = pl.DataFrame([
-        {"comparison": label, "n": 10, "bit_equal": eq, "ulp0_pct": 100.0 if eq else 60.0, "ulp1_pct": 0.0 if eq else 40.0,
-         "ulp_ge2_pct": 0.0, "ulp_max": 0 if eq else 1}
-        for mode in ("eager", "fused") for label, eq in zip([c for c, _, _ in c1._comparisons(mode)], (False, True, False, True))
-    ])
-    rec = pl.DataFrame([
-        {"mode": m, "path": p, "instruction_vs_A": v, "instruction_evidence": f"evidence {m}"}
-        for m in ("eager", "fused") for p, v in (("A", "reference"), ("B", "same"), ("control_route_only", "same"))
-    ])
+    dist = pl.DataFrame(
+        [
+            {
+                "comparison": label,
+                "n": 10,
+                "bit_equal": eq,
+                "ulp0_pct": 100.0 if eq else 60.0,
+                "ulp1_pct": 0.0 if eq else 40.0,
+                "ulp_ge2_pct": 0.0,
+                "ulp_max": 0 if eq else 1,
+            }
+            for mode in ("eager", "fused")
+            for label, eq in zip([c for c, _, _ in c1._comparisons(mode)], (False, True, False, True), strict=False)
+        ]
+    )
+    rec = pl.DataFrame(
+        [
+            {"mode": m, "path": p, "instruction_vs_A": v, "instruction_evidence": f"evidence {m}"}
+            for m in ("eager", "fused")
+            for p, v in (("A", "reference"), ("B", "same"), ("control_route_only", "same"))
+        ]
+    )
     text = c1.route_statement(rec, dist)
-    assert "A and B differ in 40.00% of elements (max 1 ULP)" in text and "changing only the route (control_route_only vs A) changes 0.00%" in text
+    assert (
+        "A and B differ in 40.00% of elements (max 1 ULP)" in text
+        and "changing only the route (control_route_only vs A) changes 0.00%" in text
+    )
     assert "control_value_only reproduces B bit for bit" in text and "plan's fallback" in text
-    different = rec.with_columns(pl.when(pl.col("path") == "B").then(pl.lit("different")).otherwise(pl.col("instruction_vs_A")).alias("instruction_vs_A"))
+    different = rec.with_columns(
+        pl.when(pl.col("path") == "B")
+        .then(pl.lit("different"))
+        .otherwise(pl.col("instruction_vs_A"))
+        .alias("instruction_vs_A")
+    )
     assert "Instruction changes observed in: eager B, fused B" in c1.route_statement(different, dist)
 
 
@@ -149,7 +178,9 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
         assert rows[f"{mode} value only: control_value_only vs A"]["ulp_max"] == 1
     routes = read_value(tmp_path / "smoke" / "c1_route_records")
     by = {(r["mode"], r["path"]): r for r in routes.iter_rows(named=True)}
-    assert set(by) == {(m, p) for m in ("eager", "fused") for p in ("A", "B", "control_route_only", "control_value_only")}
+    assert set(by) == {
+        (m, p) for m in ("eager", "fused") for p in ("A", "B", "control_route_only", "control_value_only")
+    }
     # Fused on the CPU: every route compiles to the same multiply (constants masked); eager: the CPU
     # profiler records no kernel below aten::mul, so the instruction is not observable there.
     assert {by[("fused", p)]["instruction_vs_A"] for p in ("B", "control_route_only", "control_value_only")} == {"same"}
@@ -174,4 +205,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     # the finding says the operand's value, not the route, explains the difference.
     assert not mech.passed
     assert "scalar's value, not the route" in mech.metadata["finding"].value
-    assert mech.metadata["eager.control_route_only_equals_A"].value and mech.metadata["fused.control_value_only_equals_B"].value
+    assert (
+        mech.metadata["eager.control_route_only_equals_A"].value
+        and mech.metadata["fused.control_value_only_equals_B"].value
+    )

@@ -20,15 +20,29 @@ FEW, MORE = 16, 48
 #: Growth allowed per extra set, as a fraction of one set's stored bytes (allocator noise).
 PER_SET_FRACTION = 0.5
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.heavy,
+    pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc"),
+]
 
 
 def _probe(step: str, sets: int, tmp_path: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(tmp_path / f"home{sets}"),
-           "DAGSTER_DISABLE_TELEMETRY": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "DAGSTER_HOME": str(tmp_path / f"home{sets}"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
     (tmp_path / f"home{sets}").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "tests.pipeline._memory_probe", step, str(sets), str(tmp_path / f"data{sets}")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.pipeline._memory_probe", step, str(sets), str(tmp_path / f"data{sets}")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -39,9 +53,11 @@ def test_peak_memory_per_extra_set_is_a_fraction_of_one_set(step, tmp_path):
     set_bytes = few["set_bytes"]
     assert set_bytes == more["set_bytes"] > 1 << 20  # seed shapes: megabytes per set
     per_extra_set = (more["peak_above_start"] - few["peak_above_start"]) / (MORE - FEW)
-    print(f"\n{step}: peak {few['peak_above_start'] / 2**20:.0f} MiB at {FEW} sets, "
-          f"{more['peak_above_start'] / 2**20:.0f} MiB at {MORE}; {per_extra_set / 2**20:.2f} MiB per extra set "
-          f"(one set: {set_bytes / 2**20:.1f} MiB)")
+    print(
+        f"\n{step}: peak {few['peak_above_start'] / 2**20:.0f} MiB at {FEW} sets, "
+        f"{more['peak_above_start'] / 2**20:.0f} MiB at {MORE}; {per_extra_set / 2**20:.2f} MiB per extra set "
+        f"(one set: {set_bytes / 2**20:.1f} MiB)"
+    )
     assert per_extra_set < PER_SET_FRACTION * set_bytes
     # And the whole step stays below what holding every set would take.
     assert more["peak_above_start"] < MORE * set_bytes

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from pipeline import planted_bugs, storage
+from pipeline.assets import regression
 from pipeline.planted_bugs import PLANTED_BUGS
 from pipeline.profiles import PROFILES
-from pipeline.assets import regression
 from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
 
@@ -39,8 +39,12 @@ def _move(x, y):
 def inputs():
     planted_bugs.register_planted_backends()
     g = torch.Generator().manual_seed(0)
-    return {"x": torch.randn(4, 32, generator=g).half(), "row": torch.rand(1, 4096, generator=g).half(),
-            "a": torch.randn(2, 8, 16, generator=g).half(), "b": torch.randn(2, 8, 16, generator=g).half()}
+    return {
+        "x": torch.randn(4, 32, generator=g).half(),
+        "row": torch.rand(1, 4096, generator=g).half(),
+        "a": torch.randn(2, 8, 16, generator=g).half(),
+        "b": torch.randn(2, 8, 16, generator=g).half(),
+    }
 
 
 def test_output_faults_do_what_they_claim(inputs):
@@ -162,7 +166,7 @@ def test_vector_tail_bug_fires_on_odd_row_lengths_only(inputs):
     tail = n % width
     assert fn.evidence.kernel_count >= 1 and tail
     assert torch.equal(out[..., : n - tail], ref[..., : n - tail])
-    assert torch.equal(out[..., n - tail:], ref[..., n - tail - width: n - width]) and not torch.equal(out, ref)
+    assert torch.equal(out[..., n - tail :], ref[..., n - tail - width : n - width]) and not torch.equal(out, ref)
     a, b = inputs["a"], inputs["b"]  # rows of 16: a multiple of the vector width
     assert torch.equal(fused(_move, "planted_vector_tail")(a, b), _move(a, b))
 
@@ -175,40 +179,56 @@ def _outcome(key, passed, severity, meta, spec=None):
 
 
 def _synthetic_run(outcomes, failures=()):
-    return {"outcomes": {o.key: o for o in outcomes}, "metadata": {o.key: {"k": o.key} for o in outcomes},
-            "failures": list(failures), "seconds": 1.0, "seed": 1}
+    return {
+        "outcomes": {o.key: o for o in outcomes},
+        "metadata": {o.key: {"k": o.key} for o in outcomes},
+        "failures": list(failures),
+        "seconds": 1.0,
+        "seed": 1,
+    }
 
 
 def test_score_counts_only_new_error_outcomes():
     warn = dg.AssetCheckSeverity.WARN
     err = dg.AssetCheckSeverity.ERROR
-    healthy = _synthetic_run([
-        _outcome("x:finding", False, warn, {"outcome": "finding"}),
-        _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
-        _outcome("x:claim_ok", True, err, {}, spec="claim"),
-        _outcome("x:validity_ok", True, err, {"outcome": "validity"}),
-        _outcome("x:standing", False, err, {"outcome": "validity"}),  # already ERROR when healthy
-    ])
+    healthy = _synthetic_run(
+        [
+            _outcome("x:finding", False, warn, {"outcome": "finding"}),
+            _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
+            _outcome("x:claim_ok", True, err, {}, spec="claim"),
+            _outcome("x:validity_ok", True, err, {"outcome": "validity"}),
+            _outcome("x:standing", False, err, {"outcome": "validity"}),  # already ERROR when healthy
+        ]
+    )
     assert regression.error_outcomes(healthy) == {"x:standing": "invalid run"}
-    bug = _synthetic_run([
-        _outcome("x:finding", False, warn, {"outcome": "finding"}),
-        _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
-        _outcome("x:claim_ok", False, err, {"verdict": "contradicted"}, spec="claim"),
-        _outcome("x:validity_ok", False, err, {"outcome": "validity"}),
-        _outcome("x:standing", False, err, {"outcome": "validity"}),
-        _outcome("x:undeclared", False, err, {}),  # declares nothing: read as validity
-        _outcome("x:undeclared_warn", False, warn, {}),
-    ], [{"step": "c2_reduction_order", "error": "FusionError", "message": "no kernel", "fusion": True}])
+    bug = _synthetic_run(
+        [
+            _outcome("x:finding", False, warn, {"outcome": "finding"}),
+            _outcome("x:claim_inconclusive", False, warn, {"outcome": "claim", "verdict": "inconclusive"}),
+            _outcome("x:claim_ok", False, err, {"verdict": "contradicted"}, spec="claim"),
+            _outcome("x:validity_ok", False, err, {"outcome": "validity"}),
+            _outcome("x:standing", False, err, {"outcome": "validity"}),
+            _outcome("x:undeclared", False, err, {}),  # declares nothing: read as validity
+            _outcome("x:undeclared_warn", False, warn, {}),
+        ],
+        [{"step": "c2_reduction_order", "error": "FusionError", "message": "no kernel", "fusion": True}],
+    )
     caught = regression.score_bug(healthy, bug)
-    assert caught == {"x:claim_ok": "claim contradicted", "x:undeclared": "invalid run", "x:validity_ok": "invalid run",
-                      "step c2_reduction_order": "invalid run: FusionError (no fusion evidence)"}
+    assert caught == {
+        "x:claim_ok": "claim contradicted",
+        "x:undeclared": "invalid run",
+        "x:validity_ok": "invalid run",
+        "step c2_reduction_order": "invalid run: FusionError (no fusion evidence)",
+    }
     # WARN findings and inconclusive verdicts alone never catch a bug.
-    only_warn = _synthetic_run([
-        _outcome("x:finding", False, warn, {"outcome": "finding"}),
-        _outcome("x:claim_ok", False, warn, {"verdict": "inconclusive"}, spec="claim"),
-        _outcome("y:new_finding", False, warn, {"outcome": "finding"}),
-        _outcome("x:standing", False, err, {"outcome": "validity"}),
-    ])
+    only_warn = _synthetic_run(
+        [
+            _outcome("x:finding", False, warn, {"outcome": "finding"}),
+            _outcome("x:claim_ok", False, warn, {"verdict": "inconclusive"}, spec="claim"),
+            _outcome("y:new_finding", False, warn, {"outcome": "finding"}),
+            _outcome("x:standing", False, err, {"outcome": "validity"}),
+        ]
+    )
     assert regression.score_bug(healthy, only_warn) == {}
     assert regression.score_bug(healthy, healthy) == {}
     crash = _synthetic_run([], [{"step": "t", "error": "ValueError", "message": "m", "fusion": False}])
@@ -218,11 +238,18 @@ def test_score_counts_only_new_error_outcomes():
 
 
 def test_declared_outcomes_read_from_check_specs():
-    kinds = regression.declared_outcomes([regression.every_planted_bug_caught, regression.planted_bug_matrix_run_valid,
-                                          regression.baseline_provenance_changed])
-    assert kinds == {"planted_bug_matrix:every_planted_bug_caught": "claim",
-                     "planted_bug_matrix:planted_bug_matrix_run_valid": "validity",
-                     "baseline_comparison:baseline_provenance_changed": "finding"}
+    kinds = regression.declared_outcomes(
+        [
+            regression.every_planted_bug_caught,
+            regression.planted_bug_matrix_run_valid,
+            regression.baseline_provenance_changed,
+        ]
+    )
+    assert kinds == {
+        "planted_bug_matrix:every_planted_bug_caught": "claim",
+        "planted_bug_matrix:planted_bug_matrix_run_valid": "validity",
+        "baseline_comparison:baseline_provenance_changed": "finding",
+    }
 
 
 @pytest.mark.slow
@@ -230,14 +257,20 @@ def test_declared_outcomes_read_from_check_specs():
 def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_resources):
     """The asset end to end: B, C2 and D at smoke size, every planted bug (old and new classes), three
     healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
-    checks = [regression.planted_bug_matrix, regression.every_planted_bug_caught,
-              regression.healthy_backend_no_false_alarms, regression.planted_bug_matrix_run_valid]
+    checks = [
+        regression.planted_bug_matrix,
+        regression.every_planted_bug_caught,
+        regression.healthy_backend_no_false_alarms,
+        regression.planted_bug_matrix_run_valid,
+    ]
     every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS)}}}}
     result = dg.materialize(checks, resources=smoke_resources, run_config=every_bug)
     assert result.success
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert all(evals[c].passed for c in ("every_planted_bug_caught", "healthy_backend_no_false_alarms",
-                                         "planted_bug_matrix_run_valid")), {k: e.metadata for k, e in evals.items()}
+    assert all(
+        evals[c].passed
+        for c in ("every_planted_bug_caught", "healthy_backend_no_false_alarms", "planted_bug_matrix_run_valid")
+    ), {k: e.metadata for k, e in evals.items()}
     assert evals["healthy_backend_no_false_alarms"].metadata["verdict"].value == "supported"
     assert evals["every_planted_bug_caught"].metadata["verdict"].value == "supported"
     table = storage.read_value(tmp_path / "smoke" / "planted_bug_matrix")
@@ -247,7 +280,9 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
     assert (healthy["error_outcomes"] == 0).all() and (healthy["caught"] == "clean").all()
     by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == regression.BUG_ROW).iter_rows(named=True)}
     assert set(by_bug) == set(PLANTED_BUGS) and len(by_bug) >= 11
-    assert all(r["caught"] == "yes" and r["error_outcomes"] >= 1 and r["first_failure_metadata"] for r in by_bug.values())
+    assert all(
+        r["caught"] == "yes" and r["error_outcomes"] >= 1 and r["first_failure_metadata"] for r in by_bug.values()
+    )
     # Where each bug is caught: the experiment whose claim its fault breaks (or the run's validity).
     expected = {
         "planted_fallback_to_eager": "(invalid run: FusionError (no fusion evidence))",
@@ -274,5 +309,9 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
     assert PROFILES["default"].planted_bugs == () and PROFILES["seed"].planted_bugs == ()
     smoke = PROFILES["smoke"].planted_bugs
     assert set(smoke) < set(PLANTED_BUGS) and len(set(smoke)) == len(smoke) == 4
-    assert set(smoke) == {"planted_fallback_to_eager", "planted_nondeterministic_reduction", "planted_contiguous_only",
-                          "planted_layout_swap"}
+    assert set(smoke) == {
+        "planted_fallback_to_eager",
+        "planted_nondeterministic_reduction",
+        "planted_contiguous_only",
+        "planted_layout_swap",
+    }

@@ -9,12 +9,25 @@ from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
 
-CHECKS = [c2.c2_run_valid, c2.c2_versions_self_deterministic, c2.c2_versions_within_fp64_band, c2.c2_fp16_partials_within_bound,
-          c2.c2_fp16_partials_less_accurate, c2.c2_tilings_differ, c2.c2_probabilistic_margin]
+CHECKS = [
+    c2.c2_run_valid,
+    c2.c2_versions_self_deterministic,
+    c2.c2_versions_within_fp64_band,
+    c2.c2_fp16_partials_within_bound,
+    c2.c2_fp16_partials_less_accurate,
+    c2.c2_tilings_differ,
+    c2.c2_probabilistic_margin,
+]
 ASSETS = [c2.c2_reduction_order, *CHECKS]
-KINDS = {"c2_run_valid": VALIDITY, "c2_versions_self_deterministic": CLAIM, "c2_versions_within_fp64_band": CLAIM,
-         "c2_fp16_partials_within_bound": CLAIM, "c2_fp16_partials_less_accurate": FINDING, "c2_tilings_differ": FINDING,
-         "c2_probabilistic_margin": FINDING}
+KINDS = {
+    "c2_run_valid": VALIDITY,
+    "c2_versions_self_deterministic": CLAIM,
+    "c2_versions_within_fp64_band": CLAIM,
+    "c2_fp16_partials_within_bound": CLAIM,
+    "c2_fp16_partials_less_accurate": FINDING,
+    "c2_tilings_differ": FINDING,
+    "c2_probabilistic_margin": FINDING,
+}
 
 
 def test_tiled_sum_follows_the_tiles():
@@ -50,7 +63,12 @@ def test_every_check_declares_its_outcome_kind():
 
 
 def test_bound_spec_per_family():
-    assert c2.bound_spec("compiler", None) == {"order": "any", "tile": None, "accumulate_dtype": torch.float32, "partial_dtype": None}
+    assert c2.bound_spec("compiler", None) == {
+        "order": "any",
+        "tile": None,
+        "accumulate_dtype": torch.float32,
+        "partial_dtype": None,
+    }
     # Framework-tiled versions accumulate in fp32 in an order the framework picks: the any-order bound.
     assert c2.bound_spec("framework_tiled", None) == c2.bound_spec("compiler", None)
     assert "framework_tiled" in c2.SEED_FAMILIES
@@ -62,10 +80,24 @@ def test_bound_spec_per_family():
 
 def _bounds(margins: dict[str, list[float]], prob_scale: float = 0.5) -> pl.DataFrame:
     """Rows with the given deterministic margins; the probabilistic bound is ``prob_scale`` x the deterministic one."""
-    rows = [{"version": v, "family": "tiled_fp16_partials" if "fp16" in v else "compiler", "output": "out16", "row": i,
-             "abs_ref": 1.0, "abs_sum": 2.0, "error": m * 0.4, "bound": 0.4, "margin": m,
-             "bound_prob": 0.4 * prob_scale, "margin_prob": m / prob_scale, "lambda": 6.5}
-            for v, ms in margins.items() for i, m in enumerate(ms)]
+    rows = [
+        {
+            "version": v,
+            "family": "tiled_fp16_partials" if "fp16" in v else "compiler",
+            "output": "out16",
+            "row": i,
+            "abs_ref": 1.0,
+            "abs_sum": 2.0,
+            "error": m * 0.4,
+            "bound": 0.4,
+            "margin": m,
+            "bound_prob": 0.4 * prob_scale,
+            "margin_prob": m / prob_scale,
+            "lambda": 6.5,
+        }
+        for v, ms in margins.items()
+        for i, m in enumerate(ms)
+    ]
     return pl.DataFrame(rows)
 
 
@@ -117,19 +149,49 @@ def test_smoke_materialization(smoke_resources, tmp_path):
 
     # Per row, version and output: error, derived bound, margin.
     bounds = read_value(tmp_path / "smoke" / "c2_row_bounds")
-    assert {"version", "family", "output", "row", "ref", "abs_sum", "partial_abs_sum", "error", "bound", "bound_kind",
-            "margin", "bound_prob", "margin_prob", "chain", "bound_formula"} <= set(bounds.columns)
+    assert {
+        "version",
+        "family",
+        "output",
+        "row",
+        "ref",
+        "abs_sum",
+        "partial_abs_sum",
+        "error",
+        "bound",
+        "bound_kind",
+        "margin",
+        "bound_prob",
+        "margin_prob",
+        "chain",
+        "bound_formula",
+    } <= set(bounds.columns)
     assert bounds.height == 9 * len(versions) * 2
     assert set(bounds["bound_kind"]) == {"deterministic"}
     assert bounds["margin"].to_list() == pytest.approx((bounds["error"] / bounds["bound"]).to_list())
     chains = {(r["family"], r["version"]): r["chain"] for r in bounds.iter_rows(named=True)}
-    assert chains[("compiler", "eager")] == "4095" and chains[("tiled_fp32_partials", "tile512_fp32_partials")] == "511+7"
+    assert (
+        chains[("compiler", "eager")] == "4095" and chains[("tiled_fp32_partials", "tile512_fp32_partials")] == "511+7"
+    )
     fp16p = bounds.filter(pl.col("family") == "tiled_fp16_partials")
-    assert fp16p["partial_abs_sum"].is_not_null().all() and bounds.filter(pl.col("family") == "compiler")["partial_abs_sum"].is_null().all()
+    assert (
+        fp16p["partial_abs_sum"].is_not_null().all()
+        and bounds.filter(pl.col("family") == "compiler")["partial_abs_sum"].is_null().all()
+    )
 
     errors = read_value(tmp_path / "smoke" / "c2_error_vs_fp64")
-    assert {"bound_kind", "bound_formula", "chain", "margin_max", "worst_margin_row", "worst_bound", "within_band_fraction",
-            "margin_prob_max", "abs_max", "ulp_max"} <= set(errors.columns)
+    assert {
+        "bound_kind",
+        "bound_formula",
+        "chain",
+        "margin_max",
+        "worst_margin_row",
+        "worst_bound",
+        "within_band_fraction",
+        "margin_prob_max",
+        "abs_max",
+        "ulp_max",
+    } <= set(errors.columns)
     for r in errors.iter_rows(named=True):
         per_row = bounds.filter((pl.col("version") == r["version"]) & (pl.col("output") == r["output"]))
         assert r["margin_max"] == pytest.approx(per_row["margin"].max())
@@ -143,16 +205,21 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # Claim checks: the verdict follows the rule's arithmetic, and the rule travels with the result.
     seed = meta["c2_versions_within_fp64_band"]
     assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == c2.PROB_CONFIDENCE
-    assert {"rule.claim", "rule.metric", "rule.decision", "rule.unit", "rule.sample_size", "rule.derivation"} <= set(seed)
+    assert {"rule.claim", "rule.metric", "rule.decision", "rule.unit", "rule.sample_size", "rule.derivation"} <= set(
+        seed
+    )
     seed_rows = bounds.filter(pl.col("family").is_in(list(c2.SEED_FAMILIES)))
     assert seed["rows_judged"] == seed_rows.height
     within = (seed_rows["margin"] <= 1).all() and (seed_rows["margin_prob"] <= 1).all()
     assert seed["verdict"] == (SUPPORTED if within else CONTRADICTED)
     assert seed_rows["lambda"].n_unique() == 1 and seed_rows["lambda"][0] == pytest.approx(
-        c2.family_lambda(bounds.height, PROFILES["smoke"].c2_length + PROFILES["smoke"].c2_length // min(c2.TILES)))
+        c2.family_lambda(bounds.height, PROFILES["smoke"].c2_length + PROFILES["smoke"].c2_length // min(c2.TILES))
+    )
     assert evals["c2_versions_within_fp64_band"].passed == (seed["verdict"] == SUPPORTED)
     fp16 = meta["c2_fp16_partials_within_bound"]
-    assert fp16["verdict"] == (SUPPORTED if ((fp16p["margin"] <= 1) & (fp16p["margin_prob"] <= 1)).all() else CONTRADICTED)
+    assert fp16["verdict"] == (
+        SUPPORTED if ((fp16p["margin"] <= 1) & (fp16p["margin_prob"] <= 1)).all() else CONTRADICTED
+    )
     det = meta["c2_versions_self_deterministic"]
     assert det["verdict"] == (SUPPORTED if table["self_deterministic"].all() else CONTRADICTED)
     assert det["rule.threshold"] == 0.0
@@ -164,8 +231,9 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # between tilings implies an accumulator difference (an identity, on any device).
     tilings = meta["c2_tilings_differ"]
     assert tilings["fp32.out16_differ_rows"] <= tilings["fp32.acc32_differ_rows"]
-    assert evals["c2_tilings_differ"].passed == (tilings["fp32.out16_differ_rows"] > 0 and tilings["fp16.out16_differ_rows"] > 0)
-
+    assert evals["c2_tilings_differ"].passed == (
+        tilings["fp32.out16_differ_rows"] > 0 and tilings["fp16.out16_differ_rows"] > 0
+    )
 
     # CPU-specific observations of this torch build's Inductor, not rules (the smoke profile runs on
     # the CPU): split_reductions does not change the CPU kernel, while one thread or scalar
@@ -176,7 +244,9 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
         # CPU: the tiling each framework version got, read back from its generated kernel.
         assert fw == {f"framework_tiled_{k}" for k in c2.FRAMEWORK_TILINGS["cpu"]}
-        assert versions["framework_tiled_t2_simd256"]["framework_tiling"].startswith("4096 elements in 2 thread ranges, vector steps of 16 lanes")
+        assert versions["framework_tiled_t2_simd256"]["framework_tiling"].startswith(
+            "4096 elements in 2 thread ranges, vector steps of 16 lanes"
+        )
         assert "1 thread, a scalar loop" in versions["framework_tiled_t1_simd0"]["framework_tiling"]
         assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
         assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])

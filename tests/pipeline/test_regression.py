@@ -22,22 +22,42 @@ def _b_table(shift: float = 0.0, jitter_sets: int = 0, seed: int = 0) -> pl.Data
                 vals[:jitter_sets] += 1  # a few sets move by one ULP: within the distribution's noise
                 vals = vals + shift
                 for i, v in enumerate(vals):
-                    rows.append({"chain": chain, "distribution": "normal", "dtype": dtype, "path": path,
-                                 "set_index": i, "ulp_max": float(v)})
+                    rows.append(
+                        {
+                            "chain": chain,
+                            "distribution": "normal",
+                            "dtype": dtype,
+                            "path": path,
+                            "set_index": i,
+                            "ulp_max": float(v),
+                        }
+                    )
     return pl.DataFrame(rows)
 
 
 def _d_table(broken: bool = False) -> pl.DataFrame:
-    return pl.DataFrame({"subgraph": ["transpose_concat", "rotate_half"], "dtype": ["float16", "float16"],
-                         "shape": ["2x8x16", "2x8x16"], "layout": ["contiguous", "contiguous"],
-                         "bit_equal": [True, not broken], "ulp_max": [0, 3 if broken else 0]})
+    return pl.DataFrame(
+        {
+            "subgraph": ["transpose_concat", "rotate_half"],
+            "dtype": ["float16", "float16"],
+            "shape": ["2x8x16", "2x8x16"],
+            "layout": ["contiguous", "contiguous"],
+            "bit_equal": [True, not broken],
+            "ulp_max": [0, 3 if broken else 0],
+        }
+    )
 
 
 def _e_table(fused_final: float = 2.50) -> pl.DataFrame:
     steps = [5, 10, 15, 20]
-    curves = {"bfloat16_eager": [3.0, 2.8, 2.6, 2.50], "bfloat16_eager_order_B": [3.02, 2.79, 2.62, 2.52],
-              "bfloat16_fused": [3.0, 2.8, 2.6, fused_final]}
-    return pl.DataFrame([{"run": r, "step": s, "eval_loss": v} for r, vals in curves.items() for s, v in zip(steps, vals)])
+    curves = {
+        "bfloat16_eager": [3.0, 2.8, 2.6, 2.50],
+        "bfloat16_eager_order_B": [3.02, 2.79, 2.62, 2.52],
+        "bfloat16_fused": [3.0, 2.8, 2.6, fused_final],
+    }
+    return pl.DataFrame(
+        [{"run": r, "step": s, "eval_loss": v} for r, vals in curves.items() for s, v in zip(steps, vals, strict=False)]
+    )
 
 
 def _store(root, profile="smoke", **tables):
@@ -46,10 +66,13 @@ def _store(root, profile="smoke", **tables):
 
 
 def _stored(root, b=None, d=None, e=None):
-    _store(root, accumulated_error_per_set=b if b is not None else _b_table(),
-           accumulated_error_summary=pl.DataFrame({"chain": ["softmax"], "fused_not_worse": [True]}),
-           data_movement_check_table=d if d is not None else _d_table(),
-           training_curves=e if e is not None else _e_table())
+    _store(
+        root,
+        accumulated_error_per_set=b if b is not None else _b_table(),
+        accumulated_error_summary=pl.DataFrame({"chain": ["softmax"], "fused_not_worse": [True]}),
+        data_movement_check_table=d if d is not None else _d_table(),
+        training_curves=e if e is not None else _e_table(),
+    )
 
 
 def _compare(root, prov=None):
@@ -58,7 +81,7 @@ def _compare(root, prov=None):
 
 def test_promote_refuses_partial_then_versions_without_overwriting(tmp_path):
     _stored(tmp_path)
-    with pytest.raises(baseline.BaselineError, match="not materialized.*A: determinism_summary"):
+    with pytest.raises(baseline.BaselineError, match=r"not materialized.*A: determinism_summary"):
         baseline.promote(tmp_path, "smoke")
     first = baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1, "torch_version": "2.13"})
     assert set(first.promoted) == {"B", "D", "E"} and "A" in first.skipped
@@ -100,8 +123,10 @@ def test_moves_are_detected_with_severity_and_provenance(tmp_path):
     t = result.table
     moved = t.filter(pl.col("moved") == "yes")
     d = moved.filter((pl.col("experiment") == "D") & (pl.col("kind") != "provenance"))
-    assert set(d["item"]) == {"data_movement_check_table/rotate_half/float16/2x8x16/contiguous/bit_equal",
-                              "data_movement_check_table/rotate_half/float16/2x8x16/contiguous/ulp_max"}
+    assert set(d["item"]) == {
+        "data_movement_check_table/rotate_half/float16/2x8x16/contiguous/bit_equal",
+        "data_movement_check_table/rotate_half/float16/2x8x16/contiguous/ulp_max",
+    }
     assert set(d["severity"]) == {"ERROR"}
     e = moved.filter((pl.col("experiment") == "E") & pl.col("item").str.contains("final_eval_loss"))
     assert e["item"].to_list() == ["bfloat16_fused/final_eval_loss@20"] and e["severity"][0] == "ERROR"
@@ -129,7 +154,7 @@ def test_experiment_missing_now_is_reported(tmp_path):
     baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1})
     (tmp_path / "smoke" / "data_movement_check_table.parquet").unlink()
     t = _compare(tmp_path).table
-    row = t.filter((pl.col("experiment") == "D")).row(0, named=True)
+    row = t.filter(pl.col("experiment") == "D").row(0, named=True)
     assert row["status"].startswith("not materialized") and row["severity"] == "WARN"
 
 
@@ -140,13 +165,19 @@ def test_bootstrap_tolerance_is_zero_without_spread_and_grows_with_it():
     assert 0 < narrow < wide
 
 
-BASELINE_CHECKS = ("no_moves_against_baseline", "baseline_items_comparable", "baseline_moves_within_rule",
-                   "baseline_provenance_changed", "baseline_covers_every_experiment")
+BASELINE_CHECKS = (
+    "no_moves_against_baseline",
+    "baseline_items_comparable",
+    "baseline_moves_within_rule",
+    "baseline_provenance_changed",
+    "baseline_covers_every_experiment",
+)
 
 
 def _materialize_comparison(tmp_path, smoke_resources):
-    return dg.materialize([regression.baseline_comparison, *(getattr(regression, c) for c in BASELINE_CHECKS)],
-                          resources=smoke_resources)
+    return dg.materialize(
+        [regression.baseline_comparison, *(getattr(regression, c) for c in BASELINE_CHECKS)], resources=smoke_resources
+    )
 
 
 def _check(result, name):
@@ -155,8 +186,10 @@ def _check(result, name):
 
 def test_baseline_checks_declare_their_outcome_kind():
     kinds = regression.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
-    assert kinds == {f"baseline_comparison:{c}": k for c, k in zip(
-        BASELINE_CHECKS, ("claim", "validity", "finding", "finding", "finding"))}
+    assert kinds == {
+        f"baseline_comparison:{c}": k
+        for c, k in zip(BASELINE_CHECKS, ("claim", "validity", "finding", "finding", "finding"), strict=False)
+    }
     spec = next(iter(regression.no_moves_against_baseline.check_specs))
     assert spec.metadata["rule.claim"].startswith("numerics unchanged")
 
@@ -170,8 +203,21 @@ def test_comparison_asset_and_checks(tmp_path, smoke_resources):
     assert "no baseline promoted" in check.metadata["reason"].value
     # Promote through the CLI, compare unchanged data: supported, valid, no findings but the coverage gaps.
     assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path)]) == 2  # partial refused
-    assert cli_main(["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path), "--allow-partial",
-                     "--device", "cpu"]) == 0
+    assert (
+        cli_main(
+            [
+                "promote-baseline",
+                "--profile",
+                "smoke",
+                "--data-dir",
+                str(tmp_path),
+                "--allow-partial",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     result = _materialize_comparison(tmp_path, smoke_resources)
     claim = _check(result, "no_moves_against_baseline")
     assert claim.passed and claim.metadata["verdict"].value == "supported"
@@ -192,9 +238,19 @@ def test_comparison_asset_and_checks(tmp_path, smoke_resources):
 
 
 def _comparison_table(rows):
-    base = {"experiment": "D", "item": "x", "kind": "bit_exact", "baseline_value": "0", "current_value": "0",
-            "delta": None, "tolerance": 0.0, "tolerance_source": "bit-exact", "moved": "no", "severity": "none",
-            "status": "compared"}
+    base = {
+        "experiment": "D",
+        "item": "x",
+        "kind": "bit_exact",
+        "baseline_value": "0",
+        "current_value": "0",
+        "delta": None,
+        "tolerance": 0.0,
+        "tolerance_source": "bit-exact",
+        "moved": "no",
+        "severity": "none",
+        "status": "compared",
+    }
     return pl.DataFrame([{**base, **r} for r in rows], schema=baseline.COLUMNS)
 
 
@@ -204,17 +260,35 @@ def _meta(result, key):
 
 
 def test_missing_item_is_invalid_and_improvements_and_provenance_are_findings():
-    table = _comparison_table([
-        {"item": "ok"},
-        {"item": "gone", "current_value": None, "moved": "yes", "severity": "ERROR", "status": "not in current"},
-        {"item": "better", "baseline_value": "3", "current_value": "1", "moved": "yes", "severity": "WARN"},
-        {"item": "provenance.torch_version", "kind": "provenance", "baseline_value": "2.13", "current_value": "2.14",
-         "moved": "yes", "severity": "INFO"},
-        {"item": "provenance.git_commit", "kind": "provenance", "baseline_value": "abc", "current_value": "def",
-         "moved": "yes", "severity": "INFO"},
-    ])
+    table = _comparison_table(
+        [
+            {"item": "ok"},
+            {"item": "gone", "current_value": None, "moved": "yes", "severity": "ERROR", "status": "not in current"},
+            {"item": "better", "baseline_value": "3", "current_value": "1", "moved": "yes", "severity": "WARN"},
+            {
+                "item": "provenance.torch_version",
+                "kind": "provenance",
+                "baseline_value": "2.13",
+                "current_value": "2.14",
+                "moved": "yes",
+                "severity": "INFO",
+            },
+            {
+                "item": "provenance.git_commit",
+                "kind": "provenance",
+                "baseline_value": "abc",
+                "current_value": "def",
+                "moved": "yes",
+                "severity": "INFO",
+            },
+        ]
+    )
     valid = regression.baseline_items_comparable(table)
-    assert not valid.passed and valid.severity == dg.AssetCheckSeverity.ERROR and "D gone: not in current" in _meta(valid, "problems")
+    assert (
+        not valid.passed
+        and valid.severity == dg.AssetCheckSeverity.ERROR
+        and "D gone: not in current" in _meta(valid, "problems")
+    )
     claim = regression.no_moves_against_baseline(table)  # a missing item is validity, not a drift
     assert claim.passed and _meta(claim, "verdict") == "supported"
     moves = regression.baseline_moves_within_rule(table)
@@ -222,15 +296,23 @@ def test_missing_item_is_invalid_and_improvements_and_provenance_are_findings():
     prov = regression.baseline_provenance_changed(table)
     assert not prov.passed and prov.severity == dg.AssetCheckSeverity.WARN and _meta(prov, "findings") == 2
     assert "torch_version: 2.13 -> 2.14" in _meta(prov, "details")
-    drift = _comparison_table([{"item": "worse", "baseline_value": "0", "current_value": "3", "moved": "yes", "severity": "ERROR"}])
+    drift = _comparison_table(
+        [{"item": "worse", "baseline_value": "0", "current_value": "3", "moved": "yes", "severity": "ERROR"}]
+    )
     result = regression.no_moves_against_baseline(drift)
-    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR and _meta(result, "verdict") == "contradicted"
+    assert (
+        not result.passed
+        and result.severity == dg.AssetCheckSeverity.ERROR
+        and _meta(result, "verdict") == "contradicted"
+    )
 
 
 def test_promote_job_runs(tmp_path, smoke_resources):
     _stored(tmp_path)
     result = regression.promote_baseline_job.execute_in_process(
-        resources=smoke_resources, run_config={"ops": {"promote_baseline_op": {"config": {"allow_partial": True, "note": "t"}}}})
+        resources=smoke_resources,
+        run_config={"ops": {"promote_baseline_op": {"config": {"allow_partial": True, "note": "t"}}}},
+    )
     assert result.success
     folder = baseline.current_version(tmp_path, "smoke")
     assert json.loads((folder / "manifest.json").read_text())["note"] == "t"

@@ -7,7 +7,11 @@ from pipeline.assets import rsqrt_iterations as c3
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
 
-ASSETS = [c3.c3_rsqrt_iterations, c3.c3_error_nonincreasing_with_iterations, c3.c3_div_error_nonincreasing_with_iterations]
+ASSETS = [
+    c3.c3_rsqrt_iterations,
+    c3.c3_error_nonincreasing_with_iterations,
+    c3.c3_div_error_nonincreasing_with_iterations,
+]
 
 
 def test_magic_constant_estimate_and_newton_convergence():
@@ -32,9 +36,15 @@ def _table(errors: dict[str, list[float]], newton0_equal: float = 0.1) -> pl.Dat
     rows = []
     for compute in ("float32", "float16"):
         for i, n in enumerate(c3.ITERATIONS):
-            rows.append({"path": f"B_newton{n}_{compute}", "iterations": n, "compute_dtype": compute,
-                         **{m: errors.get(f"{compute}.{m}", [4.0, 3.0, 2.0, 1.0])[i] for m in c3.MONOTONE_METRICS},
-                         "vs_A_eager_equal_fraction": newton0_equal if n == 0 else 1.0})
+            rows.append(
+                {
+                    "path": f"B_newton{n}_{compute}",
+                    "iterations": n,
+                    "compute_dtype": compute,
+                    **{m: errors.get(f"{compute}.{m}", [4.0, 3.0, 2.0, 1.0])[i] for m in c3.MONOTONE_METRICS},
+                    "vs_A_eager_equal_fraction": newton0_equal if n == 0 else 1.0,
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -87,7 +97,9 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert pre == sorted(pre, reverse=True) and pre[3] < 2e-7
     # The div table has the same form: A eager/fused (+ switches), torch.reciprocal, N = 0..3 per dtype.
     div = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c3_div_table").iter_rows(named=True)}
-    assert set(read_value(tmp_path / "smoke" / "c3_div_table").columns) == set(read_value(tmp_path / "smoke" / "c3_iteration_table").columns)
+    assert set(read_value(tmp_path / "smoke" / "c3_div_table").columns) == set(
+        read_value(tmp_path / "smoke" / "c3_iteration_table").columns
+    )
     assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
     dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
@@ -105,7 +117,9 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     if smoke_resources["settings"].torch_device().type != "cpu":
         pytest.skip("CPU-specific: torch.rsqrt correctly rounded and the C3 verdict measured on the CPU backend")
     # torch.rsqrt on CPU is correctly rounded to fp16 in both modes (measured).
-    assert table["A_eager"]["correctly_rounded_fraction"] == 1.0 and table["A_fused"]["vs_A_eager_equal_fraction"] == 1.0
+    assert (
+        table["A_eager"]["correctly_rounded_fraction"] == 1.0 and table["A_fused"]["vs_A_eager_equal_fraction"] == 1.0
+    )
     assert [r["int_ulp_vs_rounded_ref_max"] for r in b[:2]] == [69, 3]
     assert b[2]["int_ulp_vs_rounded_ref_max"] <= 1 and b[3]["vs_A_eager_equal_fraction"] == 1.0
     assert check.passed and check.metadata["verdict"].value == SUPPORTED, check.metadata["reason"].value

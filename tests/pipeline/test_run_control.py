@@ -74,8 +74,9 @@ def test_terminal_lines_show_steps_and_asset_messages_but_not_debug():
     def capture(_):
         return logger
 
-    job = dg.Definitions(assets=[talky], jobs=[dg.define_asset_job("j", [talky])],
-                         loggers={"capture": capture}).resolve_job_def("j")
+    job = dg.Definitions(
+        assets=[talky], jobs=[dg.define_asset_job("j", [talky])], loggers={"capture": capture}
+    ).resolve_job_def("j")
     result = job.execute_in_process(run_config={"loggers": {"capture": {}}})
     assert result.success
     text = out.getvalue()
@@ -106,7 +107,7 @@ def test_unavailable_device_is_a_settings_problem():
 def test_settings_resource_refuses_bad_values_before_any_step():
     with pytest.raises(ValueError, match=r"profile[\s\S]*'smoke', 'default' or 'seed'[\s\S]*'huge'"):
         ExperimentSettings(profile="huge", device="cpu")
-    with pytest.raises(ValueError, match="unknown torch.compile backend 'nosuch'"):
+    with pytest.raises(ValueError, match=r"unknown torch\.compile backend 'nosuch'"):
         ExperimentSettings(profile="smoke", device="cpu", backend="nosuch")
     with pytest.raises(ValueError, match="backend_options is not valid JSON"):
         ExperimentSettings(profile="smoke", device="cpu", backend_options="{")
@@ -178,16 +179,23 @@ def _env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
     shutil.copy(REPO / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    return {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "1",
-            "FUSION_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "FUSION_DATA_DIR": str(tmp_path / "data"),
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.mark.slow
 def test_killed_run_resumes_with_only_what_is_missing_and_the_report_builds(tmp_path):
     env = _env(tmp_path)
     command = [sys.executable, "-m", "pipeline.cli", "report", "--profile", "smoke", "--device", "cpu"]
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     finished = 0
     deadline = time.monotonic() + 600
     assert first.stdout is not None
@@ -253,7 +261,9 @@ def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
     assert checks() == ["down_reads_side", "up_ok"]
     # side is not selected and not stored: down's check is planned but cannot run
     everything = [up, down, side, up_ok, down_reads_side]
-    assert dg.materialize(everything, resources=resources, instance=instance, selection=dg.AssetSelection.assets(up, down)).success
+    assert dg.materialize(
+        everything, resources=resources, instance=instance, selection=dg.AssetSelection.assets(up, down)
+    ).success
     assert todo() == ["side"] and checks() == ["down_reads_side"]  # only the check, not down again
     assert dg.materialize(everything, resources=resources, instance=instance).success
     assert todo() == [] and checks() == []
@@ -284,8 +294,9 @@ def test_report_reads_a_planned_but_unevaluated_check_as_not_yet_run(tmp_path):
 
     instance = dg.DagsterInstance.ephemeral()
     resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
-    assert dg.materialize([x, y, reads_y], resources=resources, instance=instance,
-                          selection=dg.AssetSelection.assets(x)).success
+    assert dg.materialize(
+        [x, y, reads_y], resources=resources, instance=instance, selection=dg.AssetSelection.assets(x)
+    ).success
     graph = dg.Definitions(assets=[x, y], asset_checks=[reads_y]).resolve_asset_graph()
     (check_key,) = graph.asset_check_keys
     latest = instance.get_latest_asset_check_evaluation_record(check_key)

@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import _scale_out_jobs  # tests/pipeline is on sys.path (pytest rootdir import mode)
 import dagster as dg
 import pytest
 import torch
@@ -10,8 +11,6 @@ import yaml
 
 from pipeline import storage
 from pipeline.definitions import defs
-
-import _scale_out_jobs  # tests/pipeline is on sys.path (pytest rootdir import mode)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -2,12 +2,11 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from pipeline import storage
 from pipeline.assets import toolkit
-from pipeline.experiments import experiment
 from pipeline.definitions import defs
+from pipeline.experiments import experiment
 from pipeline.profiles import PROFILES, get_profile
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import VALIDITY

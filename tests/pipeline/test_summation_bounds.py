@@ -6,8 +6,15 @@ import math
 import pytest
 import torch
 
-from pipeline.summation_bounds import (bound_formula, chain_length, gamma, gamma_tilde, p_lambda, summation_error_bound,
-                                       unit_roundoff)
+from pipeline.summation_bounds import (
+    bound_formula,
+    chain_length,
+    gamma,
+    gamma_tilde,
+    p_lambda,
+    summation_error_bound,
+    unit_roundoff,
+)
 
 U16, U32 = 2.0**-11, 2.0**-24
 TAU16 = 2.0**-25
@@ -29,13 +36,19 @@ def test_probabilistic_constants_match_numerics_notes():
     assert p_lambda(2, U32) == pytest.approx(0.7293, abs=1e-4)
     assert p_lambda(3, U32) == pytest.approx(0.9778, abs=1e-4)
     assert p_lambda(5, U32) == pytest.approx(0.999993, abs=1e-6)
-    assert gamma_tilde(16384, U32, 6) == pytest.approx(math.expm1(6 * 128 * U32 + 16384 * U32**2 / (1 - U32)), rel=1e-15)
+    assert gamma_tilde(16384, U32, 6) == pytest.approx(
+        math.expm1(6 * 128 * U32 + 16384 * U32**2 / (1 - U32)), rel=1e-15
+    )
     assert gamma_tilde(16384, U32, 6) < gamma(16384, U32)
 
 
 def test_chain_lengths():
     assert chain_length(16384, "any") == chain_length(16384, "recursive") == 16383
-    assert chain_length(16384, "pairwise") == 14 and chain_length(1000, "pairwise") == 10 and chain_length(1, "pairwise") == 0
+    assert (
+        chain_length(16384, "pairwise") == 14
+        and chain_length(1000, "pairwise") == 10
+        and chain_length(1, "pairwise") == 0
+    )
     with pytest.raises(ValueError, match="order"):
         chain_length(8, "kahan")
 
@@ -134,7 +147,9 @@ def test_bounds_hold_for_the_framework_sums():
     ref = x.double().sum(-1)
     out16, acc32 = x.sum(-1), x.sum(-1, dtype=torch.float32)
     assert ((out16.double() - ref).abs() <= summation_error_bound(x.double()).deterministic).all()
-    assert ((acc32.double() - ref).abs() <= summation_error_bound(x.double(), output_dtype=torch.float32).deterministic).all()
+    assert (
+        (acc32.double() - ref).abs() <= summation_error_bound(x.double(), output_dtype=torch.float32).deterministic
+    ).all()
     for partials, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
         for tile in (512, 2048):
             o16, a32 = tiled_sum(tile, partials)(x)

@@ -1,6 +1,7 @@
 """Task E: corpus, GPT training loop (resume, determinism), the replicate/control rule and the
 E_training assets in smoke size."""
 
+import itertools
 import math
 
 import dagster as dg
@@ -24,7 +25,9 @@ def corpus():
 
 
 def smoke_config(corpus, **kwargs) -> TrainConfig:
-    return TrainConfig.from_profile(get_profile("smoke").train, **{"corpus_sha256": corpus.sha256, "init_seed": 1, "data_seed": 2, **kwargs})
+    return TrainConfig.from_profile(
+        get_profile("smoke").train, **{"corpus_sha256": corpus.sha256, "init_seed": 1, "data_seed": 2, **kwargs}
+    )
 
 
 def test_corpus_is_deterministic_and_split(corpus):
@@ -36,14 +39,14 @@ def test_corpus_is_deterministic_and_split(corpus):
 
 
 def test_corpus_missing_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no_such_module.py"):
+    with pytest.raises(FileNotFoundError, match=r"no_such_module\.py"):
         load_corpus(files=("no_such_module.py",), stdlib=tmp_path)
 
 
 def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="path"):
         TrainConfig(1, 1, 8, 8, 1, 1, 1, 1, path="compiled")
-    with pytest.raises(ValueError, match="train.steps"):
+    with pytest.raises(ValueError, match=r"train\.steps"):
         TrainConfig(1, 1, 8, 8, 1, 0, 1, 1)
     with pytest.raises(ValueError, match="divisible"):
         GPT(1, 3, 8, 8)
@@ -53,7 +56,7 @@ def test_lr_schedule_warms_up_then_decays():
     cfg = TrainConfig(1, 1, 8, 8, 1, 100, 10, 1)
     factors = [cfg.lr_factor(s) for s in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert all(a >= b for a, b in itertools.pairwise(factors[10:]))
     assert factors[-1] == pytest.approx(cfg.min_lr_ratio, abs=1e-3)
 
 
@@ -89,7 +92,7 @@ def test_ulp_nudge_moves_every_weight_by_exactly_one_ulp():
     changed = nudge_one_ulp(model, seed=7)
     assert changed == sum(p.numel() for p in model.parameters())
     ups = 0
-    for old, new in zip(before, model.parameters()):
+    for old, new in zip(before, model.parameters(), strict=False):
         direction = torch.where(new > old, torch.full_like(old, math.inf), torch.full_like(old, -math.inf))
         assert torch.equal(torch.nextafter(old, direction), new.detach())  # one step, no more
         ups += int((new > old).sum())
@@ -103,7 +106,7 @@ def test_control_run_differs_from_eager_only_by_rounding(corpus):
     assert smoke_config(corpus).key() != smoke_config(corpus, init_ulp_nudge=True).key()
     e, c = ([r["eval_loss"] for r in x.rows] for x in (eager, control))
     assert e != c  # the perturbation takes ...
-    assert max(abs(a - b) for a, b in zip(e, c)) < 1e-3  # ... and stays rounding-sized over a smoke run
+    assert max(abs(a - b) for a, b in zip(e, c, strict=False)) < 1e-3  # ... and stays rounding-sized over a smoke run
 
 
 def test_run_plan_has_replicates_with_distinct_orders_and_a_control_on_the_fused_order():
@@ -122,7 +125,12 @@ def test_run_plan_has_replicates_with_distinct_orders_and_a_control_on_the_fused
 
 STEPS = [0, 10, 20, 30, 40]
 # Four replicates: identical at step 0 (shared init), spread 0.1 at every judged point.
-REPS = [[5.0, 3.00, 2.50, 2.20, 2.00], [5.0, 3.10, 2.60, 2.30, 2.10], [5.0, 3.05, 2.55, 2.25, 2.05], [5.0, 3.02, 2.52, 2.22, 2.02]]
+REPS = [
+    [5.0, 3.00, 2.50, 2.20, 2.00],
+    [5.0, 3.10, 2.60, 2.30, 2.10],
+    [5.0, 3.05, 2.55, 2.25, 2.05],
+    [5.0, 3.02, 2.52, 2.22, 2.02],
+]
 
 
 def judge(fused, reps=REPS, steps=STEPS):
@@ -195,10 +203,19 @@ def test_rule_false_alarm_figures_follow_from_their_derivation():
 def test_training_assets_smoke(smoke_resources, tmp_path):
     """Replicates, fused and control train a few smoke steps through the assets: curves, evidence,
     final table, deviation frame, and the three kinds of check."""
-    assets = [toolkit.toolkit_selfcheck, training.training_curves, training.training_final_metrics, training.training_deviation]
-    checks = [training.training_runs_valid, training.fused_learns_like_eager, training.fused_deviation_vs_rounding_control]
+    assets = [
+        toolkit.toolkit_selfcheck,
+        training.training_curves,
+        training.training_final_metrics,
+        training.training_deviation,
+    ]
+    checks = [
+        training.training_runs_valid,
+        training.fused_learns_like_eager,
+        training.fused_deviation_vs_rounding_control,
+    ]
     # Every E check declares its outcome kind, and the claim its rule, before any data.
-    for check, kind in zip(checks, (VALIDITY, CLAIM, FINDING)):
+    for check, kind in zip(checks, (VALIDITY, CLAIM, FINDING), strict=False):
         (spec,) = check.check_specs
         assert spec.metadata["outcome"] == kind
     (claim_spec,) = training.fused_learns_like_eager.check_specs
@@ -208,8 +225,12 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
 
     curves = read_value(tmp_path / "smoke" / "training_curves")
     assert set(curves["run"].unique()) == {
-        "bfloat16_eager", "bfloat16_fused", "bfloat16_eager_ulp_nudge",
-        "bfloat16_eager_order_B", "bfloat16_eager_order_C", "bfloat16_eager_order_D",
+        "bfloat16_eager",
+        "bfloat16_fused",
+        "bfloat16_eager_ulp_nudge",
+        "bfloat16_eager_order_B",
+        "bfloat16_eager_order_C",
+        "bfloat16_eager_order_D",
     }
     first = {r["run"]: r for r in curves.filter(pl.col("step") == 0).iter_rows(named=True)}
     replicate_seeds = {r["data_seed"] for r in first.values() if r["role"] == "replicate"}
@@ -230,7 +251,10 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     f = curves.filter(pl.col("path") == "fused")
     assert f["graph_breaks"].unique().to_list() == [0]
     assert f["fwd_kernels"][0] > 0 and f["bwd_kernels"][0] > 0 and len(f["bwd_code_sha256"][0]) == 64
-    assert curves.filter(pl.col("path") == "eager")["fwd_kernels"].null_count() == curves.filter(pl.col("path") == "eager").height
+    assert (
+        curves.filter(pl.col("path") == "eager")["fwd_kernels"].null_count()
+        == curves.filter(pl.col("path") == "eager").height
+    )
 
     final = read_value(tmp_path / "smoke" / "training_final_metrics")
     assert set(final["metric"]) == {"train_loss", "eval_loss", "perplexity", "grad_norm", "wall_seconds"}
@@ -270,15 +294,32 @@ def test_invalid_runs_are_named():
     rows = []
     for p in plan:
         for step, loss in ((0, 5.0), (5, 4.0)):
-            rows.append({**p, "data_seed": 1 if p["role"] != "replicate" else ord(p["data_order"]), "init_seed": 9,
-                         "nudged_elements": 10 if p["init_ulp_nudge"] else 0, "n_params": 10, "step": step,
-                         "eval_loss": loss, "train_loss": None if step == 0 else 4.5, "grad_norm": None if step == 0 else 1.0,
-                         "graph_breaks": 0 if p["path"] == "fused" else None, "recompiles": 0 if p["path"] == "fused" else None,
-                         "fwd_kernels": 3 if p["path"] == "fused" else None, "bwd_kernels": 3 if p["path"] == "fused" else None})
+            rows.append(
+                {
+                    **p,
+                    "data_seed": 1 if p["role"] != "replicate" else ord(p["data_order"]),
+                    "init_seed": 9,
+                    "nudged_elements": 10 if p["init_ulp_nudge"] else 0,
+                    "n_params": 10,
+                    "step": step,
+                    "eval_loss": loss,
+                    "train_loss": None if step == 0 else 4.5,
+                    "grad_norm": None if step == 0 else 1.0,
+                    "graph_breaks": 0 if p["path"] == "fused" else None,
+                    "recompiles": 0 if p["path"] == "fused" else None,
+                    "fwd_kernels": 3 if p["path"] == "fused" else None,
+                    "bwd_kernels": 3 if p["path"] == "fused" else None,
+                }
+            )
     curves = pl.DataFrame(rows)
     problems = training.run_problems(curves, plan)
     assert any("bit-identical" in p for p in problems)  # the control equals eager: it controls nothing
     assert any("data order or init" in p for p in problems)  # control data seed 1 vs eager's
-    nan = curves.with_columns(pl.when(pl.col("run") == "bfloat16_fused").then(float("nan")).otherwise(pl.col("grad_norm")).alias("grad_norm"))
+    nan = curves.with_columns(
+        pl.when(pl.col("run") == "bfloat16_fused").then(float("nan")).otherwise(pl.col("grad_norm")).alias("grad_norm")
+    )
     assert any("bfloat16_fused: non-finite grad_norm" in p for p in training.run_problems(nan, plan))
-    assert any("runs missing: bfloat16_eager_order_D" in p for p in training.run_problems(curves.filter(pl.col("run") != "bfloat16_eager_order_D"), plan))
+    assert any(
+        "runs missing: bfloat16_eager_order_D" in p
+        for p in training.run_problems(curves.filter(pl.col("run") != "bfloat16_eager_order_D"), plan)
+    )

@@ -3,8 +3,16 @@ import pytest
 
 from pipeline import verdicts as v
 
-RULE = v.Rule(claim="x <= y", metric="m", decision="contradicted when m > 1", threshold=1.0, unit="sULP",
-              confidence=0.99, sample_size="100 sets", derivation="one ULP at scale")
+RULE = v.Rule(
+    claim="x <= y",
+    metric="m",
+    decision="contradicted when m > 1",
+    threshold=1.0,
+    unit="sULP",
+    confidence=0.99,
+    sample_size="100 sets",
+    derivation="one ULP at scale",
+)
 
 
 def test_rule_metadata_carries_every_parameter():
@@ -62,11 +70,17 @@ def _o(key, outcome, passed, severity="ERROR", verdict=None):
 
 
 def test_summarize_keeps_validity_verdict_and_findings_apart():
-    healthy = v.summarize([_o("a", "validity", True), _o("b", "claim", True, verdict="supported"),
-                           _o("c", "finding", False, "WARN")])
+    healthy = v.summarize(
+        [_o("a", "validity", True), _o("b", "claim", True, verdict="supported"), _o("c", "finding", False, "WARN")]
+    )
     assert (healthy.validity, healthy.verdict, healthy.findings) == ("valid", "supported", 1)
-    contradicted = v.summarize([_o("a", "validity", True), _o("b", "claim", False, verdict="contradicted"),
-                                _o("b2", "claim", False, "WARN", verdict="inconclusive")])
+    contradicted = v.summarize(
+        [
+            _o("a", "validity", True),
+            _o("b", "claim", False, verdict="contradicted"),
+            _o("b2", "claim", False, "WARN", verdict="inconclusive"),
+        ]
+    )
     assert contradicted.verdict == "contradicted" and contradicted.contradicted_checks == ("b",)
     # An invalid run is never a verdict on the claim, even when a claim check also failed.
     invalid = v.summarize([_o("a", "validity", False), _o("b", "claim", False, verdict="contradicted")])

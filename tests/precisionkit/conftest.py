@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from pk_testlib import DTYPE_NAMES
 
 

@@ -52,7 +52,7 @@ def reference_ulp(bits_a: int, bits_b: int, name: str) -> int:
 
 def from_bits(bits, name: str) -> torch.Tensor:
     """Tensor of dtype ``name`` with the given raw (unsigned) bit patterns."""
-    torch_dtype, np_dtype, unsigned, width, _ = FORMATS[name]
+    torch_dtype, _np_dtype, unsigned, width, _ = FORMATS[name]
     raw = np.array(bits, dtype=unsigned)
     signed = {16: np.int16, 32: np.int32, 64: np.int64}[width]
     return torch.from_numpy(raw.view(signed)).view(torch_dtype)

@@ -49,13 +49,13 @@ def test_equals_error_stats_per_set(dtype):
 def test_nan_and_inf_are_counted_and_excluded_like_error_stats():
     ref = torch.linspace(-3, 3, 4 * 50, dtype=torch.float64).reshape(4, 50)
     a = ref.to(torch.float16).clone()
-    a[0, 3] = torch.nan                     # one-sided NaN: mismatch
+    a[0, 3] = torch.nan  # one-sided NaN: mismatch
     a[1, 5] = torch.nan
-    ref[1, 5] = torch.nan                   # both NaN: matched
+    ref[1, 5] = torch.nan  # both NaN: matched
     a[2, 7] = torch.inf
-    ref[2, 7] = torch.inf                   # same infinity: matched
-    a[2, 8] = -torch.inf                    # infinity vs finite: mismatch
-    a[3, :] = torch.nan                     # nothing left to compare
+    ref[2, 7] = torch.inf  # same infinity: matched
+    a[2, 8] = -torch.inf  # infinity vs finite: mismatch
+    a[3, :] = torch.nan  # nothing left to compare
     batched = error_stats_per_set(a, ref)
     assert batched["nan_mismatch"].tolist() == [1, 0, 0, 50]
     assert batched["nan_matched"].tolist() == [0, 1, 0, 0]

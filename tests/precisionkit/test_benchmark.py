@@ -39,7 +39,7 @@ def test_quick_benchmark_prints_labelled_figures():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(EXPECTED_LINES), proc.stdout
-    for pattern, line in zip(EXPECTED_LINES, lines):
+    for pattern, line in zip(EXPECTED_LINES, lines, strict=False):
         assert re.fullmatch(pattern, line), (pattern, line)
     # the first disagreement is reported with the correct distance and numpy's wrapped one
     m = re.search(r"ulp_diff=(\d+) nulp_diff=(\d+)", proc.stdout)

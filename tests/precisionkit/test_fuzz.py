@@ -41,7 +41,7 @@ exec(compile(FAULTY_SRC, "<faulty backend>", "exec"), {})
 def test_same_seed_same_graph_and_inputs():
     a, b = fuzz.generate(1234), fuzz.generate(1234)
     assert a.source() == b.source() and a == b
-    for x, y in zip(a.make_inputs(), b.make_inputs()):
+    for x, y in zip(a.make_inputs(), b.make_inputs(), strict=False):
         assert torch.equal(x, y) and x.dtype == getattr(torch, a.dtype)
     sources = {fuzz.generate(s).source() for s in range(40)}
     assert len(sources) > 35  # seeds really vary the graph
@@ -91,8 +91,12 @@ def test_planted_bug_found_shrunk_and_reproduced(tmp_path):
     assert "import precisionkit" not in text and "from precisionkit" not in text
     setup = tmp_path / "faulty_backend.py"
     setup.write_text(FAULTY_SRC)
-    bad = subprocess.run([sys.executable, str(script), "--setup", str(setup)], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, str(script), "--setup", str(setup)], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "class=mismatch" in bad.stdout
-    good = subprocess.run([sys.executable, str(script), "--backend", "eager"], capture_output=True, text=True, timeout=120)
+    good = subprocess.run(
+        [sys.executable, str(script), "--backend", "eager"], capture_output=True, text=True, timeout=120
+    )
     assert good.returncode == 0, good.stdout + good.stderr

@@ -81,9 +81,22 @@ def _noop_hook(module, args, output):
 
 
 def _hook_dicts(model: nn.Module):
-    names = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
-             "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks")
-    return {(mod_name, attr): dict(getattr(m, attr)) for mod_name, m in model.named_modules() for attr in names if hasattr(m, attr)}
+    names = (
+        "_forward_hooks",
+        "_forward_pre_hooks",
+        "_forward_hooks_with_kwargs",
+        "_forward_pre_hooks_with_kwargs",
+        "_backward_hooks",
+        "_backward_pre_hooks",
+        "_state_dict_hooks",
+        "_load_state_dict_pre_hooks",
+    )
+    return {
+        (mod_name, attr): dict(getattr(m, attr))
+        for mod_name, m in model.named_modules()
+        for attr in names
+        if hasattr(m, attr)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +168,7 @@ def test_model_and_inputs_unchanged(run):
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(TypeError, match="nn.Module"):
+    with pytest.raises(TypeError, match=r"nn\.Module"):
         locate_divergence(lambda x: x, torch.ones(2))
     with pytest.raises(ValueError, match="noise"):
         locate_divergence(nn.Tanh(), torch.ones(2), noise=-1.0)

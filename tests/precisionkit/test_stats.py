@@ -140,7 +140,11 @@ def test_percentiles_match_numpy_linear_interpolation():
 def test_percentile_helper_exact_order_statistics():
     values = np.array([5.0, 1.0, 4.0, 2.0, 3.0])
     assert stats_module._exact_percentiles(values.copy(), (0.0, 25.0, 50.0, 62.5, 100.0)) == [
-        1.0, 2.0, 3.0, 3.5, 5.0,
+        1.0,
+        2.0,
+        3.0,
+        3.5,
+        5.0,
     ]
 
 
@@ -217,7 +221,7 @@ def test_error_stats_validation():
         error_stats(torch.zeros(2), torch.zeros(3, dtype=F64))
     with pytest.raises(TypeError, match="floating"):
         error_stats(torch.zeros(2, dtype=torch.int32), torch.zeros(2, dtype=F64))
-    with pytest.raises(TypeError, match="ref must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"ref must be a torch\.Tensor"):
         error_stats(torch.zeros(2), [0.0, 0.0])
 
 

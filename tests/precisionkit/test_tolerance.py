@@ -247,7 +247,9 @@ def test_assert_close_to_reference_uses_op_class_and_reduction_size():
     actual = torch.tensor([1.0], dtype=F32)
     ref = torch.tensor([1.0 + 5e-5], dtype=F64)
     # matmul, K=4096 -> atol 1e-5, rtol 1e-5: allowed 2e-5 < 5e-5
-    with pytest.raises(AssertionError, match=re.escape("(atol=1e-05, rtol=1e-05; matmul/torch.float32/K=4096: decision matrix)")):
+    with pytest.raises(
+        AssertionError, match=re.escape("(atol=1e-05, rtol=1e-05; matmul/torch.float32/K=4096: decision matrix)")
+    ):
         assert_close_to_reference(actual, ref, op_class="matmul", reduction_size=4096)
     # K = 10**8 -> sqrt rule atol 1e-3: passes
     assert_close_to_reference(actual, ref, op_class="matmul", reduction_size=10**8)

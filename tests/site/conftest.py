@@ -19,7 +19,9 @@ def built_site(tmp_path_factory):
     result = dg.materialize(
         [*assets, *checks, report_site],
         resources=resources,
-        run_config={"ops": {"report_site": {"config": {"docs_dir": str(tmp / "docs"), "build_dir": str(tmp / "build")}}}},
+        run_config={
+            "ops": {"report_site": {"config": {"docs_dir": str(tmp / "docs"), "build_dir": str(tmp / "build")}}}
+        },
     )
     assert result.success
     return {"root": tmp, "build": tmp / "build", "docs": tmp / "docs", "output": result.output_for_node("report_site")}
@@ -45,7 +47,9 @@ def full_site(tmp_path_factory):
     result = dg.materialize(
         [*assets, *checks, report_site],
         resources=resources,
-        run_config={"ops": {"report_site": {"config": {"docs_dir": str(tmp / "docs"), "build_dir": str(tmp / "build")}}}},
+        run_config={
+            "ops": {"report_site": {"config": {"docs_dir": str(tmp / "docs"), "build_dir": str(tmp / "build")}}}
+        },
         raise_on_error=False,
     )
     assert result.output_for_node("report_site") is not None

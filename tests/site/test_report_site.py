@@ -123,9 +123,9 @@ def test_charts_render_without_console_errors_in_chromium(built_site, chromium_p
                 for rel in pages:
                     page = browser.new_page(viewport={"width": 1280, "height": 900})
                     problems: list[str] = []
-                    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-                    page.on("pageerror", lambda e: problems.append(str(e)))
-                    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+                    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)  # noqa: B023 - this page only
+                    page.on("pageerror", lambda e: problems.append(str(e)))  # noqa: B023 - this page only
+                    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))  # noqa: B023 - this page only
                     page.goto(f"{base}/{rel}")
                     expected = page.locator(".vega-chart").count()
                     if expected:
