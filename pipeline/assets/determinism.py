@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from precisionkit import ulp_diff
 from .._determinism_worker import cold_cache_env, run_round
 from ..artifacts import describe_byte_difference
 from ..experiments import group_of
-from ..progress import track
+from ..progress import Progress
 from ..resources import REPO_ROOT, ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import (
@@ -237,8 +238,18 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
         inputs_file = tmp_path / "inputs.safetensors"
         save_file(inputs, str(inputs_file))
         cold = (("round2_cold", default_threads, runs), (f"cold_threads_{alt_threads}", alt_threads, thread_runs))
-        for name, threads, n in track(cold, context.log.info, "cold-start rounds (fresh processes)", every=0.0):
-            result, distinct, seconds = _fresh_round(inputs_file, tmp_path, n, threads, settings)
+        # The two fresh processes run side by side: each is mostly single-threaded import, tracing and
+        # C++ compilation, and their outputs do not depend on the load (the thread count is set per process).
+        progress = Progress(context.log.info, "cold-start rounds (fresh processes, concurrent)", len(cold), every=0.0)
+        with ThreadPoolExecutor(max_workers=len(cold)) as pool_exec:
+            futures = {
+                name: pool_exec.submit(_fresh_round, inputs_file, tmp_path, n, threads, settings)
+                for name, threads, n in cold
+            }
+            for future in as_completed(futures.values()):
+                progress.advance(note=next(k for k, f in futures.items() if f is future))
+        for name, threads, _ in cold:
+            result, distinct, seconds = futures[name].result()
             wall[name] = seconds
             rounds[name] = (
                 result["records"],

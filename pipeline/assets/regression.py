@@ -484,8 +484,16 @@ def run_experiments(
     resources = {"settings": settings, "data": data, "io_manager": PrecisionIOManager(data=data, settings=settings)}
     kinds = declared_outcomes(defs)
     start = time.perf_counter()
+    # The nested run's own console log stays silent: this harness records its outcomes and failures
+    # itself, and Dagster's default console logger would otherwise print DEBUG events to the terminal
+    # for the rest of the outer run.
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     result = dg.materialize(
-        defs, resources=resources, raise_on_error=False, selection=scored_assets(defs) if prune else None
+        defs,
+        resources=resources,
+        raise_on_error=False,
+        selection=scored_assets(defs) if prune else None,
+        run_config=quiet,
     )
     outcomes, metadata = {}, {}
     for e in result.get_asset_check_evaluations():
