@@ -61,6 +61,9 @@ class Profile:
     # Planted-bug matrix: the bugs it runs when its config names none (empty: every planted bug).
     # Each bug is a full re-run of B, C2 and D, so the smoke profile runs one bug per way of being caught.
     planted_bugs: tuple[str, ...] = ()
+    # Healthy base seeds of the planted-bug matrix (its "no false alarm" claim needs 3 to be supported;
+    # the smoke profile runs one, so there that claim can be contradicted but not supported).
+    planted_bug_healthy_seeds: int = 3
 
     def sizes(self) -> dict[str, Any]:
         """Every size of the profile, flat, for asset metadata."""
@@ -100,6 +103,7 @@ PROFILES: dict[str, Profile] = {
             "planted_contiguous_only",
             "planted_layout_swap",
         ),
+        planted_bug_healthy_seeds=1,
     ),
     "default": Profile(
         name="default",

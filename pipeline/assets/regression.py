@@ -601,8 +601,9 @@ MATRIX_SCHEMA = {
 
 
 def default_healthy_seeds(like: ExperimentSettings) -> list[int]:
-    """The run's base seed and the next ``MIN_HEALTHY_SEEDS - 1`` (each derives independent input streams)."""
-    return [like.seed + i for i in range(MIN_HEALTHY_SEEDS)]
+    """The run's base seed and the next ones, as many as the profile's ``planted_bug_healthy_seeds``
+    (each derives independent input streams)."""
+    return [like.seed + i for i in range(like.get_profile().planted_bug_healthy_seeds)]
 
 
 def build_matrix(

@@ -263,7 +263,8 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
         regression.healthy_backend_no_false_alarms,
         regression.planted_bug_matrix_run_valid,
     ]
-    every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS)}}}}
+    seeds = [smoke_resources["settings"].seed + i for i in range(regression.MIN_HEALTHY_SEEDS)]
+    every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS), "healthy_seeds": seeds}}}}
     result = dg.materialize(checks, resources=smoke_resources, run_config=every_bug)
     assert result.success
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
