@@ -159,6 +159,33 @@ class _Accumulator:
         self.sums: dict[str, list[float]] = {m: [] for m in _METRICS}
         # Histograms of each error's top _DIGIT bits: the first radix pass, taken with the sums.
         self.hist: dict[str, torch.Tensor] = {}
+        self.zeros = 0  # pairs with no error: zero in every metric
+        # Per metric, the errors in a key range predicted to hold the wanted ranks (see _Window).
+        self.windows: dict[str, list[_Window]] = {}
+
+
+class _Window:
+    """Errors of one metric whose int64 keys lie in ``[lo, hi)``, gathered during the first pass
+    into a buffer sized from a sample. The range is a union of whole first-pass histogram bins, so
+    after the pass the histogram gives the exact number of errors below it; a wanted rank that
+    falls inside the range is then selected among the gathered errors with no further pass. A
+    buffer that fills up is dropped (``overflow``) and the radix passes take over."""
+
+    def __init__(self, lo: int, hi: int, capacity: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.buffer: torch.Tensor | None = torch.empty(capacity, dtype=torch.int64)
+        self.filled = 0
+        self.overflow = False
+
+    def gather(self, keys: torch.Tensor) -> None:
+        if self.buffer is None:
+            return
+        sel = keys[(keys >= self.lo) & (keys < self.hi)]
+        if self.filled + sel.numel() > self.buffer.numel():
+            self.buffer, self.overflow = None, True
+            return
+        self.buffer[self.filled : self.filled + sel.numel()] = sel.cpu()
+        self.filled += sel.numel()
 
 
 def _spacing64(r64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -283,20 +310,40 @@ def _accumulate(
         return
     acc.filled += k
     keys = keys[:k]
+    acc.zeros += int((values["abs"] == 0).sum())
     for name, v in values.items():
         acc.max[name] = max(acc.max[name], float(v.max()))
         acc.sums[name].append(float(v.sum()))
+        for window in acc.windows.get(name, ()):
+            window.gather(v.view(torch.int64))
         torch.bitwise_right_shift(v.view(torch.int64), 64 - _DIGIT, out=keys)
         h = torch.bincount(keys, minlength=1 << _DIGIT)
         acc.hist[name] = h if name not in acc.hist else acc.hist[name].add_(h)
-    rounded = round_to_dtype(r64, dtype).to(torch.float64) if dtype != torch.float64 else r64
-    acc.exact += int((a64 == rounded).sum())
+    acc.exact += _count_correctly_rounded(a64, r64, values["ulp"], dtype)
     acc.balance += int(torch.sign(diff).sum())  # (#above - #below): exact, |sum| < 2**53
     acc.within_1e3 += int((values["rel"] <= 1e-3).sum())
     acc.within_5e3 += int((values["rel"] <= 5e-3).sum())
     acc.dot += float(torch.dot(a64, r64))
     acc.norm_a += float(torch.dot(a64, a64))
     acc.norm_ref += float(torch.dot(r64, r64))
+
+
+def _count_correctly_rounded(a64: torch.Tensor, r64: torch.Tensor, ulp: torch.Tensor, dtype: torch.dtype) -> int:
+    """How many ``a`` equal ``ref`` correctly rounded to ``dtype``, from the ULP errors.
+
+    ``a`` (a ``dtype`` value) is ``ref`` rounded to nearest exactly when ``|a - ref|`` is below half
+    the spacing at ``ref``, or equal to it with ``a`` the even neighbour; this holds across binade
+    edges and in the subnormal range, where the spacing is the fixed ``2**(emin - p)``. The ULP
+    error is that distance divided by a power of two, and fp64 rounding is monotone, so a computed
+    ULP error below 0.5 is exact proof; pairs at exactly 0.5 (ties, rare) are decided by rounding
+    ``ref`` correctly (:func:`round_to_dtype`)."""
+    if dtype == torch.float64:
+        return int((a64 == r64).sum())
+    count = int((ulp < 0.5).sum())
+    tie = ulp == 0.5
+    if bool(tie.any()):
+        count += int((a64[tie] == round_to_dtype(r64[tie], dtype).to(torch.float64)).sum())
+    return count
 
 
 def _row_scales(fr: torch.Tensor, row_len: int, n_rows: int, chunk: int) -> torch.Tensor:
@@ -406,6 +453,92 @@ def _select(
         pending = still
 
 
+_SAMPLE = 1 << 18  # errors drawn (with a fixed seed) to place the first pass's windows
+_WINDOW_CAP = 6 << 20  # the most errors one window may gather (48 MiB of int64 keys)
+_SPREAD = 5.0  # a window covers the sample quantile +- this many binomial standard deviations
+
+
+def _sample_errors(
+    fa: torch.Tensor, fr: torch.Tensor, row_spacing: torch.Tensor, row_len: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """The four errors of a fixed-seed random sample of pairs (all pairs when there are few)."""
+    n = fa.numel()
+    if n <= _SAMPLE:
+        idx = torch.arange(n)
+    else:
+        idx = torch.randint(0, n, (_SAMPLE,), generator=torch.Generator().manual_seed(0))
+    idx = idx.to(fa.device)
+    sp = row_spacing[idx // row_len] if row_spacing.numel() else row_spacing
+    *_, values = _masked_metrics(fa[idx], fr[idx], sp, dtype, None)
+    return values
+
+
+def _plan_windows(sample: dict[str, torch.Tensor], n: int) -> dict[str, list[_Window]]:
+    """Per metric, key ranges (whole first-pass bins, zeros left out) that the sample says hold
+    the wanted percentiles, with buffers sized for them; a range estimated to need more than
+    ``_WINDOW_CAP`` errors is left to the radix passes. Only speed depends on this guess."""
+    out: dict[str, list[_Window]] = {}
+    for metric, v in sample.items():
+        s = v.numel()
+        if s == 0:
+            continue
+        keys = np.sort(v.view(torch.int64).cpu().numpy())
+        ranges: list[list[int]] = []
+        for q in _PERCENTILES:
+            f = q / 100.0
+            spread = _SPREAD * math.sqrt(f * (1.0 - f) * s) + 2.0
+            lo_i = max(0, math.floor(f * (s - 1) - spread))
+            hi_i = min(s - 1, math.ceil(f * (s - 1) + spread))
+            lo_bin, hi_bin = int(keys[lo_i]) >> (64 - _DIGIT), int(keys[hi_i]) >> (64 - _DIGIT)
+            lo = max(1, lo_bin << (64 - _DIGIT))  # exact zeros are resolved by their count
+            hi = (hi_bin + 1) << (64 - _DIGIT)
+            if ranges and lo <= ranges[-1][1]:
+                ranges[-1][1] = max(ranges[-1][1], hi)
+            else:
+                ranges.append([lo, hi])
+        windows = []
+        for lo, hi in ranges:
+            inside = int(np.searchsorted(keys, hi) - np.searchsorted(keys, lo))
+            expected = inside / s * n
+            capacity = math.ceil(1.1 * expected + 8.0 * math.sqrt(expected * n / s) + 4096)
+            if capacity <= _WINDOW_CAP:
+                windows.append(_Window(lo, hi, min(capacity, n)))
+        out[metric] = windows
+    return out
+
+
+def _resolve_from_windows(queries: list[_Query], acc: _Accumulator) -> list[_Query]:
+    """Set the value of every query whose rank is an exact zero or falls inside its metric's
+    window; return the others (for the radix passes)."""
+    pending: list[_Query] = []
+    wanted: dict[int, tuple[_Window, list[tuple[_Query, int]]]] = {}
+    cums = {metric: torch.cumsum(h.cpu(), 0) for metric, h in acc.hist.items()}
+    for q in queries:
+        if q.rank < acc.zeros:
+            q.value = 0.0
+            continue
+        for w in acc.windows.get(q.metric, ()):
+            if w.buffer is None:
+                continue
+            cum = cums[q.metric]
+            below = acc.zeros if w.lo == 1 else int(cum[(w.lo >> (64 - _DIGIT)) - 1])
+            top = int(cum[(w.hi >> (64 - _DIGIT)) - 1])
+            if top - below != w.filled:  # the window and the histogram must count the same errors
+                raise AssertionError(f"window of {q.metric} holds {w.filled} errors, histogram {top - below}")
+            if below <= q.rank < top:
+                wanted.setdefault(id(w), (w, []))[1].append((q, q.rank - below))
+                break
+        else:
+            pending.append(q)
+    for w, picks in wanted.values():
+        assert w.buffer is not None
+        ordered = w.buffer[: w.filled].view(torch.float64).numpy()
+        ordered.partition(sorted({k for _, k in picks}))
+        for q, k in picks:
+            q.value = float(ordered[k])
+    return pending
+
+
 STAT_KEYS = tuple(f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")) + (
     "exact_fraction",
     "cosine",
@@ -463,6 +596,8 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
             yield _metrics(fa[start:stop], fr[start:stop], sp, rows, dtype, acc, buf)
 
     acc = _Accumulator()
+    if n:
+        acc.windows = _plan_windows(_sample_errors(fa, fr, row_spacing, row_len, dtype), n)
     for a64, r64, diff, values in chunk_metrics(acc):
         _accumulate(acc, a64, r64, diff, values, dtype, buf.keys)
     m = acc.filled
@@ -472,7 +607,10 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
         return result
     ranks = _needed_ranks(m, _PERCENTILES)
     queries = [_Query(metric, r) for metric in _METRICS for r in ranks]
-    _select(queries, lambda metrics: (values for *_, values in chunk_metrics(None)), given=acc.hist)
+    pending = _resolve_from_windows(queries, acc)
+    acc.windows = {}  # free the gathered errors before any further pass
+    if pending:
+        _select(pending, lambda metrics: (values for *_, values in chunk_metrics(None)), given=acc.hist)
     by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
     for q in queries:
         assert q.value is not None

@@ -369,3 +369,92 @@ def test_percentiles_exact_with_rows_longer_than_a_chunk(monkeypatch):
     assert s["abs_p99"] == np.percentile(err, 99)
     row_spacing = np.ldexp(1.0, np.floor(np.log2(np.abs(ref).max(axis=1))).astype(int) - 10)
     assert s["sulp_max"] == (err / row_spacing[:, None]).max()
+
+
+# ---------------------------------------------------------------------------------------------
+# error_stats: the first pass's windows and the exactness test from ULP errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _datasets() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    rng = np.random.default_rng(31)
+    ref = rng.standard_normal((64, 512))
+    rounded = torch.from_numpy(ref).to(F16)
+    zeros = ref.astype(np.float32).astype(np.float64)
+    zeros[:, :400] = ref[:, :400]  # 78 % exact: the median is an exact zero
+    nan = ref.copy()
+    nan[::7, ::5] = np.nan
+    scaled = ref * np.logspace(-3, 3, 64)[:, None]
+    return {
+        "fp16 rounding": (rounded, torch.from_numpy(ref)),
+        "mostly exact": (torch.from_numpy(zeros), torch.from_numpy(ref)),
+        "NaN pairs": (torch.from_numpy(nan).to(BF16), torch.from_numpy(ref)),
+        "row scales": (torch.from_numpy(scaled).to(F32), torch.from_numpy(scaled)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_datasets()))
+def test_windows_wrong_windows_and_radix_passes_give_identical_statistics(monkeypatch, name):
+    """The sample only decides where the first pass gathers errors: windows that hit, windows that
+    miss (a sample scaled by 1e6) and no windows at all give bit-identical results."""
+    a, ref = _datasets()[name]
+    monkeypatch.setattr(stats_module, "_CPU_CHUNK", 4096)
+    hit = error_stats(a, ref)
+    real_sample = stats_module._sample_errors
+    monkeypatch.setattr(
+        stats_module, "_sample_errors", lambda *args: {k: v * 1e6 for k, v in real_sample(*args).items()}
+    )
+    missed = error_stats(a, ref)
+    monkeypatch.setattr(stats_module, "_WINDOW_CAP", 0)
+    radix = error_stats(a, ref)
+    assert hit == missed == radix
+    finite = torch.isfinite(a.double()) & torch.isfinite(ref)
+    err = (a.double() - ref)[finite].abs().numpy()
+    assert hit["abs_p50"] == np.percentile(err, 50) and hit["abs_p99"] == np.percentile(err, 99)
+
+
+def test_windows_answer_in_one_pass(monkeypatch):
+    """With the sample's windows, every percentile is selected from the first pass's gathered
+    errors: the errors are computed once per chunk, not again."""
+    a, ref = _datasets()["fp16 rounding"]
+    monkeypatch.setattr(stats_module, "_CPU_CHUNK", 4096)
+    calls = []
+    real = stats_module._metrics
+    monkeypatch.setattr(stats_module, "_metrics", lambda *args: calls.append(1) or real(*args))
+    error_stats(a, ref)
+    assert len(calls) == a.numel() // 4096
+    calls.clear()
+    monkeypatch.setattr(stats_module, "_WINDOW_CAP", 0)
+    error_stats(a, ref)
+    assert len(calls) == 2 * a.numel() // 4096  # the radix pass computes every chunk again
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, F32])
+def test_exact_fraction_at_ties_binade_edges_and_subnormals(dtype):
+    """Exactness is read from the ULP error (below one half, or a tie won by the even neighbour):
+    it agrees with rounding the reference correctly, on midpoints, just below powers of two,
+    subnormals, zeros and the largest finite value."""
+    _, mantissa, emin = stats_module.FORMAT[dtype]
+    gen = torch.Generator().manual_seed(5)
+    base = torch.randn(4000, generator=gen, dtype=F64).to(dtype).to(F64)
+    step = torch.ldexp(torch.ones_like(base), torch.floor(torch.log2(base.abs())) - mantissa)
+    max_finite = float(torch.finfo(dtype).max)
+    refs = torch.cat(
+        [
+            base + step / 2,  # ties: the even neighbour wins
+            base - step / 4,
+            base + step * 0.4999,
+            torch.tensor([2.0 - 2.0 ** (-mantissa - 2), 2.0 - 2.0 ** (-mantissa - 1), 0.0, -0.0], dtype=F64),
+            torch.tensor([2.0 ** (emin - mantissa) * k for k in (0.5, 0.75, 1.5, 2.5)], dtype=F64),
+            torch.tensor([max_finite, max_finite * (1 + 2.0 ** (-mantissa - 2))], dtype=F64),
+        ]
+    )
+    up, down = torch.nextafter(refs, torch.tensor(math.inf, dtype=F64)), torch.nextafter(refs, -refs.abs() - 1)
+    fractions = []
+    for a in (round_to_dtype(refs, dtype), round_to_dtype(up, dtype), round_to_dtype(down, dtype)):
+        finite = torch.isfinite(a.to(F64))
+        expected = float((a.to(F64) == round_to_dtype(refs, dtype).to(F64))[finite].double().mean())
+        assert error_stats(a, refs)["exact_fraction"] == expected
+        fractions.append(expected)
+    # off a tie by one fp64 step, the rounding moves to the odd neighbour where the tie went even
+    assert fractions[0] == 1.0 and 0.5 < fractions[1] < 0.95 and 0.5 < fractions[2] < 0.95, fractions
