@@ -559,10 +559,12 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     n_compared``, a rounding-bias signal), and the counts ``nan_matched``, ``inf_matched``,
     ``nan_mismatch``, ``inf_mismatch``. See the module docstring for exact definitions.
 
-    The errors are computed chunk by chunk and never stored whole: one pass gathers the counts,
-    sums and maxima and a histogram of each error's leading bits; a second pass (rarely more)
-    gathers the few errors in the histogram bins that hold the wanted ranks, among which the
-    percentiles are selected exactly. Working memory is a few chunks, not the input's size.
+    The errors are computed chunk by chunk and never stored whole. One pass gathers the counts,
+    sums and maxima, a histogram of each error's leading bits, and the errors inside a few
+    histogram bins that a fixed-seed sample of 2**18 pairs places around the wanted ranks; the
+    histogram then says exactly which gathered error is each percentile. Where the sample
+    misplaced a window, further passes narrow the rank down bin by bin instead (same result,
+    more time). Working memory is a few chunks plus the windows, not the input's size.
 
     >>> import torch
     >>> s = error_stats(
