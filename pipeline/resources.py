@@ -12,10 +12,48 @@ import dagster as dg
 import torch
 from pydantic import Field, model_validator
 
-from .devices import DeviceError, check_device, device_name, device_versions
+from .devices import DeviceError, available_devices, check_device, device_name, device_versions
 from .profiles import PROFILES, Profile, get_profile
 
 PROFILE_NAMES = tuple(PROFILES)
+
+
+def device_choices() -> tuple[str, ...]:
+    """The device strings this machine runs: ``auto``, ``cpu``, each accelerator type torch reports
+    and each of its indices (e.g. ``cuda``, ``cuda:0``, ``cuda:1``)."""
+    out = ["auto", "cpu"]
+    for name in available_devices()[1:]:
+        kind = name.partition(":")[0]
+        out += [x for x in (kind, name) if x not in out]
+    return tuple(out)
+
+
+def backend_choices() -> tuple[str, ...]:
+    """Every ``torch.compile`` backend name registered here, plus the planted-bug backends (they
+    register on first use)."""
+    from torch._dynamo import list_backends
+
+    from .planted_bugs import PLANTED_BUGS
+
+    return tuple(sorted(set(list_backends(exclude_tags=())) | set(PLANTED_BUGS)))
+
+
+def _with_default(choices: tuple[str, ...], env: str, fallback: str) -> tuple[str, ...]:
+    # A default taken from the environment stays selectable even when it is not a choice here, so
+    # the code location still loads; a run with it is refused, with the reason, when it starts.
+    default = os.environ.get(env, fallback)
+    return choices if default in choices else (*choices, default)
+
+
+# Enums in the launchpad's config schema, read when the code location loads: the UI refuses a
+# device this machine lacks or an unregistered backend before a run starts.
+# FUSION_EXTRA_DEVICES (comma-separated, e.g. "cuda,cuda:0") adds devices that run workers have
+# and the machine loading the code location lacks (a CPU code server in front of GPU step pods).
+_EXTRA_DEVICES = tuple(d.strip() for d in os.environ.get("FUSION_EXTRA_DEVICES", "").split(",") if d.strip())
+DEVICE_CHOICES = _with_default(
+    device_choices() + tuple(d for d in _EXTRA_DEVICES if d not in device_choices()), "FUSION_DEVICE", "auto"
+)
+BACKEND_CHOICES = _with_default(backend_choices(), "FUSION_BACKEND", "inductor")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,19 +66,20 @@ class ExperimentSettings(dg.ConfigurableResource):
         default_factory=lambda: os.environ.get("FUSION_PROFILE", "default"),
         description="smoke | default | seed: sizes and counts only (default from FUSION_PROFILE)",
     )
-    device: str = Field(
+    device: Literal[DEVICE_CHOICES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_DEVICE", "auto"),
-        description="auto (the first accelerator torch reports, else cpu) or a torch device string: cpu, cuda, "
-        "cuda:1, xpu, npu, mps (default from FUSION_DEVICE); checked against what torch reports here",
+        description="auto (the first accelerator torch reports, else cpu) or a device torch reports on the "
+        "machine that loaded the code location: cpu, cuda, cuda:1, xpu, npu, mps (default from FUSION_DEVICE)",
     )
     device_label: str = Field(
         default_factory=lambda: os.environ.get("FUSION_DEVICE_LABEL", ""),
         description="the name results from this machine carry in reports (e.g. 'h100-node-3'); empty: the "
         "device's hardware name (default from FUSION_DEVICE_LABEL)",
     )
-    backend: str = Field(
+    backend: Literal[BACKEND_CHOICES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_BACKEND", "inductor"),
-        description="torch.compile backend of the fused path, by registered name (default from FUSION_BACKEND)",
+        description="torch.compile backend of the fused path, by name among those registered when the code "
+        "location loaded (default from FUSION_BACKEND)",
     )
     backend_options: str = Field(
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'

@@ -16,8 +16,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipeline import cli
+from pipeline import cli, resources
 from pipeline.definitions import build_resources, defs
+from pipeline.devices import available_devices
 from pipeline.progress import Progress, _RunLines, fmt_seconds, track
 from pipeline.resources import ExperimentSettings, settings_problems
 from pipeline.verdicts import NOT_STORED, READS_OTHER_ASSETS_TAG, finding_check, finding_result
@@ -223,6 +224,33 @@ def test_launchpad_rejects_an_unknown_profile_by_config_schema():
     assert dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "smoke"}}}})
     with pytest.raises(dg.DagsterInvalidConfigError, match="profile not in enum type"):
         dg.validate_run_config(job, {"resources": {"settings": {"config": {"profile": "huge"}}}})
+
+
+def test_launchpad_offers_only_devices_and_backends_this_machine_has():
+    """Device and backend are enums read when the code location loads: the launchpad refuses a
+    device torch does not report (no machine has 99 GPUs) and an unregistered backend, naming the
+    field, before a run starts; what this machine has validates."""
+    job = defs.resolve_job_def("all_assets_job")
+
+    def validate(**config):
+        return dg.validate_run_config(job, {"resources": {"settings": {"config": config}}})
+
+    assert resources.DEVICE_CHOICES[:2] == ("auto", "cpu")
+    assert set(resources.DEVICE_CHOICES) >= set(available_devices())
+    for device in resources.DEVICE_CHOICES:
+        assert validate(device=device)
+    assert validate(backend="inductor") and validate(backend="planted_layout_swap")
+    with pytest.raises(dg.DagsterInvalidConfigError, match="device not in enum type"):
+        validate(device="cuda:99")
+    with pytest.raises(dg.DagsterInvalidConfigError, match="backend not in enum type"):
+        validate(backend="nosuch")
+
+
+def test_an_environment_default_outside_the_choices_stays_loadable(monkeypatch):
+    monkeypatch.setenv("FUSION_DEVICE", "cuda:99")
+    assert resources._with_default(("auto", "cpu"), "FUSION_DEVICE", "auto") == ("auto", "cpu", "cuda:99")
+    monkeypatch.delenv("FUSION_DEVICE")
+    assert resources._with_default(("auto", "cpu"), "FUSION_DEVICE", "auto") == ("auto", "cpu")
 
 
 def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
