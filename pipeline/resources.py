@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import dagster as dg
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .devices import DeviceError, available_devices, check_device, device_name, device_versions
 from .profiles import PROFILES, Profile, get_profile
@@ -85,6 +85,22 @@ class ExperimentSettings(dg.ConfigurableResource):
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
     )
     seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+
+    # Built in Python (CLI, tests, the planted-bug harness) the settings explain a bad device or
+    # backend in their own words before pydantic's enum check would only list the choices.
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device_is_here(cls, value: Any) -> Any:
+        if isinstance(value, str) and (why := device_problem(value)) is not None:
+            raise ValueError(why)
+        return value
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_is_registered(cls, value: Any) -> Any:
+        if isinstance(value, str) and (why := backend_problem(value)) is not None:
+            raise ValueError(why)
+        return value
 
     @model_validator(mode="after")
     def _settings_are_usable(self) -> "ExperimentSettings":
