@@ -125,7 +125,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         ("divergence", "fuzzing", "tolerances"),
     ),
     Experiment(
-        "Regression", "Drift against the baseline and the planted-bug suite", "regression", "drift", (), ("regression",)
+        "Regression",
+        "Drift against the baseline and the planted-bug suite",
+        "regression",
+        "drift",
+        (),
+        ("regression", "planted_bug_matrix"),
     ),
 )
 

@@ -109,6 +109,12 @@ class ExperimentSettings(dg.ConfigurableResource):
         problems = settings_problems(self.profile, self.device, self.backend, self.backend_options)
         if problems:
             raise ValueError("; ".join(problems))
+        if self.backend.startswith("planted_"):
+            # A run that asks for a planted-bug backend (e.g. from the launchpad) registers it with
+            # torch.compile here, in the process that compiles.
+            from .planted_bugs import register_planted_backends
+
+            register_planted_backends()
         return self
 
     def get_profile(self) -> Profile:

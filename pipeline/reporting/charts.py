@@ -958,16 +958,16 @@ def drift(report: Report, exp: Experiment) -> str:
         )
     matrix = report.table("planted_bug_matrix")
     if matrix is not None:
-        from ..assets import regression
+        from .. import planted_bug_harness as harness
 
-        bugs = matrix.filter(pl.col("row") == regression.BUG_ROW)
-        healthy = matrix.filter(pl.col("row") == regression.HEALTHY_ROW)
+        bugs = matrix.filter(pl.col("row") == harness.BUG_ROW)
+        healthy = matrix.filter(pl.col("row") == harness.HEALTHY_ROW)
         caught = int((bugs["caught"] == "yes").sum())
         alarms = int(healthy["error_outcomes"].sum())
         parts.append(
             "## Planted-bug suite: every silent bug must fail at ERROR\n\n"
             f"**{caught} of {bugs.height} bugs caught at ERROR; {alarms} ERROR outcome(s) over {healthy.height} healthy "
-            f"seeds.** Scoring: {regression.SCORING}\n\n"
+            f"seeds.** Scoring: {harness.SCORING}\n\n"
             "### Bug x caught at ERROR\n\n"
             + markdown_table(
                 bugs.select(

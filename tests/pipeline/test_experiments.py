@@ -5,8 +5,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipeline import baseline
-from pipeline.assets import regression
+from pipeline import baseline, planted_bug_harness
 from pipeline.definitions import defs
 from pipeline.experiments import ASSETS_PACKAGE, EXPERIMENTS, experiment
 from pipeline.reporting import claims
@@ -45,7 +44,7 @@ def test_baseline_and_report_read_membership_from_the_registry():
 
 
 def test_matrix_loads_toolkit_and_the_chosen_experiment_from_the_registry():
-    defs_list, unavailable = regression.matrix_definitions(["D"])
+    defs_list, unavailable = planted_bug_harness.matrix_definitions(["D"])
     assert unavailable == []
     groups = {
         a.group_names_by_key[k]
@@ -55,7 +54,7 @@ def test_matrix_loads_toolkit_and_the_chosen_experiment_from_the_registry():
     }
     assert groups == {"S_toolkit", "D_data_movement"}
     with pytest.raises(ValueError, match="choose from B, C2, D"):
-        regression.matrix_definitions(["E"])
+        planted_bug_harness.matrix_definitions(["E"])
 
 
 def test_unknown_experiment_names_the_known_ones():

@@ -1,11 +1,18 @@
 """Planted-bug backends (each does the damage it claims) and the planted-bug matrix."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 import pytest
 import torch
 
+from pipeline import planted_bug_harness as harness
 from pipeline import planted_bugs, storage
+from pipeline.assets import planted_bug_matrix as matrix_asset
 from pipeline.assets import regression
 from pipeline.planted_bugs import PLANTED_BUGS
 from pipeline.profiles import PROFILES
@@ -200,7 +207,7 @@ def test_score_counts_only_new_error_outcomes():
             _outcome("x:standing", False, err, {"outcome": "validity"}),  # already ERROR when healthy
         ]
     )
-    assert regression.error_outcomes(healthy) == {"x:standing": "invalid run"}
+    assert harness.error_outcomes(healthy) == {"x:standing": "invalid run"}
     bug = _synthetic_run(
         [
             _outcome("x:finding", False, warn, {"outcome": "finding"}),
@@ -213,7 +220,7 @@ def test_score_counts_only_new_error_outcomes():
         ],
         [{"step": "c2_reduction_order", "error": "FusionError", "message": "no kernel", "fusion": True}],
     )
-    caught = regression.score_bug(healthy, bug)
+    caught = harness.score_bug(healthy, bug)
     assert caught == {
         "x:claim_ok": "claim contradicted",
         "x:undeclared": "invalid run",
@@ -229,19 +236,19 @@ def test_score_counts_only_new_error_outcomes():
             _outcome("x:standing", False, err, {"outcome": "validity"}),
         ]
     )
-    assert regression.score_bug(healthy, only_warn) == {}
-    assert regression.score_bug(healthy, healthy) == {}
+    assert harness.score_bug(healthy, only_warn) == {}
+    assert harness.score_bug(healthy, healthy) == {}
     crash = _synthetic_run([], [{"step": "t", "error": "ValueError", "message": "m", "fusion": False}])
-    assert regression.score_bug(healthy, crash) == {"step t": "invalid run: step raised ValueError"}
-    first, meta = regression._first_failure(bug, caught)
+    assert harness.score_bug(healthy, crash) == {"step t": "invalid run: step raised ValueError"}
+    first, meta = harness._first_failure(bug, caught)
     assert first == "x:claim_ok" and '"k": "x:claim_ok"' in meta
 
 
 def test_declared_outcomes_read_from_check_specs():
-    kinds = regression.declared_outcomes(
+    kinds = harness.declared_outcomes(
         [
-            regression.every_planted_bug_caught,
-            regression.planted_bug_matrix_run_valid,
+            matrix_asset.every_planted_bug_caught,
+            matrix_asset.planted_bug_matrix_run_valid,
             regression.baseline_provenance_changed,
         ]
     )
@@ -252,18 +259,86 @@ def test_declared_outcomes_read_from_check_specs():
     }
 
 
+def test_matrix_rows_and_metadata_from_synthetic_runs():
+    """The table and metadata of the matrix, built from runs without Dagster: a clean healthy run
+    and a bug caught by one new ERROR outcome beyond the healthy run's standing one."""
+    warn, err = dg.AssetCheckSeverity.WARN, dg.AssetCheckSeverity.ERROR
+    healthy = _synthetic_run(
+        [
+            _outcome("x:standing", False, err, {"outcome": "validity"}),
+            _outcome("x:f", False, warn, {"outcome": "finding"}),
+        ]
+    )
+    clean = _synthetic_run([_outcome("x:ok", True, err, {"outcome": "validity"})])
+    bug = _synthetic_run(
+        [
+            _outcome("x:standing", False, err, {"outcome": "validity"}),
+            _outcome("x:claim", False, err, {"verdict": "contradicted"}, spec="claim"),
+        ]
+    )
+    row = harness.healthy_row(healthy)
+    assert (row["row"], row["bug"], row["caught"]) == (harness.HEALTHY_ROW, "inductor (healthy, seed 1)", "false alarm")
+    assert (row["caught_by"], row["error_outcomes"], row["checks_evaluated"]) == ("x:standing (invalid run)", 1, 2)
+    assert harness.healthy_row(clean)["caught"] == "clean" and harness.healthy_row(clean)["first_failure"] == ""
+    caught = harness.bug_row("planted_drop_channel", bug, healthy)
+    assert caught["caught"] == "yes" and caught["caught_by"] == "x:claim (claim contradicted)"
+    assert caught["fault_class"] == PLANTED_BUGS["planted_drop_channel"].fault_class
+    assert caught["first_failure"] == "x:claim" and caught["first_failure_metadata"] == '{"k": "x:claim"}'
+    assert harness.bug_row("planted_drop_channel", healthy, healthy)["caught"] == "no"
+    table = pl.DataFrame([harness.healthy_row(clean), caught], schema=harness.MATRIX_SCHEMA)
+    facts: harness.MatrixFacts = {
+        "healthy_seeds": [1],
+        "healthy_seconds": 1.0,
+        "healthy_checks": 1,
+        "healthy_warn_checks": [],
+        "unavailable": [],
+    }
+    meta = matrix_asset.matrix_metadata(
+        table,
+        facts,
+        run_profile="default",
+        experiments=["D"],
+        not_run=["planted_vector_tail"],
+        pruned=True,
+        wall_seconds=2.04,
+    )
+    assert meta["bugs_caught_of_total"] == "1 / 1" and meta["bugs_missed"] == "none"
+    assert meta["false_alarms"] == 0 and meta["false_alarms_by_seed"] == "1=0"
+    assert meta["bugs_not_run"] == "planted_vector_tail" and meta["wall_seconds"] == 2.0
+    assert (
+        "('default')" in meta["note"] and meta["healthy_warn_checks (findings / inconclusive, never counted)"] == "none"
+    )
+
+
+def test_settings_asking_for_a_planted_backend_register_it():
+    """Importing the code location registers nothing; settings that name a planted backend register
+    it (a fresh process, so no earlier test has registered the backends)."""
+    code = (
+        "from torch._dynamo import list_backends\n"
+        "import pipeline.definitions\n"
+        "from pipeline.resources import ExperimentSettings\n"
+        "print('planted_vector_tail' in list_backends(exclude_tags=()))\n"
+        "ExperimentSettings(profile='smoke', device='cpu', backend='planted_vector_tail')\n"
+        "print('planted_vector_tail' in list_backends(exclude_tags=()))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "FUSION_BACKEND": "inductor"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_resources):
     """The asset end to end: B, C2 and D at smoke size, every planted bug (old and new classes), three
     healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
     checks = [
-        regression.planted_bug_matrix,
-        regression.every_planted_bug_caught,
-        regression.healthy_backend_no_false_alarms,
-        regression.planted_bug_matrix_run_valid,
+        matrix_asset.planted_bug_matrix,
+        matrix_asset.every_planted_bug_caught,
+        matrix_asset.healthy_backend_no_false_alarms,
+        matrix_asset.planted_bug_matrix_run_valid,
     ]
-    seeds = [smoke_resources["settings"].seed + i for i in range(regression.MIN_HEALTHY_SEEDS)]
+    seeds = [smoke_resources["settings"].seed + i for i in range(harness.MIN_HEALTHY_SEEDS)]
     every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS), "healthy_seeds": seeds}}}}
     result = dg.materialize(checks, resources=smoke_resources, run_config=every_bug)
     assert result.success
@@ -275,11 +350,11 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
     assert evals["healthy_backend_no_false_alarms"].metadata["verdict"].value == "supported"
     assert evals["every_planted_bug_caught"].metadata["verdict"].value == "supported"
     table = storage.read_value(tmp_path / "smoke" / "planted_bug_matrix")
-    assert table.schema == pl.Schema(regression.MATRIX_SCHEMA)
-    healthy = table.filter(pl.col("row") == regression.HEALTHY_ROW)
-    assert healthy.height == regression.MIN_HEALTHY_SEEDS and healthy["seed"].n_unique() == regression.MIN_HEALTHY_SEEDS
+    assert table.schema == pl.Schema(harness.MATRIX_SCHEMA)
+    healthy = table.filter(pl.col("row") == harness.HEALTHY_ROW)
+    assert healthy.height == harness.MIN_HEALTHY_SEEDS and healthy["seed"].n_unique() == harness.MIN_HEALTHY_SEEDS
     assert (healthy["error_outcomes"] == 0).all() and (healthy["caught"] == "clean").all()
-    by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == regression.BUG_ROW).iter_rows(named=True)}
+    by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == harness.BUG_ROW).iter_rows(named=True)}
     assert set(by_bug) == set(PLANTED_BUGS) and len(by_bug) >= 11
     assert all(
         r["caught"] == "yes" and r["error_outcomes"] >= 1 and r["first_failure_metadata"] for r in by_bug.values()

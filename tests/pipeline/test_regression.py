@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline import baseline, storage
+from pipeline import baseline, planted_bug_harness, storage
 from pipeline.assets import regression
 from pipeline.cli import main as cli_main
 
@@ -185,7 +185,7 @@ def _check(result, name):
 
 
 def test_baseline_checks_declare_their_outcome_kind():
-    kinds = regression.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
+    kinds = planted_bug_harness.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
     assert kinds == {
         f"baseline_comparison:{c}": k
         for c, k in zip(BASELINE_CHECKS, ("claim", "validity", "finding", "finding", "finding"), strict=False)

@@ -1,0 +1,260 @@
+"""The planted-bug suite (mutation testing of the harness) as an asset and its checks.
+
+``planted_bug_matrix`` re-runs a subset of experiments at smoke size with the healthy backend over
+several base seeds and with each deliberately faulty backend of :mod:`pipeline.planted_bugs`; the
+runs and their scoring are :mod:`pipeline.planted_bug_harness`. A bug is caught only at ERROR: a
+contradicted claim, an invalid run or a failed step that the healthy run at the same seed does not
+have. Every ERROR of a healthy run is a false alarm.
+"""
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from ..experiments import group_of
+from ..planted_bug_harness import (
+    BUG_ROW,
+    HEALTHY_ROW,
+    MATRIX_EXPERIMENTS,
+    MATRIX_PROFILE,
+    MIN_HEALTHY_SEEDS,
+    SCORING,
+    MatrixFacts,
+    build_matrix,
+)
+from ..planted_bugs import PLANTED_BUGS
+from ..resources import ExperimentSettings
+from ..tables import markdown_table
+from ..verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    validity_check,
+    validity_result,
+)
+
+GROUP = group_of("Regression")
+
+MUTATION_RULE = Rule(
+    claim="the harness catches every planted bug at ERROR",
+    metric="per bug run: ERROR outcomes that the healthy run at the same base seed does not have (a claim "
+    "verdict contradicted, a validity check failed, a step failed, e.g. FusionError for missing fusion "
+    "evidence); WARN findings and inconclusive verdicts are not counted",
+    decision="contradicted when any bug run has no such ERROR outcome; supported when every bug run has at least "
+    "one; inconclusive when no bug ran",
+    threshold=1.0,
+    unit="ERROR outcomes per bug run, beyond the healthy run's",
+    confidence=None,
+    sample_size="one run per planted bug (every bug of pipeline.planted_bugs unless configured or limited by the "
+    "profile's planted_bugs: smoke runs one bug per way of being caught), at the first healthy base seed",
+    derivation="A planted bug is a known wrong result: a harness that lets it through with only WARN findings or "
+    "inconclusive verdicts would let the same real fault through (DESIGN principle 6: planted faults must flip a "
+    "verdict at ERROR). Outcomes the healthy run already has are subtracted so a standing failure is not credited.",
+)
+
+FALSE_ALARM_RULE = Rule(
+    claim="the healthy backend raises no ERROR outcome, over several base seeds",
+    metric="per healthy run: ERROR outcomes (claim verdicts contradicted, validity checks failed, steps failed)",
+    decision=f"contradicted when any healthy run has an ERROR outcome; supported when at least {MIN_HEALTHY_SEEDS} "
+    f"base seeds ran and none has one; inconclusive with fewer than {MIN_HEALTHY_SEEDS} seeds",
+    threshold=0.0,
+    unit="ERROR outcomes per healthy run",
+    confidence=None,
+    sample_size=f">= {MIN_HEALTHY_SEEDS} base seeds (the run's seed and the next ones unless configured), one healthy "
+    "run each",
+    derivation="Every experiment's rule is built so the healthy backend does not reach ERROR (derived bounds, "
+    "Holm-adjusted tests, bit-exactness where the plan promises it); inputs drawn from other seeds expose a rule "
+    "that only holds for one draw. A single ERROR here is a defect of the harness, not noise.",
+)
+
+
+class PlantedBugMatrixConfig(dg.Config):
+    """Which bugs, experiments and healthy base seeds the matrix runs (empty: the profile's bugs, else all / the
+    default)."""
+
+    bugs: list[str] = Field(default_factory=list)
+    experiments: list[str] = Field(default_factory=list)
+    healthy_seeds: list[int] = Field(default_factory=list)
+    #: Skip assets that only finding checks (or no check) read: they cannot produce an ERROR outcome
+    #: by a check, only by crashing. False runs every asset of the chosen experiments.
+    skip_finding_only_assets: bool = True
+
+
+def matrix_metadata(
+    table: pl.DataFrame,
+    facts: MatrixFacts,
+    *,
+    run_profile: str,
+    experiments: list[str],
+    not_run: list[str],
+    pruned: bool,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """The asset's metadata: what ran and how (``run_profile`` is the outer run's), the bugs caught
+    and missed, false alarms per healthy seed, timings and the matrix as a markdown table."""
+    bug_rows = table.filter(pl.col("row") == BUG_ROW)
+    healthy_rows = table.filter(pl.col("row") == HEALTHY_ROW)
+    return {
+        "profile_used": MATRIX_PROFILE,
+        "note": f"experiments re-run at the {MATRIX_PROFILE!r} profile regardless of this run's profile "
+        f"({run_profile!r}) to keep the matrix affordable; data in a temporary folder",
+        "scoring": SCORING,
+        "experiments": ", ".join(experiments),
+        "assets_run": "only assets read by validity/claim checks (and upstream)"
+        if pruned
+        else "every asset of the experiments",
+        "bugs": bug_rows.height,
+        "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
+        "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
+        "bugs_missed": ", ".join(bug_rows.filter(pl.col("caught") != "yes")["bug"].to_list()) or "none",
+        "bugs_not_run": ", ".join(not_run) or "none",
+        "healthy_seeds": ", ".join(str(s) for s in facts["healthy_seeds"]),
+        "false_alarms": int(healthy_rows["error_outcomes"].sum()),
+        "false_alarms_by_seed": ", ".join(
+            f"{r['seed']}={r['error_outcomes']}" for r in healthy_rows.iter_rows(named=True)
+        ),
+        "wall_seconds": round(wall_seconds, 1),
+        "healthy_run_seconds": round(facts["healthy_seconds"], 1),
+        "healthy_checks": facts["healthy_checks"],
+        "healthy_warn_checks (findings / inconclusive, never counted)": ", ".join(facts["healthy_warn_checks"])
+        or "none",
+        "unavailable_experiments": "; ".join(facts["unavailable"]) or "none",
+        "matrix": dg.MetadataValue.md(
+            markdown_table(
+                table.select(
+                    "bug", "fault_class", "caught", "caught_by", "error_outcomes", pl.col("wall_seconds").round(1)
+                )
+            )
+        ),
+    }
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool="compute_device",
+    description="Mutation testing of the harness: experiments B, C2 and D re-run at smoke size (whatever the outer "
+    f"profile) with the healthy backend over {MIN_HEALTHY_SEEDS}+ base seeds and with each planted-bug backend "
+    "(pipeline/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
+    "contradicted, run invalid, step failed such as FusionError) that the healthy run lacks, and by which; per "
+    "healthy seed: its ERROR outcomes (false alarms, target 0). Outcome kinds are read from each check's declared "
+    "outcome through pipeline.verdicts.",
+    kinds={"polars"},
+)
+def planted_bug_matrix(
+    context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig
+) -> pl.DataFrame:
+    bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
+    not_run = [b for b in PLANTED_BUGS if b not in bugs]
+    experiments = config.experiments or list(MATRIX_EXPERIMENTS)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
+        table, facts = build_matrix(
+            bugs,
+            experiments,
+            settings,
+            Path(tmp),
+            healthy_seeds=config.healthy_seeds or None,
+            log=context.log.info,
+            prune=config.skip_finding_only_assets,
+        )
+    wall = time.perf_counter() - start
+    context.add_output_metadata(
+        matrix_metadata(
+            table,
+            facts,
+            run_profile=settings.profile,
+            experiments=experiments,
+            not_run=not_run,
+            pruned=config.skip_finding_only_assets,
+            wall_seconds=wall,
+        )
+    )
+    return table
+
+
+@validity_check(
+    asset=planted_bug_matrix,
+    description="The matrix ran what it says: every requested experiment module was importable, and every run "
+    "evaluated checks or failed a step (a run with neither tested nothing).",
+)
+def planted_bug_matrix_run_valid(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
+    table = planted_bug_matrix
+    problems = []
+    unavailable = sorted({u for u in table["unavailable"].to_list() if u})
+    if unavailable:
+        problems.append("experiments not run: " + "; ".join(unavailable))
+    empty = table.filter((pl.col("checks_evaluated") == 0) & (pl.col("error_outcomes") == 0))
+    if empty.height:
+        problems.append("runs that evaluated no check: " + ", ".join(empty["bug"].to_list()))
+    if table.filter(pl.col("row") == HEALTHY_ROW).height == 0:
+        problems.append("no healthy run")
+    return validity_result(problems, {"runs": table.height})
+
+
+@claim_check(
+    rule=MUTATION_RULE,
+    asset=planted_bug_matrix,
+    description="Every planted bug is caught at ERROR: its run has a contradicted claim, an invalid run or a failed "
+    "step that the healthy run at the same seed does not have.",
+)
+def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
+    bugs = planted_bug_matrix.filter(pl.col("row") == BUG_ROW)
+    missed = bugs.filter(pl.col("caught") != "yes")
+    meta = {
+        "bugs": bugs.height,
+        "caught": bugs.height - missed.height,
+        "missed": ", ".join(missed["bug"].to_list()) or "none",
+        "caught_by": dg.MetadataValue.md(markdown_table(bugs.select("bug", "fault_class", "caught", "caught_by"))),
+    }
+    if bugs.height == 0:
+        return claim_result(INCONCLUSIVE, MUTATION_RULE, "no planted bug ran", meta)
+    if missed.height:
+        return claim_result(
+            CONTRADICTED,
+            MUTATION_RULE,
+            f"{missed.height} of {bugs.height} planted bugs raised no ERROR outcome beyond the healthy "
+            f"run's: {', '.join(missed['bug'].to_list())}",
+            meta,
+        )
+    return claim_result(SUPPORTED, MUTATION_RULE, f"all {bugs.height} planted bugs caught at ERROR", meta)
+
+
+@claim_check(
+    rule=FALSE_ALARM_RULE,
+    asset=planted_bug_matrix,
+    description=f"The healthy backend has no ERROR outcome on any of >= {MIN_HEALTHY_SEEDS} base seeds.",
+)
+def healthy_backend_no_false_alarms(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
+    healthy = planted_bug_matrix.filter(pl.col("row") == HEALTHY_ROW)
+    alarms = healthy.filter(pl.col("error_outcomes") > 0)
+    meta = {
+        "healthy_seeds": healthy.height,
+        "error_outcomes_by_seed": ", ".join(f"{r['seed']}={r['error_outcomes']}" for r in healthy.iter_rows(named=True))
+        or "none",
+        "false_alarms": "; ".join(f"seed {r['seed']}: {r['caught_by']}" for r in alarms.iter_rows(named=True))
+        or "none",
+    }
+    if alarms.height:
+        return claim_result(
+            CONTRADICTED,
+            FALSE_ALARM_RULE,
+            f"{int(alarms['error_outcomes'].sum())} ERROR outcome(s) on {alarms.height} of "
+            f"{healthy.height} healthy seeds",
+            meta,
+        )
+    if healthy.height < MIN_HEALTHY_SEEDS:
+        return claim_result(
+            INCONCLUSIVE,
+            FALSE_ALARM_RULE,
+            f"only {healthy.height} healthy seed(s); the rule needs {MIN_HEALTHY_SEEDS}",
+            meta,
+        )
+    return claim_result(SUPPORTED, FALSE_ALARM_RULE, f"0 ERROR outcomes on {healthy.height} healthy seeds", meta)
