@@ -52,6 +52,7 @@ class CausalSelfAttention(nn.Module):
         self.heads = heads
         self.c_attn = nn.Linear(width, 3 * width)
         self.c_proj = nn.Linear(width, width)
+        self.mask: torch.Tensor
         self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).tril(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -271,7 +272,17 @@ def nudge_one_ulp(model: nn.Module, seed: int) -> int:
     return changed
 
 
-def _build(cfg: TrainConfig, device: torch.device):
+@dataclass
+class _Trainer:
+    """The mutable state of one run: model, optimizer, LR schedule and loss scaler."""
+
+    model: GPT
+    opt: torch.optim.AdamW
+    sched: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+
+
+def _build(cfg: TrainConfig, device: torch.device) -> _Trainer:
     torch.manual_seed(cfg.init_seed)
     model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -285,11 +296,11 @@ def _build(cfg: TrainConfig, device: torch.device):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, cfg.lr_factor)
     # Loss scaling only where the autocast dtype needs it (fp16); a no-op otherwise.
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "float16")
-    return model, opt, sched, scaler
+    return _Trainer(model, opt, sched, scaler)
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"cpu": torch.get_rng_state()}
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -299,6 +310,132 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["cpu"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class _Progress:
+    """Where a run stands: optimizer steps done, curve rows so far, seconds spent before this process."""
+
+    step: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    elapsed: float = 0.0
+
+
+def _load_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: _Trainer, device: torch.device) -> _Progress:
+    """Restore ``trainer`` and the RNG from ``ckpt`` (which must belong to ``cfg``); returns where it stood."""
+    state = torch.load(ckpt, map_location=device, weights_only=False)
+    if state["config_key"] != cfg.key():
+        raise RuntimeError(f"checkpoint {ckpt} belongs to config {state['config_key']}, not {cfg.key()}")
+    trainer.model.load_state_dict(state["model"])
+    trainer.opt.load_state_dict(state["optimizer"])
+    trainer.sched.load_state_dict(state["scheduler"])
+    trainer.scaler.load_state_dict(state["scaler"])
+    _set_rng_state(state["rng"])
+    return _Progress(state["step"], state["rows"], state["seconds"])
+
+
+def _save_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: _Trainer, progress: _Progress, seconds: float) -> None:
+    state = {
+        "config_key": cfg.key(),
+        "config": asdict(cfg),
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.opt.state_dict(),
+        "scheduler": trainer.sched.state_dict(),
+        "scaler": trainer.scaler.state_dict(),
+        "rng": _rng_state(),
+        "step": progress.step,  # the data position: batches are a function of (data seed, step)
+        "rows": progress.rows,
+        "seconds": seconds,
+    }
+    with atomic_path(ckpt) as tmp:
+        torch.save(state, tmp)
+
+
+def _remove_checkpoint(ckpt: Path) -> None:
+    ckpt.unlink(missing_ok=True)
+    for folder in (ckpt.parent, ckpt.parent.parent):  # config-key folder, then the run folder if empty
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _loss_paths(cfg: TrainConfig, model: GPT, device: torch.device) -> tuple[LossFn, LossFn]:
+    """The training and evaluation loss of ``cfg.path``: the eager loss twice, or two fused wrappers
+    (separate compiles, so the evaluation's no-grad graph does not recompile the training one)."""
+    if cfg.path != "fused":
+        loss_fn = make_loss_fn(model, cfg, device)
+        return loss_fn, loss_fn
+    options = json.loads(cfg.options_json)
+    return (
+        FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options),
+        FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options),
+    )
+
+
+#: Fused-path evidence fields copied into a run's evidence, per loss function (train, eval).
+_FUSED_EVIDENCE_FIELDS = (
+    "graph_count",
+    "graph_breaks",
+    "recompiles",
+    "kernel_count",
+    "code_sha256",
+    "compile_seconds",
+    "extern_calls",
+)
+
+
+def _fused_evidence(cfg: TrainConfig, train_fn: LossFn, eval_fn: LossFn) -> dict[str, Any]:
+    """The fused wrappers' evidence (``train_*``, ``eval_*``), backend and options; empty when eager."""
+    if cfg.path != "fused":
+        return {}
+    evidence: dict[str, Any] = {}
+    for name, fn in (("train", train_fn), ("eval", eval_fn)):
+        if not isinstance(fn, FusedFunction):
+            raise TypeError(f"the fused path's {name} loss is a {type(fn).__name__}, not a FusedFunction")
+        ev = fn.evidence.as_metadata()
+        evidence.update({f"{name}_{k}": ev[k] for k in _FUSED_EVIDENCE_FIELDS})
+    evidence["backend"] = cfg.backend
+    evidence["options"] = cfg.options_json
+    return evidence
+
+
+@dataclass
+class _StepStats:
+    """Sums over the optimizer steps since the last curve point."""
+
+    loss: float = 0.0
+    norm: float = 0.0
+    steps: int = 0
+    skipped: int = 0
+
+
+def _optimizer_step(
+    cfg: TrainConfig, trainer: _Trainer, train_fn: LossFn, x: torch.Tensor, y: torch.Tensor, evidence: dict[str, Any]
+) -> tuple[float, float, bool]:
+    """One training step (forward, scaled backward, clip, optimizer and schedule step); returns the
+    loss, the gradient norm before clipping and whether GradScaler skipped the update. The first
+    fused step adds the backward graph's generated-code evidence to ``evidence``."""
+    scaler, opt = trainer.scaler, trainer.opt
+    # The backward graph's code arrives at the first backward() when compiled, or with the
+    # forward when AOTAutograd serves both from its cache: the capture spans both.
+    first_fused_step = cfg.path == "fused" and "bwd_graphs" not in evidence
+    with capture_generated_code() if first_fused_step else contextlib.nullcontext(GeneratedCode()) as captured:
+        loss = train_fn(x, y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+    if first_fused_step:
+        evidence.update(_code_evidence("bwd", captured.of_kind("backward")))
+    scaler.unscale_(opt)
+    norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), cfg.grad_clip)
+    scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+    scaler.step(opt)
+    scaler.update()
+    skipped = scaler.is_enabled() and scaler.get_scale() < scale_before  # inf/nan: the update was skipped
+    opt.zero_grad(set_to_none=True)
+    trainer.sched.step()
+    return loss.detach().item(), norm.item(), skipped
 
 
 def train(
@@ -319,33 +456,17 @@ def train(
     if corpus.sha256 != cfg.corpus_sha256 and cfg.corpus_sha256:
         raise ValueError(f"config expects corpus {cfg.corpus_sha256[:12]}, got {corpus.sha256[:12]}")
     device = torch.device(cfg.device)
-    model, opt, sched, scaler = _build(cfg, device)
+    trainer = _build(cfg, device)
     # In place, before any step: the optimizer already holds these parameters (a resume overwrites them).
-    nudged = nudge_one_ulp(model, cfg.init_seed) if cfg.init_ulp_nudge else 0
-    loss_fn = make_loss_fn(model, cfg, device)
+    nudged = nudge_one_ulp(trainer.model, cfg.init_seed) if cfg.init_ulp_nudge else 0
     ckpt = Path(checkpoint_dir) / cfg.key() / "checkpoint.pt" if checkpoint_dir is not None else None
-
-    step, rows, elapsed = 0, [], 0.0
+    progress = _Progress()
     if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state["config_key"] != cfg.key():
-            raise RuntimeError(f"checkpoint {ckpt} belongs to config {state['config_key']}, not {cfg.key()}")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"])
-        step, rows, elapsed = state["step"], state["rows"], state["seconds"]
+        progress = _load_checkpoint(ckpt, cfg, trainer, device)
         if log:
-            log(f"resumed {cfg.path}/{cfg.precision} from step {step} ({ckpt})")
-    resumed_from = step
-
-    if cfg.path == "fused":
-        options = json.loads(cfg.options_json)
-        train_fn: Callable = FusedFunction(loss_fn, cfg.backend, options)
-        eval_fn: Callable = FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options)
-    else:
-        train_fn = eval_fn = loss_fn
+            log(f"resumed {cfg.path}/{cfg.precision} from step {progress.step} ({ckpt})")
+    resumed_from, rows = progress.step, progress.rows
+    train_fn, eval_fn = _loss_paths(cfg, trainer.model, device)
     evals = [(x.to(device), y.to(device)) for x, y in eval_batches(corpus, cfg)]
     evidence: dict[str, Any] = {}
 
@@ -354,99 +475,43 @@ def train(
             total = sum(float(eval_fn(x, y)) for x, y in evals)
         return total / len(evals)
 
-    def save() -> None:
-        if ckpt is None:
-            return
-        state = {
-            "config_key": cfg.key(),
-            "config": asdict(cfg),
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "scaler": scaler.state_dict(),
-            "rng": _rng_state(),
-            "step": step,  # the data position: batches are a function of (data seed, step)
-            "rows": rows,
-            "seconds": elapsed + (time.perf_counter() - start),
-        }
-        with atomic_path(ckpt) as tmp:
-            torch.save(state, tmp)
-
     start = time.perf_counter()
-    if step == 0 and not rows:
-        eval_loss = evaluate()
-        rows.append(_row(0, None, eval_loss, None, 0.0, 0, cfg))
-    loss_sum, norm_sum, n_steps, skipped = 0.0, 0.0, 0, 0
-    while step < cfg.steps:
-        x, y = (t.to(device) for t in train_batch(corpus, cfg, step))
-        # The backward graph's code arrives at the first backward() when compiled, or with the
-        # forward when AOTAutograd serves both from its cache: the capture spans both.
-        first_fused_step = cfg.path == "fused" and "bwd_graphs" not in evidence
-        with capture_generated_code() if first_fused_step else contextlib.nullcontext(GeneratedCode()) as captured:
-            loss = train_fn(x, y)
-            scaled = scaler.scale(loss)
-            scaled.backward()
-        if first_fused_step:
-            evidence.update(_code_evidence("bwd", captured.of_kind("backward")))
-        scaler.unscale_(opt)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
-        scaler.step(opt)
-        scaler.update()
-        if scaler.is_enabled() and scaler.get_scale() < scale_before:
-            skipped += 1  # GradScaler found inf/nan and skipped the optimizer step
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        step += 1
-        loss_sum += loss.detach().item()
-        norm_sum += norm.item()
-        n_steps += 1
+    if progress.step == 0 and not rows:
+        rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
+    stats = _StepStats()
+    while progress.step < cfg.steps:
+        x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
+        loss, norm, skipped = _optimizer_step(cfg, trainer, train_fn, x, y, evidence)
+        progress.step += 1
+        stats = _StepStats(stats.loss + loss, stats.norm + norm, stats.steps + 1, stats.skipped + skipped)
+        step = progress.step
         if step % cfg.eval_every == 0 or step == cfg.steps:
             eval_loss = evaluate()
+            lr = float(trainer.sched.get_last_lr()[0])
             rows.append(
-                _row(step, loss_sum / n_steps, eval_loss, norm_sum / n_steps, sched.get_last_lr()[0], skipped, cfg)
+                _row(step, stats.loss / stats.steps, eval_loss, stats.norm / stats.steps, lr, stats.skipped, cfg)
             )
-            loss_sum, norm_sum, n_steps, skipped = 0.0, 0.0, 0, 0
+            stats = _StepStats()
             if log:
                 log(
                     f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
                 )
-            save()
+            if ckpt is not None:
+                _save_checkpoint(ckpt, cfg, trainer, progress, progress.elapsed + (time.perf_counter() - start))
         if stop_after is not None and step >= stop_after and step < cfg.steps:
             raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
 
-    seconds = elapsed + (time.perf_counter() - start)
-    if cfg.path == "fused":
-        for name, fn in (("train", train_fn), ("eval", eval_fn)):
-            ev = fn.evidence.as_metadata()
-            evidence.update(
-                {
-                    f"{name}_{k}": ev[k]
-                    for k in (
-                        "graph_count",
-                        "graph_breaks",
-                        "recompiles",
-                        "kernel_count",
-                        "code_sha256",
-                        "compile_seconds",
-                        "extern_calls",
-                    )
-                }
-            )
-        evidence["backend"] = cfg.backend
-        evidence["options"] = cfg.options_json
+    seconds = progress.elapsed + (time.perf_counter() - start)
+    evidence.update(_fused_evidence(cfg, train_fn, eval_fn))
     if ckpt is not None:
-        ckpt.unlink(missing_ok=True)
-        for folder in (ckpt.parent, ckpt.parent.parent):  # config-key folder, then the run folder if empty
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        _remove_checkpoint(ckpt)
     return TrainResult(
         config=cfg,
         rows=rows,
         evidence=evidence,
         seconds=seconds,
         resumed_from_step=resumed_from,
-        n_params=sum(p.numel() for p in model.parameters()),
+        n_params=sum(p.numel() for p in trainer.model.parameters()),
         nudged_elements=nudged,
     )
 
