@@ -13,7 +13,8 @@ fused region in turn) measures which op is responsible, and that feeds the §6.1
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from precisionkit import fused, ulp_diff
+from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
@@ -79,148 +80,221 @@ def _fused_ops(chain: str, extern_calls: str) -> list[str]:
 # --- the runs --------------------------------------------------------------------------------
 
 
-def _run_chain(
-    context: dg.AssetExecutionContext,
+@dataclass
+class ChainRun:
+    """What running one chain produced: per-set error rows, per (dtype, path) evidence rows, and the
+    tensors of each distribution's worst set (keyed ``<chain>/<distribution>/<dtype>/...``)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    worst: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+#: Fused-path evidence fields copied into an evidence row.
+_EVIDENCE_FIELDS = (
+    "backend",
+    "options",
+    "graph_count",
+    "graph_breaks",
+    "recompiles",
+    "kernel_count",
+    "kernel_names",
+    "extern_calls",
+    "code_sha256",
+    "compile_seconds",
+)
+
+
+def per_set_rows(
+    chain: str, dist: str, dtype: str, first_set: int, outputs: Mapping[str, torch.Tensor], ref: torch.Tensor
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Error rows of a batch of input sets (numbered from ``first_set``), path by path in
+    :data:`PATHS` order, each output judged against the fp64 ``ref``; and per set the fused path's
+    scale-aware max error minus eager's (+inf where fused is non-finite and eager is finite), which
+    picks the reproducer set."""
+    n = ref.shape[0]
+    eager_finite = torch.isfinite(outputs["eager"]).reshape(n, -1)
+    ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
+    all_stats = {p: error_stats_per_set(outputs[p], ref) for p in PATHS}
+    rows: list[dict[str, Any]] = []
+    fused_gap = np.full(n, -np.inf)
+    for p in PATHS:
+        stats = all_stats[p]
+        vs_eager = ulp_diff(outputs[p], outputs["eager"]).reshape(n, -1).amax(dim=1).cpu().numpy()
+        nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
+        nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
+        nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
+        if p == "fused":
+            gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
+            fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)
+        for j in range(n):
+            rows.append(
+                {
+                    "chain": chain,
+                    "distribution": dist,
+                    "dtype": dtype,
+                    "path": p,
+                    "set_index": first_set + j,
+                    **{k: float(stats[k][j]) for k in _FLOAT_STATS},
+                    "n_compared": int(stats["n_compared"][j]),
+                    "nonfinite_mismatch": int(stats["nan_mismatch"][j] + stats["inf_mismatch"][j]),
+                    "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
+                    "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
+                    "max_ulp_vs_eager": int(vs_eager[j]),
+                }
+            )
+    return rows, fused_gap
+
+
+#: Per-set statistics of :func:`precisionkit.batched.error_stats_per_set` stored as floats, in column order.
+_FLOAT_STATS = (
+    "abs_max",
+    "rel_max",
+    "ulp_p50",
+    "ulp_p99",
+    "ulp_max",
+    "ulp_mean",
+    "sulp_max",
+    "sulp_p99",
+    "sulp_mean",
+    "exact_fraction",
+)
+
+
+def _run_distribution(
+    workload: Workload,
+    dist: str,
+    dtype: str,
+    paths: Mapping[str, Callable[..., torch.Tensor]],
+    stacked: Mapping[str, torch.Tensor],
+    ref: torch.Tensor,
+    device: torch.device,
+    progress: Progress,
+) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, float]]:
+    """Every path on every set of one distribution, a batch of sets at a time: the error rows, the
+    per-set fused-minus-eager gap and the seconds each path spent executing."""
+    n_sets = ref.shape[0]
+    batch = max(1, min(n_sets, BATCH_ELEMENTS // max(1, ref[0].numel())))
+    rows: list[dict[str, Any]] = []
+    fused_gap = np.full(n_sets, -np.inf)
+    seconds = dict.fromkeys(PATHS, 0.0)
+    for start in range(0, n_sets, batch):
+        stop = min(n_sets, start + batch)
+        args = [t[start:stop].to(device) for t in stacked.values()]
+        sets = [tuple(t[i] for t in args) for i in range(stop - start)]
+        outputs: dict[str, torch.Tensor] = {}
+        for p in PATHS:
+            t0 = time.perf_counter()
+            outputs[p] = torch.stack([paths[p](*one) for one in sets])
+            synchronize(device)
+            seconds[p] += time.perf_counter() - t0
+        batch_rows, fused_gap[start:stop] = per_set_rows(workload.name, dist, dtype, start, outputs, ref[start:stop])
+        rows.extend(batch_rows)
+        progress.advance(stop - start)
+    return rows, fused_gap, seconds
+
+
+def _worst_set(
+    workload: Workload,
+    prefix: str,
+    idx: int,
+    paths: Mapping[str, Callable[..., torch.Tensor]],
+    stacked: Mapping[str, torch.Tensor],
+    ref: torch.Tensor,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """Set ``idx``'s inputs, every path's output and the fp64 reference, keyed under ``prefix``."""
+    one = tuple(stacked[a][idx].to(device) for a in workload.arg_names)
+    worst = {f"{prefix}/input/{a}": stacked[a][idx].clone() for a in workload.arg_names}
+    worst.update({f"{prefix}/output/{p}": paths[p](*one).cpu() for p in PATHS})
+    worst[f"{prefix}/fp64_reference"] = ref[idx].clone()
+    worst[f"{prefix}/set_index"] = torch.tensor([idx], dtype=torch.int64)
+    return worst
+
+
+def _evidence_row(
+    chain: str, dtype: str, path: str, fn: Callable[..., Any], sets: int, seconds: float
+) -> dict[str, Any]:
+    """Throughput of one (chain, dtype, path) and, for a fused path, its fusion evidence (which must
+    show a single compile over all the sets)."""
+    row: dict[str, Any] = {
+        "chain": chain,
+        "dtype": dtype,
+        "path": path,
+        "sets": sets,
+        "path_seconds": seconds,
+        "sets_per_second": sets / seconds if seconds > 0 else None,
+    }
+    if path in FUSED_PATHS:
+        if not isinstance(fn, FusedFunction):
+            raise TypeError(f"{chain}/{dtype}/{path} is a {type(fn).__name__}, not a FusedFunction")
+        ev = fn.evidence
+        if ev.recompiles != 0:
+            raise RuntimeError(
+                f"{chain}/{dtype}/{path} recompiled {ev.recompiles} time(s) over the input sets: "
+                "each (chain, dtype, path) must compile once"
+            )
+        meta = ev.as_metadata()
+        row.update({k: meta[k] for k in _EVIDENCE_FIELDS})
+    return row
+
+
+def _run_dtype(
+    settings: ExperimentSettings,
+    workload: Workload,
+    dtype: str,
+    pool: Mapping[str, Any],
+    refs: Mapping[str, Any],
+    log: Callable[[str], None] | None,
+) -> ChainRun:
+    """One chain at one dtype: every distribution's sets through eager, fused and fused_emulate."""
+    device = settings.torch_device()
+    distributions = list(workload.distributions)
+    keys = [f"{d}/{dtype}/{workload.arg_names[0]}" for d in distributions]
+    missing = [k for k in keys if k not in pool] + [f"{d}/{dtype}" for d in distributions if f"{d}/{dtype}" not in refs]
+    if missing:
+        raise ValueError(f"input_pool/fp64_reference of {workload.name!r} lack entries {missing}: rematerialize S")
+    paths: dict[str, Callable[..., torch.Tensor]] = {"eager": workload.fn}
+    for p in FUSED_PATHS:
+        paths[p] = fused(workload.fn, backend=settings.backend, options=_path_options(settings, p))
+    # The first call compiles; do it up front so the timed loop measures execution only.
+    first = tuple(pool[f"{distributions[0]}/{dtype}/{a}"][0].to(device) for a in workload.arg_names)
+    for p in FUSED_PATHS:
+        paths[p](*first)
+    total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
+    progress = Progress(log, f"{workload.name} {dtype} input sets", total)
+    out, seconds = ChainRun(), dict.fromkeys(PATHS, 0.0)
+    for dist in distributions:
+        stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
+        ref = refs[f"{dist}/{dtype}"]
+        rows, fused_gap, spent = _run_distribution(workload, dist, dtype, paths, stacked, ref, device, progress)
+        out.rows.extend(rows)
+        seconds = {p: seconds[p] + spent[p] for p in PATHS}
+        # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.
+        prefix = f"{workload.name}/{dist}/{dtype}"
+        out.worst.update(_worst_set(workload, prefix, int(np.argmax(fused_gap)), paths, stacked, ref, device))
+    out.evidence = [_evidence_row(workload.name, dtype, p, paths[p], total, seconds[p]) for p in PATHS]
+    if log:
+        log(f"{workload.name}/{dtype}: " + ", ".join(f"{p} {total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS))
+    return out
+
+
+def run_chain(
     settings: ExperimentSettings,
     workload: Workload,
     pool: Mapping[str, Any],  # a lazy SetTensors: sets are read a batch at a time
     refs: Mapping[str, Any],
-    rows: list[dict[str, Any]],
-    evidence: list[dict[str, Any]],
-    worst: dict[str, torch.Tensor],
-) -> None:
-    device = settings.torch_device()
-    distributions = list(workload.distributions)
+    log: Callable[[str], None] | None = None,
+) -> ChainRun:
+    """Every input set of ``workload`` at each dtype of :data:`DTYPES_B` through each path of
+    :data:`PATHS` (each fused path compiled once per dtype), judged against the fp64 references."""
+    out = ChainRun()
     for dtype in DTYPES_B:
-        keys = [f"{d}/{dtype}/{workload.arg_names[0]}" for d in distributions]
-        missing = [k for k in keys if k not in pool] + [
-            f"{d}/{dtype}" for d in distributions if f"{d}/{dtype}" not in refs
-        ]
-        if missing:
-            raise ValueError(f"input_pool/fp64_reference of {workload.name!r} lack entries {missing}: rematerialize S")
-        paths: dict[str, Any] = {"eager": workload.fn}
-        for p in FUSED_PATHS:
-            paths[p] = fused(workload.fn, backend=settings.backend, options=_path_options(settings, p))
-        # The first call compiles; do it up front so the timed loop measures execution only.
-        first = tuple(pool[f"{distributions[0]}/{dtype}/{a}"][0].to(device) for a in workload.arg_names)
-        for p in FUSED_PATHS:
-            paths[p](*first)
-        seconds = dict.fromkeys(PATHS, 0.0)
-        n_total = 0
-        progress = Progress(
-            context.log.info,
-            f"{workload.name} {dtype} input sets",
-            sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions),
-        )
-        for dist in distributions:
-            stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
-            ref = refs[f"{dist}/{dtype}"]
-            n_sets = ref.shape[0]
-            per_set = max(1, ref[0].numel())
-            batch = max(1, min(n_sets, BATCH_ELEMENTS // per_set))
-            # Per set: fused minus eager scale-aware error, to pick the reproducer set.
-            fused_gap = np.full(n_sets, -np.inf)
-            for start in range(0, n_sets, batch):
-                stop = min(n_sets, start + batch)
-                args = [t[start:stop].to(device) for t in stacked.values()]
-                sets = [tuple(t[i] for t in args) for i in range(stop - start)]
-                ref_batch = ref[start:stop]
-                outputs: dict[str, torch.Tensor] = {}
-                for p in PATHS:
-                    fn = paths[p]
-                    t0 = time.perf_counter()
-                    outputs[p] = torch.stack([fn(*s) for s in sets])
-                    synchronize(device)
-                    seconds[p] += time.perf_counter() - t0
-                eager_finite = torch.isfinite(outputs["eager"]).reshape(stop - start, -1)
-                ref_finite = torch.isfinite(ref_batch).reshape(stop - start, -1).to(eager_finite.device)
-                all_stats = {p: error_stats_per_set(outputs[p], ref_batch) for p in PATHS}
-                for p in PATHS:
-                    stats = all_stats[p]
-                    vs_eager = (
-                        ulp_diff(outputs[p], outputs["eager"]).reshape(stop - start, -1).amax(dim=1).cpu().numpy()
-                    )
-                    nonfinite = ~torch.isfinite(outputs[p]).reshape(stop - start, -1)
-                    nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
-                    nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
-                    if p == "fused":
-                        gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
-                        fused_gap[start:stop] = np.where(nonfinite_vs_eager > 0, np.inf, gap)
-                    for j in range(stop - start):
-                        rows.append(
-                            {
-                                "chain": workload.name,
-                                "distribution": dist,
-                                "dtype": dtype,
-                                "path": p,
-                                "set_index": start + j,
-                                "abs_max": float(stats["abs_max"][j]),
-                                "rel_max": float(stats["rel_max"][j]),
-                                "ulp_p50": float(stats["ulp_p50"][j]),
-                                "ulp_p99": float(stats["ulp_p99"][j]),
-                                "ulp_max": float(stats["ulp_max"][j]),
-                                "ulp_mean": float(stats["ulp_mean"][j]),
-                                "sulp_max": float(stats["sulp_max"][j]),
-                                "sulp_p99": float(stats["sulp_p99"][j]),
-                                "sulp_mean": float(stats["sulp_mean"][j]),
-                                "exact_fraction": float(stats["exact_fraction"][j]),
-                                "n_compared": int(stats["n_compared"][j]),
-                                "nonfinite_mismatch": int(stats["nan_mismatch"][j] + stats["inf_mismatch"][j]),
-                                "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
-                                "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
-                                "max_ulp_vs_eager": int(vs_eager[j]),
-                            }
-                        )
-                progress.advance(stop - start)
-            n_total += n_sets
-            # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.
-            idx = int(np.argmax(fused_gap))
-            one = tuple(stacked[a][idx].to(device) for a in workload.arg_names)
-            prefix = f"{workload.name}/{dist}/{dtype}"
-            for a in workload.arg_names:
-                worst[f"{prefix}/input/{a}"] = stacked[a][idx].clone()
-            for p in PATHS:
-                worst[f"{prefix}/output/{p}"] = paths[p](*one).cpu()
-            worst[f"{prefix}/fp64_reference"] = ref[idx].clone()
-            worst[f"{prefix}/set_index"] = torch.tensor([idx], dtype=torch.int64)
-        for p in PATHS:
-            row: dict[str, Any] = {
-                "chain": workload.name,
-                "dtype": dtype,
-                "path": p,
-                "sets": n_total,
-                "path_seconds": seconds[p],
-                "sets_per_second": n_total / seconds[p] if seconds[p] > 0 else None,
-            }
-            if p in FUSED_PATHS:
-                ev = paths[p].evidence
-                if ev.recompiles != 0:
-                    raise RuntimeError(
-                        f"{workload.name}/{dtype}/{p} recompiled {ev.recompiles} time(s) over the input sets: "
-                        "each (chain, dtype, path) must compile once"
-                    )
-                meta = ev.as_metadata()
-                row.update(
-                    {
-                        k: meta[k]
-                        for k in (
-                            "backend",
-                            "options",
-                            "graph_count",
-                            "graph_breaks",
-                            "recompiles",
-                            "kernel_count",
-                            "kernel_names",
-                            "extern_calls",
-                            "code_sha256",
-                            "compile_seconds",
-                        )
-                    }
-                )
-            evidence.append(row)
-        context.log.info(
-            f"{workload.name}/{dtype}: " + ", ".join(f"{p} {n_total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS)
-        )
+        part = _run_dtype(settings, workload, dtype, pool, refs, log)
+        out.rows.extend(part.rows)
+        out.evidence.extend(part.evidence)
+        out.worst.update(part.worst)
+    return out
 
 
 _EVIDENCE_SCHEMA = {
@@ -271,15 +345,13 @@ _EVIDENCE_SCHEMA = {
 def accumulated_error_runs(context: dg.AssetExecutionContext, settings: ExperimentSettings, **inputs: Any):
     """Run every chain's input sets eager / fused / fused_emulate; compile each (chain, dtype, path) once."""
     wall = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    evidence: list[dict[str, Any]] = []
-    worst: dict[str, torch.Tensor] = {}
-    for chain in CHAINS:
-        _run_chain(
-            context, settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], rows, evidence, worst
-        )
-    per_set = pl.DataFrame(rows)
-    ev = pl.DataFrame(evidence, schema=_EVIDENCE_SCHEMA)
+    runs = [
+        run_chain(settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], context.log.info)
+        for chain in CHAINS
+    ]
+    per_set = pl.DataFrame([row for run in runs for row in run.rows])
+    ev = pl.DataFrame([row for run in runs for row in run.evidence], schema=_EVIDENCE_SCHEMA)
+    worst = {k: v for run in runs for k, v in run.worst.items()}
     wall = time.perf_counter() - wall
     by_path = ev.group_by("path").agg(pl.col("sets").sum(), pl.col("path_seconds").sum())
     throughput = {r["path"]: r["sets"] / r["path_seconds"] for r in by_path.iter_rows(named=True)}
@@ -343,6 +415,53 @@ RULE = Rule(
 )
 
 
+#: Columns of :func:`paired_statistics`, None when fewer than two sets pair up (``p_value`` is then 1).
+_PAIRED_COLUMNS = (
+    "eager_p99",
+    "fused_p99",
+    "p99_difference",
+    "ci_lower",
+    "ci_upper",
+    "eager_max",
+    "fused_max",
+    "materially_worse_sets",
+    "materially_better_sets",
+    "sign_test_p",
+)
+
+
+def paired_statistics(
+    f: np.ndarray,
+    e: np.ndarray,
+    seed: int,
+    *,
+    q: float = TAIL_QUANTILE,
+    margin: float = MATERIALITY_SULP,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any]:
+    """The rule's statistics of one row from paired per-set errors (fused ``f``, eager ``e``, both
+    finite): the bootstrap test of the ``q`` quantiles' difference against ``margin`` (seeded by
+    ``seed``), the maxima and the sign test's counts of materially worse and better sets."""
+    if len(f) < 2:
+        return {**dict.fromkeys(_PAIRED_COLUMNS), "p_value": 1.0}
+    test = paired_quantile_test(f, e, q=q, margin=margin, confidence=confidence, resamples=resamples, seed=seed)
+    sign = sign_test(f, e, margin=margin)
+    return {
+        "eager_p99": test.y_quantile,
+        "fused_p99": test.x_quantile,
+        "p99_difference": test.estimate,
+        "ci_lower": test.lower,
+        "ci_upper": test.upper,
+        "p_value": test.p_value,
+        "eager_max": float(e.max()),
+        "fused_max": float(f.max()),
+        "materially_worse_sets": sign.positive,
+        "materially_better_sets": int((e - f > margin).sum()),
+        "sign_test_p": sign.p_value,
+    }
+
+
 def judge(
     per_set: pl.DataFrame,
     *,
@@ -383,46 +502,10 @@ def judge(
                 "nonfinite_sets": nonfinite_sets,
                 "nonfinite_elements": int(grp["nonfinite_vs_eager"].sum()),
             }
-            if ok.sum() >= 2:
-                seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
-                test = paired_quantile_test(
-                    f[ok], e[ok], q=q, margin=margin, confidence=confidence, resamples=resamples, seed=seed
-                )
-                sign = sign_test(f[ok], e[ok], margin=margin)
-                row.update(
-                    {
-                        "eager_p99": test.y_quantile,
-                        "fused_p99": test.x_quantile,
-                        "p99_difference": test.estimate,
-                        "ci_lower": test.lower,
-                        "ci_upper": test.upper,
-                        "p_value": test.p_value,
-                        "eager_max": float(e[ok].max()),
-                        "fused_max": float(f[ok].max()),
-                        "materially_worse_sets": sign.positive,
-                        "materially_better_sets": int((e[ok] - f[ok] > margin).sum()),
-                        "sign_test_p": sign.p_value,
-                    }
-                )
-            else:
-                row.update(
-                    {
-                        k: None
-                        for k in (
-                            "eager_p99",
-                            "fused_p99",
-                            "p99_difference",
-                            "ci_lower",
-                            "ci_upper",
-                            "eager_max",
-                            "fused_max",
-                            "materially_worse_sets",
-                            "materially_better_sets",
-                            "sign_test_p",
-                        )
-                    }
-                )
-                row["p_value"] = 1.0
+            seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
+            row.update(
+                paired_statistics(f[ok], e[ok], seed, q=q, margin=margin, confidence=confidence, resamples=resamples)
+            )
             rows.append(row)
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
     if table.height == 0:
@@ -497,6 +580,95 @@ def _path_aggregates(per_set: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: Columns of :func:`judge` carried into the summary per judged path (prefixed ``fused_`` / ``emulate_``).
+_SUMMARY_VERDICT_COLUMNS = (
+    "verdict",
+    "p99_difference",
+    "ci_lower",
+    "ci_upper",
+    "p_value",
+    "p_holm",
+    "nonfinite_sets",
+    "nonfinite_elements",
+    "materially_worse_sets",
+    "materially_better_sets",
+    "sign_test_p",
+    "paired_sets",
+)
+#: Columns of the fusion evidence carried into the summary per fused path.
+_SUMMARY_EVIDENCE_COLUMNS = (
+    "kernel_count",
+    "graph_breaks",
+    "recompiles",
+    "code_sha256",
+    "extern_calls",
+    "sets_per_second",
+)
+#: Judged paths and the prefix of their summary columns.
+_SUMMARY_LABELS = (("fused", "fused"), ("fused_emulate", "emulate"))
+
+
+def _path_metrics_wide(per_set: pl.DataFrame) -> pl.DataFrame:
+    """Per chain x distribution x dtype: the set count and, per path, P99 and max across sets of each
+    metric, non-finite elements against fp64 and (fused paths) the share of sets bit-equal to eager."""
+    aggs = _path_aggregates(per_set)
+    wide = aggs.filter(pl.col("path") == "eager").select([*GROUP_KEYS, "sets"])
+    for p in PATHS:
+        part = aggs.filter(pl.col("path") == p).select(
+            GROUP_KEYS
+            + [pl.col(f"{m}__{s}").alias(f"{p}_{m}_{s}") for m in METRICS for s in ("p99", "max")]
+            + [pl.col("nonfinite_vs_ref").alias(f"{p}_nonfinite_vs_ref")]
+            + ([pl.col("bit_equal_eager_fraction").alias(f"{p}_bit_equal_eager_fraction")] if p != "eager" else [])
+        )
+        wide = wide.join(part, on=GROUP_KEYS)
+    return wide
+
+
+def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.DataFrame:
+    """``wide`` with each judged path's verdict columns and its shares of sets better / equal / worse than eager."""
+    verdicts = judge(per_set)
+    for p, label in _SUMMARY_LABELS:
+        v = verdicts.filter(pl.col("path") == p).select(
+            *GROUP_KEYS, *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_VERDICT_COLUMNS]
+        )
+        wide = wide.join(v, on=GROUP_KEYS, how="left")
+        # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
+        pair = per_set.filter(pl.col("path") == p).join(
+            per_set.filter(pl.col("path") == "eager"), on=[*GROUP_KEYS, "set_index"], suffix="_eager"
+        )
+        shares = pair.group_by(GROUP_KEYS).agg(
+            (pl.col("sulp_max") < pl.col("sulp_max_eager")).mean().alias(f"{label}_better_fraction"),
+            (pl.col("sulp_max") == pl.col("sulp_max_eager")).mean().alias(f"{label}_equal_fraction"),
+            (pl.col("sulp_max") > pl.col("sulp_max_eager")).mean().alias(f"{label}_worse_fraction"),
+        )
+        wide = wide.join(shares, on=GROUP_KEYS)
+    return wide
+
+
+def summarize(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
+    """B's summary table (one row per chain x distribution x dtype, in :data:`CHAINS` order): path
+    metrics, the rule's verdicts, better/equal/worse shares and the fusion evidence."""
+    wide = _with_verdicts_and_shares(_path_metrics_wide(per_set), per_set)
+    for p, label in _SUMMARY_LABELS:
+        ev = evidence.filter(pl.col("path") == p).select(
+            "chain", "dtype", *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_EVIDENCE_COLUMNS]
+        )
+        wide = wide.join(ev, on=["chain", "dtype"], how="left")
+    eager_tp = evidence.filter(pl.col("path") == "eager").select(
+        "chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second")
+    )
+    wide = wide.join(eager_tp, on=["chain", "dtype"], how="left").with_columns(
+        (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
+        (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
+    )
+    order = {c: i for i, c in enumerate(CHAINS)}
+    return (
+        wide.with_columns(pl.col("chain").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+        .sort("_o", "distribution", "dtype")
+        .drop("_o")
+    )
+
+
 @dg.asset(
     group_name=GROUP,
     ins={
@@ -512,79 +684,7 @@ def _path_aggregates(per_set: pl.DataFrame) -> pl.DataFrame:
 def accumulated_error_summary(
     context: dg.AssetExecutionContext, per_set: pl.DataFrame, evidence: pl.DataFrame
 ) -> pl.DataFrame:
-    verdicts = judge(per_set)
-    aggs = _path_aggregates(per_set)
-    wide = aggs.filter(pl.col("path") == "eager").select([*GROUP_KEYS, "sets"])
-    for p in PATHS:
-        part = aggs.filter(pl.col("path") == p).select(
-            GROUP_KEYS
-            + [pl.col(f"{m}__{s}").alias(f"{p}_{m}_{s}") for m in METRICS for s in ("p99", "max")]
-            + [pl.col("nonfinite_vs_ref").alias(f"{p}_nonfinite_vs_ref")]
-            + ([pl.col("bit_equal_eager_fraction").alias(f"{p}_bit_equal_eager_fraction")] if p != "eager" else [])
-        )
-        wide = wide.join(part, on=GROUP_KEYS)
-    for p, label in (("fused", "fused"), ("fused_emulate", "emulate")):
-        v = verdicts.filter(pl.col("path") == p).select(
-            *GROUP_KEYS,
-            *[
-                pl.col(c).alias(f"{label}_{c}")
-                for c in (
-                    "verdict",
-                    "p99_difference",
-                    "ci_lower",
-                    "ci_upper",
-                    "p_value",
-                    "p_holm",
-                    "nonfinite_sets",
-                    "nonfinite_elements",
-                    "materially_worse_sets",
-                    "materially_better_sets",
-                    "sign_test_p",
-                    "paired_sets",
-                )
-            ],
-        )
-        wide = wide.join(v, on=GROUP_KEYS, how="left")
-        # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
-        pair = per_set.filter(pl.col("path") == p).join(
-            per_set.filter(pl.col("path") == "eager"), on=[*GROUP_KEYS, "set_index"], suffix="_eager"
-        )
-        shares = pair.group_by(GROUP_KEYS).agg(
-            (pl.col("sulp_max") < pl.col("sulp_max_eager")).mean().alias(f"{label}_better_fraction"),
-            (pl.col("sulp_max") == pl.col("sulp_max_eager")).mean().alias(f"{label}_equal_fraction"),
-            (pl.col("sulp_max") > pl.col("sulp_max_eager")).mean().alias(f"{label}_worse_fraction"),
-        )
-        wide = wide.join(shares, on=GROUP_KEYS)
-    for p, label in (("fused", "fused"), ("fused_emulate", "emulate")):
-        ev = evidence.filter(pl.col("path") == p).select(
-            "chain",
-            "dtype",
-            *[
-                pl.col(c).alias(f"{label}_{c}")
-                for c in (
-                    "kernel_count",
-                    "graph_breaks",
-                    "recompiles",
-                    "code_sha256",
-                    "extern_calls",
-                    "sets_per_second",
-                )
-            ],
-        )
-        wide = wide.join(ev, on=["chain", "dtype"], how="left")
-    eager_tp = evidence.filter(pl.col("path") == "eager").select(
-        "chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second")
-    )
-    wide = wide.join(eager_tp, on=["chain", "dtype"], how="left").with_columns(
-        (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
-        (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
-    )
-    order = {c: i for i, c in enumerate(CHAINS)}
-    wide = (
-        wide.with_columns(pl.col("chain").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
-        .sort("_o", "distribution", "dtype")
-        .drop("_o")
-    )
+    wide = summarize(per_set, evidence)
     table = verdict_table(wide)
     counts = {v: int((wide["fused_verdict"] == v).sum()) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)}
     context.add_output_metadata(
@@ -813,8 +913,8 @@ def ablate(
     fused_errors: np.ndarray,
     eager_errors: np.ndarray,
     fused_nonfinite: int,
-    compiled: dict[tuple[str, str, int], Any],
-    make_fused: Any,
+    compiled: dict[tuple[str, str, int], Callable[..., torch.Tensor]],
+    make_fused: Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]],
     device: torch.device,
 ) -> list[dict[str, Any]]:
     """For each op of ``chain``: the chain compiled with that op kept out of the fused region, run
@@ -827,7 +927,7 @@ def ablate(
     ops = CHAIN_STAGES[chain][0]
     args = [pool[f"{dist}/{dtype}/{a}"][set_indices].to(device) for a in workload.arg_names]
     refs = ref[set_indices]
-    out = []
+    out: list[dict[str, Any]] = []
     for i, op in enumerate(ops):
         key = (chain, dtype, i)
         if key not in compiled:

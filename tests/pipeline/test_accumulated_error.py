@@ -204,6 +204,26 @@ def _per_set(eager, fused, *, nonfinite=None, chain="softmax", dist="normal", dt
     return pl.DataFrame(rows)
 
 
+def test_per_set_rows_judge_each_path_against_fp64_without_dagster():
+    """Two sets of four fp16 values: fused one ULP above eager in set 0 and non-finite in set 1
+    where eager is finite. Rows come path by path, numbered from the batch's first set."""
+    ref = torch.tensor([[1.0, 2.0, 0.5, 4.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    eager = ref.half()
+    fused_out = eager.clone()
+    fused_out[0, 1] = torch.nextafter(eager[0, 1], torch.tensor(8.0, dtype=torch.float16))
+    fused_out[1, 2] = float("inf")
+    outputs = {"eager": eager, "fused": fused_out, "fused_emulate": eager.clone()}
+    rows, gap = b.per_set_rows("softmax", "normal", "float16", 10, outputs, ref)
+    assert [(r["path"], r["set_index"]) for r in rows] == [(p, i) for p in b.PATHS for i in (10, 11)]
+    eager0, eager1, fused0, fused1 = rows[0], rows[1], rows[2], rows[3]
+    assert eager0["ulp_max"] == 0.0 and eager0["exact_fraction"] == 1.0 and eager0["max_ulp_vs_eager"] == 0
+    assert fused0["ulp_max"] == 1.0 and fused0["max_ulp_vs_eager"] == 1 and fused0["abs_max"] == pytest.approx(2.0**-9)
+    assert fused1["nonfinite_vs_eager"] == 1 and fused1["nonfinite_vs_ref"] == 1 and eager1["nonfinite_vs_eager"] == 0
+    assert gap[0] == pytest.approx(fused0["sulp_max"] - eager0["sulp_max"]) and gap[0] > 0
+    assert gap[1] == np.inf  # non-finite where eager is finite: always the worst set
+    assert all(r["n_compared"] == 4 for r in rows if r["path"] != "fused" or r["set_index"] == 10)
+
+
 def test_rule_contradicts_a_material_shift_and_supports_noise():
     rng = np.random.default_rng(0)
     eager = rng.uniform(0.3, 1.5, 1000)
