@@ -249,36 +249,28 @@ def _measure_noise(excesses: list[float], dtype: torch.dtype) -> float:
     return max(unit_roundoff(dtype), spread)
 
 
-def locate_divergence(
-    model: nn.Module,
-    inputs: Any,
-    *,
-    dtype: torch.dtype | None = None,
-    backend: str = "inductor",
-    options: dict[str, Any] | None = None,
-    noise: float | str = "auto",
-    modules: Any = None,
-) -> DivergenceResult:
-    """Run ``model`` eager, fused (per submodule) and in fp64 side by side and tabulate the error
-    of every submodule call; see the module docstring for the method, the noise rule and limits.
-
-    ``inputs``: one tensor or a tuple of positional arguments. ``dtype``: working dtype the copy of
-    the model and its floating inputs are cast to (``None`` keeps them as they are). ``backend`` /
-    ``options``: the fused path, as in :func:`precisionkit.fused`. ``noise``: ``"auto"`` (measured)
-    or a float threshold on ``excess``. ``modules``: ``None``/``"all"`` (every submodule and the
-    root), ``"leaves"``, a list of qualified names, or a predicate ``(name, module) -> bool``.
-    The caller's model, its parameters, buffers and hooks are left exactly as they were.
-    """
+def _check_arguments(model: Any, noise: Any, dtype: Any) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"locate_divergence expects an nn.Module, got {type(model).__name__}")
     if not (noise == "auto" or (isinstance(noise, (int, float)) and noise >= 0)):
         raise ValueError(f"noise must be 'auto' or a non-negative float, got {noise!r}")
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
-    args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    # Own copies: a model that writes into its inputs must not change the caller's tensors.
-    args = tuple(_snapshot(_cast_inputs(a, dtype)) for a in args)
 
+
+@dataclass
+class _Recorded:
+    """The paired calls of the working copy (with inputs) and of its fp64 copy, and the fp64 copy's modules."""
+
+    calls: list[dict[str, Any]]
+    ref_calls: list[dict[str, Any]]
+    ref_index: dict[str, nn.Module]
+    seconds: float
+
+
+def _record(model: nn.Module, args: tuple[Any, ...], dtype: torch.dtype | None, modules: Any) -> _Recorded:
+    """Copy ``model`` (working dtype and fp64), run both once with hooks on the selected submodules,
+    and pair their calls (steps 1 and 2 of the method)."""
     work = copy.deepcopy(model)
     if dtype is not None:
         work = work.to(dtype)
@@ -300,89 +292,96 @@ def locate_divergence(
         )
     if not calls:
         raise ValueError("none of the selected submodules was called by the model's forward")
-    eager_seconds = time.perf_counter() - start
+    return _Recorded(calls, ref_calls, ref_index, time.perf_counter() - start)
 
-    compiled: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
-    out_dtype = None
-    for index, (call, ref_call) in enumerate(zip(calls, ref_calls, strict=True)):
-        name, module = call["name"], call["module"]
-        eager_leaves = _float_leaves(call["output"])
-        if out_dtype is None and eager_leaves:
-            out_dtype = eager_leaves[0].dtype
-        row: dict[str, Any] = {
-            "index": index,
-            "layer": f"{name or '<root>'}#{call['call']}",
-            "module": name or "<root>",
-            "call": call["call"],
-            "module_type": type(module).__name__,
-            "depth": 0 if not name else name.count(".") + 1,
-            "output": _structure(call["output"]),
-            "n_outputs": len(eager_leaves),
-        }
-        fused_out, error = None, ""
-        if name not in compiled:
-            target = module
-            compiled[name] = fused(lambda *a, _m=target, **k: _m(*a, **k), backend, options, require_fusion=False)
-        fn = compiled[name]
-        try:
-            with torch.no_grad():
-                fused_out = fn(*call["args"], **call["kwargs"])
-        except Exception as exc:  # noqa: BLE001 - a compile/run failure is a row, not the end
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        if fused_out is not None and [tuple(t.shape) for t in _float_leaves(fused_out)] != [
-            tuple(t.shape) for t in eager_leaves
-        ]:
-            error = (
-                f"fused output structure {_structure(fused_out)!r} differs from eager {_structure(call['output'])!r}"
-            )
-            fused_out = None
-        with torch.no_grad(), _float64_defaults():
-            local_ref = ref_index[name](*_to64(call["args"]), **_to64(call["kwargs"]))
-        row.update(
-            _compare(
-                eager_leaves,
-                _float_leaves(fused_out) if fused_out is not None else None,
-                _float_leaves(ref_call["output"]),
-                _float_leaves(local_ref),
-            )
+
+def _run_fused(fn: Callable[..., Any], call: dict[str, Any], eager_leaves: list[torch.Tensor]) -> tuple[Any, str]:
+    """The fused submodule on the captured inputs: its output, or None and why (a failed compile or
+    run, or an output whose floating leaves are shaped unlike eager's)."""
+    try:
+        with torch.no_grad():
+            fused_out = fn(*call["args"], **call["kwargs"])
+    except Exception as exc:  # noqa: BLE001 - a compile/run failure is a row, not the end
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    if [tuple(t.shape) for t in _float_leaves(fused_out)] != [tuple(t.shape) for t in eager_leaves]:
+        return (
+            None,
+            f"fused output structure {_structure(fused_out)!r} differs from eager {_structure(call['output'])!r}",
         )
-        row["fused_error"] = error
-        try:
-            ev = fn.evidence
-            row.update(
-                {
-                    "kernel_count": ev.kernel_count,
-                    "extern_calls": ", ".join(ev.extern_calls),
-                    "graph_count": ev.graph_count,
-                    "graph_breaks": ev.graph_breaks,
-                    "recompiles": ev.recompiles,
-                    "compile_seconds": ev.compile_seconds,
-                }
-            )
-        except Exception:  # noqa: BLE001 - no evidence when the first call failed
-            row.update(
-                {
-                    "kernel_count": None,
-                    "extern_calls": "",
-                    "graph_count": None,
-                    "graph_breaks": None,
-                    "recompiles": None,
-                    "compile_seconds": None,
-                }
-            )
-        rows.append(row)
+    return fused_out, ""
 
-    work_dtype = out_dtype or dtype or torch.float32
+
+def _evidence_columns(fn: Any) -> dict[str, Any]:
+    """Fusion evidence of a compiled submodule (None/empty when its first call failed)."""
+    try:
+        ev = fn.evidence
+        return {
+            "kernel_count": ev.kernel_count,
+            "extern_calls": ", ".join(ev.extern_calls),
+            "graph_count": ev.graph_count,
+            "graph_breaks": ev.graph_breaks,
+            "recompiles": ev.recompiles,
+            "compile_seconds": ev.compile_seconds,
+        }
+    except Exception:  # noqa: BLE001 - no evidence when the first call failed
+        return {
+            "kernel_count": None,
+            "extern_calls": "",
+            "graph_count": None,
+            "graph_breaks": None,
+            "recompiles": None,
+            "compile_seconds": None,
+        }
+
+
+def _call_row(
+    index: int, call: dict[str, Any], ref_call: dict[str, Any], local_module: nn.Module, fn: Callable[..., Any]
+) -> dict[str, Any]:
+    """The table row of one call: what was called, its errors against the propagated and local fp64
+    references on both paths (step 3 of the method) and the fused submodule's evidence."""
+    name, module = call["name"], call["module"]
+    eager_leaves = _float_leaves(call["output"])
+    row: dict[str, Any] = {
+        "index": index,
+        "layer": f"{name or '<root>'}#{call['call']}",
+        "module": name or "<root>",
+        "call": call["call"],
+        "module_type": type(module).__name__,
+        "depth": 0 if not name else name.count(".") + 1,
+        "output": _structure(call["output"]),
+        "n_outputs": len(eager_leaves),
+    }
+    fused_out, error = _run_fused(fn, call, eager_leaves)
+    with torch.no_grad(), _float64_defaults():
+        local_ref = local_module(*_to64(call["args"]), **_to64(call["kwargs"]))
+    row.update(
+        _compare(
+            eager_leaves,
+            _float_leaves(fused_out) if fused_out is not None else None,
+            _float_leaves(ref_call["output"]),
+            _float_leaves(local_ref),
+        )
+    )
+    row["fused_error"] = error
+    row.update(_evidence_columns(fn))
+    return row
+
+
+def _threshold(rows: list[dict[str, Any]], noise: float | str, work_dtype: torch.dtype) -> tuple[float, str]:
+    """The divergence threshold on ``excess`` (measured when ``noise`` is "auto") and its rule as text."""
     if noise == "auto":
         threshold = _measure_noise([r["excess"] for r in rows], work_dtype)
         rule = (
             f"excess > max(u={unit_roundoff(work_dtype):.3g}, {NOISE_SIGMAS:g} * {MAD_TO_SIGMA} * median|excess| "
             f"over {len(rows)} rows) = {threshold:.3g}"
         )
-    else:
-        threshold = float(noise)
-        rule = f"excess > {threshold:.3g} (given)"
+        return threshold, rule
+    threshold = float(noise)
+    return threshold, f"excess > {threshold:.3g} (given)"
+
+
+def _mark_divergent(rows: list[dict[str, Any]], threshold: float) -> str | None:
+    """Add ``divergent`` and ``noise`` to every row; returns the first divergent layer."""
     first = None
     for row in rows:
         # A failed fused run or a NaN/inf where eager had none diverges by definition.
@@ -394,14 +393,59 @@ def locate_divergence(
         row["noise"] = threshold
         if row["divergent"] and first is None:
             first = row["layer"]
+    return first
+
+
+def locate_divergence(
+    model: nn.Module,
+    inputs: Any,
+    *,
+    dtype: torch.dtype | None = None,
+    backend: str = "inductor",
+    options: dict[str, Any] | None = None,
+    noise: float | str = "auto",
+    modules: Any = None,
+) -> DivergenceResult:
+    """Run ``model`` eager, fused (per submodule) and in fp64 side by side and tabulate the error
+    of every submodule call; see the module docstring for the method, the noise rule and limits.
+
+    ``inputs``: one tensor or a tuple of positional arguments. ``dtype``: working dtype the copy of
+    the model and its floating inputs are cast to (``None`` keeps them as they are). ``backend`` /
+    ``options``: the fused path, as in :func:`precisionkit.fused`. ``noise``: ``"auto"`` (measured)
+    or a float threshold on ``excess``. ``modules``: ``None``/``"all"`` (every submodule and the
+    root), ``"leaves"``, a list of qualified names, or a predicate ``(name, module) -> bool``.
+    The caller's model, its parameters, buffers and hooks are left exactly as they were.
+    """
+    _check_arguments(model, noise, dtype)
+    args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    # Own copies: a model that writes into its inputs must not change the caller's tensors.
+    args = tuple(_snapshot(_cast_inputs(a, dtype)) for a in args)
+    recorded = _record(model, args, dtype, modules)
+
+    compiled: dict[str, Callable[..., Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for index, (call, ref_call) in enumerate(zip(recorded.calls, recorded.ref_calls, strict=True)):
+        name = call["name"]
+        if name not in compiled:
+            target = call["module"]
+            compiled[name] = fused(lambda *a, _m=target, **k: _m(*a, **k), backend, options, require_fusion=False)
+        rows.append(_call_row(index, call, ref_call, recorded.ref_index[name], compiled[name]))
+
+    out_dtype = next((leaves[0].dtype for c in recorded.calls if (leaves := _float_leaves(c["output"]))), None)
+    work_dtype = out_dtype or dtype or torch.float32
+    threshold, rule = _threshold(rows, noise, work_dtype)
     return DivergenceResult(
         table=rows,
-        first_divergent_layer=first,
+        first_divergent_layer=_mark_divergent(rows, threshold),
         noise=threshold,
         noise_rule=rule,
         dtype=str(work_dtype).replace("torch.", ""),
         backend=backend,
-        meta={"calls": len(rows), "compiled_submodules": len(compiled), "recorded_pass_seconds": eager_seconds},
+        meta={
+            "calls": len(rows),
+            "compiled_submodules": len(compiled),
+            "recorded_pass_seconds": recorded.seconds,
+        },
     )
 
 

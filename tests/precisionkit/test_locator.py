@@ -174,3 +174,36 @@ def test_bad_arguments_are_named():
         locate_divergence(nn.Tanh(), torch.ones(2), noise=-1.0)
     with pytest.raises(ValueError, match="not found"):
         locate_divergence(Net(), torch.ones(2, 16), modules=["nope"])
+
+
+def test_divergence_rule_on_given_rows():
+    """The rule alone, on rows as the locator tabulates them: a failed fused run and a new non-finite
+    output diverge whatever the noise; otherwise excess above the threshold; the first in order wins."""
+    from precisionkit import locator
+
+    def row(layer, excess, error="", fused_nf=0, eager_nf=0):
+        return {
+            "layer": layer,
+            "excess": excess,
+            "fused_error": error,
+            "fused_nonfinite_mismatch": fused_nf,
+            "eager_nonfinite_mismatch": eager_nf,
+        }
+
+    rows = [
+        row("a#0", 1e-9),
+        row("b#0", 0.5),
+        row("c#0", float("nan"), error="RuntimeError: x"),
+        row("d#0", 0.0, fused_nf=1),
+    ]
+    threshold, rule = locator._threshold(rows, 0.1, torch.float32)
+    assert (threshold, rule) == (0.1, "excess > 0.1 (given)")
+    assert locator._mark_divergent(rows, threshold) == "b#0"
+    assert [r["divergent"] for r in rows] == [False, True, True, True] and {r["noise"] for r in rows} == {0.1}
+    # Measured: 3 * 1.4826 * median |excess| over the finite rows, floored at fp32's unit roundoff.
+    # Here the median is 1e-9, so the floor 2**-24 applies; with larger excesses the spread does.
+    measured, rule = locator._threshold(rows, "auto", torch.float32)
+    assert measured == unit_roundoff(torch.float32) == 2.0**-24 and "over 4 rows" in rule
+    spread, _ = locator._threshold([row("a#0", 0.01), row("b#0", -0.02), row("c#0", 0.03)], "auto", torch.float32)
+    assert spread == pytest.approx(3 * 1.4826 * 0.02)
+    assert locator._mark_divergent(rows[:1], measured) is None
