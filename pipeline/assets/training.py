@@ -24,9 +24,9 @@ profile's ``train.fp32_control`` is 1 (reported, not judged).
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import dagster as dg
 import polars as pl
@@ -379,8 +379,70 @@ class CurveJudgement:
         return out
 
 
-def _finite(v: Any) -> bool:
-    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+def _finite(v: object) -> TypeGuard[float]:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _all_finite(values: Sequence[float | None]) -> list[float] | None:
+    """``values`` when every one is a finite number, else None."""
+    finite = [v for v in values if _finite(v)]
+    return finite if len(finite) == len(values) else None
+
+
+def _outside(value: float | None, lo: float, hi: float, spread: float, widening: float) -> bool:
+    """Whether ``value`` is non-finite or outside ``[lo, hi]`` widened by ``widening`` spreads."""
+    return not _finite(value) or value < lo - widening * spread or value > hi + widening * spread
+
+
+def _envelope(
+    steps: Sequence[int],
+    judged: list[int],
+    replicates: Sequence[Sequence[float | None]],
+    fused: Sequence[float | None],
+    widening: float,
+) -> tuple[list[float | None], list[int]]:
+    """Per judged point the replicates' spread (None where a replicate is not finite), and the steps
+    where fused lies outside the envelope widened by ``widening`` spreads."""
+    spreads: list[float | None] = []
+    outside_steps: list[int] = []
+    for i in judged:
+        vals = _all_finite([r[i] for r in replicates])
+        if vals is None:
+            spreads.append(None)
+            continue
+        lo, hi = min(vals), max(vals)
+        spreads.append(hi - lo)
+        if _outside(fused[i], lo, hi, hi - lo, widening):
+            outside_steps.append(steps[i])
+    return spreads, outside_steps
+
+
+def _contradictions(
+    outside_steps: list[int],
+    n_judged: int,
+    final_diff: float | None,
+    final_spread: float,
+    *,
+    widening: float,
+    max_outside_fraction: float,
+    final_multiple: float,
+) -> list[str]:
+    """Why the rule contradicts the claim (empty when it does not): too many points outside the
+    widened envelope, or a final fused - eager difference beyond ``final_multiple`` spreads."""
+    fraction = len(outside_steps) / n_judged
+    reasons = []
+    if fraction > max_outside_fraction:
+        reasons.append(
+            f"fused outside the envelope widened by {widening:g} spreads at {len(outside_steps)}/{n_judged} "
+            f"eval points ({fraction:.0%} > {max_outside_fraction:.0%}; first at step {outside_steps[0]})"
+        )
+    if final_diff is None or abs(final_diff) > final_multiple * final_spread:
+        shown = "non-finite" if final_diff is None else f"{final_diff:+.4g}"
+        reasons.append(
+            f"final eval loss fused - eager {shown} exceeds {final_multiple:g} x final spread "
+            f"{final_spread:.4g} = {final_multiple * final_spread:.4g}"
+        )
+    return reasons
 
 
 def judge_fused_curve(
@@ -412,26 +474,15 @@ def judge_fused_curve(
     if any(len(c) != n for c in curves):
         raise ValueError(f"every curve needs one value per eval step ({n}); got lengths {[len(c) for c in curves]}")
     judged = [i for i, s in enumerate(steps) if s > 0]
-    spreads: list[float | None] = []
-    outside_steps: list[int] = []
-    for i in judged:
-        vals = [r[i] for r in replicates]
-        if not all(_finite(v) for v in vals):
-            spreads.append(None)
-            continue
-        lo, hi = min(vals), max(vals)
-        s = hi - lo
-        spreads.append(s)
-        f = fused[i]
-        if not _finite(f) or f < lo - widening * s or f > hi + widening * s:
-            outside_steps.append(steps[i])
+    spreads, outside_steps = _envelope(steps, judged, replicates, fused, widening)
     last = judged[-1] if judged else None
-    final_spread = spreads[-1] if spreads else None
-    final_diff = (
-        (fused[last] - eager[last]) if last is not None and _finite(fused[last]) and _finite(eager[last]) else None
-    )
+    final_diff = None
+    if last is not None and _finite(f_last := fused[last]) and _finite(e_last := eager[last]):
+        final_diff = f_last - e_last
     defined = [s for s in spreads if s is not None]
-    base = dict(
+    figures = CurveJudgement(
+        INCONCLUSIVE,
+        "",
         replicates=len(replicates),
         judged_points=len(judged),
         points_outside=len(outside_steps),
@@ -439,40 +490,36 @@ def judge_fused_curve(
         first_outside_step=outside_steps[0] if outside_steps else None,
         final_step=steps[last] if last is not None else None,
         final_fused_minus_eager=final_diff,
-        final_spread=final_spread,
+        final_spread=spreads[-1] if spreads else None,
         min_spread=min(defined) if defined else None,
     )
     if len(replicates) < min_replicates:
-        return CurveJudgement(INCONCLUSIVE, f"{len(replicates)} replicates, the rule needs {min_replicates}", **base)
+        return replace(figures, reason=f"{len(replicates)} replicates, the rule needs {min_replicates}")
     if len(judged) < min_points:
-        return CurveJudgement(INCONCLUSIVE, f"{len(judged)} judged eval points, the rule needs {min_points}", **base)
+        return replace(figures, reason=f"{len(judged)} judged eval points, the rule needs {min_points}")
     if len(defined) < len(spreads) or min(defined) <= 0:
         bad = [steps[i] for i, s in zip(judged, spreads, strict=False) if s is None or s <= 0]
-        return CurveJudgement(
-            INCONCLUSIVE,
-            f"replicate spread zero or undefined at step(s) {bad[:5]}: no measured variation to judge against",
-            **base,
+        return replace(
+            figures,
+            reason=f"replicate spread zero or undefined at step(s) {bad[:5]}: no measured variation to judge against",
         )
-    fraction = len(outside_steps) / len(judged)
-    reasons = []
-    if fraction > max_outside_fraction:
-        reasons.append(
-            f"fused outside the envelope widened by {widening:g} spreads at {len(outside_steps)}/{len(judged)} "
-            f"eval points ({fraction:.0%} > {max_outside_fraction:.0%}; first at step {outside_steps[0]})"
-        )
-    if final_diff is None or abs(final_diff) > final_multiple * final_spread:
-        shown = "non-finite" if final_diff is None else f"{final_diff:+.4g}"
-        reasons.append(
-            f"final eval loss fused - eager {shown} exceeds {final_multiple:g} x final spread "
-            f"{final_spread:.4g} = {final_multiple * final_spread:.4g}"
-        )
+    final_spread = defined[-1]  # every spread is defined here
+    reasons = _contradictions(
+        outside_steps,
+        len(judged),
+        final_diff,
+        final_spread,
+        widening=widening,
+        max_outside_fraction=max_outside_fraction,
+        final_multiple=final_multiple,
+    )
     if reasons:
-        return CurveJudgement(CONTRADICTED, "; ".join(reasons), **base)
-    return CurveJudgement(
-        SUPPORTED,
-        f"fused outside the widened envelope at {len(outside_steps)}/{len(judged)} eval points (<= {max_outside_fraction:.0%}); "
+        return replace(figures, verdict=CONTRADICTED, reason="; ".join(reasons))
+    return replace(
+        figures,
+        verdict=SUPPORTED,
+        reason=f"fused outside the widened envelope at {len(outside_steps)}/{len(judged)} eval points (<= {max_outside_fraction:.0%}); "
         f"final fused - eager {final_diff:+.4g} within {final_multiple:g} x spread {final_spread:.4g}",
-        **base,
     )
 
 
@@ -512,6 +559,31 @@ def _series(curves: pl.DataFrame, run: str, metric: str) -> list[float | None]:
     return curves.filter(pl.col("run") == run).sort("step")[metric].to_list()
 
 
+def _minus(x: float | None, y: float | None) -> float | None:
+    """``x - y`` when both are finite, else None."""
+    return x - y if _finite(x) and _finite(y) else None
+
+
+def _envelope_point(
+    replicates: list[float | None], fused: float | None, *, judged: bool
+) -> tuple[dict[str, float | None], bool | None]:
+    """The replicate envelope at one eval point (all None unless every replicate is finite) and, at a
+    judged point with an envelope, whether fused lies outside it widened by :data:`ENVELOPE_WIDENING` spreads."""
+    vals = _all_finite(replicates)
+    if vals is None:
+        return dict.fromkeys(("replicate_min", "replicate_max", "replicate_spread", "envelope_lo", "envelope_hi")), None
+    lo, hi = min(vals), max(vals)
+    spread = hi - lo
+    envelope: dict[str, float | None] = {
+        "replicate_min": lo,
+        "replicate_max": hi,
+        "replicate_spread": spread,
+        "envelope_lo": lo - ENVELOPE_WIDENING * spread,
+        "envelope_hi": hi + ENVELOPE_WIDENING * spread,
+    }
+    return envelope, _outside(fused, lo, hi, spread, ENVELOPE_WIDENING) if judged else None
+
+
 def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
     """Per precision x metric x step: replicate envelope (min, max, spread, widened bounds), eager,
     fused and control values, and fused's / the control's deviation from eager.
@@ -523,7 +595,7 @@ def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
     missing = [r for r in (*replicate_runs.values(), control_run(main)) if r not in runs]
     if missing:
         raise ValueError(f"the rule needs runs {', '.join(missing)}; curves hold {', '.join(sorted(runs))}")
-    steps = _series(curves, replicate_runs["A"], "step")
+    steps = [int(step) for step in curves.filter(pl.col("run") == replicate_runs["A"]).sort("step")["step"]]
     rows = []
     for precision in curves["precision"].unique(maintain_order=True).to_list():
         eager_run, fused_run = f"{precision}_eager", f"{precision}_fused"
@@ -536,12 +608,7 @@ def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
             if any(len(c) != len(steps) for c in (*reps.values(), eager, fused, control)):
                 raise ValueError(f"runs of {precision}/{metric} have different evaluation steps")
             for i, step in enumerate(steps):
-                vals = [reps[o][i] for o in REPLICATE_ORDERS]
-                ok = all(_finite(v) for v in vals)
-                lo, hi = (min(vals), max(vals)) if ok else (None, None)
-                spread = hi - lo if ok else None
-                dev = lambda x: x[i] - eager[i] if _finite(x[i]) and _finite(eager[i]) else None  # noqa: E731, B023 - called at once, in this iteration
-                f_dev = dev(fused)
+                envelope, outside = _envelope_point([reps[o][i] for o in REPLICATE_ORDERS], fused[i], judged=step > 0)
                 rows.append(
                     {
                         "precision": precision,
@@ -552,20 +619,10 @@ def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
                         "eager": eager[i],
                         "fused": fused[i],
                         "control": control[i],
-                        "replicate_min": lo,
-                        "replicate_max": hi,
-                        "replicate_spread": spread,
-                        "envelope_lo": lo - ENVELOPE_WIDENING * spread if ok else None,
-                        "envelope_hi": hi + ENVELOPE_WIDENING * spread if ok else None,
-                        "fused_minus_eager": f_dev,
-                        "control_minus_eager": dev(control),
-                        "outside_envelope": (
-                            not _finite(fused[i])
-                            or fused[i] < lo - ENVELOPE_WIDENING * spread
-                            or fused[i] > hi + ENVELOPE_WIDENING * spread
-                        )
-                        if ok and step > 0
-                        else None,
+                        **envelope,
+                        "fused_minus_eager": _minus(fused[i], eager[i]),
+                        "control_minus_eager": _minus(control[i], eager[i]),
+                        "outside_envelope": outside,
                     }
                 )
     return pl.DataFrame(rows)
@@ -584,7 +641,7 @@ def deviation_summary(dev: pl.DataFrame) -> list[dict[str, Any]]:
     for (precision, metric), _ in dev.group_by(["precision", "metric"], maintain_order=True):
         j = judge_frame(dev, precision, metric)
         part = dev.filter((pl.col("precision") == precision) & (pl.col("metric") == metric) & pl.col("judged"))
-        spread = part["replicate_spread"].drop_nulls()
+        spread_mean = part["replicate_spread"].drop_nulls().mean()  # None when no point has a spread
         out.append(
             {
                 "precision": precision,
@@ -593,7 +650,7 @@ def deviation_summary(dev: pl.DataFrame) -> list[dict[str, Any]]:
                 "judged_points": j.judged_points,
                 "points_outside": j.points_outside,
                 "first_outside_step": "never" if j.first_outside_step is None else str(j.first_outside_step),
-                "spread_mean": float(spread.mean()) if spread.len() else None,
+                "spread_mean": float(spread_mean) if isinstance(spread_mean, (int, float)) else None,
                 "spread_final": j.final_spread,
                 "fused_rms_dev": rms(part["fused_minus_eager"].to_list()),
                 "control_rms_dev": rms(part["control_minus_eager"].to_list()),
@@ -656,7 +713,8 @@ def final_metric_table(curves: pl.DataFrame, main: str) -> pl.DataFrame:
             vals = [r[metric] for r in reps if r[metric] is not None]
             spread = max(vals) - min(vals) if len(vals) >= 2 else None
             diff = f[metric] - e[metric]
-            c_diff = control[metric] - e[metric] if control is not None and precision == main else None
+            ctrl = control if precision == main else None
+            c_diff = ctrl[metric] - e[metric] if ctrl is not None else None
             rows.append(
                 {
                     "precision": precision,
@@ -668,7 +726,7 @@ def final_metric_table(curves: pl.DataFrame, main: str) -> pl.DataFrame:
                     "rel_diff": diff / e[metric] if e[metric] else None,
                     "replicate_spread": spread,
                     "diff_in_spreads": abs(diff) / spread if spread else None,
-                    "control": control[metric] if c_diff is not None else None,
+                    "control": ctrl[metric] if ctrl is not None else None,
                     "control_minus_eager": c_diff,
                 }
             )

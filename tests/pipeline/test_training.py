@@ -172,6 +172,19 @@ def test_rule_is_inconclusive_without_measured_variation_or_enough_data():
         judge([5.0, 3.0])
 
 
+def test_envelope_point_widens_by_two_spreads_and_judges_only_judged_points():
+    env, outside = training._envelope_point([2.0, 2.1, 2.05, 1.95], 2.44, judged=True)
+    assert env["replicate_min"] == 1.95 and env["replicate_max"] == 2.1
+    assert env["replicate_spread"] == pytest.approx(0.15) and env["envelope_hi"] == pytest.approx(2.4)
+    assert env["envelope_lo"] == pytest.approx(1.65) and outside is True
+    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], 2.39, judged=True)[1] is False
+    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], float("nan"), judged=True)[1] is True
+    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], 9.0, judged=False)[1] is None  # step 0
+    env, outside = training._envelope_point([2.0, None, 2.05, 1.95], 2.0, judged=True)
+    assert outside is None and set(env.values()) == {None}
+    assert training._minus(2.5, 2.0) == 0.5 and training._minus(float("inf"), 2.0) is None
+
+
 def test_control_finding_compares_rms_deviation_with_a_stated_factor():
     assert training.control_findings([0.003, -0.003], [0.001, 0.001]) == []  # exactly 3x: not above
     assert training.control_findings([0.0031, -0.0031], [0.001, 0.001])
