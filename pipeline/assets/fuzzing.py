@@ -56,6 +56,11 @@ def fuzz_seeds(settings: ExperimentSettings) -> list[int]:
     return list(range(start, start + settings.get_profile().fuzz_graphs))
 
 
+def _number(value: object) -> float:
+    """A polars aggregate as a float; 0.0 where it is empty (None)."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
@@ -98,9 +103,9 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
             "first_seed": seeds[0] if seeds else -1,
             "wall_seconds": seconds,
             "seconds_per_graph": seconds / max(1, len(outcomes)),
-            "median_compile_seconds": float(table["compile_seconds"].median() or 0.0),
-            "max_fused_tol_ratio_ok": float(ok["fused_tol_ratio"].max() or 0.0),
-            "fused_better_than_eager_fraction": float((ok["fused_tol_ratio"] < ok["eager_tol_ratio"]).mean() or 0.0),
+            "median_compile_seconds": _number(table["compile_seconds"].median()),
+            "max_fused_tol_ratio_ok": _number(ok["fused_tol_ratio"].max()),
+            "fused_better_than_eager_fraction": _number((ok["fused_tol_ratio"] < ok["eager_tol_ratio"]).mean()),
             "dtypes": ", ".join(f"{k}={v}" for k, v in sorted(Counter(table["dtype"]).items())),
             "rule": f"mismatch: fused max|err|/(atol+rtol|ref|) > 1 and > {fuzz.EAGER_MARGIN:g} x eager's",
             "failures": dg.MetadataValue.md(
