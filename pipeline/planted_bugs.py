@@ -72,7 +72,10 @@ class PlantedBug:
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, list(example_inputs))
+    compiled = compile_fx(gm, list(example_inputs))
+    if not callable(compiled):  # AOT modes return code or weights; this compile must return a callable
+        raise TypeError(f"Inductor returned a {type(compiled).__name__}, not a compiled callable")
+    return compiled
 
 
 def _call(compiled: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -121,7 +124,8 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torc
 
     table = get_decompositions([aten._softmax, aten._log_softmax, aten.native_layer_norm])
     # "real" mode on Dynamo's fake inputs keeps their static sizes (mode "fake" would make them symbolic).
-    return make_fx(gm, decomposition_table=table, tracing_mode="real")(*example_inputs)
+    # get_decompositions is typed with OperatorBase keys, make_fx's table with OpOverload ones (same objects).
+    return make_fx(gm, decomposition_table=table, tracing_mode="real")(*example_inputs)  # type: ignore[arg-type]
 
 
 def _has_node(gm: torch.fx.GraphModule, targets: set[Any]) -> bool:
@@ -132,8 +136,11 @@ def _reduced_dims(node: torch.fx.Node, rank: int) -> list[int] | None:
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     if dims is None:
         return None
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    return sorted(d % rank for d in dims)
+    if isinstance(dims, int):
+        return [dims % rank]
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
+        raise TypeError(f"{node.format_node()} reduces over {dims!r}: expected an int or a list of ints")
+    return sorted(int(d) % rank for d in dims)
 
 
 def _static_shape(node: Any) -> tuple[int, ...] | None:
