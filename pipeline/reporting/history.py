@@ -16,7 +16,7 @@ import polars as pl
 
 from ..verdicts import CLAIM
 from .claims import EXPERIMENTS
-from .render import LABEL_MARK, Report, collapsed, fmt
+from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
 #: How many past evaluations of each claim the page reads.
 HISTORY_POINTS = 50
@@ -75,8 +75,8 @@ def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
         return []
     points = []
     for r in report.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=HISTORY_POINTS):
-        data = r.event.dagster_event.event_specific_data if r.event and r.event.dagster_event else None
-        if data is None or not hasattr(data, "passed"):
+        data = check_evaluation(r)
+        if r.event is None or data is None:
             continue  # planned but never evaluated
         meta = _plain(data.metadata)
         if "bundle.imported_from" in meta:
@@ -149,6 +149,10 @@ def _point_table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: (experiment id, claim check, its points oldest first) for every claim with at least one point.
+Histories = list[tuple[str, dg.AssetCheckKey, list[Point]]]
+
+
 def history_page(report: Report) -> str:
     label = report.device_label or report.device
     lines = [
@@ -163,8 +167,32 @@ def history_page(report: Report) -> str:
     if not histories:
         lines.append("No claim has been evaluated with this profile and device yet.\n")
         return "\n".join(lines)
+    lines.append(glance_table(histories, report.page_suffix))
+    run_ids = {p.run_id for _, _, points in histories for p in points}
+    labels = run_labels(histories, _run_starts(report, run_ids))
+    lines.append(
+        report.chart(
+            "history",
+            "verdicts",
+            verdict_timeline(histories, labels),
+            "Verdict of each claim over past runs (hover for commit and torch)",
+        )
+    )
+    figures = figure_chart(histories, labels)
+    if figures is not None:
+        lines.append(report.chart("history", "figures", figures, "One key figure of one claim over past runs"))
+    lines.append("## Every claim\n")
+    for exp_id, key, points in histories:
+        lines.append(f"### {exp_id}: `{key.name}`\n")
+        title = f"{len(points)} point(s); latest {points[-1].verdict}"
+        lines.append(collapsed(title, _point_table(points), kind="note", open_=bool(moved(points))))
+    return "\n".join(lines)
+
+
+def glance_table(histories: Histories, page_suffix: str = "") -> str:
+    """One row per claim: points, latest verdict and what the latest run moved."""
     slug = {e.id: e.slug for e in EXPERIMENTS}
-    lines += [
+    lines = [
         "## At a glance\n",
         "| experiment | claim | points | latest | moved in the latest run |",
         "|---|---|---|---|---|",
@@ -172,31 +200,51 @@ def history_page(report: Report) -> str:
     for exp_id, key, points in histories:
         change = "; ".join(moved(points)) or ("nothing" if len(points) > 1 else "— (first point)")
         lines.append(
-            f"| [{exp_id}]({slug[exp_id]}{report.page_suffix}.md) | `{key.name}` | {len(points)} | "
+            f"| [{exp_id}]({slug[exp_id]}{page_suffix}.md) | `{key.name}` | {len(points)} | "
             f"{LABEL_MARK.get(points[-1].verdict, points[-1].verdict)} | {fmt(change)} |"
         )
     lines.append("")
-    # One column per run (a nightly run evaluates every claim), labelled by its start, oldest first.
+    return "\n".join(lines)
+
+
+def _run_starts(report: Report, run_ids: set[str]) -> dict[str, dt.datetime]:
+    """The recorded UTC start of each run that has one."""
+    out = {}
+    for run_id in run_ids:
+        record = report.instance.get_run_record_by_id(run_id)
+        if record is not None and record.start_time:
+            out[run_id] = dt.datetime.fromtimestamp(record.start_time, dt.UTC)
+    return out
+
+
+def run_labels(histories: Histories, started: dict[str, dt.datetime]) -> dict[str, str]:
+    """One column per run (a nightly run evaluates every claim): run id -> its label, oldest first. A run
+    starts at its recorded start (``started``) or, without one, at its earliest point."""
     starts: dict[str, dt.datetime] = {}
     for _, _, points in histories:
         for p in points:
             starts[p.run_id] = min(starts.get(p.run_id, p.when), p.when)
     for run_id in starts:
-        record = report.instance.get_run_record_by_id(run_id)
-        if record is not None and record.start_time:
-            starts[run_id] = dt.datetime.fromtimestamp(record.start_time, dt.UTC)
-    runs = sorted(starts, key=lambda r: starts[r])
-    label = {r: f"{starts[r]:%m-%d %H:%M:%S}" for r in runs}
-    run_axis = alt.X(
+        if run_id in started:
+            starts[run_id] = started[run_id]
+    return {r: f"{starts[r]:%m-%d %H:%M:%S}" for r in sorted(starts, key=lambda r: starts[r])}
+
+
+def _run_axis(labels: dict[str, str]) -> alt.X:
+    return alt.X(
         "run:O",
-        sort=[label[r] for r in runs],
+        sort=list(labels.values()),
         title="run (UTC start, oldest first)",
         axis=alt.Axis(labelAngle=-40, labelLimit=120),
     )
+
+
+def verdict_timeline(histories: Histories, labels: dict[str, str]) -> alt.Chart:
+    """Each claim's verdict at each run, coloured by verdict."""
     rows = [
         {
             "claim": f"{exp_id}: {key.name}",
-            "run": label[p.run_id],
+            "run": labels[p.run_id],
             "verdict": p.verdict,
             "commit": p.commit,
             "torch": p.torch,
@@ -204,11 +252,11 @@ def history_page(report: Report) -> str:
         for exp_id, key, points in histories
         for p in points
     ]
-    timeline = (
+    return (
         alt.Chart(pl.DataFrame(rows))
         .mark_point(filled=True, size=90)
         .encode(
-            x=run_axis,
+            x=_run_axis(labels),
             y=alt.Y("claim:N", title=None, sort=[r["claim"] for r in rows]),
             color=alt.Color(
                 "verdict:N",
@@ -219,20 +267,19 @@ def history_page(report: Report) -> str:
             tooltip=["claim", "verdict", "run", "commit", "torch"],
         )
         .properties(
-            width=min(420, 40 + 24 * len(runs)),
+            width=min(420, 40 + 24 * len(labels)),
             height=max(120, 18 * len(histories)),
             title="Verdict of every claim at each run",
         )
     )
-    lines.append(
-        report.chart(
-            "history", "verdicts", timeline, "Verdict of each claim over past runs (hover for commit and torch)"
-        )
-    )
+
+
+def figure_chart(histories: Histories, labels: dict[str, str]) -> alt.Chart | None:
+    """One key figure of one claim over the runs, picked from a dropdown; ``None`` when no point has a figure."""
     figures = [
         {
             "series": f"{exp_id}: {key.name} · {name}",
-            "run": label[p.run_id],
+            "run": labels[p.run_id],
             "value": value,
             "commit": p.commit,
             "torch": p.torch,
@@ -242,27 +289,19 @@ def history_page(report: Report) -> str:
         for p in points
         for name, value in p.figures.items()
     ]
-    if figures:
-        options = list(dict.fromkeys(f["series"] for f in figures))
-        pick = alt.param(
-            name="figure", value=options[0], bind=alt.binding_select(options=options, name="claim · figure ")
+    if not figures:
+        return None
+    options = list(dict.fromkeys(f["series"] for f in figures))
+    pick = alt.param(name="figure", value=options[0], bind=alt.binding_select(options=options, name="claim · figure "))
+    return (
+        alt.Chart(pl.DataFrame(figures))
+        .mark_line(point=True)
+        .encode(
+            x=_run_axis(labels),
+            y=alt.Y("value:Q", title="value (the figure's own unit)", scale=alt.Scale(zero=False)),
+            tooltip=["series", "value", "run", "commit", "torch", "verdict"],
         )
-        chart = (
-            alt.Chart(pl.DataFrame(figures))
-            .mark_line(point=True)
-            .encode(
-                x=run_axis,
-                y=alt.Y("value:Q", title="value (the figure's own unit)", scale=alt.Scale(zero=False)),
-                tooltip=["series", "value", "run", "commit", "torch", "verdict"],
-            )
-            .add_params(pick)
-            .transform_filter(alt.datum.series == pick)
-            .properties(width=460, height=200, title="Key figure over past runs (pick the claim and figure below)")
-        )
-        lines.append(report.chart("history", "figures", chart, "One key figure of one claim over past runs"))
-    lines.append("## Every claim\n")
-    for exp_id, key, points in histories:
-        lines.append(f"### {exp_id}: `{key.name}`\n")
-        title = f"{len(points)} point(s); latest {points[-1].verdict}"
-        lines.append(collapsed(title, _point_table(points), kind="note", open_=bool(moved(points))))
-    return "\n".join(lines)
+        .add_params(pick)
+        .transform_filter(alt.datum.series == pick)
+        .properties(width=460, height=200, title="Key figure over past runs (pick the claim and figure below)")
+    )

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import dagster as dg
@@ -32,10 +32,22 @@ from ..verdicts import (
 )
 from .claims import SECTIONS, Experiment
 
+if TYPE_CHECKING:
+    # The record type the instance's check-history methods return; dagster does not export its name.
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC_DOCS = REPO_ROOT / "site" / "docs"
 #: Files the report writes into the docs folder (everything else there is hand-written).
 GENERATED = ("index.md", "results", "assets/vendor")
+
+
+def check_evaluation(record: "AssetCheckExecutionRecord | None") -> dg.AssetCheckEvaluation | None:
+    """The evaluation a check-history record holds, or ``None`` when it holds none: no record, or a
+    "planned" event of a run stopped before the check ran (no result)."""
+    event = record.event if record is not None else None
+    data = event.dagster_event.event_specific_data if event is not None and event.dagster_event is not None else None
+    return data if isinstance(data, dg.AssetCheckEvaluation) else None
 
 
 def plain(value: Any) -> Any:
@@ -169,13 +181,8 @@ class Report:
                 outcome=spec_meta.get("outcome", VALIDITY),
                 spec_metadata=spec_meta,
             )
-            latest = self._latest_check_record(check_key)
-            evaluation = None
-            if latest is not None and latest.event is not None and latest.event.dagster_event is not None:
-                evaluation = latest.event.dagster_event.event_specific_data
             # A run stopped before the check ran leaves a "planned" event with no result: not yet run.
-            if evaluation is not None and not hasattr(evaluation, "passed"):
-                evaluation = None
+            evaluation = check_evaluation(self._latest_check_record(check_key))
             if evaluation is not None and record.asset in materialized:
                 if evaluation.passed:
                     record.state = "passed"
@@ -212,16 +219,14 @@ class Report:
                 return r.event_log_entry
         return None
 
-    def _latest_check_record(self, check_key: dg.AssetCheckKey) -> Any:
+    def _latest_check_record(self, check_key: dg.AssetCheckKey) -> "AssetCheckExecutionRecord | None":
         """The latest evaluation of ``check_key`` for this report's device: imported evaluations
         carry their device label; local ones are everything not imported."""
         if self.device_label is None and not self.imported:
             return self.instance.get_latest_asset_check_evaluation_record(check_key)
         for r in self.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=100):
-            data = r.event.dagster_event.event_specific_data if r.event and r.event.dagster_event else None
-            if data is None or not hasattr(data, "metadata"):
-                continue
-            if self._mine(data.metadata, is_check=True):
+            data = check_evaluation(r)
+            if data is not None and self._mine(data.metadata, is_check=True):
                 return r
         return None
 
@@ -502,7 +507,9 @@ def vendor_javascript(docs_dir: Path) -> None:
     target = docs_dir / "assets" / "vendor" / "vega-bundle.js"
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
-        tmp.write_text(vlc.javascript_bundle())
+        # The stub declares ``snippet`` required; at run time it defaults to the snippet that puts
+        # vegaEmbed, vegaLite and vega on ``window``, which the pages use.
+        tmp.write_text(vlc.javascript_bundle())  # type: ignore[call-arg]
 
 
 def prepare_docs_dir(docs_dir: Path) -> None:
