@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -459,7 +459,9 @@ def _compare_b(base: pl.DataFrame, cur: pl.DataFrame, same_inputs: bool) -> list
     return rows
 
 
-def _noise_band(eager: list[float | None], order_b: list[float | None], half_width: int = 1) -> list[float | None]:
+def _noise_band(
+    eager: Sequence[float | None], order_b: Sequence[float | None], half_width: int = 1
+) -> list[float | None]:
     """Per evaluation point, the largest data-order noise |eager - eager_order_B| within +-half_width points."""
     noise = [abs(x - y) if x is not None and y is not None else None for x, y in zip(eager, order_b, strict=False)]
     out = []
@@ -469,7 +471,8 @@ def _noise_band(eager: list[float | None], order_b: list[float | None], half_wid
     return out
 
 
-def _curve(df: pl.DataFrame, run: str) -> tuple[list[int], list[float | None]]:
+def _curve(df: pl.DataFrame, run: str) -> tuple[list[int], list[float]]:
+    """Steps and eval losses of ``run``'s evaluation points (rows without an eval loss left out), by step."""
     part = df.filter((pl.col("run") == run) & pl.col("eval_loss").is_not_null()).sort("step")
     return part["step"].to_list(), part["eval_loss"].to_list()
 
@@ -517,7 +520,8 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
             return max(vals) if vals else None
 
         last = common[-1] if common else None
-        if last is None or band(last) is None:
+        tol = band(last) if last is not None else None
+        if last is None or tol is None:
             rows.append(
                 _row(
                     "E",
@@ -532,7 +536,6 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
             )
             continue
         delta = cmap[last] - bmap[last]
-        tol = band(last)
         rows.append(
             _row(
                 "E",
@@ -547,7 +550,7 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
                 severity="ERROR" if delta > 0 else "WARN",
             )
         )
-        outside = [s for s in common if band(s) is not None and abs(cmap[s] - bmap[s]) > band(s)]
+        outside = [s for s in common if (w := band(s)) is not None and abs(cmap[s] - bmap[s]) > w]
         rows.append(
             _row(
                 "E",
