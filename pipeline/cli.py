@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -88,7 +89,7 @@ def _evaluated(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> boo
     """Whether the check's latest record is a result (not only "planned" by a run that stopped)."""
     latest = instance.get_latest_asset_check_evaluation_record(check_key)
     event = latest.event.dagster_event if latest is not None and latest.event is not None else None
-    return event is not None and hasattr(event.event_specific_data, "passed")
+    return event is not None and isinstance(event.event_specific_data, dg.AssetCheckEvaluation)
 
 
 def assets_to_run(
@@ -102,10 +103,11 @@ def assets_to_run(
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
     stamps = {k: _stored_for_profile(instance, k, profile, same) for k in keys}
-    todo = {k for k, t in stamps.items() if t is None}
+    stored = {k: t for k, t in stamps.items() if t is not None}
+    todo = {k for k in keys if k not in stored}
     for key in keys:
         node = graph.get(key)
-        if key not in todo and any(stamps.get(p) is not None and stamps[p] > stamps[key] for p in node.parent_keys):
+        if key not in todo and any(p in stored and stored[p] > stored[key] for p in node.parent_keys):
             todo.add(key)
     frontier = list(todo)
     while frontier:
@@ -123,13 +125,13 @@ def assets_to_run(
     )
 
 
-def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list:
+def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
     out = []
     for check_key in defs.resolve_asset_graph().asset_check_keys:
         latest = instance.get_latest_asset_check_evaluation_record(check_key)
         if latest and latest.event and latest.event.dagster_event:
             data = latest.event.dagster_event.event_specific_data
-            if hasattr(data, "passed"):  # planned but never evaluated: not yet run
+            if isinstance(data, dg.AssetCheckEvaluation):  # else planned but never evaluated: not yet run
                 out.append(data)
     return out
 
@@ -177,11 +179,12 @@ def report(
         tags={CLI_PID_TAG: str(os.getpid()), CLI_HOST_TAG: platform.node()},
     )
     seconds = time.perf_counter() - start
-    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    evaluated = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    # A step failure always names its step.
+    failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key]
     materialized = result.get_asset_materialization_events()
     print(
-        f"profile {profile}: {len(materialized)} assets materialized, {len(checks)} checks in {seconds:.1f} s; "
+        f"profile {profile}: {len(materialized)} assets materialized, {len(evaluated)} checks in {seconds:.1f} s; "
         f"run {result.run_id}"
     )
     print(outcome_table(defs, _latest_evaluations(defs, instance), failed_steps))
@@ -192,7 +195,9 @@ def report(
     return 0 if result.success else 1
 
 
-def outcome_table(defs: dg.Definitions, evaluations: list, failed_steps: list[str]) -> str:
+def outcome_table(
+    defs: dg.Definitions, evaluations: Sequence[dg.AssetCheckEvaluation], failed_steps: Sequence[str]
+) -> str:
     """Experiment x run validity x claim verdict x findings, from one run's check evaluations,
     followed by every check that did not pass (contradicted / invalid first)."""
     from .reporting.claims import EXPERIMENTS
