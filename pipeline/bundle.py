@@ -87,6 +87,8 @@ def _restore(entry: dict[str, Any]) -> Any:
     if kind == "path":
         return dg.MetadataValue.path(str(value))
     if kind == "json":
+        if not isinstance(value, (dict, list)):
+            raise BundleError(f"json metadata entry holds {type(value).__name__}, not an object or a list")
         return dg.MetadataValue.json(value)
     if kind == "value":
         return dg.MetadataValue.null() if value is None else value

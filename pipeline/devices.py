@@ -9,6 +9,7 @@ stops the run before any work with an error that says what is available instead.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import platform
 from typing import Any
 
@@ -34,7 +35,7 @@ def _ensure_plugin(kind: str) -> None:
     """Out-of-tree backends register themselves on import (``torch_npu`` adds ``torch.npu``)."""
     if kind == "npu" and not hasattr(torch, "npu"):
         with contextlib.suppress(ImportError):
-            import torch_npu  # noqa: F401
+            importlib.import_module("torch_npu")
 
 
 def is_available(kind: str) -> bool:

@@ -121,7 +121,10 @@ class _RunLines(logging.Handler):
             self.handleError(record)
 
 
-@dg.logger(description="Compact terminal progress: one line per step start/finish, asset progress lines, no DEBUG.")
+@dg.logger(
+    config_schema=None,
+    description="Compact terminal progress: one line per step start/finish, asset progress lines, no DEBUG.",
+)
 def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
     logger = logging.Logger("fusion_progress", level=logging.DEBUG)
     logger.addHandler(_RunLines())
