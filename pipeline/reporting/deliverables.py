@@ -12,7 +12,7 @@ import polars as pl
 
 from ..verdicts import combine
 from .claims import Experiment
-from .render import Report, fmt, markdown_table
+from .render import Report, as_number, fmt, markdown_table
 
 #: What the test plan asks each experiment to deliver, in its words.
 PLAN_DELIVERABLE = {
@@ -61,7 +61,8 @@ def determinism(report: Report, exp: Experiment) -> str:
     summary = report.table("determinism_summary")
     if summary is None:
         return ""
-    expected_runs = int(summary.filter(pl.col("round") == "round1")["run_count"].max() or 0)
+    most = summary.filter(pl.col("round") == "round1")["run_count"].max()
+    expected_runs = 0 if most is None else int(as_number(most, "determinism_summary round1 run_count"))
     rows = summary.select(
         "dtype",
         "round",
