@@ -160,22 +160,12 @@ def export_bundle(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
-            event = _latest_for_profile(instance, key, profile, local_only=True)
-            if event is None:
+            latest = _latest_for_profile(instance, key, profile, local_only=True)
+            if latest is None:
                 continue
-            mat = event.asset_materialization
+            event, mat = latest
             meta = {k: _portable(v) for k, v in mat.metadata.items()}
-            plain_meta = {k: e["value"] for k, e in meta.items()}
-            if provenance is None:
-                provenance = {
-                    k.removeprefix("provenance."): v for k, v in plain_meta.items() if k.startswith("provenance.")
-                }
-            elif device_of(plain_meta) != provenance.get("device_label"):
-                raise BundleError(
-                    f"{key.to_user_string()} was last materialized on {device_of(plain_meta)!r}, other "
-                    f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
-                    "one device's results; re-materialize the profile on one device"
-                )
+            provenance = _same_device(provenance, key, {k: e["value"] for k, e in meta.items()}, profile)
             name = key.to_user_string()
             record: dict[str, Any] = {
                 "asset": name,
@@ -186,31 +176,15 @@ def export_bundle(
             }
             stored = _stored_file(source / Path(*key.path))
             if stored is not None:
-                size = stored.stat().st_size
-                if stored.suffix == ".safetensors" and (not include_tensors or size > max_tensor_bytes):
-                    left_out[name] = f"{size} bytes of tensors (cap {max_tensor_bytes if include_tensors else 0})"
+                reason = _left_out_reason(stored, include_tensors, max_tensor_bytes)
+                if reason is not None:
+                    left_out[name] = reason
                 else:
                     rel = Path("data", *key.path).with_suffix(stored.suffix).as_posix()
-                    target = staging / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(stored, target)
-                    files[rel] = {"sha256": _sha256(target), "bytes": size, "asset": name}
+                    files[rel] = _copy_file(stored, staging / rel, name)
                     record["file"] = rel
             assets.append(record)
-            for check_key in asset_graph.asset_check_keys:
-                if check_key.asset_key != key:
-                    continue
-                evaluation = _check_in_run(instance, check_key, event.run_id)
-                if evaluation is not None:
-                    checks.append(
-                        {
-                            "asset": name,
-                            "name": check_key.name,
-                            "passed": bool(evaluation.passed),
-                            "severity": evaluation.severity.value,
-                            "metadata": {k: _portable(v) for k, v in evaluation.metadata.items()},
-                        }
-                    )
+            checks += _check_records(instance, asset_graph, key, event.run_id)
         if not assets:
             raise BundleError(f"nothing to export: no materialization with profile {profile!r} in this instance")
         manifest = {
@@ -234,6 +208,59 @@ def export_bundle(
     return ExportResult(out, len(assets), len(checks), len(files), left_out)
 
 
+def _same_device(
+    provenance: dict[str, Any] | None, key: dg.AssetKey, metadata: dict[str, Any], profile: str
+) -> dict[str, Any]:
+    """The bundle's provenance: that of its first asset (``provenance`` None), which every later
+    asset's ``metadata`` must share the device of; raises :class:`BundleError` naming both devices."""
+    if provenance is None:
+        return {k.removeprefix("provenance."): v for k, v in metadata.items() if k.startswith("provenance.")}
+    if device_of(metadata) != provenance.get("device_label"):
+        raise BundleError(
+            f"{key.to_user_string()} was last materialized on {device_of(metadata)!r}, other "
+            f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
+            "one device's results; re-materialize the profile on one device"
+        )
+    return provenance
+
+
+def _left_out_reason(stored: Path, include_tensors: bool, max_tensor_bytes: int) -> str | None:
+    """Why a stored file stays out of the bundle (a tensor file without tensors, or over the cap), or None."""
+    size = stored.stat().st_size
+    if stored.suffix == ".safetensors" and (not include_tensors or size > max_tensor_bytes):
+        return f"{size} bytes of tensors (cap {max_tensor_bytes if include_tensors else 0})"
+    return None
+
+
+def _copy_file(stored: Path, target: Path, asset: str) -> dict[str, Any]:
+    """Copy ``stored`` to ``target``; its manifest entry (sha256 of the copy, size, asset)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(stored, target)
+    return {"sha256": _sha256(target), "bytes": stored.stat().st_size, "asset": asset}
+
+
+def _check_records(
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, run_id: str
+) -> list[dict[str, Any]]:
+    """The manifest records of the evaluations of ``key``'s checks made in run ``run_id``."""
+    out = []
+    for check_key in asset_graph.asset_check_keys:
+        if check_key.asset_key != key:
+            continue
+        evaluation = _check_in_run(instance, check_key, run_id)
+        if evaluation is not None:
+            out.append(
+                {
+                    "asset": key.to_user_string(),
+                    "name": check_key.name,
+                    "passed": bool(evaluation.passed),
+                    "severity": evaluation.severity.value,
+                    "metadata": {k: _portable(v) for k, v in evaluation.metadata.items()},
+                }
+            )
+    return out
+
+
 def _latest_for_profile(
     instance: dg.DagsterInstance,
     key: dg.AssetKey,
@@ -241,9 +268,9 @@ def _latest_for_profile(
     device: str | None = None,
     limit: int = 50,
     local_only: bool = False,
-) -> Any:
+) -> tuple[dg.EventLogEntry, dg.AssetMaterialization] | None:
     """The latest materialization event of ``key`` made with ``profile`` (and ``device``, if
-    given; only those made here, not imported, with ``local_only``)."""
+    given; only those made here, not imported, with ``local_only``), with its materialization."""
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records
     for record in records:
         mat = record.event_log_entry.asset_materialization
@@ -253,7 +280,7 @@ def _latest_for_profile(
         if local_only and "bundle.imported_from" in meta:
             continue
         if meta.get("provenance.profile") == profile and (device is None or device_of(meta) == device):
-            return record.event_log_entry
+            return record.event_log_entry, mat
     return None
 
 
@@ -269,14 +296,16 @@ def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: st
     return sorted(labels)
 
 
-def _check_in_run(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run_id: str) -> Any:
+def _check_in_run(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run_id: str
+) -> dg.AssetCheckEvaluation | None:
     """The check's evaluation from run ``run_id`` (None when it did not run there)."""
     history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50)
     for record in history:
         event = record.event
         if record.run_id == run_id and event is not None and event.dagster_event is not None:
             data = event.dagster_event.event_specific_data
-            if hasattr(data, "passed"):
+            if isinstance(data, dg.AssetCheckEvaluation):  # else planned, never evaluated
                 return data
     return None
 
@@ -384,12 +413,7 @@ def import_bundle(
     profile = manifest["profile"]
     label = manifest["provenance"]["device_label"]
     if asset_graph is not None:
-        known = {k.to_user_string() for k in asset_graph.get_all_asset_keys()}
-        unknown = sorted({r["asset"] for r in manifest["assets"]} - known)
-        known_checks = {(c.asset_key.to_user_string(), c.name) for c in asset_graph.asset_check_keys}
-        unknown += sorted(
-            f"{c['asset']}:{c['name']}" for c in manifest["checks"] if (c["asset"], c["name"]) not in known_checks
-        )
+        unknown = undefined_in(manifest, asset_graph)
         if unknown:
             raise BundleError(f"bundle holds assets/checks this code location does not define: {unknown}")
     target = Path(data_dir) / "devices" / device_slug(label) / profile
@@ -399,12 +423,40 @@ def import_bundle(
             "pass replace to import these instead (the earlier ones are kept aside)"
         )
     # Every event is built (and so every metadata entry checked) before anything is written.
+    events = import_events(manifest, bundle, target)
+    _copy_in(bundle, manifest["files"], target, profile)
+    # Files are in place; the events point at them.
+    for event in events:
+        instance.report_runless_asset_event(event)
+    checks = sum(isinstance(e, dg.AssetCheckEvaluation) for e in events)
+    return ImportResult(label, profile, target, len(events) - checks, checks)
+
+
+def undefined_in(manifest: dict[str, Any], asset_graph: Any) -> list[str]:
+    """The assets, then the checks (``asset:check``), of a bundle's manifest that ``asset_graph`` does not define."""
+    known = {k.to_user_string() for k in asset_graph.get_all_asset_keys()}
+    unknown = sorted({r["asset"] for r in manifest["assets"]} - known)
+    known_checks = {(c.asset_key.to_user_string(), c.name) for c in asset_graph.asset_check_keys}
+    unknown += sorted(
+        f"{c['asset']}:{c['name']}" for c in manifest["checks"] if (c["asset"], c["name"]) not in known_checks
+    )
+    return unknown
+
+
+def import_events(
+    manifest: dict[str, Any], bundle: Path, target: Path
+) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+    """The runless events an import records: each asset's materialization (its file under ``target``)
+    and each check evaluation, with the original metadata and where they came from. Raises
+    :class:`BundleError` on a metadata entry or severity it cannot restore."""
+    profile = manifest["profile"]
+    label = manifest["provenance"]["device_label"]
     origin = {
         "bundle.imported_from": str(bundle.resolve()),
         "bundle.created_at": manifest.get("created_at", ""),
         "bundle.schema_version": SCHEMA_VERSION,
     }
-    events: list[Any] = []
+    events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
     for record in manifest["assets"]:
         meta = {k: _restore(e) for k, e in record["metadata"].items()}
         if record.get("file"):
@@ -433,10 +485,15 @@ def import_bundle(
                 metadata={**meta, **origin},
             )
         )
+    return events
+
+
+def _copy_in(bundle: Path, files: dict[str, Any], target: Path, profile: str) -> None:
+    """Copy the bundle's ``files`` to ``target`` through a staging folder, keeping an earlier import aside."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{profile}.", suffix=".partial", dir=target.parent))
     try:
-        for rel in manifest["files"]:
+        for rel in files:
             dest = staging / Path(rel).relative_to("data")
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle / rel, dest)
@@ -446,8 +503,3 @@ def import_bundle(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    # Files are in place; the events point at them.
-    for event in events:
-        instance.report_runless_asset_event(event)
-    checks = sum(isinstance(e, dg.AssetCheckEvaluation) for e in events)
-    return ImportResult(label, profile, target, len(events) - checks, checks)
