@@ -167,11 +167,7 @@ def promote(
 
     root = baselines_root(base_dir, profile)
     root.mkdir(parents=True, exist_ok=True)
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    version, n = stamp, 1
-    while (root / version).exists():  # never reuse a folder, even within the same second
-        n += 1
-        version = f"{stamp}-{n}"
+    version = _new_version(root, now or datetime.now(UTC))
     previous = current_version(base_dir, profile)
     staging = root / f".{version}.partial"
     if staging.exists():
@@ -181,30 +177,8 @@ def promote(
     for exp, assets in EXPERIMENTS.items():
         if exp in missing:
             experiments[exp] = {"status": "not materialized", "missing": missing[exp]}
-            continue
-        tables, provenance, source = {}, None, None
-        for asset in assets:
-            src = stored_file(data_dir, asset)
-            assert src is not None
-            shutil.copy2(src, staging / src.name)
-            tables[asset] = {
-                "file": src.name,
-                "sha256": _sha256(src),
-                "bytes": src.stat().st_size,
-                "stored_at": datetime.fromtimestamp(src.stat().st_mtime, UTC).isoformat(),
-            }
-            found = provenance_lookup(asset) if provenance_lookup else None
-            if found and provenance is None:
-                provenance, source = found
-        if provenance is None:
-            provenance = dict(environment or {})
-            source = "promoting environment (no materialization event recorded for these tables)"
-        experiments[exp] = {
-            "status": "promoted",
-            "tables": tables,
-            "provenance": provenance,
-            "provenance_source": source,
-        }
+        else:
+            experiments[exp] = _promote_tables(data_dir, staging, assets, provenance_lookup, environment)
     manifest = {
         "version": version,
         "profile": profile,
@@ -222,6 +196,48 @@ def promote(
     with atomic_path(root / "CURRENT") as tmp:
         tmp.write_text(version + "\n")
     return Promotion(version, root / version, present, missing, previous.name if previous else None)
+
+
+def _new_version(root: Path, now: datetime) -> str:
+    """A baseline version name from ``now`` (UTC, to the second) that no folder under ``root`` has:
+    a folder is never reused, even within the same second (``-2``, ``-3``, ... appended)."""
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    version, n = stamp, 1
+    while (root / version).exists():
+        n += 1
+        version = f"{stamp}-{n}"
+    return version
+
+
+def _promote_tables(
+    data_dir: Path,
+    staging: Path,
+    assets: Sequence[str],
+    provenance_lookup: ProvenanceLookup | None,
+    environment: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Copy one experiment's stored ``assets`` into ``staging``; its manifest entry (each table's file,
+    sha256, size and time stored, and the provenance of the first table that has one recorded,
+    else the promoting ``environment``)."""
+    tables, provenance, source = {}, None, None
+    for asset in assets:
+        src = stored_file(data_dir, asset)
+        if src is None:
+            raise BaselineError(f"{asset} has no stored file under {data_dir}")
+        shutil.copy2(src, staging / src.name)
+        tables[asset] = {
+            "file": src.name,
+            "sha256": _sha256(src),
+            "bytes": src.stat().st_size,
+            "stored_at": datetime.fromtimestamp(src.stat().st_mtime, UTC).isoformat(),
+        }
+        found = provenance_lookup(asset) if provenance_lookup else None
+        if found and provenance is None:
+            provenance, source = found
+    if provenance is None:
+        provenance = dict(environment or {})
+        source = "promoting environment (no materialization event recorded for these tables)"
+    return {"status": "promoted", "tables": tables, "provenance": provenance, "provenance_source": source}
 
 
 def _user() -> str:
@@ -569,102 +585,119 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def _compare_experiment(exp: str, base_dir: Path, cur_dir: Path, same_inputs: bool) -> list[dict[str, Any]]:
-    def load(folder: Path, asset: str) -> Any:
-        return read_value(folder / asset)
+    b = {a: read_value(base_dir / a) for a in EXPERIMENTS[exp]}
+    c = {a: read_value(cur_dir / a) for a in EXPERIMENTS[exp]}
+    if exp == "B":
+        return _compare_b(b["accumulated_error_per_set"], c["accumulated_error_per_set"], same_inputs)
+    if exp == "E":
+        return _compare_e(b["training_curves"], c["training_curves"])
+    by_tables = {"A": _compare_a, "C1": _compare_c1, "C2": _compare_c2, "C3": _compare_c3, "D": _compare_d}
+    if exp not in by_tables:
+        raise BaselineError(f"unknown experiment {exp!r}")
+    return by_tables[exp](b, c)
 
-    b = {a: load(base_dir, a) for a in EXPERIMENTS[exp]}
-    c = {a: load(cur_dir, a) for a in EXPERIMENTS[exp]}
-    if exp == "A":
-        rows = []
-        for df_b, df_c, name in ((b["determinism_runs"], c["determinism_runs"], "determinism_runs"),):
-            agg = lambda df: df.group_by("round", "dtype").agg(pl.col("md5").unique().sort().str.join(","))  # noqa: E731
-            rows += _table_items("A", f"{name}/output_md5s", agg(df_b), agg(df_c), ["round", "dtype"], {"md5": "any"})
-        rows += _table_items(
-            "A",
-            "determinism_summary",
-            b["determinism_summary"],
-            c["determinism_summary"],
-            ["dtype", "round"],
-            {"unique_output_hashes": "lower", "max_ulp_diff_across_runs": "lower"},
+
+#: An experiment's stored values by asset name, as read from a data folder.
+Values = dict[str, Any]
+
+
+def _compare_a(b: Values, c: Values) -> list[dict[str, Any]]:
+    def md5s(df: pl.DataFrame) -> pl.DataFrame:
+        return df.group_by("round", "dtype").agg(pl.col("md5").unique().sort().str.join(","))
+
+    name = "determinism_runs"
+    rows = _table_items("A", f"{name}/output_md5s", md5s(b[name]), md5s(c[name]), ["round", "dtype"], {"md5": "any"})
+    rows += _table_items(
+        "A",
+        "determinism_summary",
+        b["determinism_summary"],
+        c["determinism_summary"],
+        ["dtype", "round"],
+        {"unique_output_hashes": "lower", "max_ulp_diff_across_runs": "lower"},
+    )
+    rows += _table_items(
+        "A",
+        "determinism_summary",
+        b["determinism_summary"],
+        c["determinism_summary"],
+        ["dtype", "round"],
+        {"code_sha256": "code"},
+        kind="code",
+    )
+    return rows
+
+
+def _compare_c1(b: Values, c: Values) -> list[dict[str, Any]]:
+    return (
+        _tensor_items("C1", "c1_path_outputs", b["c1_path_outputs"], c["c1_path_outputs"])
+        + _table_items(
+            "C1",
+            "c1_ulp_distribution",
+            b["c1_ulp_distribution"],
+            c["c1_ulp_distribution"],
+            ["comparison"],
+            {"bit_equal": "any", "ulp1_pct": "any", "ulp_max": "any"},
         )
-        rows += _table_items(
-            "A",
-            "determinism_summary",
-            b["determinism_summary"],
-            c["determinism_summary"],
-            ["dtype", "round"],
+        + _table_items(
+            "C1",
+            "c1_error_vs_fp64",
+            b["c1_error_vs_fp64"],
+            c["c1_error_vs_fp64"],
+            ["path"],
+            {"ulp_max": "lower", "ulp_mean": "lower"},
+        )
+    )
+
+
+def _compare_c2(b: Values, c: Values) -> list[dict[str, Any]]:
+    return (
+        _tensor_items("C2", "c2_version_outputs", b["c2_version_outputs"], c["c2_version_outputs"])
+        + _table_items(
+            "C2",
+            "c2_error_vs_fp64",
+            b["c2_error_vs_fp64"],
+            c["c2_error_vs_fp64"],
+            ["version", "output"],
+            {"ulp_max": "lower", "within_band_fraction": "higher"},
+        )
+        + _table_items(
+            "C2", "c2_versions", b["c2_versions"], c["c2_versions"], ["version"], {"self_deterministic": "higher"}
+        )
+        + _table_items(
+            "C2",
+            "c2_versions",
+            b["c2_versions"],
+            c["c2_versions"],
+            ["version"],
             {"code_sha256": "code"},
             kind="code",
         )
-        return rows
-    if exp == "B":
-        return _compare_b(b["accumulated_error_per_set"], c["accumulated_error_per_set"], same_inputs)
-    if exp == "C1":
-        return (
-            _tensor_items("C1", "c1_path_outputs", b["c1_path_outputs"], c["c1_path_outputs"])
-            + _table_items(
-                "C1",
-                "c1_ulp_distribution",
-                b["c1_ulp_distribution"],
-                c["c1_ulp_distribution"],
-                ["comparison"],
-                {"bit_equal": "any", "ulp1_pct": "any", "ulp_max": "any"},
-            )
-            + _table_items(
-                "C1",
-                "c1_error_vs_fp64",
-                b["c1_error_vs_fp64"],
-                c["c1_error_vs_fp64"],
-                ["path"],
-                {"ulp_max": "lower", "ulp_mean": "lower"},
-            )
-        )
-    if exp == "C2":
-        return (
-            _tensor_items("C2", "c2_version_outputs", b["c2_version_outputs"], c["c2_version_outputs"])
-            + _table_items(
-                "C2",
-                "c2_error_vs_fp64",
-                b["c2_error_vs_fp64"],
-                c["c2_error_vs_fp64"],
-                ["version", "output"],
-                {"ulp_max": "lower", "within_band_fraction": "higher"},
-            )
-            + _table_items(
-                "C2", "c2_versions", b["c2_versions"], c["c2_versions"], ["version"], {"self_deterministic": "higher"}
-            )
-            + _table_items(
-                "C2",
-                "c2_versions",
-                b["c2_versions"],
-                c["c2_versions"],
-                ["version"],
-                {"code_sha256": "code"},
-                kind="code",
-            )
-        )
-    if exp == "C3":
-        key = lambda df: df.with_columns(pl.col("iterations").cast(pl.String).fill_null("-"))  # noqa: E731
-        return _tensor_items("C3", "c3_path_outputs", b["c3_path_outputs"], c["c3_path_outputs"]) + _table_items(
-            "C3",
-            "c3_iteration_table",
-            key(b["c3_iteration_table"]),
-            key(c["c3_iteration_table"]),
-            ["path", "iterations", "compute_dtype"],
-            {"ulp_max": "lower", "correctly_rounded_fraction": "higher"},
-        )
-    if exp == "D":
-        return _table_items(
-            "D",
-            "data_movement_check_table",
-            b["data_movement_check_table"],
-            c["data_movement_check_table"],
-            ["subgraph", "dtype", "shape", "layout"],
-            {"bit_equal": "higher", "ulp_max": "lower"},
-        )
-    if exp == "E":
-        return _compare_e(b["training_curves"], c["training_curves"])
-    raise BaselineError(f"unknown experiment {exp!r}")
+    )
+
+
+def _compare_c3(b: Values, c: Values) -> list[dict[str, Any]]:
+    def keyed(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("iterations").cast(pl.String).fill_null("-"))
+
+    return _tensor_items("C3", "c3_path_outputs", b["c3_path_outputs"], c["c3_path_outputs"]) + _table_items(
+        "C3",
+        "c3_iteration_table",
+        keyed(b["c3_iteration_table"]),
+        keyed(c["c3_iteration_table"]),
+        ["path", "iterations", "compute_dtype"],
+        {"ulp_max": "lower", "correctly_rounded_fraction": "higher"},
+    )
+
+
+def _compare_d(b: Values, c: Values) -> list[dict[str, Any]]:
+    return _table_items(
+        "D",
+        "data_movement_check_table",
+        b["data_movement_check_table"],
+        c["data_movement_check_table"],
+        ["subgraph", "dtype", "shape", "layout"],
+        {"bit_equal": "higher", "ulp_max": "lower"},
+    )
 
 
 def provenance_changes(base: dict[str, Any], cur: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
