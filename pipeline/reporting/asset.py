@@ -12,6 +12,7 @@ from pydantic import Field
 from ..bundle import device_of, device_slug, imported_devices
 from ..resources import ExperimentSettings
 from ..storage import DataFolder
+from ..verdicts import ExperimentOutcome
 from .claims import EXPERIMENTS
 from .pages import all_pages
 from .render import REPO_ROOT, Report, mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
@@ -106,28 +107,37 @@ def build_report_asset(
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
         )
-        prepare_docs_dir(docs_dir)
-        vendor_javascript(docs_dir)
-        pages = all_pages(report)
-        for relative, text in pages.items():
-            write_page(docs_dir, relative, text)
         provenance = {
             **settings.provenance(),
             "built_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         }
-        index = mkdocs_build(docs_dir, build_dir, provenance)
+        index, pages = build_site(report, build_dir, provenance)
         outcomes = {exp.id: report.outcome(exp.group) for exp in EXPERIMENTS}
         verdicts = {k: (o.verdict if o else "not yet run") for k, o in outcomes.items()}
         context.add_output_metadata(
-            {
-                "site_index": dg.MetadataValue.path(str(index)),
-                "pages": len(pages),
-                "experiments_not_yet_run": sum(o is None for o in outcomes.values()),
-                **{f"validity.{k}": (o.validity if o else "not yet run") for k, o in outcomes.items()},
-                **{f"verdict.{k}": v for k, v in verdicts.items()},
-                **{f"findings.{k}": (o.findings if o else 0) for k, o in outcomes.items()},
-            }
+            {"site_index": dg.MetadataValue.path(str(index)), "pages": pages, **outcome_metadata(outcomes)}
         )
         return {"index": str(index), "verdicts": verdicts, "provenance": provenance}
 
     return report_site
+
+
+def build_site(report: Report, build_dir: Path, provenance: dict[str, Any]) -> tuple[Path, int]:
+    """Write every page of ``report`` into its docs folder and build the site into ``build_dir``;
+    the built index page and the number of pages written."""
+    prepare_docs_dir(report.docs_dir)
+    vendor_javascript(report.docs_dir)
+    pages = all_pages(report)
+    for relative, text in pages.items():
+        write_page(report.docs_dir, relative, text)
+    return mkdocs_build(report.docs_dir, build_dir, provenance), len(pages)
+
+
+def outcome_metadata(outcomes: dict[str, ExperimentOutcome | None]) -> dict[str, Any]:
+    """The report's metadata per experiment id: run validity, claim verdict and findings (None: not yet run)."""
+    return {
+        "experiments_not_yet_run": sum(o is None for o in outcomes.values()),
+        **{f"validity.{k}": (o.validity if o else "not yet run") for k, o in outcomes.items()},
+        **{f"verdict.{k}": (o.verdict if o else "not yet run") for k, o in outcomes.items()},
+        **{f"findings.{k}": (o.findings if o else 0) for k, o in outcomes.items()},
+    }
