@@ -585,6 +585,8 @@ def _compare_e(base: pl.DataFrame, cur: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def _compare_experiment(exp: str, base_dir: Path, cur_dir: Path, same_inputs: bool) -> list[dict[str, Any]]:
+    if exp not in EXPERIMENTS:
+        raise BaselineError(f"unknown experiment {exp!r} (baselines cover {', '.join(EXPERIMENTS)})")
     b = {a: read_value(base_dir / a) for a in EXPERIMENTS[exp]}
     c = {a: read_value(cur_dir / a) for a in EXPERIMENTS[exp]}
     if exp == "B":
@@ -593,7 +595,7 @@ def _compare_experiment(exp: str, base_dir: Path, cur_dir: Path, same_inputs: bo
         return _compare_e(b["training_curves"], c["training_curves"])
     by_tables = {"A": _compare_a, "C1": _compare_c1, "C2": _compare_c2, "C3": _compare_c3, "D": _compare_d}
     if exp not in by_tables:
-        raise BaselineError(f"unknown experiment {exp!r}")
+        raise BaselineError(f"experiment {exp!r} has baseline tables but no comparison")
     return by_tables[exp](b, c)
 
 

@@ -184,3 +184,49 @@ def test_device_slug_refuses_an_empty_label():
     assert bundle_mod.device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
     with pytest.raises(BundleError, match="no letters or digits"):
         bundle_mod.device_slug("  ::  ")
+
+
+# --- the plain steps of export and import ---------------------------------------------------------
+
+
+def test_tensor_files_over_the_cap_or_without_tensors_stay_out(tmp_path):
+    tensors = tmp_path / "pool.safetensors"
+    tensors.write_bytes(b"x" * 100)
+    table = tmp_path / "table.parquet"
+    table.write_bytes(b"x" * 100)
+    assert bundle_mod._left_out_reason(tensors, True, 100) is None
+    assert bundle_mod._left_out_reason(tensors, True, 99) == "100 bytes of tensors (cap 99)"
+    assert bundle_mod._left_out_reason(tensors, False, 1000) == "100 bytes of tensors (cap 0)"
+    assert bundle_mod._left_out_reason(table, False, 0) is None
+
+
+def test_a_bundle_holds_one_device():
+    key = dg.AssetKey("c1_table")
+    first = {"provenance.device_label": "gpu-a", "provenance.profile": "smoke", "path": "/x"}
+    provenance = bundle_mod._same_device(None, key, first, "smoke")
+    assert provenance == {"device_label": "gpu-a", "profile": "smoke"}
+    assert bundle_mod._same_device(provenance, key, first, "smoke") is provenance
+    with pytest.raises(BundleError, match=r"c1_table was last materialized on 'gpu-b', other assets .* on 'gpu-a'"):
+        bundle_mod._same_device(provenance, key, {"provenance.device_label": "gpu-b"}, "smoke")
+
+
+def test_import_names_assets_and_checks_the_code_location_lacks():
+    manifest = {
+        "assets": [{"asset": "toolkit_selfcheck"}, {"asset": "gone_table"}],
+        "checks": [
+            {"asset": "toolkit_selfcheck", "name": "no_such_check"},
+            {"asset": "gone_table", "name": "gone_check"},
+        ],
+    }
+    graph = defs.resolve_asset_graph()
+    assert bundle_mod.undefined_in(manifest, graph) == [
+        "gone_table",
+        "gone_table:gone_check",
+        "toolkit_selfcheck:no_such_check",
+    ]
+
+
+def test_json_metadata_entry_must_hold_an_object_or_a_list():
+    assert bundle_mod._restore({"type": "json", "value": [1, 2]}).value == [1, 2]
+    with pytest.raises(BundleError, match="json metadata entry holds str, not an object or a list"):
+        bundle_mod._restore({"type": "json", "value": "[1, 2]"})

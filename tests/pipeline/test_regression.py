@@ -1,6 +1,7 @@
 """Baseline promotion and the comparison against it (synthetic stored tables: no compiles)."""
 
 import json
+from datetime import UTC, datetime
 
 import dagster as dg
 import numpy as np
@@ -316,3 +317,43 @@ def test_promote_job_runs(tmp_path, smoke_resources):
     assert result.success
     folder = baseline.current_version(tmp_path, "smoke")
     assert json.loads((folder / "manifest.json").read_text())["note"] == "t"
+
+
+def test_new_baseline_version_never_reuses_a_folder(tmp_path):
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert baseline._new_version(tmp_path, now) == "20260102T030405Z"
+    (tmp_path / "20260102T030405Z").mkdir()
+    (tmp_path / "20260102T030405Z-2").mkdir()
+    assert baseline._new_version(tmp_path, now) == "20260102T030405Z-3"
+
+
+def test_promoted_tables_take_the_first_recorded_provenance_else_the_environment(tmp_path):
+    _store(tmp_path, data_movement_check_table=_d_table(), training_curves=_e_table())
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    assets = ("data_movement_check_table", "training_curves")
+    recorded = {"training_curves": ({"torch_version": "2.13"}, "run r1")}
+    entry = baseline._promote_tables(tmp_path / "smoke", staging, assets, recorded.get, {"torch_version": "env"})
+    assert entry["provenance"] == {"torch_version": "2.13"} and entry["provenance_source"] == "run r1"
+    assert sorted(p.name for p in staging.iterdir()) == ["data_movement_check_table.parquet", "training_curves.parquet"]
+    stored = tmp_path / "smoke" / "training_curves.parquet"
+    assert entry["tables"]["training_curves"]["bytes"] == stored.stat().st_size
+    fallback = baseline._promote_tables(tmp_path / "smoke", tmp_path, assets[:1], None, {"torch_version": "env"})
+    assert fallback["provenance"] == {"torch_version": "env"}
+    assert fallback["provenance_source"].startswith("promoting environment")
+    with pytest.raises(baseline.BaselineError, match="c2_versions has no stored file under"):
+        baseline._promote_tables(tmp_path / "smoke", staging, ("c2_versions",), None, None)
+
+
+def test_each_experiment_compares_its_own_tables(tmp_path):
+    _store(tmp_path, "base", data_movement_check_table=_d_table())
+    _store(tmp_path, "cur", data_movement_check_table=_d_table(broken=True))
+    rows = baseline._compare_experiment("D", tmp_path / "base", tmp_path / "cur", same_inputs=True)
+    assert [(r["item"], r["moved"], r["severity"]) for r in rows] == [
+        ("data_movement_check_table/rotate_half/float16/2x8x16/contiguous/bit_equal", "yes", "ERROR"),
+        ("data_movement_check_table/rotate_half/float16/2x8x16/contiguous/ulp_max", "yes", "ERROR"),
+        ("data_movement_check_table/transpose_concat/float16/2x8x16/contiguous/bit_equal", "no", "none"),
+        ("data_movement_check_table/transpose_concat/float16/2x8x16/contiguous/ulp_max", "no", "none"),
+    ]
+    with pytest.raises(baseline.BaselineError, match="unknown experiment 'Z'"):
+        baseline._compare_experiment("Z", tmp_path / "base", tmp_path / "cur", same_inputs=True)
