@@ -683,7 +683,7 @@ def data_movement(report: Report, exp: Experiment) -> str:
 def d_bit_exact_chart(table: pl.DataFrame) -> alt.FacetChart:
     """Share of bit-exact rows per subgraph and dtype, pure data movement and hidden arithmetic apart."""
     agg = (
-        table.group_by("subgraph", "dtype", "has_implicit_computation")
+        table.group_by("subgraph", "dtype", "has_implicit_computation", maintain_order=True)
         .agg(
             pl.len().alias("rows"),
             pl.col("bit_equal").sum().alias("bit_exact_rows"),
