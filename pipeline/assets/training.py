@@ -76,6 +76,21 @@ FINAL_FALSE_ALARM = 0.0104
 #: Finding: fused's RMS deviation from eager exceeds this multiple of the control's.
 CONTROL_FACTOR = 3.0
 
+
+#: The columns of one judged eval point, as the claim's metadata and the report's table show them.
+EVAL_POINT_COLUMNS = (
+    "step",
+    "replicate_min",
+    "replicate_max",
+    "replicate_spread",
+    "eager",
+    "fused",
+    "control",
+    "fused_minus_eager",
+    "control_minus_eager",
+    "outside_envelope",
+)
+
 RULE = Rule(
     claim="Fused training learns what eager learns: its eval-loss curve stays within the run-to-run variation of "
     "eager replicates that differ only in data order (main document §3.2; a deviation feeds §6.1)",
@@ -858,18 +873,7 @@ def fused_learns_like_eager(
     part = training_deviation.filter(
         (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
     ).sort("step")
-    table = part.select(
-        "step",
-        "replicate_min",
-        "replicate_max",
-        "replicate_spread",
-        "eager",
-        "fused",
-        "control",
-        "fused_minus_eager",
-        "control_minus_eager",
-        "outside_envelope",
-    )
+    table = part.select(EVAL_POINT_COLUMNS)
     return claim_result(
         j.verdict,
         RULE,

@@ -817,21 +817,7 @@ def _e_eval_sections(report: Report, exp: Experiment, deviation: pl.DataFrame) -
             "replicates, at the judged eval points (step 0 is not judged: every run starts from the same init)",
         ),
         report.chart(exp.slug, "deviation", e_deviation_chart(ev), e_deviation_caption(ev)),
-        "## Eval-loss points\n\n"
-        + markdown_table(
-            ev.select(
-                "step",
-                "replicate_min",
-                "replicate_max",
-                "replicate_spread",
-                "eager",
-                "fused",
-                "control",
-                "fused_minus_eager",
-                "control_minus_eager",
-                "outside_envelope",
-            )
-        ),
+        "## Eval-loss points\n\n" + markdown_table(ev.select(e.EVAL_POINT_COLUMNS)),
     ]
 
 
