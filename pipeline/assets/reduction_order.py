@@ -34,18 +34,20 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 import polars as pl
 import torch
 
-from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
+from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
 from ..artifacts import capture_modules, kernel_artifacts
 from ..experiments import group_of
 from ..progress import track
 from ..resources import ExperimentSettings
+from ..scalars import as_float, as_int
 from ..summation_bounds import summation_error_bound
 from ..tables import markdown_table
 from ..verdicts import (
@@ -177,55 +179,49 @@ def bound_spec(family: str, tile: int | None) -> dict[str, Any]:
     return {"order": "any", "tile": tile, "accumulate_dtype": torch.float32, "partial_dtype": partial}
 
 
-def build_versions(settings: ExperimentSettings, device: torch.device) -> list[dict[str, Any]]:
-    """Every version: name, family, tile, mode, options and the callable (fused ones not yet compiled)."""
-    versions = [
-        {"version": "eager", "family": "compiler", "tile": None, "mode": "eager", "options": "", "fn": plain_sum}
-    ]
+@dataclass(frozen=True)
+class Version:
+    """One summation version: its name, family, hand-written tile (``None`` where the framework
+    tiles), the Inductor options it sets (as text) and its callable (a fused one compiles at its
+    first call)."""
+
+    version: str
+    family: str
+    tile: int | None
+    options: str
+    fn: Callable[[torch.Tensor], Pair]
+
+    @property
+    def mode(self) -> str:
+        """``fused`` for a compiled version, ``eager`` otherwise."""
+        return "fused" if isinstance(self.fn, FusedFunction) else "eager"
+
+
+def _options_text(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
+def build_versions(settings: ExperimentSettings, device: torch.device) -> list[Version]:
+    """Every version: eager, the fused default, the device's Inductor knobs, its framework tilings,
+    then the hand-written tilings (fused ones not yet compiled)."""
     base = settings.options()
-    versions.append(
-        {
-            "version": "fused_default",
-            "family": "compiler",
-            "tile": None,
-            "mode": "fused",
-            "options": ", ".join(f"{k}={v}" for k, v in base.items()),
-            "fn": fused(plain_sum, settings.backend, base),
-        }
-    )
+    versions = [
+        Version("eager", "compiler", None, "", plain_sum),
+        Version("fused_default", "compiler", None, _options_text(base), fused(plain_sum, settings.backend, base)),
+    ]
     for label, opts in KNOBS.get(device.type, {}).items():
         versions.append(
-            {
-                "version": f"fused_{label}",
-                "family": "compiler",
-                "tile": None,
-                "mode": "fused",
-                "options": label,
-                "fn": fused(plain_sum, settings.backend, {**base, **opts}),
-            }
+            Version(f"fused_{label}", "compiler", None, label, fused(plain_sum, settings.backend, {**base, **opts}))
         )
     for label, opts in FRAMEWORK_TILINGS.get(device.type, {}).items():
-        versions.append(
-            {
-                "version": f"framework_tiled_{label}",
-                "family": "framework_tiled",
-                "tile": None,
-                "mode": "fused",
-                "options": ", ".join(f"{k}={v}" for k, v in opts.items()),
-                "fn": fused(plain_sum, settings.backend, {**base, **opts}),
-            }
-        )
+        fn = fused(plain_sum, settings.backend, {**base, **opts})
+        versions.append(Version(f"framework_tiled_{label}", "framework_tiled", None, _options_text(opts), fn))
     for partials in PARTIALS:
         for tile in TILES:
             versions.append(
-                {
-                    "version": f"tile{tile}_{partials}_partials",
-                    "family": f"tiled_{partials}_partials",
-                    "tile": tile,
-                    "mode": "eager",
-                    "options": "",
-                    "fn": tiled_sum(tile, partials),
-                }
+                Version(
+                    f"tile{tile}_{partials}_partials", f"tiled_{partials}_partials", tile, "", tiled_sum(tile, partials)
+                )
             )
     return versions
 
@@ -275,6 +271,8 @@ def row_bounds(
     margin = error / deterministic bound; margin_prob = error / probabilistic bound."""
     spec = bound_spec(family, tile)
     b = summation_error_bound(rows.double(), output_dtype=OUTPUTS[output], lam=lam, **spec)
+    if b.probabilistic is None:
+        raise RuntimeError(f"no probabilistic bound for {version}/{output} although lambda {lam} was given")
     result = results[output].double()
     err = (result - ref).abs()
     nan = torch.full_like(err, float("nan"))
@@ -358,118 +356,125 @@ OUTS = {
 }
 
 
-@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
-def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSettings):
-    """Runs every summation version on the seeded input (repeatedly) and on the row pool."""
-    profile = settings.get_profile()
-    device = settings.torch_device()
-    length, n_pool, runs = profile.c2_length, profile.c2_pool_rows, profile.c2_runs
+@dataclass(frozen=True)
+class VersionRun:
+    """What one version gave: its ``c2_versions`` row, and its fp16 results and fp32 accumulators
+    over every row (row 0 the seed's single input, then the pool)."""
+
+    row: dict[str, Any]
+    out16: torch.Tensor
+    acc32: torch.Tensor
+
+
+def check_c2_shape(length: int, runs: int) -> None:
+    """C2 needs at least two runs (self-determinism) and a row length every tile divides."""
     if runs < 2:
         raise ValueError(f"c2_runs must be >= 2 to test self-determinism, got {runs}")
     bad_tiles = [t for t in TILES if length % t]
     if bad_tiles:
         raise ValueError(f"c2_length {length} is not a multiple of tiles {bad_tiles}")
-    rows = make_rows(1 + n_pool, length, settings.derived_seed("c2", "rows"))
-    rows_dev = rows.to(device)
-    ref = fp64_reference(lambda x: x.sum(-1), rows)  # [1 + n_pool] fp64 (exact: fp16 terms, |s| < 2^15)
 
-    versions = build_versions(settings, device)
+
+def _distinct_runs(fn: Callable[[torch.Tensor], Pair], x: torch.Tensor, runs: int, first: Pair) -> tuple[int, int]:
+    """Distinct bit patterns of the fp16 result and the fp32 accumulator over ``runs`` runs on ``x``
+    (``first`` the first run's pair)."""
+    seen16, seen32 = [first[0]], [first[1]]
+    for _ in range(runs - 1):
+        o16, o32 = _run(fn, x)
+        if not any(bit_equal(o16, s) for s in seen16):
+            seen16.append(o16)
+        if not any(bit_equal(o32, s) for s in seen32):
+            seen32.append(o32)
+    return len(seen16), len(seen32)
+
+
+_EVIDENCE_KEYS = ("kernel_count", "kernel_names", "graph_breaks", "recompiles", "code_sha256", "compile_seconds")
+
+
+def _evidence(v: Version) -> dict[str, Any]:
+    """The fusion evidence columns of a fused version (empty for an eager one)."""
+    if not isinstance(v.fn, FusedFunction):
+        return {}
+    meta = v.fn.evidence.as_metadata()
+    return {k: meta[k] for k in _EVIDENCE_KEYS}
+
+
+def finish_version(
+    v: Version, rows: torch.Tensor, ref: torch.Tensor, runs: int, first: Pair, tiling: str, first_seconds: float
+) -> VersionRun:
+    """After the first call of ``v`` on row 0 (``first``, taking ``first_seconds``): the remaining
+    runs on row 0, one run per pool row, and the version's ``c2_versions`` row."""
+    start = time.perf_counter()
+    unique16, unique32 = _distinct_runs(v.fn, rows[:1], runs, first)
+    run_seconds = time.perf_counter() - start
+    pool = [_run(v.fn, rows[i : i + 1]) for i in range(1, rows.shape[0])]
+    out16 = torch.cat([first[0], *(p[0] for p in pool)])
+    acc32 = torch.cat([first[1], *(p[1] for p in pool)])
+    ev = _evidence(v)
+    hand = f"hand-written: {v.tile}-element tiles, then the sum of the partials" if v.tile else "eager ATen kernel"
+    row = {
+        "version": v.version,
+        "family": v.family,
+        "tiling_source": "framework (eager ATen kernel)"
+        if v.mode == "eager" and v.family == "compiler"
+        else TILING_SOURCE[v.family],
+        "framework_tiling": tiling or hand,
+        "tile": v.tile,
+        "mode": v.mode,
+        "options": v.options,
+        "runs": runs,
+        "unique_out16": unique16,
+        "unique_acc32": unique32,
+        "self_deterministic": unique16 == 1 and unique32 == 1,
+        "nonfinite_outputs": int((~torch.isfinite(out16)).sum() + (~torch.isfinite(acc32)).sum()),
+        "out16_value": float(first[0][0]),
+        "acc32_value": float(first[1][0]),
+        "fp64_value": float(ref[0]),
+        "first_call_seconds": round(first_seconds, 4),
+        "seconds_per_run": run_seconds / max(runs - 1, 1),
+        **{k: ev.get(k) for k in _EVIDENCE_KEYS},
+    }
+    return VersionRun(row, out16, acc32)
+
+
+def run_versions(
+    versions: list[Version], rows: torch.Tensor, ref: torch.Tensor, runs: int, log: Callable[[str], None] | None
+) -> tuple[list[VersionRun], list[str]]:
+    """Every version on ``rows`` (on the compute device): ``runs`` runs of row 0, one of each pool
+    row. A framework-tiled version whose first call fails (a tiling the backend rejects) is skipped
+    with its reason; any other failure propagates."""
+    done: list[VersionRun] = []
     skipped: list[str] = []
-    stored: dict[str, torch.Tensor] = {"rows": rows}
-    table_rows = []
-    default_sha = None
-    for v in track(versions, context.log.info, f"summation versions ({runs} runs + {n_pool} pool rows each)"):
-        fn = v["fn"]
+    for v in track(versions, log, f"summation versions ({runs} runs + {rows.shape[0] - 1} pool rows each)"):
         start = time.perf_counter()
         with capture_modules() as modules:
             try:
-                first16, first32 = _run(fn, rows_dev[:1])  # compiles fused versions, once, for shape [1, L]
+                first = _run(v.fn, rows[:1])  # compiles fused versions, once, for shape [1, L]
             except Exception as exc:
-                if v["family"] != "framework_tiled":
+                if v.family != "framework_tiled":
                     raise
-                skipped.append(
-                    f"{v['version']} ({v['options']}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                )
+                skipped.append(f"{v.version} ({v.options}): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 continue
         first_seconds = time.perf_counter() - start
         tiling = ""
-        if v["mode"] == "fused":
-            tiling = describe_tiling(fn.code, kernel_artifacts(modules, fn.evidence.kernel_names))
-        seen16, seen32 = [first16], [first32]
-        start = time.perf_counter()
-        for _ in range(runs - 1):
-            o16, o32 = _run(fn, rows_dev[:1])
-            if not any(bit_equal(o16, s) for s in seen16):
-                seen16.append(o16)
-            if not any(bit_equal(o32, s) for s in seen32):
-                seen32.append(o32)
-        run_seconds = time.perf_counter() - start
-        unique16, unique32 = len(seen16), len(seen32)
-        pool16, pool32 = (
-            zip(*(_run(fn, rows_dev[i : i + 1]) for i in range(1, 1 + n_pool)), strict=False) if n_pool else ((), ())
-        )
-        out16 = torch.cat([first16, *pool16])
-        acc32 = torch.cat([first32, *pool32])
-        stored[f"{v['version']}/out16"] = out16
-        stored[f"{v['version']}/acc32"] = acc32
-        ev: dict[str, Any] = {}
-        if v["mode"] == "fused":
-            meta = fn.evidence.as_metadata()
-            ev = {
-                k: meta[k]
-                for k in (
-                    "kernel_count",
-                    "kernel_names",
-                    "graph_breaks",
-                    "recompiles",
-                    "code_sha256",
-                    "compile_seconds",
-                )
-            }
-            if v["version"] == "fused_default":
-                default_sha = meta["code_sha256"]
-        table_rows.append(
-            {
-                "version": v["version"],
-                "family": v["family"],
-                "tiling_source": "framework (eager ATen kernel)"
-                if v["mode"] == "eager" and v["family"] == "compiler"
-                else TILING_SOURCE[v["family"]],
-                "framework_tiling": tiling
-                or (
-                    f"hand-written: {v['tile']}-element tiles, then the sum of the partials"
-                    if v["tile"]
-                    else "eager ATen kernel"
-                ),
-                "tile": v["tile"],
-                "mode": v["mode"],
-                "options": v["options"],
-                "runs": runs,
-                "unique_out16": unique16,
-                "unique_acc32": unique32,
-                "self_deterministic": unique16 == 1 and unique32 == 1,
-                "nonfinite_outputs": int((~torch.isfinite(out16)).sum() + (~torch.isfinite(acc32)).sum()),
-                "out16_value": float(first16[0]),
-                "acc32_value": float(first32[0]),
-                "fp64_value": float(ref[0]),
-                "first_call_seconds": round(first_seconds, 4),
-                "seconds_per_run": run_seconds / max(runs - 1, 1),
-                "kernel_count": ev.get("kernel_count"),
-                "kernel_names": ev.get("kernel_names"),
-                "graph_breaks": ev.get("graph_breaks"),
-                "recompiles": ev.get("recompiles"),
-                "code_sha256": ev.get("code_sha256"),
-                "compile_seconds": ev.get("compile_seconds"),
-            }
-        )
-    versions_df = pl.DataFrame(table_rows).with_columns(
+        if isinstance(v.fn, FusedFunction):
+            tiling = describe_tiling(v.fn.code, kernel_artifacts(modules, v.fn.evidence.kernel_names))
+        done.append(finish_version(v, rows, ref, runs, first, tiling, first_seconds))
+    return done, skipped
+
+
+def versions_table(ran: list[VersionRun]) -> pl.DataFrame:
+    """The ``c2_versions`` table: one row per version that ran, and whether its generated code is
+    the fused default's."""
+    default_sha = next((r.row["code_sha256"] for r in ran if r.row["version"] == "fused_default"), None)
+    return pl.DataFrame([r.row for r in ran]).with_columns(
         (pl.col("code_sha256") == default_sha).alias("same_code_as_fused_default")
     )
-    ran = set(versions_df["version"].to_list())
-    versions = [v for v in versions if v["version"] in ran]
-    names = [v["version"] for v in versions]
 
-    # Pairwise differences: on the seed's single input (row 0) and over the pool rows.
+
+def ulp_matrix(stored: dict[str, torch.Tensor], names: list[str], n_pool: int) -> pl.DataFrame:
+    """Pairwise differences between versions, per output: on the seed's single input (row 0) and
+    over the pool rows."""
     matrix = []
     scopes = {"seed_input": slice(0, 1), "pool": slice(1, 1 + n_pool)} if n_pool else {"seed_input": slice(0, 1)}
     for i, a in enumerate(names):
@@ -478,29 +483,27 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
                 for scope, sl in scopes.items():
                     m = _pair_metrics(stored[f"{a}/{output}"][sl], stored[f"{b}/{output}"][sl])
                     matrix.append(
-                        {
-                            "version_a": a,
-                            "version_b": b,
-                            "output": output,
-                            "scope": scope,
-                            "rows": sl.stop - sl.start,
-                            **m,
-                        }
+                        {"version_a": a, "version_b": b, "output": output, "scope": scope, "rows": sl.stop - sl.start}
+                        | m
                     )
-    matrix_df = pl.DataFrame(matrix)
+    return pl.DataFrame(matrix)
 
-    # Per row: error against fp64 and the version's own derived bound.
-    # One lambda for every row judged, so that all probabilistic bounds hold together at PROB_CONFIDENCE.
+
+def all_row_bounds(
+    rows: torch.Tensor, ref: torch.Tensor, stored: dict[str, torch.Tensor], versions: list[Version]
+) -> pl.DataFrame:
+    """:func:`row_bounds` of every version and output, with one lambda for every row judged, so that
+    all probabilistic bounds hold together at :data:`PROB_CONFIDENCE`."""
     lam = family_lambda(len(ref) * len(versions) * len(OUTPUTS), rows.shape[-1] + rows.shape[-1] // min(TILES))
-    bounds_df = pl.concat(
+    return pl.concat(
         [
             row_bounds(
                 rows,
                 ref,
-                {o: stored[f"{v['version']}/{o}"] for o in OUTPUTS},
-                v["version"],
-                v["family"],
-                v["tile"],
+                {o: stored[f"{v.version}/{o}"] for o in OUTPUTS},
+                v.version,
+                v.family,
+                v.tile,
                 output,
                 lam,
             )
@@ -509,163 +512,200 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
         ]
     )
 
-    # Error against fp64 over all rows; "closest" counts rows where the version's error is minimal (ties count for all).
+
+_ERROR_STATS = ("abs_max", "abs_mean", "rel_max", "ulp_max", "ulp_mean", "ulp_p99", "exact_fraction", "error_balance")
+
+
+def _error_row(
+    name: str, output: str, values: torch.Tensor, ref: torch.Tensor, closest: torch.Tensor, bounds: pl.DataFrame
+) -> dict[str, Any]:
+    """One ``c2_error_vs_fp64`` row: ``closest`` marks the rows where this version's error is
+    minimal, ``bounds`` holds this version's ``c2_row_bounds`` rows for ``output``."""
+    stats = error_stats(values, ref)
+    margin = bounds["margin"].fill_nan(float("inf"))
+    worst_index = margin.arg_max()
+    if worst_index is None:
+        raise ValueError(f"c2_row_bounds has no rows for {name}/{output}")
+    worst = bounds.row(worst_index, named=True)
+    margin_prob = bounds["margin_prob"].fill_nan(float("inf"))
+    return {
+        "version": name,
+        "family": worst["family"],
+        "output": output,
+        "rows": int(ref.numel()),
+        "closest_rows": int(closest.sum()),
+        "closest_fraction": float(closest.double().mean()),
+        "bound_kind": "deterministic",
+        "bound_formula": worst["bound_formula"],
+        "chain": worst["chain"],
+        "within_band_fraction": as_float((margin <= 1.0).mean(), "within_band_fraction"),
+        "margin_max": as_float(margin.max(), "margin_max"),
+        "margin_mean": as_float(bounds["margin"].mean(), "margin_mean"),
+        "worst_margin_row": worst["row"],
+        "worst_error": worst["error"],
+        "worst_bound": worst["bound"],
+        "worst_ref": worst["ref"],
+        "worst_abs_sum": worst["abs_sum"],
+        "margin_prob_max": as_float(margin_prob.max(), "margin_prob_max"),
+        "rows_above_prob_bound": int((margin_prob > 1.0).sum()),
+        "prob_bound_probability": worst["prob_bound_probability"],
+        **{key: val for key, val in stats.items() if key in _ERROR_STATS},
+    }
+
+
+def error_table(
+    stored: dict[str, torch.Tensor], ref: torch.Tensor, names: list[str], bounds: pl.DataFrame
+) -> pl.DataFrame:
+    """Each version's error against fp64 over all rows; "closest" counts the rows where the
+    version's error is minimal (ties count for all)."""
     err_rows = []
     for output in OUTPUTS:
         errs = torch.stack([(stored[f"{n}/{output}"].double() - ref).abs() for n in names])
         best = errs.min(dim=0).values
         for k, n in enumerate(names):
-            stats = error_stats(stored[f"{n}/{output}"], ref)
-            vb = bounds_df.filter((pl.col("version") == n) & (pl.col("output") == output))
-            margin = vb["margin"].fill_nan(float("inf"))
-            worst = vb.row(int(margin.arg_max()), named=True)
-            err_rows.append(
-                {
-                    "version": n,
-                    "family": worst["family"],
-                    "output": output,
-                    "rows": int(ref.numel()),
-                    "closest_rows": int((errs[k] == best).sum()),
-                    "closest_fraction": float((errs[k] == best).double().mean()),
-                    "bound_kind": "deterministic",
-                    "bound_formula": worst["bound_formula"],
-                    "chain": worst["chain"],
-                    "within_band_fraction": float((margin <= 1.0).mean()),
-                    "margin_max": float(margin.max()),
-                    "margin_mean": float(vb["margin"].mean()),
-                    "worst_margin_row": worst["row"],
-                    "worst_error": worst["error"],
-                    "worst_bound": worst["bound"],
-                    "worst_ref": worst["ref"],
-                    "worst_abs_sum": worst["abs_sum"],
-                    "margin_prob_max": float(vb["margin_prob"].fill_nan(float("inf")).max()),
-                    "rows_above_prob_bound": int((vb["margin_prob"].fill_nan(float("inf")) > 1.0).sum()),
-                    "prob_bound_probability": worst["prob_bound_probability"],
-                    **{
-                        key: val
-                        for key, val in stats.items()
-                        if key
-                        in (
-                            "abs_max",
-                            "abs_mean",
-                            "rel_max",
-                            "ulp_max",
-                            "ulp_mean",
-                            "ulp_p99",
-                            "exact_fraction",
-                            "error_balance",
-                        )
-                    },
-                }
-            )
-    err_df = pl.DataFrame(err_rows)
+            mine = bounds.filter((pl.col("version") == n) & (pl.col("output") == output))
+            err_rows.append(_error_row(n, output, stored[f"{n}/{output}"], ref, errs[k] == best, mine))
+    return pl.DataFrame(err_rows)
 
-    knob_rows = versions_df.filter(pl.col("family").is_in(["compiler", "framework_tiled"]))
-    knob_summary = []
-    for r in knob_rows.iter_rows(named=True):
+
+def knob_summary(versions_df: pl.DataFrame, stored: dict[str, torch.Tensor]) -> list[str]:
+    """Per fused compiler or framework-tiled version other than the default: whether its generated
+    code and its fp32 accumulator differ from the fused default's."""
+    lines = []
+    for r in versions_df.filter(pl.col("family").is_in(["compiler", "framework_tiled"])).iter_rows(named=True):
         if r["mode"] != "fused" or r["version"] == "fused_default":
             continue
         same_result = bit_equal(stored[f"{r['version']}/acc32"], stored["fused_default/acc32"])
-        knob_summary.append(
+        lines.append(
             f"{r['options']}: code {'unchanged' if r['same_code_as_fused_default'] else 'changed'}, "
             f"fp32 accumulator {'unchanged' if same_result else 'changed'} vs fused_default"
         )
-    out16_pool = matrix_df.filter(pl.col("output") == "out16")
-    yield dg.Output(
+    return lines
+
+
+@dataclass(frozen=True)
+class C2Result:
+    """Everything C2 produces: the stored tensors (``rows``, then ``<version>/out16`` and
+    ``<version>/acc32``), the four tables, and the framework tilings the backend rejected."""
+
+    stored: dict[str, torch.Tensor]
+    versions: pl.DataFrame
+    ulp_matrix: pl.DataFrame
+    error_vs_fp64: pl.DataFrame
+    row_bounds: pl.DataFrame
+    skipped: list[str]
+
+
+def run_c2(
+    versions: list[Version],
+    length: int,
+    n_pool: int,
+    runs: int,
+    seed: int,
+    device: torch.device,
+    log: Callable[[str], None] | None = None,
+) -> C2Result:
+    """C2 on ``1 + n_pool`` seeded rows of ``length``: every version run (row 0 ``runs`` times), then
+    the tables derived from the results."""
+    check_c2_shape(length, runs)
+    rows = make_rows(1 + n_pool, length, seed)
+    ref = fp64_reference(lambda x: x.sum(-1), rows)  # [1 + n_pool] fp64 (exact: fp16 terms, |s| < 2^15)
+    ran, skipped = run_versions(versions, rows.to(device), ref, runs, log)
+    stored: dict[str, torch.Tensor] = {"rows": rows}
+    for r in ran:
+        stored[f"{r.row['version']}/out16"] = r.out16
+        stored[f"{r.row['version']}/acc32"] = r.acc32
+    versions_df = versions_table(ran)
+    names = versions_df["version"].to_list()
+    bounds_df = all_row_bounds(rows, ref, stored, [v for v in versions if v.version in set(names)])
+    return C2Result(
         stored,
-        output_name="c2_version_outputs",
-        metadata={"rows": 1 + n_pool, "length": length, "seed": settings.derived_seed("c2", "rows")},
-    )
-    yield dg.Output(
         versions_df,
-        output_name="c2_versions",
-        metadata={
-            "versions": len(names),
-            "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
-            "runs_per_version": runs,
-            "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knob_summary) or "none for this device"),
-            "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
-            "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
-            "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in skipped) or "none"),
-            "table": dg.MetadataValue.md(
-                markdown_table(
-                    versions_df.select(
-                        "version",
-                        "tiling_source",
-                        "framework_tiling",
-                        "options",
-                        "unique_out16",
-                        "unique_acc32",
-                        "out16_value",
-                        "acc32_value",
-                        "fp64_value",
-                        "kernel_count",
-                        "same_code_as_fused_default",
-                    )
-                )
-            ),
-        },
-    )
-    yield dg.Output(
-        matrix_df,
-        output_name="c2_ulp_matrix",
-        metadata={
-            "pairs": len(names) * (len(names) - 1) // 2,
-            "out16_pairs_differing": int(
-                out16_pool.filter(pl.col("differ_rows") > 0).select(["version_a", "version_b"]).unique().height
-            ),
-            "out16_ulp_max": int(out16_pool["ulp_max"].max()),
-            "table_out16_pool": dg.MetadataValue.md(
-                markdown_table(
-                    matrix_df.filter(
-                        (pl.col("output") == "out16") & (pl.col("scope") == ("pool" if n_pool else "seed_input"))
-                    ).drop("output", "scope")
-                )
-            ),
-        },
-    )
-    o16 = err_df.filter(pl.col("output") == "out16")
-    yield dg.Output(
-        err_df,
-        output_name="c2_error_vs_fp64",
-        metadata={
-            "band": BAND_WORDS,
-            "min_within_band_fraction": float(o16["within_band_fraction"].min()),
-            "max_margin_out16": float(o16["margin_max"].max()),
-            "table": dg.MetadataValue.md(
-                markdown_table(
-                    o16.select(
-                        "version",
-                        "chain",
-                        "ulp_mean",
-                        "ulp_max",
-                        "abs_max",
-                        "closest_fraction",
-                        "margin_max",
-                        "worst_margin_row",
-                        "worst_error",
-                        "worst_bound",
-                        "margin_prob_max",
-                    )
-                )
-            ),
-        },
-    )
-    yield dg.Output(
+        ulp_matrix(stored, names, n_pool),
+        error_table(stored, ref, names, bounds_df),
         bounds_df,
-        output_name="c2_row_bounds",
-        metadata={
-            "band": BAND_WORDS,
-            "rows": bounds_df.height,
-            "formulas": dg.MetadataValue.md(
-                markdown_table(
-                    bounds_df.unique(["family", "output", "chain"], maintain_order=True).select(
-                        "family", "output", "chain", "bound_formula"
-                    )
-                )
-            ),
-        },
+        skipped,
     )
+
+
+def versions_metadata(result: C2Result, runs: int) -> dict[str, Any]:
+    """Metadata of ``c2_versions``: counts, the Inductor knobs' effect and the table."""
+    versions_df = result.versions
+    knobs = knob_summary(versions_df, result.stored)
+    columns = ("version", "tiling_source", "framework_tiling", "options", "unique_out16", "unique_acc32")
+    values = ("out16_value", "acc32_value", "fp64_value", "kernel_count", "same_code_as_fused_default")
+    return {
+        "versions": versions_df.height,
+        "all_self_deterministic": bool(versions_df["self_deterministic"].all()),
+        "runs_per_version": runs,
+        "inductor_knobs": dg.MetadataValue.md("\n".join(f"- {s}" for s in knobs) or "none for this device"),
+        "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
+        "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
+        "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in result.skipped) or "none"),
+        "table": dg.MetadataValue.md(markdown_table(versions_df.select(*columns, *values))),
+    }
+
+
+def matrix_metadata(matrix_df: pl.DataFrame, n_versions: int, n_pool: int) -> dict[str, Any]:
+    """Metadata of ``c2_ulp_matrix``: pairs, how many differ in the fp16 result, the pool table."""
+    out16 = matrix_df.filter(pl.col("output") == "out16")
+    shown = out16.filter(pl.col("scope") == ("pool" if n_pool else "seed_input")).drop("output", "scope")
+    return {
+        "pairs": n_versions * (n_versions - 1) // 2,
+        "out16_pairs_differing": out16.filter(pl.col("differ_rows") > 0)
+        .select(["version_a", "version_b"])
+        .unique()
+        .height,
+        "out16_ulp_max": as_int(out16["ulp_max"].max(), "c2_ulp_matrix out16 ulp_max"),
+        "table_out16_pool": dg.MetadataValue.md(markdown_table(shown)),
+    }
+
+
+def error_metadata(err_df: pl.DataFrame) -> dict[str, Any]:
+    """Metadata of ``c2_error_vs_fp64``: the band, the fp16 results' worst margins, the table."""
+    o16 = err_df.filter(pl.col("output") == "out16")
+    columns = ("version", "chain", "ulp_mean", "ulp_max", "abs_max", "closest_fraction", "margin_max")
+    worst = ("worst_margin_row", "worst_error", "worst_bound", "margin_prob_max")
+    return {
+        "band": BAND_WORDS,
+        "min_within_band_fraction": as_float(o16["within_band_fraction"].min(), "min within_band_fraction"),
+        "max_margin_out16": as_float(o16["margin_max"].max(), "max out16 margin_max"),
+        "table": dg.MetadataValue.md(markdown_table(o16.select(*columns, *worst))),
+    }
+
+
+def bounds_metadata(bounds_df: pl.DataFrame) -> dict[str, Any]:
+    """Metadata of ``c2_row_bounds``: the band, the row count and each family's bound formula."""
+    formulas = bounds_df.unique(["family", "output", "chain"], maintain_order=True)
+    return {
+        "band": BAND_WORDS,
+        "rows": bounds_df.height,
+        "formulas": dg.MetadataValue.md(markdown_table(formulas.select("family", "output", "chain", "bound_formula"))),
+    }
+
+
+@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
+def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSettings):
+    """Runs every summation version on the seeded input (repeatedly) and on the row pool."""
+    profile = settings.get_profile()
+    device = settings.torch_device()
+    length, n_pool, runs = profile.c2_length, profile.c2_pool_rows, profile.c2_runs
+    check_c2_shape(length, runs)
+    seed = settings.derived_seed("c2", "rows")
+    result = run_c2(build_versions(settings, device), length, n_pool, runs, seed, device, context.log.info)
+    yield dg.Output(
+        result.stored,
+        output_name="c2_version_outputs",
+        metadata={"rows": 1 + n_pool, "length": length, "seed": seed},
+    )
+    yield dg.Output(result.versions, output_name="c2_versions", metadata=versions_metadata(result, runs))
+    yield dg.Output(
+        result.ulp_matrix,
+        output_name="c2_ulp_matrix",
+        metadata=matrix_metadata(result.ulp_matrix, result.versions.height, n_pool),
+    )
+    yield dg.Output(result.error_vs_fp64, output_name="c2_error_vs_fp64", metadata=error_metadata(result.error_vs_fp64))
+    yield dg.Output(result.row_bounds, output_name="c2_row_bounds", metadata=bounds_metadata(result.row_bounds))
 
 
 # --- decision helpers (plain functions, unit-tested) ----------------------------------------------
@@ -692,12 +732,12 @@ def judge_bounds(bounds: pl.DataFrame, families: tuple[str, ...]) -> tuple[str, 
         "rows_judged": fam.height,
         "versions_judged": fam["version"].n_unique(),
         "rows_above_bound": above.height,
-        "margin_max": float(fam["_m"].max()),
-        "margin_prob_max": float(fam["_mp"].max()),
+        "margin_max": as_float(fam["_m"].max(), "margin_max"),
+        "margin_prob_max": as_float(fam["_mp"].max(), "margin_prob_max"),
         "rows_above_probabilistic_bound": above_prob.height,
         "lambda": float(fam["lambda"][0]) if "lambda" in fam.columns else LAMBDA,
-        "margin_max_out16": float(fam.filter(pl.col("output") == "out16")["_m"].max() or 0.0),
-        "margin_max_acc32": float(fam.filter(pl.col("output") == "acc32")["_m"].max() or 0.0),
+        "margin_max_out16": as_float(fam.filter(pl.col("output") == "out16")["_m"].max() or 0.0, "out16 margin_max"),
+        "margin_max_acc32": as_float(fam.filter(pl.col("output") == "acc32")["_m"].max() or 0.0, "acc32 margin_max"),
         "per_version": dg.MetadataValue.md(markdown_table(per_version)),
         "worst_rows": dg.MetadataValue.md(
             markdown_table(worst.select("version", "output", "row", "abs_ref", "abs_sum", "error", "bound", "margin"))
@@ -905,6 +945,7 @@ def c2_fp16_partials_less_accurate(c2_row_bounds: pl.DataFrame) -> dg.AssetCheck
         ea, eb = a["error"].to_numpy(), b["error"].to_numpy()
         worse, better = int((ea > eb).sum()), int((ea < eb).sum())
         p = sign_test_p(worse, better)
+        margin16 = as_float(a["margin"].max(), f"tile{tile}_fp16_partials margin_max")
         meta.update(
             {
                 f"tile{tile}.fp16_worse_rows": worse,
@@ -913,14 +954,14 @@ def c2_fp16_partials_less_accurate(c2_row_bounds: pl.DataFrame) -> dg.AssetCheck
                 f"tile{tile}.sign_test_p": p,
                 f"tile{tile}.fp16_mean_error": float(ea.mean()),
                 f"tile{tile}.fp32_mean_error": float(eb.mean()),
-                f"tile{tile}.fp16_margin_max": float(a["margin"].max()),
-                f"tile{tile}.fp32_margin_max": float(b["margin"].max()),
+                f"tile{tile}.fp16_margin_max": margin16,
+                f"tile{tile}.fp32_margin_max": as_float(b["margin"].max(), f"tile{tile}_fp32_partials margin_max"),
             }
         )
         if p < 0.01:
             findings.append(
                 f"tile {tile}: fp16-stored partials farther from fp64 on {worse} rows, closer on {better} (sign test p = {p:.2g}); "
-                f"mean |error| {ea.mean():.3g} vs {eb.mean():.3g} with fp32 partials, largest margin {a['margin'].max():.3g}"
+                f"mean |error| {ea.mean():.3g} vs {eb.mean():.3g} with fp32 partials, largest margin {margin16:.3g}"
             )
     return finding_result(findings, meta)
 
@@ -944,9 +985,9 @@ def c2_tilings_differ(c2_ulp_matrix: pl.DataFrame) -> dg.AssetCheckResult:
         o16 = fam.filter(pl.col("output") == "out16")
         a32 = fam.filter(pl.col("output") == "acc32")
         meta[f"{partials}.out16_differ_rows"] = int(o16["differ_rows"].sum())
-        meta[f"{partials}.out16_ulp_max"] = int(o16["ulp_max"].max())
+        meta[f"{partials}.out16_ulp_max"] = as_int(o16["ulp_max"].max(), f"{partials} out16 ulp_max")
         meta[f"{partials}.acc32_differ_rows"] = int(a32["differ_rows"].sum())
-        meta[f"{partials}.acc32_ulp_max"] = int(a32["ulp_max"].max())
+        meta[f"{partials}.acc32_ulp_max"] = as_int(a32["ulp_max"].max(), f"{partials} acc32 ulp_max")
         if meta[f"{partials}.out16_differ_rows"] == 0:
             findings.append(
                 f"{partials} partials: the three tilings give bit-identical fp16 sums on every row; the order does change the "
@@ -974,8 +1015,8 @@ def c2_probabilistic_margin(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:
         "rows_judged": c2_row_bounds.height,
         "rows_above": above.height,
         "expected_above_at_most": expected,
-        "margin_prob_max": float(mp.max()),
-        "min_probability": float(c2_row_bounds["prob_bound_probability"].min()),
+        "margin_prob_max": as_float(mp.max(), "margin_prob_max"),
+        "min_probability": as_float(c2_row_bounds["prob_bound_probability"].min(), "prob_bound_probability"),
     }
     findings = [
         f"{r['version']}/{r['output']} row {r['row']}: |error| {r['error']:.4g} > probabilistic bound {r['bound_prob']:.4g}"
