@@ -21,6 +21,7 @@ fallback ("observe instruction changes in one path and disclose honestly").
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -29,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from precisionkit import bit_equal, error_stats, fp64_reference, fused, ulp_diff
+from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
 from ..experiments import group_of
 from ..resources import ExperimentSettings
@@ -368,133 +369,149 @@ def route_statement(records: pl.DataFrame, distribution: pl.DataFrame) -> str:
     return ". ".join(parts) + "."
 
 
-@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
-def c1_instruction_selection(context: dg.AssetExecutionContext, settings: ExperimentSettings):
-    """Runs paths A and B and the route/value controls eager and fused on one seeded fp16 input."""
-    profile_ = settings.get_profile()
-    device = settings.torch_device()
-    x = make_input(tuple(profile_.c1_shape), settings.derived_seed("c1", "input"), device)
-    ref = fp64_reference(path_a, x)  # fp64: both paths compute x * 0.7 exactly
-    outputs: dict[str, torch.Tensor] = {"input": x}
-    evidence: list[dict[str, Any]] = []
-    fusion: dict[str, Any] = {}
-    route_rows: list[dict[str, Any]] = []
-    traces: dict[str, tuple[list[str], list[str], list[str]]] = {}
+#: One eager trace: (aten overloads with operands, profiler op rows, device kernel names).
+Trace = tuple[list[str], list[str], list[str]]
 
+
+@dataclass(frozen=True)
+class C1Runs:
+    """Every path's and control's outputs (``input``, ``eager_<name>``, ``fused_<name>``), the eager
+    traces of the paths and route controls, and their fused functions with first-call seconds."""
+
+    outputs: dict[str, torch.Tensor]
+    traces: dict[str, Trace]
+    fusion: dict[str, tuple[FusedFunction, float]]
+
+
+def run_paths(x: torch.Tensor, backend: str, options: dict[str, Any]) -> C1Runs:
+    """Paths A and B and the route controls, eager (traced) and fused; the further controls eager."""
+    outputs: dict[str, torch.Tensor] = {"input": x}
+    traces: dict[str, Trace] = {}
+    fusion: dict[str, tuple[FusedFunction, float]] = {}
     for name, fn in {**PATHS, **ROUTE_CONTROLS}.items():
         outputs[f"eager_{name}"] = fn(x)
-        ops, prof_rows, kernels = eager_trace_with_kernels(fn, x)
-        traces[name] = (ops, prof_rows, kernels)
-        if name in PATHS:
-            evidence += [{"mode": "eager", "path": name, "source": "dispatch", "detail": c} for c in ops]
-            evidence += [{"mode": "eager", "path": name, "source": "profiler", "detail": r} for r in prof_rows]
-        compiled = fused(fn, settings.backend, settings.options())
+        traces[name] = eager_trace_with_kernels(fn, x)
+        compiled = fused(fn, backend, options)
         start = time.perf_counter()
         outputs[f"fused_{name}"] = compiled(x)
         fusion[name] = (compiled, time.perf_counter() - start)
-        if name in PATHS:
-            ev = compiled.evidence
-            evidence += [
-                {"mode": "fused", "path": name, "source": "generated_code", "detail": line}
-                for line in kernel_lines(compiled.code)
-            ]
-            evidence.append(
-                {
-                    "mode": "fused",
-                    "path": name,
-                    "source": "constants",
-                    "detail": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
-                }
-            )
-            evidence += [
-                {"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
-                for k, v in ev.as_metadata().items()
-                if k in ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")
-            ]
     for name, fn in CONTROLS.items():
         outputs[f"eager_{name}"] = fn(x)
+    return C1Runs(outputs, traces, fusion)
+
+
+def _doc(name: str) -> str:
+    fn = ROUTE_CONTROLS.get(name) or CONTROLS[name]
+    if fn.__doc__ is None:
+        raise ValueError(f"control {name} has no docstring to describe it in the mechanism evidence")
+    return fn.__doc__.strip()
+
+
+_FUSION_EVIDENCE_KEYS = ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")
+
+
+def mechanism_evidence(runs: C1Runs) -> tuple[pl.DataFrame, bool]:
+    """Why the paths differ: per path the eager op trace, the fused kernel lines, constants and fusion
+    evidence; whether each control reproduces its target; and whether A's and B's fused kernels are
+    identical once constants are masked (returned as well)."""
+    evidence: list[dict[str, Any]] = []
+    for name in PATHS:
+        ops, prof_rows, _ = runs.traces[name]
+        compiled = runs.fusion[name][0]
+        evidence += [{"mode": "eager", "path": name, "source": "dispatch", "detail": c} for c in ops]
+        evidence += [{"mode": "eager", "path": name, "source": "profiler", "detail": r} for r in prof_rows]
+        evidence += [
+            {"mode": "fused", "path": name, "source": "generated_code", "detail": line}
+            for line in kernel_lines(compiled.code)
+        ]
+        constants = ", ".join(map(repr, code_constants(compiled.code))) or "none found"
+        evidence.append({"mode": "fused", "path": name, "source": "constants", "detail": constants})
+        evidence += [
+            {"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
+            for k, v in compiled.evidence.as_metadata().items()
+            if k in _FUSION_EVIDENCE_KEYS
+        ]
     for name, target in CONTROL_TARGET.items():
-        reproduces = bit_equal(outputs[f"eager_{name}"], outputs[f"eager_{target}"])
-        doc = (ROUTE_CONTROLS.get(name) or CONTROLS[name]).__doc__.strip()
-        evidence.append(
-            {
-                "mode": "eager",
-                "path": name,
-                "source": "control",
-                "detail": f"{doc} bit-equal to eager {target}: {reproduces}",
-            }
-        )
-    same_instructions = _mask_constants(fusion["A"][0].code) == _mask_constants(fusion["B"][0].code)
-    evidence.append(
-        {
-            "mode": "fused",
-            "path": "A vs B",
-            "source": "generated_code",
-            "detail": f"kernel lines identical once constants are masked: {same_instructions}",
-        }
-    )
+        reproduces = bit_equal(runs.outputs[f"eager_{name}"], runs.outputs[f"eager_{target}"])
+        detail = f"{_doc(name)} bit-equal to eager {target}: {reproduces}"
+        evidence.append({"mode": "eager", "path": name, "source": "control", "detail": detail})
+    same = _mask_constants(runs.fusion["A"][0].code) == _mask_constants(runs.fusion["B"][0].code)
+    detail = f"kernel lines identical once constants are masked: {same}"
+    evidence.append({"mode": "fused", "path": "A vs B", "source": "generated_code", "detail": detail})
+    return pl.DataFrame(evidence), same
 
-    # Per route: what shows which instruction or kernel ran, and whether it is path A's.
-    _a_ops, _, a_kernels = traces["A"]
-    a_mul = multiply_lines(fusion["A"][0].code)
+
+def _multiplier(value: str, dtype: torch.dtype) -> float:
+    return path_a_multiplier(dtype) if "compute" in value else rounded_scalar(dtype)
+
+
+def _eager_route_row(name: str, trace: Trace, a_kernels: list[str], dtype: torch.dtype) -> dict[str, Any]:
+    """The eager record of one route: its aten ops and the device kernels the profiler saw."""
+    ops, _, kernels = trace
+    route, value = ROUTE_AND_VALUE[name]
+    if kernels:
+        kernel_text = "; ".join(dict.fromkeys(kernels))
+        verdict = (
+            "same" if name == "A" or list(dict.fromkeys(kernels)) == list(dict.fromkeys(a_kernels)) else "different"
+        )
+        why = f"profiler device kernels {'equal to' if verdict == 'same' else 'differ from'} path A's"
+    else:
+        kernel_text = "none recorded below the aten op (the CPU profiler records aten ops only)"
+        verdict = "reference" if name == "A" else "not observable"
+        why = "the CPU profiler records aten ops only, so the kernel below aten::mul is not observable from the trace"
+    return {
+        "mode": "eager",
+        "path": name,
+        "route": route,
+        "value": value,
+        "multiplier": _multiplier(value, dtype),
+        "aten_ops": " ; ".join(ops),
+        "multiply_op": " ; ".join(o for o in ops if o.startswith("aten.mul")),
+        "kernels": kernel_text,
+        "multiply_lines": "",
+        "constants": "",
+        "instruction_vs_A": "reference" if name == "A" else verdict,
+        "instruction_evidence": why,
+    }
+
+
+def _fused_route_row(name: str, compiled: FusedFunction, a_code: str, dtype: torch.dtype) -> dict[str, Any]:
+    """The fused record of one route: its kernel's multiply lines and constants, against path A's."""
+    route, value = ROUTE_AND_VALUE[name]
+    lines = multiply_lines(compiled.code)
+    same_code = lines == multiply_lines(a_code) and _mask_constants(compiled.code) == _mask_constants(a_code)
+    verdict = "reference" if name == "A" else ("same" if same_code else "different")
+    return {
+        "mode": "fused",
+        "path": name,
+        "route": route,
+        "value": value,
+        "multiplier": _multiplier(value, dtype),
+        "aten_ops": "",
+        "multiply_op": "",
+        "kernels": ", ".join(compiled.evidence.kernel_names),
+        "multiply_lines": " | ".join(lines),
+        "constants": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
+        "instruction_vs_A": verdict,
+        "instruction_evidence": "the generated kernel's lines equal path A's once constants are masked"
+        if verdict in ("same", "reference")
+        else "the generated kernel's lines differ from path A's with constants masked",
+    }
+
+
+def route_records(runs: C1Runs, dtype: torch.dtype) -> pl.DataFrame:
+    """Per route and mode: what shows which instruction or kernel ran, and whether it is path A's."""
+    a_kernels = runs.traces["A"][2]
+    a_code = runs.fusion["A"][0].code
+    rows = []
     for name in (*PATHS, *ROUTE_CONTROLS):
-        ops, _, kernels = traces[name]
-        mul_ops = [o for o in ops if o.startswith("aten.mul")]
-        route, value = ROUTE_AND_VALUE[name]
-        if kernels:
-            kernel_text = "; ".join(dict.fromkeys(kernels))
-            verdict = (
-                "same" if name == "A" or list(dict.fromkeys(kernels)) == list(dict.fromkeys(a_kernels)) else "different"
-            )
-            why = f"profiler device kernels {'equal to' if verdict == 'same' else 'differ from'} path A's"
-        else:
-            kernel_text = "none recorded below the aten op (the CPU profiler records aten ops only)"
-            verdict = "reference" if name == "A" else "not observable"
-            why = (
-                "the CPU profiler records aten ops only, so the kernel below aten::mul is not observable from the trace"
-            )
-        if name == "A":
-            verdict = "reference"
-        route_rows.append(
-            {
-                "mode": "eager",
-                "path": name,
-                "route": route,
-                "value": value,
-                "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
-                "aten_ops": " ; ".join(ops),
-                "multiply_op": " ; ".join(mul_ops),
-                "kernels": kernel_text,
-                "multiply_lines": "",
-                "constants": "",
-                "instruction_vs_A": verdict,
-                "instruction_evidence": why,
-            }
-        )
-        compiled = fusion[name][0]
-        lines = multiply_lines(compiled.code)
-        same_code = lines == a_mul and _mask_constants(compiled.code) == _mask_constants(fusion["A"][0].code)
-        fverdict = "reference" if name == "A" else ("same" if same_code else "different")
-        route_rows.append(
-            {
-                "mode": "fused",
-                "path": name,
-                "route": route,
-                "value": value,
-                "multiplier": path_a_multiplier(x.dtype) if "compute" in value else rounded_scalar(x.dtype),
-                "aten_ops": "",
-                "multiply_op": "",
-                "kernels": ", ".join(compiled.evidence.kernel_names),
-                "multiply_lines": " | ".join(lines),
-                "constants": ", ".join(map(repr, code_constants(compiled.code))) or "none found",
-                "instruction_vs_A": fverdict,
-                "instruction_evidence": "the generated kernel's lines equal path A's once constants are masked"
-                if fverdict in ("same", "reference")
-                else "the generated kernel's lines differ from path A's with constants masked",
-            }
-        )
-    records = pl.DataFrame(route_rows)
+        rows.append(_eager_route_row(name, runs.traces[name], a_kernels, dtype))
+        rows.append(_fused_route_row(name, runs.fusion[name][0], a_code, dtype))
+    return pl.DataFrame(rows)
 
+
+def all_comparisons() -> dict[str, tuple[str, str]]:
+    """Every comparison of the distribution table: label -> (output a, output b)."""
     comparisons = {label: (a, b) for mode in ("eager", "fused") for label, a, b in _comparisons(mode)}
     comparisons.update(
         {
@@ -504,83 +521,78 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
             "eager control_fp32_opmath vs A": ("eager_control_fp32_opmath", "eager_A"),
         }
     )
+    return comparisons
+
+
+def ulp_tables(outputs: dict[str, torch.Tensor]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ULP distribution (one row per comparison) and the long-format histogram."""
     rows, hist = [], []
-    for label, (a, b) in comparisons.items():
+    for label, (a, b) in all_comparisons().items():
         row, h = ulp_row(label, outputs[a], outputs[b])
         rows.append(row)
         hist += h
-    distribution = pl.DataFrame(rows)
-    histogram = pl.DataFrame(hist)
+    return pl.DataFrame(rows), pl.DataFrame(hist)
 
-    err_rows = []
-    for key in (
-        "eager_A",
-        "eager_B",
-        "fused_A",
-        "fused_B",
-        "eager_control_route_only",
-        "eager_control_value_only",
-        "fused_control_route_only",
-        "fused_control_value_only",
-    ):
+
+#: The outputs judged against fp64 in ``c1_error_vs_fp64``, in table order.
+ERROR_KEYS = (
+    "eager_A",
+    "eager_B",
+    "fused_A",
+    "fused_B",
+    "eager_control_route_only",
+    "eager_control_value_only",
+    "fused_control_route_only",
+    "fused_control_value_only",
+)
+
+
+def error_table(outputs: dict[str, torch.Tensor], ref: torch.Tensor) -> pl.DataFrame:
+    """Each path's and route control's error against the fp64 reference (``None`` statistics dropped)."""
+    rows = []
+    for key in ERROR_KEYS:
         stats = error_stats(outputs[key], ref)
-        err_rows.append({"path": key, **{k: v for k, v in stats.items() if v is not None}})
-    errors = pl.DataFrame(err_rows)
-    evidence_df = pl.DataFrame(evidence)
+        rows.append({"path": key, **{k: v for k, v in stats.items() if v is not None}})
+    return pl.DataFrame(rows)
 
-    fp16_value = rounded_scalar(x.dtype)
-    statement = route_statement(records, distribution)
-    notes = (
-        f"Path A multiplies by 0.7 in its compute dtype ({str(compute_dtype(x.dtype)).removeprefix('torch.')}: "
-        f"{path_a_multiplier(x.dtype)!r}); path B by 0.7 stored in {str(x.dtype).removeprefix('torch.')} ({fp16_value!r}), "
+
+def c1_notes(dtype: torch.dtype, statement: str) -> str:
+    """The multipliers of both paths in words, followed by the route statement."""
+    fp16_value = rounded_scalar(dtype)
+    return (
+        f"Path A multiplies by 0.7 in its compute dtype ({str(compute_dtype(dtype)).removeprefix('torch.')}: "
+        f"{path_a_multiplier(dtype)!r}); path B by 0.7 stored in {str(dtype).removeprefix('torch.')} ({fp16_value!r}), "
         f"a relative change of {fp16_value / SCALAR - 1:.3e}. " + statement
     )
-    yield dg.Output(
-        {k: v.contiguous() for k, v in outputs.items()},
-        output_name="c1_path_outputs",
-        metadata={
-            "shape": str(list(x.shape)),
-            "seed": settings.derived_seed("c1", "input"),
-            "scalar": SCALAR,
-            "scalar_in_fp16": fp16_value,
-            "path_a_multiplier": path_a_multiplier(x.dtype),
-        },
-    )
-    head = {r["comparison"]: r for r in rows}
-    yield dg.Output(
-        distribution,
-        output_name="c1_ulp_distribution",
-        metadata={
-            "eager_AB_ulp0_pct": head["eager A vs B"]["ulp0_pct"],
-            "eager_AB_ulp1_pct": head["eager A vs B"]["ulp1_pct"],
-            "eager_AB_ulp_ge2_pct": head["eager A vs B"]["ulp_ge2_pct"],
-            "fused_AB_ulp0_pct": head["fused A vs B"]["ulp0_pct"],
-            "fused_AB_ulp1_pct": head["fused A vs B"]["ulp1_pct"],
-            "fused_AB_ulp_ge2_pct": head["fused A vs B"]["ulp_ge2_pct"],
-            "table": dg.MetadataValue.md(markdown_table(distribution)),
-            "notes": dg.MetadataValue.md(notes),
-        },
-    )
-    yield dg.Output(
-        histogram, output_name="c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))}
-    )
-    err_meta = {f"{r['path']}.ulp_max": r["ulp_max"] for r in err_rows} | {
-        f"{r['path']}.ulp_mean": r["ulp_mean"] for r in err_rows
+
+
+def distribution_metadata(distribution: pl.DataFrame, notes: str) -> dict[str, Any]:
+    """Metadata of ``c1_ulp_distribution``: A vs B shares per mode, the table and the notes."""
+    head = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
+    shares = {
+        f"{mode}_AB_{col}": head[f"{mode} A vs B"][col]
+        for mode in ("eager", "fused")
+        for col in ("ulp0_pct", "ulp1_pct", "ulp_ge2_pct")
     }
-    yield dg.Output(
-        errors,
-        output_name="c1_error_vs_fp64",
-        metadata={
-            **err_meta,
-            "table": dg.MetadataValue.md(
-                markdown_table(
-                    errors.select("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance")
-                )
-            ),
-        },
+    return shares | {"table": dg.MetadataValue.md(markdown_table(distribution)), "notes": dg.MetadataValue.md(notes)}
+
+
+def errors_metadata(errors: pl.DataFrame) -> dict[str, Any]:
+    """Metadata of ``c1_error_vs_fp64``: max and mean ULP error per path, and the table."""
+    rows = list(errors.iter_rows(named=True))
+    columns = ("path", "ulp_max", "ulp_mean", "rel_max", "exact_fraction", "error_balance")
+    return (
+        {f"{r['path']}.ulp_max": r["ulp_max"] for r in rows}
+        | {f"{r['path']}.ulp_mean": r["ulp_mean"] for r in rows}
+        | {"table": dg.MetadataValue.md(markdown_table(errors.select(*columns)))}
     )
-    fusion_meta = {}
-    for name, (compiled, seconds) in fusion.items():
+
+
+def evidence_metadata(runs: C1Runs, evidence: pl.DataFrame, same_instructions: bool, notes: str) -> dict[str, Any]:
+    """Metadata of ``c1_mechanism_evidence``: the constants, the evidence by source, and every fused
+    function's fusion evidence and first-call seconds."""
+    fusion_meta: dict[str, Any] = {}
+    for name, (compiled, seconds) in runs.fusion.items():
         fusion_meta.update(
             {
                 f"fused_{name}.{k}": v
@@ -589,21 +601,46 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
             }
         )
         fusion_meta[f"fused_{name}.first_call_seconds"] = round(seconds, 3)
+    return {
+        "fused_kernels_identical_but_constants": same_instructions,
+        "constants_A": ", ".join(map(repr, code_constants(runs.fusion["A"][0].code))),
+        "constants_B": ", ".join(map(repr, code_constants(runs.fusion["B"][0].code))),
+        "evidence": dg.MetadataValue.md(_evidence_md(evidence)),
+        "notes": dg.MetadataValue.md(notes),
+        **fusion_meta,
+    }
+
+
+@dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
+def c1_instruction_selection(context: dg.AssetExecutionContext, settings: ExperimentSettings):
+    """Runs paths A and B and the route/value controls eager and fused on one seeded fp16 input."""
+    seed = settings.derived_seed("c1", "input")
+    x = make_input(tuple(settings.get_profile().c1_shape), seed, settings.torch_device())
+    ref = fp64_reference(path_a, x)  # fp64: both paths compute x * 0.7 exactly
+    runs = run_paths(x, settings.backend, settings.options())
+    evidence, same_instructions = mechanism_evidence(runs)
+    records = route_records(runs, x.dtype)
+    distribution, histogram = ulp_tables(runs.outputs)
+    errors = error_table(runs.outputs, ref)
+    statement = route_statement(records, distribution)
+    notes = c1_notes(x.dtype, statement)
+    inputs_meta = {
+        "shape": str(list(x.shape)),
+        "seed": seed,
+        "scalar": SCALAR,
+        "scalar_in_fp16": rounded_scalar(x.dtype),
+        "path_a_multiplier": path_a_multiplier(x.dtype),
+    }
+    yield dg.Output({k: v.contiguous() for k, v in runs.outputs.items()}, "c1_path_outputs", metadata=inputs_meta)
+    yield dg.Output(distribution, "c1_ulp_distribution", metadata=distribution_metadata(distribution, notes))
+    yield dg.Output(histogram, "c1_ulp_histogram", metadata={"table": dg.MetadataValue.md(markdown_table(histogram))})
+    yield dg.Output(errors, "c1_error_vs_fp64", metadata=errors_metadata(errors))
     yield dg.Output(
-        evidence_df,
-        output_name="c1_mechanism_evidence",
-        metadata={
-            "fused_kernels_identical_but_constants": same_instructions,
-            "constants_A": ", ".join(map(repr, code_constants(fusion["A"][0].code))),
-            "constants_B": ", ".join(map(repr, code_constants(fusion["B"][0].code))),
-            "evidence": dg.MetadataValue.md(_evidence_md(evidence_df)),
-            "notes": dg.MetadataValue.md(notes),
-            **fusion_meta,
-        },
+        evidence, "c1_mechanism_evidence", metadata=evidence_metadata(runs, evidence, same_instructions, notes)
     )
     yield dg.Output(
         records,
-        output_name="c1_route_records",
+        "c1_route_records",
         metadata={
             "statement": dg.MetadataValue.md(statement),
             "table": dg.MetadataValue.md(markdown_table(records.drop("aten_ops"))),
