@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from precisionkit import fused
+from precisionkit import FusedFunction, fused
 
-from .artifacts import capture_modules, combined_sha256, kernel_artifacts
+from .artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
 from .devices import synchronize
 from .workloads import DTYPES, WORKLOADS
 
@@ -81,67 +81,95 @@ def run_round(
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
-    workload = WORKLOADS["ffn"]
     records: dict[str, dict[str, Any]] = {}
     distinct: dict[str, torch.Tensor] = {}
     for dtype in dtypes:
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
-        missing = [a for a in workload.arg_names if f"{dtype}/{a}" not in inputs]
-        if missing:
-            raise ValueError(f"inputs lack {', '.join(f'{dtype}/{a}' for a in missing)}")
-        args = tuple(inputs[f"{dtype}/{a}"].to(device) for a in workload.arg_names)
-        wrong = [a for a, t in zip(workload.arg_names, args, strict=False) if t.dtype != DTYPES[dtype]]
-        if wrong:
-            raise ValueError(f"inputs {wrong} of the {dtype} set are not {dtype}")
+        args = _dtype_args(inputs, dtype, device)
         if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
             from .planted_bugs import register_planted_backends
 
             register_planted_backends()
-        fn = fused(workload.fn, backend, options, dynamic=False)
-        hashes: list[str] = []
+        fn = fused(WORKLOADS["ffn"].fn, backend, options, dynamic=False)
         start = time.perf_counter()
         with capture_modules() as modules:  # the compile happens in the first call
             first = fn(*args)
         # Read after the first call: on CUDA the autotuner has picked the launcher that runs.
         artifacts = kernel_artifacts(modules, fn.evidence.kernel_names)
         if artifact_dir is not None:
-            folder = Path(artifact_dir) / dtype
-            folder.mkdir(parents=True, exist_ok=True)
-            for art in artifacts:
-                (folder / f"{art.kernel}.bin").write_bytes(art.data)
+            _write_artifacts(artifacts, Path(artifact_dir) / dtype)
         steps: Iterable[int] = range(runs)
         if log is not None:  # imported here: the fresh-process worker does without dagster
             from .progress import track
 
             steps = track(steps, log, f"{dtype} runs", total=runs)
-        for i in steps:
-            out = first if i == 0 else fn(*args)
-            digest = output_md5(out)
-            hashes.append(digest)
-            key = f"{dtype}/{digest}"
-            if key not in distinct and sum(k.startswith(f"{dtype}/") for k in distinct) < MAX_DISTINCT_KEPT:
-                distinct[key] = out.detach().cpu().clone()
+        hashes, kept = _hash_runs(fn, args, first, steps, dtype)
+        distinct.update(kept)
         synchronize(device)
-        seconds = time.perf_counter() - start
-        ev = fn.evidence
-        records[dtype] = {
-            "hashes": hashes,
-            "code_sha256": ev.code_sha256,
-            "artifacts": [a.record() for a in artifacts],
-            "artifact_sha256": combined_sha256(artifacts),
-            "kernel_count": ev.kernel_count,
-            "kernel_names": ", ".join(ev.kernel_names),
-            "extern_calls": ", ".join(ev.extern_calls),
-            "graph_count": ev.graph_count,
-            "graph_breaks": ev.graph_breaks,
-            "recompiles": ev.recompiles,
-            "compile_seconds": ev.compile_seconds,
-            "seconds_all_runs": seconds,
-            "threads": torch.get_num_threads(),
-            "code": fn.code,
-        }
+        records[dtype] = _round_record(fn, artifacts, hashes, time.perf_counter() - start)
     return records, distinct
+
+
+def _dtype_args(inputs: dict[str, torch.Tensor], dtype: str, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The FFN's arguments of the ``dtype`` set, on ``device``; a clear error when the dtype is
+    unknown, an argument is missing or a tensor has another dtype."""
+    workload = WORKLOADS["ffn"]
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    missing = [a for a in workload.arg_names if f"{dtype}/{a}" not in inputs]
+    if missing:
+        raise ValueError(f"inputs lack {', '.join(f'{dtype}/{a}' for a in missing)}")
+    args = tuple(inputs[f"{dtype}/{a}"].to(device) for a in workload.arg_names)
+    wrong = [a for a, t in zip(workload.arg_names, args, strict=False) if t.dtype != DTYPES[dtype]]
+    if wrong:
+        raise ValueError(f"inputs {wrong} of the {dtype} set are not {dtype}")
+    return args
+
+
+def _write_artifacts(artifacts: list[KernelArtifact], folder: Path) -> None:
+    """Each kernel's artifact bytes to ``<folder>/<kernel>.bin``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for art in artifacts:
+        (folder / f"{art.kernel}.bin").write_bytes(art.data)
+
+
+def _hash_runs(
+    fn: FusedFunction, args: tuple[torch.Tensor, ...], first: torch.Tensor, steps: Iterable[int], dtype: str
+) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The md5 of every run's output in run order (run 0 is ``first``, already computed), and the
+    first :data:`MAX_DISTINCT_KEPT` distinct outputs keyed ``"<dtype>/<md5>"``."""
+    hashes: list[str] = []
+    kept: dict[str, torch.Tensor] = {}
+    for i in steps:
+        out = first if i == 0 else fn(*args)
+        digest = output_md5(out)
+        hashes.append(digest)
+        key = f"{dtype}/{digest}"
+        if key not in kept and len(kept) < MAX_DISTINCT_KEPT:
+            kept[key] = out.detach().cpu().clone()
+    return hashes, kept
+
+
+def _round_record(
+    fn: FusedFunction, artifacts: list[KernelArtifact], hashes: list[str], seconds: float
+) -> dict[str, Any]:
+    """The JSON-friendly record of one dtype's round: hashes, code and artifact hashes, evidence, timings."""
+    ev = fn.evidence
+    return {
+        "hashes": hashes,
+        "code_sha256": ev.code_sha256,
+        "artifacts": [a.record() for a in artifacts],
+        "artifact_sha256": combined_sha256(artifacts),
+        "kernel_count": ev.kernel_count,
+        "kernel_names": ", ".join(ev.kernel_names),
+        "extern_calls": ", ".join(ev.extern_calls),
+        "graph_count": ev.graph_count,
+        "graph_breaks": ev.graph_breaks,
+        "recompiles": ev.recompiles,
+        "compile_seconds": ev.compile_seconds,
+        "seconds_all_runs": seconds,
+        "threads": torch.get_num_threads(),
+        "code": fn.code,
+    }
 
 
 def _cache_facts() -> dict[str, Any]:

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from ..artifacts import describe_byte_difference
 from ..experiments import group_of
 from ..progress import Progress
 from ..resources import REPO_ROOT, ExperimentSettings
+from ..scalars import as_int
 from ..tables import markdown_table
 from ..verdicts import (
     CONTRADICTED,
@@ -168,6 +171,299 @@ def _code_diff(a: str, b: str, limit: int = 12) -> str:
     return "\n".join(lines[:limit]) + (f"\n... {len(lines) - limit} more" if len(lines) > limit else "")
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round: per dtype the worker's record (hashes, code, artifacts, fusion evidence; see
+    :func:`pipeline._determinism_worker.run_round`), the distinct outputs it kept (key
+    ``<dtype>/<md5>``), the process and compiler cache it ran with, and its artifact folder."""
+
+    records: dict[str, dict[str, Any]]
+    distinct: dict[str, torch.Tensor]
+    process: str
+    compiler_cache: str
+    artifacts: Path
+
+
+def determinism_inputs(pool: Any) -> dict[str, torch.Tensor]:
+    """The first ``normal`` set of the FFN pool per dtype, keyed ``<dtype>/<argument>``."""
+    names = WORKLOADS["ffn"].arg_names
+    return {f"{d}/{a}": pool[f"normal/{d}/{a}"][0].contiguous() for d in DETERMINISM_DTYPES for a in names}
+
+
+def cold_rounds(runs: int, default_threads: int) -> list[tuple[str, int, int]]:
+    """(name, threads, runs) of the two cold-start rounds: the seed's, with the default thread count,
+    and the cheaper one with another thread count."""
+    alt = other_thread_count(default_threads)
+    return [("round2_cold", default_threads, runs), (f"cold_threads_{alt}", alt, min(runs, THREAD_ROUND_RUNS))]
+
+
+def run_rounds(
+    inputs: dict[str, torch.Tensor],
+    runs: int,
+    cold: list[tuple[str, int, int]],
+    settings: ExperimentSettings,
+    folder: Path,
+    log: Callable[[str], None] | None,
+) -> tuple[dict[str, Round], dict[str, float]]:
+    """Round 1 in this process, then the ``cold`` rounds side by side in fresh processes (files under
+    ``folder``); returns the rounds by name and each one's wall-clock seconds."""
+    start = time.perf_counter()
+    r1_records, r1_distinct = run_round(
+        inputs,
+        list(DETERMINISM_DTYPES),
+        runs,
+        settings.torch_device(),
+        settings.backend,
+        settings.options(),
+        artifact_dir=folder / "round1" / "artifacts",
+        log=log,
+    )
+    wall = {"round1": time.perf_counter() - start}
+    rounds = {"round1": Round(r1_records, r1_distinct, "in-process", "as configured", folder / "round1" / "artifacts")}
+    inputs_file = folder / "inputs.safetensors"
+    save_file(inputs, str(inputs_file))
+    # The two fresh processes run side by side: each is mostly single-threaded import, tracing and
+    # C++ compilation, and their outputs do not depend on the load (the thread count is set per process).
+    progress = Progress(log, "cold-start rounds (fresh processes, concurrent)", len(cold), every=0.0)
+    with ThreadPoolExecutor(max_workers=len(cold)) as pool_exec:
+        futures = {
+            name: pool_exec.submit(_fresh_round, inputs_file, folder, n, threads, settings) for name, threads, n in cold
+        }
+        for future in as_completed(futures.values()):
+            progress.advance(note=next(k for k, f in futures.items() if f is future))
+    for name, threads, _ in cold:
+        result, distinct, seconds = futures[name].result()
+        wall[name] = seconds
+        process = f"fresh (pid {result['pid']})"
+        rounds[name] = Round(
+            result["records"], distinct, process, "empty, caches off", folder / f"round_t{threads}" / "artifacts"
+        )
+    return rounds, wall
+
+
+def _run_rows(
+    name: str, dtype: str, rnd: Round, r1: Round
+) -> tuple[list[dict[str, Any]], list[int | None], list[int | None]]:
+    """One row per run of ``rnd`` for ``dtype`` (its md5 and ULP distances to the round's first
+    output and to round 1's), and both distance lists (``None`` where unknown)."""
+    rec = rnd.records[dtype]
+    hashes = rec["hashes"]
+    first = f"{dtype}/{hashes[0]}"
+    r1_md5 = r1.records[dtype]["hashes"][0]
+    both = {**{f"r1:{k}": v for k, v in r1.distinct.items()}, **rnd.distinct}
+    rows, ulps_round, ulps_r1 = [], [], []
+    for i, h in enumerate(hashes):
+        key = f"{dtype}/{h}"
+        u_round = _ulp(rnd.distinct, key, first)
+        u_r1 = 0 if h == r1_md5 else _ulp(both, key, f"r1:{dtype}/{r1_md5}")
+        ulps_round.append(u_round)
+        ulps_r1.append(u_r1)
+        rows.append(
+            {
+                "round": name,
+                "dtype": dtype,
+                "threads": rec["threads"],
+                "run": i,
+                "md5": h,
+                "ulp_vs_round_first": u_round,
+                "ulp_vs_round1_first": u_r1,
+            }
+        )
+    return rows, ulps_round, ulps_r1
+
+
+def _output_change(dtype: str, rnd: Round, r1: Round, program_equal: bool) -> str:
+    """How the outputs of ``rnd`` differ from round 1's, and whether the compiled program changed."""
+    rec, r1_rec = rnd.records[dtype], r1.records[dtype]
+    extern = f"extern calls: {rec['extern_calls'] or 'none'}"
+    if not program_equal:
+        cause = "after the compiled program changed"
+    elif rec["threads"] != r1_rec["threads"]:
+        threads = f"thread count {rec['threads']} vs {r1_rec['threads']}"
+        cause = f"with the same source and artifacts, so the difference arises at run time ({threads}; {extern})"
+    else:
+        cause = f"with the same source and artifacts, so the difference arises at run time ({extern})"
+    r1_md5 = r1_rec["hashes"][0]
+    other = next(h for h in rec["hashes"] if h != r1_md5)
+    r1_key, o_key = f"r1:{dtype}/{r1_md5}", f"{dtype}/{other}"
+    candidates = ((r1_key, r1.distinct.get(f"{dtype}/{r1_md5}")), (o_key, rnd.distinct.get(o_key)))
+    pair = {k: v for k, v in candidates if v is not None}
+    return "outputs differ from round 1 " + cause + ": " + output_difference(pair, [r1_key, o_key])
+
+
+def difference_sources(name: str, dtype: str, rnd: Round, r1: Round) -> tuple[list[str], str | None]:
+    """Where ``rnd`` differs, measured: within the round, in the generated source, in the compiled
+    artifacts and in the outputs against round 1; and the source diff against round 1 (``None``
+    when the source is the same or ``rnd`` is round 1)."""
+    rec, r1_rec = rnd.records[dtype], r1.records[dtype]
+    hashes = rec["hashes"]
+    sources = []
+    unique = list(dict.fromkeys(hashes))
+    if len(unique) > 1:
+        sources.append(
+            f"within the round, {len(unique)} distinct outputs from one program ({rec['recompiles']} recompiles): "
+            + output_difference(rnd.distinct, [f"{dtype}/{h}" for h in unique])
+        )
+    if name == "round1":
+        return sources, None
+    code_equal = rec["code_sha256"] == r1_rec["code_sha256"]
+    artifact_equal = rec["artifact_sha256"] == r1_rec["artifact_sha256"]
+    code_diff = None
+    if not code_equal:
+        code_diff = _code_diff(r1_rec["code"], rec["code"])
+        sources.append("generated source differs from round 1: " + code_diff.replace("\n", " | "))
+    if not artifact_equal:
+        sources.append(
+            "compiled artifact differs from round 1: "
+            + artifact_difference(r1_rec["artifacts"], rec["artifacts"], r1.artifacts, rnd.artifacts, dtype)
+        )
+    if set(hashes) != {r1_rec["hashes"][0]}:
+        sources.append(_output_change(dtype, rnd, r1, code_equal and artifact_equal))
+    return sources, code_diff
+
+
+def _artifact_rows(name: str, dtype: str, rnd: Round, r1: Round) -> list[dict[str, Any]]:
+    """One row per compiled kernel of ``rnd`` for ``dtype``, compared with round 1's kernel of that name."""
+    rec = rnd.records[dtype]
+    rows = []
+    for art in rec["artifacts"]:
+        ref_art = next((a for a in r1.records[dtype]["artifacts"] if a["kernel"] == art["kernel"]), None)
+        same = ref_art is not None and (ref_art["sha256"], ref_art["autotune_choice"]) == (
+            art["sha256"],
+            art["autotune_choice"],
+        )
+        same_file = ref_art is None or ref_art.get("file_sha256") == art.get("file_sha256")
+        rows.append(
+            {
+                "round": name,
+                "dtype": dtype,
+                "threads": rec["threads"],
+                "kernel": art["kernel"],
+                "kind": art["kind"],
+                "artifact_sha256": art["sha256"],
+                "file_sha256": art.get("file_sha256", art["sha256"]),
+                "bytes": art["size"],
+                "autotune_choice": art["autotune_choice"],
+                "equal_to_round1": "reference" if name == "round1" else ("yes" if same else "no"),
+                "byte_difference": ""
+                if name == "round1" or same_file
+                else describe_byte_difference(
+                    _artifact_bytes(r1.artifacts, dtype, art["kernel"]) or b"",
+                    _artifact_bytes(rnd.artifacts, dtype, art["kernel"]) or b"",
+                ),
+                "detail": art["detail"],
+            }
+        )
+    return rows
+
+
+def _summary_row(
+    name: str, dtype: str, rnd: Round, r1: Round, ulps: tuple[list[int | None], list[int | None]], sources: list[str]
+) -> dict[str, Any]:
+    """The ``determinism_summary`` row of ``rnd`` for ``dtype``; ``ulps`` the per-run distances to
+    the round's first output and to round 1's."""
+    rec, r1_rec = rnd.records[dtype], r1.records[dtype]
+    hashes = rec["hashes"]
+    known_round = [u for u in ulps[0] if u is not None]
+    known_r1 = [u for u in ulps[1] if u is not None]
+    reference = name == "round1"
+    return {
+        "dtype": dtype,
+        "round": name,
+        "process": rnd.process,
+        "compiler_cache": rnd.compiler_cache,
+        "threads": rec["threads"],
+        "run_count": len(hashes),
+        "unique_output_hashes": len(set(hashes)),
+        "max_ulp_diff_across_runs": max(known_round) if len(known_round) == len(hashes) else None,
+        "outputs_equal_round1": "yes" if set(hashes) == {r1_rec["hashes"][0]} else "no",
+        "max_ulp_vs_round1": max(known_r1) if len(known_r1) == len(hashes) else None,
+        "code_sha256": rec["code_sha256"],
+        "kernel_hash_equal_across_cold_start": "reference (round 1 source)"
+        if reference
+        else ("yes" if rec["code_sha256"] == r1_rec["code_sha256"] else "no"),
+        "artifact_sha256": rec["artifact_sha256"],
+        "artifact_hash_equal_across_cold_start": "reference (H_k0)"
+        if reference
+        else ("yes" if rec["artifact_sha256"] == r1_rec["artifact_sha256"] else "no"),
+        "artifact_kinds": ", ".join(sorted({a["kind"] for a in rec["artifacts"]})) or "none",
+        "autotune_choice": " | ".join(a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"])
+        or "none (no autotuning)",
+        "difference_source": "; ".join(sources) or "none",
+        "kernel_count": rec["kernel_count"],
+        "extern_calls": rec["extern_calls"],
+        "graph_breaks": rec["graph_breaks"],
+        "recompiles": rec["recompiles"],
+        "compile_seconds": round(rec["compile_seconds"], 3),
+        "ms_per_run": round(1000 * rec["seconds_all_runs"] / len(hashes), 3),
+    }
+
+
+@dataclass(frozen=True)
+class DeterminismTables:
+    """The three tables of task A, and the generated-source diffs against round 1 by ``<round>/<dtype>``."""
+
+    runs: pl.DataFrame
+    summary: pl.DataFrame
+    artifacts: pl.DataFrame
+    code_diffs: dict[str, str]
+
+
+def determinism_tables(rounds: dict[str, Round]) -> DeterminismTables:
+    """Per dtype and round (round 1 first): the run log, the summary row and the artifact rows. Reads
+    the rounds' artifact files, so it runs while their folders exist."""
+    run_rows: list[dict[str, Any]] = []
+    summary_rows: list[dict[str, Any]] = []
+    artifact_rows: list[dict[str, Any]] = []
+    diffs: dict[str, str] = {}
+    r1 = rounds["round1"]
+    for dtype in DETERMINISM_DTYPES:
+        for name, rnd in rounds.items():
+            rows, ulps_round, ulps_r1 = _run_rows(name, dtype, rnd, r1)
+            run_rows += rows
+            sources, code_diff = difference_sources(name, dtype, rnd, r1)
+            if code_diff is not None:
+                diffs[f"{name}/{dtype}"] = code_diff
+            artifact_rows += _artifact_rows(name, dtype, rnd, r1)
+            summary_rows.append(_summary_row(name, dtype, rnd, r1, (ulps_round, ulps_r1), sources))
+    return DeterminismTables(
+        pl.DataFrame(run_rows), pl.DataFrame(summary_rows), pl.DataFrame(artifact_rows, schema=_ARTIFACT_SCHEMA), diffs
+    )
+
+
+def summary_metadata(
+    summary: pl.DataFrame, diffs: dict[str, str], wall: dict[str, float], default_threads: int, alt_threads: int
+) -> dict[str, Any]:
+    """Metadata of ``determinism_summary``: the fp16 headline of round 1 and the cold round, the
+    thread-count round's outcome, the source diffs, wall-clock seconds and the table."""
+    headline = summary.filter((pl.col("dtype") == "float16") & (pl.col("round") == "round2_cold")).row(0, named=True)
+    r1_fp16 = summary.filter((pl.col("dtype") == "float16") & (pl.col("round") == "round1")).row(0, named=True)
+    alt_rows = summary.filter(pl.col("round").str.starts_with("cold_threads")).iter_rows(named=True)
+    return {
+        "fp16_run_count": int(r1_fp16["run_count"]),
+        "fp16_unique_output_hashes_round1": int(r1_fp16["unique_output_hashes"]),
+        "fp16_unique_output_hashes_round2": int(headline["unique_output_hashes"]),
+        # -1: some outputs were beyond the distinct ones kept, so the distance is unknown
+        "fp16_max_ulp_diff_across_runs": -1
+        if r1_fp16["max_ulp_diff_across_runs"] is None
+        else int(r1_fp16["max_ulp_diff_across_runs"]),
+        "fp16_kernel_hash_equal_across_cold_start": headline["kernel_hash_equal_across_cold_start"],
+        "fp16_artifact_hash_equal_across_cold_start": headline["artifact_hash_equal_across_cold_start"],
+        "fp16_outputs_equal_across_cold_start": headline["outputs_equal_round1"],
+        "H_k0_fp16": r1_fp16["artifact_sha256"],
+        "source_sha256_round1_fp16": r1_fp16["code_sha256"],
+        "artifact_kinds": ", ".join(sorted(set(summary["artifact_kinds"].to_list()))),
+        "default_threads": default_threads,
+        "alt_threads": alt_threads,
+        "outputs_equal_with_alt_threads": ", ".join(f"{r['dtype']}={r['outputs_equal_round1']}" for r in alt_rows),
+        "code_differs_from_H_k0": dg.MetadataValue.md(
+            "\n\n".join(f"**{k}**\n```\n{v}\n```" for k, v in diffs.items()) or "no round generated other code"
+        ),
+        **{f"wall_seconds.{k}": round(v, 2) for k, v in wall.items()},
+        "table": dg.MetadataValue.md(markdown_table(summary.select(_SUMMARY_COLUMNS))),
+    }
+
+
 @dg.multi_asset(
     group_name=GROUP,
     pool="compute_device",
@@ -198,258 +494,31 @@ def _code_diff(a: str, b: str, limit: int = 12) -> str:
 )
 def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any):  # lazy SetTensors
     """Round 1 in process, round 2 cold in a fresh process, round 3 cold with another thread count."""
-    profile = settings.get_profile()
-    runs = profile.determinism_runs
-    device = settings.torch_device()
-    workload = WORKLOADS["ffn"]
-    inputs = {
-        f"{d}/{a}": pool[f"normal/{d}/{a}"][0].contiguous() for d in DETERMINISM_DTYPES for a in workload.arg_names
-    }
+    runs = settings.get_profile().determinism_runs
+    inputs = determinism_inputs(pool)
     default_threads = torch.get_num_threads()
-    alt_threads = other_thread_count(default_threads)
-    thread_runs = min(runs, THREAD_ROUND_RUNS)
-
-    run_rows, summary_rows, artifact_rows, diffs = [], [], [], {}
+    cold = cold_rounds(runs, default_threads)
+    _, alt_threads, thread_runs = cold[1]
     with tempfile.TemporaryDirectory(prefix="determinism_") as tmp:
-        tmp_path = Path(tmp)
-        start = time.perf_counter()
-        r1_records, r1_distinct = run_round(
-            inputs,
-            list(DETERMINISM_DTYPES),
-            runs,
-            device,
-            settings.backend,
-            settings.options(),
-            artifact_dir=tmp_path / "round1" / "artifacts",
-            log=context.log.info,
-        )
-        wall = {"round1": time.perf_counter() - start}
-        rounds: dict[str, tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]] = {
-            "round1": (
-                r1_records,
-                r1_distinct,
-                {
-                    "process": "in-process",
-                    "compiler_cache": "as configured",
-                    "artifacts": tmp_path / "round1" / "artifacts",
-                },
-            ),
-        }
-        inputs_file = tmp_path / "inputs.safetensors"
-        save_file(inputs, str(inputs_file))
-        cold = (("round2_cold", default_threads, runs), (f"cold_threads_{alt_threads}", alt_threads, thread_runs))
-        # The two fresh processes run side by side: each is mostly single-threaded import, tracing and
-        # C++ compilation, and their outputs do not depend on the load (the thread count is set per process).
-        progress = Progress(context.log.info, "cold-start rounds (fresh processes, concurrent)", len(cold), every=0.0)
-        with ThreadPoolExecutor(max_workers=len(cold)) as pool_exec:
-            futures = {
-                name: pool_exec.submit(_fresh_round, inputs_file, tmp_path, n, threads, settings)
-                for name, threads, n in cold
-            }
-            for future in as_completed(futures.values()):
-                progress.advance(note=next(k for k, f in futures.items() if f is future))
-        for name, threads, _ in cold:
-            result, distinct, seconds = futures[name].result()
-            wall[name] = seconds
-            rounds[name] = (
-                result["records"],
-                distinct,
-                {
-                    "process": f"fresh (pid {result['pid']})",
-                    "compiler_cache": "empty, caches off",
-                    "artifacts": tmp_path / f"round_t{threads}" / "artifacts",
-                },
-            )
-
-        for dtype in DETERMINISM_DTYPES:
-            h_k0 = r1_records[dtype]["code_sha256"]
-            a_k0 = r1_records[dtype]["artifact_sha256"]
-            r1_md5 = r1_records[dtype]["hashes"][0]
-            r1_both = {f"r1:{k}": v for k, v in r1_distinct.items()}
-            r1_dir = rounds["round1"][2]["artifacts"]
-            for name, (records, distinct, facts) in rounds.items():
-                rec = records[dtype]
-                hashes = rec["hashes"]
-                first = f"{dtype}/{hashes[0]}"
-                both = {**r1_both, **distinct}
-                ulps_round, ulps_r1 = [], []
-                for i, h in enumerate(hashes):
-                    key = f"{dtype}/{h}"
-                    u_round = _ulp(distinct, key, first)
-                    u_r1 = 0 if h == r1_md5 else _ulp(both, key, f"r1:{dtype}/{r1_md5}")
-                    ulps_round.append(u_round)
-                    ulps_r1.append(u_r1)
-                    run_rows.append(
-                        {
-                            "round": name,
-                            "dtype": dtype,
-                            "threads": rec["threads"],
-                            "run": i,
-                            "md5": h,
-                            "ulp_vs_round_first": u_round,
-                            "ulp_vs_round1_first": u_r1,
-                        }
-                    )
-                code_equal = rec["code_sha256"] == h_k0
-                artifact_equal = rec["artifact_sha256"] == a_k0
-                sources = []
-                unique = list(dict.fromkeys(hashes))
-                if len(unique) > 1:
-                    sources.append(
-                        f"within the round, {len(unique)} distinct outputs from one program "
-                        f"({rec['recompiles']} recompiles): "
-                        + output_difference(distinct, [f"{dtype}/{h}" for h in unique])
-                    )
-                if name != "round1":
-                    if not code_equal:
-                        diffs[f"{name}/{dtype}"] = _code_diff(r1_records[dtype]["code"], rec["code"])
-                        sources.append(
-                            "generated source differs from round 1: " + diffs[f"{name}/{dtype}"].replace("\n", " | ")
-                        )
-                    if not artifact_equal:
-                        sources.append(
-                            "compiled artifact differs from round 1: "
-                            + artifact_difference(
-                                r1_records[dtype]["artifacts"], rec["artifacts"], r1_dir, facts["artifacts"], dtype
-                            )
-                        )
-                    if set(hashes) != {r1_md5}:
-                        cause = (
-                            "with the same source and artifacts, so the difference arises at run time"
-                            + (
-                                f" (thread count {rec['threads']} vs {r1_records[dtype]['threads']}; extern calls: {rec['extern_calls'] or 'none'})"
-                                if rec["threads"] != r1_records[dtype]["threads"]
-                                else f" (extern calls: {rec['extern_calls'] or 'none'})"
-                            )
-                            if code_equal and artifact_equal
-                            else "after the compiled program changed"
-                        )
-                        other = next(h for h in hashes if h != r1_md5)
-                        r1_key, o_key = f"r1:{dtype}/{r1_md5}", f"{dtype}/{other}"
-                        pair = {
-                            k: v
-                            for k, v in ((r1_key, r1_distinct.get(f"{dtype}/{r1_md5}")), (o_key, distinct.get(o_key)))
-                            if v is not None
-                        }
-                        sources.append(
-                            "outputs differ from round 1 " + cause + ": " + output_difference(pair, [r1_key, o_key])
-                        )
-                for art in rec["artifacts"]:
-                    ref_art = next((a for a in r1_records[dtype]["artifacts"] if a["kernel"] == art["kernel"]), None)
-                    artifact_rows.append(
-                        {
-                            "round": name,
-                            "dtype": dtype,
-                            "threads": rec["threads"],
-                            "kernel": art["kernel"],
-                            "kind": art["kind"],
-                            "artifact_sha256": art["sha256"],
-                            "file_sha256": art.get("file_sha256", art["sha256"]),
-                            "bytes": art["size"],
-                            "autotune_choice": art["autotune_choice"],
-                            "equal_to_round1": "reference"
-                            if name == "round1"
-                            else (
-                                "yes"
-                                if ref_art is not None
-                                and (ref_art["sha256"], ref_art["autotune_choice"])
-                                == (art["sha256"], art["autotune_choice"])
-                                else "no"
-                            ),
-                            "byte_difference": ""
-                            if name == "round1"
-                            or ref_art is None
-                            or ref_art.get("file_sha256") == art.get("file_sha256")
-                            else describe_byte_difference(
-                                _artifact_bytes(r1_dir, dtype, art["kernel"]) or b"",
-                                _artifact_bytes(facts["artifacts"], dtype, art["kernel"]) or b"",
-                            ),
-                            "detail": art["detail"],
-                        }
-                    )
-                known_round = [u for u in ulps_round if u is not None]
-                known_r1 = [u for u in ulps_r1 if u is not None]
-                summary_rows.append(
-                    {
-                        "dtype": dtype,
-                        "round": name,
-                        "process": facts["process"],
-                        "compiler_cache": facts["compiler_cache"],
-                        "threads": rec["threads"],
-                        "run_count": len(hashes),
-                        "unique_output_hashes": len(set(hashes)),
-                        "max_ulp_diff_across_runs": max(known_round) if len(known_round) == len(hashes) else None,
-                        "outputs_equal_round1": "yes" if set(hashes) == {r1_md5} else "no",
-                        "max_ulp_vs_round1": max(known_r1) if len(known_r1) == len(hashes) else None,
-                        "code_sha256": rec["code_sha256"],
-                        "kernel_hash_equal_across_cold_start": "reference (round 1 source)"
-                        if name == "round1"
-                        else ("yes" if code_equal else "no"),
-                        "artifact_sha256": rec["artifact_sha256"],
-                        "artifact_hash_equal_across_cold_start": "reference (H_k0)"
-                        if name == "round1"
-                        else ("yes" if artifact_equal else "no"),
-                        "artifact_kinds": ", ".join(sorted({a["kind"] for a in rec["artifacts"]})) or "none",
-                        "autotune_choice": " | ".join(
-                            a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"]
-                        )
-                        or "none (no autotuning)",
-                        "difference_source": "; ".join(sources) or "none",
-                        "kernel_count": rec["kernel_count"],
-                        "extern_calls": rec["extern_calls"],
-                        "graph_breaks": rec["graph_breaks"],
-                        "recompiles": rec["recompiles"],
-                        "compile_seconds": round(rec["compile_seconds"], 3),
-                        "ms_per_run": round(1000 * rec["seconds_all_runs"] / len(hashes), 3),
-                    }
-                )
-    runs_table = pl.DataFrame(run_rows)
-    summary = pl.DataFrame(summary_rows)
-    artifacts_table = pl.DataFrame(artifact_rows, schema=_ARTIFACT_SCHEMA)
-    headline = summary.filter((pl.col("dtype") == "float16") & (pl.col("round") == "round2_cold")).row(0, named=True)
-    r1_fp16 = summary.filter((pl.col("dtype") == "float16") & (pl.col("round") == "round1")).row(0, named=True)
+        rounds, wall = run_rounds(inputs, runs, cold, settings, Path(tmp), context.log.info)
+        tables = determinism_tables(rounds)
     context.add_output_metadata(
-        {"rows": runs_table.height, "runs_per_round": runs, "thread_round_runs": thread_runs},
+        {"rows": tables.runs.height, "runs_per_round": runs, "thread_round_runs": thread_runs},
         output_name="determinism_runs",
     )
     context.add_output_metadata(
-        {
-            "fp16_run_count": int(r1_fp16["run_count"]),
-            "fp16_unique_output_hashes_round1": int(r1_fp16["unique_output_hashes"]),
-            "fp16_unique_output_hashes_round2": int(headline["unique_output_hashes"]),
-            # -1: some outputs were beyond the distinct ones kept, so the distance is unknown
-            "fp16_max_ulp_diff_across_runs": -1
-            if r1_fp16["max_ulp_diff_across_runs"] is None
-            else int(r1_fp16["max_ulp_diff_across_runs"]),
-            "fp16_kernel_hash_equal_across_cold_start": headline["kernel_hash_equal_across_cold_start"],
-            "fp16_artifact_hash_equal_across_cold_start": headline["artifact_hash_equal_across_cold_start"],
-            "fp16_outputs_equal_across_cold_start": headline["outputs_equal_round1"],
-            "H_k0_fp16": r1_fp16["artifact_sha256"],
-            "source_sha256_round1_fp16": r1_fp16["code_sha256"],
-            "artifact_kinds": ", ".join(sorted(set(summary["artifact_kinds"].to_list()))),
-            "default_threads": default_threads,
-            "alt_threads": alt_threads,
-            "outputs_equal_with_alt_threads": ", ".join(
-                f"{r['dtype']}={r['outputs_equal_round1']}"
-                for r in summary.filter(pl.col("round").str.starts_with("cold_threads")).iter_rows(named=True)
-            ),
-            "code_differs_from_H_k0": dg.MetadataValue.md(
-                "\n\n".join(f"**{k}**\n```\n{v}\n```" for k, v in diffs.items()) or "no round generated other code"
-            ),
-            **{f"wall_seconds.{k}": round(v, 2) for k, v in wall.items()},
-            "table": dg.MetadataValue.md(markdown_table(summary.select(_SUMMARY_COLUMNS))),
-        },
+        summary_metadata(tables.summary, tables.code_diffs, wall, default_threads, alt_threads),
         output_name="determinism_summary",
     )
     context.add_output_metadata(
         {
-            "rows": artifacts_table.height,
-            "kernels_differing_from_round1": int((artifacts_table["equal_to_round1"] == "no").sum()),
-            "table": dg.MetadataValue.md(markdown_table(artifacts_table.drop("detail"))),
+            "rows": tables.artifacts.height,
+            "kernels_differing_from_round1": int((tables.artifacts["equal_to_round1"] == "no").sum()),
+            "table": dg.MetadataValue.md(markdown_table(tables.artifacts.drop("detail"))),
         },
         output_name="determinism_artifacts",
     )
-    return runs_table, summary, artifacts_table
+    return tables.runs, tables.summary, tables.artifacts
 
 
 _ARTIFACT_SCHEMA = {
@@ -581,7 +650,7 @@ def one_output_hash_per_round(determinism_summary: pl.DataFrame) -> dg.AssetChec
         reason,
         {
             "rows_with_several_hashes": _rows(bad),
-            "max_unique_hashes": int(determinism_summary["unique_output_hashes"].max() or 0),
+            "max_unique_hashes": as_int(determinism_summary["unique_output_hashes"].max() or 0, "unique_output_hashes"),
             "measured_source": _measured(bad),
         },
     )
@@ -599,7 +668,7 @@ def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckRes
     if above.height:
         verdict, reason = (
             CONTRADICTED,
-            f"runs differ by up to {int(above['max_ulp_diff_across_runs'].max())} ULP in {_rows(above)}",
+            f"runs differ by up to {as_int(above['max_ulp_diff_across_runs'].max(), 'max_ulp_diff_across_runs')} ULP in {_rows(above)}",
         )
     elif unknown.height or determinism_summary.height == 0:
         verdict, reason = (
@@ -690,8 +759,8 @@ def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: Exper
         problems,
         {
             "rows_recompiled_or_broken": _rows(broken),
-            "max_recompiles": int(determinism_summary["recompiles"].max() or 0),
-            "min_kernel_count": int(determinism_summary["kernel_count"].min() or 0),
+            "max_recompiles": as_int(determinism_summary["recompiles"].max() or 0, "recompiles"),
+            "min_kernel_count": as_int(determinism_summary["kernel_count"].min() or 0, "kernel_count"),
             "planned_runs_per_round": runs,
             "measured_source": _measured(broken),
         },
