@@ -119,6 +119,29 @@ def _round_term(y_abs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return unit_roundoff(dtype) * y_abs + UNDERFLOW_ERROR[dtype]
 
 
+@dataclass(frozen=True)
+class _Partials:
+    """The partials of a tiled sum: how many, ``sum_j |p_j|`` over the exact partials, and the dtype
+    each is stored in (``None``: kept in the accumulation dtype)."""
+
+    count: int
+    abs_sum: torch.Tensor
+    stored_dtype: torch.dtype | None
+
+
+def _accumulated_error(
+    g: Callable[[int], float], abs_sum: torch.Tensor, chains: tuple[int, ...], partials: _Partials | None
+) -> torch.Tensor:
+    """The accumulation error bound before the final rounding, with ``g(k)`` the bound on a product
+    of ``k`` rounding factors of the accumulation dtype (``gamma_k`` or its probabilistic variant)."""
+    if partials is None or partials.stored_dtype is None:
+        return g(sum(chains)) * abs_sum  # one chain: untiled, or tiled with partials kept in place
+    u_p = unit_roundoff(partials.stored_dtype)
+    tau_p = UNDERFLOW_ERROR[partials.stored_dtype]
+    e_p = (1 + u_p) * g(chains[0]) * abs_sum + u_p * partials.abs_sum + partials.count * tau_p
+    return e_p + g(chains[1]) * (partials.abs_sum + e_p)
+
+
 def summation_error_bound(
     x: torch.Tensor,
     *,
@@ -159,46 +182,36 @@ def summation_error_bound(
     u_a = unit_roundoff(accumulate_dtype)
     abs_sum = x.abs().sum(-1)
     s_abs = x.sum(-1).abs()
-    store = partial_dtype is not None and partial_dtype != accumulate_dtype
     if partial_dtype is not None and tile is None:
         raise ValueError("partial_dtype needs a tile")
-    partial_abs = None
-    if tile is None:
-        chains: tuple[int, ...] = (chain_length(n, order),)
-    else:
+    stored = partial_dtype if partial_dtype != accumulate_dtype else None
+    partials = None
+    chains: tuple[int, ...] = (chain_length(n, order),)
+    if tile is not None:
         if tile < 1 or n % tile:
             raise ValueError(f"row length {n} is not a multiple of tile {tile}")
         m = n // tile
         chains = (chain_length(tile, order), chain_length(m, order))
-        partial_abs = x.reshape(*x.shape[:-1], m, tile).sum(-1).abs().sum(-1)
+        partials = _Partials(m, x.reshape(*x.shape[:-1], m, tile).sum(-1).abs().sum(-1), stored)
 
-    def accumulated(g: Callable[[int], float]) -> torch.Tensor:
-        if tile is None:
-            return g(chains[0]) * abs_sum
-        if not store:
-            return g(chains[0] + chains[1]) * abs_sum
-        u_p = unit_roundoff(partial_dtype)
-        e_p = (1 + u_p) * g(chains[0]) * abs_sum + u_p * partial_abs + (n // tile) * UNDERFLOW_ERROR[partial_dtype]
-        return e_p + g(chains[1]) * (partial_abs + e_p)
+    def finish(e_acc: torch.Tensor) -> torch.Tensor:  # the final rounding, if any
+        return e_acc if output_dtype == accumulate_dtype else e_acc + _round_term(s_abs + e_acc, output_dtype)
 
-    def finish(e_acc: torch.Tensor) -> torch.Tensor:
-        if output_dtype == accumulate_dtype:
-            return e_acc
-        return e_acc + _round_term(s_abs + e_acc, output_dtype)
-
-    det = finish(accumulated(lambda k: gamma(k, u_a)))
+    det = finish(_accumulated_error(lambda k: gamma(k, u_a), abs_sum, chains, partials))
     prob, probability = None, None
     if lam is not None:
         # The worst-case gamma_k always holds, so the smaller of the two is the probabilistic bound.
-        prob = finish(accumulated(lambda k: min(gamma(k, u_a), gamma_tilde(k, u_a, lam))))
-        products = n + (n // tile if store else 0)
+        prob = finish(
+            _accumulated_error(lambda k: min(gamma(k, u_a), gamma_tilde(k, u_a, lam)), abs_sum, chains, partials)
+        )
+        products = n + (partials.count if partials is not None and partials.stored_dtype is not None else 0)
         probability = max(0.0, 1 - products * (1 - p_lambda(lam, u_a)))
     return SummationBound(
         det,
         prob,
         probability,
         abs_sum,
-        partial_abs,
+        None if partials is None else partials.abs_sum,
         chains,
         bound_formula(
             order=order,
