@@ -27,6 +27,7 @@ from precisionkit.tolerance import tolerance
 
 from ..experiments import group_of
 from ..resources import ExperimentSettings
+from ..scalars import as_float
 from ..tables import markdown_table
 from ..verdicts import finding_check, finding_result
 from ..workloads import WORKLOADS
@@ -202,7 +203,7 @@ def measured_tolerances(
             "groups": table.height,
             "observations": len(obs),
             **{f"verdict.{r['verdict']}": int(r["count"]) for r in counts.iter_rows(named=True)},
-            "max_ratio": float(table["ratio"].max() or 0.0),
+            "max_ratio": as_float(table["ratio"].max() or 0.0, "max ratio"),
             "quantile": QUANTILE,
             "table": dg.MetadataValue.md(
                 markdown_table(
