@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
@@ -249,24 +250,136 @@ def _op_name(target: object) -> str:
     return name.split(".")[0]
 
 
+class Localization(TypedDict):
+    """Where :func:`localize_bit_difference` found a bit difference: the op (``None`` when no single
+    op differs on its own), whether it only moves data, which output and how many of its elements
+    differ, up to three bit-pattern samples, which path departs from the op's bitwise result
+    (``eager``, ``fused``, both or ``unknown``), the ops re-run, and ``alone`` = False when the
+    difference is an eager op departing from its bitwise result while no op differs alone."""
+
+    op: str | None
+    op_moves_data_only: bool | None
+    output: int | None
+    differing_elements: int
+    samples: list[str]
+    departs_from_bitwise: str
+    ops_checked: list[str]
+    alone: NotRequired[bool]
+
+
+def _op_label(target: object, name: str) -> str:
+    return f"aten.{getattr(target, '__name__', name)}"
+
+
+def _single_op(
+    target: Callable[..., Any], flat: list[Any], spec: Any, positions: list[int], label: str
+) -> Callable[..., Any]:
+    """The op ``target`` as a function of its tensor arguments only (the others fixed as recorded)."""
+    from torch.utils._pytree import tree_unflatten
+
+    def one_op(*tensors: torch.Tensor) -> Any:
+        full = list(flat)
+        for i, t in zip(positions, tensors, strict=False):
+            full[i] = t
+        a, k = tree_unflatten(full, spec)
+        return target(*a, **k)
+
+    one_op.__name__ = label
+    return one_op
+
+
+def _neg_departure(label: str, src: torch.Tensor, eager_out: torch.Tensor) -> Localization | None:
+    """Negation's bitwise result is the input with the sign bit flipped: the elements where the eager
+    op departs from it, or ``None`` where it does not."""
+    size = src.element_size()
+    expected = _bits(src) ^ torch.tensor(-(1 << (8 * size - 1)), dtype=_INT[size])  # the sign bit
+    if expected.shape != _bits(eager_out).shape:
+        return None
+    got = _bits(eager_out)
+    bad = (got != expected).nonzero().reshape(-1)
+    if not bad.numel():
+        return None
+    return {
+        "op": label,
+        "op_moves_data_only": False,
+        "output": 0,
+        "differing_elements": int(bad.numel()),
+        "samples": [
+            f"input {_hex(int(_bits(src)[i]), size)}, eager {_hex(int(got[i]), size)}, bitwise expectation "
+            f"{_hex(int(expected[i]), size)}"
+            for i in bad[:3].tolist()
+        ],
+        "departs_from_bitwise": "eager",
+        "ops_checked": [],
+    }
+
+
+def _bit_sample(name: str, inp: int | None, eager: int, fused: int, size: int) -> tuple[str, set[str]]:
+    """One differing element in words, and the paths departing from the op's bitwise result there
+    (none where the op has no bitwise expectation or the input is unknown)."""
+    expected = None
+    if inp is not None and name == "neg":
+        expected = inp ^ (1 << (8 * size - 1))  # negation flips the sign bit only
+    elif inp is not None and name in MOVEMENT_OPS:
+        expected = inp
+    text = (
+        f"input {_hex(inp, size)}, " if inp is not None else ""
+    ) + f"eager {_hex(eager, size)}, fused {_hex(fused, size)}"
+    if expected is None:
+        return text, set()
+    mask = (1 << (8 * size)) - 1
+    departs = {p for p, v in (("eager", eager), ("fused", fused)) if v & mask != expected & mask}
+    return text + f", bitwise expectation {_hex(expected, size)}", departs
+
+
+def _output_difference(
+    label: str, name: str, k: int, e: torch.Tensor, f: torch.Tensor, tensors_in: list[torch.Tensor], checked: list[str]
+) -> Localization | None:
+    """Output ``k`` of op ``name`` eager (``e``) against fused (``f``): ``None`` when bit-identical."""
+    eb, fb = _bits(e), _bits(f)
+    if e.shape == f.shape and torch.equal(eb, fb):
+        return None
+    differ = (eb != fb).nonzero().reshape(-1) if e.shape == f.shape else torch.arange(0)
+    size = e.element_size()
+    same_shape_input = next((t for t in tensors_in if t.shape == e.shape and t.dtype == e.dtype), None)
+    samples, departs = [], set()
+    for idx in differ[:3].tolist():
+        inp = int(_bits(same_shape_input)[idx]) if same_shape_input is not None else None
+        text, who = _bit_sample(name, inp, int(eb[idx]), int(fb[idx]), size)
+        samples.append(text)
+        departs |= who
+    return {
+        "op": label,
+        "op_moves_data_only": name in MOVEMENT_OPS,
+        "output": k,
+        "differing_elements": int(differ.numel()),
+        "samples": samples,
+        "departs_from_bitwise": ", ".join(sorted(departs)) or "unknown",
+        "ops_checked": checked,
+    }
+
+
 def localize_bit_difference(
-    fn: Callable[..., object], args: tuple[torch.Tensor, ...], backend: str = "inductor", options: dict | None = None
-) -> dict[str, object]:
+    fn: Callable[..., object],
+    args: tuple[torch.Tensor, ...],
+    backend: str = "inductor",
+    options: dict[str, Any] | None = None,
+) -> Localization:
     """Re-run ``fn`` op by op, eagerly and fused, and find the first aten op whose output bits
     differ between the two (each op fed the same eager inputs). Returns the op, whether it only
     moves data, how many output elements differ, up to three (input, eager, fused) bit patterns,
     and, where the op has a bitwise expectation (neg flips the sign bit, a copy keeps the bits),
     which path departs from it. ``op`` is None when no single op differs on its own."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from torch.utils._pytree import tree_flatten
 
     from precisionkit import fused
 
     gm = make_fx(fn)(*args)
-    env: dict[str, object] = {}
+    env: dict[str, Any] = {}  # node name -> its eager value
     placeholders = iter(args)
     checked: list[str] = []
-    eager_departure: dict[str, object] | None = None  # first op whose eager bits depart from its bitwise result
+    eager_departure: Localization | None = None  # first op whose eager bits depart from its bitwise result
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             env[node.name] = next(placeholders)
@@ -284,78 +397,23 @@ def localize_bit_difference(
         eager_list = list(eager_out) if isinstance(eager_out, (tuple, list)) else [eager_out]
         if not tensors_in or not all(isinstance(t, torch.Tensor) for t in eager_list):
             continue
-
-        def one_op(*tensors, _t=node.target, _flat=flat, _spec=spec, _p=positions):
-            full = list(_flat)
-            for i, t in zip(_p, tensors, strict=False):
-                full[i] = t
-            a, k = tree_unflatten(full, _spec)
-            return _t(*a, **k)
-
+        label = _op_label(node.target, name)
         if eager_departure is None and name == "neg" and isinstance(eager_out, torch.Tensor):
-            # Negation's bitwise result is the input with the sign bit flipped; measure the eager op against it.
-            src = tensors_in[0]
-            size = src.element_size()
-            expected = _bits(src) ^ torch.tensor(-(1 << (8 * size - 1)), dtype=_INT[size])  # the sign bit
-            if expected.shape == _bits(eager_out).shape:
-                got = _bits(eager_out)
-                bad = (got != expected).nonzero().reshape(-1)
-                if bad.numel():
-                    eager_departure = {
-                        "op": f"aten.{getattr(node.target, '__name__', name)}",
-                        "op_moves_data_only": False,
-                        "output": 0,
-                        "differing_elements": int(bad.numel()),
-                        "samples": [
-                            f"input {_hex(int(_bits(src)[i]), size)}, eager {_hex(int(got[i]), size)}, bitwise expectation "
-                            f"{_hex(int(expected[i]), size)}"
-                            for i in bad[:3].tolist()
-                        ],
-                        "departs_from_bitwise": "eager",
-                    }
-        one_op.__name__ = f"op_{node.name}"
+            eager_departure = _neg_departure(label, tensors_in[0], eager_out)
+        one_op = _single_op(node.target, flat, spec, positions, f"op_{node.name}")
         fused_out = fused(one_op, backend, options, require_fusion=False)(*tensors_in)
         fused_list = list(fused_out) if isinstance(fused_out, (tuple, list)) else [fused_out]
         checked.append(name)
         for k, (e, f) in enumerate(zip(eager_list, fused_list, strict=False)):
-            eb, fb = _bits(e), _bits(f)
-            if e.shape == f.shape and torch.equal(eb, fb):
-                continue
-            differ = (eb != fb).nonzero().reshape(-1) if e.shape == f.shape else torch.arange(0)
-            size = e.element_size()
-            same_shape_input = next((t for t in tensors_in if t.shape == e.shape and t.dtype == e.dtype), None)
-            samples, departs = [], set()
-            for idx in differ[:3].tolist():
-                inp = int(_bits(same_shape_input)[idx]) if same_shape_input is not None else None
-                expected = None
-                if inp is not None and name == "neg":
-                    expected = inp ^ (1 << (8 * size - 1))  # negation flips the sign bit only
-                elif inp is not None and name in MOVEMENT_OPS:
-                    expected = inp
-                text = (
-                    f"input {_hex(inp, size)}, " if inp is not None else ""
-                ) + f"eager {_hex(int(eb[idx]), size)}, fused {_hex(int(fb[idx]), size)}"
-                if expected is not None:
-                    text += f", bitwise expectation {_hex(expected, size)}"
-                    departs |= {
-                        p
-                        for p, v in (("eager", int(eb[idx])), ("fused", int(fb[idx])))
-                        if v & ((1 << (8 * size)) - 1) != expected & ((1 << (8 * size)) - 1)
-                    }
-                samples.append(text)
-            return {
-                "op": f"aten.{getattr(node.target, '__name__', name)}",
-                "op_moves_data_only": name in MOVEMENT_OPS,
-                "output": k,
-                "differing_elements": int(differ.numel()),
-                "samples": samples,
-                "departs_from_bitwise": ", ".join(sorted(departs)) or "unknown",
-                "ops_checked": checked,
-            }
+            found = _output_difference(label, name, k, e, f, tensors_in, checked)
+            if found is not None:
+                return found
     if eager_departure is not None:
         # No op differs alone between eager and fused, but one eager op departs from its bitwise
         # result: the fused graph keeps the bits there (measured on the whole graph), eager does not.
-        return {**eager_departure, "ops_checked": checked, "alone": False}
+        eager_departure["ops_checked"] = checked
+        eager_departure["alone"] = False
+        return eager_departure
     return {
         "op": None,
         "op_moves_data_only": None,
@@ -367,7 +425,7 @@ def localize_bit_difference(
     }
 
 
-def describe_localization(loc: dict[str, object]) -> str:
+def describe_localization(loc: Localization) -> str:
     """One line for the check table: which op changed the bits on which path, as measured."""
     if loc["op"] is None:
         return (

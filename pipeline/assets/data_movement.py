@@ -14,6 +14,8 @@ view or a copy (``reshape_copied``, measured on the eager path).
 """
 
 import time
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 import dagster as dg
 import polars as pl
@@ -35,6 +37,7 @@ from ..movement import (
 )
 from ..progress import track
 from ..resources import ExperimentSettings
+from ..scalars import as_int
 from ..verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -72,7 +75,16 @@ def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tenso
 _INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
 
 
-def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch.Tensor, ...]) -> dict:
+class MismatchNature(TypedDict):
+    """Elements whose bits differ, how many of them are NaN in both paths, and up to three distinct
+    (eager, fused) NaN bit patterns as hex."""
+
+    mismatched: int
+    nan_encoding_only: int
+    nan_patterns: list[str]
+
+
+def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch.Tensor, ...]) -> MismatchNature:
     """Counts of mismatching elements, how many are NaN in both paths (encodings differ), and up
     to three distinct (eager, fused) NaN bit patterns as hex."""
     total = nan_pairs = 0
@@ -93,7 +105,7 @@ def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch
 
 
 def _notes(
-    graph: MovementGraph, dtype: str, equal: bool, ulp_max: int, nature: dict, total: int, cause: str = ""
+    graph: MovementGraph, dtype: str, equal: bool, ulp_max: int, nature: MismatchNature, total: int, cause: str = ""
 ) -> str:
     observed = "bit-exact" if equal else f"{nature['mismatched']} of {total} elements differ, max {ulp_max} ULP"
     if graph.has_implicit_computation:
@@ -120,86 +132,121 @@ def _notes(
     kinds={"pytorch", "polars"},
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    profile = settings.get_profile()
-    device = settings.torch_device()
-    backend, options = settings.backend, settings.options()
-    combos = plan(profile.movement_shapes)
+    combos = plan(settings.get_profile().movement_shapes)
+    start = time.perf_counter()
+    table, localized = check_table(
+        combos, settings.derived_seed, settings.torch_device(), settings.backend, settings.options(), context.log.info
+    )
+    context.add_output_metadata(table_metadata(table, time.perf_counter() - start, localized))
+    return table
+
+
+def combination_inputs(
+    graph: MovementGraph,
+    dtype_name: str,
+    shape: tuple[int, ...],
+    layout: str,
+    derived_seed: Callable[..., int],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seeded ``x`` and ``y`` of one combination; pure graphs get special values salted in."""
+    dtype = DTYPES[dtype_name]
+    specials = not graph.has_implicit_computation
+    x = make_input(
+        shape,
+        dtype,
+        layout,
+        derived_seed("movement", dtype_name, shape, layout, specials, "x"),
+        specials=specials,
+        device=device,
+    )
+    y = make_input(
+        shape,
+        graph.y_dtype(dtype),
+        layout,
+        derived_seed("movement", dtype_name, shape, layout, specials, "y"),
+        specials=specials,
+        device=device,
+    )
+    return x, y
+
+
+def compare_combination(
+    name: str,
+    dtype_name: str,
+    shape: tuple[int, ...],
+    layout: str,
+    inputs: tuple[torch.Tensor, torch.Tensor],
+    backend: str,
+    options: dict[str, Any],
+    may_localize: bool,
+) -> tuple[dict[str, Any], bool]:
+    """One row of the check table: subgraph ``name`` eager and fused on ``inputs``, bit for bit. With
+    ``may_localize``, a pure row whose only mismatches are NaN payloads is re-run op by op to find
+    the op that changed them (``cause_*`` columns; ``None`` when not localized); the flag says
+    whether it was."""
+    graph = CATALOGUE[name]
+    x, y = inputs
+    eager_out = _as_tuple(graph.fn(x, y))
+    fn = fused(graph.fn, backend, options, dynamic=False)
+    fused_out = _as_tuple(fn(x, y))
+    ev = fn.evidence
+    equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out, strict=False))
+    ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False))
+    nature = _mismatch_nature(eager_out, fused_out)
+    total = sum(e.numel() for e in eager_out)
+    # A NaN whose bits differ: find, op by op, which op changed the payload on which path.
+    loc = None
+    payload_only = nature["mismatched"] == nature["nan_encoding_only"]
+    if not equal and not graph.has_implicit_computation and payload_only and may_localize:
+        loc = localize_bit_difference(graph.fn, (x, y), backend, options)
+    cause = describe_localization(loc) if loc is not None else ""
+    row = {
+        "subgraph": name,
+        "dtype": dtype_name,
+        "shape": "x".join(map(str, shape)),
+        "layout": layout,
+        "has_implicit_computation": graph.has_implicit_computation,
+        "bit_equal": equal,
+        "ulp_max": ulp_max,
+        "mismatched_elements": nature["mismatched"],
+        "nan_encoding_mismatches": nature["nan_encoding_only"],
+        "kernel_count": ev.kernel_count,
+        "graph_breaks": ev.graph_breaks,
+        "recompiles": ev.recompiles,
+        "compile_seconds": round(ev.compile_seconds, 3),
+        "code_sha256": ev.code_sha256,
+        "reshape_copied": reshape_copied(graph, x, y),
+        "cause_op": None if loc is None else loc["op"],
+        "cause_op_moves_data_only": None if loc is None else loc["op_moves_data_only"],
+        "cause_path": None if loc is None else loc["departs_from_bitwise"],
+        "notes": _notes(graph, dtype_name, equal, ulp_max, nature, total, cause),
+    }
+    return row, loc is not None
+
+
+def check_table(
+    combos: list[tuple[str, str, tuple[int, ...], str]],
+    derived_seed: Callable[..., int],
+    device: torch.device,
+    backend: str,
+    options: dict[str, Any],
+    log: Callable[[str], None] | None = None,
+) -> tuple[pl.DataFrame, int]:
+    """Every combination's row (see :func:`compare_combination`), and how many rows were localized
+    op by op (at most :data:`MAX_LOCALIZATIONS`)."""
     rows = []
     localized = 0
-    start = time.perf_counter()
     # One compiled function per combination (dynamic=False): each subgraph's code object collects
     # one dynamo cache entry per dtype/shape/layout, more than the default recompile limit of 8.
     with torch._dynamo.config.patch(recompile_limit=len(combos) + 8, accumulated_recompile_limit=4 * len(combos) + 256):
-        for name, dtype_name, shape, layout in track(combos, context.log.info, "subgraph combinations"):
-            graph = CATALOGUE[name]
-            dtype = DTYPES[dtype_name]
-            specials = not graph.has_implicit_computation
-            x = make_input(
-                shape,
-                dtype,
-                layout,
-                settings.derived_seed("movement", dtype_name, shape, layout, specials, "x"),
-                specials=specials,
-                device=device,
+        for name, dtype_name, shape, layout in track(combos, log, "subgraph combinations"):
+            inputs = combination_inputs(CATALOGUE[name], dtype_name, shape, layout, derived_seed, device)
+            row, was_localized = compare_combination(
+                name, dtype_name, shape, layout, inputs, backend, options, localized < MAX_LOCALIZATIONS
             )
-            y = make_input(
-                shape,
-                graph.y_dtype(dtype),
-                layout,
-                settings.derived_seed("movement", dtype_name, shape, layout, specials, "y"),
-                specials=specials,
-                device=device,
-            )
-            eager_out = _as_tuple(graph.fn(x, y))
-            fn = fused(graph.fn, backend, options, dynamic=False)
-            fused_out = _as_tuple(fn(x, y))
-            ev = fn.evidence
-            equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out, strict=False))
-            ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False))
-            nature = _mismatch_nature(eager_out, fused_out)
-            total = sum(e.numel() for e in eager_out)
-            # A NaN whose bits differ: find, op by op, which op changed the payload on which path.
-            loc = None
-            if (
-                not equal
-                and not graph.has_implicit_computation
-                and nature["mismatched"] == nature["nan_encoding_only"]
-                and localized < MAX_LOCALIZATIONS
-            ):
-                loc = localize_bit_difference(graph.fn, (x, y), backend, options)
-                localized += 1
-            rows.append(
-                {
-                    "subgraph": name,
-                    "dtype": dtype_name,
-                    "shape": "x".join(map(str, shape)),
-                    "layout": layout,
-                    "has_implicit_computation": graph.has_implicit_computation,
-                    "bit_equal": equal,
-                    "ulp_max": ulp_max,
-                    "mismatched_elements": nature["mismatched"],
-                    "nan_encoding_mismatches": nature["nan_encoding_only"],
-                    "kernel_count": ev.kernel_count,
-                    "graph_breaks": ev.graph_breaks,
-                    "recompiles": ev.recompiles,
-                    "compile_seconds": round(ev.compile_seconds, 3),
-                    "code_sha256": ev.code_sha256,
-                    "reshape_copied": reshape_copied(graph, x, y),
-                    "cause_op": None if loc is None else loc["op"],
-                    "cause_op_moves_data_only": None if loc is None else loc["op_moves_data_only"],
-                    "cause_path": None if loc is None else loc["departs_from_bitwise"],
-                    "notes": _notes(
-                        graph,
-                        dtype_name,
-                        equal,
-                        ulp_max,
-                        nature,
-                        total,
-                        describe_localization(loc) if loc is not None else "",
-                    ),
-                }
-            )
-    wall = time.perf_counter() - start
+            localized += was_localized
+            rows.append(row)
     table = pl.DataFrame(
         rows,
         schema_overrides={
@@ -209,25 +256,28 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
             "cause_path": pl.String,
         },
     )
+    return table, localized
+
+
+def table_metadata(table: pl.DataFrame, wall: float, localized: int) -> dict[str, Any]:
+    """Metadata of the check table: compile count and time, bit-exact counts, reshape copies and the
+    counterexample list."""
     pure = table.filter(~pl.col("has_implicit_computation"))
     implicit = table.filter(pl.col("has_implicit_computation"))
-    context.add_output_metadata(
-        {
-            "compiles": table.height,
-            "wall_seconds": round(wall, 2),
-            "compile_seconds_total": round(float(table["compile_seconds"].sum()), 2),
-            "pure_rows": pure.height,
-            "pure_rows_bit_equal": int(pure["bit_equal"].sum()),
-            "pure_rows_value_equal": int((pure["ulp_max"] == 0).sum()),
-            "implicit_rows": implicit.height,
-            "implicit_rows_bit_equal": int(implicit["bit_equal"].sum()),
-            "reshape_rows": int(table["reshape_copied"].is_not_null().sum()),
-            "reshape_rows_that_copied": int(table["reshape_copied"].fill_null(False).sum()),
-            "payload_differences_localized": localized,
-            "counterexamples": dg.MetadataValue.md(_counterexample_list(table)),
-        }
-    )
-    return table
+    return {
+        "compiles": table.height,
+        "wall_seconds": round(wall, 2),
+        "compile_seconds_total": round(float(table["compile_seconds"].sum()), 2),
+        "pure_rows": pure.height,
+        "pure_rows_bit_equal": int(pure["bit_equal"].sum()),
+        "pure_rows_value_equal": int((pure["ulp_max"] == 0).sum()),
+        "implicit_rows": implicit.height,
+        "implicit_rows_bit_equal": int(implicit["bit_equal"].sum()),
+        "reshape_rows": int(table["reshape_copied"].is_not_null().sum()),
+        "reshape_rows_that_copied": int(table["reshape_copied"].fill_null(False).sum()),
+        "payload_differences_localized": localized,
+        "counterexamples": dg.MetadataValue.md(_counterexample_list(table)),
+    }
 
 
 def payload_excused(frame: pl.DataFrame) -> pl.Expr:
@@ -346,7 +396,7 @@ def pure_movement_rows_bit_exact(data_movement_check_table: pl.DataFrame) -> dg.
 def pure_movement_nan_encodings(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
     pure = data_movement_check_table.filter(~pl.col("has_implicit_computation"))
     nan_only = pure.filter(payload_excused(pure))
-    causes = {}
+    causes: dict[str, int] = {}
     if "cause_op" in nan_only.columns:
         for r in nan_only.iter_rows(named=True):
             key = f"{r['cause_op']} ({r['cause_path']} path departs from the bitwise result)"
@@ -381,7 +431,7 @@ def implicit_computation_counterexamples(data_movement_check_table: pl.DataFrame
         {
             "implicit_rows": implicit.height,
             "not_bit_exact": differ.height,
-            "max_ulp": int(differ["ulp_max"].max()) if differ.height else 0,
+            "max_ulp": as_int(differ["ulp_max"].max(), "ulp_max") if differ.height else 0,
             "counterexamples": dg.MetadataValue.md(_row_notes(implicit) or "none ran"),
         },
     )
@@ -409,6 +459,6 @@ def every_movement_combination_fused(
             "rows": table.height,
             "expected_rows": expected,
             "not_fused": _row_names(not_fused),
-            "min_kernel_count": int(table["kernel_count"].min()) if table.height else 0,
+            "min_kernel_count": as_int(table["kernel_count"].min(), "kernel_count") if table.height else 0,
         },
     )
