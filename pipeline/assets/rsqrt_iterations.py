@@ -346,6 +346,63 @@ def _div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x / y
 
 
+def newton_rsqrt_paths(xd: torch.Tensor) -> list[PathRow]:
+    """Path B for rsqrt: the bit-trick estimate and N Newton steps, per compute dtype and count."""
+    paths: list[PathRow] = []
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = bit_trick_rsqrt(xd, n, compute)
+            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    return paths
+
+
+def reciprocal_div_paths(xd: torch.Tensor, yd: torch.Tensor) -> list[PathRow]:
+    """Path B for div: x * torch.reciprocal(y), then x * (bit-trick reciprocal + N Newton steps)."""
+    paths: list[PathRow] = [("B_torch_reciprocal", None, "framework reciprocal", None, xd * torch.reciprocal(yd))]
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = xd.to(compute) * bit_trick_reciprocal(yd, n, compute)
+            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    return paths
+
+
+_ITERATION_COLUMNS = ("path", "ulp_max", "ulp_mean", "rel_max", "pre_round_rel_max")
+
+
+def iteration_metadata(
+    table: pl.DataFrame, fused_evidence: dict[str, Any], first_call: float, knobs: pl.DataFrame
+) -> dict[str, Any]:
+    """Metadata of ``c3_iteration_table``: per path its max ULP (and pre-rounding relative error),
+    the fused path's evidence, the table and the notes."""
+    rows = table.to_dicts()
+    columns = (*_ITERATION_COLUMNS, "pre_round_ulp16_max", "correctly_rounded_fraction", "vs_A_eager_equal_fraction")
+    return {
+        **{f"{r['path']}.ulp_max": r["ulp_max"] for r in rows},
+        **{
+            f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"] for r in rows if r["pre_round_rel_max"] is not None
+        },
+        "method": METHOD,
+        "fused_first_call_seconds": round(first_call, 3),
+        **{f"fused.{k}": v for k, v in fused_evidence.items() if isinstance(v, (int, float, str))},
+        "table": dg.MetadataValue.md(markdown_table(table.select(*columns))),
+        "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
+    }
+
+
+def div_metadata(div_table: pl.DataFrame, seed_y: int, knobs: pl.DataFrame) -> dict[str, Any]:
+    """Metadata of ``c3_div_table``: per path its max ULP, the seed of y, the table and the notes."""
+    columns = (*_ITERATION_COLUMNS, "correctly_rounded_fraction", "vs_A_eager_equal_fraction")
+    return {
+        **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},
+        "method": METHOD,
+        "seed_y": seed_y,
+        "table": dg.MetadataValue.md(markdown_table(div_table.select(*columns))),
+        "notes": dg.MetadataValue.md(floor_statement(div_table, "div") + " " + knob_statement(knobs, div_table)),
+    }
+
+
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs torch.rsqrt and x / y (eager, fused, under the approximate-math switches) and the
@@ -356,14 +413,8 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     x = make_input(tuple(profile.c3_shape), seed)
     ref = fp64_reference(torch.rsqrt, x)
     xd = x.to(device)
-
     paths, evidence, first_call = _framework_paths(_rsqrt, (xd,), settings, device)
-    for compute in (torch.float32, torch.float16):
-        tag = str(compute).removeprefix("torch.")
-        for n in ITERATIONS:
-            raw = bit_trick_rsqrt(xd, n, compute)
-            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
-    table, hist, outs = _table(paths, ref)
+    table, hist, outs = _table(paths + newton_rsqrt_paths(xd), ref)
     table = _with_evidence(table, evidence)
     outputs: dict[str, torch.Tensor] = {"input": x, "fp64_reference": ref, **outs}
 
@@ -373,19 +424,10 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     yd = y.to(device)
     div_ref = x.double() / y.double()  # fp64: exact inputs, one rounding to fp64
     div_paths, div_evidence, _ = _framework_paths(_div, (xd, yd), settings, device)
-    div_paths.append(("B_torch_reciprocal", None, "framework reciprocal", None, xd * torch.reciprocal(yd)))
-    for compute in (torch.float32, torch.float16):
-        tag = str(compute).removeprefix("torch.")
-        for n in ITERATIONS:
-            raw = xd.to(compute) * bit_trick_reciprocal(yd, n, compute)
-            div_paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
-    div_table, div_hist, div_outs = _table(div_paths, div_ref, label="div ")
+    div_table, div_hist, div_outs = _table(div_paths + reciprocal_div_paths(xd, yd), div_ref, label="div ")
     div_table = _with_evidence(div_table, div_evidence)
     outputs.update({"div/y": y, "div/fp64_reference": div_ref, **{f"div/{k}": v for k, v in div_outs.items()}})
     knobs = framework_knobs()
-    histogram = pl.DataFrame(hist + div_hist)
-    ev = evidence["A_fused"]
-    rows = table.to_dicts()
 
     yield dg.Output(
         outputs,
@@ -395,56 +437,9 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     yield dg.Output(
         table,
         output_name="c3_iteration_table",
-        metadata={
-            **{f"{r['path']}.ulp_max": r["ulp_max"] for r in rows},
-            **{
-                f"{r['path']}.pre_round_rel_max": r["pre_round_rel_max"]
-                for r in rows
-                if r["pre_round_rel_max"] is not None
-            },
-            "method": METHOD,
-            "fused_first_call_seconds": round(first_call, 3),
-            **{f"fused.{k}": v for k, v in ev.items() if isinstance(v, (int, float, str))},
-            "table": dg.MetadataValue.md(
-                markdown_table(
-                    table.select(
-                        "path",
-                        "ulp_max",
-                        "ulp_mean",
-                        "rel_max",
-                        "pre_round_rel_max",
-                        "pre_round_ulp16_max",
-                        "correctly_rounded_fraction",
-                        "vs_A_eager_equal_fraction",
-                    )
-                )
-            ),
-            "notes": dg.MetadataValue.md(floor_statement(table, "rsqrt") + " " + knob_statement(knobs, table)),
-        },
+        metadata=iteration_metadata(table, evidence["A_fused"], first_call, knobs),
     )
-    yield dg.Output(
-        div_table,
-        output_name="c3_div_table",
-        metadata={
-            **{f"{r['path']}.ulp_max": r["ulp_max"] for r in div_table.iter_rows(named=True)},
-            "method": METHOD,
-            "seed_y": seed_y,
-            "table": dg.MetadataValue.md(
-                markdown_table(
-                    div_table.select(
-                        "path",
-                        "ulp_max",
-                        "ulp_mean",
-                        "rel_max",
-                        "pre_round_rel_max",
-                        "correctly_rounded_fraction",
-                        "vs_A_eager_equal_fraction",
-                    )
-                )
-            ),
-            "notes": dg.MetadataValue.md(floor_statement(div_table, "div") + " " + knob_statement(knobs, div_table)),
-        },
-    )
+    yield dg.Output(div_table, output_name="c3_div_table", metadata=div_metadata(div_table, seed_y, knobs))
     yield dg.Output(
         knobs,
         output_name="c3_framework_knobs",
@@ -455,7 +450,7 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
             "table": dg.MetadataValue.md(markdown_table(knobs)),
         },
     )
-    yield dg.Output(histogram, output_name="c3_ulp_histogram")
+    yield dg.Output(pl.DataFrame(hist + div_hist), output_name="c3_ulp_histogram")
 
 
 def _nonincreasing(values: list[float], slack: float = 0.0) -> bool:
