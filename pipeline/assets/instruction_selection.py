@@ -624,7 +624,7 @@ def c1_instruction_selection(context: dg.AssetExecutionContext, settings: Experi
     errors = error_table(runs.outputs, ref)
     statement = route_statement(records, distribution)
     notes = c1_notes(x.dtype, statement)
-    inputs_meta = {
+    inputs_meta: dict[str, Any] = {
         "shape": str(list(x.shape)),
         "seed": seed,
         "scalar": SCALAR,

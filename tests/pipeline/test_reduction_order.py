@@ -251,3 +251,90 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
         assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])
         assert tilings["fp16.out16_differ_rows"] > 0 and tilings["fp32.acc32_differ_rows"] > 0
+
+
+# --- the plain functions behind the asset, without Dagster ------------------------------------------
+
+
+#: (version, family, tile) of the eager versions the plain-function tests run.
+_NAMES = [
+    ("eager", "compiler", None),
+    ("tile512_fp32_partials", "tiled_fp32_partials", 512),
+    ("tile512_fp16_partials", "tiled_fp16_partials", 512),
+]
+
+
+def _eager_versions():
+    return [
+        c2.Version("eager", "compiler", None, "", c2.plain_sum),
+        c2.Version("tile512_fp32_partials", "tiled_fp32_partials", 512, "", c2.tiled_sum(512, "fp32")),
+        c2.Version("tile512_fp16_partials", "tiled_fp16_partials", 512, "", c2.tiled_sum(512, "fp16")),
+    ]
+
+
+def test_run_c2_builds_every_table_from_eager_versions():
+    lines = []
+    result = c2.run_c2(_eager_versions(), 2048, 2, 3, 11, torch.device("cpu"), lines.append)
+    rows = c2.make_rows(3, 2048, 11)
+    assert bit_equal(result.stored["rows"], rows)
+    assert list(result.stored) == ["rows"] + [f"{v}/{o}" for v, _, _ in _NAMES for o in ("out16", "acc32")]
+    # Every stored result is the version run on each row; eager's accumulator is the fp32 sum.
+    assert bit_equal(result.stored["eager/acc32"], rows.sum(-1, dtype=torch.float32))
+    assert bit_equal(result.stored["eager/out16"], rows.sum(-1))
+    assert result.skipped == [] and lines[-1].startswith("summation versions (3 runs + 2 pool rows each) 3/3 (100%)")
+
+    versions = result.versions
+    assert versions["version"].to_list() == [v for v, _, _ in _NAMES]
+    assert versions["mode"].to_list() == ["eager"] * 3 and versions["runs"].to_list() == [3] * 3
+    assert versions["self_deterministic"].all() and versions["nonfinite_outputs"].to_list() == [0, 0, 0]
+    assert versions["tiling_source"].to_list() == ["framework (eager ATen kernel)", "hand-written", "hand-written"]
+    assert versions["framework_tiling"][1] == "hand-written: 512-element tiles, then the sum of the partials"
+    assert versions["fp64_value"][0] == rows[0].double().sum().item()
+    assert versions["kernel_count"].to_list() == [None] * 3
+
+    # 3 pairs x 2 outputs x 2 scopes; the seed-input scope has one row, the pool two.
+    matrix = result.ulp_matrix
+    assert matrix.height == 12 and matrix.filter(pl.col("scope") == "pool")["rows"].unique().to_list() == [2]
+    # 3 rows x 3 versions x 2 outputs, each with the chain of its own summation order.
+    bounds = result.row_bounds
+    assert bounds.height == 18
+    chains = dict(bounds.select("version", "chain").unique().iter_rows())
+    assert chains == {"eager": "2047", "tile512_fp32_partials": "511+3", "tile512_fp16_partials": "511+3"}
+    errors = result.error_vs_fp64
+    assert errors.height == 6 and errors["rows"].to_list() == [3] * 6
+    for r in errors.iter_rows(named=True):
+        mine = bounds.filter((pl.col("version") == r["version"]) & (pl.col("output") == r["output"]))
+        assert r["margin_max"] == mine["margin"].max() and r["worst_margin_row"] == mine["margin"].arg_max()
+
+
+def test_c2_shape_and_run_count_are_checked_before_running():
+    with pytest.raises(ValueError, match="c2_runs must be >= 2"):
+        c2.run_c2(_eager_versions(), 2048, 0, 1, 1, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"c2_length 1536 is not a multiple of tiles \[1024, 2048\]"):
+        c2.check_c2_shape(1536, 5)
+
+
+def test_versions_table_compares_code_with_the_fused_default():
+    def run(version, sha):
+        return c2.VersionRun({"version": version, "code_sha256": sha}, torch.zeros(1), torch.zeros(1))
+
+    table = c2.versions_table([run("eager", None), run("fused_default", "a"), run("knob1", "a"), run("knob2", "b")])
+    assert table["same_code_as_fused_default"].to_list() == [None, True, True, False]
+
+
+def test_knob_summary_says_what_each_knob_changed():
+    versions = pl.DataFrame(
+        {
+            "version": ["eager", "fused_default", "fused_k1", "framework_tiled_t1", "tile512_fp32_partials"],
+            "family": ["compiler", "compiler", "compiler", "framework_tiled", "tiled_fp32_partials"],
+            "mode": ["eager", "fused", "fused", "fused", "eager"],
+            "options": ["", "", "k1=0", "t=1", ""],
+            "same_code_as_fused_default": [None, True, True, False, None],
+        }
+    )
+    one, two = torch.tensor([1.0]), torch.tensor([2.0])
+    stored = {"fused_default/acc32": one, "fused_k1/acc32": one.clone(), "framework_tiled_t1/acc32": two}
+    assert c2.knob_summary(versions, stored) == [
+        "k1=0: code unchanged, fp32 accumulator unchanged vs fused_default",
+        "t=1: code changed, fp32 accumulator changed vs fused_default",
+    ]
