@@ -6,7 +6,7 @@ import torch
 from pipeline.assets import instruction_selection as c1
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
-from precisionkit import bit_equal, ulp_diff
+from precisionkit import bit_equal, error_stats, ulp_diff
 
 CHECKS = [
     c1.c1_paths_differ_mostly_within_1ulp,
@@ -209,3 +209,54 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
         mech.metadata["eager.control_route_only_equals_A"].value
         and mech.metadata["fused.control_value_only_equals_B"].value
     )
+
+
+# --- the plain functions behind the asset, without Dagster ------------------------------------------
+
+
+def test_ulp_tables_and_error_table_from_given_outputs():
+    x = c1.make_input((4, 4), seed=3, device=torch.device("cpu"))
+    a, b = c1.path_a(x), c1.path_b(x)
+    outputs = {"input": x}
+    for mode in ("eager", "fused"):
+        outputs |= {f"{mode}_A": a, f"{mode}_B": b, f"{mode}_control_route_only": a, f"{mode}_control_value_only": b}
+    outputs |= {"eager_control_0dim_tensor": b, "eager_control_fp32_opmath": a}
+    distribution, histogram = c1.ulp_tables(outputs)
+    assert distribution["comparison"].to_list() == list(c1.all_comparisons())
+    rows = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
+    differ = int((ulp_diff(a, b) == 1).sum())  # A and B are at most 1 ULP apart on this input
+    assert 0 < differ < 16 and int(ulp_diff(a, b).max()) == 1
+    ab = rows["eager A vs B"]
+    assert (ab["n"], ab["bit_equal"], ab["ulp1_pct"], ab["ulp_ge2_pct"]) == (16, False, 100.0 * differ / 16, 0.0)
+    assert rows["fused route only: control_route_only vs A"]["ulp0_pct"] == 100.0
+    assert rows["eager route at B's value: B vs control_value_only"]["bit_equal"]
+    # Five histogram bins per comparison; the counts add up to every element.
+    assert histogram.height == 5 * distribution.height
+    assert histogram.group_by("comparison").agg(pl.col("count").sum())["count"].unique().to_list() == [16]
+
+    ref = x.double() * 0.7
+    errors = c1.error_table(outputs, ref)
+    assert errors["path"].to_list() == list(c1.ERROR_KEYS)
+    expected = {k: v for k, v in error_stats(b, ref).items() if v is not None}
+    got = errors.filter(pl.col("path") == "fused_B").row(0, named=True)
+    assert {k: got[k] for k in expected} == expected and expected["ulp_max"] > 0
+
+
+def test_eager_route_row_without_device_kernels_is_not_observable():
+    trace = (["aten.mul.Tensor(float16[4] stride(1,), float16[4] stride(0,))", "aten.expand.default(x)"], [], [])
+    row = c1._eager_route_row("B", trace, [], torch.float16)
+    assert row["instruction_vs_A"] == "not observable"
+    assert row["multiply_op"] == "aten.mul.Tensor(float16[4] stride(1,), float16[4] stride(0,))"
+    assert row["route"] == "broadcast tensor" and row["multiplier"] == 0.7001953125
+    assert c1._eager_route_row("A", trace, [], torch.float16)["instruction_vs_A"] == "reference"
+    # With device kernels (a CUDA profile), the kernel names decide.
+    gpu = (trace[0], [], ["mul_kernel_scalar"])
+    assert c1._eager_route_row("B", gpu, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "same"
+    other = (trace[0], [], ["mul_kernel_tensor"])
+    assert c1._eager_route_row("B", other, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "different"
+
+
+def test_notes_name_both_multipliers():
+    notes = c1.c1_notes(torch.float16, "Statement.")
+    assert notes.startswith("Path A multiplies by 0.7 in its compute dtype (float32: 0.699999988079071); ")
+    assert "path B by 0.7 stored in float16 (0.7001953125), a relative change of 2.790e-04. Statement." in notes
