@@ -1,13 +1,17 @@
+from pathlib import Path
+
 import dagster as dg
 import polars as pl
 import pytest
 import torch
 
+from pipeline import _determinism_worker as worker
 from pipeline import storage
 from pipeline._determinism_worker import cold_cache_env, output_md5, run_round
 from pipeline.assets import determinism, toolkit
 from pipeline.profiles import PROFILES
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
+from precisionkit import bit_equal
 
 
 def test_output_md5_sees_every_bit_and_handles_bfloat16():
@@ -182,3 +186,81 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path):
     r1 = summary.filter(pl.col("round") == "round1").sort("dtype")
     assert cold.sort("dtype")["code_sha256"].to_list() == r1["code_sha256"].to_list()
     assert set(verdicts.values()) == {SUPPORTED}, {n: evals[n].metadata["reason"].value for n in verdicts}
+
+
+# --- the plain functions behind the asset, without Dagster ------------------------------------------
+
+
+def _record(hashes, code="code", threads=2, artifacts=()):
+    return {
+        "hashes": list(hashes),
+        "code_sha256": f"sha({code})",
+        "artifacts": list(artifacts),
+        "artifact_sha256": "art",
+        "kernel_count": 1,
+        "kernel_names": "k0",
+        "extern_calls": "",
+        "graph_count": 1,
+        "graph_breaks": 0,
+        "recompiles": 0,
+        "compile_seconds": 0.5,
+        "seconds_all_runs": 0.004,
+        "threads": threads,
+        "code": code,
+    }
+
+
+def _round(hashes, outputs, process, threads=2, code="code"):
+    records = {d: _record(hashes, code, threads) for d in determinism.DETERMINISM_DTYPES}
+    distinct = {f"{d}/{h}": outputs[h] for d in determinism.DETERMINISM_DTYPES for h in dict.fromkeys(hashes)}
+    return determinism.Round(records, distinct, process, "cache", Path("/nonexistent"))  # no artifact files
+
+
+def test_cold_rounds_plan():
+    assert determinism.cold_rounds(1000, 2) == [("round2_cold", 2, 1000), ("cold_threads_1", 1, 25)]
+    assert determinism.cold_rounds(5, 1) == [("round2_cold", 1, 5), ("cold_threads_2", 2, 5)]
+
+
+def test_determinism_tables_from_given_rounds():
+    one = torch.ones(2, 4)
+    two = one.clone()
+    two[1, 3] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))  # 1 ULP apart in one element
+    rounds = {
+        "round1": _round(["h1", "h1", "h1"], {"h1": one}, "in-process"),
+        "round2_cold": _round(["h1", "h2", "h1"], {"h1": one, "h2": two}, "fresh (pid 1)"),
+        "cold_threads_1": _round(["h2", "h2"], {"h2": two}, "fresh (pid 2)", threads=1, code="other"),
+    }
+    tables = determinism.determinism_tables(rounds)
+    assert tables.runs.height == 3 * (3 + 3 + 2)
+    cold = tables.runs.filter((pl.col("round") == "round2_cold") & (pl.col("dtype") == "float16"))
+    assert cold["ulp_vs_round_first"].to_list() == [0, 1, 0] and cold["ulp_vs_round1_first"].to_list() == [0, 1, 0]
+
+    summary = {(r["dtype"], r["round"]): r for r in tables.summary.iter_rows(named=True)}
+    r1, r2, r3 = (summary[("float16", n)] for n in ("round1", "round2_cold", "cold_threads_1"))
+    assert (r1["unique_output_hashes"], r1["max_ulp_diff_across_runs"], r1["difference_source"]) == (1, 0, "none")
+    assert (r2["unique_output_hashes"], r2["max_ulp_diff_across_runs"], r2["outputs_equal_round1"]) == (2, 1, "no")
+    assert r2["kernel_hash_equal_across_cold_start"] == "yes" and r2["ms_per_run"] == round(4 / 3, 3)
+    assert r2["difference_source"].startswith(
+        "within the round, 2 distinct outputs from one program (0 recompiles): 1 of 8 elements in 1 rows differ "
+        "(max 1 ULP); outputs differ from round 1 with the same source and artifacts, so the difference arises at "
+        "run time (extern calls: none): 1 of 8 elements in 1 rows differ (max 1 ULP)"
+    )
+    # Another thread count and other code: the source diff is measured and kept per round and dtype.
+    assert r3["kernel_hash_equal_across_cold_start"] == "no" and r3["max_ulp_vs_round1"] == 1
+    assert "generated source differs from round 1: -code | +other" in r3["difference_source"]
+    assert tables.code_diffs["cold_threads_1/float16"] == "-code\n+other"
+    assert set(tables.code_diffs) == {f"cold_threads_1/{d}" for d in determinism.DETERMINISM_DTYPES}
+    assert tables.artifacts.height == 0 and tables.artifacts.schema["bytes"] == pl.Int64
+
+
+def test_hash_runs_keeps_the_first_distinct_outputs():
+    outs = [torch.tensor([float(i % 3)]) for i in range(12)]
+    calls = iter(outs[1:])
+    hashes, kept = worker._hash_runs(lambda *a: next(calls), (), outs[0], range(12), "float32")
+    assert hashes == [output_md5(o) for o in outs]
+    assert list(kept) == [f"float32/{output_md5(outs[i])}" for i in range(3)]
+    assert all(bit_equal(kept[f"float32/{output_md5(o)}"], o) for o in outs[:3])
+    many = [torch.tensor([float(i)]) for i in range(worker.MAX_DISTINCT_KEPT + 3)]
+    calls = iter(many[1:])
+    _, kept = worker._hash_runs(lambda *a: next(calls), (), many[0], range(len(many)), "float32")
+    assert len(kept) == worker.MAX_DISTINCT_KEPT
