@@ -8,6 +8,7 @@ from pipeline.assets import data_movement, toolkit
 from pipeline.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
 from pipeline.profiles import PROFILES
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
+from precisionkit import bit_equal
 
 CHECKS = [
     data_movement.pure_movement_rows_bit_exact,
@@ -226,3 +227,41 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     )
     assert not scaled["bit_equal"] and scaled["ulp_max"] > 0
     assert not counter.passed and "scaled_add_concat/float16" in counter.metadata["details"].value
+
+
+# --- the plain functions behind the asset, without Dagster ------------------------------------------
+
+
+def test_bit_sample_names_the_path_that_departs_from_the_bitwise_result():
+    from pipeline.movement import _bit_sample
+
+    # fp16 1.0 is 0x3c00; negation must give 0xbc00: here the fused path kept the input's bits.
+    text, departs = _bit_sample("neg", 0x3C00, 0xBC00, 0x3C00, 2)
+    assert text == "input 0x3c00, eager 0xbc00, fused 0x3c00, bitwise expectation 0xbc00" and departs == {"fused"}
+    # A copy keeps the bits: both paths departing are both named.
+    assert _bit_sample("cat", 0x7E01, 0x7E00, 0x7E02, 2)[1] == {"eager", "fused"}
+    # No bitwise expectation for arithmetic, or without the input.
+    assert _bit_sample("add", 0x3C00, 0x4000, 0x4001, 2) == ("input 0x3c00, eager 0x4000, fused 0x4001", set())
+    assert _bit_sample("neg", None, 0x1, 0x2, 4) == ("eager 0x00000001, fused 0x00000002", set())
+
+
+def test_compare_combination_of_a_pure_graph():
+    seeds = []
+
+    def derived_seed(*parts):
+        seeds.append(parts)
+        return 7
+
+    graph = CATALOGUE["transpose_concat"]
+    inputs = data_movement.combination_inputs(
+        graph, "float32", (1, 3, 4), "contiguous", derived_seed, torch.device("cpu")
+    )
+    assert seeds == [("movement", "float32", (1, 3, 4), "contiguous", True, s) for s in ("x", "y")]
+    assert bit_equal(inputs[0], make_input((1, 3, 4), torch.float32, "contiguous", 7, specials=True))
+    row, localized = data_movement.compare_combination(
+        "transpose_concat", "float32", (1, 3, 4), "contiguous", inputs, "inductor", {}, True
+    )
+    assert not localized and row["cause_op"] is None and row["reshape_copied"] is None
+    assert (row["shape"], row["bit_equal"], row["ulp_max"], row["mismatched_elements"]) == ("1x3x4", True, 0, 0)
+    assert row["kernel_count"] >= 1 and row["graph_breaks"] == 0
+    assert row["notes"] == f"bit-exact; {graph.explanation}"
