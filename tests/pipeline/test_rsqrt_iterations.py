@@ -6,6 +6,7 @@ import torch
 from pipeline.assets import rsqrt_iterations as c3
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
+from precisionkit import bit_equal
 
 ASSETS = [
     c3.c3_rsqrt_iterations,
@@ -126,3 +127,54 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # CPU: the approximate-math switches run path A once more each; true division is correctly rounded.
     assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3.APPROX_KNOBS["cpu"]}
     assert div["A_eager"]["correctly_rounded_fraction"] == 1.0
+
+
+# --- the plain functions behind the asset, without Dagster ------------------------------------------
+
+
+def test_newton_paths_cover_both_compute_dtypes_and_every_count():
+    x = torch.tensor([0.25, 4.0], dtype=torch.float16)
+    paths = c3.newton_rsqrt_paths(x)
+    assert [p[0] for p in paths] == [f"B_newton{n}_{t}" for t in ("float32", "float16") for n in c3.ITERATIONS]
+    _, n, compute, raw, out = paths[-1]
+    assert (n, compute, raw.dtype, out.dtype) == (c3.ITERATIONS[-1], "float16", torch.float16, torch.float16)
+    assert bit_equal(out, c3.bit_trick_rsqrt(x, n, torch.float16).to(torch.float16))
+    # Enough Newton steps in fp32 give rsqrt(0.25) = 2 and rsqrt(4) = 0.5 exactly after the fp16 rounding.
+    assert paths[len(c3.ITERATIONS) - 1][4].tolist() == [2.0, 0.5]
+
+    y = torch.tensor([2.0, 8.0], dtype=torch.float16)
+    div = c3.reciprocal_div_paths(x, y)
+    assert div[0][0] == "B_torch_reciprocal" and div[0][4].tolist() == [0.125, 0.5]
+    assert [p[0] for p in div[1:]] == [p[0] for p in paths]
+    assert bit_equal(div[1][3], x.float() * c3.bit_trick_reciprocal(y, c3.ITERATIONS[0], torch.float32))
+
+
+def test_table_metadata_keys_follow_the_paths():
+    table = pl.DataFrame(
+        {
+            "path": ["A_eager", "B_newton0_float32", "B_newton1_float32"],
+            "iterations": [None, 0, 1],
+            "compute_dtype": ["framework", "float32", "float32"],
+            "ulp_max": [1.0, 3.0, 1.0],
+            "ulp_mean": [0.25, 1.0, 0.25],
+            "rel_max": [1e-4, 1e-3, 1e-4],
+            "pre_round_rel_max": [None, 2e-3, 1e-6],
+            "pre_round_ulp16_max": [None, 2.0, 0.01],
+            "correctly_rounded_fraction": [0.75, 0.5, 0.75],
+            "vs_A_eager_equal_fraction": [1.0, 0.5, 1.0],
+        }
+    )
+    knobs = pl.DataFrame(
+        {"option": ["emulate_precision_casts"], "value": ["False"], "names_an_iteration_count": [False]}
+    )
+    meta = c3.div_metadata(table, 42, knobs)
+    assert meta["A_eager.ulp_max"] == 1.0 and meta["B_newton0_float32.ulp_max"] == 3.0 and meta["seed_y"] == 42
+    assert meta["notes"].value.startswith(
+        "div, float32 arithmetic: pre-rounding max relative error N=0: 0.002, N=1: 1e-06; the fp16 result's max/mean "
+        "ULP error stops changing from N=1 (max 1, mean 0.25 ULP; framework path A: max 1, mean 0.25), where 100.00% "
+        "of elements equal path A's."
+    )
+    meta = c3.iteration_metadata(table, {"kernel_count": 1, "kernel_names": ("k",)}, 0.12345, knobs)
+    assert "A_eager.pre_round_rel_max" not in meta and meta["B_newton1_float32.pre_round_rel_max"] == 1e-6
+    assert meta["fused_first_call_seconds"] == 0.123 and meta["fused.kernel_count"] == 1
+    assert "fused.kernel_names" not in meta  # only numbers and strings go into metadata
