@@ -30,3 +30,15 @@ def as_int(value: Any, what: str) -> int:
     if not isinstance(value, int | float) or not float(value).is_integer():
         raise ValueError(f"{what}: expected an integer, got {value!r}")
     return int(value)
+
+
+def as_number(value: Any, what: str) -> int | float:
+    """``value`` as a number, an int staying an int (for display); a clear ``ValueError`` naming
+    ``what`` when it is ``None`` (an empty or all-null column), a bool or not a number.
+
+    >>> as_number(7, "sets"), as_number(0.5, "margin")
+    (7, 0.5)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what}: expected a number, got {value!r}")
+    return value

@@ -7,8 +7,9 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from ..scalars import as_number
 from .claims import Experiment
-from .render import Report, as_number, markdown_table
+from .render import Report, markdown_table
 
 
 def toolkit(report: Report, exp: Experiment) -> str:

@@ -10,9 +10,10 @@ from collections.abc import Callable
 import altair as alt
 import polars as pl
 
+from ..scalars import as_number
 from ..verdicts import combine
 from .claims import Experiment
-from .render import Report, as_number, fmt, markdown_table
+from .render import Report, fmt, markdown_table
 
 #: What the test plan asks each experiment to deliver, in its words.
 PLAN_DELIVERABLE = {

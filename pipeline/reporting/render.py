@@ -50,14 +50,6 @@ def check_evaluation(record: "AssetCheckExecutionRecord | None") -> dg.AssetChec
     return data if isinstance(data, dg.AssetCheckEvaluation) else None
 
 
-def as_number(value: Any, what: str) -> float:
-    """A polars aggregate (``Series.min()``, ``.max()``) as a number (an int stays an int); raises
-    naming ``what`` when there is none (an empty or all-null column) or it is not numeric."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what}: expected a number, got {value!r}")
-    return value
-
-
 def plain(value: Any) -> Any:
     """A metadata value as a plain Python value."""
     inner = getattr(value, "value", value)

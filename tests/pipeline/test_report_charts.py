@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.reporting import charts
 from pipeline.reporting.history import Point, figure_chart, glance_table, run_labels, verdict_timeline
-from pipeline.reporting.render import as_number
+from pipeline.scalars import as_number
 
 
 def _values(spec: dict) -> list[dict]:

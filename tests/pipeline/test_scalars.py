@@ -22,3 +22,12 @@ def test_missing_or_non_numeric_values_name_what_was_read():
         as_int(1.5, "ulp_max")
     with pytest.raises(ValueError, match=r"ulp_max: expected an integer, got inf"):
         as_int(float("inf"), "ulp_max")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import pipeline.scalars
+
+    result = doctest.testmod(pipeline.scalars)
+    assert result.attempted == 3 and result.failed == 0
