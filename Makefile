@@ -14,7 +14,7 @@ PIP_TORCH_ARGS ?=
 PROFILE ?= default
 # What `make lint` covers: ruff (lint and format check) over LINT_PATHS, mypy over TYPE_PATHS.
 LINT_PATHS ?= precisionkit pipeline benchmarks tests scripts
-TYPE_PATHS ?= precisionkit benchmarks scripts
+TYPE_PATHS ?= precisionkit pipeline benchmarks scripts
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_DISABLE_TELEMETRY = 1
 
