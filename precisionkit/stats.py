@@ -548,6 +548,31 @@ STAT_KEYS = tuple(f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("m
 )
 
 
+def _statistics(acc: _Accumulator, queries: list[_Query], m: int) -> dict[str, float]:
+    """The statistics of ``m`` compared pairs from the first pass's sums and the resolved ranks."""
+    by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
+    for q in queries:
+        assert q.value is not None
+        by_metric[q.metric][q.target] = q.value
+    out: dict[str, float] = {}
+    for name in _METRICS:
+        p50, p99 = _interpolate(by_metric[name], m, _PERCENTILES)
+        out |= {
+            f"{name}_max": acc.max[name],
+            f"{name}_mean": math.fsum(acc.sums[name]) / m,
+            f"{name}_p50": p50,
+            f"{name}_p99": p99,
+        }
+    denom = math.sqrt(acc.norm_a) * math.sqrt(acc.norm_ref)
+    return out | {
+        "exact_fraction": acc.exact / m,
+        "cosine": acc.dot / denom if denom > 0 else (1.0 if acc.norm_a == acc.norm_ref else 0.0),
+        "rel_within_1e-3": acc.within_1e3 / m,
+        "rel_within_5e-3": acc.within_5e3 / m,
+        "error_balance": abs(acc.balance) / m,
+    }
+
+
 def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     """Error statistics of ``a`` against ``ref`` as a dict of plain Python numbers.
 
@@ -613,28 +638,5 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     acc.windows = {}  # free the gathered errors before any further pass
     if pending:
         _select(pending, lambda metrics: (values for *_, values in chunk_metrics(None)), given=acc.hist)
-    by_metric: dict[str, dict[int, float]] = {name: {} for name in _METRICS}
-    for q in queries:
-        assert q.value is not None
-        by_metric[q.metric][q.target] = q.value
-    for name in _METRICS:
-        p50, p99 = _interpolate(by_metric[name], m, _PERCENTILES)
-        result.update(
-            {
-                f"{name}_max": acc.max[name],
-                f"{name}_mean": math.fsum(acc.sums[name]) / m,
-                f"{name}_p50": p50,
-                f"{name}_p99": p99,
-            }
-        )
-    denom = math.sqrt(acc.norm_a) * math.sqrt(acc.norm_ref)
-    result.update(
-        {
-            "exact_fraction": acc.exact / m,
-            "cosine": acc.dot / denom if denom > 0 else (1.0 if acc.norm_a == acc.norm_ref else 0.0),
-            "rel_within_1e-3": acc.within_1e3 / m,
-            "rel_within_5e-3": acc.within_5e3 / m,
-            "error_balance": abs(acc.balance) / m,
-        }
-    )
+    result.update(_statistics(acc, queries, m))
     return result
