@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-_RUNS_ASSETS = ("materialize(", "execute_in_process(", "pipeline.cli", 'cli.main(["report"')
+_RUNS_ASSETS = ("materialize(", "execute_in_process(", "execute_job(", "pipeline.cli", 'cli.main(["report"')
 
 
 def _runs_assets(fn) -> bool:

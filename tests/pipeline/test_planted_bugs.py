@@ -310,6 +310,7 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
     )
 
 
+@pytest.mark.slow  # a fresh interpreter that imports the whole code location
 def test_settings_asking_for_a_planted_backend_register_it():
     """Importing the code location registers nothing; settings that name a planted backend register
     it (a fresh process, so no earlier test has registered the backends)."""

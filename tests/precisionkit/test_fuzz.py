@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
 import torch
 
 from precisionkit import fuzz
@@ -74,6 +75,7 @@ def test_inductor_single_graph_ok():
     assert 0 <= out.fused_tol_ratio <= 1
 
 
+@pytest.mark.slow  # compiles dozens of graphs while shrinking
 def test_planted_bug_found_shrunk_and_reproduced(tmp_path):
     outcomes = fuzz.fuzz(range(6), backend=FAULTY, out_dir=tmp_path, max_shrink_checks=12)
     classes = Counter(o.klass for o in outcomes)
