@@ -169,20 +169,19 @@ class _Window:
     into a buffer sized from a sample. The range is a union of whole first-pass histogram bins, so
     after the pass the histogram gives the exact number of errors below it; a wanted rank that
     falls inside the range is then selected among the gathered errors with no further pass. A
-    buffer that fills up is dropped (``overflow``) and the radix passes take over."""
+    buffer that fills up is dropped (``buffer`` becomes None) and the radix passes take over."""
 
     def __init__(self, lo: int, hi: int, capacity: int) -> None:
         self.lo, self.hi = lo, hi
         self.buffer: torch.Tensor | None = torch.empty(capacity, dtype=torch.int64)
         self.filled = 0
-        self.overflow = False
 
     def gather(self, keys: torch.Tensor) -> None:
         if self.buffer is None:
             return
         sel = keys[(keys >= self.lo) & (keys < self.hi)]
         if self.filled + sel.numel() > self.buffer.numel():
-            self.buffer, self.overflow = None, True
+            self.buffer = None
             return
         self.buffer[self.filled : self.filled + sel.numel()] = sel.cpu()
         self.filled += sel.numel()

@@ -396,7 +396,8 @@ def _datasets() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 @pytest.mark.parametrize("name", list(_datasets()))
 def test_windows_wrong_windows_and_radix_passes_give_identical_statistics(monkeypatch, name):
     """The sample only decides where the first pass gathers errors: windows that hit, windows that
-    miss (a sample scaled by 1e6) and no windows at all give bit-identical results."""
+    miss (a sample scaled by 1e6), windows whose buffers fill up and no windows at all give
+    bit-identical results."""
     a, ref = _datasets()[name]
     monkeypatch.setattr(stats_module, "_CPU_CHUNK", 4096)
     hit = error_stats(a, ref)
@@ -405,9 +406,25 @@ def test_windows_wrong_windows_and_radix_passes_give_identical_statistics(monkey
         stats_module, "_sample_errors", lambda *args: {k: v * 1e6 for k, v in real_sample(*args).items()}
     )
     missed = error_stats(a, ref)
+    monkeypatch.setattr(stats_module, "_sample_errors", real_sample)
+    real_plan = stats_module._plan_windows
+    tiny: list[stats_module._Window] = []
+
+    def tiny_buffers(sample, n):  # the windows hit, but their buffers fill up after 100 errors
+        windows = real_plan(sample, n)
+        for ws in windows.values():
+            for w in ws:
+                w.buffer = w.buffer[:100] if w.buffer is not None else None
+                tiny.append(w)
+        return windows
+
+    monkeypatch.setattr(stats_module, "_plan_windows", tiny_buffers)
+    overflowed = error_stats(a, ref)
+    assert any(w.buffer is None for w in tiny)  # the overflow path ran
+    monkeypatch.setattr(stats_module, "_plan_windows", real_plan)
     monkeypatch.setattr(stats_module, "_WINDOW_CAP", 0)
     radix = error_stats(a, ref)
-    assert hit == missed == radix
+    assert hit == missed == overflowed == radix
     finite = torch.isfinite(a.double()) & torch.isfinite(ref)
     err = (a.double() - ref)[finite].abs().numpy()
     assert hit["abs_p50"] == np.percentile(err, 50) and hit["abs_p99"] == np.percentile(err, 99)
