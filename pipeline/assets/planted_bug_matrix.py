@@ -28,6 +28,7 @@ from ..planted_bug_harness import (
     build_matrix,
 )
 from ..planted_bugs import PLANTED_BUGS
+from ..profiles import PROFILES
 from ..resources import ExperimentSettings
 from ..tables import markdown_table
 from ..verdicts import (
@@ -141,7 +142,10 @@ def matrix_metadata(
     group_name=GROUP,
     pool="compute_device",
     description="Mutation testing of the harness: experiments B, C2 and D re-run at smoke size (whatever the outer "
-    f"profile) with the healthy backend over {MIN_HEALTHY_SEEDS}+ base seeds and with each planted-bug backend "
+    "profile) with the healthy backend over the profile's healthy base seeds ("
+    + ", ".join(f"{p.name}: {p.planted_bug_healthy_seeds}" for p in PROFILES.values())
+    + f"; no false alarm is supported only from {MIN_HEALTHY_SEEDS}) and "
+    "with each planted-bug backend "
     "(pipeline/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
     "contradicted, run invalid, step failed such as FusionError) that the healthy run lacks, and by which; per "
     "healthy seed: its ERROR outcomes (false alarms, target 0). Outcome kinds are read from each check's declared "
