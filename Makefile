@@ -3,7 +3,7 @@
 #   make test     run the test suite (make test-all adds the heavy tier; make test-fast: unit tests only)
 #   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
 #   make lint     ruff (lint + format check) and mypy over LINT_PATHS / TYPE_PATHS
-#   make test-fast  unit tests only (no materializations, no browser): about a minute
+#   make test-fast  unit tests only (no materializations, no browser): about half a minute
 # A GPU user picks another torch build, e.g.:  make report TORCH_SPEC="torch==2.13.0" PIP_TORCH_ARGS="--index-url <your CUDA wheel index>"
 # or installs torch into .venv first and passes TORCH_SPEC=skip.
 
