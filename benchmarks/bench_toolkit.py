@@ -6,7 +6,8 @@
     own integer width, which wraps for large values of opposite sign, and returns it as a float of
     the input's width).
 (b) ``error_stats`` on 67,108,864 fp16 elements (shape [8, 2048, 4096]) against an fp64
-    reference, in a child process so that its peak resident memory (``ru_maxrss``) is its own.
+    reference, in a child process so that its peak resident memory (``ru_maxrss``) is its own;
+    then the same with the torch first pass (``PRECISIONKIT_NATIVE=0``) for comparison.
 
     .venv/bin/python benchmarks/bench_toolkit.py            # full size
     .venv/bin/python benchmarks/bench_toolkit.py --quick    # small sizes, for a smoke test
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -32,6 +34,7 @@ except ImportError:  # not public in numpy 2
     from numpy.testing._private.utils import nulp_diff  # type: ignore[attr-defined]
 
 from precisionkit import error_stats, ulp_diff
+from precisionkit.stats import first_pass_implementation
 
 MIB = 1024 * 1024
 
@@ -125,20 +128,27 @@ def child_error_stats(shape: tuple[int, ...]) -> None:
                 "ulp_max": stats["ulp_max"],
                 "exact_fraction": stats["exact_fraction"],
                 "n_compared": stats["n_compared"],
+                "first_pass": first_pass_implementation("cpu", a.dtype),
             }
         )
     )
 
 
-def bench_error_stats(shape: tuple[int, ...]) -> None:
-    n = int(np.prod(shape))
+def run_child(shape: tuple[int, ...], native: bool) -> dict:
+    env = {**os.environ, "PRECISIONKIT_NATIVE": "1" if native else "0"}
     proc = subprocess.run(
         [sys.executable, __file__, "--child-error-stats", ",".join(map(str, shape))],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_error_stats(shape: tuple[int, ...]) -> None:
+    n = int(np.prod(shape))
+    r = run_child(shape, native=True)
     print(
         f"[error_stats] shape: {list(shape)} = {n} elements; inputs: a fp16 {r['a_bytes'] / MIB:.1f} MiB, "
         f"ref fp64 {r['ref_bytes'] / MIB:.1f} MiB"
@@ -157,7 +167,13 @@ def bench_error_stats(shape: tuple[int, ...]) -> None:
     )
     print(
         f"[error_stats] result: n_compared={r['n_compared']} ulp_max={r['ulp_max']} "
-        f"exact_fraction={r['exact_fraction']}"
+        f"exact_fraction={r['exact_fraction']}; first pass: {r['first_pass']}"
+    )
+    t = run_child(shape, native=False)
+    print(
+        f"[error_stats] torch first pass, for comparison: wall time {t['seconds']:.2f} s, "
+        f"+{(t['peak_bytes'] - t['before_bytes']) / MIB:.1f} MiB; same result: "
+        f"{(t['ulp_max'], t['exact_fraction']) == (r['ulp_max'], r['exact_fraction'])}"
     )
 
 

@@ -24,6 +24,7 @@ remaining ``n_compared`` finite pairs and is ``None`` when there are none.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import _native
 from ._tensors import FORMAT, INT_VIEW, as_tensor, require_float, require_same
 
 _CPU_CHUNK = 1 << 18
@@ -538,6 +540,113 @@ def _resolve_from_windows(queries: list[_Query], acc: _Accumulator) -> list[_Que
     return pending
 
 
+# The fused first pass (``_native/first_pass.c``): the layouts of its accumulator arrays.
+_F_LEN, _F_SUM, _F_COMP, _F_MAX, _F_DOT, _F_NORM_A, _F_NORM_REF = 18, 0, 4, 8, 12, 14, 16
+_C_NAMES = (
+    "filled", "zeros", "below_half", "ties", "balance", "within_1e3", "within_5e3",
+    "nan_matched", "inf_matched", "nan_mismatch", "inf_mismatch",
+)  # fmt: skip
+_W_LEN, _W_FILLED, _W_DROPPED = 6, 4, 5
+
+
+def _first_pass_kernel(device: torch.device, dtype: torch.dtype) -> Any:
+    """The fused C first pass (a ctypes library with ``pk_first_pass`` and ``pk_row_scales``),
+    where it applies (CPU tensors of a 16- or 32-bit format) and can be built; else None (the
+    torch path gives the same statistics)."""
+    if device.type != "cpu" or dtype == torch.float64:
+        return None
+    lib = _native.load("first_pass")
+    if lib is None:
+        return None
+    if lib.pk_first_pass.restype is not ctypes.c_int64:
+        p, i64, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+        lib.pk_first_pass.argtypes = [p, p, i64, p, i64, f64, i64, i64, p, p, p, p, p, p]
+        lib.pk_first_pass.restype = i64
+        lib.pk_row_scales.argtypes = [p, i64, i64, p]
+        lib.pk_row_scales.restype = None
+    return lib
+
+
+def first_pass_implementation(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float16) -> str:
+    """Which first pass :func:`error_stats` runs for results of ``dtype`` on ``device``: ``"C"``
+    (the fused kernel) or ``"torch"``."""
+    return "C" if _first_pass_kernel(torch.device(device), dtype) is not None else "torch"
+
+
+def _native_row_scales(lib: Any, fr: torch.Tensor, row_len: int, n_rows: int) -> torch.Tensor:
+    """:func:`_row_scales` of a contiguous fp64 CPU reference, in one C loop."""
+    out = torch.empty(n_rows, dtype=torch.float64)
+    lib.pk_row_scales(fr.data_ptr(), n_rows, row_len, out.data_ptr())
+    return out
+
+
+def _correct_ties(a64: torch.Tensor, r64: torch.Tensor, dtype: torch.dtype) -> int:
+    """Among finite pairs at exactly half a ULP from ``ref``, how many are ``ref`` correctly rounded."""
+    finite = torch.isfinite(a64) & torch.isfinite(r64)
+    a64, r64 = a64[finite], r64[finite]
+    tie = (a64 - r64).abs() / _spacing64(r64, dtype) == 0.5
+    return int((a64[tie] == round_to_dtype(r64[tie], dtype).to(torch.float64)).sum())
+
+
+def _native_first_pass(
+    lib: Any,
+    fa: torch.Tensor,
+    fr: torch.Tensor,
+    row_spacing: torch.Tensor,
+    row_len: int,
+    chunk: int,
+    acc: _Accumulator,
+) -> None:
+    """The first pass (as :func:`_accumulate` over every chunk) in one fused C loop per chunk."""
+    n, dtype = fa.numel(), fa.dtype
+    _, mantissa, emin = FORMAT[dtype]
+    f = np.zeros(_F_LEN, dtype=np.float64)
+    c = np.zeros(len(_C_NAMES), dtype=np.int64)
+    hist = torch.zeros(len(_METRICS), 1 << _DIGIT, dtype=torch.int64)
+    windows = [(_METRICS.index(name), w) for name, ws in acc.windows.items() for w in ws]
+    win = np.zeros((max(1, len(windows)), _W_LEN), dtype=np.int64)
+    # per metric and first-pass bin, 1 + the index of the window covering the bin (0: none)
+    lut = np.zeros((len(_METRICS), 1 << _DIGIT), dtype=np.int8)
+    if len(windows) > 127:
+        raise AssertionError(f"{len(windows)} windows do not fit the kernel's int8 table")
+    for i, (metric, w) in enumerate(windows):
+        assert w.buffer is not None
+        win[i, :4] = (metric, w.lo, w.hi, w.buffer.numel())
+        lut[metric, w.lo >> (64 - _DIGIT) : ((w.hi - 1) >> (64 - _DIGIT)) + 1] = i + 1
+    bufs = (ctypes.c_void_p * max(1, len(windows)))(*[w.buffer.data_ptr() for _, w in windows if w.buffer is not None])
+    a64 = torch.empty(min(n, chunk), dtype=torch.float64)
+    direct = fr.dtype == torch.float64 and fr.is_contiguous()
+    r64 = fr if direct else torch.empty(min(n, chunk), dtype=torch.float64)
+    spacing64 = row_spacing.to(torch.float64).contiguous()
+    tiny = torch.finfo(dtype).tiny
+    pointers = [f.ctypes.data, c.ctypes.data, hist.data_ptr(), lut.ctypes.data, win.ctypes.data]
+    for start, stop, row, rows in _chunks(n, row_len, chunk):
+        k = stop - start
+        a64[:k].copy_(fa[start:stop])
+        r = fr[start:stop] if direct else r64[:k].copy_(fr[start:stop])
+        sp = spacing64[row : row + (rows or 1)]
+        ties = lib.pk_first_pass(a64.data_ptr(), r.data_ptr(), k, sp.data_ptr(), row_len if rows else k, tiny, emin, mantissa,
+                  *pointers, bufs)  # fmt: skip
+        if ties:
+            acc.exact += _correct_ties(a64[:k], r, dtype)
+    counts = dict(zip(_C_NAMES, (int(x) for x in c), strict=True))
+    acc.filled, acc.zeros = counts["filled"], counts["zeros"]
+    acc.exact += counts["below_half"]
+    acc.balance, acc.within_1e3, acc.within_5e3 = counts["balance"], counts["within_1e3"], counts["within_5e3"]
+    acc.counts = {key: counts[key] for key in acc.counts}
+    acc.dot = float(f[_F_DOT] + f[_F_DOT + 1])
+    acc.norm_a = float(f[_F_NORM_A] + f[_F_NORM_A + 1])
+    acc.norm_ref = float(f[_F_NORM_REF] + f[_F_NORM_REF + 1])
+    for m, name in enumerate(_METRICS):
+        acc.max[name] = float(f[_F_MAX + m])
+        acc.sums[name] = [float(f[_F_SUM + m]), float(f[_F_COMP + m])]
+        acc.hist[name] = hist[m]
+    for i, (_, w) in enumerate(windows):
+        w.filled = int(win[i, _W_FILLED])
+        if win[i, _W_DROPPED]:
+            w.buffer = None
+
+
 STAT_KEYS = tuple(f"{m}_{s}" for m in ("abs", "rel", "ulp", "sulp") for s in ("max", "mean", "p50", "p99")) + (
     "exact_fraction",
     "cosine",
@@ -590,6 +699,13 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     misplaced a window, further passes narrow the rank down bin by bin instead (same result,
     more time). Working memory is a few chunks plus the windows, not the input's size.
 
+    On CPU, for results in a 16- or 32-bit format, the first pass is one fused C loop per chunk
+    (``precisionkit/_native/first_pass.c``, compiled with the system's C compiler on first use and
+    cached; ``PRECISIONKIT_NATIVE=0`` turns it off). It gives the same counts, maxima and
+    percentiles bit for bit; its sums are compensated, so means and cosine may differ from the
+    torch path's in the last digits, towards the correctly rounded value. Where no compiler
+    works, the torch path runs instead.
+
     >>> import torch
     >>> s = error_stats(
     ...     torch.tensor([1.0, 2.0], dtype=torch.float16), torch.tensor([1.0, 2.0 + 2**-11], dtype=torch.float64)
@@ -612,7 +728,12 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     # One spacing per row (last dimension) at the row's largest finite |ref|.
     row_len = ta.shape[-1] if ta.dim() > 0 and ta.shape[-1] > 0 else 1
     n_rows = n // row_len if n else 0
-    row_spacing = spacing(_row_scales(fr, row_len, n_rows, chunk), dtype) if n else torch.zeros(0, dtype=torch.float64)
+    kernel = _first_pass_kernel(ta.device, dtype) if n else None
+    if kernel is not None and fr.dtype == torch.float64 and fr.is_contiguous():
+        scales = _native_row_scales(kernel, fr, row_len, n_rows)
+    else:
+        scales = _row_scales(fr, row_len, n_rows, chunk) if n else torch.zeros(0, dtype=torch.float64)
+    row_spacing = spacing(scales, dtype) if n else torch.zeros(0, dtype=torch.float64)
 
     buf = _Buffers(min(n, chunk), ta.device)
 
@@ -624,8 +745,11 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     acc = _Accumulator()
     if n:
         acc.windows = _plan_windows(_sample_errors(fa, fr, row_spacing, row_len, dtype), n)
-    for a64, r64, diff, values in chunk_metrics(acc):
-        _accumulate(acc, a64, r64, diff, values, dtype, buf.keys)
+    if kernel is not None:
+        _native_first_pass(kernel, fa, fr, row_spacing, row_len, chunk, acc)
+    else:
+        for a64, r64, diff, values in chunk_metrics(acc):
+            _accumulate(acc, a64, r64, diff, values, dtype, buf.keys)
     m = acc.filled
     result: dict[str, float | int | None] = {"n": n, "n_compared": m, **acc.counts}
     if m == 0:

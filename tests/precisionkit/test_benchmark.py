@@ -28,7 +28,8 @@ EXPECTED_LINES = [
     rf"built, so \+-?{NUMBER} MiB during error_stats\)",
     rf"\[error_stats\] ratio to one copy of the inputs: time {NUMBER}x \(copy {NUMBER} ms\), extra memory "
     rf"-?{NUMBER}x \(2 MiB of inputs\)",
-    rf"\[error_stats\] result: n_compared=262144 ulp_max={NUMBER} exact_fraction={NUMBER}",
+    rf"\[error_stats\] result: n_compared=262144 ulp_max={NUMBER} exact_fraction={NUMBER}; first pass: (C|torch)",
+    rf"\[error_stats\] torch first pass, for comparison: wall time {NUMBER} s, \+-?{NUMBER} MiB; same result: True",
 ]
 
 
