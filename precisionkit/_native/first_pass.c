@@ -62,22 +62,26 @@ typedef struct {
     int64_t mantissa; /* its explicit mantissa bits */
 } format_t;
 
-/* Appends key to a window's buffer when it lies in the window's range; a window whose buffer
-   would overflow is marked dropped and gathers nothing more. */
-static inline void gather(int64_t *row, int64_t *buf, int64_t key) {
-    if (key < row[W_LO] || key >= row[W_HI] || row[W_DROPPED])
+/* Appends the n keys picked[] (all inside the window's range) to the window's buffer. Several
+   threads may append to one window: each reserves its place with one atomic addition. A window
+   whose buffer would overflow is marked dropped; its contents are then never read. */
+static void append(int64_t *row, int64_t *buf, const int64_t *picked, int64_t n) {
+    if (n == 0 || __atomic_load_n(&row[W_DROPPED], __ATOMIC_RELAXED))
         return;
-    if (row[W_FILLED] == row[W_CAPACITY]) {
-        row[W_DROPPED] = 1;
+    int64_t at = __atomic_fetch_add(&row[W_FILLED], n, __ATOMIC_RELAXED);
+    if (at + n > row[W_CAPACITY]) {
+        __atomic_store_n(&row[W_DROPPED], 1, __ATOMIC_RELAXED);
         return;
     }
-    buf[row[W_FILLED]++] = key;
+    memcpy(buf + at, picked, (size_t)n * sizeof *picked);
 }
 
 /* The errors and per-block reductions of n finite pairs; s is one spacing for all of them. */
 static void block(const double *a, const double *r, int64_t n, double s, const format_t *fmt, double *f,
-                  int64_t *c, int64_t *hist, const int8_t *lut, int64_t *win, int64_t **bufs) {
+                  int64_t *c, int64_t *hist, const int8_t *lut, int64_t *win, int64_t **bufs, int64_t n_win) {
     double v[4][PK_BLOCK];
+    int64_t hit_key[PK_BLOCK], picked_key[PK_BLOCK];
+    int8_t hit_slot[PK_BLOCK];
     double sum[4][PK_LANES] = {{0}};
     double dot[PK_LANES] = {0}, na[PK_LANES] = {0}, nr[PK_LANES] = {0};
     int64_t zeros = 0, below = 0, ties = 0, balance = 0, w1 = 0, w5 = 0;
@@ -113,15 +117,26 @@ static void block(const double *a, const double *r, int64_t n, double s, const f
         double top = f[F_MAX + m];
         int64_t *h = hist + (int64_t)m * PK_BINS;
         const int8_t *slots = lut + (int64_t)m * PK_BINS;
+        int64_t hits = 0; /* keys in bins that belong to a window, with the window's slot */
         for (int64_t i = 0; i < n; i++) {
             double x = v[m][i];
             top = x > top ? x : top; /* inf > top holds; NaN never occurs (both sides finite) */
             int64_t key = (int64_t)bits_of(x), bin = key >> PK_SHIFT;
             h[bin]++;
-            if (slots[bin]) /* the bin belongs to a window: gather the key if it is in range */
-                gather(win + (slots[bin] - 1) * W_LEN, bufs[slots[bin] - 1], key);
+            hit_key[hits] = key; /* kept (hits grows) only where the bin belongs to a window */
+            hit_slot[hits] = slots[bin];
+            hits += slots[bin] != 0;
         }
         f[F_MAX + m] = top;
+        for (int64_t w = 0; hits && w < n_win; w++) {
+            int64_t *row = win + w * W_LEN, picked = 0;
+            if (row[W_METRIC] != m)
+                continue;
+            for (int64_t i = 0; i < hits; i++) /* in the window's bins and in its exact range */
+                if (hit_slot[i] == w + 1 && hit_key[i] >= row[W_LO] && hit_key[i] < row[W_HI])
+                    picked_key[picked++] = hit_key[i];
+            append(row, bufs[w], picked_key, picked);
+        }
     }
     double prods[3] = {(dot[0] + dot[1]) + (dot[2] + dot[3]), (na[0] + na[1]) + (na[2] + na[3]),
                        (nr[0] + nr[1]) + (nr[2] + nr[3])};
@@ -154,7 +169,7 @@ static void count_excluded(double x, double y, int64_t *c) {
    whose ULP error is exactly 0.5 (ties), which the caller decides by rounding. */
 int64_t pk_first_pass(const double *a, const double *r, int64_t k, const double *spacing, int64_t seg_len,
                       double tiny, int64_t emin, int64_t mantissa, double *f, int64_t *c, int64_t *hist,
-                      const int8_t *lut, int64_t *win, int64_t **bufs) {
+                      const int8_t *lut, int64_t *win, int64_t **bufs, int64_t n_win) {
     format_t fmt = {tiny, emin, mantissa};
     double ta[PK_BLOCK], tr[PK_BLOCK];
     int64_t ties_before = c[C_TIES];
@@ -182,7 +197,7 @@ int64_t pk_first_pass(const double *a, const double *r, int64_t k, const double 
                 n = kept;
             }
             if (n)
-                block(pa, pr, n, s, &fmt, f, c, hist, lut, win, bufs);
+                block(pa, pr, n, s, &fmt, f, c, hist, lut, win, bufs, n_win);
         }
     }
     return c[C_TIES] - ties_before;

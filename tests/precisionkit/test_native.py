@@ -53,11 +53,20 @@ def _cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     }
 
 
+@pytest.fixture
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @needs_kernel
+@pytest.mark.parametrize("threads", [1, 3], indirect=True)
 @pytest.mark.parametrize("name", list(_cases()))
-def test_native_first_pass_equals_torch_first_pass(monkeypatch, name):
-    """Counts, maxima and percentiles are bit-identical; sums (means, cosine) differ only by the
-    order of addition."""
+def test_native_first_pass_equals_torch_first_pass(monkeypatch, name, threads):
+    """Counts, maxima and percentiles are bit-identical, with one thread or several gathering
+    into the same windows; sums (means, cosine) differ only by the order of addition."""
     a, ref = _cases()[name]
     monkeypatch.setattr(stats_module, "_CPU_CHUNK", 4096)  # many chunks, and rows split across them
     native, reference = _both(monkeypatch, a, ref)
