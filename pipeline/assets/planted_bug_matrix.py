@@ -26,6 +26,7 @@ from ..planted_bug_harness import (
     SCORING,
     MatrixFacts,
     build_matrix,
+    parallel_runs_here,
 )
 from ..planted_bugs import PLANTED_BUGS
 from ..profiles import PROFILES
@@ -87,6 +88,9 @@ class PlantedBugMatrixConfig(dg.Config):
     #: Skip assets that only finding checks (or no check) read: they cannot produce an ERROR outcome
     #: by a check, only by crashing. False runs every asset of the chosen experiments.
     skip_finding_only_assets: bool = True
+    #: Runs at a time: this process and parallel_runs - 1 worker processes (at most one per CPU
+    #: core). Each run is the same whichever process runs it; 1 runs them one after another here.
+    parallel_runs: int = 2
 
 
 def matrix_metadata(
@@ -98,6 +102,7 @@ def matrix_metadata(
     not_run: list[str],
     pruned: bool,
     wall_seconds: float,
+    parallel_runs: int = 1,
 ) -> dict[str, Any]:
     """The asset's metadata: what ran and how (``run_profile`` is the outer run's), the bugs caught
     and missed, false alarms per healthy seed, timings and the matrix as a markdown table."""
@@ -123,6 +128,7 @@ def matrix_metadata(
             f"{r['seed']}={r['error_outcomes']}" for r in healthy_rows.iter_rows(named=True)
         ),
         "wall_seconds": round(wall_seconds, 1),
+        "parallel_runs": parallel_runs,
         "healthy_run_seconds": round(facts["healthy_seconds"], 1),
         "healthy_checks": facts["healthy_checks"],
         "healthy_warn_checks (findings / inconclusive, never counted)": ", ".join(facts["healthy_warn_checks"])
@@ -158,6 +164,7 @@ def planted_bug_matrix(
     bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_EXPERIMENTS)
+    parallel = parallel_runs_here(config.parallel_runs)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
         table, facts = build_matrix(
@@ -168,6 +175,7 @@ def planted_bug_matrix(
             healthy_seeds=config.healthy_seeds or None,
             log=context.log.info,
             prune=config.skip_finding_only_assets,
+            parallel=parallel,
         )
     wall = time.perf_counter() - start
     context.add_output_metadata(
@@ -179,6 +187,7 @@ def planted_bug_matrix(
             not_run=not_run,
             pruned=config.skip_finding_only_assets,
             wall_seconds=wall,
+            parallel_runs=parallel,
         )
     )
     return table

@@ -3,7 +3,10 @@
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import dagster as dg
 import polars as pl
@@ -16,6 +19,7 @@ from pipeline.assets import planted_bug_matrix as matrix_asset
 from pipeline.assets import regression
 from pipeline.planted_bugs import PLANTED_BUGS
 from pipeline.profiles import PROFILES
+from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
 
@@ -308,6 +312,127 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
     assert (
         "('default')" in meta["note"] and meta["healthy_warn_checks (findings / inconclusive, never counted)"] == "none"
     )
+
+
+def test_matrix_plan_runs_healthy_seeds_then_bugs_at_the_first_seed():
+    plan = harness.matrix_plan(["planted_a", "planted_b"], [7, 8])
+    assert [tuple(r) for r in plan] == [
+        ("healthy_7", "inductor", 7),
+        ("healthy_8", "inductor", 8),
+        ("planted_a", "planted_a", 7),
+        ("planted_b", "planted_b", 7),
+    ]
+
+
+def test_parallel_runs_are_at_least_one_and_at_most_one_per_core():
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        harness.parallel_runs_here(0)
+    assert harness.parallel_runs_here(1) == 1
+    assert harness.parallel_runs_here(64) == min(64, os.cpu_count() or 1)
+
+
+class _ThreadWorker:
+    """Stands in for :class:`harness.MatrixWorker` in the scheduling tests: runs in the feeding
+    thread, slower than the runs here, so runs finish out of plan order."""
+
+    instances: ClassVar[list["_ThreadWorker"]] = []
+    fail = False
+    took = threading.Event()
+
+    def __init__(self, experiments, threads):
+        self.ran: list[str] = []
+        self.closed_with: bool | None = None
+        self.took = _ThreadWorker.took
+        _ThreadWorker.instances.append(self)
+
+    def ready(self):
+        pass
+
+    def run(self, run, base_dir, like, prune):
+        self.took.set()
+        if _ThreadWorker.fail:
+            raise RuntimeError(f"matrix run {run.label} failed in the worker: boom")
+        time.sleep(0.3)
+        self.ran.append(run.label)
+        return _fake_run(run.backend, seed=run.seed, where="worker")
+
+    def close(self, kill=False):
+        self.closed_with = kill
+
+
+def _fake_run(backend, defs=None, base_dir=None, like=None, seed=None, prune=True, where="here"):
+    if where == "here":
+        assert _ThreadWorker.took.wait(10), "the worker never took a run"
+    return {
+        "outcomes": {},
+        "metadata": {"backend": backend, "where": where},
+        "failures": [],
+        "seed": seed,
+        "seconds": 0.0,
+    }
+
+
+@pytest.fixture
+def thread_workers(monkeypatch):
+    monkeypatch.setattr(harness, "MatrixWorker", _ThreadWorker)
+    monkeypatch.setattr(harness, "run_experiments", _fake_run)
+    monkeypatch.setattr(_ThreadWorker, "instances", [])
+    monkeypatch.setattr(_ThreadWorker, "fail", False)
+    monkeypatch.setattr(_ThreadWorker, "took", threading.Event())
+    return _ThreadWorker
+
+
+def test_parallel_runs_report_in_plan_order_whoever_ran_them(thread_workers, tmp_path):
+    plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1, 2])
+    like = ExperimentSettings(profile="smoke", device="cpu")
+    seen = []
+    runs = harness.run_plan(plan, ["D"], [], like, tmp_path, parallel=2, on_result=lambda i, r: seen.append(i))
+    assert seen == list(range(len(plan)))
+    assert [r["metadata"]["backend"] for r in runs] == [p.backend for p in plan]
+    assert [r["seed"] for r in runs] == [p.seed for p in plan]
+    (worker,) = thread_workers.instances
+    assert worker.ran and worker.closed_with is False
+    assert {r["metadata"]["where"] for r in runs} == {"here", "worker"}
+
+
+def test_a_failed_worker_run_stops_the_plan_and_raises(thread_workers, tmp_path):
+    thread_workers.fail = True
+    plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1])
+    like = ExperimentSettings(profile="smoke", device="cpu")
+    with pytest.raises(RuntimeError, match="failed in the worker: boom"):
+        harness.run_plan(plan, ["D"], [], like, tmp_path, parallel=2)
+    assert thread_workers.instances[0].closed_with is True
+
+
+@pytest.mark.slow  # two fresh interpreters that import the matrix's experiments
+def test_worker_process_runs_like_this_one_and_reports_a_bad_start(tmp_path):
+    """A run in a worker process gives the outcomes and failures the same run gives here, and a
+    worker that cannot load its experiments says why."""
+    planted_bugs.register_planted_backends()
+    defs, _ = harness.matrix_definitions(["D"])
+    like = ExperimentSettings(profile="smoke", device="cpu")
+    run = harness.PlannedRun("planted_contiguous_only", "planted_contiguous_only", like.seed)
+    here = harness.run_experiments(run.backend, defs, tmp_path / "here", like, seed=run.seed)
+    worker = harness.MatrixWorker(["D"], torch.get_num_threads())
+    try:
+        worker.ready()
+        plain = {"profile": "smoke", "device": "cpu", "backend": "inductor", "backend_options": "{}", "seed": like.seed}
+        there = worker.run(run, tmp_path / "there", plain, True)
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
+    assert there["outcomes"] == here["outcomes"] and there["failures"] == here["failures"]
+    assert harness.error_outcomes(there) == {
+        "data_movement_check_table:pure_movement_rows_bit_exact": "claim contradicted"
+    }
+    bad = harness.MatrixWorker(["nosuch"], 1)
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"(?s)failed to start: .*experiment 'nosuch' is not runnable in the matrix"
+        ):
+            bad.ready()
+    finally:
+        bad.close()
 
 
 @pytest.mark.slow  # a fresh interpreter that imports the whole code location

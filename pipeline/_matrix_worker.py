@@ -1,0 +1,64 @@
+"""A worker process of the planted-bug matrix: runs whole matrix runs on request.
+
+Started by :class:`pipeline.planted_bug_harness.MatrixWorker` as::
+
+    python -m pipeline._matrix_worker --fd FD --threads T --experiments B,C2,D
+
+``FD`` is this process's end of a socket pair. The worker sets torch's CPU thread count, loads the
+experiments' definitions once and sends ``("ready", pid)``; then, for every request
+``(run, base_dir, settings, prune)`` it receives, it sends ``("ok", MatrixRun)`` or
+``("error", traceback)``, until it receives ``None`` or the other end closes.
+"""
+
+import argparse
+import os
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fd", type=int, required=True, help="this end of the socket pair")
+    parser.add_argument("--threads", type=int, required=True, help="torch CPU threads")
+    parser.add_argument("--experiments", required=True, help="comma-separated matrix experiments")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    conn = Connection(args.fd)
+    try:
+        import torch
+
+        from .planted_bug_harness import PlannedRun, matrix_definitions, run_experiments
+        from .planted_bugs import register_planted_backends
+        from .resources import ExperimentSettings
+
+        torch.set_num_threads(args.threads)
+        register_planted_backends()
+        defs, _ = matrix_definitions([e for e in args.experiments.split(",") if e])
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+        return 1
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return 0
+        if request is None:
+            return 0
+        fields, base_dir, like, prune = request
+        run = PlannedRun(*fields)
+        try:
+            out = run_experiments(
+                run.backend, defs, Path(base_dir), ExperimentSettings(**like), seed=run.seed, prune=prune
+            )
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+            conn.send(("error", traceback.format_exc()))
+            continue
+        conn.send(("ok", out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
