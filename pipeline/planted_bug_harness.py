@@ -387,12 +387,21 @@ class MatrixWorker:
         out: MatrixRun = value
         return out
 
-    def close(self, kill: bool = False) -> None:
+    def close(self, kill: bool = False, wait: bool = True) -> None:
+        """Stop the worker: ask it to exit (``kill``: kill it), then wait for it to exit, or with
+        ``wait=False`` leave that to a background thread (an interpreter that has used Inductor
+        takes a second or two to shut down, and nothing depends on it any more)."""
         if kill:
             self.proc.kill()
         else:
             with contextlib.suppress(OSError):  # already gone: nothing to tell it
                 self.conn.send(None)
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -504,7 +513,7 @@ def run_plan(
             t.join()
         for w in pool:
             if not failed:
-                w.close()
+                w.close(wait=False)
     if errors:
         raise errors[0]
     missing = [plan[i].label for i in range(len(plan)) if i not in results]

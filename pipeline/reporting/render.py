@@ -501,15 +501,27 @@ def materializations_section(report: Report, exp: Experiment) -> str:
     return "\n".join(lines)
 
 
-def vendor_javascript(docs_dir: Path) -> None:
+#: Built JavaScript bundles, one per vl-convert version (git-ignored): bundling takes about a second
+#: and gives the same file for the same vl-convert.
+BUNDLE_CACHE = REPO_ROOT / "site" / ".cache"
+
+
+def vendor_javascript(docs_dir: Path, cache_dir: Path = BUNDLE_CACHE) -> None:
+    """Put vl-convert's Vega / Vega-Lite / vega-embed bundle into the site, from ``cache_dir``
+    when this vl-convert version has built it before."""
     import vl_convert as vlc
 
+    cached = cache_dir / f"vega-bundle-{vlc.__version__}.js"
+    if not cached.is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cached) as tmp:
+            # The stub declares ``snippet`` required; at run time it defaults to the snippet that puts
+            # vegaEmbed, vegaLite and vega on ``window``, which the pages use.
+            tmp.write_text(vlc.javascript_bundle())  # type: ignore[call-arg]
     target = docs_dir / "assets" / "vendor" / "vega-bundle.js"
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
-        # The stub declares ``snippet`` required; at run time it defaults to the snippet that puts
-        # vegaEmbed, vegaLite and vega on ``window``, which the pages use.
-        tmp.write_text(vlc.javascript_bundle())  # type: ignore[call-arg]
+        shutil.copyfile(cached, tmp)
 
 
 def prepare_docs_dir(docs_dir: Path) -> None:

@@ -356,7 +356,7 @@ class _ThreadWorker:
         self.ran.append(run.label)
         return _fake_run(run.backend, seed=run.seed, where="worker")
 
-    def close(self, kill=False):
+    def close(self, kill=False, wait=True):
         self.closed_with = kill
 
 

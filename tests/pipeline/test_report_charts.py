@@ -173,3 +173,20 @@ def test_history_charts_and_glance_from_plain_points():
     glance = glance_table(histories, "--gpu")
     assert "| [C3](rsqrt-iterations--gpu.md) | `toy_claim` | 2 |" in glance
     assert "verdict supported → contradicted; worst 0.5 → 3" in glance
+
+
+def test_vendored_bundle_is_built_once_per_vl_convert_version(tmp_path):
+    import vl_convert as vlc
+
+    from pipeline.reporting.render import vendor_javascript
+
+    cache = tmp_path / "cache"
+    vendor_javascript(tmp_path / "docs_a", cache_dir=cache)
+    built = (tmp_path / "docs_a" / "assets" / "vendor" / "vega-bundle.js").read_text()
+    assert "vegaEmbed" in built
+    cached = cache / f"vega-bundle-{vlc.__version__}.js"
+    assert cached.read_text() == built
+    # A later site copies the cached file instead of bundling again.
+    cached.write_text("// cached bundle")
+    vendor_javascript(tmp_path / "docs_b", cache_dir=cache)
+    assert (tmp_path / "docs_b" / "assets" / "vendor" / "vega-bundle.js").read_text() == "// cached bundle"
