@@ -511,7 +511,7 @@ def vendor_javascript(docs_dir: Path, cache_dir: Path = BUNDLE_CACHE) -> None:
     when this vl-convert version has built it before."""
     import vl_convert as vlc
 
-    cached = cache_dir / f"vega-bundle-{vlc.__version__}.js"
+    cached = cache_dir / f"vega-bundle-{vlc.__version__}.js"  # type: ignore[attr-defined]
     if not cached.is_file():
         cached.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(cached) as tmp:
