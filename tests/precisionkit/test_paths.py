@@ -231,3 +231,28 @@ def test_of_kind_and_excluding_select_by_the_aot_label():
     assert captured.of_kind("backward").kernel_names == ("b",)
     assert captured.excluding("backward").kernel_names == ("f", "u")
     assert captured.of_kind("inference").graphs == 0
+
+
+def test_first_call_skips_only_the_guard_latency_probe(monkeypatch):
+    """Dynamo's guard-latency probe (a cache flush and a timed guard evaluation per compiled graph)
+    does not run in a fused path's first call; it is back afterwards, and a plain compile runs it."""
+    from torch._dynamo import guards
+
+    calls = []
+
+    def probe(*args):
+        calls.append(len(args))
+        return 1.0
+
+    monkeypatch.setattr(guards, "profile_guard_manager", probe)
+    x = torch.linspace(-2, 2, 8)
+
+    def chain(t):
+        return torch.nn.functional.gelu(t * 3 - 1)
+
+    fn = fused(chain)
+    torch.testing.assert_close(fn(x), chain(x))
+    assert calls == [] and fn.evidence.kernel_count >= 1
+    assert guards.profile_guard_manager is probe
+    torch.compile(lambda t: t * 5 + 2, backend="aot_eager")(x)
+    assert calls == [3]
