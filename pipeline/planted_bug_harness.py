@@ -7,6 +7,11 @@ backend of :mod:`pipeline.planted_bugs`. Every evaluated check becomes a
 Dagster: a bug is caught only at ERROR, by a contradicted claim, an invalid run or a failed step
 that the healthy run at the same seed does not have; every ERROR of a healthy run is a false alarm.
 
+The runs are mostly single-threaded tracing and compilation, so :func:`run_plan` runs them two at
+a time by default: here and in a worker process (:class:`MatrixWorker`) with the same environment
+and CPU thread count. Which process ran a run changes nothing in it; results and log lines come
+back in plan order.
+
 The asset ``planted_bug_matrix`` (:mod:`pipeline.assets.planted_bug_matrix`) wires
 :func:`build_matrix` into the code location and judges its table.
 """
