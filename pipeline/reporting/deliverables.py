@@ -79,13 +79,17 @@ def determinism(report: Report, exp: Experiment) -> str:
         pl.col("outputs_equal_round1").alias("outputs = round 1"),
     )
     ok = summary.filter((pl.col("unique_output_hashes") == 1) & (pl.col("max_ulp_diff_across_runs") == 0)).height
+    cold_run = summary.filter(pl.col("round") == "round2_cold").height > 0
     return _opening(
         exp,
         (
             f"Expected per round: **{expected_runs} / 1 / 0** ({expected_runs} runs in the `{report.profile}` profile; "
             f"the plan's 1000 in `seed`). **{ok} of {summary.height}** rounds show one hash and 0 ULP. `round2_cold` is a "
             "fresh process with an empty compiler cache; `cold_threads_*` changes the thread count, where a different "
-            "kernel is expected.\n\n" + markdown_table(rows)
+            "kernel is expected."
+            + ("" if cold_run else f" The `{report.profile}` profile runs no cold-start round.")
+            + "\n\n"
+            + markdown_table(rows)
         ),
     )
 

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import dagster as dg
@@ -135,9 +136,35 @@ def test_claim_rules_on_synthetic_summaries():
     assert _v(threads, "outcome") == FINDING
 
 
-def test_smoke_determinism_rounds(smoke_resources, tmp_path):
-    pool_ffn = next(a for a in toolkit.input_pools if a.key == dg.AssetKey("input_pool_ffn"))
-    result = dg.materialize([pool_ffn, determinism.determinism, *CHECKS], resources=smoke_resources)
+def _pool_ffn():
+    return next(a for a in toolkit.input_pools if a.key == dg.AssetKey("input_pool_ffn"))
+
+
+def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
+    """The smoke profile runs round 1 only: the run is valid with that plan, the cold-start claim
+    is inconclusive and the thread-count finding reports no round."""
+    assert not PROFILES["smoke"].determinism_cold_start
+    assert PROFILES["default"].determinism_cold_start and PROFILES["seed"].determinism_cold_start
+    result = dg.materialize([_pool_ffn(), determinism.determinism, *CHECKS], resources=smoke_resources)
+    assert result.success
+    summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
+    assert set(summary["round"]) == {"round1"} and set(summary["dtype"]) == set(determinism.DETERMINISM_DTYPES)
+    evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert evals["no_recompiles_during_runs"].passed, evals["no_recompiles_during_runs"].metadata
+    assert evals["no_recompiles_during_runs"].metadata["planned_rounds"].value == "round1"
+    assert evals["cold_start_reproduces_round1"].metadata["verdict"].value == INCONCLUSIVE
+    threads = evals["thread_count_output_comparison"]
+    assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
+    mat = result.asset_materializations_for_node("determinism")
+    meta = next(m.metadata for m in mat if m.asset_key == dg.AssetKey("determinism_summary"))
+    assert meta["cold_start_rounds"].value.startswith("not run")
+    assert meta["fp16_outputs_equal_across_cold_start"].value == "not run"
+
+
+def test_smoke_determinism_rounds(smoke_resources, tmp_path, monkeypatch):
+    """Round 1 and both cold-start rounds at smoke size (the profile itself skips the cold rounds)."""
+    monkeypatch.setitem(PROFILES, "smoke", dataclasses.replace(PROFILES["smoke"], determinism_cold_start=True))
+    result = dg.materialize([_pool_ffn(), determinism.determinism, *CHECKS], resources=smoke_resources)
     assert result.success
     runs = PROFILES["smoke"].determinism_runs
     summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
