@@ -784,12 +784,15 @@ def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: Exper
     description="Finding: outputs with another CPU thread count compared with round 1 bit for bit (WARN when they "
     "differ; §3.3 fixes the runtime, so another thread count is outside its claim).",
 )
-def thread_count_output_comparison(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+def thread_count_output_comparison(
+    determinism_summary: pl.DataFrame, settings: ExperimentSettings
+) -> dg.AssetCheckResult:
     alt = determinism_summary.filter(pl.col("round").str.starts_with("cold_threads"))
     differ = alt.filter(pl.col("outputs_equal_round1") != "yes")
     code_differs = alt.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
     findings = []
-    if alt.height == 0:
+    # A profile without cold-start rounds plans no thread-count round: nothing to report then.
+    if alt.height == 0 and settings.get_profile().determinism_cold_start:
         findings.append("no thread-count round in the summary")
     if differ.height:
         findings.append(f"outputs differ from round 1 with another thread count: {_rows(differ)}")

@@ -11,6 +11,7 @@ from pipeline import storage
 from pipeline._determinism_worker import cold_cache_env, output_md5, run_round
 from pipeline.assets import determinism, toolkit
 from pipeline.profiles import PROFILES
+from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
 
@@ -129,11 +130,17 @@ def test_claim_rules_on_synthetic_summaries():
     assert _v(determinism.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
 
     # Another thread count changing the bits is a finding (WARN), never a contradiction.
+    default = ExperimentSettings(profile="default", device="cpu")
     threads = determinism.thread_count_output_comparison(
-        _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}])
+        _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}]),
+        default,
     )
     assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
     assert _v(threads, "outcome") == FINDING
+    # A missing thread-count round is worth a finding only where the profile plans one.
+    assert not determinism.thread_count_output_comparison(_summary([{}]), default).passed
+    smoke = ExperimentSettings(profile="smoke", device="cpu")
+    assert determinism.thread_count_output_comparison(_summary([{}]), smoke).passed
 
 
 def _pool_ffn():
@@ -142,7 +149,7 @@ def _pool_ffn():
 
 def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
     """The smoke profile runs round 1 only: the run is valid with that plan, the cold-start claim
-    is inconclusive and the thread-count finding reports no round."""
+    is inconclusive and the thread-count finding has nothing to report."""
     assert not PROFILES["smoke"].determinism_cold_start
     assert PROFILES["default"].determinism_cold_start and PROFILES["seed"].determinism_cold_start
     result = dg.materialize([_pool_ffn(), determinism.determinism, *CHECKS], resources=smoke_resources)
@@ -153,8 +160,7 @@ def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
     assert evals["no_recompiles_during_runs"].passed, evals["no_recompiles_during_runs"].metadata
     assert evals["no_recompiles_during_runs"].metadata["planned_rounds"].value == "round1"
     assert evals["cold_start_reproduces_round1"].metadata["verdict"].value == INCONCLUSIVE
-    threads = evals["thread_count_output_comparison"]
-    assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
+    assert evals["thread_count_output_comparison"].passed  # no round planned, none missing
     mat = result.asset_materializations_for_node("determinism")
     meta = next(m.metadata for m in mat if m.asset_key == dg.AssetKey("determinism_summary"))
     assert meta["cold_start_rounds"].value.startswith("not run")
