@@ -7,7 +7,8 @@ Started by :class:`pipeline.planted_bug_harness.MatrixWorker` as::
 ``FD`` is this process's end of a socket pair. The worker sets torch's CPU thread count, loads the
 experiments' definitions once and sends ``("ready", pid)``; then, for every request
 ``(run, base_dir, settings, prune)`` it receives, it sends ``("ok", MatrixRun)`` or
-``("error", traceback)``, until it receives ``None`` or the other end closes.
+``("error", traceback)``, until it receives ``None`` or the other end closes (a parent that
+stopped: the worker then exits after the run it is in).
 """
 
 import argparse
@@ -16,6 +17,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         try:
             request = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the parent is gone
             return 0
         if request is None:
             return 0
@@ -54,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             out = run_experiments(
                 run.backend, defs, Path(base_dir), ExperimentSettings(**like), seed=run.seed, prune=prune
             )
+            reply: tuple[str, Any] = ("ok", out)
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            conn.send(("error", traceback.format_exc()))
-            continue
-        conn.send(("ok", out))
+            reply = ("error", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (a stopped run): nobody waits for the result
+            return 0
 
 
 if __name__ == "__main__":
