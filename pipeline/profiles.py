@@ -6,7 +6,8 @@
 
 The default profile's budget holds on any CPU, not only on one with fast 16-bit matmul. Where
 the CPU has no native fp16/bf16 matrix instructions (AVX2 only; reproduce with
-``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` and check with ``make matmul-timing``),
+``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` and its own ``TORCHINDUCTOR_CACHE_DIR``,
+see the README, and check with ``make matmul-timing``),
 torch's fp16/bf16 matmul runs at about 0.5 GFLOP/s against about 30 GFLOP/s in fp32, 60x
 slower, while elementwise work and compilation barely change. So the default sizes spend the
 16-bit matmul budget where the evidence needs it, the same on every machine:
