@@ -765,12 +765,14 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
         scales = _row_scales(fr, row_len, n_rows, chunk) if n else torch.zeros(0, dtype=torch.float64)
     row_spacing = spacing(scales, dtype) if n else torch.zeros(0, dtype=torch.float64)
 
-    buf = _Buffers(min(n, chunk), ta.device)
+    bufs: list[_Buffers] = []  # the torch path's working tensors, allocated when it first runs
 
     def chunk_metrics(acc: _Accumulator | None) -> Iterator[_Metrics]:
+        if not bufs:
+            bufs.append(_Buffers(min(n, chunk), ta.device))
         for start, stop, row, rows in _chunks(n, row_len, chunk):
             sp = row_spacing[row : row + (rows or 1)]
-            yield _metrics(fa[start:stop], fr[start:stop], sp, rows, dtype, acc, buf)
+            yield _metrics(fa[start:stop], fr[start:stop], sp, rows, dtype, acc, bufs[0])
 
     acc = _Accumulator()
     if n:
@@ -779,7 +781,7 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
         _native_first_pass(kernel, fa, fr, row_spacing, row_len, chunk, acc)
     else:
         for a64, r64, diff, values in chunk_metrics(acc):
-            _accumulate(acc, a64, r64, diff, values, dtype, buf.keys)
+            _accumulate(acc, a64, r64, diff, values, dtype, bufs[0].keys)
     m = acc.filled
     result: dict[str, float | int | None] = {"n": n, "n_compared": m, **acc.counts}
     if m == 0:
