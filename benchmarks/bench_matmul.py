@@ -36,7 +36,7 @@ def training_step_seconds(profile: str, steps: int, dtype: torch.dtype) -> float
     AdamW) of ``profile``'s E model: the loop the E experiment runs thousands of times."""
     import contextlib
 
-    from pipeline.gpt import GPT
+    from pipeline.experiments.training.gpt import GPT
     from pipeline.profiles import get_profile
 
     t = get_profile(profile).train

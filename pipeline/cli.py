@@ -244,8 +244,8 @@ def promote_baseline(
     profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str
 ) -> int:
     """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's events)."""
-    from .assets.regression import promote_with_instance
-    from .baseline import BaselineError
+    from .experiments.regression.baseline import BaselineError
+    from .experiments.regression.drift import promote_with_instance
     from .resources import ExperimentSettings
     from .storage import default_data_root
 

@@ -102,7 +102,7 @@ class ExperimentSettings(dg.ConfigurableResource):
         if self.backend.startswith("planted_"):
             # A run that asks for a planted-bug backend (e.g. from the launchpad) registers it with
             # torch.compile here, in the process that compiles.
-            from .planted_bugs import register_planted_backends
+            from .experiments.regression.planted_bugs import register_planted_backends
 
             register_planted_backends()
         return self
@@ -166,7 +166,7 @@ def backend_problem(backend: str) -> str | None:
     backends count: they register on first use)."""
     from torch._dynamo import list_backends
 
-    from .planted_bugs import PLANTED_BUGS
+    from .experiments.regression.planted_bugs import PLANTED_BUGS
 
     known = set(list_backends(exclude_tags=())) | set(PLANTED_BUGS)
     if backend in known:

@@ -72,7 +72,7 @@ def instruction_selection(report: Report, exp: Experiment) -> str:
         )
     records = report.table("c1_route_records")
     if records is not None and dist is not None:
-        from ..assets.instruction_selection import route_statement
+        from ..experiments.instruction_selection.assets import route_statement
 
         parts.append(
             "## Route or value: the two controls and the instruction each route ran\n\n"
@@ -365,7 +365,7 @@ def c3_iterations_chart(table: pl.DataFrame) -> alt.Chart | alt.LayerChart:
 
 def _c3_method(report: Report, table: pl.DataFrame) -> list[str]:
     """The method statement, the framework knobs and error floors, and the division table."""
-    from ..assets import rsqrt_iterations as c3
+    from ..experiments.rsqrt_iterations import assets as c3
 
     knobs = report.table("c3_framework_knobs")
     parts = [
@@ -397,7 +397,7 @@ def _c3_method(report: Report, table: pl.DataFrame) -> list[str]:
 
 
 def accumulated_error(report: Report, exp: Experiment) -> str:
-    from ..assets import accumulated_error as b
+    from ..experiments.accumulated_error import assets as b
 
     parts = []
     summary = report.table("accumulated_error_summary")
@@ -741,7 +741,7 @@ def training(report: Report, exp: Experiment) -> str:
 
 def e_rule_table(result: str | None = None) -> pl.DataFrame:
     """E's decision rule, parameter by parameter, with the claim's ``result`` as the last row when judged."""
-    from ..assets import training as e
+    from ..experiments.training import assets as e
 
     rule_rows = [
         (
@@ -805,7 +805,7 @@ def e_judged_eval(deviation: pl.DataFrame) -> tuple[str, pl.DataFrame]:
 
 def _e_eval_sections(report: Report, exp: Experiment, deviation: pl.DataFrame) -> list[str]:
     """The eval-loss band chart, the deviation-from-eager chart and the judged points."""
-    from ..assets import training as e
+    from ..experiments.training import assets as e
 
     main, ev = e_judged_eval(deviation)
     return [
@@ -1053,7 +1053,7 @@ def drift(report: Report, exp: Experiment) -> str:
         )
     matrix = report.table("planted_bug_matrix")
     if matrix is not None:
-        from .. import planted_bug_harness as harness
+        from ..experiments.regression import harness
 
         bugs = matrix.filter(pl.col("row") == harness.BUG_ROW)
         healthy = matrix.filter(pl.col("row") == harness.HEALTHY_ROW)

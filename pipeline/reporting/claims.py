@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from ..experiments import EXPERIMENTS, Experiment
+from ..registry import EXPERIMENTS, Experiment
 
 __all__ = ["CLAIM_EVIDENCE", "EXPERIMENTS", "SECTIONS", "Experiment", "Section"]
 

@@ -27,9 +27,9 @@ def main(step: str, n_sets: int, data_dir: str) -> None:
     import dagster as dg
 
     from pipeline import profiles
-    from pipeline.assets import accumulated_error as b
-    from pipeline.assets import toolkit
     from pipeline.definitions import build_resources
+    from pipeline.experiments.accumulated_error import assets as b
+    from pipeline.experiments.toolkit import assets as toolkit
     from pipeline.resources import ExperimentSettings
     from pipeline.workloads import CHAINS, WORKLOADS
 

@@ -5,8 +5,8 @@ import os
 
 import dagster as dg
 
-from pipeline.assets import toolkit
 from pipeline.definitions import build_resources
+from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.resources import ExperimentSettings
 
 #: A slice of S (each step is a fresh process importing torch, a few seconds each on 2 cores).

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pipeline import storage
-from pipeline.assets import accumulated_error as b
-from pipeline.assets import toolkit
+from pipeline.experiments.accumulated_error import assets as b
+from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.profiles import PROFILES
 from pipeline.workloads import CHAINS, WORKLOADS, set_args
 from precisionkit import error_stats, fused

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from pipeline import storage
-from pipeline.assets import data_movement, toolkit
-from pipeline.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
+from pipeline.experiments.data_movement import assets as data_movement
+from pipeline.experiments.data_movement.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
+from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.profiles import PROFILES
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
@@ -56,7 +57,7 @@ def test_inputs_are_seeded_strided_and_carry_special_values():
 
 
 def test_reshape_of_a_non_contiguous_view_copies():
-    from pipeline.movement import reshape_copied
+    from pipeline.experiments.data_movement.movement import reshape_copied
 
     graph = CATALOGUE["reshape_concat"]
     flat = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
@@ -66,7 +67,7 @@ def test_reshape_of_a_non_contiguous_view_copies():
 
 
 def test_localization_finds_the_op_that_changed_a_payload():
-    from pipeline.movement import describe_localization, localize_bit_difference
+    from pipeline.experiments.data_movement.movement import describe_localization, localize_bit_difference
 
     # A NaN with a full payload and the sign set: negation must flip only the sign bit.
     # hidden 16: eager negates each 8-element half-row in its scalar (non-vector) loop
@@ -233,7 +234,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
 
 
 def test_bit_sample_names_the_path_that_departs_from_the_bitwise_result():
-    from pipeline.movement import _bit_sample
+    from pipeline.experiments.data_movement.movement import _bit_sample
 
     # fp16 1.0 is 0x3c00; negation must give 0xbc00: here the fused path kept the input's bits.
     text, departs = _bit_sample("neg", 0x3C00, 0xBC00, 0x3C00, 2)

@@ -6,10 +6,11 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import _determinism_worker as worker
 from pipeline import storage
-from pipeline._determinism_worker import cold_cache_env, output_md5, run_round
-from pipeline.assets import determinism, toolkit
+from pipeline.experiments.determinism import assets as determinism
+from pipeline.experiments.determinism import worker
+from pipeline.experiments.determinism.worker import cold_cache_env, output_md5, run_round
+from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.profiles import PROFILES
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.assets import divergence, fuzzing, tolerances
+from pipeline.experiments.diagnostics import divergence, fuzzing, tolerances
 from pipeline.profiles import get_profile
 from pipeline.storage import read_value, write_value
 from pipeline.verdicts import FINDING

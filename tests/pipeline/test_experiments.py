@@ -5,17 +5,20 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipeline import baseline, planted_bug_harness
 from pipeline.definitions import defs
-from pipeline.experiments import ASSETS_PACKAGE, EXPERIMENTS, experiment
+from pipeline.experiments.regression import baseline
+from pipeline.experiments.regression import harness as planted_bug_harness
+from pipeline.registry import ASSETS_PACKAGE, EXPERIMENTS, experiment
 from pipeline.reporting import claims
 
 
-def test_every_asset_module_belongs_to_exactly_one_experiment():
+def test_every_asset_module_belongs_to_exactly_one_experiment_folder():
     package = Path(__file__).resolve().parents[2] / ASSETS_PACKAGE.replace(".", "/")
-    on_disk = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
-    listed = sorted(m for exp in EXPERIMENTS for m in exp.modules)
-    assert listed == on_disk
+    on_disk = {str(p.relative_to(package).with_suffix("")).replace("/", ".") for p in package.glob("*/*.py")}
+    listed = [m for exp in EXPERIMENTS for m in exp.modules]
+    assert len(listed) == len(set(listed)) and set(listed) <= on_disk
+    for exp in EXPERIMENTS:
+        assert len({m.split(".")[0] for m in exp.modules}) == 1, exp.id
 
 
 def test_each_experiment_owns_its_group_and_no_other():

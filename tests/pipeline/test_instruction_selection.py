@@ -3,7 +3,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.assets import instruction_selection as c1
+from pipeline.experiments.instruction_selection import assets as c1
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from precisionkit import bit_equal, error_stats, ulp_diff

@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import planted_bug_harness as harness
-from pipeline import planted_bugs, storage
-from pipeline.assets import planted_bug_matrix as matrix_asset
-from pipeline.assets import regression
-from pipeline.planted_bugs import PLANTED_BUGS
+from pipeline import storage
+from pipeline.experiments.regression import drift as regression
+from pipeline.experiments.regression import harness, planted_bugs
+from pipeline.experiments.regression import matrix as matrix_asset
+from pipeline.experiments.regression.planted_bugs import PLANTED_BUGS
 from pipeline.profiles import PROFILES
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import check_outcome
@@ -134,7 +134,7 @@ def test_long_reduction_bug_fires_only_above_its_threshold():
 
 
 def test_contiguous_only_bug_damages_strided_inputs_only():
-    from pipeline.movement import make_input, transpose_concat
+    from pipeline.experiments.data_movement.movement import make_input, transpose_concat
 
     planted_bugs.register_planted_backends()
     x = make_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)  # D's odd smoke shape
@@ -166,7 +166,7 @@ def test_bf16_scratch_bug_rounds_reduction_results():
 
 
 def test_vector_tail_bug_fires_on_odd_row_lengths_only(inputs):
-    from pipeline.movement import make_input, slice_broadcast_concat
+    from pipeline.experiments.data_movement.movement import make_input, slice_broadcast_concat
 
     width = planted_bugs.VECTOR_WIDTH
     x = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)

@@ -3,7 +3,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.assets import reduction_order as c2
+from pipeline.experiments.reduction_order import assets as c2
 from pipeline.profiles import PROFILES
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY

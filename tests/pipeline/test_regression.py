@@ -8,9 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline import baseline, planted_bug_harness, storage
-from pipeline.assets import regression
+from pipeline import storage
 from pipeline.cli import main as cli_main
+from pipeline.experiments.regression import baseline
+from pipeline.experiments.regression import drift as regression
+from pipeline.experiments.regression import harness as planted_bug_harness
 
 
 def _b_table(shift: float = 0.0, jitter_sets: int = 0, seed: int = 0) -> pl.DataFrame:

@@ -3,7 +3,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.assets import rsqrt_iterations as c3
+from pipeline.experiments.rsqrt_iterations import assets as c3
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
 from precisionkit import bit_equal

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.summation_bounds import (
+from pipeline.experiments.reduction_order.summation_bounds import (
     bound_formula,
     chain_length,
     gamma,
@@ -141,7 +141,7 @@ def test_worst_case_fp16_recursive_sum_stays_within_bound():
 
 def test_bounds_hold_for_the_framework_sums():
     # The C2 operations on random fp16 rows, against their bounds (holds on any correct device).
-    from pipeline.assets.reduction_order import make_rows, tiled_sum
+    from pipeline.experiments.reduction_order.assets import make_rows, tiled_sum
 
     x = make_rows(32, 4096, seed=11)
     ref = x.double().sum(-1)

@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.assets import toolkit, training
-from pipeline.corpus import EVAL_FRACTION, load_corpus
-from pipeline.gpt import GPT, TrainConfig, TrainingInterrupted, nudge_one_ulp, train
+from pipeline.experiments.toolkit import assets as toolkit
+from pipeline.experiments.training import assets as training
+from pipeline.experiments.training.corpus import EVAL_FRACTION, load_corpus
+from pipeline.experiments.training.gpt import GPT, TrainConfig, TrainingInterrupted, nudge_one_ulp, train
 from pipeline.profiles import get_profile
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value

@@ -1,8 +1,8 @@
 """A worker process of the planted-bug matrix: runs whole matrix runs on request.
 
-Started by :class:`pipeline.planted_bug_harness.MatrixWorker` as::
+Started by :class:`pipeline.experiments.regression.harness.MatrixWorker` as::
 
-    python -m pipeline._matrix_worker --fd FD --threads T --experiments B,C2,D
+    python -m pipeline.experiments.regression.matrix_worker --fd FD --threads T --experiments B,C2,D
 
 ``FD`` is this process's end of a socket pair. The worker sets torch's CPU thread count, loads the
 experiments' definitions once and sends ``("ready", pid)``; then, for every request
@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
 
-        from .planted_bug_harness import PlannedRun, matrix_definitions, run_experiments
+        from ...resources import ExperimentSettings
+        from .harness import PlannedRun, matrix_definitions, run_experiments
         from .planted_bugs import register_planted_backends
-        from .resources import ExperimentSettings
 
         torch.set_num_threads(args.threads)
         register_planted_backends()

@@ -31,10 +31,10 @@ import torch
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, round_to_dtype, ulp_diff
 from precisionkit.stats import spacing
 
-from ..experiments import group_of
-from ..resources import ExperimentSettings
-from ..tables import markdown_table
-from ..verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...tables import markdown_table
+from ...verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
 
 GROUP = group_of("C3")
 MAGIC = 0x5F3759DF
@@ -293,7 +293,7 @@ def _framework_paths(
 ) -> tuple[list[PathRow], dict[str, dict[str, Any]], float]:
     """Path A eager, fused, and fused under each approximate-math switch of the device; per fused
     path its evidence (kernels, code hash) and whether a switch changed the code or the output."""
-    from ..artifacts import capture_modules, combined_sha256, kernel_artifacts
+    from ...artifacts import capture_modules, combined_sha256, kernel_artifacts
 
     def run(options: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any], float]:
         compiled = fused(fn, settings.backend, options)

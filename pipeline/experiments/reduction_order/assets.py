@@ -24,7 +24,7 @@ the final rounding): with fp32 accumulation, an order effect shows in the fp16 r
 fp16 rounding boundary, while the accumulator shows it directly.
 
 The band each result is judged against is derived per row and per version from the row's own
-data (:mod:`pipeline.summation_bounds`): a deterministic forward error bound for the version's
+data (:mod:`pipeline.experiments.reduction_order.summation_bounds`): a deterministic forward error bound for the version's
 summation order, accumulation precision, partial storage and final rounding (no tolerance-matrix
 entry). ``c2_row_bounds`` holds error, bound and margin = error / bound for every row, version and
 output; the checks are declared with the three outcomes of :mod:`pipeline.verdicts`.
@@ -43,14 +43,13 @@ import torch
 
 from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
-from ..artifacts import capture_modules, kernel_artifacts
-from ..experiments import group_of
-from ..progress import track
-from ..resources import ExperimentSettings
-from ..scalars import as_float, as_int
-from ..summation_bounds import summation_error_bound
-from ..tables import markdown_table
-from ..verdicts import (
+from ...artifacts import capture_modules, kernel_artifacts
+from ...progress import track
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...scalars import as_float, as_int
+from ...tables import markdown_table
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
@@ -62,6 +61,7 @@ from ..verdicts import (
     validity_check,
     validity_result,
 )
+from .summation_bounds import summation_error_bound
 
 GROUP = group_of("C2")
 TILES = (512, 1024, 2048)

@@ -3,7 +3,7 @@
 The same :func:`run_round` serves the in-process round (round 1) and the fresh-process rounds.
 A fresh round runs as::
 
-    python -m pipeline._determinism_worker --inputs in.safetensors --out DIR --runs N \
+    python -m pipeline.experiments.determinism.worker --inputs in.safetensors --out DIR --runs N \
         --dtypes float16,bfloat16 [--threads T] [--device cpu] [--backend inductor] [--options '{}']
 
 with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`). The
@@ -28,9 +28,9 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import FusedFunction, fused
 
-from .artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
-from .devices import synchronize
-from .workloads import DTYPES, WORKLOADS
+from ...artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
+from ...devices import synchronize
+from ...workloads import DTYPES, WORKLOADS
 
 #: Distinct outputs kept per dtype: enough to measure how far apart they are, bounded on disk.
 MAX_DISTINCT_KEPT = 8
@@ -86,7 +86,7 @@ def run_round(
     for dtype in dtypes:
         args = _dtype_args(inputs, dtype, device)
         if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
-            from .planted_bugs import register_planted_backends
+            from ..regression.planted_bugs import register_planted_backends
 
             register_planted_backends()
         fn = fused(WORKLOADS["ffn"].fn, backend, options, dynamic=False)
@@ -99,7 +99,7 @@ def run_round(
             _write_artifacts(artifacts, Path(artifact_dir) / dtype)
         steps: Iterable[int] = range(runs)
         if log is not None:  # imported here: the fresh-process worker does without dagster
-            from .progress import track
+            from ...progress import track
 
             steps = track(steps, log, f"{dtype} runs", total=runs)
         hashes, kept = _hash_runs(fn, args, first, steps, dtype)

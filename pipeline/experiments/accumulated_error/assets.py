@@ -27,14 +27,14 @@ from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
-from ..devices import synchronize
-from ..experiments import group_of
-from ..profiles import get_profile
-from ..progress import Progress
-from ..resources import ExperimentSettings
-from ..storage import DataFolder, save_tensors
-from ..tables import markdown_table
-from ..verdicts import (
+from ...devices import synchronize
+from ...profiles import get_profile
+from ...progress import Progress
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...storage import DataFolder, save_tensors
+from ...tables import markdown_table
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
@@ -47,8 +47,8 @@ from ..verdicts import (
     validity_check,
     validity_result,
 )
-from ..workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
-from .toolkit import pool_set_seed
+from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
+from ..toolkit.assets import pool_set_seed
 
 GROUP = group_of("B")
 DTYPES_B = ("float16", "bfloat16")

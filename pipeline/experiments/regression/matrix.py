@@ -1,8 +1,8 @@
 """The planted-bug suite (mutation testing of the harness) as an asset and its checks.
 
 ``planted_bug_matrix`` re-runs a subset of experiments at smoke size with the healthy backend over
-several base seeds and with each deliberately faulty backend of :mod:`pipeline.planted_bugs`; the
-runs and their scoring are :mod:`pipeline.planted_bug_harness`. A bug is caught only at ERROR: a
+several base seeds and with each deliberately faulty backend of :mod:`pipeline.experiments.regression.planted_bugs`; the
+runs and their scoring are :mod:`pipeline.experiments.regression.harness`. A bug is caught only at ERROR: a
 contradicted claim, an invalid run or a failed step that the healthy run at the same seed does not
 have. Every ERROR of a healthy run is a false alarm.
 """
@@ -16,8 +16,21 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from ..experiments import group_of
-from ..planted_bug_harness import (
+from ...profiles import PROFILES
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...tables import markdown_table
+from ...verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    validity_check,
+    validity_result,
+)
+from .harness import (
     BUG_ROW,
     HEALTHY_ROW,
     MATRIX_EXPERIMENTS,
@@ -28,20 +41,7 @@ from ..planted_bug_harness import (
     build_matrix,
     parallel_runs_here,
 )
-from ..planted_bugs import PLANTED_BUGS
-from ..profiles import PROFILES
-from ..resources import ExperimentSettings
-from ..tables import markdown_table
-from ..verdicts import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    SUPPORTED,
-    Rule,
-    claim_check,
-    claim_result,
-    validity_check,
-    validity_result,
-)
+from .planted_bugs import PLANTED_BUGS
 
 GROUP = group_of("Regression")
 
@@ -55,7 +55,7 @@ MUTATION_RULE = Rule(
     threshold=1.0,
     unit="ERROR outcomes per bug run, beyond the healthy run's",
     confidence=None,
-    sample_size="one run per planted bug (every bug of pipeline.planted_bugs unless configured or limited by the "
+    sample_size="one run per planted bug (every bug of pipeline.experiments.regression.planted_bugs unless configured or limited by the "
     "profile's planted_bugs: smoke runs one bug per way of being caught), at the first healthy base seed",
     derivation="A planted bug is a known wrong result: a harness that lets it through with only WARN findings or "
     "inconclusive verdicts would let the same real fault through (DESIGN principle 6: planted faults must flip a "
@@ -152,7 +152,7 @@ def matrix_metadata(
     + ", ".join(f"{p.name}: {p.planted_bug_healthy_seeds}" for p in PROFILES.values())
     + f"; no false alarm is supported only from {MIN_HEALTHY_SEEDS}) and "
     "with each planted-bug backend "
-    "(pipeline/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
+    "(pipeline/experiments/regression/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
     "contradicted, run invalid, step failed such as FusionError) that the healthy run lacks, and by which; per "
     "healthy seed: its ERROR outcomes (false alarms, target 0). Outcome kinds are read from each check's declared "
     "outcome through pipeline.verdicts.",

@@ -1,6 +1,6 @@
 """Task E: does fused numerics change what a model learns? (feeds main document §3.2 and §6.1)
 
-One training function (:func:`pipeline.gpt.train`) runs a GPT-2-style byte-level model with the
+One training function (:func:`pipeline.experiments.training.gpt.train`) runs a GPT-2-style byte-level model with the
 eager switch and the fused switch under identical seed, data order, batch, schedule and optimizer.
 
 What "within normal random fluctuation" means is measured, not assumed, with two kinds of extra run:
@@ -11,7 +11,7 @@ What "within normal random fluctuation" means is measured, not assumed, with two
   while the init stays shared with fused so every curve starts from the same point and the band
   covers what training does to it. Their envelope per eval step is the band.
 * **numerics-only control**: eager with fused's data order and init, every initial weight moved by
-  one ULP (:func:`pipeline.gpt.nudge_one_ulp`). Fused differs from eager only by rounding; the control
+  one ULP (:func:`pipeline.experiments.training.gpt.nudge_one_ulp`). Fused differs from eager only by rounding; the control
   shows how far a rounding-sized difference alone moves the curve through training. (A different
   intra-op thread count also changes bits on this CPU at the default size, but not at smoke size
   and not on a GPU, so it is not used.)
@@ -31,14 +31,12 @@ from typing import Any, TypeGuard
 import dagster as dg
 import polars as pl
 
-from ..corpus import load_corpus
-from ..experiments import group_of
-from ..gpt import TrainConfig, TrainResult, train
-from ..progress import Progress
-from ..resources import ExperimentSettings
-from ..storage import DataFolder
-from ..tables import markdown_table
-from ..verdicts import (
+from ...progress import Progress
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...storage import DataFolder
+from ...tables import markdown_table
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
@@ -50,6 +48,8 @@ from ..verdicts import (
     validity_check,
     validity_result,
 )
+from .corpus import load_corpus
+from .gpt import TrainConfig, TrainResult, train
 
 GROUP = group_of("E")
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.

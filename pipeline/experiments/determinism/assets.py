@@ -31,14 +31,13 @@ from safetensors.torch import load_file, save_file
 
 from precisionkit import ulp_diff
 
-from .._determinism_worker import cold_cache_env, run_round
-from ..artifacts import describe_byte_difference
-from ..experiments import group_of
-from ..progress import Progress
-from ..resources import REPO_ROOT, ExperimentSettings
-from ..scalars import as_int
-from ..tables import markdown_table
-from ..verdicts import (
+from ...artifacts import describe_byte_difference
+from ...progress import Progress
+from ...registry import group_of
+from ...resources import REPO_ROOT, ExperimentSettings
+from ...scalars import as_int
+from ...tables import markdown_table
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
@@ -50,7 +49,8 @@ from ..verdicts import (
     validity_check,
     validity_result,
 )
-from ..workloads import WORKLOADS
+from ...workloads import WORKLOADS
+from .worker import cold_cache_env, run_round
 
 GROUP = group_of("A")
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
@@ -72,7 +72,7 @@ def _fresh_round(
     cmd = [
         sys.executable,
         "-m",
-        "pipeline._determinism_worker",
+        "pipeline.experiments.determinism.worker",
         "--inputs",
         str(inputs_file),
         "--out",
@@ -175,7 +175,7 @@ def _code_diff(a: str, b: str, limit: int = 12) -> str:
 @dataclass(frozen=True)
 class Round:
     """One round: per dtype the worker's record (hashes, code, artifacts, fusion evidence; see
-    :func:`pipeline._determinism_worker.run_round`), the distinct outputs it kept (key
+    :func:`pipeline.experiments.determinism.worker.run_round`), the distinct outputs it kept (key
     ``<dtype>/<md5>``), the process and compiler cache it ran with, and its artifact folder."""
 
     records: dict[str, dict[str, Any]]

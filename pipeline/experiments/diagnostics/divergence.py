@@ -1,6 +1,6 @@
 """Diagnostics: per-layer divergence table of the task E model (the tool seed 002's team lacked).
 
-:func:`precisionkit.locator.locate_divergence` runs the GPT-2-style model of ``pipeline.gpt``
+:func:`precisionkit.locator.locate_divergence` runs the GPT-2-style model of ``pipeline.experiments.training.gpt``
 eager, fused per submodule and in fp64, and tabulates every submodule call: error of eager and
 fused against fp64 (propagated and local), eager-vs-fused ULP distance, fusion evidence, and the
 first layer whose fused error exceeds eager's by more than the measured noise. Feeds §3.2/§6.1
@@ -15,12 +15,12 @@ import torch
 
 from precisionkit.locator import locate_divergence
 
-from ..corpus import load_corpus
-from ..experiments import group_of
-from ..gpt import GPT, TrainConfig, eval_batches
-from ..resources import ExperimentSettings
-from ..tables import markdown_table
-from ..verdicts import finding_check, finding_result
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...tables import markdown_table
+from ...verdicts import finding_check, finding_result
+from ..training.corpus import load_corpus
+from ..training.gpt import GPT, TrainConfig, eval_batches
 
 GROUP = group_of("Diagnostics")
 #: Sequences of the first evaluation batch fed to the model (each of the profile's context length).
@@ -97,7 +97,7 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
             "dtype": result.dtype,
             "model_weights": (
                 "fresh seeded initialization (the E runs' init seed): the E assets keep no trained checkpoint "
-                "(pipeline.gpt.train deletes it when a run completes)"
+                "(pipeline.experiments.training.gpt.train deletes it when a run completes)"
             ),
             "model_cast": f"whole model cast to {result.dtype} (the E runs use autocast instead)",
             "model_shape": f"layers={cfg.layers} heads={cfg.heads} width={cfg.width} context={cfg.context}",

@@ -15,7 +15,7 @@ from functools import cache
 import dagster as dg
 
 #: Package holding one module per experiment (or several modules for one experiment).
-ASSETS_PACKAGE = "pipeline.assets"
+ASSETS_PACKAGE = "pipeline.experiments"
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,14 @@ def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.
 
 #: In the report's order (the toolkit first, then the experiments in the order of the test plan).
 EXPERIMENTS: tuple[Experiment, ...] = (
-    Experiment("S", "Precision toolkit", "S_toolkit", "toolkit", (), ("toolkit",)),
+    Experiment("S", "Precision toolkit", "S_toolkit", "toolkit", (), ("toolkit.assets",)),
     Experiment(
         "A",
         "Fused-path binary determinism",
         "A_determinism",
         "determinism",
         ("3.3",),
-        ("determinism",),
+        ("determinism.assets",),
         baseline=("determinism_summary", "determinism_runs"),
     ),
     Experiment(
@@ -68,7 +68,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "C1_instruction_selection",
         "instruction-selection",
         ("1.2-2",),
-        ("instruction_selection",),
+        ("instruction_selection.assets",),
         baseline=("c1_path_outputs", "c1_ulp_distribution", "c1_error_vs_fp64"),
     ),
     Experiment(
@@ -77,7 +77,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "C2_reduction_order",
         "reduction-order",
         ("1.2-3",),
-        ("reduction_order",),
+        ("reduction_order.assets",),
         baseline=("c2_version_outputs", "c2_versions", "c2_error_vs_fp64"),
     ),
     Experiment(
@@ -86,7 +86,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "C3_rsqrt_iterations",
         "rsqrt-iterations",
         ("1.2-4",),
-        ("rsqrt_iterations",),
+        ("rsqrt_iterations.assets",),
         baseline=("c3_path_outputs", "c3_iteration_table"),
     ),
     Experiment(
@@ -95,7 +95,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "D_data_movement",
         "data-movement",
         ("2",),
-        ("data_movement",),
+        ("data_movement.assets",),
         baseline=("data_movement_check_table",),
     ),
     Experiment(
@@ -104,7 +104,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "B_accumulated_error",
         "accumulated-error",
         ("3.2", "6.1"),
-        ("accumulated_error",),
+        ("accumulated_error.assets",),
         baseline=("accumulated_error_per_set", "accumulated_error_summary"),
     ),
     Experiment(
@@ -113,7 +113,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "E_training",
         "training",
         ("3.2", "6.1"),
-        ("training",),
+        ("training.assets",),
         baseline=("training_curves",),
     ),
     Experiment(
@@ -122,7 +122,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "diagnostics",
         "diagnostics",
         (),
-        ("divergence", "fuzzing", "tolerances"),
+        ("diagnostics.divergence", "diagnostics.fuzzing", "diagnostics.tolerances"),
     ),
     Experiment(
         "Regression",
@@ -130,7 +130,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "regression",
         "drift",
         (),
-        ("regression", "planted_bug_matrix"),
+        ("regression.drift", "regression.matrix"),
     ),
 )
 

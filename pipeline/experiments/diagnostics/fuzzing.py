@@ -16,11 +16,11 @@ import polars as pl
 
 from precisionkit import fuzz
 
-from ..experiments import group_of
-from ..progress import Progress
-from ..resources import ExperimentSettings
-from ..storage import DataFolder
-from ..verdicts import finding_check, finding_result
+from ...progress import Progress
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...storage import DataFolder
+from ...verdicts import finding_check, finding_result
 
 GROUP = group_of("Diagnostics")
 #: Shrinking candidates per failing graph (each one is a compile).

@@ -2,7 +2,7 @@
 
 A matrix run materializes a subset of experiments (B, C2, D and the toolkit's assets upstream) at
 smoke size in a folder of its own, once with the healthy backend per base seed and once with each
-backend of :mod:`pipeline.planted_bugs`. Every evaluated check becomes a
+backend of :mod:`pipeline.experiments.regression.planted_bugs`. Every evaluated check becomes a
 :class:`~pipeline.verdicts.CheckOutcome` read through its declared outcome kind, so scoring needs no
 Dagster: a bug is caught only at ERROR, by a contradicted claim, an invalid run or a failed step
 that the healthy run at the same seed does not have; every ERROR of a healthy run is a false alarm.
@@ -12,7 +12,7 @@ a time by default: here and in a worker process (:class:`MatrixWorker`) with the
 and CPU thread count. Which process ran a run changes nothing in it; results and log lines come
 back in plan order.
 
-The asset ``planted_bug_matrix`` (:mod:`pipeline.assets.planted_bug_matrix`) wires
+The asset ``planted_bug_matrix`` (:mod:`pipeline.experiments.regression.matrix`) wires
 :func:`build_matrix` into the code location and judges its table.
 """
 
@@ -34,12 +34,12 @@ from typing import Any, NamedTuple, TypedDict
 import dagster as dg
 import polars as pl
 
-from .experiments import experiment
+from ...progress import Progress
+from ...registry import experiment
+from ...resources import REPO_ROOT, ExperimentSettings
+from ...storage import DataFolder, PrecisionIOManager
+from ...verdicts import CLAIM, CONTRADICTED, FINDING, VALIDITY, CheckOutcome, check_outcome
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
-from .progress import Progress
-from .resources import REPO_ROOT, ExperimentSettings
-from .storage import DataFolder, PrecisionIOManager
-from .verdicts import CLAIM, CONTRADICTED, FINDING, VALIDITY, CheckOutcome, check_outcome
 
 #: Experiments the planted-bug matrix runs (their modules come from the registry; S comes along as upstream).
 MATRIX_EXPERIMENTS = ("B", "C2", "D")
@@ -348,7 +348,7 @@ def parallel_runs_here(requested: int) -> int:
 
 
 class MatrixWorker:
-    """A fresh interpreter (``python -m pipeline._matrix_worker``) that loads the matrix's
+    """A fresh interpreter (``python -m pipeline.experiments.regression.matrix_worker``) that loads the matrix's
     definitions once and then runs whole matrix runs on request, over a socket pair. It inherits
     this process's environment (so the same Inductor cache folder) and CPU thread count, so a run
     gives the same numbers whichever process runs it. A subprocess, not multiprocessing: that
@@ -359,7 +359,7 @@ class MatrixWorker:
         cmd = [
             sys.executable,
             "-m",
-            "pipeline._matrix_worker",
+            "pipeline.experiments.regression.matrix_worker",
             "--fd",
             str(there.fileno()),
             "--threads",

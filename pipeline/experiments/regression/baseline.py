@@ -29,8 +29,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from .experiments import EXPERIMENTS as REGISTRY
-from .storage import atomic_path, read_value
+from ...registry import EXPERIMENTS as REGISTRY
+from ...storage import atomic_path, read_value
 
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
 EXPERIMENTS: dict[str, tuple[str, ...]] = {e.id: e.baseline for e in sorted(REGISTRY, key=lambda e: e.id) if e.baseline}

@@ -32,10 +32,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
-from ..experiments import group_of
-from ..resources import ExperimentSettings
-from ..tables import markdown_table
-from ..verdicts import (
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...tables import markdown_table
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,

@@ -31,8 +31,8 @@ from torch import nn
 
 from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
 
+from ...storage import atomic_path
 from .corpus import Corpus
-from .storage import atomic_path
 
 VOCAB = 256  # byte-level: every byte value is a token
 PRECISIONS = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -1,6 +1,6 @@
 """Task D: pure data-movement subgraphs are bit-exact between eager and fused (main document §2).
 
-Every catalogue subgraph (``pipeline.movement``) runs eager and fused for each dtype, profile
+Every catalogue subgraph (``pipeline.experiments.data_movement.movement``) runs eager and fused for each dtype, profile
 shape and memory layout; ``precisionkit.bit_equal`` decides. Counterexamples that hide arithmetic
 (type promotion then downcast, a Python-scalar scale) run on one shape per dtype and are
 reported with their cause, not failed.
@@ -8,7 +8,7 @@ reported with their cause, not failed.
 Checks: the claim (every pure row keeps every bit, NaN payloads included) under :data:`RULE`; run
 validity (every planned combination ran and fused, no graph break, no recompile); and two findings:
 NaN payloads that differ, each with its cause measured by re-running the graph op by op eagerly and
-fused (:func:`pipeline.movement.localize_bit_difference`: which op changed the payload on which
+fused (:func:`pipeline.experiments.data_movement.movement.localize_bit_difference`: which op changed the payload on which
 path), and the implicit-computation counterexamples. Reshape rows record whether the reshape was a
 view or a copy (``reshape_copied``, measured on the eager path).
 """
@@ -23,22 +23,11 @@ import torch
 
 from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
-from ..experiments import group_of
-from ..movement import (
-    CATALOGUE,
-    COUNTEREXAMPLES,
-    LAYOUTS,
-    PURE,
-    MovementGraph,
-    describe_localization,
-    localize_bit_difference,
-    make_input,
-    reshape_copied,
-)
-from ..progress import track
-from ..resources import ExperimentSettings
-from ..scalars import as_int
-from ..verdicts import (
+from ...progress import track
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...scalars import as_int
+from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
@@ -50,7 +39,18 @@ from ..verdicts import (
     validity_check,
     validity_result,
 )
-from ..workloads import DTYPES
+from ...workloads import DTYPES
+from .movement import (
+    CATALOGUE,
+    COUNTEREXAMPLES,
+    LAYOUTS,
+    PURE,
+    MovementGraph,
+    describe_localization,
+    localize_bit_difference,
+    make_input,
+    reshape_copied,
+)
 
 GROUP = group_of("D")
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")

@@ -25,12 +25,12 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
-from ..experiments import group_of
-from ..resources import ExperimentSettings
-from ..scalars import as_float
-from ..tables import markdown_table
-from ..verdicts import finding_check, finding_result
-from ..workloads import WORKLOADS
+from ...registry import group_of
+from ...resources import ExperimentSettings
+from ...scalars import as_float
+from ...tables import markdown_table
+from ...verdicts import finding_check, finding_result
+from ...workloads import WORKLOADS
 
 GROUP = group_of("Diagnostics")
 QUANTILE = 99.9

@@ -1,1 +1,0 @@
-"""One module per experiment; ``definitions.py`` collects every asset and check from here."""
