@@ -2,9 +2,9 @@
 
 import dagster as dg
 
+from .experiments import EXPERIMENTS
 from .experiments.regression.drift import promote_baseline_job
 from .progress import progress_logger
-from .registry import EXPERIMENTS
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings
 from .storage import DataFolder, PrecisionIOManager

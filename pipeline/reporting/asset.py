@@ -10,10 +10,10 @@ import dagster as dg
 from pydantic import Field
 
 from ..bundle import device_of, device_slug, imported_devices
+from ..experiments import EXPERIMENTS
 from ..resources import ExperimentSettings
 from ..storage import DataFolder
 from ..verdicts import ExperimentOutcome
-from .claims import EXPERIMENTS
 from .pages import all_pages
 from .render import REPO_ROOT, Report, mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
 

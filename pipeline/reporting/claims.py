@@ -1,63 +1,14 @@
-"""The main document's claims and the experiments that give them evidence."""
+"""The main document's claims and the experiments that give them evidence, derived from the registry."""
 
-from dataclasses import dataclass
+from ..experiment import Experiment
+from ..experiments import EXPERIMENTS
+from ..sections import SECTIONS, Section
 
-from ..registry import EXPERIMENTS, Experiment
+#: Claim -> experiments giving evidence, in the main document's order (each experiment names its sections).
+CLAIM_EVIDENCE: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (key, tuple(e.id for e in EXPERIMENTS if key in e.sections))
+    for key in SECTIONS
+    if any(key in e.sections for e in EXPERIMENTS)
+)
 
 __all__ = ["CLAIM_EVIDENCE", "EXPERIMENTS", "SECTIONS", "Experiment", "Section"]
-
-
-@dataclass(frozen=True)
-class Section:
-    anchor: str  # anchor on the main document (and on the local main-document page)
-    label: str  # e.g. "§3.2"
-    claim: str
-
-
-SECTIONS = {
-    "1.2-2": Section(
-        "section-1-2-2",
-        "§1.2 (2)",
-        "The same arithmetic lowered to different instructions (tensor x scalar vs tensor x broadcast tensor) may differ in the last bits.",
-    ),
-    "1.2-3": Section(
-        "section-1-2-3",
-        "§1.2 (3)",
-        "Floating-point addition is not associative: a different reduction tiling changes the last bits, within the error band of an fp64 reference.",
-    ),
-    "1.2-4": Section(
-        "section-1-2-4",
-        "§1.2 (4)",
-        "Iterative approximations (rsqrt by Newton steps) differ in the last bits with their iteration count; more iterations, smaller error.",
-    ),
-    "2": Section(
-        "section-2",
-        "§2",
-        "Pure data movement (transpose, slice, concat, split, broadcast) is bit-identical between fused and eager execution.",
-    ),
-    "3.2": Section(
-        "section-3-2", "§3.2", "Fused execution's accumulated error is no worse than eager's, measured against fp64."
-    ),
-    "3.3": Section(
-        "section-3-3",
-        "§3.3",
-        "With unchanged inputs and compilation, fused execution is bit-for-bit deterministic and its generated code is hash-stable across a cold start.",
-    ),
-    "6.1": Section(
-        "section-6-1",
-        "§6.1",
-        "Where fusion is worse, fusion is switched off per operator type; counterexamples from experiments feed that switch list.",
-    ),
-}
-
-
-#: Claim -> experiments giving evidence, in the main document's order.
-CLAIM_EVIDENCE = (
-    ("1.2-2", ("C1",)),
-    ("1.2-3", ("C2",)),
-    ("1.2-4", ("C3",)),
-    ("2", ("D",)),
-    ("3.2", ("B", "E")),
-    ("3.3", ("A",)),
-    ("6.1", ("B", "E")),
-)

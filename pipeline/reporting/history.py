@@ -14,8 +14,8 @@ import altair as alt
 import dagster as dg
 import polars as pl
 
+from ..experiments import EXPERIMENTS
 from ..verdicts import CLAIM
-from .claims import EXPERIMENTS
 from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
 #: How many past evaluations of each claim the page reads.

@@ -1,13 +1,10 @@
 """The report's pages: overview (claim -> evidence), one page per experiment, toolkit page."""
 
-from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
-from .charts import CHARTS
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
-from .deliverables import DELIVERABLES, PLAN_DELIVERABLE
 from .history import history_page
 from .render import (
     Report,
@@ -73,7 +70,7 @@ def overview(report: Report) -> str:
     )
     for exp in EXPERIMENTS:
         validity, verdict, findings = outcome_cells(report, exp.group)
-        opens = PLAN_DELIVERABLE.get(exp.id, f"no plan deliverable (asset group `{exp.group}`)")
+        opens = exp.plan_deliverable or f"no plan deliverable (asset group `{exp.group}`)"
         lines.append(
             f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {validity} | {verdict} | {findings} |"
         )
@@ -112,12 +109,12 @@ def experiment_page(report: Report, exp: Experiment) -> str:
     if not any(a.materialized for a in report.assets_of(exp.group)):
         return intro
     parts = [intro]
-    deliverable = DELIVERABLES.get(exp.id)
+    deliverable = exp.deliverable
     if deliverable is not None:
         parts.append(deliverable(report, exp))
     parts.append(verdict_section(report, exp))
     parts.append("## Details\n\nCharts and tables behind the deliverable, every check's result, the stored tables.\n")
-    builder: Callable[[Report, Experiment], str] | None = CHARTS.get(exp.id)
+    builder = exp.details
     if builder is not None:
         parts.append(builder(report, exp))
     parts.append(checks_section(report, exp))

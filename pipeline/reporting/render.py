@@ -18,6 +18,8 @@ import altair as alt
 import dagster as dg
 import polars as pl
 
+from ..experiment import Experiment
+from ..sections import SECTIONS
 from ..storage import atomic_path, read_value
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
 from ..verdicts import (
@@ -30,7 +32,6 @@ from ..verdicts import (
     check_outcome,
     summarize,
 )
-from .claims import SECTIONS, Experiment
 
 if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.

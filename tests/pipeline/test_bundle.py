@@ -13,7 +13,7 @@ import pytest
 from pipeline import bundle as bundle_mod
 from pipeline.bundle import BundleError, export_bundle, import_bundle, read_manifest
 from pipeline.definitions import build_resources, defs
-from pipeline.registry import experiment
+from pipeline.experiments import experiment
 from pipeline.reporting.asset import device_reports
 from pipeline.reporting.pages import all_pages
 from pipeline.reporting.render import Report

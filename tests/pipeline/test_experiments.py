@@ -1,52 +1,102 @@
-"""The registry of experiments is the one list the code location, baseline and report read."""
+"""The registry of experiments is the one list the code location, baseline, report and deployment read,
+and each experiment is one folder that declares everything about itself."""
 
+import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from pipeline.definitions import defs
+from pipeline.experiment import catalogue
+from pipeline.experiments import EXPERIMENTS, baseline_experiments, experiment
 from pipeline.experiments.regression import baseline
 from pipeline.experiments.regression import harness as planted_bug_harness
-from pipeline.registry import ASSETS_PACKAGE, EXPERIMENTS, experiment
+from pipeline.profiles import PROFILES
 from pipeline.reporting import claims
+from pipeline.sections import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "pipeline" / "experiments"
 
 
-def test_every_asset_module_belongs_to_exactly_one_experiment_folder():
-    package = Path(__file__).resolve().parents[2] / ASSETS_PACKAGE.replace(".", "/")
-    on_disk = {str(p.relative_to(package).with_suffix("")).replace("/", ".") for p in package.glob("*/*.py")}
-    listed = [m for exp in EXPERIMENTS for m in exp.modules]
-    assert len(listed) == len(set(listed)) and set(listed) <= on_disk
+def test_every_experiment_folder_is_one_registry_entry():
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    registered = sorted(e.load.__module__.rsplit(".", 1)[-1] for e in EXPERIMENTS)
+    assert registered == folders
+    assert len({e.id for e in EXPERIMENTS}) == len(EXPERIMENTS)
+    assert catalogue() == EXPERIMENTS
+    # every asset module an experiment loads lives in its own folder
     for exp in EXPERIMENTS:
-        assert len({m.split(".")[0] for m in exp.modules}) == 1, exp.id
+        folder = exp.load.__module__
+        assert all(m.__name__.startswith(folder + ".") for m in exp.load_modules()), exp.id
 
 
 def test_each_experiment_owns_its_group_and_no_other():
     for exp in EXPERIMENTS:
         groups = {a.group_names_by_key[k] for a in exp.assets() for k in a.keys}
         assert groups == {exp.group}, exp.id
-    assert [e.id for e in EXPERIMENTS] == ["S", "A", "C1", "C2", "C3", "D", "B", "E", "Diagnostics", "Regression"]
+    assert [e.id for e in EXPERIMENTS][:8] == ["S", "A", "C1", "C2", "C3", "D", "B", "E"]
 
 
 def test_code_location_is_the_merge_of_the_experiments_and_the_report():
     graph = defs.resolve_asset_graph()
     from_registry = {k for exp in EXPERIMENTS for a in exp.assets() for k in a.keys}
     assert set(graph.get_all_asset_keys()) == from_registry | {dg.AssetKey("report_site")}
-    assert set(graph.asset_check_keys) == {k for exp in EXPERIMENTS for c in exp.checks() for k in c.check_keys}
-    assert len(graph.asset_check_keys) == 49
+    checks = {k for exp in EXPERIMENTS for c in exp.checks() for k in c.check_keys}
+    assert set(graph.asset_check_keys) == checks
+    assert len(checks) >= 4 * len(EXPERIMENTS)  # every experiment judges itself
 
 
 def test_baseline_and_report_read_membership_from_the_registry():
     assert claims.EXPERIMENTS is EXPERIMENTS
+    assert baseline_experiments() == baseline.EXPERIMENTS
     assert list(baseline.EXPERIMENTS) == ["A", "B", "C1", "C2", "C3", "D", "E"]
     assert baseline.EXPERIMENTS["C2"] == ("c2_version_outputs", "c2_versions", "c2_error_vs_fp64")
     for exp_id, stored in baseline.EXPERIMENTS.items():
         keys = {k.to_user_string() for a in experiment(exp_id).assets() for k in a.keys}
         assert set(stored) <= keys, exp_id
-    assert all(s in claims.SECTIONS for exp in EXPERIMENTS for s in exp.sections)
+    assert all(s in SECTIONS for exp in EXPERIMENTS for s in exp.sections)
+    # the claim map is derived: each section lists the experiments that name it, in registry order
+    assert dict(claims.CLAIM_EVIDENCE)["3.2"] == ("B", "E")
+    assert {e for _, ids in claims.CLAIM_EVIDENCE for e in ids} == {e.id for e in EXPERIMENTS if e.sections}
 
 
-def test_matrix_loads_toolkit_and_the_chosen_experiment_from_the_registry():
+def test_every_experiment_has_typed_sizes_for_every_profile_or_none():
+    for exp in EXPERIMENTS:
+        if not exp.sizes:
+            continue
+        assert set(exp.sizes) == set(PROFILES), exp.id
+        kinds = {type(s) for s in exp.sizes.values()}
+        assert len(kinds) == 1 and dataclasses.is_dataclass(kinds.pop()), exp.id
+    assert experiment("C2").sizes_for("smoke").length == 4096
+    with pytest.raises(ValueError, match="experiment B has no sizes for profile 'smoke'"):
+        experiment("B").sizes_for("smoke")
+
+
+def test_k8s_steps_and_site_navigation_follow_the_registry():
+    run_config = yaml.safe_load((ROOT / "deploy" / "run_config.k8s.yaml").read_text())
+    text = (ROOT / "deploy" / "run_config.k8s.yaml").read_text()
+    assert run_config is not None
+    for exp in EXPERIMENTS:
+        assert exp.group in text or exp.id in text, exp.id
+
+
+def test_reading_the_registry_loads_no_asset_code():
+    """The report reads the registry; the registry must not import any experiment's assets."""
+    code = (
+        "import sys, pipeline.experiments, pipeline.reporting.pages, pipeline.reporting.asset\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('pipeline.experiments.') and m.count('.') == 3)\n"
+        "print(' '.join(m.rsplit('.', 1)[1] for m in loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert set(out.stdout.split()) <= {"spec", "report"}, out.stdout
+
+
+def test_matrix_loads_toolkit_and_the_chosen_experiment():
     defs_list, unavailable = planted_bug_harness.matrix_definitions(["D"])
     assert unavailable == []
     groups = {

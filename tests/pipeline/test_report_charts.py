@@ -7,7 +7,12 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from pipeline.reporting import charts
+from pipeline.experiments.accumulated_error import report as b_report
+from pipeline.experiments.data_movement import report as d_report
+from pipeline.experiments.determinism import report as a_report
+from pipeline.experiments.diagnostics import report as diag_report
+from pipeline.experiments.reduction_order import report as c2_report
+from pipeline.experiments.training import report as e_report
 from pipeline.reporting.history import Point, figure_chart, glance_table, run_labels, verdict_timeline
 from pipeline.scalars import as_number
 
@@ -43,11 +48,11 @@ def test_c2_worst_row_counts_nan_margin_as_largest_and_formulas_drop_the_tile_si
             "bound_formula": ["u16|s| + gamma_c", "u16|s| + gamma_c", "E_p + gamma, b = 64"],
         }
     )
-    worst = charts.c2_worst_rows(bounds)
+    worst = c2_report.c2_worst_rows(bounds)
     assert worst["version"].to_list() == ["tile64", "eager"]  # family order: fp16_partials < fp32_acc
     assert worst.filter(pl.col("version") == "eager")["row"].item() == 1
     assert worst.columns[4:7] == ["abs_s", "sum_abs_x", "sum_abs_partials"]
-    formulas = charts.c2_bound_formulas(bounds)
+    formulas = c2_report.c2_bound_formulas(bounds)
     assert formulas.rows() == [
         ("fp32_acc", "out16", "4095", "u16|s| + gamma_c"),
         ("fp16_partials", "out16", "126", "E_p + gamma"),
@@ -71,10 +76,10 @@ def test_a_summary_table_keeps_present_hash_columns_cut_to_16_digits():
             "recompiles": [0],
         }
     )
-    table = charts.a_summary_table(summary)
+    table = a_report.a_summary_table(summary)
     assert "artifact_sha256" not in table.columns
     assert table["code_sha256"].item() == "0123456789abcdef"
-    spec = charts.a_hashes_chart(summary).to_dict()
+    spec = a_report.a_hashes_chart(summary).to_dict()
     assert [(r["outcome"], r["label"]) for r in _values(spec)] == [("1 hash, equal to round 1", "5 runs / 1 hash")]
 
 
@@ -88,7 +93,7 @@ def test_d_chart_counts_bit_exact_rows_per_subgraph_and_dtype():
             "ulp_max": [0, 2, 0],
         }
     )
-    rows = sorted(_values(charts.d_bit_exact_chart(table).to_dict()), key=lambda r: r["dtype"])
+    rows = sorted(_values(d_report.d_bit_exact_chart(table).to_dict()), key=lambda r: r["dtype"])
     assert [(r["dtype"], r["label"], r["bit_exact_share"], r["kind"]) for r in rows] == [
         ("float16", "1/2", 0.5, "pure data movement"),
         ("float32", "1/1", 1.0, "hides arithmetic"),
@@ -105,24 +110,26 @@ def test_e_judged_points_and_deviation_caption():
             "outside_envelope": [True, None, False, False, True],
         }
     )
-    main, ev = charts.e_judged_eval(deviation)
+    main, ev = e_report.e_judged_eval(deviation)
     assert main == "bfloat16"
     assert ev["step"].to_list() == [10, 20]
-    assert charts.e_deviation_caption(ev).endswith("fused outside the widened envelope at 1 point(s), first at step 20")
-    assert charts.e_deviation_caption(ev.head(1)).endswith("; fused never leaves the widened envelope")
+    assert e_report.e_deviation_caption(ev).endswith(
+        "fused outside the widened envelope at 1 point(s), first at step 20"
+    )
+    assert e_report.e_deviation_caption(ev.head(1)).endswith("; fused never leaves the widened envelope")
 
 
 def test_e_rule_table_ends_with_the_result_only_when_judged():
-    assert charts.e_rule_table()["parameter"].to_list()[-1] == "finding"
-    judged = charts.e_rule_table("supported: within the envelope")
+    assert e_report.e_rule_table()["parameter"].to_list()[-1] == "finding"
+    judged = e_report.e_rule_table("supported: within the envelope")
     assert judged.row(-1) == ("result", "supported: within the envelope")
 
 
 def test_b_switch_list_rows_and_the_empty_case():
-    text = charts.b_switch_list({"keep_out_of_fusion": {"float16": ["gelu", "mul"]}, "watch": {}, "note": "N."})
+    text = b_report.b_switch_list({"keep_out_of_fusion": {"float16": ["gelu", "mul"]}, "watch": {}, "note": "N."})
     assert "| float16 | gelu, mul | keep out of fusion (contradicted) |" in text
     assert text.startswith("## Fusion switch list (§6.1)\n\nN.\n\n| dtype | op types | action |")
-    assert charts.b_switch_list({}).endswith("Nothing to switch off.\n")
+    assert b_report.b_switch_list({}).endswith("Nothing to switch off.\n")
 
 
 def test_tolerance_chart_diagonal_spans_both_columns():
@@ -137,7 +144,7 @@ def test_tolerance_chart_diagonal_spans_both_columns():
             "verdict": ["ok", "ok", "too tight"],
         }
     )
-    spec = charts.tolerance_chart(tol).to_dict()
+    spec = diag_report.tolerance_chart(tol).to_dict()
     diagonal = [rows for rows in spec["datasets"].values() if list(rows[0]) == ["x"]]
     assert diagonal == [[{"x": 1e-3}, {"x": 4e-2}]]  # the atol == 0 row is left out
 

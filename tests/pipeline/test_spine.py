@@ -5,9 +5,9 @@ import torch
 
 from pipeline import storage
 from pipeline.definitions import defs
+from pipeline.experiments import experiment
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.profiles import PROFILES, get_profile
-from pipeline.registry import experiment
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import VALIDITY
 from pipeline.workloads import WORKLOADS, set_args

@@ -4,7 +4,7 @@ import dagster as dg
 import pytest
 
 from pipeline.definitions import build_resources, report_site
-from pipeline.registry import EXPERIMENTS, experiment
+from pipeline.experiments import EXPERIMENTS, experiment
 from pipeline.resources import ExperimentSettings
 
 

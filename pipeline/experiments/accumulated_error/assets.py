@@ -30,7 +30,6 @@ from precisionkit.decide import holm, paired_quantile_test, sign_test
 from ...devices import synchronize
 from ...profiles import get_profile
 from ...progress import Progress
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...storage import DataFolder, save_tensors
 from ...tables import markdown_table
@@ -49,8 +48,8 @@ from ...verdicts import (
 )
 from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS, Workload, chain_without_fusing
 from ..toolkit.assets import pool_set_seed
+from .spec import GROUP
 
-GROUP = group_of("B")
 DTYPES_B = ("float16", "bfloat16")
 PATHS = ("eager", "fused", "fused_emulate")
 FUSED_PATHS = ("fused", "fused_emulate")

@@ -24,7 +24,6 @@ import torch
 from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
 from ...progress import track
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...scalars import as_int
 from ...verdicts import (
@@ -51,8 +50,8 @@ from .movement import (
     make_input,
     reshape_copied,
 )
+from .spec import GROUP
 
-GROUP = group_of("D")
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
 #: Most rows whose NaN-payload difference is localized op by op in one run (each costs a few compiles).
 MAX_LOCALIZATIONS = 40

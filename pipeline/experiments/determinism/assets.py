@@ -33,7 +33,6 @@ from precisionkit import ulp_diff
 
 from ...artifacts import describe_byte_difference
 from ...progress import Progress
-from ...registry import group_of
 from ...resources import REPO_ROOT, ExperimentSettings
 from ...scalars import as_int
 from ...tables import markdown_table
@@ -50,9 +49,9 @@ from ...verdicts import (
     validity_result,
 )
 from ...workloads import WORKLOADS
+from .spec import GROUP
 from .worker import cold_cache_env, run_round
 
-GROUP = group_of("A")
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
 #: runs of the thread-count round: a cheap extra, not part of the seed's table
 THREAD_ROUND_RUNS = 25

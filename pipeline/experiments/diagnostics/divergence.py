@@ -15,14 +15,13 @@ import torch
 
 from precisionkit.locator import locate_divergence
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import finding_check, finding_result
 from ..training.corpus import load_corpus
 from ..training.gpt import GPT, TrainConfig, eval_batches
+from .spec import GROUP
 
-GROUP = group_of("Diagnostics")
 #: Sequences of the first evaluation batch fed to the model (each of the profile's context length).
 SEQUENCES = 2
 #: Chart-ready column order; the rest of the locator's columns follow.

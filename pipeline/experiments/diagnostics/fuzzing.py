@@ -17,12 +17,11 @@ import polars as pl
 from precisionkit import fuzz
 
 from ...progress import Progress
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
+from .spec import GROUP
 
-GROUP = group_of("Diagnostics")
 #: Shrinking candidates per failing graph (each one is a compile).
 MAX_SHRINK_CHECKS = 16
 

@@ -25,14 +25,13 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...scalars import as_float
 from ...tables import markdown_table
 from ...verdicts import finding_check, finding_result
 from ...workloads import WORKLOADS
+from .spec import GROUP
 
-GROUP = group_of("Diagnostics")
 QUANTILE = 99.9
 TOO_LOOSE = 0.1
 

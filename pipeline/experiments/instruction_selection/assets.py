@@ -32,7 +32,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, fused, ulp_diff
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import (
@@ -46,8 +45,8 @@ from ...verdicts import (
     finding_check,
     finding_result,
 )
+from .spec import GROUP
 
-GROUP = group_of("C1")
 SCALAR = 0.7
 #: Histogram bins of the ULP distance between two paths; the last bin collects everything above.
 HIST_MAX = 4

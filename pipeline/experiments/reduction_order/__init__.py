@@ -1,0 +1,35 @@
+"""C2: do reduction tilings change the last bits, within the fp64 band?"""
+
+from ...experiment import BaselineTable, Experiment
+from . import report, spec
+
+
+def _load():
+    from . import assets
+
+    return (assets,)
+
+
+EXPERIMENT = Experiment(
+    id=spec.ID,
+    title="Reduction accumulation order",
+    group=spec.GROUP,
+    slug="reduction-order",
+    sections=("1.2-3",),
+    load=_load,
+    plan_deliverable="version x version output ULP difference matrix and the comparison table with fp64",
+    deliverable=report.deliverable,
+    details=report.details,
+    baseline=(
+        BaselineTable("c2_version_outputs", method="tensors"),
+        BaselineTable(
+            "c2_versions", keys=("version",), columns={"self_deterministic": "higher", "code_sha256": "code"}
+        ),
+        BaselineTable(
+            "c2_error_vs_fp64",
+            keys=("version", "output"),
+            columns={"ulp_max": "lower", "within_band_fraction": "higher"},
+        ),
+    ),
+    sizes=spec.SIZES,
+)

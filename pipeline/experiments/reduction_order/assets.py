@@ -45,7 +45,6 @@ from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, 
 
 from ...artifacts import capture_modules, kernel_artifacts
 from ...progress import track
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...scalars import as_float, as_int
 from ...tables import markdown_table
@@ -61,9 +60,9 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
+from .spec import GROUP
 from .summation_bounds import summation_error_bound
 
-GROUP = group_of("C2")
 TILES = (512, 1024, 2048)
 PARTIALS = ("fp32", "fp16")
 OUTPUTS = {"out16": torch.float16, "acc32": torch.float32}

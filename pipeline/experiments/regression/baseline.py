@@ -29,11 +29,13 @@ import numpy as np
 import polars as pl
 import torch
 
-from ...registry import EXPERIMENTS as REGISTRY
+from ...experiment import catalogue
 from ...storage import atomic_path, read_value
 
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
-EXPERIMENTS: dict[str, tuple[str, ...]] = {e.id: e.baseline for e in sorted(REGISTRY, key=lambda e: e.id) if e.baseline}
+EXPERIMENTS: dict[str, tuple[str, ...]] = {
+    e.id: e.baseline_assets() for e in sorted(catalogue(), key=lambda e: e.id) if e.baseline
+}
 #: Provenance fields compared between baseline and current (all recorded ones are shown).
 PROVENANCE_FIELDS = (
     "torch_version",

@@ -18,7 +18,6 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...tables import markdown_table
@@ -35,8 +34,7 @@ from ...verdicts import (
     validity_result,
 )
 from . import baseline
-
-GROUP = group_of("Regression")
+from .spec import GROUP
 
 # --- provenance from the Dagster instance ----------------------------------------------------
 

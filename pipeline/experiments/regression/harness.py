@@ -34,15 +34,19 @@ from typing import Any, NamedTuple, TypedDict
 import dagster as dg
 import polars as pl
 
+from ...experiment import Experiment
 from ...progress import Progress
-from ...registry import experiment
 from ...resources import REPO_ROOT, ExperimentSettings
 from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import CLAIM, CONTRADICTED, FINDING, VALIDITY, CheckOutcome, check_outcome
+from .. import accumulated_error, data_movement, reduction_order, toolkit
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 
-#: Experiments the planted-bug matrix runs (their modules come from the registry; S comes along as upstream).
-MATRIX_EXPERIMENTS = ("B", "C2", "D")
+#: Experiments the planted-bug matrix runs, by id (S comes along as their upstream).
+RUNNABLE: dict[str, Experiment] = {
+    e.id: e for e in (accumulated_error.EXPERIMENT, reduction_order.EXPERIMENT, data_movement.EXPERIMENT)
+}
+MATRIX_EXPERIMENTS = tuple(RUNNABLE)
 MATRIX_PROFILE = "smoke"
 HEALTHY_BACKEND = "inductor"
 #: Healthy runs need at least this many base seeds for "no false alarm" to be supported.
@@ -73,14 +77,14 @@ class MatrixRun(TypedDict):
 def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
     """Assets and checks of the S module and the chosen experiments' modules; unavailable modules
     (an experiment still being written) are reported instead of failing the matrix."""
-    modules, unavailable = experiment("S").load_modules(), []
+    modules, unavailable = toolkit.EXPERIMENT.load_modules(), []
     for exp in experiments:
         if exp not in MATRIX_EXPERIMENTS:
             raise ValueError(
                 f"experiment {exp!r} is not runnable in the matrix; choose from {', '.join(MATRIX_EXPERIMENTS)}"
             )
         try:
-            modules.extend(experiment(exp).load_modules())
+            modules.extend(RUNNABLE[exp].load_modules())
         except Exception as exc:  # noqa: BLE001
             unavailable.append(f"{exp}: {type(exc).__name__}: {exc}")
     assets = list(dg.load_assets_from_modules(modules))

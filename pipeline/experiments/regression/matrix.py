@@ -17,7 +17,6 @@ import polars as pl
 from pydantic import Field
 
 from ...profiles import PROFILES
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import (
@@ -42,8 +41,7 @@ from .harness import (
     parallel_runs_here,
 )
 from .planted_bugs import PLANTED_BUGS
-
-GROUP = group_of("Regression")
+from .spec import GROUP
 
 MUTATION_RULE = Rule(
     claim="the harness catches every planted bug at ERROR",

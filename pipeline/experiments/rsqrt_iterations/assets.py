@@ -31,12 +31,11 @@ import torch
 from precisionkit import bit_equal, error_stats, fp64_reference, fused, round_to_dtype, ulp_diff
 from precisionkit.stats import spacing
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
+from .spec import GROUP
 
-GROUP = group_of("C3")
 MAGIC = 0x5F3759DF
 #: Bit-trick estimate of 1/y on the fp32 pattern (the reciprocal's counterpart of MAGIC).
 RECIP_MAGIC = 0x7EF311C3

@@ -20,13 +20,12 @@ import torch
 from precisionkit import fp64_reference
 from precisionkit.selfcheck import self_check
 
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...storage import SetStream, SetTensor
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload, set_args
+from .spec import GROUP
 
-GROUP = group_of("S")
 #: dtypes stored per workload: the FFN feeds A (fp16 headline, bf16/fp32 extra rows); chains feed B.
 POOL_DTYPES = {name: ("float16", "bfloat16") for name in CHAINS} | {"ffn": ("float16", "bfloat16", "float32")}
 

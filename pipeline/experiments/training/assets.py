@@ -32,7 +32,6 @@ import dagster as dg
 import polars as pl
 
 from ...progress import Progress
-from ...registry import group_of
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...tables import markdown_table
@@ -50,8 +49,8 @@ from ...verdicts import (
 )
 from .corpus import load_corpus
 from .gpt import TrainConfig, TrainResult, train
+from .spec import GROUP
 
-GROUP = group_of("E")
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.
 DEVIATION_METRICS = ("eval_loss", "train_loss", "grad_norm")
 FINAL_METRICS = ("train_loss", "eval_loss", "perplexity", "grad_norm")

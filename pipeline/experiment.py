@@ -1,0 +1,152 @@
+"""What an experiment is, as a record: everything the code location, the report, the baseline and the
+tests need to know about one experiment, declared in the experiment's own folder.
+
+An experiment lives in ``pipeline/experiments/<name>/``: ``spec.py`` (its id, group and typed sizes per
+profile), asset modules, ``report.py`` (its page sections, built from stored values only) and
+``__init__.py``, which builds the :class:`Experiment` record. The registry
+(``pipeline/experiments/__init__.py``) lists the records; nothing else keeps a list of experiments.
+
+This module imports no experiment and nothing of the report, so both may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any, Literal
+
+import dagster as dg
+
+#: A page section of the report: markdown built from the stored values the report holds. Called with
+#: the report (``pipeline.reporting.render.Report``, not imported here: the report imports this module)
+#: and the experiment.
+ReportSection = Callable[[Any, "Experiment"], str]
+
+#: How a stored value is compared with its promoted baseline (see ``experiments/regression/baseline.py``):
+#: ``columns`` bit-exact column by column, rows matched on ``keys``; ``tensors`` bit-exact tensor by
+#: tensor (md5); ``distribution`` a per-group statistic against a bootstrap tolerance drawn from the
+#: baseline's own sets; ``curves`` training curves against the data-order noise band; ``kept`` promoted
+#: with the others (so a baseline is complete) and compared through another table.
+BaselineMethod = Literal["columns", "tensors", "distribution", "curves", "kept"]
+#: Which way a compared column is worse: ``lower`` (an error: higher is worse), ``higher`` (a
+#: fraction or flag: lower is worse), ``any`` (every change is a move the worse way), ``code`` (a hash of
+#: generated code: a change is a finding, WARN).
+Direction = Literal["lower", "higher", "any", "code"]
+
+
+@dataclass(frozen=True)
+class BaselineTable:
+    """One stored value of an experiment as the regression baseline compares it."""
+
+    asset: str
+    method: BaselineMethod = "columns"
+    keys: tuple[str, ...] = ()  # row key columns (``columns``, ``distribution``)
+    columns: Mapping[str, Direction] = field(default_factory=dict)
+    #: Rewrites the stored table before the comparison (e.g. nulls in a key column to a marker), or
+    #: aggregates it (A's output hashes per round); ``label`` then names the derived table's items.
+    prepare: Callable[[Any], Any] | None = None
+    label: str = ""
+
+    @property
+    def item_prefix(self) -> str:
+        return self.label or self.asset
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one record per experiment
+class Experiment:
+    """One experiment of the report: its identity, its Dagster definitions, its page and its baseline."""
+
+    id: str  # S, A, B, C1, C2, C3, D, E, Diagnostics, Regression, M
+    title: str
+    group: str  # Dagster asset group of every asset of the experiment
+    slug: str  # page name under results/
+    sections: tuple[str, ...]  # keys of pipeline.sections.SECTIONS the experiment gives evidence for
+    #: Imports and returns the modules holding the experiment's assets and checks. Called only when
+    #: definitions are built, so that reading the registry (the report does) imports no asset code.
+    load: Callable[[], Sequence[ModuleType]]
+    plan_deliverable: str = ""  # what the test plan asks it to deliver, in the plan's words ("" if none)
+    deliverable: ReportSection | None = None  # the page's opening section, in the plan's form
+    details: ReportSection | None = None  # charts and tables behind the deliverable
+    baseline: tuple[BaselineTable, ...] = ()
+    #: Typed sizes per profile name (every profile of pipeline.profiles must have one).
+    sizes: Mapping[str, Any] = field(default_factory=dict)
+    #: Outside the test plan's task list (a page says so).
+    beyond_plan: bool = False
+
+    def load_modules(self) -> list[ModuleType]:
+        return list(self.load())
+
+    def definitions(self) -> dg.Definitions:
+        """The experiment's assets and asset checks (no resources: the code location binds those)."""
+        return dg.Definitions(assets=self.assets(), asset_checks=self.checks())
+
+    def assets(self) -> list[dg.AssetsDefinition]:
+        return list(_loaded(self)[0])
+
+    def checks(self) -> list[dg.AssetChecksDefinition]:
+        return list(_loaded(self)[1])
+
+    def baseline_assets(self) -> tuple[str, ...]:
+        """The stored values a baseline of this experiment holds (all must exist to promote it)."""
+        return tuple(t.asset for t in self.baseline)
+
+    def sizes_for(self, profile: str) -> Any:
+        """The experiment's typed sizes under ``profile``."""
+        try:
+            return self.sizes[profile]
+        except KeyError:
+            known = ", ".join(self.sizes) or "none"
+            raise ValueError(f"experiment {self.id} has no sizes for profile {profile!r} (has {known})") from None
+
+
+@cache
+def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.AssetChecksDefinition, ...]]:
+    """The assets and checks of ``exp``'s modules, loaded once (each load makes new definition objects)."""
+    modules = exp.load_modules()
+    assets = tuple(a for a in dg.load_assets_from_modules(modules) if isinstance(a, dg.AssetsDefinition))
+    return assets, tuple(dg.load_asset_checks_from_modules(modules))
+
+
+_catalogue: list[Experiment] = []
+
+
+def catalogue() -> tuple[Experiment, ...]:
+    """Every experiment the registry lists, in its order.
+
+    For the experiments that judge the others (the regression baseline compares every experiment's
+    stored values): they cannot import the registry, which imports them. The registry fills the
+    catalogue when it is imported, and importing any module of an experiment imports the registry
+    first (it is the experiments' parent package), so the catalogue is complete whenever experiment
+    code runs.
+    """
+    if not _catalogue:
+        raise RuntimeError("the experiment registry (pipeline.experiments) has not been imported")
+    return tuple(_catalogue)
+
+
+def fill_catalogue(experiments: Sequence[Experiment]) -> None:
+    """Called once by the registry with its list."""
+    _catalogue[:] = list(experiments)
+
+
+def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
+    """A typed sizes record as flat metadata: tuples as text, nested records and dicts dotted."""
+    if is_dataclass(sizes) and not isinstance(sizes, type):
+        items = {f.name: getattr(sizes, f.name) for f in fields(sizes)}
+    elif isinstance(sizes, Mapping):
+        items = dict(sizes)
+    else:
+        return {prefix.rstrip("."): sizes}
+    out: dict[str, Any] = {}
+    for key, value in items.items():
+        name = f"{prefix}{key}"
+        if (is_dataclass(value) and not isinstance(value, type)) or isinstance(value, Mapping):
+            out.update(flat_sizes(value, f"{name}."))
+        else:
+            out[name] = str(value) if isinstance(value, tuple) else value
+    return out
+
+
+__all__ = ["BaselineTable", "Experiment", "ReportSection", "catalogue", "fill_catalogue", "flat_sizes"]

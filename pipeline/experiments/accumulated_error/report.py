@@ -1,0 +1,251 @@
+"""B: the report page's sections, built from stored values only."""
+
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from ...experiment import Experiment
+from ...reporting.blocks import PATH_COLORS, PATH_DASHES, opening, select
+from ...reporting.render import Report, markdown_table
+from ...scalars import as_number
+from ...verdicts import combine
+
+
+def deliverable(report: Report, exp: Experiment) -> str:
+    summary = report.table("accumulated_error_summary")
+    if summary is None:
+        return ""
+    per_chain = summary.group_by("chain", maintain_order=True).agg(
+        pl.len().alias("dtype x inputs"),
+        pl.col("sets").max().alias("sets each"),
+        pl.col("eager_sulp_max_p99").max().round(3).alias("eager P99 (sULP, worst)"),
+        pl.col("fused_sulp_max_p99").max().round(3).alias("fused P99 (sULP, worst)"),
+        pl.col("eager_sulp_max_max").max().round(3).alias("eager max (sULP)"),
+        pl.col("fused_sulp_max_max").max().round(3).alias("fused max (sULP)"),
+        pl.col("fused_p99_difference").max().round(3).alias("largest P99 difference"),
+        pl.col("fused_verdict").alias("_verdicts"),
+    )
+    per_chain = per_chain.with_columns(
+        pl.col("_verdicts").map_elements(lambda v: combine(v.to_list()), return_dtype=pl.String).alias("verdict")
+    ).drop("_verdicts")
+    parts = [
+        "One row per operator chain: the worst row over dtype x input distribution (scale-aware ULP, sULP: ULPs of "
+        "the row's largest |fp64 reference|; see the methodology page). Every row is in the verdict table below.\n",
+        markdown_table(per_chain),
+    ]
+    dist = report.table("accumulated_error_distributions")
+    if dist is not None:
+        cdf = dist.filter(pl.col("metric") == "sulp_max")
+        for chain in cdf["chain"].unique(maintain_order=True).to_list():
+            rows = cdf.filter(pl.col("chain") == chain)
+            inputs = sorted(rows["distribution"].unique().to_list(), key=lambda d: (d != "normal", d))
+            pick = select("distribution", inputs, "input distribution ")
+            chart = (
+                alt.Chart(rows)
+                .mark_line(interpolate="step-after")
+                .encode(
+                    x=alt.X(
+                        "bin_hi:Q",
+                        scale=alt.Scale(type="log"),
+                        axis=alt.Axis(tickCount=5, labelOverlap=True),
+                        title="per-set max error (scale-aware ULP)",
+                    ),
+                    y=alt.Y("cdf:Q", title="share of input sets (CDF)", scale=alt.Scale(domain=[0, 1])),
+                    color=alt.Color("path:N", scale=PATH_COLORS, title="path"),
+                    # Dashes keep both lines visible where fused equals eager.
+                    strokeDash=alt.StrokeDash("path:N", scale=PATH_DASHES, legend=None),
+                    tooltip=[
+                        "dtype",
+                        "distribution",
+                        "path",
+                        alt.Tooltip("bin_hi:Q", format=".4g"),
+                        alt.Tooltip("cdf:Q", format=".3f"),
+                    ],
+                )
+                .add_params(pick)
+                .transform_filter(alt.datum.distribution == pick)
+                .properties(width=250, height=170)
+                .facet(facet=alt.Facet("dtype:N", title=None), columns=2)
+                .properties(title=f"B: {chain}, CDF of each input set's max error against fp64")
+            )
+            parts.append(
+                f"### {chain}\n\n"
+                + report.chart(
+                    exp.slug,
+                    f"deliverable-cdf-{chain}",
+                    chart,
+                    f"{chain}: CDF over input sets of the max scale-aware ULP error, eager vs fused (pick the input distribution)",
+                )
+            )
+    return opening(exp, "\n".join(parts))
+
+
+def details(report: Report, exp: Experiment) -> str:
+    from . import assets as b
+
+    parts = []
+    summary = report.table("accumulated_error_summary")
+    if summary is not None:
+        parts.append(
+            "## Verdict table: fused vs eager against fp64 (§3.2)\n\n"
+            f"Per input set, the largest error against fp64 in *scale-aware ULPs* (ULPs of the row's largest "
+            f"|fp64 reference|, see the methodology page). Per row: the P99 of that over the sets for eager and for "
+            f"fused, their paired difference with its one-sided {b.CONFIDENCE:g} bootstrap interval "
+            f"({b.BOOTSTRAP_RESAMPLES} resamples), the Holm-adjusted p-value of 'fused is worse by more than "
+            f"{b.MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
+            f"fused is worse by more than {b.MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
+            "under *Decision rules* above.\n\n" + markdown_table(b.verdict_table(summary))
+        )
+        parts.append(
+            report.chart(
+                exp.slug,
+                "fused-vs-eager",
+                b_fused_vs_eager_chart(summary, b.MATERIALITY_SULP),
+                "P99 over input sets of the per-set max scale-aware ULP error, fused vs eager, one point per chain x "
+                "distribution x dtype; points above the red line are materially worse",
+            )
+        )
+        parts.append(
+            "### Plain ULP and relative error\n\nThe same runs in the seed's own metrics (ULPs of each element's "
+            "own reference value, relative error). They explode where the fp64 result is near zero (layer-norm "
+            "outputs, gelu's negative tail), so they measure cancellation; they are shown, not used for the "
+            "verdict.\n\n" + markdown_table(b_plain_errors(summary))
+        )
+    cex = report.table("accumulated_error_counterexamples")
+    if cex is not None:
+        parts.append(_b_counterexamples(cex))
+    ablation = report.table("fusion_ablation")
+    if ablation is not None and ablation.height:
+        parts.append(_b_ablation(ablation, b.ABLATION_SETS))
+    switch = report.value("fusion_switch_list")
+    if switch is not None:
+        parts.append(b_switch_list(switch))
+    return "\n".join(parts)
+
+
+def b_fused_vs_eager_chart(summary: pl.DataFrame, materiality: float) -> alt.LayerChart:
+    """P99 error of fused against eager, one point per chain x distribution x dtype, over the equal line
+    (gray) and the equal-plus-materiality line (red)."""
+    points = summary.select(
+        "chain",
+        "distribution",
+        "dtype",
+        "fused_verdict",
+        pl.col("eager_sulp_max_p99").alias("eager"),
+        pl.col("fused_sulp_max_p99").alias("fused"),
+    )
+    lo = float(min(as_number(points[c].min(), f"{c} p99 sULP") for c in ("eager", "fused")))
+    hi = float(max(as_number(points[c].max(), f"{c} p99 sULP") for c in ("eager", "fused")))
+    band = pl.DataFrame({"x": [lo, hi], "y": [lo + materiality, hi + materiality]})
+    diagonal = alt.Chart(band).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+    threshold = alt.Chart(band).mark_line(color="#d62728", strokeDash=[2, 2]).encode(x="x:Q", y="y:Q")
+    scatter = (
+        alt.Chart(points)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=alt.X(
+                "eager:Q", scale=alt.Scale(type="log"), title="eager: P99 over sets of max error (scale-aware ULP)"
+            ),
+            y=alt.Y("fused:Q", scale=alt.Scale(type="log"), title="fused: P99 over sets (scale-aware ULP)"),
+            color=alt.Color("chain:N"),
+            shape=alt.Shape("dtype:N"),
+            tooltip=[
+                "chain",
+                "distribution",
+                "dtype",
+                "fused_verdict",
+                alt.Tooltip("eager:Q", format=".4g"),
+                alt.Tooltip("fused:Q", format=".4g"),
+            ],
+        )
+    )
+    return (diagonal + threshold + scatter).properties(
+        width=420, height=360, title="B: P99 error, fused vs eager (grey: equal; red: eager + materiality)"
+    )
+
+
+def b_plain_errors(summary: pl.DataFrame) -> pl.DataFrame:
+    """The summary in the seed's own metrics (plain ULP, relative error), rounded for the page."""
+    return summary.select(
+        "chain",
+        "distribution",
+        "dtype",
+        "sets",
+        pl.col("eager_ulp_max_p99").round(3),
+        pl.col("fused_ulp_max_p99").round(3),
+        pl.col("eager_ulp_max_max").round(3),
+        pl.col("fused_ulp_max_max").round(3),
+        pl.col("eager_rel_max_max").round(4),
+        pl.col("fused_rel_max_max").round(4),
+        pl.col("fused_better_fraction").round(3),
+        pl.col("fused_worse_fraction").round(3),
+    )
+
+
+def _b_counterexamples(cex: pl.DataFrame) -> str:
+    return (
+        "## Counterexamples (for main document §6.1)\n\nEvery row where fused's P99 or max is above eager's at "
+        "all, or fused is non-finite where eager is finite; the verdict says whether the rule calls it a "
+        "contradiction.\n\n"
+        + (
+            markdown_table(
+                cex.select(
+                    "chain",
+                    "distribution",
+                    "dtype",
+                    "verdict",
+                    pl.col("p99_difference").round(3),
+                    "nonfinite_sets",
+                    pl.col("fused_worse_fraction").round(3),
+                    "worst_set_index",
+                    "explanation",
+                )
+            )
+            if cex.height
+            else "No row had fused error above eager's.\n"
+        )
+    )
+
+
+def _b_ablation(ablation: pl.DataFrame, ablation_sets: int) -> str:
+    return (
+        f"## Ablation: which fused op is responsible\n\nFor each counterexample, each op of the chain is kept out "
+        f"of the fused region in turn (the rest still fused) and the {ablation_sets} sets where fused is worst "
+        "relative to eager are re-run. `improvement` is the drop of the mean per-set error (sULP) when that op "
+        "is not fused; the op with the largest measured improvement (over 0.1 sULP, or fewer non-finite sets) is "
+        "marked responsible.\n\n"
+        + markdown_table(
+            ablation.select(
+                "chain",
+                "distribution",
+                "dtype",
+                "verdict",
+                "op",
+                pl.col("eager_mean").round(3),
+                pl.col("fused_mean").round(3),
+                pl.col("ablated_mean").round(3),
+                pl.col("improvement").round(3),
+                "ablated_nonfinite_sets",
+                "responsible",
+            )
+        )
+    )
+
+
+def b_switch_list(switch: dict[str, Any]) -> str:
+    """The fusion switch list (op types per dtype to keep out of fusion, or to watch) as a Markdown table."""
+    keep = switch.get("keep_out_of_fusion") or {}
+    watch = switch.get("watch") or {}
+    rows = [f"| {dtype} | {', '.join(ops)} | keep out of fusion (contradicted) |" for dtype, ops in keep.items()]
+    rows += [f"| {dtype} | {', '.join(ops)} | watch (within the rule) |" for dtype, ops in watch.items()]
+    return (
+        "## Fusion switch list (§6.1)\n\n"
+        + switch.get("note", "")
+        + "\n\n"
+        + (
+            "| dtype | op types | action |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+            if rows
+            else "Nothing to switch off.\n"
+        )
+    )

@@ -1,0 +1,20 @@
+"""A, fused-path determinism: id, asset group and sizes per profile (the FFN's shape is S's pool)."""
+
+from dataclasses import dataclass
+
+ID, GROUP = "A", "A_determinism"
+
+
+@dataclass(frozen=True)
+class DeterminismSizes:
+    runs: int  # runs per round
+    #: Whether the cold-start rounds run (fresh interpreters with an empty compiler cache): about 15 s
+    #: each whatever the size, so the smoke profile leaves them out and its cold-start claim is inconclusive.
+    cold_start: bool
+
+
+SIZES = {
+    "smoke": DeterminismSizes(runs=5, cold_start=False),
+    "default": DeterminismSizes(runs=300, cold_start=True),
+    "seed": DeterminismSizes(runs=1000, cold_start=True),
+}

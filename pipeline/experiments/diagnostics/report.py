@@ -1,0 +1,112 @@
+"""Diagnostics: the report page's sections, built from stored values only."""
+
+import altair as alt
+import polars as pl
+
+from ...experiment import Experiment
+from ...reporting.render import Report, markdown_table
+from ...scalars import as_number
+
+
+def details(report: Report, exp: Experiment) -> str:
+    parts = []
+    layers = report.table("divergence_per_layer")
+    if layers is not None:
+        first = layers.filter(pl.col("divergent"))
+        verdict = (
+            f"First divergent layer: `{first['layer'][0]}`."
+            if first.height
+            else "No layer's fused error exceeds eager's by more than the measured noise."
+        )
+        parts.append(
+            "## Divergence locator\n\n"
+            + verdict
+            + "\n\n"
+            + report.chart(exp.slug, "layers", layer_error_chart(layers), "Error growth layer by layer, eager vs fused")
+            + markdown_table(
+                layers.select(
+                    "layer_index",
+                    "layer",
+                    "eager_err",
+                    "fused_err",
+                    "excess",
+                    "noise",
+                    "divergent",
+                    "ulp_eager_vs_fused_mean",
+                    "kernel_count",
+                )
+            )
+        )
+    fuzz = report.table("fuzz_outcomes")
+    if fuzz is not None:
+        bad = fuzz.filter(pl.col("class") != "ok").select("seed", "dtype", "class", "ops", "shrunk_ops", "reproducer")
+        parts.append(
+            "## Differential graph fuzzer\n\n"
+            + report.chart(exp.slug, "fuzz", fuzz_chart(fuzz), "Outcome classes of the fuzzed graphs")
+            + ("\n" + markdown_table(bad) if bad.height else "\nEvery fuzzed graph was classified ok.\n")
+        )
+    tol = report.table("measured_tolerances")
+    if tol is not None:
+        parts.append(
+            "## Measured tolerances vs the hand-written matrix\n\nAbove the diagonal the matrix is too tight for what was observed.\n\n"
+            + report.chart(
+                exp.slug, "tolerances", tolerance_chart(tol), "Measured p99.9 error against the decision matrix"
+            )
+        )
+    return "\n".join(parts)
+
+
+def layer_error_chart(layers: pl.DataFrame) -> alt.Chart:
+    """Error against fp64 layer by layer, eager and fused (log scale: exact layers have no point)."""
+    long = (
+        layers.select("layer_index", "layer", pl.col("eager_err").alias("eager"), pl.col("fused_err").alias("fused"))
+        .unpivot(index=["layer_index", "layer"], variable_name="path", value_name="error vs fp64")
+        .filter(pl.col("error vs fp64") > 0)
+    )
+    return (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("layer_index:O", title="layer (call order)"),
+            y=alt.Y("error vs fp64:Q", scale=alt.Scale(type="log")),
+            color="path:N",
+            tooltip=["layer", "path", alt.Tooltip("error vs fp64:Q", format=".3g")],
+        )
+        .properties(width=620, height=240, title="Per-layer error against fp64 (E's GPT model)")
+    )
+
+
+def fuzz_chart(fuzz: pl.DataFrame) -> alt.Chart:
+    """Fuzzed graphs per outcome class and dtype."""
+    counts = fuzz.group_by("class", "dtype").agg(pl.len().alias("graphs")).sort("class", "dtype")
+    return (
+        alt.Chart(counts)
+        .mark_bar()
+        .encode(
+            x=alt.X("graphs:Q"),
+            y=alt.Y("class:N", title=None),
+            color="dtype:N",
+            tooltip=["class", "dtype", "graphs"],
+        )
+        .properties(width=420, height=120, title=f"Differential fuzzer: {fuzz.height} random graphs")
+    )
+
+
+def tolerance_chart(tol: pl.DataFrame) -> alt.LayerChart:
+    """Measured absolute tolerance against the hand-written matrix's, over the diagonal (log-log)."""
+    pts = tol.filter(pl.col("atol") > 0)
+    lo = float(min(as_number(pts[c].min(), f"measured_tolerances {c}") for c in ("atol", "matrix_atol")))
+    hi = float(max(as_number(pts[c].max(), f"measured_tolerances {c}") for c in ("atol", "matrix_atol")))
+    diag = alt.Chart(pl.DataFrame({"x": [lo, hi]})).mark_line(color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+    scatter = (
+        alt.Chart(pts)
+        .mark_point(filled=True)
+        .encode(
+            x=alt.X("matrix_atol:Q", scale=alt.Scale(type="log"), title="seed 001 decision matrix atol"),
+            y=alt.Y("atol:Q", scale=alt.Scale(type="log"), title="measured p99.9 fused error"),
+            color="op_class:N",
+            shape="dtype:N",
+            tooltip=["op_class", "dtype", "reduction_size", "atol", "matrix_atol", "ratio", "verdict"],
+        )
+    )
+    return (diag + scatter).properties(width=420, height=320, title="Measured vs hand-written absolute tolerance")

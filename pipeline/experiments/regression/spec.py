@@ -1,0 +1,31 @@
+"""Regression (baseline drift and the planted-bug matrix): id, asset group and the matrix's sizes."""
+
+from dataclasses import dataclass
+
+ID, GROUP = "Regression", "regression"
+
+
+@dataclass(frozen=True)
+class MatrixSizes:
+    #: The bugs the matrix runs when its config names none (empty: every planted bug). Each bug is a
+    #: full re-run of B, C2 and D, so the smoke profile runs one bug per way of being caught.
+    planted_bugs: tuple[str, ...]
+    #: Healthy base seeds (its "no false alarm" claim needs 3 to be supported; the smoke profile runs
+    #: one, so there that claim can be contradicted but not supported).
+    healthy_seeds: int
+
+
+SIZES = {
+    # caught by: the run's validity (no fusion), C2's determinism claim, D's bit-exactness claim, B's claim
+    "smoke": MatrixSizes(
+        planted_bugs=(
+            "planted_fallback_to_eager",
+            "planted_nondeterministic_reduction",
+            "planted_contiguous_only",
+            "planted_layout_swap",
+        ),
+        healthy_seeds=1,
+    ),
+    "default": MatrixSizes(planted_bugs=(), healthy_seeds=3),
+    "seed": MatrixSizes(planted_bugs=(), healthy_seeds=3),
+}

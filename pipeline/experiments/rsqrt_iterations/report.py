@@ -1,0 +1,165 @@
+"""C3: the report page's sections, built from stored values only."""
+
+import altair as alt
+import polars as pl
+
+from ...experiment import Experiment
+from ...reporting.blocks import opening, select, ulp_bars
+from ...reporting.render import Report, markdown_table
+
+
+def deliverable(report: Report, exp: Experiment) -> str:
+    table = report.table("c3_iteration_table")
+    if table is None:
+        return ""
+    rows = table.select(
+        "path",
+        pl.col("iterations").alias("Newton iterations"),
+        pl.col("compute_dtype").alias("arithmetic"),
+        pl.col("ulp_max").round(3).alias("max ULP vs fp64"),
+        pl.col("ulp_mean").round(3).alias("mean ULP vs fp64"),
+        pl.col("int_ulp_vs_rounded_ref_max").alias("max last-bit diff vs rounded fp64 (ULP)"),
+        pl.col("correctly_rounded_fraction").round(4).alias("correctly rounded (share)"),
+    )
+    parts = [markdown_table(rows)]
+    hist = report.table("c3_ulp_histogram")
+    if hist is not None:
+        vs = hist.filter(
+            pl.col("comparison").str.ends_with("vs fp64 (rounded)") & ~pl.col("comparison").str.starts_with("div ")
+        )
+        names = vs["comparison"].unique(maintain_order=True).to_list()
+        reference = next((n for n in names if n.startswith("A_eager")), names[0])
+        others = [n for n in names if n != reference]
+        order = vs["ulp"].unique(maintain_order=True).to_list()
+        x = alt.X("ulp:N", sort=order, title="ULP distance to fp64 rounded to fp16 (ULP)")
+        y = alt.Y("fraction:Q", axis=alt.Axis(format="%"), title="share of elements", scale=alt.Scale(domain=[0, 1]))
+        left = (
+            alt.Chart(vs)
+            .mark_bar(color="#1f77b4")
+            .encode(x=x, y=y, tooltip=["comparison", "ulp", "count"])
+            .transform_filter(alt.datum.comparison == reference)
+            .properties(width=250, height=180, title=f"path A: {reference}")
+        )
+        chart: alt.TopLevelMixin = left
+        if others:
+            pick = select("path_b", others, "path B ")
+            right = (
+                alt.Chart(vs)
+                .mark_bar(color="#d62728")
+                .encode(x=x, y=y, tooltip=["comparison", "ulp", "count"])
+                .add_params(pick)
+                .transform_filter(alt.datum.comparison == pick)
+                .properties(width=250, height=180, title="path B (pick below)")
+            )
+            chart = alt.hconcat(left, right)
+        parts.append(
+            report.chart(
+                exp.slug,
+                "deliverable-histograms",
+                chart,
+                "ULP histograms against fp64 rounded to fp16: the framework's rsqrt (A) and a Newton-iteration "
+                "variant (B)",
+            )
+        )
+    return opening(exp, "\n".join(parts))
+
+
+def details(report: Report, exp: Experiment) -> str:
+    parts = []
+    table = report.table("c3_iteration_table")
+    if table is not None:
+        parts.append(
+            "## Error by iteration count\n\n"
+            + report.chart(
+                exp.slug,
+                "iterations",
+                c3_iterations_chart(table),
+                "Max and mean ULP error against fp64 by Newton iteration count",
+            )
+        )
+        parts += _c3_method(report, table)
+    hist = report.table("c3_ulp_histogram")
+    if hist is not None:
+        vs_fp64 = hist.filter(
+            pl.col("comparison").str.ends_with("vs fp64 (rounded)") & ~pl.col("comparison").str.starts_with("div ")
+        )
+        parts.append(
+            report.chart(
+                exp.slug,
+                "ulp-histogram",
+                ulp_bars(vs_fp64, "C3: ULP distance to the correctly rounded fp64 result", columns=3),
+                "ULP histograms of every path against fp64 rounded to fp16",
+            )
+        )
+    return "\n".join(parts)
+
+
+def c3_iterations_chart(table: pl.DataFrame) -> alt.Chart | alt.LayerChart:
+    """Max and mean ULP error of the Newton paths by iteration count, with torch.rsqrt's max as a rule."""
+    newton = table.filter(pl.col("iterations").is_not_null()).select(
+        "iterations", "compute_dtype", "ulp_max", "ulp_mean"
+    )
+    long = newton.unpivot(
+        index=["iterations", "compute_dtype"],
+        on=["ulp_max", "ulp_mean"],
+        variable_name="statistic",
+        value_name="ulp_error",
+    )
+    framework = table.filter(pl.col("path") == "A_eager")["ulp_max"].to_list()
+    lines = (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("iterations:O", title="Newton iterations"),
+            y=alt.Y("ulp_error:Q", scale=alt.Scale(type="log"), title="ULP error vs fp64"),
+            color=alt.Color("compute_dtype:N", title="arithmetic"),
+            strokeDash=alt.StrokeDash("statistic:N"),
+            tooltip=["iterations", "compute_dtype", "statistic", alt.Tooltip("ulp_error:Q", format=".4f")],
+        )
+    )
+    chart: alt.Chart | alt.LayerChart = lines
+    if framework:
+        rule = (
+            alt.Chart(pl.DataFrame({"torch_rsqrt_max": framework}))
+            .mark_rule(color="gray", strokeDash=[2, 2])
+            .encode(y="torch_rsqrt_max:Q")
+        )
+        chart = lines + rule
+    return chart.properties(
+        width=420,
+        height=260,
+        title="C3: rsqrt by magic constant + Newton steps (dashed gray: torch.rsqrt max)",
+    )
+
+
+def _c3_method(report: Report, table: pl.DataFrame) -> list[str]:
+    """The method statement, the framework knobs and error floors, and the division table."""
+    from . import assets as c3
+
+    knobs = report.table("c3_framework_knobs")
+    parts = [
+        f"## Method: the plan's fallback\n\n{c3.METHOD}.\n\n"
+        + (c3.knob_statement(knobs, table) + "\n\n" if knobs is not None else "")
+        + c3.floor_statement(table, "rsqrt")
+        + "\n"
+    ]
+    div = report.table("c3_div_table")
+    if div is not None:
+        parts.append(
+            "## div(x, y): true division vs x * reciprocal(y) with N Newton steps\n\n"
+            + c3.floor_statement(div, "div")
+            + "\n\n"
+            + markdown_table(
+                div.select(
+                    "path",
+                    "iterations",
+                    "compute_dtype",
+                    "ulp_max",
+                    "ulp_mean",
+                    "pre_round_rel_max",
+                    "correctly_rounded_fraction",
+                    "vs_A_eager_equal_fraction",
+                )
+            )
+        )
+    return parts

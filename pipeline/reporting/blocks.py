@@ -1,0 +1,40 @@
+"""Pieces every experiment page uses: the deliverable opening, dropdown parameters, shared colours."""
+
+import altair as alt
+import polars as pl
+
+from ..experiment import Experiment
+
+#: Colours shared by every eager-vs-fused chart.
+PATH_COLORS = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f77b4", "#d62728", "#ff9896"])
+
+
+PATH_DASHES = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=[[1, 0], [6, 3], [2, 2]])
+
+
+def opening(exp: Experiment, body: str) -> str:
+    return f"## Deliverable\n\n*Test plan:* {exp.plan_deliverable}.\n\n{body}\n"
+
+
+def select(name: str, options: list[str], label: str) -> alt.Parameter:
+    """A variable parameter bound to a dropdown: one chart shows one of many combinations."""
+    return alt.param(name=name, value=options[0], bind=alt.binding_select(options=options, name=label))
+
+
+def ulp_bars(table: pl.DataFrame, title: str, columns: int = 2) -> alt.FacetChart:
+    order = table["ulp"].unique(maintain_order=True).to_list()
+    return (
+        alt.Chart(table)
+        .mark_bar()
+        .encode(
+            x=alt.X("ulp:N", sort=order, title="ULP distance"),
+            y=alt.Y("fraction:Q", axis=alt.Axis(format="%"), title="share of elements"),
+            tooltip=["comparison", "ulp", "count", alt.Tooltip("fraction:Q", format=".4%")],
+        )
+        .properties(width=220, height=140)
+        .facet(
+            facet=alt.Facet("comparison:N", title=None, sort=table["comparison"].unique(maintain_order=True).to_list()),
+            columns=columns,
+        )
+        .properties(title=title)
+    )

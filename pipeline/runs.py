@@ -1,0 +1,54 @@
+"""Run records: what a materialization says about itself, and the event-log queries that find them.
+
+Every stored value's materialization carries ``provenance.*`` metadata (written by
+:class:`pipeline.storage.PrecisionIOManager`); values imported from another machine also carry
+``bundle.imported_from``. Everything that reads those records (the CLI's resume logic, the report,
+its history page, the bundle import and export, the baseline, the planted-bug matrix) reads them
+through this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import dagster as dg
+
+#: Prefix of the provenance keys in materialization metadata.
+PROVENANCE = "provenance."
+#: Metadata key of a materialization imported from a results bundle (its source).
+IMPORTED_FROM = "bundle.imported_from"
+
+
+def plain(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Metadata with Dagster's value wrappers removed (``MetadataValue.value``), keys unchanged."""
+    return {k: getattr(v, "value", v) for k, v in (metadata or {}).items()}
+
+
+def provenance(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``provenance.*`` entries of plain metadata, without the prefix."""
+    return {k.removeprefix(PROVENANCE): v for k, v in metadata.items() if k.startswith(PROVENANCE)}
+
+
+def device_of(metadata: Mapping[str, Any]) -> str:
+    """The device label a materialization's metadata names (older records: the hardware name)."""
+    return str(metadata.get("provenance.device_label") or metadata.get("provenance.device_name") or "unknown device")
+
+
+def profile_of(metadata: Mapping[str, Any]) -> Any:
+    return metadata.get("provenance.profile")
+
+
+def is_imported(metadata: Mapping[str, Any]) -> bool:
+    return IMPORTED_FROM in metadata
+
+
+def materializations(
+    instance: dg.DagsterInstance, key: dg.AssetKey, limit: int = 50
+) -> Iterator[tuple[dg.EventLogRecord, dg.AssetMaterialization, dict[str, Any]]]:
+    """The newest ``limit`` materializations of ``key``, newest first, each with its plain metadata."""
+    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit, ascending=False)
+    for record in result.records:
+        mat = record.asset_materialization
+        if mat is not None:
+            yield record, mat, plain(mat.metadata)
