@@ -37,12 +37,12 @@ def training_step_seconds(profile: str, steps: int, dtype: torch.dtype) -> float
     import contextlib
 
     from pipeline.experiments.training.gpt import GPT
-    from pipeline.profiles import get_profile
+    from pipeline.experiments.training.spec import SIZES
 
-    t = get_profile(profile).train
-    model = GPT(t["layers"], t["heads"], t["width"], t["context"])
+    t = SIZES[profile]
+    model = GPT(t.layers, t.heads, t.width, t.context)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, 256, (t["batch"], t["context"]))
+    x = torch.randint(0, 256, (t.batch, t.context))
     times = []
     for i in range(steps + 1):
         start = time.perf_counter()
@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> None:
             f"({rates[dtype] / rates[torch.float32]:.3f}x fp32)"
         )
     if args.train_profile:
-        from pipeline.profiles import get_profile
+        from pipeline.experiments.training.spec import SIZES
 
         for dtype in (torch.float32, torch.bfloat16):
             seconds = training_step_seconds(args.train_profile, args.train_steps, dtype)
             print(
-                f"[train] profile {args.train_profile} E model ({get_profile(args.train_profile).train}): one eager "
+                f"[train] profile {args.train_profile} E model ({SIZES[args.train_profile].model()}): one eager "
                 f"{str(dtype).removeprefix('torch.')} step {seconds * 1e3:.0f} ms (median of {args.train_steps})"
             )
 

@@ -17,7 +17,6 @@ A bundle that fails a check is refused whole; a failed copy leaves no partial fo
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import platform
 import re
@@ -28,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+
+from .runs import IMPORTED_FROM, device_of, evaluation_in_run, materializations, provenance
+from .storage import file_sha256
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
@@ -48,19 +50,6 @@ def device_slug(label: str) -> str:
     if not slug:
         raise BundleError(f"device label {label!r} has no letters or digits to name a folder by")
     return slug
-
-
-def device_of(metadata: dict[str, Any]) -> str:
-    """The device label a materialization's metadata names (older records: the hardware name)."""
-    return str(metadata.get("provenance.device_label") or metadata.get("provenance.device_name") or "unknown device")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --- metadata, portable both ways --------------------------------------------------------------
@@ -209,19 +198,19 @@ def export_bundle(
 
 
 def _same_device(
-    provenance: dict[str, Any] | None, key: dg.AssetKey, metadata: dict[str, Any], profile: str
+    first: dict[str, Any] | None, key: dg.AssetKey, metadata: dict[str, Any], profile: str
 ) -> dict[str, Any]:
-    """The bundle's provenance: that of its first asset (``provenance`` None), which every later
+    """The bundle's provenance: that of its first asset (``first`` None), which every later
     asset's ``metadata`` must share the device of; raises :class:`BundleError` naming both devices."""
-    if provenance is None:
-        return {k.removeprefix("provenance."): v for k, v in metadata.items() if k.startswith("provenance.")}
-    if device_of(metadata) != provenance.get("device_label"):
+    if first is None:
+        return provenance(metadata)
+    if device_of(metadata) != first.get("device_label"):
         raise BundleError(
             f"{key.to_user_string()} was last materialized on {device_of(metadata)!r}, other "
-            f"assets of profile {profile!r} on {provenance.get('device_label')!r}: a bundle holds "
+            f"assets of profile {profile!r} on {first.get('device_label')!r}: a bundle holds "
             "one device's results; re-materialize the profile on one device"
         )
-    return provenance
+    return first
 
 
 def _left_out_reason(stored: Path, include_tensors: bool, max_tensor_bytes: int) -> str | None:
@@ -236,7 +225,7 @@ def _copy_file(stored: Path, target: Path, asset: str) -> dict[str, Any]:
     """Copy ``stored`` to ``target``; its manifest entry (sha256 of the copy, size, asset)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(stored, target)
-    return {"sha256": _sha256(target), "bytes": stored.stat().st_size, "asset": asset}
+    return {"sha256": file_sha256(target), "bytes": stored.stat().st_size, "asset": asset}
 
 
 def _check_records(
@@ -247,7 +236,7 @@ def _check_records(
     for check_key in asset_graph.asset_check_keys:
         if check_key.asset_key != key:
             continue
-        evaluation = _check_in_run(instance, check_key, run_id)
+        evaluation = evaluation_in_run(instance, check_key, run_id)
         if evaluation is not None:
             out.append(
                 {
@@ -271,13 +260,8 @@ def _latest_for_profile(
 ) -> tuple[dg.EventLogEntry, dg.AssetMaterialization] | None:
     """The latest materialization event of ``key`` made with ``profile`` (and ``device``, if
     given; only those made here, not imported, with ``local_only``), with its materialization."""
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records
-    for record in records:
-        mat = record.event_log_entry.asset_materialization
-        if mat is None:
-            continue
-        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-        if local_only and "bundle.imported_from" in meta:
+    for record, mat, meta in materializations(instance, key, limit):
+        if local_only and IMPORTED_FROM in meta:
             continue
         if meta.get("provenance.profile") == profile and (device is None or device_of(meta) == device):
             return record.event_log_entry, mat
@@ -288,26 +272,10 @@ def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: st
     """Device labels of every imported bundle with materializations of ``profile`` in ``instance``."""
     labels: set[str] = set()
     for key in asset_graph.get_all_asset_keys():
-        for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=limit).records:
-            mat = record.event_log_entry.asset_materialization
-            meta = {k: getattr(v, "value", v) for k, v in (mat.metadata if mat else {}).items()}
-            if "bundle.imported_from" in meta and meta.get("provenance.profile") == profile:
+        for _, _, meta in materializations(instance, key, limit):
+            if IMPORTED_FROM in meta and meta.get("provenance.profile") == profile:
                 labels.add(device_of(meta))
     return sorted(labels)
-
-
-def _check_in_run(
-    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run_id: str
-) -> dg.AssetCheckEvaluation | None:
-    """The check's evaluation from run ``run_id`` (None when it did not run there)."""
-    history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50)
-    for record in history:
-        event = record.event
-        if record.run_id == run_id and event is not None and event.dagster_event is not None:
-            data = event.dagster_event.event_specific_data
-            if isinstance(data, dg.AssetCheckEvaluation):  # else planned, never evaluated
-                return data
-    return None
 
 
 # --- import --------------------------------------------------------------------------------------
@@ -381,7 +349,7 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
             raise BundleError(f"bundle file {rel!r} lies outside the bundle's data folder")
         if not target.is_file():
             raise BundleError(f"bundle is partial: {rel} is missing")
-        if target.stat().st_size != info.get("bytes") or _sha256(target) != info.get("sha256"):
+        if target.stat().st_size != info.get("bytes") or file_sha256(target) != info.get("sha256"):
             raise BundleError(f"bundle file {rel} does not match its recorded sha256/size: altered or truncated")
     named = {r["file"] for r in manifest["assets"] if r.get("file")}
     if named - set(manifest["files"]):
@@ -452,7 +420,7 @@ def import_events(
     profile = manifest["profile"]
     label = manifest["provenance"]["device_label"]
     origin = {
-        "bundle.imported_from": str(bundle.resolve()),
+        IMPORTED_FROM: str(bundle.resolve()),
         "bundle.created_at": manifest.get("created_at", ""),
         "bundle.schema_version": SCHEMA_VERSION,
     }

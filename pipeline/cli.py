@@ -13,6 +13,7 @@ import dagster as dg
 
 from .profiles import PROFILES
 from .resources import REPO_ROOT
+from .runs import materializations
 
 
 def _instance() -> dg.DagsterInstance:
@@ -68,12 +69,7 @@ def _stored_for_profile(
     """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
     exists, or None; None as well when that materialization's provenance differs from ``same``
     (device, backend, options: the stored value was computed under other settings)."""
-    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=50, ascending=False)
-    for record in result.records:
-        mat = record.asset_materialization
-        if mat is None:
-            continue
-        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    for record, _, meta in materializations(instance, key, limit=50):
         if meta.get("provenance.profile") != profile:
             continue
         path = meta.get("path")
@@ -136,6 +132,28 @@ def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> l
     return out
 
 
+def _only_problem(only: Sequence[str]) -> str | None:
+    """Why ``--only`` names something that is not an experiment, or None."""
+    from .experiments import BY_ID
+
+    unknown = [i for i in only if i not in BY_ID]
+    if unknown:
+        return f"--only: no experiment {', '.join(map(repr, unknown))}; known: {', '.join(BY_ID)}"
+    return None
+
+
+def selection_for(defs: dg.Definitions, only: Sequence[str]) -> tuple[set[dg.AssetKey], set[dg.AssetCheckKey]]:
+    """The assets of the experiments ``only`` names, everything upstream of them and the report;
+    the checks of those assets."""
+    from .experiments import experiment
+
+    graph = defs.resolve_asset_graph()
+    keys = {k for i in only for a in experiment(i).assets() for k in a.keys}
+    chosen = set(dg.AssetSelection.assets(*keys).upstream().resolve(graph)) | {dg.AssetKey("report_site")}
+    chosen = set(dg.AssetSelection.assets(*chosen).required_multi_asset_neighbors().resolve(graph))
+    return chosen, {c for c in graph.asset_check_keys if c.asset_key in chosen}
+
+
 def report(
     profile: str,
     device: str,
@@ -143,34 +161,51 @@ def report(
     backend_options: str = "{}",
     verbose: bool = False,
     everything: bool = False,
+    only: Sequence[str] = (),
 ) -> int:
-    from .resources import settings_problems
+    from . import experiments  # noqa: F401 - the registry offers its on-demand backends (planted bugs) to the check
+    from .resources import resolve_device, settings_problems
 
     problems = settings_problems(profile, device, backend, backend_options)
+    if not problems:
+        problems += [p for p in (_only_problem(only),) if p]
     if problems:
         print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
         return 2
     from .definitions import defs
 
-    settings = {"profile": profile, "device": device, "backend": backend, "backend_options": backend_options}
+    settings = {
+        "profile": profile,
+        "device": device,
+        "backend": backend,
+        "backend_options": backend_options,
+    }
     loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
-    run_config = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
+    run_config: dict = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
+    if only:
+        run_config["ops"] = {"report_site": {"config": {"only": list(only)}}}
     instance = _instance()
     job = defs.resolve_job_def("all_assets_job")
     for run_id in release_interrupted_runs(instance):
         print(f"run {run_id} was interrupted: marked failed, its pool slots released")
-    from .devices import check_device
-
-    same = {"device": str(check_device(device)), "backend": backend, "backend_options": backend_options}
+    same = {"device": str(resolve_device(device)), "backend": backend, "backend_options": backend_options}
     graph = defs.resolve_asset_graph()
+    chosen_assets, chosen_checks = selection_for(defs, only) if only else (None, None)
     if not everything:
         assets, checks = assets_to_run(defs, instance, profile, same)
+        if chosen_assets is not None and chosen_checks is not None:
+            assets = [a for a in assets if a in chosen_assets]
+            checks = [c for c in checks if c in chosen_checks]
         print(
             f"profile {profile}: {len(assets)} of {len(graph.get_all_asset_keys())} assets missing or stale "
             f"(the rest are stored), {len(checks)} of {len(graph.asset_check_keys)} checks to run; "
             "--all re-runs everything"
         )
         job = job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
+    elif chosen_assets is not None and chosen_checks is not None:
+        job = job.get_subset(asset_selection=chosen_assets, asset_check_selection=chosen_checks)
+    if only:
+        print(f"only {', '.join(only)}: their assets, what they need upstream, and the report")
     start = time.perf_counter()
     result = job.execute_in_process(
         instance=instance,
@@ -327,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument(
         "--verbose", action="store_true", help="Dagster's full console log (DEBUG) instead of progress lines"
     )
+    rep.add_argument(
+        "--only",
+        default="",
+        help="comma list of experiment ids (e.g. M or B,D): materialize those, what they need upstream and the "
+        "report; the site marks the others as not run",
+    )
     pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
     pro.add_argument("--profile", default="default", choices=sorted(PROFILES))
     pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
@@ -353,7 +394,16 @@ def main(argv: list[str] | None = None) -> int:
         return import_bundle(args.path, args.data_dir, args.replace)
     if args.command == "promote-baseline":
         return promote_baseline(args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note)
-    return report(args.profile, args.device, args.backend, args.backend_options, args.verbose, args.everything)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    return report(
+        args.profile,
+        args.device,
+        args.backend,
+        args.backend_options,
+        args.verbose,
+        args.everything,
+        only,
+    )
 
 
 if __name__ == "__main__":

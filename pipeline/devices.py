@@ -9,6 +9,7 @@ stops the run before any work with an error that says what is available instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import platform
 from typing import Any
@@ -129,6 +130,12 @@ def device_name(device: torch.device) -> str:
             return device.type
     if device.type == "mps":
         return f"Apple {platform.machine()} (mps)"
+    return cpu_model()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what the platform module reports)."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -24,7 +24,7 @@ import dagster as dg
 #: and the experiment.
 ReportSection = Callable[[Any, "Experiment"], str]
 
-#: How a stored value is compared with its promoted baseline (see ``experiments/regression/baseline.py``):
+#: How a stored value is compared with its promoted baseline (see ``experiments/regression/comparators.py``):
 #: ``columns`` bit-exact column by column, rows matched on ``keys``; ``tensors`` bit-exact tensor by
 #: tensor (md5); ``distribution`` a per-group statistic against a bootstrap tolerance drawn from the
 #: baseline's own sets; ``curves`` training curves against the data-order noise band; ``kept`` promoted
@@ -44,6 +44,9 @@ class BaselineTable:
     method: BaselineMethod = "columns"
     keys: tuple[str, ...] = ()  # row key columns (``columns``, ``distribution``)
     columns: Mapping[str, Direction] = field(default_factory=dict)
+    #: ``distribution``: the columns that order a group's rows (sets), so that baseline and current
+    #: pair set by set (e.g. the input distribution, then the set's index).
+    order: tuple[str, ...] = ()
     #: Rewrites the stored table before the comparison (e.g. nulls in a key column to a marker), or
     #: aggregates it (A's output hashes per round); ``label`` then names the derived table's items.
     prepare: Callable[[Any], Any] | None = None
@@ -74,6 +77,8 @@ class Experiment:
     sizes: Mapping[str, Any] = field(default_factory=dict)
     #: Outside the test plan's task list (a page says so).
     beyond_plan: bool = False
+    #: The name in the site's navigation ("" : the title).
+    short: str = ""
 
     def load_modules(self) -> list[ModuleType]:
         return list(self.load())

@@ -3,7 +3,6 @@
 import functools
 import json
 import os
-import platform
 import subprocess
 from pathlib import Path
 from typing import Any, Literal
@@ -12,8 +11,9 @@ import dagster as dg
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from .devices import DeviceError, available_devices, check_device, device_name, device_versions
-from .profiles import PROFILES, Profile, get_profile
+from .backends import ensure_registered, known_backends
+from .devices import DeviceError, available_devices, check_device, cpu_model, device_name, device_versions
+from .profiles import PROFILES
 
 PROFILE_NAMES = tuple(PROFILES)
 
@@ -76,8 +76,9 @@ class ExperimentSettings(dg.ConfigurableResource):
     )
     seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
 
-    # Built in Python (CLI, tests, the planted-bug harness) the settings explain a bad device or
-    # backend in their own words before pydantic's enum check would only list the choices.
+    # Built in Python (CLI, tests, the planted-bug harness) the settings explain a bad device in
+    # their own words before pydantic's enum check would only list the choices. This is the
+    # resource's one device check; the model check below covers everything else.
     @field_validator("device", mode="before")
     @classmethod
     def _device_is_here(cls, value: Any) -> Any:
@@ -85,33 +86,24 @@ class ExperimentSettings(dg.ConfigurableResource):
             raise ValueError(why)
         return value
 
-    @field_validator("backend", mode="before")
-    @classmethod
-    def _backend_is_registered(cls, value: Any) -> Any:
-        if isinstance(value, str) and (why := backend_problem(value)) is not None:
-            raise ValueError(why)
-        return value
-
     @model_validator(mode="after")
     def _settings_are_usable(self) -> "ExperimentSettings":
         # Runs when a run builds the resource, before any asset step: one clear error instead of
-        # every step failing on an unknown profile, a missing device or an unregistered backend.
-        problems = settings_problems(self.profile, self.device, self.backend, self.backend_options)
+        # every step failing on an unknown profile, an unregistered backend or unreadable options.
+        problems = settings_problems(self.profile, None, self.backend, self.backend_options)
         if problems:
             raise ValueError("; ".join(problems))
-        if self.backend.startswith("planted_"):
-            # A run that asks for a planted-bug backend (e.g. from the launchpad) registers it with
-            # torch.compile here, in the process that compiles.
-            from .experiments.regression.planted_bugs import register_planted_backends
-
-            register_planted_backends()
         return self
 
-    def get_profile(self) -> Profile:
-        return get_profile(self.profile)
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # A run that asks for a planted-bug backend (from the launchpad or the CLI) registers the
+        # planted backends with torch.compile in every process that runs a step (the harness that
+        # scores them registers them itself).
+        ensure_registered(self.backend)
 
     def torch_device(self) -> torch.device:
-        return check_device(self.device)
+        """The run's torch device (``auto`` resolved), resolved once per process."""
+        return resolve_device(self.device)
 
     def device_key(self) -> str:
         """The name this run's results are filed under when devices are compared side by side."""
@@ -151,37 +143,42 @@ class ExperimentSettings(dg.ConfigurableResource):
         }
 
 
+@functools.cache
+def resolve_device(device: str) -> torch.device:
+    """``device`` as a torch device, ``auto`` resolved; probed once per process and name (the
+    devices of a machine do not change while a run lasts)."""
+    return check_device(device)
+
+
 def device_problem(device: str) -> str | None:
     """Why ``device`` cannot run here, or None. The one place that decides device availability
     (settings validation and the CLI both call it)."""
     try:
-        check_device(device)
+        resolve_device(device)
     except (DeviceError, ValueError) as exc:
         return str(exc)
     return None
 
 
 def backend_problem(backend: str) -> str | None:
-    """Why ``backend`` is not a usable ``torch.compile`` backend name, or None (planted-bug
-    backends count: they register on first use)."""
-    from torch._dynamo import list_backends
-
-    from .experiments.regression.planted_bugs import PLANTED_BUGS
-
-    known = set(list_backends(exclude_tags=())) | set(PLANTED_BUGS)
+    """Why ``backend`` is not a usable ``torch.compile`` backend name, or None (backends an experiment
+    offers to register on demand, such as the planted-bug backends, count)."""
+    known = known_backends()
     if backend in known:
         return None
     return f"unknown torch.compile backend {backend!r}; registered: {', '.join(sorted(known))}"
 
 
-def settings_problems(profile: str, device: str, backend: str, backend_options: str = "{}") -> list[str]:
-    """Every reason the settings cannot run, each one line (empty when they can)."""
+def settings_problems(profile: str, device: str | None, backend: str, backend_options: str = "{}") -> list[str]:
+    """Every reason the settings cannot run, each one line (empty when they can): the one validation
+    the CLI (before anything runs) and the settings resource (when a run builds it) share. ``device``
+    None: already checked (the resource checks it on its own field, before pydantic's enum check)."""
     from .profiles import PROFILES
 
     problems = []
     if profile not in PROFILES:
         problems.append(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
-    if (why := device_problem(device)) is not None:
+    if device is not None and (why := device_problem(device)) is not None:
         problems.append(why)
     if (why := backend_problem(backend)) is not None:
         problems.append(why)
@@ -199,12 +196,7 @@ def cpu_capability() -> dict[str, str]:
     """The CPU and the vector instruction sets torch uses on it: ATen's kernels (``cpu_capability``)
     and Inductor's generated C++ (``inductor_vec_isa``). Fused CPU code, and so its results, depend
     on both (e.g. a vectorized 16-bit transpose that differs from the scalar one)."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
+    model = cpu_model()
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 

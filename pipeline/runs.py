@@ -52,3 +52,17 @@ def materializations(
         mat = record.asset_materialization
         if mat is not None:
             yield record, mat, plain(mat.metadata)
+
+
+def evaluation_in_run(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, run_id: str
+) -> dg.AssetCheckEvaluation | None:
+    """The check's evaluation from run ``run_id`` (None when it did not run there)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50)
+    for record in history:
+        event = record.event
+        if record.run_id == run_id and event is not None and event.dagster_event is not None:
+            data = event.dagster_event.event_specific_data
+            if isinstance(data, dg.AssetCheckEvaluation):  # else planned, never evaluated
+                return data
+    return None

@@ -12,6 +12,7 @@ killed mid-write leaves the previous file intact. Files live under
 ``<data folder>/<profile>/<asset key path>.<ext>``, so profiles never overwrite each other.
 """
 
+import hashlib
 import json
 import os
 import struct
@@ -32,6 +33,15 @@ from safetensors.torch import load_file, save_file
 from .resources import ExperimentSettings
 
 _EXTENSIONS = (".safetensors", ".parquet", ".json")
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read a megabyte at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @contextmanager

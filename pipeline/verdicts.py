@@ -27,6 +27,8 @@ from typing import Any
 
 import dagster as dg
 
+from .runs import plain
+
 VALIDITY, CLAIM, FINDING = "validity", "claim", "finding"
 OUTCOMES = (VALIDITY, CLAIM, FINDING)
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
@@ -204,7 +206,7 @@ def check_outcome(
     """Classify one evaluation. The outcome kind comes from the check's spec (``spec_outcome``) or,
     failing that, the result's ``outcome`` metadata; a check that declares neither is treated as a
     validity check (an unclassified ERROR must not pass silently as a finding)."""
-    meta = {k: getattr(v, "value", v) for k, v in metadata.items()}
+    meta = plain(metadata)
     outcome = spec_outcome or meta.get("outcome") or VALIDITY
     if outcome not in OUTCOMES:
         raise ValueError(f"check {key}: unknown outcome kind {outcome!r}")

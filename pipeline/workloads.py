@@ -12,11 +12,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-from .profiles import Profile
+
+class PoolShapes(Protocol):
+    """The input-pool sizes a workload's shapes are built from (S's typed sizes per profile,
+    ``experiments/toolkit/spec.py``, have these fields)."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def attention(self) -> tuple[int, int, int]: ...
+    @property
+    def ffn_shape(self) -> tuple[int, int, int]: ...
+
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -189,15 +203,15 @@ class Workload:
     title: str
     fn: Callable[..., torch.Tensor]
     op_class: str  # precisionkit.tolerance op class
-    shapes: Callable[[Profile], dict[str, tuple[int, ...]]]
+    shapes: Callable[[PoolShapes], dict[str, tuple[int, ...]]]
     distributions: dict[str, Sampler]
-    reduction: Callable[[Profile], int]  # terms accumulated per output element
+    reduction: Callable[[PoolShapes], int]  # terms accumulated per output element
 
     @property
     def arg_names(self) -> tuple[str, ...]:
         return tuple(self.fn.__code__.co_varnames[: self.fn.__code__.co_argcount])
 
-    def sample(self, profile: Profile, distribution: str, n_sets: int, seed: int) -> dict[str, torch.Tensor]:
+    def sample(self, profile: PoolShapes, distribution: str, n_sets: int, seed: int) -> dict[str, torch.Tensor]:
         """``n_sets`` input sets drawn in float64, stacked on a leading set dimension."""
         if distribution not in self.distributions:
             raise ValueError(
@@ -210,19 +224,19 @@ class Workload:
         return {k: sampled[k] for k in self.arg_names}
 
 
-def _rows(p: Profile) -> dict[str, tuple[int, ...]]:
+def _rows(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     return {"x": (p.rows, p.width)}
 
 
-def _chain_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+def _chain_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     return {"x": (p.rows, p.width), "scale": (p.width,), "shift": (p.width,), "gate": (p.width,)}
 
 
-def _norm_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+def _norm_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     return {"x": (p.rows, p.width), "weight": (p.width,), "bias": (p.width,)}
 
 
-def _matmul_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+def _matmul_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     return {"x": (p.rows, p.width), "w": (p.width, p.width), "b": (p.width,)}
 
 
@@ -230,12 +244,12 @@ def _matmul_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
 FFN_EXPANSION = 4
 
 
-def _ffn_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+def _ffn_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     batch, seq, hidden = p.ffn_shape
     return {"x": (batch, seq, hidden), "w": (hidden, FFN_EXPANSION * hidden), "b": (FFN_EXPANSION * hidden,)}
 
 
-def _attention_shapes(p: Profile) -> dict[str, tuple[int, ...]]:
+def _attention_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     heads, seq, dim = p.attention
     return {"q": (heads, seq, dim), "k": (heads, seq, dim), "v": (heads, seq, dim)}
 

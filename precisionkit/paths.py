@@ -345,17 +345,6 @@ def fused(
     return FusedFunction(fn, backend, options, **kwargs)
 
 
-def default_device(requested: str = "auto") -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; ``cpu``/``cuda`` are taken as given (CUDA must exist)."""
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested not in ("cpu", "cuda") and not requested.startswith("cuda:"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {requested!r}")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {requested!r} requested but CUDA is not available here")
-    return torch.device(requested)
-
-
 def inductor_cache_dir() -> str:
     """Where Inductor keeps generated code (``TORCHINDUCTOR_CACHE_DIR`` or its default)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir

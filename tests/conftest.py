@@ -20,10 +20,6 @@ def _runs_assets(fn) -> bool:
     return any(marker in source for marker in _RUNS_ASSETS)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "materializes: materializes assets or runs the pipeline (not in make test-fast)")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)

@@ -9,13 +9,15 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ..bundle import device_of, device_slug, imported_devices
-from ..experiments import EXPERIMENTS
+from ..bundle import device_slug, imported_devices
+from ..experiments import EXPERIMENTS, experiment
 from ..resources import ExperimentSettings
+from ..runs import device_of, is_imported, materializations
 from ..storage import DataFolder
 from ..verdicts import ExperimentOutcome
-from .pages import all_pages
-from .render import REPO_ROOT, Report, mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
+from .pages import all_pages, site_nav
+from .render import REPO_ROOT, Report
+from .site import mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
 
 
 class ReportConfig(dg.Config):
@@ -27,6 +29,11 @@ class ReportConfig(dg.Config):
         default="site/docs", description="where pages and chart specs are written (relative to the repo)"
     )
     build_dir: str = Field(default="site/build", description="where mkdocs builds the static site (git-ignored)")
+    only: list[str] = Field(
+        default_factory=list,
+        description="experiment ids this report shows (empty: every one); the others are marked 'not run' "
+        "(python -m pipeline.cli report --only B,D sets it)",
+    )
 
 
 def device_reports(
@@ -55,14 +62,8 @@ def device_reports(
 
 def _any_imported(instance: dg.DagsterInstance, graph: Any, profile: str, label: str) -> Any:
     for key in graph.get_all_asset_keys():
-        for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=20).records:
-            mat = record.event_log_entry.asset_materialization
-            meta = {k: getattr(v, "value", v) for k, v in (mat.metadata if mat else {}).items()}
-            if (
-                "bundle.imported_from" in meta
-                and meta.get("provenance.profile") == profile
-                and device_of(meta) == label
-            ):
+        for _, _, meta in materializations(instance, key, limit=20):
+            if is_imported(meta) and meta.get("provenance.profile") == profile and device_of(meta) == label:
                 yield meta
 
 
@@ -104,6 +105,7 @@ def build_report_asset(
             str(settings.torch_device()),
             device_label=settings.device_key(),
         )
+        report.only = tuple(experiment(i).group for i in config.only)
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
         )
@@ -130,7 +132,7 @@ def build_site(report: Report, build_dir: Path, provenance: dict[str, Any]) -> t
     pages = all_pages(report)
     for relative, text in pages.items():
         write_page(report.docs_dir, relative, text)
-    return mkdocs_build(report.docs_dir, build_dir, provenance), len(pages)
+    return mkdocs_build(report.docs_dir, build_dir, provenance, site_nav()), len(pages)
 
 
 def outcome_metadata(outcomes: dict[str, ExperimentOutcome | None]) -> dict[str, Any]:

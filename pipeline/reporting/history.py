@@ -15,6 +15,7 @@ import dagster as dg
 import polars as pl
 
 from ..experiments import EXPERIMENTS
+from ..runs import device_of, is_imported, materializations, plain
 from ..verdicts import CLAIM
 from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
@@ -36,10 +37,6 @@ class Point:
     figures: dict[str, float] = field(default_factory=dict)
 
 
-def _plain(metadata: Any) -> dict[str, Any]:
-    return {k: getattr(v, "value", v) for k, v in (metadata or {}).items()}
-
-
 def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
     """The numbers a claim's result reports (the rule's own parameters are constant and left out)."""
     return {
@@ -51,16 +48,9 @@ def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
 
 def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, str, dict[str, Any]]]:
     """(timestamp, run id, metadata) of this report's materializations of ``key``, oldest first."""
-    from ..bundle import device_of
-
     out = []
-    records = report.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key), limit=HISTORY_POINTS * 2
-    ).records
-    for r in records:
-        mat = r.event_log_entry.asset_materialization
-        meta = _plain(mat.metadata if mat else {})
-        if "bundle.imported_from" in meta or meta.get("provenance.profile") != report.profile:
+    for r, _, meta in materializations(report.instance, key, limit=HISTORY_POINTS * 2):
+        if is_imported(meta) or meta.get("provenance.profile") != report.profile:
             continue
         if report.device_label is not None and device_of(meta) != report.device_label:
             continue
@@ -78,7 +68,7 @@ def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
         data = check_evaluation(r)
         if r.event is None or data is None:
             continue  # planned but never evaluated
-        meta = _plain(data.metadata)
+        meta = plain(data.metadata)
         if "bundle.imported_from" in meta:
             continue
         stamp = r.event.timestamp
@@ -121,7 +111,7 @@ def _claims(report: Report) -> list[tuple[str, dg.AssetCheckKey]]:
     out = []
     for key in sorted(report.graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
         spec = report.graph.get_check_spec(key)
-        if _plain(spec.metadata).get("outcome") != CLAIM:
+        if plain(spec.metadata).get("outcome") != CLAIM:
             continue
         group = report.graph.get(key.asset_key).group_name
         if group in groups:

@@ -6,16 +6,8 @@ import polars as pl
 
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
-from .render import (
-    Report,
-    checks_section,
-    collapsed,
-    experiment_header,
-    markdown_table,
-    materializations_section,
-    outcome_cells,
-    verdict_section,
-)
+from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
+from .render import Report, collapsed, markdown_table
 
 #: Tables longer than this are not printed on the page (only offered for download).
 LONG_TABLE_ROWS = 120
@@ -189,3 +181,18 @@ def all_pages(report: Report) -> dict[str, str]:
             for exp in EXPERIMENTS:
                 pages[f"results/{exp.slug}{other.page_suffix}.md"] = experiment_page(other, exp)
     return pages
+
+
+def site_nav() -> list[dict[str, Any]]:
+    """The site's navigation, from the registry: the experiments that judge a claim of the main
+    document (or go beyond the plan) under "Experiments", the history of the claims, the other
+    experiments (diagnostics, regression) on their own, then the hand-written pages."""
+    judged = [e for e in EXPERIMENTS if e.sections or e.plan_deliverable or e.beyond_plan]
+    return [
+        {"Overview": "index.md"},
+        {"Experiments": [{f"{e.id}: {e.short or e.title}": f"results/{e.slug}.md"} for e in judged]},
+        {"History of the claims": "results/history.md"},
+        *({e.short or e.title: f"results/{e.slug}.md"} for e in EXPERIMENTS if e not in judged),
+        {"Methodology": "methodology.md"},
+        {"Main document sections": "main-document.md"},
+    ]

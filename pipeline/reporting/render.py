@@ -7,9 +7,6 @@ as "not yet run", never with numbers from elsewhere.
 
 import datetime as dt
 import json
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +15,7 @@ import altair as alt
 import dagster as dg
 import polars as pl
 
-from ..experiment import Experiment
+from .. import runs
 from ..sections import SECTIONS
 from ..storage import atomic_path, read_value
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
@@ -38,9 +35,6 @@ if TYPE_CHECKING:
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATIC_DOCS = REPO_ROOT / "site" / "docs"
-#: Files the report writes into the docs folder (everything else there is hand-written).
-GENERATED = ("index.md", "results", "assets/vendor")
 
 
 def check_evaluation(record: "AssetCheckExecutionRecord | None") -> dg.AssetCheckEvaluation | None:
@@ -133,6 +127,9 @@ class Report:
         self.page_suffix = ""
         #: Reports of the other devices with results for this profile (imported bundles), shown beside this one.
         self.other_devices: list[Report] = []
+        #: Asset groups this report shows (empty: all); the others are shown as not run in it
+        #: (``python -m pipeline.cli report --only B,D``).
+        self.only: tuple[str, ...] = ()
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
 
@@ -142,6 +139,10 @@ class Report:
         if group not in self._assets:
             self._assets[group] = self._load_assets(group)
         return self._assets[group]
+
+    def shows(self, group: str) -> bool:
+        """Whether this report shows ``group``'s results (``only`` leaves the others out)."""
+        return not self.only or group in self.only or group == "report"
 
     def checks_of(self, group: str) -> list[CheckRecord]:
         """Every check on ``group``'s assets with its latest evaluation (cached)."""
@@ -155,8 +156,11 @@ class Report:
             node = self.graph.get(key)
             if node.group_name != group:
                 continue
-            event = self._latest_materialization(key)
             record = AssetRecord(key.to_user_string(), node.description or "", False)
+            if not self.shows(group):
+                out.append(record)
+                continue
+            event = self._latest_materialization(key)
             if event is not None and event.asset_materialization is not None:
                 meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
                 if meta.get("provenance.profile") == self.profile:
@@ -197,26 +201,22 @@ class Report:
         """Whether a record belongs to this report: made here or imported as the report says,
         with its profile and device. Local check evaluations carry neither (they follow the local
         run); imported ones carry both."""
-        from ..bundle import device_of
-
-        meta = {k: getattr(v, "value", v) for k, v in metadata.items()}
-        if ("bundle.imported_from" in meta) != self.imported:
+        meta = runs.plain(metadata)
+        if runs.is_imported(meta) != self.imported:
             return False
         if is_check and not self.imported:
             return True
         if meta.get("provenance.profile") != self.profile:
             return False
-        return self.device_label is None or device_of(meta) == self.device_label
+        return self.device_label is None or runs.device_of(meta) == self.device_label
 
     def _latest_materialization(self, key: dg.AssetKey) -> Any:
         """The latest materialization of ``key`` by this report's device, or the latest of all
         local ones when no device is set (then the profile filter below applies as before)."""
         if self.device_label is None and not self.imported:
             return self.instance.get_latest_materialization_event(key)
-        records = self.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=100).records
-        for r in records:
-            mat = r.event_log_entry.asset_materialization
-            if mat is not None and self._mine(mat.metadata):
+        for r, mat, _ in runs.materializations(self.instance, key, limit=100):
+            if self._mine(mat.metadata):
                 return r.event_log_entry
         return None
 
@@ -347,234 +347,5 @@ LABEL_MARK = {
     "finding": _badge("warn", "finding"),
     "nothing to read": _badge("ok", "none"),
     "not yet run": _badge("none", "not yet run"),
+    "not run": _badge("none", "not run in this report"),
 }
-OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
-RULE_FIELDS = (
-    ("claim", "claim"),
-    ("metric", "metric"),
-    ("decision", "decision"),
-    ("threshold", "materiality threshold"),
-    ("unit", "unit"),
-    ("confidence", "confidence"),
-    ("sample_size", "sample size"),
-    ("derivation", "derivation"),
-)
-
-
-def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
-    """Badges for validity, verdict and findings of one experiment (for overview tables)."""
-    o = report.outcome(group)
-    if o is None:
-        none = LABEL_MARK["not yet run"]
-        return none, none, "—"
-    findings = f"{o.findings}" if o.findings else "0"
-    return LABEL_MARK[o.validity], LABEL_MARK.get(o.verdict, o.verdict), findings
-
-
-def readable(value: Any) -> str:
-    """A metadata value as text for a table cell: JSON objects and lists (stored as text) become
-    ``key: value`` pairs and comma-separated items instead of raw JSON."""
-    if isinstance(value, str) and value[:1] in "{[":
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return fmt(value)
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {readable(v)}" for k, v in value.items()) or "—"
-    if isinstance(value, list):
-        return ", ".join(readable(v) for v in value) or "—"
-    return fmt(value)
-
-
-def _details(c: CheckRecord) -> str:
-    skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
-    shown = [(k, v) for k, v in c.metadata.items() if k not in skip and not str(v).startswith(("|", "- "))]
-    text = "; ".join(f"{k}: {readable(v)}" for k, v in shown[:3]) or "—"
-    return text + ("; … (every entry below)" if len(shown) > 3 else "")
-
-
-def rules_section(report: "Report", group: str) -> str:
-    """Every claim check's declared rule, parameter by parameter."""
-    claims = [c for c in report.checks_of(group) if c.outcome == CLAIM]
-    if not claims:
-        return ""
-    lines = [
-        "## Decision rules\n",
-        "Each claim is judged by a rule declared with its check, before the data is seen (the same parameters "
-        "are shown in the Dagster UI on the check's definition).\n",
-    ]
-    for c in claims:
-        lines.append(f"### `{c.name}`\n")
-        lines.append("| parameter | value |\n|---|---|")
-        for key, title in RULE_FIELDS:
-            value = c.spec_metadata.get(f"rule.{key}")
-            if value is not None:
-                lines.append(f"| {title} | {fmt(value)} |")
-        lines.append(f"| result | {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))} |\n")
-    return "\n".join(lines)
-
-
-def device_line(report: Report) -> str:
-    """The device whose results a page shows, named on every page."""
-    label = report.device_label or report.device
-    origin = "imported from a results bundle" if report.imported else "run in this checkout"
-    return f"Device: **{label}** (`{report.device}`, {origin}); profile **{report.profile}**.\n"
-
-
-def experiment_header(report: Report, exp: Experiment) -> str:
-    """Title, device, the main-document sections fed, or a "not yet run" warning."""
-    lines = [f"# {exp.id}: {exp.title}\n", device_line(report)]
-    if exp.sections:
-        links = ", ".join(report.section_link(s) for s in exp.sections)
-        lines.append(f"Feeds the main document's {links}.\n")
-    if not any(a.materialized for a in report.assets_of(exp.group)):
-        lines.append(
-            f'!!! warning "Not yet run"\n    No asset of this experiment was materialized with the '
-            f"`{report.profile}` profile. Materialize group `{exp.group}` in the Dagster UI, then "
-            "re-materialize `report_site`.\n"
-        )
-    return "\n".join(lines)
-
-
-def verdict_section(report: Report, exp: Experiment) -> str:
-    """The three outcomes, then every claim's declared rule."""
-    validity, verdict, findings = outcome_cells(report, exp.group)
-    lines = [
-        "## Verdict\n",
-        "| run validity | claim verdict | findings to read |\n|---|---|---|",
-        f"| {validity} | {verdict} | {findings} |\n",
-        "*Run validity* says whether the run did what it claims (fused with evidence, inputs as recorded, nothing "
-        "non-finite where the plan says finite); an invalid run's claim is not judged. The *claim verdict* comes "
-        "from the decision rules below; *findings* are observations for a human that do not decide the claim.\n",
-    ]
-    for c in report.checks_of(exp.group):
-        if c.outcome == CLAIM and c.state != "not yet run":
-            lines.append(f"- `{c.name}`: {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))}")
-    lines.append("")
-    lines.append(rules_section(report, exp.group))
-    return "\n".join(lines)
-
-
-def _check_details(c: CheckRecord) -> str:
-    """Every result entry of a check as a two-column table (long text wraps; Markdown entries are shown as text)."""
-    skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
-    rows = [(k, v) for k, v in c.metadata.items() if k not in skip]
-    if not rows:
-        return "No result metadata."
-    body = ["| entry | value |", "|---|---|"]
-    for k, v in rows:
-        text = readable(v)
-        if text.startswith(("|", "- ")):  # a Markdown table or list: too long for a cell, summarize its size
-            text = f"({len(str(v).splitlines())} lines; see the check in the Dagster UI)"
-        body.append(f"| {k} | {text} |")
-    return "\n".join(body)
-
-
-def checks_section(report: Report, exp: Experiment) -> str:
-    """One table per outcome kind (asset, check, result, short details), each check's full result collapsed below."""
-    lines = ["## Asset checks\n"]
-    for kind in ("validity", "claim", "finding"):
-        checks = [c for c in report.checks_of(exp.group) if c.outcome == kind]
-        if not checks:
-            continue
-        lines.append(f"### {OUTCOME_TITLE[kind]}\n")
-        lines.append("| check | asset | result | details |\n|---|---|---|---|")
-        for c in checks:
-            lines.append(
-                f"| {fmt(c.description or c.name)} | `{c.asset}` | {LABEL_MARK.get(c.label, c.label)} | {_details(c)} |"
-            )
-        lines.append("")
-        for c in checks:
-            if c.metadata:
-                lines.append(collapsed(f"{c.name}: every result entry", _check_details(c), kind="info"))
-    return "\n".join(lines)
-
-
-def materializations_section(report: Report, exp: Experiment) -> str:
-    lines = ["## Materializations\n", "| asset | materialized (UTC) | commit | torch | device |\n|---|---|---|---|---|"]
-    for a in report.assets_of(exp.group):
-        when = a.timestamp.strftime("%Y-%m-%d %H:%M") if a.timestamp else LABEL_MARK["not yet run"]
-        lines.append(
-            f"| `{a.key}` | {when} | {fmt(a.metadata.get('provenance.git_commit', '—'))[:12]} | "
-            f"{fmt(a.metadata.get('provenance.torch_version', '—'))} | {fmt(a.metadata.get('provenance.device_name', '—'))} |"
-        )
-    lines.append("")
-    return "\n".join(lines)
-
-
-#: Built JavaScript bundles, one per vl-convert version (git-ignored): bundling takes about a second
-#: and gives the same file for the same vl-convert.
-BUNDLE_CACHE = REPO_ROOT / "site" / ".cache"
-
-
-def vendor_javascript(docs_dir: Path, cache_dir: Path = BUNDLE_CACHE) -> None:
-    """Put vl-convert's Vega / Vega-Lite / vega-embed bundle into the site, from ``cache_dir``
-    when this vl-convert version has built it before."""
-    import vl_convert as vlc
-
-    cached = cache_dir / f"vega-bundle-{vlc.__version__}.js"  # type: ignore[attr-defined]
-    if not cached.is_file():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(cached) as tmp:
-            # The stub declares ``snippet`` required; at run time it defaults to the snippet that puts
-            # vegaEmbed, vegaLite and vega on ``window``, which the pages use.
-            tmp.write_text(vlc.javascript_bundle())  # type: ignore[call-arg]
-    target = docs_dir / "assets" / "vendor" / "vega-bundle.js"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(target) as tmp:
-        shutil.copyfile(cached, tmp)
-
-
-def prepare_docs_dir(docs_dir: Path) -> None:
-    """Start from the hand-written sources; drop previously generated files."""
-    if docs_dir.resolve() != STATIC_DOCS.resolve():
-        if docs_dir.exists():
-            shutil.rmtree(docs_dir)
-        shutil.copytree(STATIC_DOCS, docs_dir, ignore=shutil.ignore_patterns(*GENERATED))
-    else:
-        for name in GENERATED:
-            path = docs_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-    (docs_dir / "results").mkdir(parents=True, exist_ok=True)
-
-
-def write_page(docs_dir: Path, relative: str, text: str) -> None:
-    target = docs_dir / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(target) as tmp:
-        tmp.write_text(text)
-
-
-def mkdocs_build(docs_dir: Path, build_dir: Path, provenance: dict[str, Any]) -> Path:
-    """``mkdocs build --strict`` with the repository's mkdocs.yml, this run's folders and provenance."""
-    config = REPO_ROOT / ".mkdocs.report.yml"
-    staging = build_dir.with_name(build_dir.name + ".partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    body = {
-        "INHERIT": "mkdocs.yml",
-        "docs_dir": str(docs_dir.resolve()),
-        "site_dir": str(staging.resolve()),
-        "extra": {"provenance": provenance},
-    }
-    with atomic_path(config) as tmp:
-        tmp.write_text(json.dumps(body, indent=1))  # JSON is valid YAML
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(config)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}")
-    # Swap the finished build in: a failed build never leaves a half-written site behind.
-    old = build_dir.with_name(build_dir.name + ".old")
-    if build_dir.exists():
-        build_dir.rename(old)
-    staging.rename(build_dir)
-    if old.exists():
-        shutil.rmtree(old)
-    return build_dir / "index.html"

@@ -26,16 +26,16 @@ def _reset_peak() -> None:
 def main(step: str, n_sets: int, data_dir: str) -> None:
     import dagster as dg
 
-    from pipeline import profiles
     from pipeline.definitions import build_resources
     from pipeline.experiments.accumulated_error import assets as b
     from pipeline.experiments.toolkit import assets as toolkit
+    from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
     from pipeline.resources import ExperimentSettings
     from pipeline.workloads import CHAINS, WORKLOADS
 
-    # The seed profile's shapes, with only the set count changed. The probe owns its process, so it
-    # replaces the seed entry in place: the settings accept only the profile names of the schema.
-    profiles.PROFILES["seed"] = dataclasses.replace(profiles.PROFILES["seed"], chain_sets=n_sets)
+    # The seed profile's pool shapes, with only the set count changed. The probe owns its process, so
+    # it replaces S's seed sizes in place: the settings accept only the profile names of the schema.
+    POOL_SIZES["seed"] = dataclasses.replace(POOL_SIZES["seed"], chain_sets=n_sets)
     settings = ExperimentSettings(profile="seed", device="cpu")
     resources = build_resources(settings, base_dir=data_dir)
     chains = ("matmul_add_layernorm",) if step == "S" else CHAINS

@@ -8,9 +8,13 @@ import torch
 
 from pipeline import storage
 from pipeline.experiments.accumulated_error import assets as b
+from pipeline.experiments.accumulated_error import checks as b_checks
+from pipeline.experiments.accumulated_error import rules as b_rules
+from pipeline.experiments.accumulated_error import runs as b_runs
+from pipeline.experiments.accumulated_error import summary as b_summary
 from pipeline.experiments.toolkit import assets as toolkit
-from pipeline.profiles import PROFILES
-from pipeline.workloads import CHAINS, WORKLOADS, set_args
+from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
+from pipeline.workloads import CHAIN_STAGES, CHAINS, WORKLOADS, set_args
 from precisionkit import error_stats, fused
 from precisionkit.batched import error_stats_per_set
 
@@ -22,7 +26,7 @@ B_ASSETS = [
     b.fusion_switch_list,
     b.accumulated_error_distributions,
 ]
-B_CHECKS = [*b.chain_checks, b.accumulated_error_run_valid, b.fused_worse_within_rule]
+B_CHECKS = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid, b_checks.fused_worse_within_rule]
 UPSTREAM = [
     a
     for a in [*toolkit.input_pools, *toolkit.fp64_references]
@@ -53,8 +57,8 @@ def test_per_set_table_has_every_chain_distribution_dtype_path_and_set(smoke_run
     result, folder, _ = smoke_run
     assert result.success
     per_set = _read(folder, "accumulated_error_per_set")
-    n = PROFILES["smoke"].chain_sets
-    expected = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(b.DTYPES_B) * len(b.PATHS) * n
+    n = POOL_SIZES["smoke"].chain_sets
+    expected = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(b_rules.DTYPES_B) * len(b_rules.PATHS) * n
     assert per_set.height == expected
     counts = per_set.group_by("chain", "distribution", "dtype", "path").agg(pl.col("set_index").sort())
     assert all(v == list(range(n)) for v in counts["set_index"].to_list())
@@ -70,7 +74,7 @@ def test_fused_paths_compiled_once_with_evidence(smoke_run):
     _, folder, _ = smoke_run
     ev = _read(folder, "accumulated_error_fusion_evidence")
     fused_rows = ev.filter(pl.col("path") != "eager")
-    assert fused_rows.height == len(CHAINS) * len(b.DTYPES_B) * 2
+    assert fused_rows.height == len(CHAINS) * len(b_rules.DTYPES_B) * 2
     assert (fused_rows["recompiles"] == 0).all()
     assert (fused_rows["graph_breaks"] == 0).all()
     assert (fused_rows["kernel_count"] >= 1).all()
@@ -114,7 +118,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     cex = _read(folder, "accumulated_error_counterexamples")
     ablation = _read(folder, "fusion_ablation")
     switch = _read(folder, "fusion_switch_list")
-    n_groups = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(b.DTYPES_B)
+    n_groups = sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(b_rules.DTYPES_B)
     assert summary.height == n_groups
     for label in ("fused", "emulate"):
         total = (
@@ -125,11 +129,13 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
         assert np.allclose(total.to_numpy(), 1.0)
     assert (summary["fused_recompiles"] == 0).all() and (summary["emulate_recompiles"] == 0).all()
     # Smoke has 6 sets per row, below the rule's minimum for "supported": no row can be supported.
-    assert (summary["fused_paired_sets"] == PROFILES["smoke"].chain_sets).all()
+    assert (summary["fused_paired_sets"] == POOL_SIZES["smoke"].chain_sets).all()
     assert not (summary["fused_verdict"] == "supported").any()
     # Exactly the rows where fused is above eager at all are listed, each with a reproducer on disk.
-    listed = summary.filter(pl.struct(summary.columns).map_elements(b.is_counterexample, return_dtype=pl.Boolean))
-    assert listed.select(b.GROUP_KEYS).sort(pl.all()).equals(cex.select(b.GROUP_KEYS).sort(pl.all()))
+    listed = summary.filter(
+        pl.struct(summary.columns).map_elements(b_summary.is_counterexample, return_dtype=pl.Boolean)
+    )
+    assert listed.select(b_rules.GROUP_KEYS).sort(pl.all()).equals(cex.select(b_rules.GROUP_KEYS).sort(pl.all()))
     for row in cex.iter_rows(named=True):
         saved = storage.load_tensors(__import__("pathlib").Path(row["reproducer"]))
         arg0 = WORKLOADS[row["chain"]].arg_names[0]
@@ -138,7 +144,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
         assert row["explanation"] and row["verdict"] in ("supported", "contradicted", "inconclusive")
     # Every counterexample is ablated op by op; at most one op per counterexample is named responsible.
     for row in cex.iter_rows(named=True):
-        ops = b.CHAIN_STAGES[row["chain"]][0]
+        ops = CHAIN_STAGES[row["chain"]][0]
         got = ablation.filter(
             (pl.col("chain") == row["chain"])
             & (pl.col("distribution") == row["distribution"])
@@ -159,8 +165,8 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     for chain in CHAINS:
         ev = checks[f"fused_not_worse_than_eager_{chain}"]
         assert ev.metadata["outcome"].value == "claim"
-        assert ev.metadata["rule.threshold"].value == b.MATERIALITY_SULP
-        assert ev.metadata["rule.confidence"].value == b.CONFIDENCE
+        assert ev.metadata["rule.threshold"].value == b_rules.MATERIALITY_SULP
+        assert ev.metadata["rule.confidence"].value == b_rules.CONFIDENCE
         # The healthy backend never contradicts the claim; at smoke size it cannot support it either.
         assert ev.metadata["verdict"].value == "inconclusive"
         assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
@@ -178,7 +184,7 @@ def test_distributions_are_normalized_histograms(smoke_run):
     hist = _read(folder, "accumulated_error_distributions")
     keys = ["chain", "distribution", "dtype", "path", "metric"]
     sums = hist.group_by(keys).agg(pl.col("count").sum(), pl.col("fraction").sum(), pl.col("cdf").max())
-    assert (sums["count"] == PROFILES["smoke"].chain_sets).all()
+    assert (sums["count"] == POOL_SIZES["smoke"].chain_sets).all()
     assert np.allclose(sums["fraction"].to_numpy(), 1.0) and np.allclose(sums["cdf"].to_numpy(), 1.0)
     assert (hist["bin_lo"] <= hist["bin_hi"]).all()
 
@@ -213,8 +219,8 @@ def test_per_set_rows_judge_each_path_against_fp64_without_dagster():
     fused_out[0, 1] = torch.nextafter(eager[0, 1], torch.tensor(8.0, dtype=torch.float16))
     fused_out[1, 2] = float("inf")
     outputs = {"eager": eager, "fused": fused_out, "fused_emulate": eager.clone()}
-    rows, gap = b.per_set_rows("softmax", "normal", "float16", 10, outputs, ref)
-    assert [(r["path"], r["set_index"]) for r in rows] == [(p, i) for p in b.PATHS for i in (10, 11)]
+    rows, gap = b_runs.per_set_rows("softmax", "normal", "float16", 10, outputs, ref)
+    assert [(r["path"], r["set_index"]) for r in rows] == [(p, i) for p in b_rules.PATHS for i in (10, 11)]
     eager0, eager1, fused0, fused1 = rows[0], rows[1], rows[2], rows[3]
     assert eager0["ulp_max"] == 0.0 and eager0["exact_fraction"] == 1.0 and eager0["max_ulp_vs_eager"] == 0
     assert fused0["ulp_max"] == 1.0 and fused0["max_ulp_vs_eager"] == 1 and fused0["abs_max"] == pytest.approx(2.0**-9)
@@ -228,26 +234,34 @@ def test_rule_contradicts_a_material_shift_and_supports_noise():
     rng = np.random.default_rng(0)
     eager = rng.uniform(0.3, 1.5, 1000)
     # Fused 2 sULP worse on every set: contradicted with a tight interval around +2.
-    worse = b.judge(_per_set(eager, eager + 2.0), resamples=999)
+    worse = b_summary.judge(_per_set(eager, eager + 2.0), resamples=999)
     row = worse.filter(pl.col("path") == "fused").row(0, named=True)
     assert row["verdict"] == "contradicted" and row["p99_difference"] == pytest.approx(2.0)
     assert row["ci_lower"] > 1.0 and row["p_holm"] < 0.01 and row["materially_worse_sets"] == 1000
     # Fused within half a sULP of eager, in both directions: supported (the upper bound is below 1).
     noise = eager + rng.uniform(-0.5, 0.5, 1000)
-    row = b.judge(_per_set(eager, noise), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    row = b_summary.judge(_per_set(eager, noise), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
     assert row["verdict"] == "supported" and row["ci_upper"] <= 1.0
     # Identical paths: supported, difference exactly 0.
-    row = b.judge(_per_set(eager, eager), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    row = b_summary.judge(_per_set(eager, eager), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
     assert row["verdict"] == "supported" and row["p99_difference"] == 0.0
 
 
 def test_rule_below_materiality_is_not_contradicted_and_few_sets_are_not_supported():
     eager = np.linspace(0.2, 1.0, 1000)
     # 0.9 sULP worse everywhere: real, but not material.
-    row = b.judge(_per_set(eager, eager + 0.9), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    row = (
+        b_summary.judge(_per_set(eager, eager + 0.9), resamples=999)
+        .filter(pl.col("path") == "fused")
+        .row(0, named=True)
+    )
     assert row["verdict"] == "supported" and row["ci_upper"] <= 1.0
     # Six identical sets: nothing wrong, but too few sets to support a P99 claim.
-    row = b.judge(_per_set(eager[:6], eager[:6]), resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    row = (
+        b_summary.judge(_per_set(eager[:6], eager[:6]), resamples=999)
+        .filter(pl.col("path") == "fused")
+        .row(0, named=True)
+    )
     assert row["verdict"] == "inconclusive" and row["paired_sets"] == 6
 
 
@@ -256,7 +270,7 @@ def test_rule_any_nonfinite_output_where_eager_is_finite_contradicts():
     flags = np.zeros(200, dtype=int)
     flags[17] = 3
     row = (
-        b.judge(_per_set(eager, eager, nonfinite=flags), resamples=999)
+        b_summary.judge(_per_set(eager, eager, nonfinite=flags), resamples=999)
         .filter(pl.col("path") == "fused")
         .row(0, named=True)
     )
@@ -271,8 +285,8 @@ def test_rule_holm_adjusts_over_every_row():
         e = rng.uniform(0.3, 1.5, 300)
         f = e + (1.25 if k == 0 else 0.0) + rng.normal(0, 0.6, 300)
         frames.append(_per_set(e, f, dist=f"d{k}"))
-    judged = b.judge(pl.concat(frames), resamples=999).filter(pl.col("path") == "fused")
-    alone = b.judge(frames[0], resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
+    judged = b_summary.judge(pl.concat(frames), resamples=999).filter(pl.col("path") == "fused")
+    alone = b_summary.judge(frames[0], resamples=999).filter(pl.col("path") == "fused").row(0, named=True)
     row0 = judged.filter(pl.col("distribution") == "d0").row(0, named=True)
     assert row0["p_value"] == alone["p_value"]
     assert row0["p_holm"] >= alone["p_holm"] and row0["p_holm"] <= min(1.0, 60 * alone["p_value"])
@@ -345,7 +359,7 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
     resources = build_resources(
         ExperimentSettings(profile="smoke", device="cpu", backend=backend), base_dir=str(tmp_path)
     )
-    checks = [*b.chain_checks, b.accumulated_error_run_valid]
+    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid]
     result = dg.materialize(
         [*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks],
         resources=resources,
@@ -361,7 +375,7 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
     rows = summary.filter((pl.col("chain") == expect_chain) & (pl.col("fused_verdict") == "contradicted"))
     if expect_chain == "softmax":
         assert rows["distribution"].to_list() == ["large_logits", "large_logits"]
-        assert (rows["fused_nonfinite_sets"] == PROFILES["smoke"].chain_sets).all()
+        assert (rows["fused_nonfinite_sets"] == POOL_SIZES["smoke"].chain_sets).all()
     else:
         # 0.02 is about 5 fp16 ULPs at the data's scale but under one bf16 ULP: only fp16 is contradicted.
         assert set(rows["dtype"].to_list()) == {"float16"}

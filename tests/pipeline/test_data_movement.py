@@ -6,8 +6,8 @@ import torch
 from pipeline import storage
 from pipeline.experiments.data_movement import assets as data_movement
 from pipeline.experiments.data_movement.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
+from pipeline.experiments.data_movement.spec import SIZES
 from pipeline.experiments.toolkit import assets as toolkit
-from pipeline.profiles import PROFILES
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
 
@@ -91,11 +91,11 @@ def test_s_is_upstream_in_the_asset_graph():
 
 
 def test_plan_compile_count_stays_bounded():
-    shapes = PROFILES["default"].movement_shapes
+    shapes = SIZES["default"].shapes
     combos = data_movement.plan(shapes)
     assert len(combos) == len(PURE) * 3 * len(shapes) * len(LAYOUTS) + len(COUNTEREXAMPLES) * 3
     assert len(combos) <= 120
-    with pytest.raises(ValueError, match="no movement_shapes"):
+    with pytest.raises(ValueError, match="no movement shapes"):
         data_movement.plan(())
 
 
@@ -160,7 +160,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     )
     assert result.success
     # The combinations loop reports progress into the run log: its first and its last combination.
-    n_combos = len(data_movement.plan(PROFILES["smoke"].movement_shapes))
+    n_combos = len(data_movement.plan(SIZES["smoke"].shapes))
     messages = [e.user_message for e in instance.all_logs(result.run_id) if e.dagster_event is None]
     progress = [m for m in messages if m.startswith("subgraph combinations ")]
     assert progress[0].startswith(f"subgraph combinations 1/{n_combos} ")
@@ -178,7 +178,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
         "notes",
     ):
         assert col in table.columns
-    assert table.height == len(data_movement.plan(PROFILES["smoke"].movement_shapes))
+    assert table.height == len(data_movement.plan(SIZES["smoke"].shapes))
     assert set(table["dtype"]) == set(data_movement.MOVEMENT_DTYPES)
     implicit = table.filter(pl.col("has_implicit_computation"))
     assert implicit.height == len(COUNTEREXAMPLES) * 3
@@ -205,7 +205,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     assert all("NaN" in n and "measured cause: first op whose output bits differ" in n for n in excused["notes"])
     # Reshape rows: a view of a contiguous input, a copy of the transposed (non-contiguous) view.
     reshape = table.filter(pl.col("subgraph") == "reshape_concat")
-    assert reshape.height == 3 * len(PROFILES["smoke"].movement_shapes) * len(LAYOUTS)
+    assert reshape.height == 3 * len(SIZES["smoke"].shapes) * len(LAYOUTS)
     assert reshape.filter(pl.col("layout") == "contiguous")["reshape_copied"].to_list() == [False] * (
         reshape.height // 2
     )

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from pipeline import storage
-from pipeline.experiments.determinism import assets as determinism
-from pipeline.experiments.determinism import worker
+from pipeline.experiments.determinism import assets, checks, compare, worker
+from pipeline.experiments.determinism.rounds import DETERMINISM_DTYPES, Round, cold_rounds, other_thread_count
+from pipeline.experiments.determinism.spec import SIZES
 from pipeline.experiments.determinism.worker import cold_cache_env, output_md5, run_round
 from pipeline.experiments.toolkit import assets as toolkit
-from pipeline.profiles import PROFILES
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
@@ -35,8 +35,8 @@ def test_cold_cache_env_turns_caches_off_and_points_at_the_folder():
 
 
 def test_s_pool_is_upstream_and_the_tables_are_assets():
-    assert dg.AssetKey("input_pool_ffn") in determinism.determinism.dependency_keys
-    assert {k.to_user_string() for k in determinism.determinism.keys} == {
+    assert dg.AssetKey("input_pool_ffn") in assets.determinism.dependency_keys
+    assert {k.to_user_string() for k in assets.determinism.keys} == {
         "determinism_runs",
         "determinism_summary",
         "determinism_artifacts",
@@ -50,15 +50,15 @@ def test_run_round_rejects_bad_inputs():
         run_round({"float16/x": torch.zeros(1, 2, 4, dtype=torch.float16)}, ["float16"], 2, torch.device("cpu"))
     with pytest.raises(ValueError, match="runs must be at least 1"):
         run_round({}, ["float16"], 0, torch.device("cpu"))
-    assert determinism.other_thread_count(2) == 1 and determinism.other_thread_count(1) == 2
+    assert other_thread_count(2) == 1 and other_thread_count(1) == 2
 
 
 CHECKS = [
-    determinism.one_output_hash_per_round,
-    determinism.zero_ulp_within_round,
-    determinism.cold_start_reproduces_round1,
-    determinism.no_recompiles_during_runs,
-    determinism.thread_count_output_comparison,
+    checks.one_output_hash_per_round,
+    checks.zero_ulp_within_round,
+    checks.cold_start_reproduces_round1,
+    checks.no_recompiles_during_runs,
+    checks.thread_count_output_comparison,
 ]
 #: Outcome kind each check declares: the §3.3 claims, the run's validity, the thread-count finding.
 KINDS = {
@@ -113,35 +113,35 @@ def test_claim_rules_on_synthetic_summaries():
     # Rules, not measurements: the verdict each table implies on any device.
     cold = {"round": "round2_cold", "kernel_hash_equal_across_cold_start": "yes"}
     good = _summary([{}, cold])
-    for check in (determinism.one_output_hash_per_round, determinism.zero_ulp_within_round):
+    for check in (checks.one_output_hash_per_round, checks.zero_ulp_within_round):
         assert _v(check(good), "verdict") == SUPPORTED
-    assert _v(determinism.cold_start_reproduces_round1(good), "verdict") == SUPPORTED
+    assert _v(checks.cold_start_reproduces_round1(good), "verdict") == SUPPORTED
 
-    two_hashes = determinism.one_output_hash_per_round(_summary([{}, {**cold, "unique_output_hashes": 2}]))
+    two_hashes = checks.one_output_hash_per_round(_summary([{}, {**cold, "unique_output_hashes": 2}]))
     assert _v(two_hashes, "verdict") == CONTRADICTED and two_hashes.severity == dg.AssetCheckSeverity.ERROR
     assert _v(two_hashes, "rule.threshold") == 0.0
-    one_ulp = determinism.zero_ulp_within_round(_summary([{}, {**cold, "max_ulp_diff_across_runs": 1}]))
+    one_ulp = checks.zero_ulp_within_round(_summary([{}, {**cold, "max_ulp_diff_across_runs": 1}]))
     assert _v(one_ulp, "verdict") == CONTRADICTED
-    unknown = determinism.zero_ulp_within_round(_summary([{}, {**cold, "max_ulp_diff_across_runs": None}]))
+    unknown = checks.zero_ulp_within_round(_summary([{}, {**cold, "max_ulp_diff_across_runs": None}]))
     assert _v(unknown, "verdict") == INCONCLUSIVE and unknown.severity == dg.AssetCheckSeverity.WARN
-    code_moved = determinism.cold_start_reproduces_round1(
+    code_moved = checks.cold_start_reproduces_round1(
         _summary([{}, {**cold, "kernel_hash_equal_across_cold_start": "no"}])
     )
     assert _v(code_moved, "verdict") == CONTRADICTED
-    assert _v(determinism.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
+    assert _v(checks.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
 
     # Another thread count changing the bits is a finding (WARN), never a contradiction.
     default = ExperimentSettings(profile="default", device="cpu")
-    threads = determinism.thread_count_output_comparison(
+    threads = checks.thread_count_output_comparison(
         _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}]),
         default,
     )
     assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
     assert _v(threads, "outcome") == FINDING
     # A missing thread-count round is worth a finding only where the profile plans one.
-    assert not determinism.thread_count_output_comparison(_summary([{}]), default).passed
+    assert not checks.thread_count_output_comparison(_summary([{}]), default).passed
     smoke = ExperimentSettings(profile="smoke", device="cpu")
-    assert determinism.thread_count_output_comparison(_summary([{}]), smoke).passed
+    assert checks.thread_count_output_comparison(_summary([{}]), smoke).passed
 
 
 def _pool_ffn():
@@ -151,12 +151,12 @@ def _pool_ffn():
 def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
     """The smoke profile runs round 1 only: the run is valid with that plan, the cold-start claim
     is inconclusive and the thread-count finding has nothing to report."""
-    assert not PROFILES["smoke"].determinism_cold_start
-    assert PROFILES["default"].determinism_cold_start and PROFILES["seed"].determinism_cold_start
-    result = dg.materialize([_pool_ffn(), determinism.determinism, *CHECKS], resources=smoke_resources)
+    assert not SIZES["smoke"].cold_start
+    assert SIZES["default"].cold_start and SIZES["seed"].cold_start
+    result = dg.materialize([_pool_ffn(), assets.determinism, *CHECKS], resources=smoke_resources)
     assert result.success
     summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
-    assert set(summary["round"]) == {"round1"} and set(summary["dtype"]) == set(determinism.DETERMINISM_DTYPES)
+    assert set(summary["round"]) == {"round1"} and set(summary["dtype"]) == set(DETERMINISM_DTYPES)
     evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert evals["no_recompiles_during_runs"].passed, evals["no_recompiles_during_runs"].metadata
     assert evals["no_recompiles_during_runs"].metadata["planned_rounds"].value == "round1"
@@ -170,17 +170,17 @@ def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
 
 def test_smoke_determinism_rounds(smoke_resources, tmp_path, monkeypatch):
     """Round 1 and both cold-start rounds at smoke size (the profile itself skips the cold rounds)."""
-    monkeypatch.setitem(PROFILES, "smoke", dataclasses.replace(PROFILES["smoke"], determinism_cold_start=True))
-    result = dg.materialize([_pool_ffn(), determinism.determinism, *CHECKS], resources=smoke_resources)
+    monkeypatch.setitem(SIZES, "smoke", dataclasses.replace(SIZES["smoke"], cold_start=True))
+    result = dg.materialize([_pool_ffn(), assets.determinism, *CHECKS], resources=smoke_resources)
     assert result.success
-    runs = PROFILES["smoke"].determinism_runs
+    runs = SIZES["smoke"].runs
     summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
     log = storage.read_value(tmp_path / "smoke" / "determinism_runs")
-    assert set(summary["dtype"]) == set(determinism.DETERMINISM_DTYPES)
+    assert set(summary["dtype"]) == set(DETERMINISM_DTYPES)
     assert set(summary["round"]) == {
         "round1",
         "round2_cold",
-        f"cold_threads_{determinism.other_thread_count(torch.get_num_threads())}",
+        f"cold_threads_{other_thread_count(torch.get_num_threads())}",
     }
     # The per-run log has one md5 per run and round; the summary counts them.
     for r in summary.iter_rows(named=True):
@@ -245,14 +245,14 @@ def _record(hashes, code="code", threads=2, artifacts=()):
 
 
 def _round(hashes, outputs, process, threads=2, code="code"):
-    records = {d: _record(hashes, code, threads) for d in determinism.DETERMINISM_DTYPES}
-    distinct = {f"{d}/{h}": outputs[h] for d in determinism.DETERMINISM_DTYPES for h in dict.fromkeys(hashes)}
-    return determinism.Round(records, distinct, process, "cache", Path("/nonexistent"))  # no artifact files
+    records = {d: _record(hashes, code, threads) for d in DETERMINISM_DTYPES}
+    distinct = {f"{d}/{h}": outputs[h] for d in DETERMINISM_DTYPES for h in dict.fromkeys(hashes)}
+    return Round(records, distinct, process, "cache", Path("/nonexistent"))  # no artifact files
 
 
 def test_cold_rounds_plan():
-    assert determinism.cold_rounds(1000, 2) == [("round2_cold", 2, 1000), ("cold_threads_1", 1, 25)]
-    assert determinism.cold_rounds(5, 1) == [("round2_cold", 1, 5), ("cold_threads_2", 2, 5)]
+    assert cold_rounds(1000, 2) == [("round2_cold", 2, 1000), ("cold_threads_1", 1, 25)]
+    assert cold_rounds(5, 1) == [("round2_cold", 1, 5), ("cold_threads_2", 2, 5)]
 
 
 def test_determinism_tables_from_given_rounds():
@@ -264,7 +264,7 @@ def test_determinism_tables_from_given_rounds():
         "round2_cold": _round(["h1", "h2", "h1"], {"h1": one, "h2": two}, "fresh (pid 1)"),
         "cold_threads_1": _round(["h2", "h2"], {"h2": two}, "fresh (pid 2)", threads=1, code="other"),
     }
-    tables = determinism.determinism_tables(rounds)
+    tables = compare.determinism_tables(rounds)
     assert tables.runs.height == 3 * (3 + 3 + 2)
     cold = tables.runs.filter((pl.col("round") == "round2_cold") & (pl.col("dtype") == "float16"))
     assert cold["ulp_vs_round_first"].to_list() == [0, 1, 0] and cold["ulp_vs_round1_first"].to_list() == [0, 1, 0]
@@ -283,7 +283,7 @@ def test_determinism_tables_from_given_rounds():
     assert r3["kernel_hash_equal_across_cold_start"] == "no" and r3["max_ulp_vs_round1"] == 1
     assert "generated source differs from round 1: -code | +other" in r3["difference_source"]
     assert tables.code_diffs["cold_threads_1/float16"] == "-code\n+other"
-    assert set(tables.code_diffs) == {f"cold_threads_1/{d}" for d in determinism.DETERMINISM_DTYPES}
+    assert set(tables.code_diffs) == {f"cold_threads_1/{d}" for d in DETERMINISM_DTYPES}
     assert tables.artifacts.height == 0 and tables.artifacts.schema["bytes"] == pl.Int64
 
 

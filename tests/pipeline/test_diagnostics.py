@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from pipeline.experiments.diagnostics import divergence, fuzzing, tolerances
-from pipeline.profiles import get_profile
+from pipeline.experiments.diagnostics.spec import SIZES
+from pipeline.experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
+from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 from pipeline.storage import read_value, write_value
 from pipeline.verdicts import FINDING
 from pipeline.workloads import WORKLOADS
@@ -64,7 +66,7 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
     assert "fresh seeded initialization" in meta["model_weights"].value
 
     outcomes = read_value(tmp_path / "smoke" / "fuzz_outcomes")
-    assert outcomes.height == get_profile("smoke").fuzz_graphs
+    assert outcomes.height == SIZES["smoke"].fuzz_graphs
     assert set(outcomes["class"]) <= {"ok", "mismatch", "graph_break", "compile_error", "crash", "invalid"}
     ok = outcomes.filter(pl.col("class") == "ok")
     # "ok" means: within tolerance, or no more than EAGER_MARGIN x eager's error.
@@ -80,7 +82,7 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
         assert e.metadata["outcome"].value == FINDING and e.severity == dg.AssetCheckSeverity.WARN
 
 
-def _upstream(profile):
+def _upstream():
     rng = np.random.default_rng(0)
     softmax_abs = np.linspace(1e-4, 2e-4, 1000)  # p99.9 known in closed form
     per_set = pl.DataFrame(
@@ -125,8 +127,8 @@ def _upstream(profile):
 
 
 def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
-    profile = get_profile("smoke")
-    upstream, softmax_abs = _upstream(profile)
+    pool, c2_length = POOL_SIZES["smoke"], REDUCTION_SIZES["smoke"].length
+    upstream, softmax_abs = _upstream()
     for name, df in upstream.items():
         write_value(df, tmp_path / "smoke" / name)
     result = dg.materialize(
@@ -142,7 +144,7 @@ def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
     table = read_value(tmp_path / "smoke" / "measured_tolerances")
     rows = {(r["op_class"], r["dtype"], r["reduction_size"]): r for r in table.iter_rows(named=True)}
 
-    k = WORKLOADS["softmax"].reduction(profile)
+    k = WORKLOADS["softmax"].reduction(pool)
     soft = rows[("softmax", "float16", k)]
     assert soft["n_obs"] == 1000 and soft["atol"] == pytest.approx(np.percentile(softmax_abs, 99.9))
     assert soft["matrix_atol"] == tolerance(torch.float16, "softmax", k).atol
@@ -152,12 +154,12 @@ def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
     assert elem["n_obs"] == 3 and elem["atol"] == pytest.approx(np.percentile([2.4e-4, 3.9e-4], 99.9))
     assert elem["ulp"] == pytest.approx(np.percentile([0.5, 1.0, 0.4996], 99.9))
     # C2: the fp16 sum of c2_length terms, its fp32 accumulator in a group of its own.
-    c2_16 = rows[("matmul", "float16", profile.c2_length)]
-    expected = tolerance(torch.float16, "matmul", profile.c2_length)
+    c2_16 = rows[("matmul", "float16", c2_length)]
+    expected = tolerance(torch.float16, "matmul", c2_length)
     assert c2_16["atol"] == pytest.approx(0.06) and c2_16["matrix_atol"] == expected.atol
     assert c2_16["matrix_rule"] == expected.source.split(": ")[-1]
     assert c2_16["verdict"] == ("matrix too tight" if expected.atol < 0.06 else "matrix ok")
-    assert ("matmul", "float32", profile.c2_length) in rows
+    assert ("matmul", "float32", c2_length) in rows
     # Fuzzer: only graphs classified ok count (the mismatching one would dominate otherwise).
     fz = rows[("layernorm", "float32", 64)]
     assert fz["n_obs"] == 2 and fz["atol"] < 1e-6

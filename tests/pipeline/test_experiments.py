@@ -17,6 +17,7 @@ from pipeline.experiments.regression import baseline
 from pipeline.experiments.regression import harness as planted_bug_harness
 from pipeline.profiles import PROFILES
 from pipeline.reporting import claims
+from pipeline.reporting.pages import site_nav
 from pipeline.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,12 +78,24 @@ def test_every_experiment_has_typed_sizes_for_every_profile_or_none():
         experiment("B").sizes_for("smoke")
 
 
-def test_k8s_steps_and_site_navigation_follow_the_registry():
-    run_config = yaml.safe_load((ROOT / "deploy" / "run_config.k8s.yaml").read_text())
-    text = (ROOT / "deploy" / "run_config.k8s.yaml").read_text()
-    assert run_config is not None
-    for exp in EXPERIMENTS:
-        assert exp.group in text or exp.id in text, exp.id
+def test_k8s_steps_follow_the_registry():
+    """Every heavy step (the compute_device pool) of every experiment gets a GPU pod in the k8s run config."""
+    script = ROOT / "scripts" / "k8s_run_config.py"
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout
+    steps = yaml.safe_load((ROOT / "deploy" / "run_config.k8s.yaml").read_text())["execution"]["config"]
+    heavy = {a.op.name for exp in EXPERIMENTS for a in exp.assets() if a.op.pool == "compute_device"}
+    assert set(steps["per_step_k8s_config"]) == heavy
+    assert {"determinism", "fuzz_outcomes", "input_pool_ffn"} <= heavy
+
+
+def test_site_navigation_follows_the_registry():
+    nav = site_nav()
+    experiments = next(item["Experiments"] for item in nav if "Experiments" in item)
+    pages = [next(iter(entry.values())) for entry in experiments]
+    assert pages[:8] == [f"results/{experiment(i).slug}.md" for i in ("S", "A", "C1", "C2", "C3", "D", "B", "E")]
+    everywhere = {v for item in nav for v in ([item] if isinstance(item, str) else item.values()) if isinstance(v, str)}
+    assert {f"results/{e.slug}.md" for e in EXPERIMENTS} <= everywhere | set(pages)
 
 
 def test_reading_the_registry_loads_no_asset_code():
@@ -93,7 +106,7 @@ def test_reading_the_registry_loads_no_asset_code():
         "print(' '.join(m.rsplit('.', 1)[1] for m in loaded))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert set(out.stdout.split()) <= {"spec", "report"}, out.stdout
+    assert set(out.stdout.split()) <= {"spec", "report", "rules"}, out.stdout
 
 
 def test_matrix_loads_toolkit_and_the_chosen_experiment():

@@ -75,3 +75,59 @@ def test_script_exit_status_names_the_cycle(tmp_path):
         text=True,
     )
     assert good.returncode == 0, good.stdout
+
+
+CORE = {
+    "artifacts",
+    "bundle",
+    "devices",
+    "experiment",
+    "profiles",
+    "progress",
+    "resources",
+    "runs",
+    "scalars",
+    "sections",
+    "storage",
+    "tables",
+    "verdicts",
+    "workloads",
+}
+
+
+def _pipeline_graph() -> dict[str, set[str]]:
+    return import_cycles.import_graph(ROOT / "pipeline")
+
+
+def test_layers_core_then_experiments_then_registry_then_report_then_code_location():
+    graph = _pipeline_graph()
+    core = {f"pipeline.{m}" for m in CORE}
+    assert core <= set(graph)
+    for module in core:
+        above = {
+            t for t in graph[module] if t.startswith(("pipeline.experiments", "pipeline.reporting", "pipeline.cli"))
+        }
+        assert not above, f"{module} imports {above}"
+    # Experiments build their pages from the report's rendering pieces, never from the site builder
+    for module, targets in graph.items():
+        if module.startswith("pipeline.experiments."):
+            site = {
+                t
+                for t in targets
+                if t.startswith("pipeline.reporting.") and t.rsplit(".", 1)[1] not in {"render", "blocks"}
+            }
+            assert not site, f"{module} imports {site}"
+            # the registry imports the experiments: an experiment that imported it back would close a loop
+            assert "pipeline.experiments" not in targets, f"{module} imports the registry"
+            assert "pipeline.definitions" not in targets, module
+
+
+def test_reporting_never_imports_an_experiments_assets():
+    graph = _pipeline_graph()
+    readable = {"spec", "report", "rules"}
+    for module, targets in graph.items():
+        if not module.startswith("pipeline.reporting"):
+            continue
+        for t in targets:
+            if t.startswith("pipeline.experiments."):
+                assert t.count(".") == 2 or t.rsplit(".", 1)[1] in readable, f"{module} imports {t}"

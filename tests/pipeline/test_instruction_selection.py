@@ -3,17 +3,43 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.experiments.instruction_selection import assets as c1
+from pipeline.experiments.instruction_selection.assets import c1_instruction_selection, c1_notes
+from pipeline.experiments.instruction_selection.checks import (
+    c1_difference_is_instruction_selection,
+    c1_higher_precision_scalar_is_closer,
+    c1_paths_differ_mostly_within_1ulp,
+)
+from pipeline.experiments.instruction_selection.compare import (
+    ERROR_KEYS,
+    _comparisons,
+    all_comparisons,
+    error_table,
+    ulp_tables,
+)
+from pipeline.experiments.instruction_selection.mechanism import _eager_route_row, code_constants
+from pipeline.experiments.instruction_selection.paths import (
+    compute_dtype,
+    control_0dim_tensor,
+    control_fp32_opmath,
+    control_route_only,
+    control_value_only,
+    make_input,
+    path_a,
+    path_a_multiplier,
+    path_b,
+    rounded_scalar,
+)
+from pipeline.experiments.instruction_selection.rules import MAX_FRACTION_ABOVE_1ULP, route_statement
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from precisionkit import bit_equal, error_stats, ulp_diff
 
 CHECKS = [
-    c1.c1_paths_differ_mostly_within_1ulp,
-    c1.c1_difference_is_instruction_selection,
-    c1.c1_higher_precision_scalar_is_closer,
+    c1_paths_differ_mostly_within_1ulp,
+    c1_difference_is_instruction_selection,
+    c1_higher_precision_scalar_is_closer,
 ]
-ASSETS = [c1.c1_instruction_selection, *CHECKS]
+ASSETS = [c1_instruction_selection, *CHECKS]
 #: The plan's claim is judged on the ULP distribution; the mechanism and the fp64 comparison are findings.
 KINDS = {
     "c1_paths_differ_mostly_within_1ulp": CLAIM,
@@ -31,7 +57,7 @@ def test_checks_declare_their_outcome_and_rule():
     specs = {spec.name: spec.metadata for c in CHECKS for spec in c.check_specs}
     assert {name: meta["outcome"] for name, meta in specs.items()} == KINDS
     claim = specs["c1_paths_differ_mostly_within_1ulp"]
-    assert claim["rule.threshold"] == 100 * c1.MAX_FRACTION_ABOVE_1ULP and claim["rule.unit"].startswith("%")
+    assert claim["rule.threshold"] == 100 * MAX_FRACTION_ABOVE_1ULP and claim["rule.unit"].startswith("%")
     assert claim["rule.confidence"] == "deterministic" and claim["rule.claim"].startswith("§1.2 (2)")
     assert not any(k.startswith("rule.") for k in specs["c1_difference_is_instruction_selection"])
 
@@ -46,7 +72,7 @@ def _distribution(eager: dict, fused: dict) -> pl.DataFrame:
 def test_claim_rule_on_synthetic_distributions():
     # The rule, on any device: differ within 1 ULP -> supported; bit-identical -> inconclusive (the
     # instruction choice is not observable); too many >= 2 ULP -> contradicted at ERROR.
-    check = c1.c1_paths_differ_mostly_within_1ulp
+    check = c1_paths_differ_mostly_within_1ulp
     assert _v(check(_distribution({}, {})), "verdict") == SUPPORTED
     same = check(_distribution({}, {"bit_equal": True, "ulp0_pct": 100.0, "ulp1_pct": 0.0, "ulp_max": 0}))
     assert _v(same, "verdict") == INCONCLUSIVE and same.severity == dg.AssetCheckSeverity.WARN
@@ -58,36 +84,36 @@ def test_claim_rule_on_synthetic_distributions():
 
 def test_paths_create_their_tensors_on_the_input_device():
     # Path B and the 0-dim control build their fp16 scalar where x lives (no CPU tensor on a GPU run).
-    x = c1.make_input((4, 4), seed=1, device=torch.device("cpu"))
-    for fn in (c1.path_b, c1.control_0dim_tensor, c1.control_route_only, c1.control_value_only, c1.control_fp32_opmath):
+    x = make_input((4, 4), seed=1, device=torch.device("cpu"))
+    for fn in (path_b, control_0dim_tensor, control_route_only, control_value_only, control_fp32_opmath):
         assert fn(x).device == x.device
     if torch.cuda.is_available():
         xc = x.cuda()
-        assert bit_equal(c1.path_b(xc).cpu(), c1.path_b(x)) and c1.control_0dim_tensor(xc).is_cuda
-        assert c1.control_route_only(xc).is_cuda
+        assert bit_equal(path_b(xc).cpu(), path_b(x)) and control_0dim_tensor(xc).is_cuda
+        assert control_route_only(xc).is_cuda
 
 
 def test_scalar_rounds_to_fp16_grid_above_0_7():
     # 0.7 / 2**-11 = 1433.6 rounds to 1434: the fp16 value is above 0.7, not below.
-    assert c1.rounded_scalar(torch.float16) == 1434 * 2**-11 == 0.7001953125
+    assert rounded_scalar(torch.float16) == 1434 * 2**-11 == 0.7001953125
 
 
 def test_controls_separate_route_from_value():
-    x = c1.make_input((16, 16), seed=3, device=torch.device("cpu"))
+    x = make_input((16, 16), seed=3, device=torch.device("cpu"))
     # The route-only control multiplies by the value path A uses (0.7 in fp32 opmath) through a
     # broadcast fp32 tensor, and rounds back to fp16; the value-only control keeps A's scalar route.
-    assert c1.compute_dtype(torch.float16) == torch.float32 and c1.compute_dtype(torch.float32) == torch.float32
-    assert c1.path_a_multiplier(torch.float16) == float(torch.tensor(0.7, dtype=torch.float32))
-    route = c1.control_route_only(x)
+    assert compute_dtype(torch.float16) == torch.float32 and compute_dtype(torch.float32) == torch.float32
+    assert path_a_multiplier(torch.float16) == float(torch.tensor(0.7, dtype=torch.float32))
+    route = control_route_only(x)
     assert route.dtype == x.dtype and route.device == x.device
-    a, b = c1.path_a(x), c1.path_b(x)
+    a, b = path_a(x), path_b(x)
     assert not bit_equal(a, b)
     assert int(ulp_diff(a, b).max()) == 1
     # CPU eager: the value alone reproduces B; the route alone reproduces A.
-    assert bit_equal(c1.control_value_only(x), b)
+    assert bit_equal(control_value_only(x), b)
     assert bit_equal(route, a)
-    assert bit_equal(c1.control_0dim_tensor(x), b)
-    assert bit_equal(c1.control_fp32_opmath(x), a)
+    assert bit_equal(control_0dim_tensor(x), b)
+    assert bit_equal(control_fp32_opmath(x), a)
 
 
 def test_route_statement_is_filled_from_the_tables():
@@ -103,7 +129,7 @@ def test_route_statement_is_filled_from_the_tables():
                 "ulp_max": 0 if eq else 1,
             }
             for mode in ("eager", "fused")
-            for label, eq in zip([c for c, _, _ in c1._comparisons(mode)], (False, True, False, True), strict=False)
+            for label, eq in zip([c for c, _, _ in _comparisons(mode)], (False, True, False, True), strict=False)
         ]
     )
     rec = pl.DataFrame(
@@ -113,7 +139,7 @@ def test_route_statement_is_filled_from_the_tables():
             for p, v in (("A", "reference"), ("B", "same"), ("control_route_only", "same"))
         ]
     )
-    text = c1.route_statement(rec, dist)
+    text = route_statement(rec, dist)
     assert (
         "A and B differ in 40.00% of elements (max 1 ULP)" in text
         and "changing only the route (control_route_only vs A) changes 0.00%" in text
@@ -125,19 +151,19 @@ def test_route_statement_is_filled_from_the_tables():
         .otherwise(pl.col("instruction_vs_A"))
         .alias("instruction_vs_A")
     )
-    assert "Instruction changes observed in: eager B, fused B" in c1.route_statement(different, dist)
+    assert "Instruction changes observed in: eager B, fused B" in route_statement(different, dist)
 
 
 def test_code_parsing_finds_cpp_and_triton_constants():
     cpp = "auto tmp2 = static_cast<float>(0.7);\nauto tmp4 = tmp1 * tmp3;"
     triton = "tmp1 = 0.7001953125\ntmp2 = tmp0 * tmp1\ntl.store(out_ptr0 + x0, tmp2, None)"
-    assert c1.code_constants(cpp) == [0.7]
-    assert c1.code_constants(triton) == [0.7001953125]
+    assert code_constants(cpp) == [0.7]
+    assert code_constants(triton) == [0.7001953125]
 
 
 def test_bad_shape_is_rejected():
     with pytest.raises(ValueError, match="positive sizes"):
-        c1.make_input((0, 4), seed=1, device=torch.device("cpu"))
+        make_input((0, 4), seed=1, device=torch.device("cpu"))
 
 
 def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
@@ -146,14 +172,14 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert {name: e.metadata["outcome"].value for name, e in checks.items()} == KINDS
     claim = checks["c1_paths_differ_mostly_within_1ulp"]
-    assert claim.metadata["rule.threshold"].value == 100 * c1.MAX_FRACTION_ABOVE_1ULP
+    assert claim.metadata["rule.threshold"].value == 100 * MAX_FRACTION_ABOVE_1ULP
     # The mechanism is a finding: whatever it finds, it is WARN, never a contradiction of the claim.
     mech = checks["c1_difference_is_instruction_selection"]
     assert mech.severity == dg.AssetCheckSeverity.WARN and "verdict" not in mech.metadata
     dist = read_value(tmp_path / "smoke" / "c1_ulp_distribution")
     rows = {r["comparison"]: r for r in dist.iter_rows(named=True)}
     # The verdict follows the rule applied to the measured table, on any device.
-    over = [rows[f"{m} A vs B"]["ulp_ge2_pct"] > 100 * c1.MAX_FRACTION_ABOVE_1ULP for m in ("eager", "fused")]
+    over = [rows[f"{m} A vs B"]["ulp_ge2_pct"] > 100 * MAX_FRACTION_ABOVE_1ULP for m in ("eager", "fused")]
     same = [rows[f"{m} A vs B"]["bit_equal"] for m in ("eager", "fused")]
     expected = CONTRADICTED if any(over) else (INCONCLUSIVE if any(same) else SUPPORTED)
     assert claim.metadata["verdict"].value == expected
@@ -186,7 +212,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     assert {by[("fused", p)]["instruction_vs_A"] for p in ("B", "control_route_only", "control_value_only")} == {"same"}
     assert by[("eager", "B")]["instruction_vs_A"] == "not observable"
     assert by[("fused", "control_route_only")]["constants"] == "0.699999988079071"
-    assert "plan's fallback" in c1.route_statement(routes, dist)
+    assert "plan's fallback" in route_statement(routes, dist)
 
     ev = read_value(tmp_path / "smoke" / "c1_mechanism_evidence")
     consts = {r["path"]: r["detail"] for r in ev.filter(ev["source"] == "constants").iter_rows(named=True)}
@@ -215,14 +241,14 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
 
 
 def test_ulp_tables_and_error_table_from_given_outputs():
-    x = c1.make_input((4, 4), seed=3, device=torch.device("cpu"))
-    a, b = c1.path_a(x), c1.path_b(x)
+    x = make_input((4, 4), seed=3, device=torch.device("cpu"))
+    a, b = path_a(x), path_b(x)
     outputs = {"input": x}
     for mode in ("eager", "fused"):
         outputs |= {f"{mode}_A": a, f"{mode}_B": b, f"{mode}_control_route_only": a, f"{mode}_control_value_only": b}
     outputs |= {"eager_control_0dim_tensor": b, "eager_control_fp32_opmath": a}
-    distribution, histogram = c1.ulp_tables(outputs)
-    assert distribution["comparison"].to_list() == list(c1.all_comparisons())
+    distribution, histogram = ulp_tables(outputs)
+    assert distribution["comparison"].to_list() == list(all_comparisons())
     rows = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
     differ = int((ulp_diff(a, b) == 1).sum())  # A and B are at most 1 ULP apart on this input
     assert 0 < differ < 16 and int(ulp_diff(a, b).max()) == 1
@@ -235,8 +261,8 @@ def test_ulp_tables_and_error_table_from_given_outputs():
     assert histogram.group_by("comparison").agg(pl.col("count").sum())["count"].unique().to_list() == [16]
 
     ref = x.double() * 0.7
-    errors = c1.error_table(outputs, ref)
-    assert errors["path"].to_list() == list(c1.ERROR_KEYS)
+    errors = error_table(outputs, ref)
+    assert errors["path"].to_list() == list(ERROR_KEYS)
     expected = {k: v for k, v in error_stats(b, ref).items() if v is not None}
     got = errors.filter(pl.col("path") == "fused_B").row(0, named=True)
     assert {k: got[k] for k in expected} == expected and expected["ulp_max"] > 0
@@ -244,19 +270,19 @@ def test_ulp_tables_and_error_table_from_given_outputs():
 
 def test_eager_route_row_without_device_kernels_is_not_observable():
     trace = (["aten.mul.Tensor(float16[4] stride(1,), float16[4] stride(0,))", "aten.expand.default(x)"], [], [])
-    row = c1._eager_route_row("B", trace, [], torch.float16)
+    row = _eager_route_row("B", trace, [], torch.float16)
     assert row["instruction_vs_A"] == "not observable"
     assert row["multiply_op"] == "aten.mul.Tensor(float16[4] stride(1,), float16[4] stride(0,))"
     assert row["route"] == "broadcast tensor" and row["multiplier"] == 0.7001953125
-    assert c1._eager_route_row("A", trace, [], torch.float16)["instruction_vs_A"] == "reference"
+    assert _eager_route_row("A", trace, [], torch.float16)["instruction_vs_A"] == "reference"
     # With device kernels (a CUDA profile), the kernel names decide.
     gpu = (trace[0], [], ["mul_kernel_scalar"])
-    assert c1._eager_route_row("B", gpu, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "same"
+    assert _eager_route_row("B", gpu, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "same"
     other = (trace[0], [], ["mul_kernel_tensor"])
-    assert c1._eager_route_row("B", other, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "different"
+    assert _eager_route_row("B", other, ["mul_kernel_scalar"], torch.float16)["instruction_vs_A"] == "different"
 
 
 def test_notes_name_both_multipliers():
-    notes = c1.c1_notes(torch.float16, "Statement.")
+    notes = c1_notes(torch.float16, "Statement.")
     assert notes.startswith("Path A multiplies by 0.7 in its compute dtype (float32: 0.699999988079071); ")
     assert "path B by 0.7 stored in float16 (0.7001953125), a relative change of 2.790e-04. Statement." in notes

@@ -15,10 +15,10 @@ import torch
 
 from pipeline import storage
 from pipeline.experiments.regression import drift as regression
-from pipeline.experiments.regression import harness, planted_bugs
+from pipeline.experiments.regression import harness, matrix_parallel, matrix_runs, planted_bugs, rules
 from pipeline.experiments.regression import matrix as matrix_asset
 from pipeline.experiments.regression.planted_bugs import PLANTED_BUGS
-from pipeline.profiles import PROFILES
+from pipeline.experiments.regression.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
@@ -249,7 +249,7 @@ def test_score_counts_only_new_error_outcomes():
 
 
 def test_declared_outcomes_read_from_check_specs():
-    kinds = harness.declared_outcomes(
+    kinds = matrix_runs.declared_outcomes(
         [
             matrix_asset.every_planted_bug_caught,
             matrix_asset.planted_bug_matrix_run_valid,
@@ -281,7 +281,7 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
         ]
     )
     row = harness.healthy_row(healthy)
-    assert (row["row"], row["bug"], row["caught"]) == (harness.HEALTHY_ROW, "inductor (healthy, seed 1)", "false alarm")
+    assert (row["row"], row["bug"], row["caught"]) == (rules.HEALTHY_ROW, "inductor (healthy, seed 1)", "false alarm")
     assert (row["caught_by"], row["error_outcomes"], row["checks_evaluated"]) == ("x:standing (invalid run)", 1, 2)
     assert harness.healthy_row(clean)["caught"] == "clean" and harness.healthy_row(clean)["first_failure"] == ""
     caught = harness.bug_row("planted_drop_channel", bug, healthy)
@@ -324,15 +324,42 @@ def test_matrix_plan_runs_healthy_seeds_then_bugs_at_the_first_seed():
     ]
 
 
+def test_a_matrix_run_registers_the_planted_backends_before_its_settings_name_one(monkeypatch, tmp_path):
+    """The harness registers planted backends itself (the settings resource need not): a run with a
+    planted backend registers them before it builds its settings; a healthy run does not."""
+    calls: list[str] = []
+
+    class Built(Exception):
+        pass
+
+    def settings(**kw):
+        calls.append(f"settings {kw['backend']}")
+        raise Built
+
+    monkeypatch.setattr(matrix_runs, "register_planted_backends", lambda: calls.append("register"))
+    monkeypatch.setattr(matrix_runs, "ExperimentSettings", settings)
+    like = ExperimentSettings(profile="smoke", device="cpu")
+    for backend in ("planted_vector_tail", "inductor"):
+        with pytest.raises(Built):
+            matrix_runs.run_experiments(backend, [], tmp_path, like)
+    assert calls == ["register", "settings planted_vector_tail", "settings inductor"]
+
+
+def test_default_healthy_seeds_follow_the_matrix_sizes():
+    for profile in ("smoke", "default"):
+        like = ExperimentSettings(profile=profile, device="cpu", seed=10)
+        assert harness.default_healthy_seeds(like) == [10 + i for i in range(SIZES[profile].healthy_seeds)]
+
+
 def test_parallel_runs_are_at_least_one_and_at_most_one_per_core():
     with pytest.raises(ValueError, match="at least 1, got 0"):
-        harness.parallel_runs_here(0)
-    assert harness.parallel_runs_here(1) == 1
-    assert harness.parallel_runs_here(64) == min(64, os.cpu_count() or 1)
+        matrix_parallel.parallel_runs_here(0)
+    assert matrix_parallel.parallel_runs_here(1) == 1
+    assert matrix_parallel.parallel_runs_here(64) == min(64, os.cpu_count() or 1)
 
 
 class _ThreadWorker:
-    """Stands in for :class:`harness.MatrixWorker` in the scheduling tests: runs in the feeding
+    """Stands in for :class:`matrix_parallel.MatrixWorker` in the scheduling tests: runs in the feeding
     thread, slower than the runs here, so runs finish out of plan order."""
 
     instances: ClassVar[list["_ThreadWorker"]] = []
@@ -374,8 +401,8 @@ def _fake_run(backend, defs=None, base_dir=None, like=None, seed=None, prune=Tru
 
 @pytest.fixture
 def thread_workers(monkeypatch):
-    monkeypatch.setattr(harness, "MatrixWorker", _ThreadWorker)
-    monkeypatch.setattr(harness, "run_experiments", _fake_run)
+    monkeypatch.setattr(matrix_parallel, "MatrixWorker", _ThreadWorker)
+    monkeypatch.setattr(matrix_parallel, "run_experiments", _fake_run)
     monkeypatch.setattr(_ThreadWorker, "instances", [])
     monkeypatch.setattr(_ThreadWorker, "fail", False)
     monkeypatch.setattr(_ThreadWorker, "took", threading.Event())
@@ -386,7 +413,7 @@ def test_parallel_runs_report_in_plan_order_whoever_ran_them(thread_workers, tmp
     plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1, 2])
     like = ExperimentSettings(profile="smoke", device="cpu")
     seen = []
-    runs = harness.run_plan(plan, ["D"], [], like, tmp_path, parallel=2, on_result=lambda i, r: seen.append(i))
+    runs = matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, parallel=2, on_result=lambda i, r: seen.append(i))
     assert seen == list(range(len(plan)))
     assert [r["metadata"]["backend"] for r in runs] == [p.backend for p in plan]
     assert [r["seed"] for r in runs] == [p.seed for p in plan]
@@ -400,7 +427,7 @@ def test_a_failed_worker_run_stops_the_plan_and_raises(thread_workers, tmp_path)
     plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1])
     like = ExperimentSettings(profile="smoke", device="cpu")
     with pytest.raises(RuntimeError, match="failed in the worker: boom"):
-        harness.run_plan(plan, ["D"], [], like, tmp_path, parallel=2)
+        matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, parallel=2)
     assert thread_workers.instances[0].closed_with is True
 
 
@@ -409,11 +436,11 @@ def test_worker_process_runs_like_this_one_and_reports_a_bad_start(tmp_path):
     """A run in a worker process gives the outcomes and failures the same run gives here, and a
     worker that cannot load its experiments says why."""
     planted_bugs.register_planted_backends()
-    defs, _ = harness.matrix_definitions(["D"])
+    defs, _ = matrix_runs.matrix_definitions(["D"])
     like = ExperimentSettings(profile="smoke", device="cpu")
-    run = harness.PlannedRun("planted_contiguous_only", "planted_contiguous_only", like.seed)
-    here = harness.run_experiments(run.backend, defs, tmp_path / "here", like, seed=run.seed)
-    worker = harness.MatrixWorker(["D"], torch.get_num_threads())
+    run = matrix_runs.PlannedRun("planted_contiguous_only", "planted_contiguous_only", like.seed)
+    here = matrix_runs.run_experiments(run.backend, defs, tmp_path / "here", like, seed=run.seed)
+    worker = matrix_parallel.MatrixWorker(["D"], torch.get_num_threads())
     try:
         worker.ready()
         plain = {"profile": "smoke", "device": "cpu", "backend": "inductor", "backend_options": "{}", "seed": like.seed}
@@ -425,7 +452,7 @@ def test_worker_process_runs_like_this_one_and_reports_a_bad_start(tmp_path):
     assert harness.error_outcomes(there) == {
         "data_movement_check_table:pure_movement_rows_bit_exact": "claim contradicted"
     }
-    bad = harness.MatrixWorker(["nosuch"], 1)
+    bad = matrix_parallel.MatrixWorker(["nosuch"], 1)
     try:
         with pytest.raises(
             RuntimeError, match=r"(?s)failed to start: .*experiment 'nosuch' is not runnable in the matrix"
@@ -437,20 +464,26 @@ def test_worker_process_runs_like_this_one_and_reports_a_bad_start(tmp_path):
 
 @pytest.mark.slow  # a fresh interpreter that imports the whole code location
 def test_settings_asking_for_a_planted_backend_register_it():
-    """Importing the code location registers nothing; settings that name a planted backend register
-    it (a fresh process, so no earlier test has registered the backends)."""
+    """Importing the code location or building settings registers nothing; a run whose settings
+    name a planted backend registers it when the resource is set up for the run's steps (a fresh
+    process, so no earlier test has registered the backends)."""
     code = (
+        "import dagster as dg\n"
         "from torch._dynamo import list_backends\n"
         "import pipeline.definitions\n"
         "from pipeline.resources import ExperimentSettings\n"
         "print('planted_vector_tail' in list_backends(exclude_tags=()))\n"
-        "ExperimentSettings(profile='smoke', device='cpu', backend='planted_vector_tail')\n"
+        "settings = ExperimentSettings(profile='smoke', device='cpu', backend='planted_vector_tail')\n"
         "print('planted_vector_tail' in list_backends(exclude_tags=()))\n"
+        "@dg.asset\n"
+        "def probe(settings: ExperimentSettings) -> bool:\n"
+        "    return 'planted_vector_tail' in list_backends(exclude_tags=())\n"
+        "print(dg.materialize([probe], resources={'settings': settings}).output_for_node('probe'))\n"
     )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "FUSION_BACKEND": "inductor"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split()[-3:] == ["False", "False", "True"]
 
 
 @pytest.mark.slow
@@ -464,7 +497,7 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
         matrix_asset.healthy_backend_no_false_alarms,
         matrix_asset.planted_bug_matrix_run_valid,
     ]
-    seeds = [smoke_resources["settings"].seed + i for i in range(harness.MIN_HEALTHY_SEEDS)]
+    seeds = [smoke_resources["settings"].seed + i for i in range(rules.MIN_HEALTHY_SEEDS)]
     every_bug = {"ops": {"planted_bug_matrix": {"config": {"bugs": list(PLANTED_BUGS), "healthy_seeds": seeds}}}}
     result = dg.materialize(checks, resources=smoke_resources, run_config=every_bug)
     assert result.success
@@ -477,10 +510,10 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
     assert evals["every_planted_bug_caught"].metadata["verdict"].value == "supported"
     table = storage.read_value(tmp_path / "smoke" / "planted_bug_matrix")
     assert table.schema == pl.Schema(harness.MATRIX_SCHEMA)
-    healthy = table.filter(pl.col("row") == harness.HEALTHY_ROW)
-    assert healthy.height == harness.MIN_HEALTHY_SEEDS and healthy["seed"].n_unique() == harness.MIN_HEALTHY_SEEDS
+    healthy = table.filter(pl.col("row") == rules.HEALTHY_ROW)
+    assert healthy.height == rules.MIN_HEALTHY_SEEDS and healthy["seed"].n_unique() == rules.MIN_HEALTHY_SEEDS
     assert (healthy["error_outcomes"] == 0).all() and (healthy["caught"] == "clean").all()
-    by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == harness.BUG_ROW).iter_rows(named=True)}
+    by_bug = {r["bug"]: r for r in table.filter(pl.col("row") == rules.BUG_ROW).iter_rows(named=True)}
     assert set(by_bug) == set(PLANTED_BUGS) and len(by_bug) >= 11
     assert all(
         r["caught"] == "yes" and r["error_outcomes"] >= 1 and r["first_failure_metadata"] for r in by_bug.values()
@@ -508,8 +541,9 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
 def test_profiles_name_which_planted_bugs_the_matrix_runs():
     """default and seed run every bug; smoke a subset of known bugs, one per place a bug is caught
     (the run's validity, B's, C2's and D's claims)."""
-    assert PROFILES["default"].planted_bugs == () and PROFILES["seed"].planted_bugs == ()
-    smoke = PROFILES["smoke"].planted_bugs
+    assert SIZES["default"].planted_bugs == () and SIZES["seed"].planted_bugs == ()
+    assert [SIZES[p].healthy_seeds for p in ("smoke", "default", "seed")] == [1, 3, 3]
+    smoke = SIZES["smoke"].planted_bugs
     assert set(smoke) < set(PLANTED_BUGS) and len(set(smoke)) == len(smoke) == 4
     assert set(smoke) == {
         "planted_fallback_to_eager",
@@ -517,3 +551,11 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
         "planted_contiguous_only",
         "planted_layout_swap",
     }
+
+
+def test_settings_know_every_planted_backend_by_name_before_registration():
+    from pipeline.backends import offered
+    from pipeline.experiments.regression.spec import PLANTED_BACKENDS
+
+    assert list(PLANTED_BACKENDS) == list(planted_bugs.PLANTED_BUGS)
+    assert set(PLANTED_BACKENDS) <= offered()

@@ -3,22 +3,26 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.experiments.reduction_order import assets as c2
-from pipeline.profiles import PROFILES
+from pipeline.experiments.reduction_order import assets as c2_assets
+from pipeline.experiments.reduction_order import bounds as c2_bounds
+from pipeline.experiments.reduction_order import checks as c2_checks
+from pipeline.experiments.reduction_order import compute as c2_compute
+from pipeline.experiments.reduction_order import versions as c2_version_defs
+from pipeline.experiments.reduction_order.spec import SIZES
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
 from precisionkit import bit_equal
 
 CHECKS = [
-    c2.c2_run_valid,
-    c2.c2_versions_self_deterministic,
-    c2.c2_versions_within_fp64_band,
-    c2.c2_fp16_partials_within_bound,
-    c2.c2_fp16_partials_less_accurate,
-    c2.c2_tilings_differ,
-    c2.c2_probabilistic_margin,
+    c2_checks.c2_run_valid,
+    c2_checks.c2_versions_self_deterministic,
+    c2_checks.c2_versions_within_fp64_band,
+    c2_checks.c2_fp16_partials_within_bound,
+    c2_checks.c2_fp16_partials_less_accurate,
+    c2_checks.c2_tilings_differ,
+    c2_checks.c2_probabilistic_margin,
 ]
-ASSETS = [c2.c2_reduction_order, *CHECKS]
+ASSETS = [c2_assets.c2_reduction_order, *CHECKS]
 KINDS = {
     "c2_run_valid": VALIDITY,
     "c2_versions_self_deterministic": CLAIM,
@@ -31,11 +35,11 @@ KINDS = {
 
 
 def test_tiled_sum_follows_the_tiles():
-    x = c2.make_rows(2, 4096, seed=5)
-    out16, acc32 = c2.tiled_sum(1024, "fp32")(x)
+    x = c2_version_defs.make_rows(2, 4096, seed=5)
+    out16, acc32 = c2_version_defs.tiled_sum(1024, "fp32")(x)
     expected = torch.stack([x[:, i : i + 1024].sum(-1, dtype=torch.float32) for i in range(0, 4096, 1024)], -1).sum(-1)
     assert bit_equal(acc32, expected) and bit_equal(out16, expected.to(torch.float16))
-    out16, acc32 = c2.tiled_sum(512, "fp16")(x)
+    out16, acc32 = c2_version_defs.tiled_sum(512, "fp16")(x)
     partials = torch.stack([x[:, i : i + 512].sum(-1) for i in range(0, 4096, 512)], -1)
     assert partials.dtype == torch.float16
     assert bit_equal(out16, partials.sum(-1)) and bit_equal(acc32, partials.sum(-1, dtype=torch.float32))
@@ -43,9 +47,9 @@ def test_tiled_sum_follows_the_tiles():
 
 def test_bad_tiling_requests_are_rejected():
     with pytest.raises(ValueError, match="not a multiple of tile 512"):
-        c2.tiled_sum(512, "fp32")(torch.zeros(1, 1000, dtype=torch.float16))
+        c2_version_defs.tiled_sum(512, "fp32")(torch.zeros(1, 1000, dtype=torch.float16))
     with pytest.raises(ValueError, match="partials must be one of"):
-        c2.tiled_sum(512, "bf16")
+        c2_version_defs.tiled_sum(512, "bf16")
 
 
 def test_every_check_declares_its_outcome_kind():
@@ -54,28 +58,28 @@ def test_every_check_declares_its_outcome_kind():
         assert spec.metadata["outcome"] == KINDS[spec.name], spec.name
         if spec.name in ("c2_versions_within_fp64_band", "c2_fp16_partials_within_bound"):
             # Deterministic bound, plus the probabilistic one with its family-wise confidence.
-            assert spec.metadata["rule.confidence"] == c2.PROB_CONFIDENCE
+            assert spec.metadata["rule.confidence"] == c2_bounds.PROB_CONFIDENCE
         elif KINDS[spec.name] == CLAIM:
             assert spec.metadata["rule.confidence"] == "deterministic"
-    seed = c2.c2_versions_within_fp64_band.check_specs
+    seed = c2_checks.c2_versions_within_fp64_band.check_specs
     (spec,) = seed
     assert spec.metadata["rule.threshold"] == 1.0 and "margin" in spec.metadata["rule.metric"]
 
 
 def test_bound_spec_per_family():
-    assert c2.bound_spec("compiler", None) == {
+    assert c2_bounds.bound_spec("compiler", None) == {
         "order": "any",
         "tile": None,
         "accumulate_dtype": torch.float32,
         "partial_dtype": None,
     }
     # Framework-tiled versions accumulate in fp32 in an order the framework picks: the any-order bound.
-    assert c2.bound_spec("framework_tiled", None) == c2.bound_spec("compiler", None)
-    assert "framework_tiled" in c2.SEED_FAMILIES
-    assert c2.bound_spec("tiled_fp16_partials", 512)["partial_dtype"] == torch.float16
-    assert c2.bound_spec("tiled_fp32_partials", 2048)["tile"] == 2048
+    assert c2_bounds.bound_spec("framework_tiled", None) == c2_bounds.bound_spec("compiler", None)
+    assert "framework_tiled" in c2_version_defs.SEED_FAMILIES
+    assert c2_bounds.bound_spec("tiled_fp16_partials", 512)["partial_dtype"] == torch.float16
+    assert c2_bounds.bound_spec("tiled_fp32_partials", 2048)["tile"] == 2048
     with pytest.raises(ValueError, match="no summation model"):
-        c2.bound_spec("tiled_bf16_partials", 512)
+        c2_bounds.bound_spec("tiled_bf16_partials", 512)
 
 
 def _bounds(margins: dict[str, list[float]], prob_scale: float = 0.5) -> pl.DataFrame:
@@ -103,25 +107,34 @@ def _bounds(margins: dict[str, list[float]], prob_scale: float = 0.5) -> pl.Data
 
 def test_bound_rule_arithmetic():
     ok = _bounds({"eager": [0.1, 1.0], "tile512_fp16_partials": [2.0]}, prob_scale=1.0)
-    verdict, reason, meta = c2.judge_bounds(ok, c2.SEED_FAMILIES)
+    verdict, reason, meta = c2_checks.judge_bounds(ok, c2_version_defs.SEED_FAMILIES)
     assert verdict == SUPPORTED and meta["rows_judged"] == 2 and meta["margin_max"] == 1.0  # margin 1 is within
-    verdict, reason, meta = c2.judge_bounds(ok, (c2.FP16_PARTIALS_FAMILY,))
+    verdict, reason, meta = c2_checks.judge_bounds(ok, (c2_version_defs.FP16_PARTIALS_FAMILY,))
     assert verdict == CONTRADICTED and meta["rows_above_bound"] == 1 and "tile512_fp16_partials/out16 row 0" in reason
     # Within the deterministic bound but above the probabilistic one (the "random error range"): contradicted.
-    verdict, reason, meta = c2.judge_bounds(_bounds({"eager": [0.1, 0.6]}, prob_scale=0.5), c2.SEED_FAMILIES)
+    verdict, reason, meta = c2_checks.judge_bounds(
+        _bounds({"eager": [0.1, 0.6]}, prob_scale=0.5), c2_version_defs.SEED_FAMILIES
+    )
     assert verdict == CONTRADICTED and meta["rows_above_bound"] == 0 and meta["rows_above_probabilistic_bound"] == 1
     assert "probabilistic bound (lambda 6.5" in reason and "margin 1.2" in reason
-    assert c2.judge_bounds(_bounds({"eager": [0.1, 0.4]}, prob_scale=0.5), c2.SEED_FAMILIES)[0] == SUPPORTED
+    assert (
+        c2_checks.judge_bounds(_bounds({"eager": [0.1, 0.4]}, prob_scale=0.5), c2_version_defs.SEED_FAMILIES)[0]
+        == SUPPORTED
+    )
     nan = _bounds({"eager": [0.1, float("nan")]})
-    assert c2.judge_bounds(nan, c2.SEED_FAMILIES)[0] == CONTRADICTED  # a non-finite result is never within
-    assert c2.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
+    assert (
+        c2_checks.judge_bounds(nan, c2_version_defs.SEED_FAMILIES)[0] == CONTRADICTED
+    )  # a non-finite result is never within
+    assert c2_checks.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
 
 
 def test_sign_test():
-    assert c2.sign_test_p(0, 0) == 1.0
-    assert c2.sign_test_p(9, 0) == pytest.approx(1 / 512)
-    assert c2.sign_test_p(2, 0) == 0.25 and c2.sign_test_p(0, 3) == 1.0
-    assert c2.sign_test_p(5, 5) == pytest.approx(sum(__import__("math").comb(10, k) for k in range(5, 11)) / 1024)
+    assert c2_checks.sign_test_p(0, 0) == 1.0
+    assert c2_checks.sign_test_p(9, 0) == pytest.approx(1 / 512)
+    assert c2_checks.sign_test_p(2, 0) == 0.25 and c2_checks.sign_test_p(0, 3) == 1.0
+    assert c2_checks.sign_test_p(5, 5) == pytest.approx(
+        sum(__import__("math").comb(10, k) for k in range(5, 11)) / 1024
+    )
 
 
 def test_smoke_materialization(smoke_resources, tmp_path):
@@ -136,7 +149,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # Framework-tiled versions (the device's tiling settings) are listed apart from the hand-written tilings.
     device = smoke_resources["settings"].torch_device().type
     fw = {v for v, r in versions.items() if r["family"] == "framework_tiled"}
-    assert fw and fw <= {f"framework_tiled_{k}" for k in c2.FRAMEWORK_TILINGS[device]}
+    assert fw and fw <= {f"framework_tiled_{k}" for k in c2_version_defs.FRAMEWORK_TILINGS[device]}
     assert {versions[v]["tiling_source"] for v in fw} == {"framework (tiling configuration)"}
     assert {r["tiling_source"] for r in versions.values() if r["tile"]} == {"hand-written"}
     assert all(versions[v]["mode"] == "fused" and versions[v]["kernel_count"] for v in fw)
@@ -204,16 +217,18 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert meta[name]["outcome"] == kind
     # Claim checks: the verdict follows the rule's arithmetic, and the rule travels with the result.
     seed = meta["c2_versions_within_fp64_band"]
-    assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == c2.PROB_CONFIDENCE
+    assert seed["rule.threshold"] == 1.0 and seed["rule.confidence"] == c2_bounds.PROB_CONFIDENCE
     assert {"rule.claim", "rule.metric", "rule.decision", "rule.unit", "rule.sample_size", "rule.derivation"} <= set(
         seed
     )
-    seed_rows = bounds.filter(pl.col("family").is_in(list(c2.SEED_FAMILIES)))
+    seed_rows = bounds.filter(pl.col("family").is_in(list(c2_version_defs.SEED_FAMILIES)))
     assert seed["rows_judged"] == seed_rows.height
     within = (seed_rows["margin"] <= 1).all() and (seed_rows["margin_prob"] <= 1).all()
     assert seed["verdict"] == (SUPPORTED if within else CONTRADICTED)
     assert seed_rows["lambda"].n_unique() == 1 and seed_rows["lambda"][0] == pytest.approx(
-        c2.family_lambda(bounds.height, PROFILES["smoke"].c2_length + PROFILES["smoke"].c2_length // min(c2.TILES))
+        c2_bounds.family_lambda(
+            bounds.height, SIZES["smoke"].length + SIZES["smoke"].length // min(c2_version_defs.TILES)
+        )
     )
     assert evals["c2_versions_within_fp64_band"].passed == (seed["verdict"] == SUPPORTED)
     fp16 = meta["c2_fp16_partials_within_bound"]
@@ -243,7 +258,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
         assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
         # CPU: the tiling each framework version got, read back from its generated kernel.
-        assert fw == {f"framework_tiled_{k}" for k in c2.FRAMEWORK_TILINGS["cpu"]}
+        assert fw == {f"framework_tiled_{k}" for k in c2_version_defs.FRAMEWORK_TILINGS["cpu"]}
         assert versions["framework_tiled_t2_simd256"]["framework_tiling"].startswith(
             "4096 elements in 2 thread ranges, vector steps of 16 lanes"
         )
@@ -266,16 +281,20 @@ _NAMES = [
 
 def _eager_versions():
     return [
-        c2.Version("eager", "compiler", None, "", c2.plain_sum),
-        c2.Version("tile512_fp32_partials", "tiled_fp32_partials", 512, "", c2.tiled_sum(512, "fp32")),
-        c2.Version("tile512_fp16_partials", "tiled_fp16_partials", 512, "", c2.tiled_sum(512, "fp16")),
+        c2_version_defs.Version("eager", "compiler", None, "", c2_version_defs.plain_sum),
+        c2_version_defs.Version(
+            "tile512_fp32_partials", "tiled_fp32_partials", 512, "", c2_version_defs.tiled_sum(512, "fp32")
+        ),
+        c2_version_defs.Version(
+            "tile512_fp16_partials", "tiled_fp16_partials", 512, "", c2_version_defs.tiled_sum(512, "fp16")
+        ),
     ]
 
 
 def test_run_c2_builds_every_table_from_eager_versions():
     lines = []
-    result = c2.run_c2(_eager_versions(), 2048, 2, 3, 11, torch.device("cpu"), lines.append)
-    rows = c2.make_rows(3, 2048, 11)
+    result = c2_compute.run_c2(_eager_versions(), 2048, 2, 3, 11, torch.device("cpu"), lines.append)
+    rows = c2_version_defs.make_rows(3, 2048, 11)
     assert bit_equal(result.stored["rows"], rows)
     assert list(result.stored) == ["rows"] + [f"{v}/{o}" for v, _, _ in _NAMES for o in ("out16", "acc32")]
     # Every stored result is the version run on each row; eager's accumulator is the fp32 sum.
@@ -309,16 +328,18 @@ def test_run_c2_builds_every_table_from_eager_versions():
 
 def test_c2_shape_and_run_count_are_checked_before_running():
     with pytest.raises(ValueError, match="c2_runs must be >= 2"):
-        c2.run_c2(_eager_versions(), 2048, 0, 1, 1, torch.device("cpu"))
+        c2_compute.run_c2(_eager_versions(), 2048, 0, 1, 1, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"c2_length 1536 is not a multiple of tiles \[1024, 2048\]"):
-        c2.check_c2_shape(1536, 5)
+        c2_compute.check_c2_shape(1536, 5)
 
 
 def test_versions_table_compares_code_with_the_fused_default():
     def run(version, sha):
-        return c2.VersionRun({"version": version, "code_sha256": sha}, torch.zeros(1), torch.zeros(1))
+        return c2_compute.VersionRun({"version": version, "code_sha256": sha}, torch.zeros(1), torch.zeros(1))
 
-    table = c2.versions_table([run("eager", None), run("fused_default", "a"), run("knob1", "a"), run("knob2", "b")])
+    table = c2_compute.versions_table(
+        [run("eager", None), run("fused_default", "a"), run("knob1", "a"), run("knob2", "b")]
+    )
     assert table["same_code_as_fused_default"].to_list() == [None, True, True, False]
 
 
@@ -334,7 +355,7 @@ def test_knob_summary_says_what_each_knob_changed():
     )
     one, two = torch.tensor([1.0]), torch.tensor([2.0])
     stored = {"fused_default/acc32": one, "fused_k1/acc32": one.clone(), "framework_tiled_t1/acc32": two}
-    assert c2.knob_summary(versions, stored) == [
+    assert c2_compute.knob_summary(versions, stored) == [
         "k1=0: code unchanged, fp32 accumulator unchanged vs fused_default",
         "t=1: code changed, fp32 accumulator changed vs fused_default",
     ]

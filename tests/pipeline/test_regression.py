@@ -10,9 +10,9 @@ import pytest
 
 from pipeline import storage
 from pipeline.cli import main as cli_main
-from pipeline.experiments.regression import baseline
+from pipeline.experiment import BaselineTable, Experiment
+from pipeline.experiments.regression import baseline, comparators, matrix_runs
 from pipeline.experiments.regression import drift as regression
-from pipeline.experiments.regression import harness as planted_bug_harness
 
 
 def _b_table(shift: float = 0.0, jitter_sets: int = 0, seed: int = 0) -> pl.DataFrame:
@@ -162,9 +162,10 @@ def test_experiment_missing_now_is_reported(tmp_path):
 
 
 def test_bootstrap_tolerance_is_zero_without_spread_and_grows_with_it():
-    assert baseline.bootstrap_tolerance(np.full(50, 3.0), baseline.B_STATS["mean"], 0) == 0.0
-    narrow = baseline.bootstrap_tolerance(np.random.default_rng(0).normal(10, 1, 500), baseline.B_STATS["mean"], 0)
-    wide = baseline.bootstrap_tolerance(np.random.default_rng(0).normal(10, 5, 500), baseline.B_STATS["mean"], 0)
+    mean = comparators.STATS["mean"]
+    assert comparators.bootstrap_tolerance(np.full(50, 3.0), mean, 0) == 0.0
+    narrow = comparators.bootstrap_tolerance(np.random.default_rng(0).normal(10, 1, 500), mean, 0)
+    wide = comparators.bootstrap_tolerance(np.random.default_rng(0).normal(10, 5, 500), mean, 0)
     assert 0 < narrow < wide
 
 
@@ -188,7 +189,7 @@ def _check(result, name):
 
 
 def test_baseline_checks_declare_their_outcome_kind():
-    kinds = planted_bug_harness.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
+    kinds = matrix_runs.declared_outcomes([getattr(regression, c) for c in BASELINE_CHECKS])
     assert kinds == {
         f"baseline_comparison:{c}": k
         for c, k in zip(BASELINE_CHECKS, ("claim", "validity", "finding", "finding", "finding"), strict=False)
@@ -359,3 +360,78 @@ def test_each_experiment_compares_its_own_tables(tmp_path):
     ]
     with pytest.raises(baseline.BaselineError, match="unknown experiment 'Z'"):
         baseline._compare_experiment("Z", tmp_path / "base", tmp_path / "cur", same_inputs=True)
+
+
+def _throwaway(*tables: BaselineTable) -> Experiment:
+    """An experiment no code of the baseline names: only its declaration says what is compared."""
+    return Experiment(id="Z", title="throwaway", group="z", slug="z", sections=(), load=lambda: (), baseline=tables)
+
+
+def test_a_declared_columns_table_is_compared_from_its_declaration_alone():
+    exp = _throwaway(
+        BaselineTable(
+            "z_table",
+            keys=("case",),
+            columns={"err": "lower", "ok_fraction": "higher", "flag": "any", "code_sha256": "code"},
+        ),
+        BaselineTable("z_kept", method="kept"),
+    )
+    base = pl.DataFrame(
+        {"case": ["a", "b"], "err": [1.0, 2.0], "ok_fraction": [0.5, 0.9], "flag": [1, 1], "code_sha256": ["x", "y"]}
+    )
+    cur = pl.DataFrame(
+        {"case": ["a", "c"], "err": [0.5, 2.0], "ok_fraction": [0.4, 0.9], "flag": [2, 1], "code_sha256": ["z", "y"]}
+    )
+    kept = pl.DataFrame({"anything": [1]})
+    rows = comparators.compare_tables(exp, {"z_table": base, "z_kept": kept}, {"z_table": cur, "z_kept": None}, True)
+    got = {r["item"]: (r["kind"], r["moved"], r["severity"], r["status"]) for r in rows}
+    assert [r["item"] for r in rows][:4] == [
+        "z_table/a/err",
+        "z_table/a/ok_fraction",
+        "z_table/a/flag",
+        "z_table/b/err",
+    ]
+    assert got["z_table/a/err"] == ("bit_exact", "yes", "WARN", "compared")  # an error went down: better
+    assert got["z_table/a/ok_fraction"] == ("bit_exact", "yes", "ERROR", "compared")  # a fraction went down
+    assert got["z_table/a/flag"] == ("bit_exact", "yes", "ERROR", "compared")  # any change is worse
+    assert got["z_table/a/code_sha256"] == ("code", "yes", "WARN", "compared")  # code columns come last, WARN
+    assert got["z_table/b/err"][2:] == ("ERROR", "not in current")
+    assert got["z_table/c/err"][2:] == ("WARN", "not in baseline")
+    assert [r["kind"] for r in rows] == ["bit_exact"] * 9 + ["code"] * 3  # the kept table adds nothing
+    assert {r["experiment"] for r in rows} == {"Z"}
+
+
+def test_a_declared_experiment_is_compared_from_stored_files(tmp_path):
+    """``_compare_experiment`` takes a record as well as an id: prepare and label apply, and the
+    distribution and curve methods work on any experiment that declares them."""
+    exp = _throwaway(
+        BaselineTable(
+            "z_runs",
+            keys=("case",),
+            columns={"n": "lower"},
+            prepare=lambda df: df.group_by("case").agg(pl.len().alias("n")),
+            label="z_runs/counts",
+        ),
+        BaselineTable("z_sets", method="distribution", keys=("chain", "dtype", "path"), columns={"ulp_max": "lower"}),
+        BaselineTable("z_curves", method="curves"),
+    )
+    runs = pl.DataFrame({"case": ["a", "a", "b"]})
+    _store(tmp_path, "base", z_runs=runs, z_sets=_b_table(), z_curves=_e_table())
+    _store(tmp_path, "cur", z_runs=runs.head(2), z_sets=_b_table(shift=2.0), z_curves=_e_table(fused_final=2.7))
+    rows = baseline._compare_experiment(exp, tmp_path / "base", tmp_path / "cur", same_inputs=True)
+    moved = {r["item"]: r["severity"] for r in rows if r["moved"] == "yes"}
+    assert {r["experiment"] for r in rows} == {"Z"}
+    assert "z_runs/counts/b/n" in moved  # the label names the prepared table's items
+    assert moved["softmax/float16/eager/ulp_max_mean"] == "ERROR"
+    assert moved["softmax/float16/eager/sets_with_changed_ulp_max"] == "WARN"
+    assert moved["bfloat16_fused/final_eval_loss@20"] == "ERROR"
+    (curve,) = [r for r in rows if r["item"] == "bfloat16_fused/final_eval_loss@20"]
+    assert curve["tolerance_source"].startswith("Z's data-order noise band")
+
+
+def test_every_declared_baseline_method_has_a_comparator():
+    from pipeline.experiments import EXPERIMENTS
+
+    declared = {t.method for e in EXPERIMENTS for t in e.baseline}
+    assert declared <= set(comparators.COMPARATORS)
+    assert set(comparators.COMPARATORS) == {"columns", "tensors", "distribution", "curves", "kept"}

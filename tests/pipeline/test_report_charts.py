@@ -185,7 +185,7 @@ def test_history_charts_and_glance_from_plain_points():
 def test_vendored_bundle_is_built_once_per_vl_convert_version(tmp_path):
     import vl_convert as vlc
 
-    from pipeline.reporting.render import vendor_javascript
+    from pipeline.reporting.site import vendor_javascript
 
     cache = tmp_path / "cache"
     vendor_javascript(tmp_path / "docs_a", cache_dir=cache)

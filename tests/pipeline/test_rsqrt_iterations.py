@@ -3,31 +3,34 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.experiments.rsqrt_iterations import assets as c3
+from pipeline.experiments.rsqrt_iterations import assets as c3_assets
+from pipeline.experiments.rsqrt_iterations import checks as c3_checks
+from pipeline.experiments.rsqrt_iterations import compute as c3_compute
+from pipeline.experiments.rsqrt_iterations import rules as c3_rules
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
 from precisionkit import bit_equal
 
 ASSETS = [
-    c3.c3_rsqrt_iterations,
-    c3.c3_error_nonincreasing_with_iterations,
-    c3.c3_div_error_nonincreasing_with_iterations,
+    c3_assets.c3_rsqrt_iterations,
+    c3_checks.c3_error_nonincreasing_with_iterations,
+    c3_checks.c3_div_error_nonincreasing_with_iterations,
 ]
 
 
 def test_magic_constant_estimate_and_newton_convergence():
     one = torch.tensor([1.0])
     # 0x5f3759df - (0x3f800000 >> 1) = 0x5f3759df - 0x1fc00000 = 0x3f7759df (about 0.966)
-    assert c3.bit_trick_rsqrt(one, 0).view(torch.int32).item() == 0x3F7759DF
+    assert c3_compute.bit_trick_rsqrt(one, 0).view(torch.int32).item() == 0x3F7759DF
     x = torch.linspace(0.01, 100, 1001, dtype=torch.float64)
     ref = x.rsqrt()
-    errs = [float(((c3.bit_trick_rsqrt(x, n).double() - ref) / ref).abs().max()) for n in c3.ITERATIONS]
+    errs = [float(((c3_compute.bit_trick_rsqrt(x, n).double() - ref) / ref).abs().max()) for n in c3_compute.ITERATIONS]
     assert errs[0] < 0.035 and errs[1] < 2e-3 and errs[2] < 5e-6 and errs[3] < 3e-7
     assert errs == sorted(errs, reverse=True)
 
 
 def test_check_is_a_claim_with_a_deterministic_rule():
-    (spec,) = c3.c3_error_nonincreasing_with_iterations.check_specs
+    (spec,) = c3_checks.c3_error_nonincreasing_with_iterations.check_specs
     assert spec.metadata["outcome"] == CLAIM
     assert spec.metadata["rule.threshold"] == 0.0 and spec.metadata["rule.confidence"] == "deterministic"
     assert spec.metadata["rule.claim"].startswith("§1.2 (4)") and "Newton" in spec.metadata["rule.derivation"]
@@ -36,13 +39,13 @@ def test_check_is_a_claim_with_a_deterministic_rule():
 def _table(errors: dict[str, list[float]], newton0_equal: float = 0.1) -> pl.DataFrame:
     rows = []
     for compute in ("float32", "float16"):
-        for i, n in enumerate(c3.ITERATIONS):
+        for i, n in enumerate(c3_compute.ITERATIONS):
             rows.append(
                 {
                     "path": f"B_newton{n}_{compute}",
                     "iterations": n,
                     "compute_dtype": compute,
-                    **{m: errors.get(f"{compute}.{m}", [4.0, 3.0, 2.0, 1.0])[i] for m in c3.MONOTONE_METRICS},
+                    **{m: errors.get(f"{compute}.{m}", [4.0, 3.0, 2.0, 1.0])[i] for m in c3_checks.MONOTONE_METRICS},
                     "vs_A_eager_equal_fraction": newton0_equal if n == 0 else 1.0,
                 }
             )
@@ -51,7 +54,7 @@ def _table(errors: dict[str, list[float]], newton0_equal: float = 0.1) -> pl.Dat
 
 def test_claim_rule_on_synthetic_tables():
     # The rule on any device: any increase with the iteration count contradicts (threshold 0).
-    check = c3.c3_error_nonincreasing_with_iterations
+    check = c3_checks.c3_error_nonincreasing_with_iterations
     assert check(_table({})).metadata["verdict"].value == SUPPORTED
     assert check(_table({"float16.ulp_max": [3.0, 1.0, 1.0, 1.0]})).metadata["verdict"].value == SUPPORTED  # the floor
     grows = check(_table({"float16.ulp_mean": [3.0, 1.0, 0.5, 0.5000001]}))
@@ -59,24 +62,26 @@ def test_claim_rule_on_synthetic_tables():
     assert "float16 ulp_mean increases" in grows.metadata["reason"].value
     assert check(_table({}, newton0_equal=1.0)).metadata["verdict"].value == CONTRADICTED
     # The div claim applies the same rule to its own table.
-    div = c3.c3_div_error_nonincreasing_with_iterations
+    div = c3_checks.c3_div_error_nonincreasing_with_iterations
     assert div(_table({})).metadata["verdict"].value == SUPPORTED
     assert div(_table({"float32.pre_round_rel_max": [1.0, 0.1, 0.2, 0.01]})).metadata["verdict"].value == CONTRADICTED
 
 
 def test_reciprocal_estimate_and_newton_convergence():
     y = torch.linspace(0.01, 100, 1001, dtype=torch.float64)
-    errs = [float(((c3.bit_trick_reciprocal(y, n).double() * y) - 1).abs().max()) for n in c3.ITERATIONS]
+    errs = [
+        float(((c3_compute.bit_trick_reciprocal(y, n).double() * y) - 1).abs().max()) for n in c3_compute.ITERATIONS
+    ]
     assert errs == sorted(errs, reverse=True) and errs[0] < 0.13 and errs[3] < 3e-7
     with pytest.raises(ValueError, match="iterations must be >= 0"):
-        c3.bit_trick_reciprocal(torch.ones(2), -1)
+        c3_compute.bit_trick_reciprocal(torch.ones(2), -1)
 
 
 def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="iterations must be >= 0"):
-        c3.bit_trick_rsqrt(torch.ones(2), -1)
+        c3_compute.bit_trick_rsqrt(torch.ones(2), -1)
     with pytest.raises(TypeError, match="floating tensor"):
-        c3.bit_trick_rsqrt(torch.ones(2, dtype=torch.int32), 1)
+        c3_compute.bit_trick_rsqrt(torch.ones(2, dtype=torch.int32), 1)
 
 
 def test_smoke_materialization(smoke_resources, tmp_path):
@@ -90,10 +95,10 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     check = checks["c3_error_nonincreasing_with_iterations"]
     div_check = checks["c3_div_error_nonincreasing_with_iterations"]
     assert div_check.metadata["outcome"].value == CLAIM and div_check.metadata["rule.threshold"].value == 0.0
-    assert check.metadata["method"].value == c3.METHOD and "fallback" in c3.METHOD
+    assert check.metadata["method"].value == c3_rules.METHOD and "fallback" in c3_rules.METHOD
     assert check.metadata["outcome"].value == CLAIM and check.metadata["rule.threshold"].value == 0.0
     # The bit trick with its fp32 Newton steps is plain IEEE arithmetic, so these hold on any device.
-    b = [table[f"B_newton{n}_float32"] for n in c3.ITERATIONS]
+    b = [table[f"B_newton{n}_float32"] for n in c3_compute.ITERATIONS]
     pre = [r["pre_round_rel_max"] for r in b]
     assert pre == sorted(pre, reverse=True) and pre[3] < 2e-7
     # The div table has the same form: A eager/fused (+ switches), torch.reciprocal, N = 0..3 per dtype.
@@ -102,15 +107,15 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         read_value(tmp_path / "smoke" / "c3_iteration_table").columns
     )
     assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
-    dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3.ITERATIONS]
+    dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3_compute.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
     assert div_check.passed, div_check.metadata["reason"].value
     # The search for a framework switch is recorded, not assumed; its statement is computed.
     knobs = read_value(tmp_path / "smoke" / "c3_framework_knobs")
     assert not knobs["names_an_iteration_count"].any() and "use_fast_math" in knobs["option"].to_list()
-    statement = c3.knob_statement(knobs, read_value(tmp_path / "smoke" / "c3_iteration_table"))
+    statement = c3_rules.knob_statement(knobs, read_value(tmp_path / "smoke" / "c3_iteration_table"))
     assert "none names an iteration count" in statement
-    floor = c3.floor_statement(read_value(tmp_path / "smoke" / "c3_iteration_table"), "rsqrt")
+    floor = c3_rules.floor_statement(read_value(tmp_path / "smoke" / "c3_iteration_table"), "rsqrt")
     assert "stops changing from N=" in floor and "N=0:" in floor
 
     # CPU-specific: torch.rsqrt's own accuracy (path A) and hence the verdict were measured on the
@@ -125,7 +130,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert b[2]["int_ulp_vs_rounded_ref_max"] <= 1 and b[3]["vs_A_eager_equal_fraction"] == 1.0
     assert check.passed and check.metadata["verdict"].value == SUPPORTED, check.metadata["reason"].value
     # CPU: the approximate-math switches run path A once more each; true division is correctly rounded.
-    assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3.APPROX_KNOBS["cpu"]}
+    assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3_compute.APPROX_KNOBS["cpu"]}
     assert div["A_eager"]["correctly_rounded_fraction"] == 1.0
 
 
@@ -134,19 +139,19 @@ def test_smoke_materialization(smoke_resources, tmp_path):
 
 def test_newton_paths_cover_both_compute_dtypes_and_every_count():
     x = torch.tensor([0.25, 4.0], dtype=torch.float16)
-    paths = c3.newton_rsqrt_paths(x)
-    assert [p[0] for p in paths] == [f"B_newton{n}_{t}" for t in ("float32", "float16") for n in c3.ITERATIONS]
+    paths = c3_compute.newton_rsqrt_paths(x)
+    assert [p[0] for p in paths] == [f"B_newton{n}_{t}" for t in ("float32", "float16") for n in c3_compute.ITERATIONS]
     _, n, compute, raw, out = paths[-1]
-    assert (n, compute, raw.dtype, out.dtype) == (c3.ITERATIONS[-1], "float16", torch.float16, torch.float16)
-    assert bit_equal(out, c3.bit_trick_rsqrt(x, n, torch.float16).to(torch.float16))
+    assert (n, compute, raw.dtype, out.dtype) == (c3_compute.ITERATIONS[-1], "float16", torch.float16, torch.float16)
+    assert bit_equal(out, c3_compute.bit_trick_rsqrt(x, n, torch.float16).to(torch.float16))
     # Enough Newton steps in fp32 give rsqrt(0.25) = 2 and rsqrt(4) = 0.5 exactly after the fp16 rounding.
-    assert paths[len(c3.ITERATIONS) - 1][4].tolist() == [2.0, 0.5]
+    assert paths[len(c3_compute.ITERATIONS) - 1][4].tolist() == [2.0, 0.5]
 
     y = torch.tensor([2.0, 8.0], dtype=torch.float16)
-    div = c3.reciprocal_div_paths(x, y)
+    div = c3_compute.reciprocal_div_paths(x, y)
     assert div[0][0] == "B_torch_reciprocal" and div[0][4].tolist() == [0.125, 0.5]
     assert [p[0] for p in div[1:]] == [p[0] for p in paths]
-    assert bit_equal(div[1][3], x.float() * c3.bit_trick_reciprocal(y, c3.ITERATIONS[0], torch.float32))
+    assert bit_equal(div[1][3], x.float() * c3_compute.bit_trick_reciprocal(y, c3_compute.ITERATIONS[0], torch.float32))
 
 
 def test_table_metadata_keys_follow_the_paths():
@@ -167,14 +172,14 @@ def test_table_metadata_keys_follow_the_paths():
     knobs = pl.DataFrame(
         {"option": ["emulate_precision_casts"], "value": ["False"], "names_an_iteration_count": [False]}
     )
-    meta = c3.div_metadata(table, 42, knobs)
+    meta = c3_assets.div_metadata(table, 42, knobs)
     assert meta["A_eager.ulp_max"] == 1.0 and meta["B_newton0_float32.ulp_max"] == 3.0 and meta["seed_y"] == 42
     assert meta["notes"].value.startswith(
         "div, float32 arithmetic: pre-rounding max relative error N=0: 0.002, N=1: 1e-06; the fp16 result's max/mean "
         "ULP error stops changing from N=1 (max 1, mean 0.25 ULP; framework path A: max 1, mean 0.25), where 100.00% "
         "of elements equal path A's."
     )
-    meta = c3.iteration_metadata(table, {"kernel_count": 1, "kernel_names": ("k",)}, 0.12345, knobs)
+    meta = c3_assets.iteration_metadata(table, {"kernel_count": 1, "kernel_names": ("k",)}, 0.12345, knobs)
     assert "A_eager.pre_round_rel_max" not in meta and meta["B_newton1_float32.pre_round_rel_max"] == 1e-6
     assert meta["fused_first_call_seconds"] == 0.123 and meta["fused.kernel_count"] == 1
     assert "fused.kernel_names" not in meta  # only numbers and strings go into metadata

@@ -7,7 +7,8 @@ from pipeline import storage
 from pipeline.definitions import defs
 from pipeline.experiments import experiment
 from pipeline.experiments.toolkit import assets as toolkit
-from pipeline.profiles import PROFILES, get_profile
+from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
+from pipeline.profiles import get_profile
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import VALIDITY
 from pipeline.workloads import WORKLOADS, set_args
@@ -32,9 +33,9 @@ def test_definitions_load_with_job_schedule_and_s_assets():
 
 
 def test_profiles_differ_only_in_sizes_and_reject_unknown_names():
-    assert get_profile("seed").ffn_shape == (8, 2048, 4096)
-    assert get_profile("seed").determinism_runs == 1000
-    assert PROFILES["smoke"].chain_sets < PROFILES["default"].chain_sets
+    assert experiment("S").sizes_for("seed").ffn_shape == (8, 2048, 4096)
+    assert experiment("A").sizes_for("seed").runs == 1000
+    assert POOL_SIZES["smoke"].chain_sets < POOL_SIZES["default"].chain_sets
     with pytest.raises(ValueError, match="unknown profile 'huge'"):
         get_profile("huge")
 
@@ -76,10 +77,10 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     assert {c.metadata["outcome"].value for c in checks} == {VALIDITY}
     assert all(c.severity == dg.AssetCheckSeverity.ERROR for c in checks)
 
-    profile = PROFILES["smoke"]
+    sizes = POOL_SIZES["smoke"]
     pool = storage.read_value(tmp_path / "smoke" / "input_pool_softmax")
     refs = storage.read_value(tmp_path / "smoke" / "fp64_reference_softmax")
-    assert pool["normal/float16/x"].shape == (profile.chain_sets, profile.rows, profile.width)
+    assert pool["normal/float16/x"].shape == (sizes.chain_sets, sizes.rows, sizes.width)
     assert pool["normal/float16/x"].dtype == torch.float16
     assert pool["large_logits/bfloat16/x"].dtype == torch.bfloat16
     # The stored reference is exactly the fp64 re-execution of the stored (rounded) inputs.
@@ -91,13 +92,13 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     settings = ExperimentSettings(profile="smoke")
     seed3 = toolkit.pool_set_seed(settings, "softmax", "normal", 3)
     assert seed3 == settings.derived_seed("pool", "softmax", "normal", 3)
-    again = wl.sample(profile, "normal", 1, seed3)
+    again = wl.sample(sizes, "normal", 1, seed3)
     assert bit_equal(again["x"][0].to(torch.float16), pool["normal/float16/x"][3])
-    redrawn = toolkit.draw_sets(wl, settings, "normal", 0, profile.chain_sets)["x"].to(torch.float16)
+    redrawn = toolkit.draw_sets(wl, settings, "normal", 0, sizes.chain_sets)["x"].to(torch.float16)
     assert bit_equal(redrawn, pool["normal/float16/x"].load())
     assert not bit_equal(pool["normal/float16/x"][0], pool["normal/float16/x"][1])
     # Stored lazily: the pool is read a set at a time, and its file is standard safetensors.
-    assert isinstance(pool, storage.SetTensors) and pool.n_sets == profile.chain_sets
+    assert isinstance(pool, storage.SetTensors) and pool.n_sets == sizes.chain_sets
     assert bit_equal(storage.load_tensors(pool.path)["normal/float16/x"], pool["normal/float16/x"].load())
 
     selfcheck = storage.read_value(tmp_path / "smoke" / "toolkit_selfcheck")

@@ -141,7 +141,7 @@ def test_worst_case_fp16_recursive_sum_stays_within_bound():
 
 def test_bounds_hold_for_the_framework_sums():
     # The C2 operations on random fp16 rows, against their bounds (holds on any correct device).
-    from pipeline.experiments.reduction_order.assets import make_rows, tiled_sum
+    from pipeline.experiments.reduction_order.versions import make_rows, tiled_sum
 
     x = make_rows(32, 4096, seed=11)
     ref = x.double().sum(-1)

@@ -12,9 +12,14 @@ import torch
 
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
+from pipeline.experiments.training import curves as curve_tables
+from pipeline.experiments.training import judge as judging
+from pipeline.experiments.training import rules, runs
+from pipeline.experiments.training.config import TrainConfig
 from pipeline.experiments.training.corpus import EVAL_FRACTION, load_corpus
-from pipeline.experiments.training.gpt import GPT, TrainConfig, TrainingInterrupted, nudge_one_ulp, train
-from pipeline.profiles import get_profile
+from pipeline.experiments.training.gpt import GPT, nudge_one_ulp
+from pipeline.experiments.training.loop import TrainingInterrupted, train
+from pipeline.experiments.training.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
@@ -27,7 +32,7 @@ def corpus():
 
 def smoke_config(corpus, **kwargs) -> TrainConfig:
     return TrainConfig.from_profile(
-        get_profile("smoke").train, **{"corpus_sha256": corpus.sha256, "init_seed": 1, "data_seed": 2, **kwargs}
+        SIZES["smoke"].model(), **{"corpus_sha256": corpus.sha256, "init_seed": 1, "data_seed": 2, **kwargs}
     )
 
 
@@ -111,9 +116,9 @@ def test_control_run_differs_from_eager_only_by_rounding(corpus):
 
 
 def test_run_plan_has_replicates_with_distinct_orders_and_a_control_on_the_fused_order():
-    plan = {r["run"]: r for r in training.run_plan(ExperimentSettings(profile="smoke", device="cpu"))}
+    plan = {r["run"]: r for r in runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))}
     replicates = [r for r in plan.values() if r["role"] == "replicate"]
-    assert len(replicates) == len(training.REPLICATE_ORDERS) >= 3
+    assert len(replicates) == len(rules.REPLICATE_ORDERS) >= 3
     assert len({r["data_order"] for r in replicates}) == len(replicates)
     assert all(r["path"] == "eager" and not r["init_ulp_nudge"] for r in replicates)
     fused, control = plan["bfloat16_fused"], plan["bfloat16_eager_ulp_nudge"]
@@ -135,7 +140,7 @@ REPS = [
 
 
 def judge(fused, reps=REPS, steps=STEPS):
-    return training.judge_fused_curve(steps, reps, reps[0], fused)
+    return judging.judge_fused_curve(steps, reps, reps[0], fused)
 
 
 def test_rule_supports_a_fused_curve_inside_the_widened_envelope():
@@ -167,48 +172,48 @@ def test_rule_is_inconclusive_without_measured_variation_or_enough_data():
     assert judge(REPS[0], reps=flat).verdict == INCONCLUSIVE
     assert judge([5.0, 3.0, 2.5, 2.2, 2.0], reps=REPS[:3]).verdict == INCONCLUSIVE  # 3 replicates < 4
     short = [r[:4] for r in REPS]  # 3 judged points < 4
-    j = training.judge_fused_curve(STEPS[:4], short, short[0], [5.0, 9.0, 9.0, 9.0])
+    j = judging.judge_fused_curve(STEPS[:4], short, short[0], [5.0, 9.0, 9.0, 9.0])
     assert j.verdict == INCONCLUSIVE and "3 judged" in j.reason
     with pytest.raises(ValueError, match="one value per eval step"):
         judge([5.0, 3.0])
 
 
 def test_envelope_point_widens_by_two_spreads_and_judges_only_judged_points():
-    env, outside = training._envelope_point([2.0, 2.1, 2.05, 1.95], 2.44, judged=True)
+    env, outside = curve_tables._envelope_point([2.0, 2.1, 2.05, 1.95], 2.44, judged=True)
     assert env["replicate_min"] == 1.95 and env["replicate_max"] == 2.1
     assert env["replicate_spread"] == pytest.approx(0.15) and env["envelope_hi"] == pytest.approx(2.4)
     assert env["envelope_lo"] == pytest.approx(1.65) and outside is True
-    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], 2.39, judged=True)[1] is False
-    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], float("nan"), judged=True)[1] is True
-    assert training._envelope_point([2.0, 2.1, 2.05, 1.95], 9.0, judged=False)[1] is None  # step 0
-    env, outside = training._envelope_point([2.0, None, 2.05, 1.95], 2.0, judged=True)
+    assert curve_tables._envelope_point([2.0, 2.1, 2.05, 1.95], 2.39, judged=True)[1] is False
+    assert curve_tables._envelope_point([2.0, 2.1, 2.05, 1.95], float("nan"), judged=True)[1] is True
+    assert curve_tables._envelope_point([2.0, 2.1, 2.05, 1.95], 9.0, judged=False)[1] is None  # step 0
+    env, outside = curve_tables._envelope_point([2.0, None, 2.05, 1.95], 2.0, judged=True)
     assert outside is None and set(env.values()) == {None}
-    assert training._minus(2.5, 2.0) == 0.5 and training._minus(float("inf"), 2.0) is None
+    assert curve_tables._minus(2.5, 2.0) == 0.5 and curve_tables._minus(float("inf"), 2.0) is None
 
 
 def test_control_finding_compares_rms_deviation_with_a_stated_factor():
-    assert training.control_findings([0.003, -0.003], [0.001, 0.001]) == []  # exactly 3x: not above
-    assert training.control_findings([0.0031, -0.0031], [0.001, 0.001])
-    assert training.control_findings([0.0, 0.0], [0.0, 0.0]) == []
-    assert "did not move" in training.control_findings([0.01], [0.0])[0]
+    assert judging.control_findings([0.003, -0.003], [0.001, 0.001]) == []  # exactly 3x: not above
+    assert judging.control_findings([0.0031, -0.0031], [0.001, 0.001])
+    assert judging.control_findings([0.0, 0.0], [0.0, 0.0]) == []
+    assert "did not move" in judging.control_findings([0.01], [0.0])[0]
 
 
 def test_rule_false_alarm_figures_follow_from_their_derivation():
     """The rule's per-point and final-point false-alarm probabilities (least favourable null: fused an
     independent replicate, iid normal) and the <= 0.05 bound stated in its derivation."""
     rng = np.random.default_rng(123)
-    r = len(training.REPLICATE_ORDERS)
+    r = len(rules.REPLICATE_ORDERS)
     x = rng.standard_normal((400_000, r + 1))
     reps, fused = x[:, :r], x[:, r]
     lo, hi = reps.min(1), reps.max(1)
     s = hi - lo
-    w, c = training.ENVELOPE_WIDENING, training.FINAL_SPREAD_MULTIPLE
+    w, c = rules.ENVELOPE_WIDENING, rules.FINAL_SPREAD_MULTIPLE
     per_point = ((fused < lo - w * s) | (fused > hi + w * s)).mean()
     final = (np.abs(fused - reps[:, 0]) > c * s).mean()
-    assert per_point == pytest.approx(training.PER_POINT_FALSE_ALARM, abs=0.0015)
-    assert final == pytest.approx(training.FINAL_FALSE_ALARM, abs=0.0012)
-    bound = training.PER_POINT_FALSE_ALARM / training.MAX_OUTSIDE_FRACTION + training.FINAL_FALSE_ALARM
-    assert bound <= 1 - training.RULE.confidence
+    assert per_point == pytest.approx(rules.PER_POINT_FALSE_ALARM, abs=0.0015)
+    assert final == pytest.approx(rules.FINAL_FALSE_ALARM, abs=0.0012)
+    bound = rules.PER_POINT_FALSE_ALARM / rules.MAX_OUTSIDE_FRACTION + rules.FINAL_FALSE_ALARM
+    assert bound <= 1 - rules.RULE.confidence
 
 
 # --- the assets in smoke size -------------------------------------------------------------------
@@ -233,7 +238,7 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
         (spec,) = check.check_specs
         assert spec.metadata["outcome"] == kind
     (claim_spec,) = training.fused_learns_like_eager.check_specs
-    assert {k: v for k, v in claim_spec.metadata.items() if k.startswith("rule.")} == training.RULE.metadata()
+    assert {k: v for k, v in claim_spec.metadata.items() if k.startswith("rule.")} == rules.RULE.metadata()
     result = dg.materialize([*assets, *checks], resources=smoke_resources)
     assert result.success
 
@@ -248,7 +253,7 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     }
     first = {r["run"]: r for r in curves.filter(pl.col("step") == 0).iter_rows(named=True)}
     replicate_seeds = {r["data_seed"] for r in first.values() if r["role"] == "replicate"}
-    assert len(replicate_seeds) == len(training.REPLICATE_ORDERS)  # distinct data orders
+    assert len(replicate_seeds) == len(rules.REPLICATE_ORDERS)  # distinct data orders
     assert len({r["init_seed"] for r in first.values()}) == 1  # one init for every run
     control, fused, eager = first["bfloat16_eager_ulp_nudge"], first["bfloat16_fused"], first["bfloat16_eager"]
     assert control["data_seed"] == fused["data_seed"] == eager["data_seed"]
@@ -256,7 +261,7 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     # Step 0: replicates share the init, so they agree exactly; the control already differs (nudged weights).
     assert len({r["eval_loss"] for r in first.values() if r["role"] == "replicate"}) == 1
     assert control["eval_loss"] != eager["eval_loss"]
-    steps = get_profile("smoke").train["steps"]
+    steps = SIZES["smoke"].steps
     for run, part in curves.group_by("run"):
         part = part.sort("step")
         assert part["step"].to_list() == list(range(0, steps + 1, 5))
@@ -280,11 +285,11 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     assert ev["replicate_spread"] == pytest.approx(rep_final.max() - rep_final.min()) and ev["replicate_spread"] > 0
 
     dev = read_value(tmp_path / "smoke" / "training_deviation")
-    assert set(dev["metric"]) == set(training.DEVIATION_METRICS)
+    assert set(dev["metric"]) == set(curve_tables.DEVIATION_METRICS)
     judged = dev.filter(pl.col("judged") & (pl.col("metric") == "eval_loss"))
     assert judged.height == steps // 5
     widening = (judged["envelope_hi"] - judged["replicate_max"]).to_list()
-    assert widening == pytest.approx((training.ENVELOPE_WIDENING * judged["replicate_spread"]).to_list())
+    assert widening == pytest.approx((rules.ENVELOPE_WIDENING * judged["replicate_spread"]).to_list())
     assert (judged["replicate_spread"] > 0).all()
 
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
@@ -292,19 +297,19 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     claim = evaluations["fused_learns_like_eager"]
     meta = {k: getattr(v, "value", v) for k, v in claim.metadata.items()}
     assert meta["outcome"] == CLAIM and meta["verdict"] in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
-    assert {k: v for k, v in meta.items() if k.startswith("rule.")} == training.RULE.metadata()
-    assert meta["judged_points"] == steps // 5 and meta["replicates"] == len(training.REPLICATE_ORDERS)
-    assert meta["verdict"] == training.judge_frame(dev, "bfloat16").verdict
+    assert {k: v for k, v in meta.items() if k.startswith("rule.")} == rules.RULE.metadata()
+    assert meta["judged_points"] == steps // 5 and meta["replicates"] == len(rules.REPLICATE_ORDERS)
+    assert meta["verdict"] == curve_tables.judge_frame(dev, "bfloat16").verdict
     assert claim.passed == (meta["verdict"] == SUPPORTED)
     finding = evaluations["fused_deviation_vs_rounding_control"]
     fmeta = {k: getattr(v, "value", v) for k, v in finding.metadata.items()}
-    assert fmeta["outcome"] == FINDING and fmeta["control_factor"] == training.CONTROL_FACTOR
-    assert finding.passed == (fmeta["fused_rms_dev"] <= training.CONTROL_FACTOR * fmeta["control_rms_dev"])
+    assert fmeta["outcome"] == FINDING and fmeta["control_factor"] == rules.CONTROL_FACTOR
+    assert finding.passed == (fmeta["fused_rms_dev"] <= rules.CONTROL_FACTOR * fmeta["control_rms_dev"])
     assert not list((tmp_path / "smoke" / "checkpoints").rglob("*.pt"))
 
 
 def test_invalid_runs_are_named():
-    plan = training.run_plan(ExperimentSettings(profile="smoke", device="cpu"))
+    plan = runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))
     rows = []
     for p in plan:
         for step, loss in ((0, 5.0), (5, 4.0)):
@@ -326,14 +331,14 @@ def test_invalid_runs_are_named():
                 }
             )
     curves = pl.DataFrame(rows)
-    problems = training.run_problems(curves, plan)
+    problems = curve_tables.run_problems(curves, plan)
     assert any("bit-identical" in p for p in problems)  # the control equals eager: it controls nothing
     assert any("data order or init" in p for p in problems)  # control data seed 1 vs eager's
     nan = curves.with_columns(
         pl.when(pl.col("run") == "bfloat16_fused").then(float("nan")).otherwise(pl.col("grad_norm")).alias("grad_norm")
     )
-    assert any("bfloat16_fused: non-finite grad_norm" in p for p in training.run_problems(nan, plan))
+    assert any("bfloat16_fused: non-finite grad_norm" in p for p in curve_tables.run_problems(nan, plan))
     assert any(
         "runs missing: bfloat16_eager_order_D" in p
-        for p in training.run_problems(curves.filter(pl.col("run") != "bfloat16_eager_order_D"), plan)
+        for p in curve_tables.run_problems(curves.filter(pl.col("run") != "bfloat16_eager_order_D"), plan)
     )

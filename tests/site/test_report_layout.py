@@ -11,7 +11,8 @@ from test_report_site import ARTIFACTS, _serve  # same folder: pytest puts it on
 
 from pipeline.reporting.claims import EXPERIMENTS
 from pipeline.reporting.history import claim_history, key_figures, moved
-from pipeline.reporting.render import Report, collapsed, readable
+from pipeline.reporting.outcomes import readable
+from pipeline.reporting.render import Report, collapsed
 from pipeline.verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
 
 SCREENSHOTS = ARTIFACTS / "site"

@@ -5,9 +5,9 @@ from . import report, spec
 
 
 def _load():
-    from . import assets
+    from . import assets, checks
 
-    return (assets,)
+    return (assets, checks)
 
 
 EXPERIMENT = Experiment(
@@ -25,6 +25,7 @@ EXPERIMENT = Experiment(
             "accumulated_error_per_set",
             method="distribution",
             keys=("chain", "dtype", "path"),
+            order=("distribution", "set_index"),
             columns={"ulp_max": "lower"},
         ),
         BaselineTable("accumulated_error_summary", method="kept"),

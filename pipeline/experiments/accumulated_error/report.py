@@ -10,6 +10,7 @@ from ...reporting.blocks import PATH_COLORS, PATH_DASHES, opening, select
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
 from ...verdicts import combine
+from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, verdict_table
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -82,8 +83,6 @@ def deliverable(report: Report, exp: Experiment) -> str:
 
 
 def details(report: Report, exp: Experiment) -> str:
-    from . import assets as b
-
     parts = []
     summary = report.table("accumulated_error_summary")
     if summary is not None:
@@ -91,17 +90,17 @@ def details(report: Report, exp: Experiment) -> str:
             "## Verdict table: fused vs eager against fp64 (§3.2)\n\n"
             f"Per input set, the largest error against fp64 in *scale-aware ULPs* (ULPs of the row's largest "
             f"|fp64 reference|, see the methodology page). Per row: the P99 of that over the sets for eager and for "
-            f"fused, their paired difference with its one-sided {b.CONFIDENCE:g} bootstrap interval "
-            f"({b.BOOTSTRAP_RESAMPLES} resamples), the Holm-adjusted p-value of 'fused is worse by more than "
-            f"{b.MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
-            f"fused is worse by more than {b.MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
-            "under *Decision rules* above.\n\n" + markdown_table(b.verdict_table(summary))
+            f"fused, their paired difference with its one-sided {CONFIDENCE:g} bootstrap interval "
+            f"({BOOTSTRAP_RESAMPLES} resamples), the Holm-adjusted p-value of 'fused is worse by more than "
+            f"{MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
+            f"fused is worse by more than {MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
+            "under *Decision rules* above.\n\n" + markdown_table(verdict_table(summary))
         )
         parts.append(
             report.chart(
                 exp.slug,
                 "fused-vs-eager",
-                b_fused_vs_eager_chart(summary, b.MATERIALITY_SULP),
+                b_fused_vs_eager_chart(summary, MATERIALITY_SULP),
                 "P99 over input sets of the per-set max scale-aware ULP error, fused vs eager, one point per chain x "
                 "distribution x dtype; points above the red line are materially worse",
             )
@@ -117,7 +116,7 @@ def details(report: Report, exp: Experiment) -> str:
         parts.append(_b_counterexamples(cex))
     ablation = report.table("fusion_ablation")
     if ablation is not None and ablation.height:
-        parts.append(_b_ablation(ablation, b.ABLATION_SETS))
+        parts.append(_b_ablation(ablation, ABLATION_SETS))
     switch = report.value("fusion_switch_list")
     if switch is not None:
         parts.append(b_switch_list(switch))

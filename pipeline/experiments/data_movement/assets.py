@@ -50,7 +50,7 @@ from .movement import (
     make_input,
     reshape_copied,
 )
-from .spec import GROUP
+from .spec import GROUP, SIZES
 
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
 #: Most rows whose NaN-payload difference is localized op by op in one run (each costs a few compiles).
@@ -61,7 +61,7 @@ def plan(shapes: tuple[tuple[int, ...], ...]) -> list[tuple[str, str, tuple[int,
     """Every (subgraph, dtype, shape, layout) to compile: pure graphs on every shape and layout,
     counterexamples on the last (odd-sized) shape, contiguous, to bound the compile count."""
     if not shapes:
-        raise ValueError("the profile has no movement_shapes")
+        raise ValueError("the profile has no movement shapes")
     combos = [(g, d, s, lay) for g in PURE for d in MOVEMENT_DTYPES for s in shapes for lay in LAYOUTS]
     combos += [(g, d, shapes[-1], "contiguous") for g in COUNTEREXAMPLES for d in MOVEMENT_DTYPES]
     return combos
@@ -131,7 +131,7 @@ def _notes(
     kinds={"pytorch", "polars"},
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    combos = plan(settings.get_profile().movement_shapes)
+    combos = plan(SIZES[settings.profile].shapes)
     start = time.perf_counter()
     table, localized = check_table(
         combos, settings.derived_seed, settings.torch_device(), settings.backend, settings.options(), context.log.info
@@ -445,7 +445,7 @@ def every_movement_combination_fused(
     data_movement_check_table: pl.DataFrame, settings: ExperimentSettings
 ) -> dg.AssetCheckResult:
     table = data_movement_check_table
-    expected = len(plan(settings.get_profile().movement_shapes))
+    expected = len(plan(SIZES[settings.profile].shapes))
     not_fused = table.filter((pl.col("kernel_count") < 1) | (pl.col("graph_breaks") > 0) | (pl.col("recompiles") > 0))
     problems = []
     if table.height != expected:

@@ -12,9 +12,9 @@ def output_md5s(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def _load():
-    from . import assets
+    from . import assets, checks
 
-    return (assets,)
+    return (assets, checks)
 
 
 EXPERIMENT = Experiment(

@@ -18,11 +18,13 @@ from precisionkit.locator import locate_divergence
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import finding_check, finding_result
+from ..training.config import TrainConfig, eval_batches
 from ..training.corpus import load_corpus
-from ..training.gpt import GPT, TrainConfig, eval_batches
+from ..training.gpt import GPT
+from ..training.spec import SIZES as TRAIN_SIZES
 from .spec import GROUP
 
-#: Sequences of the first evaluation batch fed to the model (each of the profile's context length).
+#: Sequences of the first evaluation batch fed to the model (each of E's context length, training/spec.py).
 SEQUENCES = 2
 #: Chart-ready column order; the rest of the locator's columns follow.
 LEAD_COLUMNS = (
@@ -64,10 +66,9 @@ def working_dtype(device: torch.device) -> torch.dtype:
     kinds={"pytorch", "polars"},
 )
 def divergence_per_layer(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    profile = settings.get_profile()
     device = settings.torch_device()
     init_seed = settings.derived_seed("train", "init")
-    cfg = TrainConfig.from_profile(profile.train, device=str(device), init_seed=init_seed)
+    cfg = TrainConfig.from_profile(TRAIN_SIZES[settings.profile].model(), device=str(device), init_seed=init_seed)
     torch.manual_seed(cfg.init_seed)  # the E training runs' initialization, before any step
     model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
     tokens, _ = eval_batches(load_corpus(), cfg)[0]
@@ -96,7 +97,7 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
             "dtype": result.dtype,
             "model_weights": (
                 "fresh seeded initialization (the E runs' init seed): the E assets keep no trained checkpoint "
-                "(pipeline.experiments.training.gpt.train deletes it when a run completes)"
+                "(pipeline.experiments.training.loop.train deletes it when a run completes)"
             ),
             "model_cast": f"whole model cast to {result.dtype} (the E runs use autocast instead)",
             "model_shape": f"layers={cfg.layers} heads={cfg.heads} width={cfg.width} context={cfg.context}",

@@ -20,7 +20,7 @@ from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
-from .spec import GROUP
+from .spec import GROUP, SIZES
 
 #: Shrinking candidates per failing graph (each one is a compile).
 MAX_SHRINK_CHECKS = 16
@@ -52,7 +52,7 @@ SCHEMA = {
 def fuzz_seeds(settings: ExperimentSettings) -> list[int]:
     """The profile's graph seeds: a contiguous block starting at a value derived from the base seed."""
     start = settings.derived_seed("fuzz") % 1_000_000
-    return list(range(start, start + settings.get_profile().fuzz_graphs))
+    return list(range(start, start + SIZES[settings.profile].fuzz_graphs))
 
 
 def _number(value: object) -> float:

@@ -30,6 +30,9 @@ from ...scalars import as_float
 from ...tables import markdown_table
 from ...verdicts import finding_check, finding_result
 from ...workloads import WORKLOADS
+from ..reduction_order.spec import SIZES as REDUCTION_SIZES
+from ..toolkit.spec import SIZES as POOL_SIZES
+from ..toolkit.spec import PoolSizes
 from .spec import GROUP
 
 QUANTILE = 99.9
@@ -37,9 +40,18 @@ TOO_LOOSE = 0.1
 
 
 def observations(
-    per_set: pl.DataFrame, c1: pl.DataFrame, c2: pl.DataFrame, c3: pl.DataFrame, fuzzed: pl.DataFrame, profile
+    per_set: pl.DataFrame,
+    c1: pl.DataFrame,
+    c2: pl.DataFrame,
+    c3: pl.DataFrame,
+    fuzzed: pl.DataFrame,
+    pool: PoolSizes,
+    c2_length: int,
 ) -> list[dict[str, Any]]:
-    """Every fused-vs-fp64 observation as (source, op_class, dtype, reduction_size, abs_err, ulp_err)."""
+    """Every fused-vs-fp64 observation as (source, op_class, dtype, reduction_size, abs_err, ulp_err).
+
+    ``pool`` holds the shapes of B's input sets (S's pools: a chain's reduction size follows from
+    them) and ``c2_length`` is C2's row length (the terms of its sums)."""
     obs: list[dict[str, Any]] = []
     for r in per_set.filter(pl.col("path") == "fused").iter_rows(named=True):
         w = WORKLOADS[r["chain"]]
@@ -48,7 +60,7 @@ def observations(
                 "source": f"B:{r['chain']}/{r['distribution']}",
                 "op_class": w.op_class,
                 "dtype": r["dtype"],
-                "reduction_size": int(w.reduction(profile)),
+                "reduction_size": int(w.reduction(pool)),
                 "abs_err": r["abs_max"],
                 "ulp_err": r["ulp_max"],
             }
@@ -73,7 +85,7 @@ def observations(
                 "source": f"C2:{r['version']}/{r['output']}",
                 "op_class": "matmul",
                 "dtype": dtype,
-                "reduction_size": int(profile.c2_length),
+                "reduction_size": int(c2_length),
                 "abs_err": r["abs_max"],
                 "ulp_err": r["ulp_max"],
             }
@@ -192,7 +204,9 @@ def measured_tolerances(
     c3: pl.DataFrame,
     fuzzed: pl.DataFrame,
 ) -> pl.DataFrame:
-    obs = observations(per_set, c1, c2, c3, fuzzed, settings.get_profile())
+    obs = observations(
+        per_set, c1, c2, c3, fuzzed, POOL_SIZES[settings.profile], REDUCTION_SIZES[settings.profile].length
+    )
     if not obs:
         raise ValueError("no fused-path observations in the upstream tables: nothing to measure")
     table = measure(obs)

@@ -5,9 +5,9 @@ from . import report, spec
 
 
 def _load():
-    from . import assets
+    from . import assets, checks
 
-    return (assets,)
+    return (assets, checks)
 
 
 EXPERIMENT = Experiment(

@@ -6,6 +6,7 @@ import polars as pl
 from ...experiment import Experiment
 from ...reporting.blocks import opening, select, ulp_bars
 from ...reporting.render import Report, markdown_table
+from .rules import route_statement
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -69,8 +70,6 @@ def details(report: Report, exp: Experiment) -> str:
         )
     records = report.table("c1_route_records")
     if records is not None and dist is not None:
-        from .assets import route_statement
-
         parts.append(
             "## Route or value: the two controls and the instruction each route ran\n\n"
             "`control_route_only` keeps path A's value and takes path B's broadcast-tensor route; "

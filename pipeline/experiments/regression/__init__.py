@@ -1,7 +1,17 @@
 """Regression: drift against the promoted baseline, and the planted-bug suite that proves the checks catch silent bugs."""
 
+from ...backends import offer
 from ...experiment import Experiment
 from . import report, spec
+
+
+def _register_planted() -> object:
+    from .planted_bugs import register_planted_backends
+
+    return register_planted_backends()
+
+
+offer(spec.PLANTED_BACKENDS, _register_planted)
 
 
 def _load():

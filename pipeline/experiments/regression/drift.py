@@ -18,6 +18,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from ... import runs
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...tables import markdown_table
@@ -25,7 +26,6 @@ from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
-    Rule,
     claim_check,
     claim_result,
     finding_check,
@@ -34,6 +34,7 @@ from ...verdicts import (
     validity_result,
 )
 from . import baseline
+from .rules import BASELINE_RULE
 from .spec import GROUP
 
 # --- provenance from the Dagster instance ----------------------------------------------------
@@ -46,22 +47,17 @@ def recorded_provenance(
     (asset keys are shared between profiles, so the event's stored path must match)."""
     if instance is None or stored is None:
         return None
+    target = stored.resolve()
     try:
-        records = instance.fetch_materializations(dg.AssetKey(asset), limit=25).records
+        for record, _, meta in runs.materializations(instance, dg.AssetKey(asset), limit=25):
+            path = meta.get("path")
+            if path is None or Path(str(path)).resolve() != target:
+                continue
+            prov = runs.provenance(meta)
+            if prov:
+                return prov, f"materialization event of {asset} in run {record.run_id}"
     except Exception:  # noqa: BLE001 - an instance without event storage
         return None
-    target = stored.resolve()
-    for record in records:
-        mat = record.asset_materialization
-        if mat is None:
-            continue
-        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-        path = meta.get("path")
-        if path is None or Path(str(path)).resolve() != target:
-            continue
-        prov = {k.removeprefix("provenance."): v for k, v in meta.items() if k.startswith("provenance.")}
-        if prov:
-            return prov, f"materialization event of {asset} in run {record.run_id}"
     return None
 
 
@@ -156,24 +152,6 @@ def _provenance_text(changed: dict[str, dict[str, tuple[Any, Any]]]) -> str:
 
 #: Item kinds of the comparison table that are not numerics (experiment presence, provenance fields).
 _META_KINDS = ("presence", "provenance")
-
-BASELINE_RULE = Rule(
-    claim="numerics unchanged against the promoted baseline of the same profile",
-    metric="per compared item (bit-exact outputs and tables: md5s, bit_equal, ulp_max, C1-C3 tables; B's per-set "
-    "ULP statistics per chain x dtype x path; E's final eval loss): a move the worse way beyond the item's tolerance",
-    decision="contradicted when any compared item moved the worse way beyond its tolerance; supported when a baseline "
-    "is promoted, at least one item was compared and none moved the worse way; inconclusive when no baseline is "
-    "promoted or nothing could be compared. Improvements and generated-code changes are findings.",
-    threshold="per item: 0 for bit-exact items; B: bootstrap quantile of |difference| between two resamples of the "
-    "baseline's sets; E: the noise band between its two data orders",
-    unit="the item's own unit (hash, ULP, loss)",
-    confidence=baseline.BOOTSTRAP_QUANTILE,
-    sample_size=f"every item of every experiment in both the baseline and the current tables; B: every input set of "
-    f"the profile, {baseline.BOOTSTRAP_RESAMPLES} bootstrap pairs per statistic",
-    derivation="For a fixed seed, code and device the bit-exact items are deterministic, so any change is a change; "
-    "B's statistics vary between input draws, so their tolerance is measured from the baseline's own sets (its "
-    "quantile is the confidence above); E's tolerance is the spread its own data-order control shows.",
-)
 
 
 def _compared(table: pl.DataFrame) -> pl.DataFrame:

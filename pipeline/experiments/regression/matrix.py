@@ -2,7 +2,8 @@
 
 ``planted_bug_matrix`` re-runs a subset of experiments at smoke size with the healthy backend over
 several base seeds and with each deliberately faulty backend of :mod:`pipeline.experiments.regression.planted_bugs`; the
-runs and their scoring are :mod:`pipeline.experiments.regression.harness`. A bug is caught only at ERROR: a
+runs and their scoring are :mod:`pipeline.experiments.regression.harness`, its decision rules
+:mod:`pipeline.experiments.regression.rules`. A bug is caught only at ERROR: a
 contradicted claim, an invalid run or a failed step that the healthy run at the same seed does not
 have. Every ERROR of a healthy run is a false alarm.
 """
@@ -16,64 +17,23 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from ...profiles import PROFILES
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,
-    Rule,
     claim_check,
     claim_result,
     validity_check,
     validity_result,
 )
-from .harness import (
-    BUG_ROW,
-    HEALTHY_ROW,
-    MATRIX_EXPERIMENTS,
-    MATRIX_PROFILE,
-    MIN_HEALTHY_SEEDS,
-    SCORING,
-    MatrixFacts,
-    build_matrix,
-    parallel_runs_here,
-)
+from .harness import MatrixFacts, build_matrix
+from .matrix_parallel import parallel_runs_here
+from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
-from .spec import GROUP
-
-MUTATION_RULE = Rule(
-    claim="the harness catches every planted bug at ERROR",
-    metric="per bug run: ERROR outcomes that the healthy run at the same base seed does not have (a claim "
-    "verdict contradicted, a validity check failed, a step failed, e.g. FusionError for missing fusion "
-    "evidence); WARN findings and inconclusive verdicts are not counted",
-    decision="contradicted when any bug run has no such ERROR outcome; supported when every bug run has at least "
-    "one; inconclusive when no bug ran",
-    threshold=1.0,
-    unit="ERROR outcomes per bug run, beyond the healthy run's",
-    confidence=None,
-    sample_size="one run per planted bug (every bug of pipeline.experiments.regression.planted_bugs unless configured or limited by the "
-    "profile's planted_bugs: smoke runs one bug per way of being caught), at the first healthy base seed",
-    derivation="A planted bug is a known wrong result: a harness that lets it through with only WARN findings or "
-    "inconclusive verdicts would let the same real fault through (DESIGN principle 6: planted faults must flip a "
-    "verdict at ERROR). Outcomes the healthy run already has are subtracted so a standing failure is not credited.",
-)
-
-FALSE_ALARM_RULE = Rule(
-    claim="the healthy backend raises no ERROR outcome, over several base seeds",
-    metric="per healthy run: ERROR outcomes (claim verdicts contradicted, validity checks failed, steps failed)",
-    decision=f"contradicted when any healthy run has an ERROR outcome; supported when at least {MIN_HEALTHY_SEEDS} "
-    f"base seeds ran and none has one; inconclusive with fewer than {MIN_HEALTHY_SEEDS} seeds",
-    threshold=0.0,
-    unit="ERROR outcomes per healthy run",
-    confidence=None,
-    sample_size=f">= {MIN_HEALTHY_SEEDS} base seeds (the run's seed and the next ones unless configured), one healthy "
-    "run each",
-    derivation="Every experiment's rule is built so the healthy backend does not reach ERROR (derived bounds, "
-    "Holm-adjusted tests, bit-exactness where the plan promises it); inputs drawn from other seeds expose a rule "
-    "that only holds for one draw. A single ERROR here is a defect of the harness, not noise.",
-)
+from .rules import BUG_ROW, FALSE_ALARM_RULE, HEALTHY_ROW, MIN_HEALTHY_SEEDS, MUTATION_RULE, SCORING
+from .spec import GROUP, SIZES
 
 
 class PlantedBugMatrixConfig(dg.Config):
@@ -147,7 +107,7 @@ def matrix_metadata(
     pool="compute_device",
     description="Mutation testing of the harness: experiments B, C2 and D re-run at smoke size (whatever the outer "
     "profile) with the healthy backend over the profile's healthy base seeds ("
-    + ", ".join(f"{p.name}: {p.planted_bug_healthy_seeds}" for p in PROFILES.values())
+    + ", ".join(f"{name}: {sizes.healthy_seeds}" for name, sizes in SIZES.items())
     + f"; no false alarm is supported only from {MIN_HEALTHY_SEEDS}) and "
     "with each planted-bug backend "
     "(pipeline/experiments/regression/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
@@ -159,7 +119,7 @@ def matrix_metadata(
 def planted_bug_matrix(
     context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig
 ) -> pl.DataFrame:
-    bugs = config.bugs or list(settings.get_profile().planted_bugs or PLANTED_BUGS)
+    bugs = config.bugs or list(SIZES[settings.profile].planted_bugs or PLANTED_BUGS)
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_EXPERIMENTS)
     parallel = parallel_runs_here(config.parallel_runs)

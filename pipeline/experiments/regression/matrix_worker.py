@@ -1,6 +1,6 @@
 """A worker process of the planted-bug matrix: runs whole matrix runs on request.
 
-Started by :class:`pipeline.experiments.regression.harness.MatrixWorker` as::
+Started by :class:`pipeline.experiments.regression.matrix_parallel.MatrixWorker` as::
 
     python -m pipeline.experiments.regression.matrix_worker --fd FD --threads T --experiments B,C2,D
 
@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         from ...resources import ExperimentSettings
-        from .harness import PlannedRun, matrix_definitions, run_experiments
+        from .matrix_runs import PlannedRun, matrix_definitions, run_experiments
         from .planted_bugs import register_planted_backends
 
         torch.set_num_threads(args.threads)
-        register_planted_backends()
+        register_planted_backends()  # a fresh interpreter knows only torch's own backends
         defs, _ = matrix_definitions([e for e in args.experiments.split(",") if e])
     except Exception:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))

@@ -4,6 +4,7 @@ import polars as pl
 
 from ...experiment import Experiment
 from ...reporting.render import Report, markdown_table
+from .rules import BUG_ROW, HEALTHY_ROW, SCORING
 
 
 def details(report: Report, exp: Experiment) -> str:
@@ -25,16 +26,14 @@ def details(report: Report, exp: Experiment) -> str:
         )
     matrix = report.table("planted_bug_matrix")
     if matrix is not None:
-        from . import harness
-
-        bugs = matrix.filter(pl.col("row") == harness.BUG_ROW)
-        healthy = matrix.filter(pl.col("row") == harness.HEALTHY_ROW)
+        bugs = matrix.filter(pl.col("row") == BUG_ROW)
+        healthy = matrix.filter(pl.col("row") == HEALTHY_ROW)
         caught = int((bugs["caught"] == "yes").sum())
         alarms = int(healthy["error_outcomes"].sum())
         parts.append(
             "## Planted-bug suite: every silent bug must fail at ERROR\n\n"
             f"**{caught} of {bugs.height} bugs caught at ERROR; {alarms} ERROR outcome(s) over {healthy.height} healthy "
-            f"seeds.** Scoring: {harness.SCORING}\n\n"
+            f"seeds.** Scoring: {SCORING}\n\n"
             "### Bug x caught at ERROR\n\n"
             + markdown_table(
                 bugs.select(

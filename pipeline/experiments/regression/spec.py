@@ -4,6 +4,22 @@ from dataclasses import dataclass
 
 ID, GROUP = "Regression", "regression"
 
+#: The planted-bug backends (``planted_bugs.PLANTED_BUGS`` holds each one's fault; a test keeps the
+#: two lists equal): offered to the settings by name, registered with torch.compile on demand.
+PLANTED_BACKENDS = (
+    "planted_drop_channel",
+    "planted_wrong_axis",
+    "planted_layout_swap",
+    "planted_fp16_accumulation",
+    "planted_off_by_one_ulp",
+    "planted_fallback_to_eager",
+    "planted_nondeterministic_reduction",
+    "planted_long_reduction_bf16",
+    "planted_contiguous_only",
+    "planted_bf16_scratch",
+    "planted_vector_tail",
+)
+
 
 @dataclass(frozen=True)
 class MatrixSizes:

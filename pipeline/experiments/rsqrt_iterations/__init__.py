@@ -12,9 +12,9 @@ def iterations_as_text(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _load():
-    from . import assets
+    from . import assets, checks
 
-    return (assets,)
+    return (assets, checks)
 
 
 EXPERIMENT = Experiment(

@@ -6,6 +6,7 @@ import polars as pl
 from ...experiment import Experiment
 from ...reporting.blocks import opening, select, ulp_bars
 from ...reporting.render import Report, markdown_table
+from .rules import METHOD, floor_statement, knob_statement
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -134,20 +135,18 @@ def c3_iterations_chart(table: pl.DataFrame) -> alt.Chart | alt.LayerChart:
 
 def _c3_method(report: Report, table: pl.DataFrame) -> list[str]:
     """The method statement, the framework knobs and error floors, and the division table."""
-    from . import assets as c3
-
     knobs = report.table("c3_framework_knobs")
     parts = [
-        f"## Method: the plan's fallback\n\n{c3.METHOD}.\n\n"
-        + (c3.knob_statement(knobs, table) + "\n\n" if knobs is not None else "")
-        + c3.floor_statement(table, "rsqrt")
+        f"## Method: the plan's fallback\n\n{METHOD}.\n\n"
+        + (knob_statement(knobs, table) + "\n\n" if knobs is not None else "")
+        + floor_statement(table, "rsqrt")
         + "\n"
     ]
     div = report.table("c3_div_table")
     if div is not None:
         parts.append(
             "## div(x, y): true division vs x * reciprocal(y) with N Newton steps\n\n"
-            + c3.floor_statement(div, "div")
+            + floor_statement(div, "div")
             + "\n\n"
             + markdown_table(
                 div.select(

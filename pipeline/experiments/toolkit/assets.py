@@ -20,11 +20,12 @@ import torch
 from precisionkit import fp64_reference
 from precisionkit.selfcheck import self_check
 
+from ...experiment import flat_sizes
 from ...resources import ExperimentSettings
 from ...storage import SetStream, SetTensor
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload, set_args
-from .spec import GROUP
+from .spec import GROUP, SIZES
 
 #: dtypes stored per workload: the FFN feeds A (fp16 headline, bf16/fp32 extra rows); chains feed B.
 POOL_DTYPES = {name: ("float16", "bfloat16") for name in CHAINS} | {"ffn": ("float16", "bfloat16", "float32")}
@@ -32,7 +33,7 @@ POOL_DTYPES = {name: ("float16", "bfloat16") for name in CHAINS} | {"ffn": ("flo
 
 def pool_sets(workload: Workload, settings: ExperimentSettings) -> int:
     """Input sets per distribution: one fixed set for the FFN (task A), the profile's count for chains."""
-    return 1 if workload.name == "ffn" else settings.get_profile().chain_sets
+    return 1 if workload.name == "ffn" else SIZES[settings.profile].chain_sets
 
 
 def pool_key(distribution: str, dtype: str, arg: str | None = None) -> str:
@@ -52,9 +53,9 @@ def draw_sets(
     workload: Workload, settings: ExperimentSettings, distribution: str, start: int, stop: int
 ) -> dict[str, torch.Tensor]:
     """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis."""
-    profile = settings.get_profile()
+    sizes = SIZES[settings.profile]
     drawn = [
-        workload.sample(profile, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
+        workload.sample(sizes, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
         for i in range(start, stop)
     ]
     return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
@@ -67,8 +68,7 @@ def chunk_sets(set_bytes: int) -> int:
 
 def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
     """The input pool of ``workload`` as a stream of sets: distribution x dtype x argument."""
-    profile = settings.get_profile()
-    shapes = workload.shapes(profile)
+    shapes = workload.shapes(SIZES[settings.profile])
     dtypes = POOL_DTYPES[workload.name]
     entries = {
         pool_key(d, t, a): (shapes[a], DTYPES[t])
@@ -134,7 +134,7 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
         kinds={"pytorch", "safetensors"},
     )
     def input_pool(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> SetStream:
-        profile = settings.get_profile()
+        sizes = SIZES[settings.profile]
         stream = pool_stream(workload, settings)
         context.add_output_metadata(
             {
@@ -144,8 +144,8 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
                 "set_seeds": f"derived_seed('pool', {workload.name!r}, <distribution>, <set index>)",
                 "distributions": ", ".join(workload.distributions),
                 "dtypes": ", ".join(POOL_DTYPES[workload.name]),
-                "arg_shapes": str({k: list(v) for k, v in workload.shapes(profile).items()}),
-                **{f"profile.{k}": v for k, v in profile.sizes().items() if isinstance(v, (int, str))},
+                "arg_shapes": str({k: list(v) for k, v in workload.shapes(sizes).items()}),
+                **flat_sizes(sizes, "profile."),
             }
         )
         return stream

@@ -7,6 +7,17 @@ from ...experiment import Experiment
 from ...reporting.blocks import opening
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
+from .rules import (
+    CONTROL_FACTOR,
+    ENVELOPE_WIDENING,
+    EVAL_POINT_COLUMNS,
+    FINAL_FALSE_ALARM,
+    FINAL_SPREAD_MULTIPLE,
+    MAX_OUTSIDE_FRACTION,
+    MIN_POINTS,
+    PER_POINT_FALSE_ALARM,
+    REPLICATE_ORDERS,
+)
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -97,33 +108,31 @@ def details(report: Report, exp: Experiment) -> str:
 
 def e_rule_table(result: str | None = None) -> pl.DataFrame:
     """E's decision rule, parameter by parameter, with the claim's ``result`` as the last row when judged."""
-    from . import assets as e
-
     rule_rows = [
         (
             "eager replicates (differ only in data order)",
-            f"{len(e.REPLICATE_ORDERS)} (orders {', '.join(e.REPLICATE_ORDERS)}; A is fused's)",
+            f"{len(REPLICATE_ORDERS)} (orders {', '.join(REPLICATE_ORDERS)}; A is fused's)",
         ),
         ("numerics-only control", "eager, fused's data order and init, every initial weight moved one ULP"),
         ("judged points", "every eval step after step 0 (eval loss)"),
         (
             "envelope",
-            f"[min - {e.ENVELOPE_WIDENING:g}s, max + {e.ENVELOPE_WIDENING:g}s] over replicates, s = max - min",
+            f"[min - {ENVELOPE_WIDENING:g}s, max + {ENVELOPE_WIDENING:g}s] over replicates, s = max - min",
         ),
         (
             "contradicted",
-            f"fused outside the envelope at > {e.MAX_OUTSIDE_FRACTION:.0%} of judged points, or final "
-            f"|fused - eager| > {e.FINAL_SPREAD_MULTIPLE:g}s",
+            f"fused outside the envelope at > {MAX_OUTSIDE_FRACTION:.0%} of judged points, or final "
+            f"|fused - eager| > {FINAL_SPREAD_MULTIPLE:g}s",
         ),
         (
             "inconclusive",
-            f"< {len(e.REPLICATE_ORDERS)} replicates, < {e.MIN_POINTS} judged points, or s = 0 / undefined",
+            f"< {len(REPLICATE_ORDERS)} replicates, < {MIN_POINTS} judged points, or s = 0 / undefined",
         ),
         (
             "false contradiction (least favourable null)",
-            f"<= {e.PER_POINT_FALSE_ALARM / e.MAX_OUTSIDE_FRACTION + e.FINAL_FALSE_ALARM:.3f}",
+            f"<= {PER_POINT_FALSE_ALARM / MAX_OUTSIDE_FRACTION + FINAL_FALSE_ALARM:.3f}",
         ),
-        ("finding", f"RMS(fused - eager) > {e.CONTROL_FACTOR:g} x RMS(control - eager) over the judged points"),
+        ("finding", f"RMS(fused - eager) > {CONTROL_FACTOR:g} x RMS(control - eager) over the judged points"),
     ]
     if result is not None:
         rule_rows.append(("result", result))
@@ -161,20 +170,18 @@ def e_judged_eval(deviation: pl.DataFrame) -> tuple[str, pl.DataFrame]:
 
 def _e_eval_sections(report: Report, exp: Experiment, deviation: pl.DataFrame) -> list[str]:
     """The eval-loss band chart, the deviation-from-eager chart and the judged points."""
-    from . import assets as e
-
     main, ev = e_judged_eval(deviation)
     return [
         "## Eval-loss curve against the replicate band\n\n"
         + report.chart(
             exp.slug,
             "eval-band",
-            e_eval_band_chart(ev, main, e.ENVELOPE_WIDENING),
-            f"Eval loss of eager, fused and the one-ULP control over the band of {len(e.REPLICATE_ORDERS)} eager data-order "
+            e_eval_band_chart(ev, main, ENVELOPE_WIDENING),
+            f"Eval loss of eager, fused and the one-ULP control over the band of {len(REPLICATE_ORDERS)} eager data-order "
             "replicates, at the judged eval points (step 0 is not judged: every run starts from the same init)",
         ),
         report.chart(exp.slug, "deviation", e_deviation_chart(ev), e_deviation_caption(ev)),
-        "## Eval-loss points\n\n" + markdown_table(ev.select(e.EVAL_POINT_COLUMNS)),
+        "## Eval-loss points\n\n" + markdown_table(ev.select(EVAL_POINT_COLUMNS)),
     ]
 
 

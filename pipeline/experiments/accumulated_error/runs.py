@@ -1,0 +1,282 @@
+"""B's runs: every operator chain on each stored input set, eager, fused and fused with
+``emulate_precision_casts``, each output judged against the stored fp64 reference, a batch of sets
+at a time. Computation only; the asset that stores the results is
+:func:`.assets.accumulated_error_runs`.
+"""
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from precisionkit import FusedFunction, fused, ulp_diff
+from precisionkit.batched import error_stats_per_set
+
+from ...devices import synchronize
+from ...progress import Progress
+from ...resources import ExperimentSettings
+from ...workloads import CHAIN_STAGES, Workload
+from .rules import DTYPES_B, FUSED_PATHS, PATHS
+
+#: Elements of one path's outputs held at once: batches keep memory flat whatever the set count.
+BATCH_ELEMENTS = 1 << 20
+
+_MATMUL_EXTERNS = ("mm", "bmm", "addmm", "baddbmm")
+
+
+def _path_options(settings: ExperimentSettings, path: str) -> dict[str, Any]:
+    options = settings.options()
+    if path == "fused_emulate":
+        options = {**options, "emulate_precision_casts": True}
+    return options
+
+
+def fused_ops(chain: str, extern_calls: str) -> list[str]:
+    """The chain's op types that the fused path generated code for (not left to a library call)."""
+    externs = {e.strip() for e in extern_calls.split(",") if e.strip()}
+    matmul_extern = bool(externs & set(_MATMUL_EXTERNS))
+    ops = [op for op in CHAIN_STAGES[chain][0] if not (op == "matmul" and matmul_extern)]
+    if "addmm" in externs:  # the bias add went into the library call as well
+        ops = [op for op in ops if op != "add"]
+    return list(dict.fromkeys(ops))
+
+
+@dataclass
+class ChainRun:
+    """What running one chain produced: per-set error rows, per (dtype, path) evidence rows, and the
+    tensors of each distribution's worst set (keyed ``<chain>/<distribution>/<dtype>/...``)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    worst: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+#: Fused-path evidence fields copied into an evidence row.
+_EVIDENCE_FIELDS = (
+    "backend",
+    "options",
+    "graph_count",
+    "graph_breaks",
+    "recompiles",
+    "kernel_count",
+    "kernel_names",
+    "extern_calls",
+    "code_sha256",
+    "compile_seconds",
+)
+
+
+def per_set_rows(
+    chain: str, dist: str, dtype: str, first_set: int, outputs: Mapping[str, torch.Tensor], ref: torch.Tensor
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Error rows of a batch of input sets (numbered from ``first_set``), path by path in
+    :data:`PATHS` order, each output judged against the fp64 ``ref``; and per set the fused path's
+    scale-aware max error minus eager's (+inf where fused is non-finite and eager is finite), which
+    picks the reproducer set."""
+    n = ref.shape[0]
+    eager_finite = torch.isfinite(outputs["eager"]).reshape(n, -1)
+    ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
+    all_stats = {p: error_stats_per_set(outputs[p], ref) for p in PATHS}
+    rows: list[dict[str, Any]] = []
+    fused_gap = np.full(n, -np.inf)
+    for p in PATHS:
+        stats = all_stats[p]
+        vs_eager = ulp_diff(outputs[p], outputs["eager"]).reshape(n, -1).amax(dim=1).cpu().numpy()
+        nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
+        nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
+        nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
+        if p == "fused":
+            gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
+            fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)
+        for j in range(n):
+            rows.append(
+                {
+                    "chain": chain,
+                    "distribution": dist,
+                    "dtype": dtype,
+                    "path": p,
+                    "set_index": first_set + j,
+                    **{k: float(stats[k][j]) for k in _FLOAT_STATS},
+                    "n_compared": int(stats["n_compared"][j]),
+                    "nonfinite_mismatch": int(stats["nan_mismatch"][j] + stats["inf_mismatch"][j]),
+                    "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
+                    "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
+                    "max_ulp_vs_eager": int(vs_eager[j]),
+                }
+            )
+    return rows, fused_gap
+
+
+#: Per-set statistics of :func:`precisionkit.batched.error_stats_per_set` stored as floats, in column order.
+_FLOAT_STATS = (
+    "abs_max",
+    "rel_max",
+    "ulp_p50",
+    "ulp_p99",
+    "ulp_max",
+    "ulp_mean",
+    "sulp_max",
+    "sulp_p99",
+    "sulp_mean",
+    "exact_fraction",
+)
+
+
+def _run_distribution(
+    workload: Workload,
+    dist: str,
+    dtype: str,
+    paths: Mapping[str, Callable[..., torch.Tensor]],
+    stacked: Mapping[str, torch.Tensor],
+    ref: torch.Tensor,
+    device: torch.device,
+    progress: Progress,
+) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, float]]:
+    """Every path on every set of one distribution, a batch of sets at a time: the error rows, the
+    per-set fused-minus-eager gap and the seconds each path spent executing."""
+    n_sets = ref.shape[0]
+    batch = max(1, min(n_sets, BATCH_ELEMENTS // max(1, ref[0].numel())))
+    rows: list[dict[str, Any]] = []
+    fused_gap = np.full(n_sets, -np.inf)
+    seconds = dict.fromkeys(PATHS, 0.0)
+    for start in range(0, n_sets, batch):
+        stop = min(n_sets, start + batch)
+        args = [t[start:stop].to(device) for t in stacked.values()]
+        sets = [tuple(t[i] for t in args) for i in range(stop - start)]
+        outputs: dict[str, torch.Tensor] = {}
+        for p in PATHS:
+            t0 = time.perf_counter()
+            outputs[p] = torch.stack([paths[p](*one) for one in sets])
+            synchronize(device)
+            seconds[p] += time.perf_counter() - t0
+        batch_rows, fused_gap[start:stop] = per_set_rows(workload.name, dist, dtype, start, outputs, ref[start:stop])
+        rows.extend(batch_rows)
+        progress.advance(stop - start)
+    return rows, fused_gap, seconds
+
+
+def _worst_set(
+    workload: Workload,
+    prefix: str,
+    idx: int,
+    paths: Mapping[str, Callable[..., torch.Tensor]],
+    stacked: Mapping[str, torch.Tensor],
+    ref: torch.Tensor,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """Set ``idx``'s inputs, every path's output and the fp64 reference, keyed under ``prefix``."""
+    one = tuple(stacked[a][idx].to(device) for a in workload.arg_names)
+    worst = {f"{prefix}/input/{a}": stacked[a][idx].clone() for a in workload.arg_names}
+    worst.update({f"{prefix}/output/{p}": paths[p](*one).cpu() for p in PATHS})
+    worst[f"{prefix}/fp64_reference"] = ref[idx].clone()
+    worst[f"{prefix}/set_index"] = torch.tensor([idx], dtype=torch.int64)
+    return worst
+
+
+def _evidence_row(
+    chain: str, dtype: str, path: str, fn: Callable[..., Any], sets: int, seconds: float
+) -> dict[str, Any]:
+    """Throughput of one (chain, dtype, path) and, for a fused path, its fusion evidence (which must
+    show a single compile over all the sets)."""
+    row: dict[str, Any] = {
+        "chain": chain,
+        "dtype": dtype,
+        "path": path,
+        "sets": sets,
+        "path_seconds": seconds,
+        "sets_per_second": sets / seconds if seconds > 0 else None,
+    }
+    if path in FUSED_PATHS:
+        if not isinstance(fn, FusedFunction):
+            raise TypeError(f"{chain}/{dtype}/{path} is a {type(fn).__name__}, not a FusedFunction")
+        ev = fn.evidence
+        if ev.recompiles != 0:
+            raise RuntimeError(
+                f"{chain}/{dtype}/{path} recompiled {ev.recompiles} time(s) over the input sets: "
+                "each (chain, dtype, path) must compile once"
+            )
+        meta = ev.as_metadata()
+        row.update({k: meta[k] for k in _EVIDENCE_FIELDS})
+    return row
+
+
+def _run_dtype(
+    settings: ExperimentSettings,
+    workload: Workload,
+    dtype: str,
+    pool: Mapping[str, Any],
+    refs: Mapping[str, Any],
+    log: Callable[[str], None] | None,
+) -> ChainRun:
+    """One chain at one dtype: every distribution's sets through eager, fused and fused_emulate."""
+    device = settings.torch_device()
+    distributions = list(workload.distributions)
+    keys = [f"{d}/{dtype}/{workload.arg_names[0]}" for d in distributions]
+    missing = [k for k in keys if k not in pool] + [f"{d}/{dtype}" for d in distributions if f"{d}/{dtype}" not in refs]
+    if missing:
+        raise ValueError(f"input_pool/fp64_reference of {workload.name!r} lack entries {missing}: rematerialize S")
+    paths: dict[str, Callable[..., torch.Tensor]] = {"eager": workload.fn}
+    for p in FUSED_PATHS:
+        paths[p] = fused(workload.fn, backend=settings.backend, options=_path_options(settings, p))
+    # The first call compiles; do it up front so the timed loop measures execution only.
+    first = tuple(pool[f"{distributions[0]}/{dtype}/{a}"][0].to(device) for a in workload.arg_names)
+    for p in FUSED_PATHS:
+        paths[p](*first)
+    total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
+    progress = Progress(log, f"{workload.name} {dtype} input sets", total)
+    out, seconds = ChainRun(), dict.fromkeys(PATHS, 0.0)
+    for dist in distributions:
+        stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
+        ref = refs[f"{dist}/{dtype}"]
+        rows, fused_gap, spent = _run_distribution(workload, dist, dtype, paths, stacked, ref, device, progress)
+        out.rows.extend(rows)
+        seconds = {p: seconds[p] + spent[p] for p in PATHS}
+        # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.
+        prefix = f"{workload.name}/{dist}/{dtype}"
+        out.worst.update(_worst_set(workload, prefix, int(np.argmax(fused_gap)), paths, stacked, ref, device))
+    out.evidence = [_evidence_row(workload.name, dtype, p, paths[p], total, seconds[p]) for p in PATHS]
+    if log:
+        log(f"{workload.name}/{dtype}: " + ", ".join(f"{p} {total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS))
+    return out
+
+
+def run_chain(
+    settings: ExperimentSettings,
+    workload: Workload,
+    pool: Mapping[str, Any],  # a lazy SetTensors: sets are read a batch at a time
+    refs: Mapping[str, Any],
+    log: Callable[[str], None] | None = None,
+) -> ChainRun:
+    """Every input set of ``workload`` at each dtype of :data:`DTYPES_B` through each path of
+    :data:`PATHS` (each fused path compiled once per dtype), judged against the fp64 references."""
+    out = ChainRun()
+    for dtype in DTYPES_B:
+        part = _run_dtype(settings, workload, dtype, pool, refs, log)
+        out.rows.extend(part.rows)
+        out.evidence.extend(part.evidence)
+        out.worst.update(part.worst)
+    return out
+
+
+EVIDENCE_SCHEMA = {
+    "chain": pl.String,
+    "dtype": pl.String,
+    "path": pl.String,
+    "sets": pl.Int64,
+    "path_seconds": pl.Float64,
+    "sets_per_second": pl.Float64,
+    "backend": pl.String,
+    "options": pl.String,
+    "graph_count": pl.Int64,
+    "graph_breaks": pl.Int64,
+    "recompiles": pl.Int64,
+    "kernel_count": pl.Int64,
+    "kernel_names": pl.String,
+    "extern_calls": pl.String,
+    "code_sha256": pl.String,
+    "compile_seconds": pl.Float64,
+}

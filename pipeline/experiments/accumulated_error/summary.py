@@ -1,0 +1,321 @@
+"""B's rule applied to the per-set table (:func:`judge`) and the summary built on it
+(:func:`summarize`): one row per chain x distribution x dtype with the path metrics, the verdicts,
+the better / equal / worse shares and the fusion evidence; and which rows are counterexamples.
+"""
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from precisionkit.decide import holm, paired_quantile_test, sign_test
+
+from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
+from ...workloads import CHAINS
+from .rules import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    GROUP_KEYS,
+    JUDGED_PATHS,
+    MATERIALITY_SULP,
+    MIN_SETS_FOR_SUPPORTED,
+    PATHS,
+    TAIL_QUANTILE,
+)
+
+#: Columns of :func:`paired_statistics`, None when fewer than two sets pair up (``p_value`` is then 1).
+_PAIRED_COLUMNS = (
+    "eager_p99",
+    "fused_p99",
+    "p99_difference",
+    "ci_lower",
+    "ci_upper",
+    "eager_max",
+    "fused_max",
+    "materially_worse_sets",
+    "materially_better_sets",
+    "sign_test_p",
+)
+
+
+def paired_statistics(
+    f: np.ndarray,
+    e: np.ndarray,
+    seed: int,
+    *,
+    q: float = TAIL_QUANTILE,
+    margin: float = MATERIALITY_SULP,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict[str, Any]:
+    """The rule's statistics of one row from paired per-set errors (fused ``f``, eager ``e``, both
+    finite): the bootstrap test of the ``q`` quantiles' difference against ``margin`` (seeded by
+    ``seed``), the maxima and the sign test's counts of materially worse and better sets."""
+    if len(f) < 2:
+        return {**dict.fromkeys(_PAIRED_COLUMNS), "p_value": 1.0}
+    test = paired_quantile_test(f, e, q=q, margin=margin, confidence=confidence, resamples=resamples, seed=seed)
+    sign = sign_test(f, e, margin=margin)
+    return {
+        "eager_p99": test.y_quantile,
+        "fused_p99": test.x_quantile,
+        "p99_difference": test.estimate,
+        "ci_lower": test.lower,
+        "ci_upper": test.upper,
+        "p_value": test.p_value,
+        "eager_max": float(e.max()),
+        "fused_max": float(f.max()),
+        "materially_worse_sets": sign.positive,
+        "materially_better_sets": int((e - f > margin).sum()),
+        "sign_test_p": sign.p_value,
+    }
+
+
+def judge(
+    per_set: pl.DataFrame,
+    *,
+    margin: float = MATERIALITY_SULP,
+    confidence: float = CONFIDENCE,
+    q: float = TAIL_QUANTILE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    min_sets: int = MIN_SETS_FOR_SUPPORTED,
+    paths: tuple[str, ...] = JUDGED_PATHS,
+) -> pl.DataFrame:
+    """B's rule applied to the per-set table: one row per chain x distribution x dtype x judged path.
+
+    Pairs each path's per-set ``sulp_max`` with eager's on the same ``set_index``; sets where
+    either side has no finite element to compare are counted (``unpaired_sets``) and left out of
+    the bootstrap; sets where the path is non-finite where eager is finite contradict the claim
+    outright. Deterministic: each row's bootstrap is seeded from its key.
+    """
+    eager = per_set.filter(pl.col("path") == "eager").select(
+        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager")
+    )
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        pair = per_set.filter(pl.col("path") == path).join(eager, on=[*GROUP_KEYS, "set_index"])
+        for key, grp in pair.group_by(GROUP_KEYS, maintain_order=True):
+            chain, dist, dtype = key
+            f = grp["sulp_max"].to_numpy().astype(np.float64)
+            e = grp["eager"].to_numpy().astype(np.float64)
+            nonfinite_sets = int((grp["nonfinite_vs_eager"] > 0).sum())
+            ok = np.isfinite(f) & np.isfinite(e)
+            row: dict[str, Any] = {
+                "chain": chain,
+                "distribution": dist,
+                "dtype": dtype,
+                "path": path,
+                "sets": grp.height,
+                "paired_sets": int(ok.sum()),
+                "unpaired_sets": int((~ok).sum()),
+                "nonfinite_sets": nonfinite_sets,
+                "nonfinite_elements": int(grp["nonfinite_vs_eager"].sum()),
+            }
+            seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
+            row.update(
+                paired_statistics(f[ok], e[ok], seed, q=q, margin=margin, confidence=confidence, resamples=resamples)
+            )
+            rows.append(row)
+    table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
+    if table.height == 0:
+        return table.with_columns(pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.String).alias("verdict"))
+    rejected, adjusted = holm(table["p_value"].to_numpy(), alpha=1.0 - confidence)
+    table = table.with_columns(pl.Series("p_holm", adjusted), pl.Series("_rejected", rejected))
+    verdict = (
+        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected"))
+        .then(pl.lit(CONTRADICTED))
+        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin))
+        .then(pl.lit(SUPPORTED))
+        .otherwise(pl.lit(INCONCLUSIVE))
+    )
+    return table.with_columns(verdict.alias("verdict")).drop("_rejected")
+
+
+JUDGE_SCHEMA = {
+    "chain": pl.String,
+    "distribution": pl.String,
+    "dtype": pl.String,
+    "path": pl.String,
+    "sets": pl.Int64,
+    "paired_sets": pl.Int64,
+    "unpaired_sets": pl.Int64,
+    "nonfinite_sets": pl.Int64,
+    "nonfinite_elements": pl.Int64,
+    "eager_p99": pl.Float64,
+    "fused_p99": pl.Float64,
+    "p99_difference": pl.Float64,
+    "ci_lower": pl.Float64,
+    "ci_upper": pl.Float64,
+    "p_value": pl.Float64,
+    "eager_max": pl.Float64,
+    "fused_max": pl.Float64,
+    "materially_worse_sets": pl.Int64,
+    "materially_better_sets": pl.Int64,
+    "sign_test_p": pl.Float64,
+}
+
+
+def reason(row: dict[str, Any]) -> str:
+    where = f"{row['chain']}/{row['distribution']}/{row['dtype']} ({row['path']})"
+    if row["nonfinite_sets"]:
+        return (
+            f"{where}: {row['nonfinite_sets']} of {row['sets']} sets have non-finite outputs where eager's are "
+            f"finite ({row['nonfinite_elements']} elements)"
+        )
+    if row["p99_difference"] is None:
+        return f"{where}: fewer than two sets with finite errors on both paths"
+    return (
+        f"{where}: P99 {row['fused_p99']:.3g} vs eager {row['eager_p99']:.3g} sULP, difference "
+        f"{row['p99_difference']:+.3g} [{row['ci_lower']:+.3g}, {row['ci_upper']:+.3g}], Holm p {row['p_holm']:.2g}, "
+        f"{row['paired_sets']} sets: {row['verdict']}"
+    )
+
+
+#: Per-set metrics summarized per path (each by P99 and max across sets), for the summary table.
+METRICS = ("abs_max", "rel_max", "ulp_p99", "ulp_max", "sulp_p99", "sulp_max")
+
+
+def _path_aggregates(per_set: pl.DataFrame) -> pl.DataFrame:
+    """p99 (linear) and max across sets of every per-set metric, one row per chain/dist/dtype/path."""
+    return per_set.group_by([*GROUP_KEYS, "path"]).agg(
+        pl.len().alias("sets"),
+        *[pl.col(m).quantile(0.99, interpolation="linear").alias(f"{m}__p99") for m in METRICS],
+        *[pl.col(m).max().alias(f"{m}__max") for m in METRICS],
+        (pl.col("max_ulp_vs_eager") == 0).mean().alias("bit_equal_eager_fraction"),
+        pl.col("nonfinite_vs_ref").sum().alias("nonfinite_vs_ref"),
+    )
+
+
+#: Columns of :func:`judge` carried into the summary per judged path (prefixed ``fused_`` / ``emulate_``).
+_SUMMARY_VERDICT_COLUMNS = (
+    "verdict",
+    "p99_difference",
+    "ci_lower",
+    "ci_upper",
+    "p_value",
+    "p_holm",
+    "nonfinite_sets",
+    "nonfinite_elements",
+    "materially_worse_sets",
+    "materially_better_sets",
+    "sign_test_p",
+    "paired_sets",
+)
+#: Columns of the fusion evidence carried into the summary per fused path.
+_SUMMARY_EVIDENCE_COLUMNS = (
+    "kernel_count",
+    "graph_breaks",
+    "recompiles",
+    "code_sha256",
+    "extern_calls",
+    "sets_per_second",
+)
+#: Judged paths and the prefix of their summary columns.
+_SUMMARY_LABELS = (("fused", "fused"), ("fused_emulate", "emulate"))
+
+
+def _path_metrics_wide(per_set: pl.DataFrame) -> pl.DataFrame:
+    """Per chain x distribution x dtype: the set count and, per path, P99 and max across sets of each
+    metric, non-finite elements against fp64 and (fused paths) the share of sets bit-equal to eager."""
+    aggs = _path_aggregates(per_set)
+    wide = aggs.filter(pl.col("path") == "eager").select([*GROUP_KEYS, "sets"])
+    for p in PATHS:
+        part = aggs.filter(pl.col("path") == p).select(
+            GROUP_KEYS
+            + [pl.col(f"{m}__{s}").alias(f"{p}_{m}_{s}") for m in METRICS for s in ("p99", "max")]
+            + [pl.col("nonfinite_vs_ref").alias(f"{p}_nonfinite_vs_ref")]
+            + ([pl.col("bit_equal_eager_fraction").alias(f"{p}_bit_equal_eager_fraction")] if p != "eager" else [])
+        )
+        wide = wide.join(part, on=GROUP_KEYS)
+    return wide
+
+
+def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.DataFrame:
+    """``wide`` with each judged path's verdict columns and its shares of sets better / equal / worse than eager."""
+    verdicts = judge(per_set)
+    for p, label in _SUMMARY_LABELS:
+        v = verdicts.filter(pl.col("path") == p).select(
+            *GROUP_KEYS, *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_VERDICT_COLUMNS]
+        )
+        wide = wide.join(v, on=GROUP_KEYS, how="left")
+        # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
+        pair = per_set.filter(pl.col("path") == p).join(
+            per_set.filter(pl.col("path") == "eager"), on=[*GROUP_KEYS, "set_index"], suffix="_eager"
+        )
+        shares = pair.group_by(GROUP_KEYS).agg(
+            (pl.col("sulp_max") < pl.col("sulp_max_eager")).mean().alias(f"{label}_better_fraction"),
+            (pl.col("sulp_max") == pl.col("sulp_max_eager")).mean().alias(f"{label}_equal_fraction"),
+            (pl.col("sulp_max") > pl.col("sulp_max_eager")).mean().alias(f"{label}_worse_fraction"),
+        )
+        wide = wide.join(shares, on=GROUP_KEYS)
+    return wide
+
+
+def summarize(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
+    """B's summary table (one row per chain x distribution x dtype, in :data:`CHAINS` order): path
+    metrics, the rule's verdicts, better/equal/worse shares and the fusion evidence."""
+    wide = _with_verdicts_and_shares(_path_metrics_wide(per_set), per_set)
+    for p, label in _SUMMARY_LABELS:
+        ev = evidence.filter(pl.col("path") == p).select(
+            "chain", "dtype", *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_EVIDENCE_COLUMNS]
+        )
+        wide = wide.join(ev, on=["chain", "dtype"], how="left")
+    eager_tp = evidence.filter(pl.col("path") == "eager").select(
+        "chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second")
+    )
+    wide = wide.join(eager_tp, on=["chain", "dtype"], how="left").with_columns(
+        (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
+        (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
+    )
+    order = {c: i for i, c in enumerate(CHAINS)}
+    return (
+        wide.with_columns(pl.col("chain").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+        .sort("_o", "distribution", "dtype")
+        .drop("_o")
+    )
+
+
+def is_counterexample(row: dict[str, Any]) -> bool:
+    """A row where fused's P99 (or max) of per-set scale-aware error is above eager's, or any fused
+    output is non-finite where eager's is finite: a contradiction when the rule says so, a finding
+    to read otherwise."""
+    if row["fused_nonfinite_sets"]:
+        return True
+    if row["fused_verdict"] == CONTRADICTED:
+        return True
+    return bool(
+        row["fused_sulp_max_p99"] > row["eager_sulp_max_p99"] or row["fused_sulp_max_max"] > row["eager_sulp_max_max"]
+    )
+
+
+def explain(row: dict[str, Any], fused_ops: list[str]) -> str:
+    """A counterexample row of the summary in words: the rule's figures, what emulate_precision_casts
+    shows, and which op types the fused code covers."""
+    dtype = row["dtype"]
+    verdict = row["fused_verdict"]
+    parts = [
+        f"Fused P99 of per-set scale-aware error {row['fused_sulp_max_p99']:.3g} vs eager {row['eager_sulp_max_p99']:.3g} "
+        f"(difference {row['fused_p99_difference']:+.3g} sULP, one-sided {CONFIDENCE:g} interval "
+        f"[{row['fused_ci_lower']:+.3g}, {row['fused_ci_upper']:+.3g}]); non-finite sets {row['fused_nonfinite_sets']}; "
+        f"verdict {verdict} under B's rule (materiality {MATERIALITY_SULP:g} sULP). Fused is worse than eager on "
+        f"{row['fused_worse_fraction']:.1%} of sets, better on {row['fused_better_fraction']:.1%}, bit-identical to "
+        f"eager on {row['fused_bit_equal_eager_fraction']:.1%}."
+    ]
+    if row["emulate_same_code_as_fused"]:
+        parts.append(
+            "emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
+            "intermediate precision from the fused kernel's own arithmetic."
+        )
+    elif row["emulate_verdict"] != CONTRADICTED and (row["fused_emulate_sulp_max_p99"] or 0) <= (
+        row["eager_sulp_max_p99"] or 0
+    ):
+        parts.append(
+            f"With emulate_precision_casts (intermediates rounded to {dtype} as eager rounds them) fused is "
+            "no worse than eager: the difference comes from the precision fused intermediates are kept in."
+        )
+    else:
+        parts.append("emulate_precision_casts does not remove it, so it is not only intermediate rounding.")
+    parts.append(
+        f"Fused code covers: {', '.join(fused_ops) or 'none'}; the ablation table names the op whose removal "
+        "from the fused region measurably reduces the error."
+    )
+    return " ".join(parts)

@@ -1,0 +1,268 @@
+"""Task A's checks on ``determinism_summary``: the three §3.3 claims under their rules (one output
+hash per round, 0 ULP within a round, the cold start reproducing H_k0 and round 1's bits), the run's
+validity and the thread-count finding.
+"""
+
+import dagster as dg
+import polars as pl
+
+from ...resources import ExperimentSettings
+from ...scalars import as_int
+from ...verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
+from .rounds import DETERMINISM_DTYPES, THREAD_ROUND_RUNS
+from .spec import SIZES
+
+SUMMARY = dg.AssetKey("determinism_summary")
+
+_SAMPLE = (
+    "one fixed seeded FFN input per dtype (fp16 headline, bf16 and fp32 extra rows); the profile's "
+    "the profile's runs per round (spec.py) in round 1 and in the cold round (1000 in the seed profile), "
+    f"min(runs, {THREAD_ROUND_RUNS}) in the thread-count round; the smoke profile runs no cold "
+    "round (cold_start in spec.py), so there the cold-start claim is inconclusive"
+)
+
+RULE_ONE_HASH = Rule(
+    claim="§3.3: with compile-time and runtime inputs unchanged, every run of the fused FFN first half gives the same output bits",
+    metric="distinct md5 hashes of the raw output bytes per dtype x round, minus one",
+    decision="contradicted when any dtype x round (any process, any thread count) has more than one output hash; "
+    "supported when every row has exactly one; inconclusive when the table has no row",
+    threshold=0,
+    unit="extra distinct output hashes",
+    confidence=None,
+    sample_size=_SAMPLE,
+    derivation="the claim is exact (binary consistency), so any second hash contradicts it; no statistics: a "
+    "single differing run is a counterexample",
+)
+
+RULE_ZERO_ULP = Rule(
+    claim="§3.3: the runs of one round do not differ by even one ULP (the seed's table: max ULP diff 0)",
+    metric="max ULP distance between each run's output and the round's first output, per dtype x round",
+    decision="contradicted when any dtype x round has a max ULP distance above 0; inconclusive when some distance "
+    "is unknown (more distinct outputs than the worker keeps) and none measured is above 0, or the table is "
+    "empty; supported when every distance is 0",
+    threshold=0,
+    unit="ULP",
+    confidence=None,
+    sample_size=_SAMPLE,
+    derivation="the seed's expected row is run count / 1 / 0: any non-zero distance contradicts an exact claim",
+)
+
+RULE_COLD_START = Rule(
+    claim="§3.3: a cold start (fresh process, empty and disabled compiler caches, same threads) recompiles to the "
+    "same kernel binaries (artifact hash H_k0) and reproduces round 1's output bits",
+    metric="per dtype: sha256 of the compiled artifacts of the cold round vs H_k0 (round 1: CPU shared objects; "
+    "Triton cubins and autotuning choices on CUDA), sha256 of the normalized generated source vs round 1's, and "
+    "the output hash set vs round 1's",
+    decision="contradicted when, for any dtype, the cold round's artifact hash differs from H_k0, its source hash "
+    "differs from round 1's, or its outputs differ from round 1's; inconclusive when there is no cold round row; "
+    "supported otherwise",
+    threshold=0,
+    unit="dtypes whose code hash or output bits changed across the cold start",
+    confidence=None,
+    sample_size=_SAMPLE,
+    derivation="the seed's steps 1, 4-5: H_k0 is the fusion kernel binary hash, and the second round's kernel hash "
+    "should equal it and its output md5 round 1's; all are exact equalities",
+)
+
+
+def _rows(frame: pl.DataFrame) -> str:
+    return ", ".join(f"{r['dtype']}/{r['round']}" for r in frame.iter_rows(named=True)) or "none"
+
+
+def _measured(frame: pl.DataFrame) -> str:
+    """The measured source of every difference in ``frame``'s rows (``difference_source``)."""
+    if "difference_source" not in frame.columns:
+        return "not measured (no difference_source column)" if frame.height else "none"
+    parts = [
+        f"{r['dtype']}/{r['round']}: {r['difference_source']}"
+        for r in frame.iter_rows(named=True)
+        if r["difference_source"] not in (None, "none")
+    ]
+    return "; ".join(parts) or "none"
+
+
+def _artifact_moved(frame: pl.DataFrame) -> pl.DataFrame:
+    if "artifact_hash_equal_across_cold_start" not in frame.columns:
+        return frame.clear()
+    return frame.filter(pl.col("artifact_hash_equal_across_cold_start") != "yes")
+
+
+@claim_check(
+    rule=RULE_ONE_HASH,
+    asset=SUMMARY,
+    description="Claim (§3.3): each round (fresh or not, any thread count) produced exactly one output hash per dtype.",
+)
+def one_output_hash_per_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    bad = determinism_summary.filter(pl.col("unique_output_hashes") != 1)
+    if determinism_summary.height == 0:
+        verdict, reason = INCONCLUSIVE, "the summary has no row"
+    elif bad.height:
+        verdict, reason = CONTRADICTED, f"several output hashes in {_rows(bad)}"
+    else:
+        verdict, reason = SUPPORTED, f"one output hash in each of {determinism_summary.height} dtype x round rows"
+    return claim_result(
+        verdict,
+        RULE_ONE_HASH,
+        reason,
+        {
+            "rows_with_several_hashes": _rows(bad),
+            "max_unique_hashes": as_int(determinism_summary["unique_output_hashes"].max() or 0, "unique_output_hashes"),
+            "measured_source": _measured(bad),
+        },
+    )
+
+
+@claim_check(
+    rule=RULE_ZERO_ULP,
+    asset=SUMMARY,
+    description="Claim (§3.3): max ULP distance between runs of a round is 0 for every dtype and round.",
+)
+def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    col = pl.col("max_ulp_diff_across_runs")
+    above = determinism_summary.filter(col.is_not_null() & (col != 0))
+    unknown = determinism_summary.filter(col.is_null())
+    if above.height:
+        verdict, reason = (
+            CONTRADICTED,
+            f"runs differ by up to {as_int(above['max_ulp_diff_across_runs'].max(), 'max_ulp_diff_across_runs')} ULP in {_rows(above)}",
+        )
+    elif unknown.height or determinism_summary.height == 0:
+        verdict, reason = (
+            INCONCLUSIVE,
+            (
+                f"ULP distance unknown in {_rows(unknown)} (more distinct outputs than kept)"
+                if unknown.height
+                else "the summary has no row"
+            ),
+        )
+    else:
+        verdict, reason = SUPPORTED, f"0 ULP between runs in each of {determinism_summary.height} dtype x round rows"
+    return claim_result(
+        verdict,
+        RULE_ZERO_ULP,
+        reason,
+        {
+            "rows_not_zero": _rows(above),
+            "rows_unknown": _rows(unknown),
+            "measured_source": _measured(pl.concat([above, unknown])),
+        },
+    )
+
+
+@claim_check(
+    rule=RULE_COLD_START,
+    asset=SUMMARY,
+    description="Claim (§3.3): cold start (fresh process, empty cache, same threads) recompiles to kernel binaries with "
+    "artifact hash H_k0, the same generated source, and round 1's output bits.",
+)
+def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    cold = determinism_summary.filter(pl.col("round") == "round2_cold")
+    code_bad = cold.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
+    artifact_bad = _artifact_moved(cold)
+    out_bad = cold.filter(pl.col("outputs_equal_round1") != "yes")
+    if cold.height == 0:
+        verdict, reason = INCONCLUSIVE, "no cold-start round in the summary"
+    elif code_bad.height or artifact_bad.height or out_bad.height:
+        verdict, reason = (
+            CONTRADICTED,
+            (
+                f"artifact hash differs from H_k0: {_rows(artifact_bad)}; source hash differs from "
+                f"round 1: {_rows(code_bad)}; outputs differ from round 1: {_rows(out_bad)}"
+            ),
+        )
+    else:
+        verdict, reason = (
+            SUPPORTED,
+            (f"artifact hash H_k0, round 1's source hash and output bits reproduced for {cold.height} dtypes"),
+        )
+    return claim_result(
+        verdict,
+        RULE_COLD_START,
+        reason,
+        {
+            "cold_rows": cold.height,
+            "artifact_hash_differs": _rows(artifact_bad),
+            "code_hash_differs": _rows(code_bad),
+            "outputs_differ": _rows(out_bad),
+            "measured_source": _measured(cold),
+        },
+    )
+
+
+@validity_check(
+    asset=SUMMARY,
+    description="Run validity: every round ran its planned number of runs through a fused program (kernels "
+    "generated), with no recompilation during the runs and no graph break.",
+)
+def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: ExperimentSettings) -> dg.AssetCheckResult:
+    sizes = SIZES[settings.profile]
+    runs = sizes.runs
+    planned = {"round1": runs}
+    if sizes.cold_start:
+        planned.update({"round2_cold": runs, "cold_threads": min(runs, THREAD_ROUND_RUNS)})
+    broken = determinism_summary.filter((pl.col("recompiles") != 0) | (pl.col("graph_breaks") != 0))
+    unfused = determinism_summary.filter(pl.col("kernel_count") < 1)
+    problems = []
+    if broken.height:
+        problems.append(f"recompiled or broken graph in {_rows(broken)}")
+    if unfused.height:
+        problems.append(f"no generated kernel in {_rows(unfused)}")
+    for name, n in planned.items():
+        got = determinism_summary.filter(pl.col("round").str.starts_with(name))
+        short = got.filter(pl.col("run_count") != n)
+        if got.height != len(DETERMINISM_DTYPES):
+            problems.append(f"{name}: {got.height} dtype rows, planned {len(DETERMINISM_DTYPES)}")
+        if short.height:
+            problems.append(f"{name}: run counts {short['run_count'].to_list()} instead of {n} in {_rows(short)}")
+    return validity_result(
+        problems,
+        {
+            "rows_recompiled_or_broken": _rows(broken),
+            "max_recompiles": as_int(determinism_summary["recompiles"].max() or 0, "recompiles"),
+            "min_kernel_count": as_int(determinism_summary["kernel_count"].min() or 0, "kernel_count"),
+            "planned_runs_per_round": runs,
+            "planned_rounds": ", ".join(planned),
+            "measured_source": _measured(broken),
+        },
+    )
+
+
+@finding_check(
+    asset=SUMMARY,
+    description="Finding: outputs with another CPU thread count compared with round 1 bit for bit (WARN when they "
+    "differ; §3.3 fixes the runtime, so another thread count is outside its claim).",
+)
+def thread_count_output_comparison(
+    determinism_summary: pl.DataFrame, settings: ExperimentSettings
+) -> dg.AssetCheckResult:
+    alt = determinism_summary.filter(pl.col("round").str.starts_with("cold_threads"))
+    differ = alt.filter(pl.col("outputs_equal_round1") != "yes")
+    code_differs = alt.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
+    findings = []
+    # A profile without cold-start rounds plans no thread-count round: nothing to report then.
+    if alt.height == 0 and SIZES[settings.profile].cold_start:
+        findings.append("no thread-count round in the summary")
+    if differ.height:
+        findings.append(f"outputs differ from round 1 with another thread count: {_rows(differ)}")
+    return finding_result(
+        findings,
+        {
+            "rows": alt.height,
+            "outputs_differ": _rows(differ),
+            "max_ulp_vs_round1": ", ".join(f"{r['dtype']}={r['max_ulp_vs_round1']}" for r in alt.iter_rows(named=True)),
+            "code_differs_from_round1": _rows(code_differs),
+            "artifact_differs_from_H_k0": _rows(_artifact_moved(alt)),
+            "measured_source": _measured(alt),
+        },
+    )

@@ -1,0 +1,458 @@
+"""How a stored value is compared with its promoted baseline: one comparator per
+:class:`~pipeline.experiment.BaselineTable` method, driven by the experiment's own declaration.
+
+* ``columns``: bit-exact, column by column, rows matched on the declared keys; the declared
+  direction of a column says which way is worse (a move the other way is WARN), ``code`` columns
+  (generated-code hashes) come after the value columns as kind ``code`` at WARN.
+* ``tensors``: bit-exact, tensor by tensor (md5 over dtype, shape and bytes).
+* ``distribution``: per group of the declared keys, statistics of each declared column's per-set
+  values against a tolerance measured by bootstrap over the baseline's own sets; with the same
+  inputs, also the share of sets whose value changed.
+* ``curves``: training curves (``run``, ``step``, ``eval_loss``): the final eval loss against the
+  experiment's data-order noise band (its ``<main>_eager`` and ``<main>_eager_order_B`` runs).
+* ``kept``: nothing compared (promoted so the baseline is complete).
+
+Every comparator returns rows of :data:`COLUMNS`; nothing here names an experiment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from ...experiment import BaselineMethod, BaselineTable, Direction, Experiment
+from .rules import BOOTSTRAP_QUANTILE, BOOTSTRAP_RESAMPLES
+
+#: One row per compared item.
+COLUMNS: dict[str, Any] = {
+    "experiment": pl.String,
+    "item": pl.String,
+    "kind": pl.String,
+    "baseline_value": pl.String,
+    "current_value": pl.String,
+    "delta": pl.Float64,
+    "tolerance": pl.Float64,
+    "tolerance_source": pl.String,
+    "moved": pl.String,
+    "severity": pl.String,
+    "status": pl.String,
+}
+
+Row = dict[str, Any]
+
+
+def row(
+    exp: str,
+    item: str,
+    kind: str,
+    base: Any,
+    cur: Any,
+    *,
+    delta: float | None = None,
+    tol: float | None = None,
+    tol_source: str = "",
+    moved: bool = False,
+    severity: str = "none",
+    status: str = "compared",
+) -> Row:
+    """One row of :data:`COLUMNS` (the severity shows only on a moved or uncompared item)."""
+
+    def fmt(v: Any) -> str | None:
+        if v is None:
+            return None
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return str(v)
+
+    return {
+        "experiment": exp,
+        "item": item,
+        "kind": kind,
+        "baseline_value": fmt(base),
+        "current_value": fmt(cur),
+        "delta": None if delta is None else float(delta),
+        "tolerance": None if tol is None else float(tol),
+        "tolerance_source": tol_source,
+        "moved": "yes" if moved else "no",
+        "severity": severity if moved or status != "compared" else "none",
+        "status": status,
+    }
+
+
+#: Marks an item (row, tensor) absent on one side, as opposed to a stored null value.
+MISSING = object()
+
+
+def exact(
+    exp: str,
+    item: str,
+    kind: str,
+    base: Any,
+    cur: Any,
+    *,
+    worse_if: Callable[[Any, Any], bool] | None = None,
+    severity: str = "ERROR",
+) -> Row:
+    """A bit-exact item: any difference moves it. ``worse_if(base, cur)`` False downgrades to WARN."""
+    if base is MISSING:
+        return row(exp, item, kind, None, cur, moved=True, severity="WARN", status="not in baseline")
+    if cur is MISSING:
+        return row(exp, item, kind, base, None, moved=True, severity="ERROR", status="not in current")
+    if base is None or cur is None:
+        return row(exp, item, kind, base, cur, moved=base is not cur, severity=severity)
+    numeric = (
+        isinstance(base, (int, float, np.integer, np.floating))
+        and not isinstance(base, bool)
+        and isinstance(cur, (int, float, np.integer, np.floating))
+        and not isinstance(cur, bool)
+    )
+    delta = float(cur) - float(base) if numeric else None
+    moved = base != cur and not (numeric and np.isnan(float(base)) and np.isnan(float(cur)))
+    sev = severity
+    if moved and worse_if is not None and not worse_if(base, cur):
+        sev = "WARN"
+    return row(exp, item, kind, base, cur, delta=delta, tol=0.0, tol_source="bit-exact", moved=moved, severity=sev)
+
+
+def tensor_md5(t: torch.Tensor) -> str:
+    """md5 over dtype, shape and raw bytes (so equal hashes mean bit-identical tensors)."""
+    t = t.detach().cpu().contiguous()
+    h = hashlib.md5(f"{t.dtype}:{tuple(t.shape)}:".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+#: Which way a bit-exact value is worse, by declared direction (``any``: every change; ``code``: a finding).
+_WORSE: dict[str, Callable[[Any, Any], bool]] = {"lower": lambda x, y: y > x, "higher": lambda x, y: y < x}
+
+
+def tensor_items(exp: str, prefix: str, base: Mapping[str, torch.Tensor], cur: Mapping[str, torch.Tensor]) -> list[Row]:
+    """Every tensor of either side, bit-exact by md5 (item ``<prefix>/<name>/md5``)."""
+    keys = sorted(set(base) | set(cur))
+    return [
+        exact(
+            exp,
+            f"{prefix}/{k}/md5",
+            "bit_exact",
+            tensor_md5(base[k]) if k in base else MISSING,
+            tensor_md5(cur[k]) if k in cur else MISSING,
+        )
+        for k in keys
+    ]
+
+
+def table_items(
+    exp: str,
+    prefix: str,
+    base: pl.DataFrame,
+    cur: pl.DataFrame,
+    keys: Sequence[str],
+    values: Mapping[str, Direction],
+    kind: str = "bit_exact",
+) -> list[Row]:
+    """Exact comparison of ``values`` columns, rows matched on ``keys`` (item
+    ``<prefix>/<key values>/<column>``); ``values[col]`` is the column's declared direction."""
+    rows = []
+
+    def index(df: pl.DataFrame) -> dict[tuple, dict[str, Any]]:
+        return {tuple(r[k] for k in keys): r for r in df.iter_rows(named=True)}
+
+    b, c = index(base), index(cur)
+    for key in sorted(set(b) | set(c), key=lambda k: tuple(str(x) for x in k)):
+        name = "/".join(str(x) for x in key)
+        for col, better in values.items():
+            bv = b[key].get(col) if key in b else MISSING
+            cv = c[key].get(col) if key in c else MISSING
+            rows.append(
+                exact(
+                    exp,
+                    f"{prefix}/{name}/{col}",
+                    kind,
+                    bv,
+                    cv,
+                    worse_if=_WORSE.get(better),
+                    severity="WARN" if better == "code" else "ERROR",
+                )
+            )
+    return rows
+
+
+# --- one comparator per method -----------------------------------------------------------------
+
+#: ``(experiment id, declaration, baseline value, current value, same inputs)`` -> rows. The values
+#: are the stored ones, already rewritten by the declaration's ``prepare`` when it has one.
+Comparator = Callable[[str, BaselineTable, Any, Any, bool], list[Row]]
+
+
+def compare_columns(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
+    """The declared value columns bit-exact, then the ``code`` columns (kind ``code``, WARN)."""
+    values = {col: d for col, d in table.columns.items() if d != "code"}
+    code = {col: d for col, d in table.columns.items() if d == "code"}
+    rows = table_items(exp, table.item_prefix, base, cur, table.keys, values)
+    if code:
+        rows += table_items(exp, table.item_prefix, base, cur, table.keys, code, kind="code")
+    return rows
+
+
+def compare_tensors(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
+    return tensor_items(exp, table.item_prefix, base, cur)
+
+
+def compare_kept(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
+    """A value promoted for completeness: compared through another table, so nothing here."""
+    return []
+
+
+#: Statistics of a group's per-set values compared by ``distribution`` (over the last axis).
+STATS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "mean": lambda a: a.mean(axis=-1),
+    "p50": lambda a: np.quantile(a, 0.5, axis=-1),
+    "p99": lambda a: np.quantile(a, 0.99, axis=-1),
+    "max": lambda a: a.max(axis=-1),
+}
+
+
+def bootstrap_tolerance(
+    sample: np.ndarray,
+    stat: Callable[[np.ndarray], np.ndarray],
+    seed: int,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    quantile: float = BOOTSTRAP_QUANTILE,
+) -> float:
+    """How far ``stat`` moves between two independent draws of ``len(sample)`` sets from the
+    baseline's own distribution: the ``quantile`` of |stat(a) - stat(b)| over bootstrap pairs."""
+    sample = sample[np.isfinite(sample)]
+    if sample.size == 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    a = sample[rng.integers(0, sample.size, size=(resamples, sample.size))]
+    b = sample[rng.integers(0, sample.size, size=(resamples, sample.size))]
+    return float(np.quantile(np.abs(stat(a) - stat(b)), quantile))
+
+
+def _worse_move(direction: Direction, delta: float) -> bool:
+    """Whether a statistic's move of ``delta`` is the worse way for a column of ``direction``."""
+    if direction == "lower":
+        return delta > 0
+    if direction == "higher":
+        return delta < 0
+    return direction == "any" and delta != 0
+
+
+def compare_distribution(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
+    """Per group of ``table.keys`` and declared column: :data:`STATS` of the per-set values against
+    a bootstrap tolerance from the baseline's sets; with ``same_inputs``, the share of sets whose
+    value changed (WARN: deterministic per set, so any change is a code or numerics change)."""
+    rows = []
+    keys = list(table.keys)
+    groups = sorted(set(base.select(keys).unique().iter_rows()) | set(cur.select(keys).unique().iter_rows()))
+    for group in groups:
+        name = "/".join(str(v) for v in group)
+        sel = pl.all_horizontal([pl.col(k) == v for k, v in zip(keys, group, strict=True)])
+        b = _in_order(base.filter(sel), table.order)
+        c = _in_order(cur.filter(sel), table.order)
+        for col, direction in table.columns.items():
+            if b.height == 0 or c.height == 0:
+                rows.append(
+                    row(
+                        exp,
+                        f"{name}/{col}",
+                        "statistic",
+                        b.height or None,
+                        c.height or None,
+                        moved=True,
+                        severity="WARN" if b.height == 0 else "ERROR",
+                        status="not in baseline" if b.height == 0 else "not in current",
+                    )
+                )
+                continue
+            rows += _statistics(exp, name, col, direction, b, c)
+            if same_inputs and b.height == c.height:
+                # Same seed, same sets: per-set values are deterministic, so any change is a code/numerics change.
+                changed = float((b[col].to_numpy() != c[col].to_numpy()).mean())
+                rows.append(
+                    row(
+                        exp,
+                        f"{name}/sets_with_changed_{col}",
+                        "paired",
+                        0.0,
+                        changed,
+                        delta=changed,
+                        tol=0.0,
+                        tol_source="same inputs: bit-exact per set",
+                        moved=changed > 0,
+                        severity="WARN",
+                    )
+                )
+    return rows
+
+
+def _in_order(df: pl.DataFrame, order: tuple[str, ...]) -> pl.DataFrame:
+    """A group's sets in the table's declared order (bootstrap resamples and the same-inputs pairing read it)."""
+    return df.sort(list(order)) if order else df
+
+
+def _statistics(exp: str, name: str, col: str, direction: Direction, b: pl.DataFrame, c: pl.DataFrame) -> list[Row]:
+    bv = b[col].to_numpy().astype(float)
+    cv = c[col].to_numpy().astype(float)
+    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+    rows = []
+    for stat_name, stat in STATS.items():
+        bs, cs = float(stat(bv[np.isfinite(bv)])), float(stat(cv[np.isfinite(cv)]))
+        tol = bootstrap_tolerance(bv, stat, seed)
+        delta = cs - bs
+        rows.append(
+            row(
+                exp,
+                f"{name}/{col}_{stat_name}",
+                "statistic",
+                bs,
+                cs,
+                delta=delta,
+                tol=tol,
+                tol_source=f"bootstrap q{BOOTSTRAP_QUANTILE} of |diff| over {BOOTSTRAP_RESAMPLES} pairs of "
+                f"{bv.size}-set resamples of the baseline",
+                moved=abs(delta) > tol,
+                severity="ERROR" if _worse_move(direction, delta) else "WARN",
+            )
+        )
+    return rows
+
+
+def noise_band(
+    eager: Sequence[float | None], order_b: Sequence[float | None], half_width: int = 1
+) -> list[float | None]:
+    """Per evaluation point, the largest data-order noise |eager - eager_order_B| within +-half_width points."""
+    noise = [abs(x - y) if x is not None and y is not None else None for x, y in zip(eager, order_b, strict=False)]
+    out = []
+    for i in range(len(noise)):
+        window = [v for v in noise[max(0, i - half_width) : i + half_width + 1] if v is not None]
+        out.append(max(window) if window else None)
+    return out
+
+
+def _curve(df: pl.DataFrame, run: str) -> tuple[list[int], list[float]]:
+    """Steps and eval losses of ``run``'s evaluation points (rows without an eval loss left out), by step."""
+    part = df.filter((pl.col("run") == run) & pl.col("eval_loss").is_not_null()).sort("step")
+    return part["step"].to_list(), part["eval_loss"].to_list()
+
+
+def _band_of(df: pl.DataFrame) -> dict[int, float]:
+    runs = set(df["run"].unique().to_list())
+    pair = [r for r in runs if r.endswith("_eager_order_B")]
+    if not pair:
+        return {}
+    main = pair[0][: -len("_order_B")]
+    if main not in runs:
+        return {}
+    steps, a = _curve(df, main)
+    steps_b, b = _curve(df, pair[0])
+    if steps != steps_b:
+        return {}
+    return {s: v for s, v in zip(steps, noise_band(a, b), strict=False) if v is not None}
+
+
+def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
+    """Per run: the eval loss at the last common step against the noise band (max of the baseline's
+    and the current band there), and how many common eval points fall outside the band (WARN)."""
+    rows = []
+    band_b, band_c = _band_of(base), _band_of(cur)
+    for run in sorted(set(base["run"].unique().to_list()) | set(cur["run"].unique().to_list())):
+        bs, bl = _curve(base, run)
+        cs, cl = _curve(cur, run)
+        if not bs or not cs:
+            rows.append(
+                row(
+                    exp,
+                    f"{run}/final_eval_loss",
+                    "curve",
+                    bl[-1] if bl else None,
+                    cl[-1] if cl else None,
+                    moved=True,
+                    severity="WARN" if not bs else "ERROR",
+                    status="not in baseline" if not bs else "not in current",
+                )
+            )
+            continue
+        common = [s for s in bs if s in set(cs)]
+        bmap, cmap = dict(zip(bs, bl, strict=False)), dict(zip(cs, cl, strict=False))
+
+        def band(step: int) -> float | None:
+            vals = [v for v in (band_b.get(step), band_c.get(step)) if v is not None]
+            return max(vals) if vals else None
+
+        last = common[-1] if common else None
+        tol = band(last) if last is not None else None
+        if last is None or tol is None:
+            rows.append(
+                row(
+                    exp,
+                    f"{run}/final_eval_loss",
+                    "curve",
+                    bl[-1],
+                    cl[-1],
+                    moved=True,
+                    severity="WARN",
+                    status="no common steps or no noise band (needs <main>_eager and <main>_eager_order_B)",
+                )
+            )
+            continue
+        delta = cmap[last] - bmap[last]
+        rows.append(
+            row(
+                exp,
+                f"{run}/final_eval_loss@{last}",
+                "curve",
+                bmap[last],
+                cmap[last],
+                delta=delta,
+                tol=tol,
+                tol_source=f"{exp}'s data-order noise band (|eager - eager_order_B|, +-1 eval point, max of baseline "
+                "and current)",
+                moved=abs(delta) > tol,
+                severity="ERROR" if delta > 0 else "WARN",
+            )
+        )
+        outside = [s for s in common if (w := band(s)) is not None and abs(cmap[s] - bmap[s]) > w]
+        rows.append(
+            row(
+                exp,
+                f"{run}/eval_points_outside_band",
+                "curve",
+                0,
+                len(outside),
+                delta=len(outside),
+                tol=0.0,
+                tol_source=f"{len(common)} common eval points; same band",
+                moved=bool(outside),
+                severity="WARN",
+            )
+        )
+    return rows
+
+
+COMPARATORS: dict[BaselineMethod, Comparator] = {
+    "columns": compare_columns,
+    "tensors": compare_tensors,
+    "distribution": compare_distribution,
+    "curves": compare_curves,
+    "kept": compare_kept,
+}
+
+
+def compare_tables(exp: Experiment, base: Mapping[str, Any], cur: Mapping[str, Any], same_inputs: bool) -> list[Row]:
+    """Every declared baseline table of ``exp``, in declared order, compared by its method.
+    ``base`` and ``cur`` hold the stored values by asset name; ``same_inputs``: both were produced
+    from the same base seed (per-set pairing applies)."""
+    rows: list[Row] = []
+    for table in exp.baseline:
+        b, c = base[table.asset], cur[table.asset]
+        if table.prepare is not None:
+            b, c = table.prepare(b), table.prepare(c)
+        rows += COMPARATORS[table.method](exp.id, table, b, c, same_inputs)
+    return rows

@@ -1,0 +1,212 @@
+"""Runs of the planted-bug matrix several at a time: this process and worker processes.
+
+The runs are mostly single-threaded tracing and compilation, so :func:`run_plan` runs them two at
+a time by default: here and in a worker process (:class:`MatrixWorker`, running
+:mod:`.matrix_worker`) with the same environment and CPU thread count. Which process ran a run
+changes nothing in it; results come back in plan order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...resources import REPO_ROOT, ExperimentSettings
+from .matrix_runs import HEALTHY_BACKEND, MATRIX_PROFILE, MatrixRun, PlannedRun, run_experiments
+
+
+def parallel_runs_here(requested: int) -> int:
+    """How many runs go at a time: ``requested``, at most one per CPU core (the runs are mostly
+    single-threaded tracing and compilation, so more would only contend)."""
+    if requested < 1:
+        raise ValueError(f"parallel runs must be at least 1, got {requested}")
+    return max(1, min(requested, os.cpu_count() or 1))
+
+
+class MatrixWorker:
+    """A fresh interpreter (``python -m pipeline.experiments.regression.matrix_worker``) that loads the matrix's
+    definitions once and then runs whole matrix runs on request, over a socket pair. It inherits
+    this process's environment (so the same Inductor cache folder) and CPU thread count, so a run
+    gives the same numbers whichever process runs it. A subprocess, not multiprocessing: that
+    would re-import the caller's main module, which a script need not guard."""
+
+    def __init__(self, experiments: list[str], threads: int) -> None:
+        here, there = multiprocessing.Pipe()  # a socket pair on POSIX
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline.experiments.regression.matrix_worker",
+            "--fd",
+            str(there.fileno()),
+            "--threads",
+            str(threads),
+            "--experiments",
+            ",".join(experiments),
+        ]
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, pass_fds=(there.fileno(),))
+        there.close()
+        self.conn = here
+
+    def _receive(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.wait()
+            raise RuntimeError(f"planted-bug matrix worker (pid {self.proc.pid}) exited with status {code}") from None
+
+    def ready(self) -> None:
+        """Wait until the worker has loaded the definitions."""
+        status, detail = self._receive()
+        if status != "ready":
+            raise RuntimeError(f"planted-bug matrix worker failed to start: {detail}")
+
+    def run(self, run: PlannedRun, base_dir: Path, like: dict[str, Any], prune: bool) -> MatrixRun:
+        self.conn.send((tuple(run), str(base_dir), like, prune))
+        status, value = self._receive()
+        if status != "ok":
+            raise RuntimeError(f"matrix run {run.label} failed in the worker: {value}")
+        out: MatrixRun = value
+        return out
+
+    def close(self, kill: bool = False, wait: bool = True) -> None:
+        """Stop the worker: ask it to exit (``kill``: kill it), then wait for it to exit, or with
+        ``wait=False`` leave that to a background thread (an interpreter that has used Inductor
+        takes a second or two to shut down, and nothing depends on it any more)."""
+        if kill:
+            self.proc.kill()
+        else:
+            with contextlib.suppress(OSError):  # already gone: nothing to tell it
+                self.conn.send(None)
+        if wait:
+            self._reap()
+        else:
+            threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+
+def run_plan(
+    plan: list[PlannedRun],
+    experiments: list[str],
+    defs: list[Any],
+    like: ExperimentSettings,
+    work_dir: Path,
+    prune: bool = True,
+    parallel: int = 1,
+    on_result: Callable[[int, MatrixRun], None] | None = None,
+) -> list[MatrixRun]:
+    """Every run of ``plan`` (folder ``work_dir / label``) over ``defs``, the
+    :func:`matrix_definitions` of ``experiments`` (a worker loads its own), in plan order.
+
+    With ``parallel`` > 1, this process and ``parallel - 1`` :class:`MatrixWorker` processes each
+    take the next run as they become free. ``on_result(index, run)`` is called in this thread and
+    in plan order (run ``i`` once runs ``0..i`` are finished), so logs read the same however the
+    runs were shared out. A run that raises (here or in a worker) stops the plan and its error is
+    raised; the workers are stopped either way."""
+    results: dict[int, MatrixRun] = {}
+    reported = 0
+
+    def report() -> None:
+        nonlocal reported
+        while reported in results:
+            if on_result is not None:
+                on_result(reported, results[reported])
+            reported += 1
+
+    def run_here(run: PlannedRun) -> MatrixRun:
+        return run_experiments(run.backend, defs, work_dir / run.label, like, seed=run.seed, prune=prune)
+
+    workers = min(parallel, len(plan)) - 1 if os.name == "posix" else 0
+    if workers < 1:
+        for i, run in enumerate(plan):
+            results[i] = run_here(run)
+            report()
+        return [results[i] for i in range(len(plan))]
+
+    pending = deque(enumerate(plan))
+    lock = threading.Condition()
+    errors: list[BaseException] = []
+    plain = {
+        "profile": MATRIX_PROFILE,
+        "device": like.device,
+        "backend": HEALTHY_BACKEND,
+        "backend_options": like.backend_options,
+        "seed": like.seed,
+    }
+
+    def take() -> tuple[int, PlannedRun] | None:
+        with lock:
+            return pending.popleft() if pending and not errors else None
+
+    def store(i: int, out: MatrixRun) -> None:
+        with lock:
+            results[i] = out
+            lock.notify_all()
+
+    def feed(worker: MatrixWorker) -> None:
+        try:
+            worker.ready()  # loaded before it takes a run: this process keeps taking runs meanwhile
+            while (item := take()) is not None:
+                i, run = item
+                store(i, worker.run(run, work_dir / run.label, plain, prune))
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            with lock:
+                errors.append(exc)
+                lock.notify_all()
+
+    import torch
+
+    pool = [MatrixWorker(experiments, torch.get_num_threads()) for _ in range(workers)]
+    feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+    for t in feeders:
+        t.start()
+    failed = False
+    try:
+        while (item := take()) is not None:
+            i, run = item
+            store(i, run_here(run))
+            report()
+        while True:
+            with lock:
+                done = len(results) == len(plan) or bool(errors) or not any(t.is_alive() for t in feeders)
+                if not done:
+                    lock.wait(timeout=1.0)
+            report()
+            if done:
+                break
+    except BaseException as exc:
+        failed = True
+        with lock:
+            errors.append(exc)
+        raise
+    finally:
+        failed = failed or bool(errors)
+        for w in pool:
+            if failed:
+                w.close(kill=True)
+        for t in feeders:
+            t.join()
+        for w in pool:
+            if not failed:
+                w.close(wait=False)
+    if errors:
+        raise errors[0]
+    missing = [plan[i].label for i in range(len(plan)) if i not in results]
+    if missing:
+        raise RuntimeError(f"matrix runs never finished: {', '.join(missing)}")
+    report()
+    return [results[i] for i in range(len(plan))]

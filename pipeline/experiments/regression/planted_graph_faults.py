@@ -1,0 +1,232 @@
+"""The planted bugs' graph faults: the Dynamo graph is traced to ATen (softmax / layer norm
+decomposed into their reductions), an FX pass rewrites the reductions, and Inductor compiles the
+rewritten graph (wrong reduction axis, fp16 accumulation, a bf16 split-K workspace switched on only
+for long rows, reduction results parked in a bf16 scratch buffer). A graph with nothing to damage
+compiles exactly as the healthy backend would.
+
+The catalogue is :mod:`.planted_bugs`; the shared helpers are :mod:`.planted_faults`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .planted_faults import REDUCTIONS, aten, aten_graph, inductor, reduced_dims, static_shape
+
+
+def _rewrite_wrong_axis(gm: torch.fx.GraphModule) -> int:
+    """Reductions over the last dim of an [..., A, B] input read it along the other axis: the
+    input is walked column-major (transpose + reshape back to [..., A, B]) before reducing."""
+    count = 0
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in REDUCTIONS:
+            continue
+        src = node.args[0]
+        shape = static_shape(src)
+        if shape is None or len(shape) < 2 or shape[-1] < 2 or shape[-2] < 2:
+            continue
+        if reduced_dims(node, len(shape)) != [len(shape) - 1]:
+            continue
+        with graph.inserting_before(node):
+            t = graph.call_function(aten.transpose.int, (src, -2, -1))
+            c = graph.call_function(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+            walked = graph.call_function(aten.view.default, (c, list(shape)))
+        node.replace_input_with(src, walked)
+        count += 1
+    if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
+#: Sequential steps of the planted fp16 accumulator: a row longer than this is summed in this many
+#: chunks (each chunk's fp32 partial then added into the fp16 accumulator), a shorter row element by element.
+FP16_ACCUMULATOR_STEPS = 64
+
+
+def _round_mantissa(graph: torch.fx.Graph, x: torch.fx.Node, dropped_bits: int) -> torch.fx.Node:
+    """fp32 -> nearest value with ``23 - dropped_bits`` mantissa bits (ties to even), by integer bit
+    arithmetic: 13 dropped bits give fp16's precision, 16 bf16's (fp32's exponent range is kept).
+
+    Inductor elides an fp32 -> fp16 -> fp32 cast pair unless ``emulate_precision_casts`` is set,
+    so a cast would not round; the bit form cannot be elided."""
+    bits = graph.call_function(aten.view.dtype, (x, torch.int32))
+    odd = graph.call_function(
+        aten.bitwise_and.Scalar, (graph.call_function(aten.bitwise_right_shift.Tensor_Scalar, (bits, dropped_bits)), 1)
+    )
+    half = (1 << (dropped_bits - 1)) - 1
+    bumped = graph.call_function(aten.add.Tensor, (graph.call_function(aten.add.Tensor, (bits, half)), odd))
+    rounded = graph.call_function(aten.bitwise_and.Scalar, (bumped, -(1 << dropped_bits)))
+    return graph.call_function(aten.view.dtype, (rounded, torch.float32))
+
+
+FP16_DROPPED_BITS = 13  # fp32's 23 mantissa bits -> fp16's 10
+BF16_DROPPED_BITS = 16  # fp32's 23 mantissa bits -> bf16's 7
+
+
+def _round_to_fp16_precision(graph: torch.fx.Graph, x: torch.fx.Node) -> torch.fx.Node:
+    """fp32 -> nearest value with fp16's 10-bit mantissa (see :func:`_round_mantissa`)."""
+    return _round_mantissa(graph, x, FP16_DROPPED_BITS)
+
+
+def _round_to_bf16_precision(graph: torch.fx.Graph, x: torch.fx.Node) -> torch.fx.Node:
+    """fp32 -> nearest value with bf16's 7-bit mantissa (see :func:`_round_mantissa`)."""
+    return _round_mantissa(graph, x, BF16_DROPPED_BITS)
+
+
+def _fp16_sequential_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
+    """Sum over the last dim with an fp16 accumulator: inputs rounded to fp16 precision, then added
+    in order (per element, or per chunk for long rows) with the running sum rounded after every add."""
+    lead = list(shape[:-1])
+    n = shape[-1]
+    steps = min(n, FP16_ACCUMULATOR_STEPS)
+    chunk = -(-n // steps)
+    y = graph.call_function(aten._to_copy.default, (src,), {"dtype": torch.float32})
+    y = _round_to_fp16_precision(graph, y)
+    if steps * chunk != n:
+        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, steps * chunk - n], 0.0))
+    y = graph.call_function(aten.view.default, (y, [*lead, steps, chunk]))
+    partials = graph.call_function(aten.sum.dim_IntList, (y, [-1]))
+    acc = _round_to_fp16_precision(graph, graph.call_function(aten.select.int, (partials, -1, 0)))
+    for i in range(1, steps):
+        part = graph.call_function(aten.select.int, (partials, -1, i))
+        acc = _round_to_fp16_precision(graph, graph.call_function(aten.add.Tensor, (acc, part)))
+    return acc
+
+
+def _rewrite_last_dim_sums(gm: torch.fx.GraphModule, summed: Callable[..., torch.fx.Node], min_length: int = 2) -> int:
+    """Replace every ``sum``/``mean`` over the last dim of at least ``min_length`` elements by
+    ``summed(graph, src, shape)`` (a sum over the last dim, fp32), keeping mean, keepdim and dtype."""
+    count = 0
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.sum.dim_IntList, aten.mean.dim):
+            continue
+        src = node.args[0]
+        shape = static_shape(src)
+        out = node.meta.get("val")
+        if shape is None or len(shape) < 1 or shape[-1] < min_length or not isinstance(out, torch.Tensor):
+            continue
+        if not src.meta["val"].is_floating_point() or reduced_dims(node, len(shape)) != [len(shape) - 1]:
+            continue
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        with graph.inserting_before(node):
+            y = summed(graph, src, shape)
+            if node.target is aten.mean.dim:
+                y = graph.call_function(aten.div.Tensor, (y, float(shape[-1])))
+            if keepdim:
+                y = graph.call_function(aten.unsqueeze.default, (y, -1))
+            y = graph.call_function(aten._to_copy.default, (y,), {"dtype": out.dtype})
+        node.replace_all_uses_with(y)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
+def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
+    """``sum``/``mean`` over the last dim accumulate in fp16 (see :func:`_fp16_sequential_sum`)."""
+    return _rewrite_last_dim_sums(gm, _fp16_sequential_sum)
+
+
+#: The planted split-K path switches on for reductions longer than this many elements ...
+LONG_REDUCTION_THRESHOLD = 1024
+#: ... and splits the row into chunks of this many elements (each chunk summed in fp32).
+SPLIT_CHUNK = 256
+
+
+def _bf16_workspace_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
+    """Split-K sum over the last dim whose second stage uses a bf16 workspace: each chunk of
+    ``SPLIT_CHUNK`` elements is summed in fp32 (inputs exact), each partial is stored at bf16
+    precision and the partials are added in order with the running sum rounded to bf16 precision."""
+    lead = list(shape[:-1])
+    n = shape[-1]
+    steps = -(-n // SPLIT_CHUNK)
+    y = graph.call_function(aten._to_copy.default, (src,), {"dtype": torch.float32})
+    if steps * SPLIT_CHUNK != n:
+        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, steps * SPLIT_CHUNK - n], 0.0))
+    y = graph.call_function(aten.view.default, (y, [*lead, steps, SPLIT_CHUNK]))
+    partials = graph.call_function(aten.sum.dim_IntList, (y, [-1]))
+    acc = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, 0)))
+    for i in range(1, steps):
+        part = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, i)))
+        acc = _round_to_bf16_precision(graph, graph.call_function(aten.add.Tensor, (acc, part)))
+    return acc
+
+
+def _rewrite_long_reduction(gm: torch.fx.GraphModule) -> int:
+    """``sum``/``mean`` over a last dim longer than ``LONG_REDUCTION_THRESHOLD`` take the split-K
+    path of :func:`_bf16_workspace_sum`; shorter reductions are left exactly as they were."""
+    return _rewrite_last_dim_sums(gm, _bf16_workspace_sum, min_length=LONG_REDUCTION_THRESHOLD + 1)
+
+
+#: Reductions whose results the planted bf16-scratch bug rounds (var_mean through its getitems).
+_SCRATCH_REDUCTIONS = (aten.sum.dim_IntList, aten.mean.dim, aten.var.correction, aten.var_mean.correction)
+
+
+def _reduction_results(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """Nodes holding a reduction's tensor result: the reduction itself, or the getitems of a
+    tuple-valued one (var_mean)."""
+    found = []
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target not in _SCRATCH_REDUCTIONS:
+            continue
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            found.append(node)
+        else:
+            found.extend(u for u in node.users if u.op == "call_function" and u.target is operator.getitem)
+    return found
+
+
+def _rewrite_bf16_scratch(gm: torch.fx.GraphModule) -> int:
+    """Every fp32 or fp16 reduction result (sum, mean, var, var_mean) is rounded to bf16 precision
+    before its consumers read it: the kernel parks it in a bf16 scratch buffer, against the graph's
+    dtype. bf16 graphs' fp32 internals are hit as well; the graph's own dtypes are unchanged."""
+    count = 0
+    graph = gm.graph
+    for node in _reduction_results(graph):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.float32, torch.float16):
+            continue
+        with graph.inserting_before(node.next):  # a fixed anchor keeps the new nodes in order
+            x32 = graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.float32})
+            y = _round_to_bf16_precision(graph, x32)
+            y = graph.call_function(aten._to_copy.default, (y,), {"dtype": val.dtype})
+        node.replace_all_uses_with(y, delete_user_cb=lambda user: user is not x32)  # noqa: B023 - used during this call
+        count += 1
+    if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
+def _graph_fault_backend(rewrite: Callable[[torch.fx.GraphModule], int]) -> Callable[..., Callable[..., Any]]:
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        traced = aten_graph(gm, example_inputs)
+        if rewrite(traced):
+            return inductor(traced, example_inputs)
+        return inductor(gm, example_inputs)  # nothing to damage: the healthy compile
+
+    return backend
+
+
+wrong_axis_backend = _graph_fault_backend(_rewrite_wrong_axis)
+wrong_axis_backend.__doc__ = "Reductions over the last dim read their input along the wrong axis, then Inductor."
+fp16_accumulation_backend = _graph_fault_backend(_rewrite_fp16_accumulation)
+fp16_accumulation_backend.__doc__ = "sum/mean over the last dim accumulate in fp16, then Inductor."
+
+long_reduction_backend = _graph_fault_backend(_rewrite_long_reduction)
+long_reduction_backend.__doc__ = (
+    "sum/mean over a last dim longer than LONG_REDUCTION_THRESHOLD use a bf16 split-K workspace, then Inductor."
+)
+bf16_scratch_backend = _graph_fault_backend(_rewrite_bf16_scratch)
+bf16_scratch_backend.__doc__ = (
+    "fp32/fp16 reduction results (sum, mean, var) rounded to bf16 precision before use, then Inductor."
+)

@@ -1,0 +1,256 @@
+"""C3's computation: the bit-trick rsqrt and reciprocal with N Newton steps (path B), the framework
+paths (path A: eager, fused and under the approximate-math switches), the search for a framework
+switch, and the iteration table and ULP histograms of a set of paths against fp64.
+
+Plain functions (no Dagster definitions); the asset in :mod:`.assets` calls them.
+"""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+import torch
+
+from precisionkit import bit_equal, error_stats, fused, round_to_dtype, ulp_diff
+from precisionkit.stats import spacing
+
+from ...resources import ExperimentSettings
+from .rules import KNOB_PATTERN, METHOD
+
+MAGIC = 0x5F3759DF
+#: Bit-trick estimate of 1/y on the fp32 pattern (the reciprocal's counterpart of MAGIC).
+RECIP_MAGIC = 0x7EF311C3
+#: Inductor options that switch approximate math, per device type (each runs path A once more).
+APPROX_KNOBS: dict[str, dict[str, dict[str, Any]]] = {
+    "cpu": {"cpp.enable_floating_point_contract_flag=fast": {"cpp.enable_floating_point_contract_flag": "fast"}},
+    "cuda": {
+        "use_fast_math=True": {"use_fast_math": True},
+        "eager_numerics.division_rounding=True": {"eager_numerics.division_rounding": True},
+    },
+}
+ITERATIONS = (0, 1, 2, 3)
+LOW, HIGH = 0.01, 100.0
+#: Histogram bins of integer ULP distance; the last bin collects everything above.
+HIST_MAX = 8
+
+
+def bit_trick_rsqrt(x: torch.Tensor, iterations: int, compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """1/sqrt(x) from the magic-constant estimate plus ``iterations`` Newton steps in ``compute_dtype``.
+
+    The estimate is always formed on the fp32 bit pattern (the trick is defined for fp32); it is
+    then cast to ``compute_dtype`` and refined there. Returns ``compute_dtype`` (not yet rounded
+    to the input dtype), so the caller can measure the error before and after that rounding.
+    """
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
+    if not x.is_floating_point():
+        raise TypeError(f"bit_trick_rsqrt needs a floating tensor, got {x.dtype}")
+    x32 = x.to(torch.float32)
+    y = (MAGIC - (x32.view(torch.int32) >> 1)).view(torch.float32).to(compute_dtype)
+    xc = x.to(compute_dtype)
+    half_x = 0.5 * xc
+    for _ in range(iterations):
+        y = y * (1.5 - half_x * y * y)
+    return y
+
+
+def bit_trick_reciprocal(y: torch.Tensor, iterations: int, compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """1/y from the magic-constant estimate ``0x7ef311c3 - bits`` plus ``iterations`` Newton steps
+    ``r <- r * (2 - y * r)`` in ``compute_dtype`` (each step roughly squares the relative error)."""
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
+    if not y.is_floating_point():
+        raise TypeError(f"bit_trick_reciprocal needs a floating tensor, got {y.dtype}")
+    r = (RECIP_MAGIC - y.to(torch.float32).view(torch.int32)).view(torch.float32).to(compute_dtype)
+    yc = y.to(compute_dtype)
+    for _ in range(iterations):
+        r = r * (2.0 - yc * r)
+    return r
+
+
+def framework_knobs() -> pl.DataFrame:
+    """Every Inductor config option whose name matches :data:`KNOB_PATTERN`, with its value: the
+    search for an iteration-count or approximate-math switch, recorded rather than assumed."""
+    import re
+
+    from torch._inductor import config as inductor_config
+
+    names = sorted(k for k in inductor_config.get_config_copy() if re.search(KNOB_PATTERN, k, re.IGNORECASE))
+    return pl.DataFrame(
+        {
+            "option": names,
+            "value": [repr(getattr_path(inductor_config, k)) for k in names],
+            "names_an_iteration_count": [bool(re.search(r"newton|iteration", k, re.IGNORECASE)) for k in names],
+        },
+        schema={"option": pl.String, "value": pl.String, "names_an_iteration_count": pl.Boolean},
+    )
+
+
+def getattr_path(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def make_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """fp16 U(0.01, 100), drawn in fp64 on the CPU (device-independent), rounded once."""
+    if len(shape) == 0 or any(s <= 0 for s in shape):
+        raise ValueError(f"C3 input shape must have positive sizes, got {shape}")
+    g = torch.Generator().manual_seed(seed)
+    return (LOW + (HIGH - LOW) * torch.rand(shape, generator=g, dtype=torch.float64)).to(torch.float16)
+
+
+def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
+    d = d.reshape(-1).cpu()
+    counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)
+    n = d.numel()
+    return [
+        {
+            "comparison": label,
+            "ulp": str(k) if k < HIST_MAX else f">={HIST_MAX}",
+            "count": int(counts[k]),
+            "fraction": int(counts[k]) / n,
+        }
+        for k in range(HIST_MAX + 1)
+    ]
+
+
+#: (path, iterations, compute dtype, value before the final rounding, fp16 output)
+PathRow = tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]
+
+
+def path_table(
+    paths: list[PathRow], ref: torch.Tensor, label: str = ""
+) -> tuple[pl.DataFrame, list[dict[str, Any]], dict[str, torch.Tensor]]:
+    """The iteration table of ``paths`` against the fp64 ``ref`` (first path: A_eager), its
+    histogram rows (comparisons prefixed with ``label``) and the fp16 outputs on the CPU."""
+    ref16 = round_to_dtype(ref, torch.float16)  # the correctly rounded fp16 answer
+    ref_spacing = spacing(ref, torch.float16)
+    rows, hist, outputs = [], [], {}
+    a_eager = paths[0][4].cpu()
+    for name, n, compute, raw, out in paths:
+        out = out.cpu()
+        outputs[name] = out
+        stats = error_stats(out, ref)
+        d_ref = ulp_diff(out, ref16)
+        row = {
+            "path": name,
+            "method": "framework"
+            if name.startswith("A_")
+            else METHOD
+            if n is not None
+            else "framework reciprocal, then multiply",
+            "iterations": n,
+            "compute_dtype": compute,
+            "ulp_max": stats["ulp_max"],
+            "ulp_mean": stats["ulp_mean"],
+            "ulp_p99": stats["ulp_p99"],
+            "rel_max": stats["rel_max"],
+            "rel_mean": stats["rel_mean"],
+            "correctly_rounded_fraction": stats["exact_fraction"],
+            "int_ulp_vs_rounded_ref_max": int(d_ref.max()),
+            "vs_A_eager_equal_fraction": float((ulp_diff(out, a_eager) == 0).double().mean()),
+            "vs_A_eager_ulp_max": int(ulp_diff(out, a_eager).max()),
+        }
+        if raw is not None:
+            raw64 = raw.cpu().to(torch.float64)
+            err = (raw64 - ref).abs()
+            row.update(
+                {
+                    "pre_round_rel_max": float((err / ref.abs()).max()),
+                    "pre_round_rel_mean": float((err / ref.abs()).mean()),
+                    "pre_round_ulp16_max": float((err / ref_spacing).max()),  # in fp16 ULPs, before rounding
+                    "pre_round_ulp16_mean": float((err / ref_spacing).mean()),
+                }
+            )
+        else:
+            row.update(
+                {
+                    "pre_round_rel_max": None,
+                    "pre_round_rel_mean": None,
+                    "pre_round_ulp16_max": None,
+                    "pre_round_ulp16_mean": None,
+                }
+            )
+        rows.append(row)
+        hist += _hist(f"{label}{name} vs fp64 (rounded)", d_ref)
+        if name != "A_eager":
+            hist += _hist(f"{label}{name} vs A_eager", ulp_diff(out, a_eager))
+    return pl.DataFrame(rows, infer_schema_length=None), hist, outputs
+
+
+def framework_paths(
+    fn: Callable[..., torch.Tensor], args: tuple[torch.Tensor, ...], settings: ExperimentSettings, device: torch.device
+) -> tuple[list[PathRow], dict[str, dict[str, Any]], float]:
+    """Path A eager, fused, and fused under each approximate-math switch of the device; per fused
+    path its evidence (kernels, code hash) and whether a switch changed the code or the output."""
+    from ...artifacts import capture_modules, combined_sha256, kernel_artifacts
+
+    def run(options: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any], float]:
+        compiled = fused(fn, settings.backend, options)
+        start = time.perf_counter()
+        with capture_modules() as modules:
+            out = compiled(*args)
+        seconds = time.perf_counter() - start
+        meta = compiled.evidence.as_metadata()
+        meta["artifact_sha256"] = combined_sha256(kernel_artifacts(modules, compiled.evidence.kernel_names))
+        return out, meta, seconds
+
+    base = settings.options()
+    fused_out, meta, first_call = run(base)
+    paths: list[PathRow] = [
+        ("A_eager", None, "framework", None, fn(*args)),
+        ("A_fused", None, "framework", None, fused_out),
+    ]
+    evidence = {
+        "A_fused": {**meta, "knob_code_changed": None, "knob_artifact_changed": None, "knob_output_changed": None}
+    }
+    for label, opts in APPROX_KNOBS.get(device.type, {}).items():
+        out, meta, _ = run({**base, **opts})
+        evidence[f"A_fused[{label}]"] = {
+            **meta,
+            "knob_code_changed": meta["code_sha256"] != evidence["A_fused"]["code_sha256"],
+            "knob_artifact_changed": meta["artifact_sha256"] != evidence["A_fused"]["artifact_sha256"],
+            "knob_output_changed": not bit_equal(out, fused_out),
+        }
+        paths.append((f"A_fused[{label}]", None, "framework", None, out))
+    return paths, evidence, first_call
+
+
+def with_evidence(table: pl.DataFrame, evidence: dict[str, dict[str, Any]]) -> pl.DataFrame:
+    for key in ("kernel_count", "kernel_names", "graph_breaks", "code_sha256", "artifact_sha256", "compile_seconds"):
+        table = table.with_columns(
+            pl.col("path")
+            .replace_strict({p: str(e[key]) for p, e in evidence.items()}, default=None)
+            .alias(f"fused_{key}")
+        )
+    for key in ("knob_code_changed", "knob_artifact_changed", "knob_output_changed"):
+        table = table.with_columns(
+            pl.col("path")
+            .replace_strict({p: e[key] for p, e in evidence.items()}, default=None, return_dtype=pl.Boolean)
+            .alias(key)
+        )
+    return table
+
+
+def newton_rsqrt_paths(xd: torch.Tensor) -> list[PathRow]:
+    """Path B for rsqrt: the bit-trick estimate and N Newton steps, per compute dtype and count."""
+    paths: list[PathRow] = []
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = bit_trick_rsqrt(xd, n, compute)
+            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    return paths
+
+
+def reciprocal_div_paths(xd: torch.Tensor, yd: torch.Tensor) -> list[PathRow]:
+    """Path B for div: x * torch.reciprocal(y), then x * (bit-trick reciprocal + N Newton steps)."""
+    paths: list[PathRow] = [("B_torch_reciprocal", None, "framework reciprocal", None, xd * torch.reciprocal(yd))]
+    for compute in (torch.float32, torch.float16):
+        tag = str(compute).removeprefix("torch.")
+        for n in ITERATIONS:
+            raw = xd.to(compute) * bit_trick_reciprocal(yd, n, compute)
+            paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
+    return paths

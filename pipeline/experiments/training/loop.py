@@ -1,0 +1,250 @@
+"""Task E's training loop: one function (:func:`train`) with an eager and a fused switch.
+
+The fused switch wraps the loss computation (model forward + cross-entropy) in
+:class:`precisionkit.paths.FusedFunction`, so ``torch.compile`` traces the forward and AOTAutograd
+compiles the matching backward; the optimizer step stays eager and identical on both paths. What
+else the two paths share is fixed by :class:`.config.TrainConfig`.
+
+Training checkpoints after every evaluation interval and resumes from the latest checkpoint of the
+same configuration (:mod:`.checkpoint`), bit for bit on the eager path.
+"""
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
+
+from .checkpoint import RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint, save_checkpoint
+from .config import PRECISIONS, TrainConfig, eval_batches, train_batch
+from .corpus import Corpus
+from .gpt import GPT, nudge_one_ulp
+
+
+class TrainingInterrupted(RuntimeError):
+    """Raised by :func:`train` when ``stop_after`` steps are done (simulates a killed run)."""
+
+
+@dataclass
+class TrainResult:
+    """Curve rows (one per evaluation), fused-path evidence, and timing of one run."""
+
+    config: TrainConfig
+    rows: list[dict[str, Any]]
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    resumed_from_step: int = 0
+    n_params: int = 0
+    #: Parameter elements whose initial value the ULP nudge changed (0 without the nudge).
+    nudged_elements: int = 0
+
+
+def make_loss_fn(
+    model: GPT, cfg: TrainConfig, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Mean next-byte cross-entropy, forward under autocast in ``cfg.precision`` (fp32 loss)."""
+    dtype = PRECISIONS[cfg.precision]
+
+    def loss_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ctx = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+        with ctx:
+            logits = model(x)
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    return loss_fn
+
+
+def _code_evidence(prefix: str, captured: GeneratedCode) -> dict[str, Any]:
+    return {
+        f"{prefix}_graphs": captured.graphs,
+        f"{prefix}_kernel_count": len(captured.kernel_names),
+        f"{prefix}_code_sha256": captured.sha256,
+    }
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _loss_paths(cfg: TrainConfig, model: GPT, device: torch.device) -> tuple[LossFn, LossFn]:
+    """The training and evaluation loss of ``cfg.path``: the eager loss twice, or two fused wrappers
+    (separate compiles, so the evaluation's no-grad graph does not recompile the training one)."""
+    if cfg.path != "fused":
+        loss_fn = make_loss_fn(model, cfg, device)
+        return loss_fn, loss_fn
+    options = json.loads(cfg.options_json)
+    return (
+        FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options),
+        FusedFunction(make_loss_fn(model, cfg, device), cfg.backend, options),
+    )
+
+
+#: Fused-path evidence fields copied into a run's evidence, per loss function (train, eval).
+_FUSED_EVIDENCE_FIELDS = (
+    "graph_count",
+    "graph_breaks",
+    "recompiles",
+    "kernel_count",
+    "code_sha256",
+    "compile_seconds",
+    "extern_calls",
+)
+
+
+def _fused_evidence(cfg: TrainConfig, train_fn: LossFn, eval_fn: LossFn) -> dict[str, Any]:
+    """The fused wrappers' evidence (``train_*``, ``eval_*``), backend and options; empty when eager."""
+    if cfg.path != "fused":
+        return {}
+    evidence: dict[str, Any] = {}
+    for name, fn in (("train", train_fn), ("eval", eval_fn)):
+        if not isinstance(fn, FusedFunction):
+            raise TypeError(f"the fused path's {name} loss is a {type(fn).__name__}, not a FusedFunction")
+        ev = fn.evidence.as_metadata()
+        evidence.update({f"{name}_{k}": ev[k] for k in _FUSED_EVIDENCE_FIELDS})
+    evidence["backend"] = cfg.backend
+    evidence["options"] = cfg.options_json
+    return evidence
+
+
+@dataclass
+class _StepStats:
+    """Sums over the optimizer steps since the last curve point."""
+
+    loss: float = 0.0
+    norm: float = 0.0
+    steps: int = 0
+    skipped: int = 0
+
+
+def _optimizer_step(
+    cfg: TrainConfig, trainer: Trainer, train_fn: LossFn, x: torch.Tensor, y: torch.Tensor, evidence: dict[str, Any]
+) -> tuple[float, float, bool]:
+    """One training step (forward, scaled backward, clip, optimizer and schedule step); returns the
+    loss, the gradient norm before clipping and whether GradScaler skipped the update. The first
+    fused step adds the backward graph's generated-code evidence to ``evidence``."""
+    scaler, opt = trainer.scaler, trainer.opt
+    # The backward graph's code arrives at the first backward() when compiled, or with the
+    # forward when AOTAutograd serves both from its cache: the capture spans both.
+    first_fused_step = cfg.path == "fused" and "bwd_graphs" not in evidence
+    with capture_generated_code() if first_fused_step else contextlib.nullcontext(GeneratedCode()) as captured:
+        loss = train_fn(x, y)
+        scaled = scaler.scale(loss)
+        scaled.backward()
+    if first_fused_step:
+        evidence.update(_code_evidence("bwd", captured.of_kind("backward")))
+    scaler.unscale_(opt)
+    norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), cfg.grad_clip)
+    scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+    scaler.step(opt)
+    scaler.update()
+    skipped = scaler.is_enabled() and scaler.get_scale() < scale_before  # inf/nan: the update was skipped
+    opt.zero_grad(set_to_none=True)
+    trainer.sched.step()
+    return loss.detach().item(), norm.item(), skipped
+
+
+def train(
+    cfg: TrainConfig,
+    corpus: Corpus,
+    *,
+    checkpoint_dir: Path | None = None,
+    stop_after: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train one run; evaluate and checkpoint every ``cfg.eval_every`` steps and at the end.
+
+    ``checkpoint_dir`` (a folder for this run; the config key is appended) enables resuming: a
+    checkpoint of the same config is loaded and training continues from its step. The checkpoint is
+    deleted once the run completes. ``stop_after`` raises :class:`TrainingInterrupted` after that
+    many steps (counted from step 0), leaving the last checkpoint behind.
+    """
+    if corpus.sha256 != cfg.corpus_sha256 and cfg.corpus_sha256:
+        raise ValueError(f"config expects corpus {cfg.corpus_sha256[:12]}, got {corpus.sha256[:12]}")
+    device = torch.device(cfg.device)
+    trainer = build_trainer(cfg, device)
+    # In place, before any step: the optimizer already holds these parameters (a resume overwrites them).
+    nudged = nudge_one_ulp(trainer.model, cfg.init_seed) if cfg.init_ulp_nudge else 0
+    ckpt = Path(checkpoint_dir) / cfg.key() / "checkpoint.pt" if checkpoint_dir is not None else None
+    progress = RunPosition()
+    if ckpt is not None and ckpt.exists():
+        progress = load_checkpoint(ckpt, cfg, trainer, device)
+        if log:
+            log(f"resumed {cfg.path}/{cfg.precision} from step {progress.step} ({ckpt})")
+    resumed_from, rows = progress.step, progress.rows
+    train_fn, eval_fn = _loss_paths(cfg, trainer.model, device)
+    evals = [(x.to(device), y.to(device)) for x, y in eval_batches(corpus, cfg)]
+    evidence: dict[str, Any] = {}
+
+    def evaluate() -> float:
+        with torch.no_grad():
+            total = sum(float(eval_fn(x, y)) for x, y in evals)
+        return total / len(evals)
+
+    start = time.perf_counter()
+    if progress.step == 0 and not rows:
+        rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
+    stats = _StepStats()
+    while progress.step < cfg.steps:
+        x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
+        loss, norm, skipped = _optimizer_step(cfg, trainer, train_fn, x, y, evidence)
+        progress.step += 1
+        stats = _StepStats(stats.loss + loss, stats.norm + norm, stats.steps + 1, stats.skipped + skipped)
+        step = progress.step
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            eval_loss = evaluate()
+            lr = float(trainer.sched.get_last_lr()[0])
+            rows.append(
+                _row(step, stats.loss / stats.steps, eval_loss, stats.norm / stats.steps, lr, stats.skipped, cfg)
+            )
+            stats = _StepStats()
+            if log:
+                log(
+                    f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
+                )
+            if ckpt is not None:
+                save_checkpoint(ckpt, cfg, trainer, progress, progress.elapsed + (time.perf_counter() - start))
+        if stop_after is not None and step >= stop_after and step < cfg.steps:
+            raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
+
+    seconds = progress.elapsed + (time.perf_counter() - start)
+    evidence.update(_fused_evidence(cfg, train_fn, eval_fn))
+    if ckpt is not None:
+        remove_checkpoint(ckpt)
+    return TrainResult(
+        config=cfg,
+        rows=rows,
+        evidence=evidence,
+        seconds=seconds,
+        resumed_from_step=resumed_from,
+        n_params=sum(p.numel() for p in trainer.model.parameters()),
+        nudged_elements=nudged,
+    )
+
+
+def _row(
+    step: int,
+    train_loss: float | None,
+    eval_loss: float,
+    grad_norm: float | None,
+    lr: float,
+    skipped: int,
+    cfg: TrainConfig,
+) -> dict[str, Any]:
+    """One curve point; train loss and grad norm are means over the steps since the last point."""
+    return {
+        "step": step,
+        "tokens": step * cfg.batch * cfg.context,
+        "train_loss": train_loss,
+        "eval_loss": eval_loss,
+        "perplexity": math.exp(eval_loss),
+        "grad_norm": grad_norm,
+        "lr": lr,
+        "skipped_steps": skipped,
+    }
