@@ -142,6 +142,20 @@ def _only_problem(only: Sequence[str]) -> str | None:
     return None
 
 
+def _workloads_problem(workloads: str, device: str) -> str | None:
+    """The one line a bad workload spec gets (each workload is imported, built and asked for inputs), or None."""
+    if not workloads.strip():
+        return None
+    from .experiments.models.workloads import WorkloadError, load_workloads
+    from .resources import resolve_device
+
+    try:
+        load_workloads(workloads, resolve_device(device))
+    except WorkloadError as exc:
+        return str(exc)
+    return None
+
+
 def selection_for(defs: dg.Definitions, only: Sequence[str]) -> tuple[set[dg.AssetKey], set[dg.AssetCheckKey]]:
     """The assets of the experiments ``only`` names, everything upstream of them and the report;
     the checks of those assets."""
@@ -162,13 +176,15 @@ def report(
     verbose: bool = False,
     everything: bool = False,
     only: Sequence[str] = (),
+    workloads: str | None = None,
 ) -> int:
     from . import experiments  # noqa: F401 - the registry offers its on-demand backends (planted bugs) to the check
     from .resources import resolve_device, settings_problems
 
+    workloads = os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads
     problems = settings_problems(profile, device, backend, backend_options)
     if not problems:
-        problems += [p for p in (_only_problem(only),) if p]
+        problems += [p for p in (_only_problem(only), _workloads_problem(workloads, device)) if p]
     if problems:
         print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
         return 2
@@ -179,6 +195,7 @@ def report(
         "device": device,
         "backend": backend,
         "backend_options": backend_options,
+        "workloads": workloads,
     }
     loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
     run_config: dict = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
@@ -368,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of experiment ids (e.g. M or B,D): materialize those, what they need upstream and the "
         "report; the site marks the others as not run",
     )
+    rep.add_argument(
+        "--workloads",
+        default=None,
+        help="your own workloads for experiment M: module:NAME, comma separated (default: $FUSION_WORKLOADS)",
+    )
     pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
     pro.add_argument("--profile", default="default", choices=sorted(PROFILES))
     pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
@@ -403,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         args.verbose,
         args.everything,
         only,
+        args.workloads,
     )
 
 

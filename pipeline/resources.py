@@ -75,6 +75,11 @@ class ExperimentSettings(dg.ConfigurableResource):
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
     )
     seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+    workloads: str = Field(
+        default_factory=lambda: os.environ.get("FUSION_WORKLOADS", ""),
+        description="your own workloads for experiment M: module:NAME, comma separated (default from "
+        "FUSION_WORKLOADS); each is checked when M's step starts, and a bad one fails it with one line",
+    )
 
     # Built in Python (CLI, tests, the planted-bug harness) the settings explain a bad device in
     # their own words before pydantic's enum check would only list the choices. This is the
@@ -136,6 +141,7 @@ class ExperimentSettings(dg.ConfigurableResource):
             "backend": self.backend,
             "backend_options": self.backend_options,
             "seed": self.seed,
+            "workloads": self.workloads,
             **device_versions(device),
             "cpu_threads": torch.get_num_threads(),
             **cpu_capability(),

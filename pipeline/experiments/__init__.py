@@ -13,6 +13,7 @@ from . import (
     determinism,
     diagnostics,
     instruction_selection,
+    models,
     reduction_order,
     regression,
     rsqrt_iterations,
@@ -30,6 +31,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     data_movement.EXPERIMENT,
     accumulated_error.EXPERIMENT,
     training.EXPERIMENT,
+    models.EXPERIMENT,
     diagnostics.EXPERIMENT,
     regression.EXPERIMENT,
 )

@@ -111,7 +111,7 @@ def test_unchanged_data_moves_nothing_and_absent_experiments_are_rows(tmp_path):
     table = _compare(tmp_path).table
     assert table.filter(pl.col("moved") == "yes").height == 0
     presence = {r["experiment"]: r["status"] for r in table.filter(pl.col("kind") == "presence").iter_rows(named=True)}
-    assert presence == {e: "not in baseline, not materialized" for e in ("A", "C1", "C2", "C3")}
+    assert presence == {e: "not in baseline, not materialized" for e in ("A", "C1", "C2", "C3", "M")}
     b = table.filter(pl.col("experiment") == "B")
     assert b.filter(pl.col("kind") == "statistic").height == 2 * 2 * 2 * 4  # chains x dtypes x paths x stats
     assert (b.filter(pl.col("kind") == "statistic")["tolerance"] > 0).all()  # measured, not zero

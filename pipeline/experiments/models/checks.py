@@ -1,0 +1,124 @@
+"""M's checks: the run's validity, the claim per model x dtype under :data:`.rules.RULE`, and two
+findings: where ``same()`` and the rule disagree, and the graph breaks per model."""
+
+import dagster as dg
+import polars as pl
+
+from ...resources import ExperimentSettings
+from ...tables import markdown_table
+from ...verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    claim_check,
+    claim_result,
+    combine,
+    finding_check,
+    finding_result,
+    validity_check,
+    validity_result,
+)
+from .judge import INVALID
+from .rules import RULE
+from .spec import SIZES
+
+
+@validity_check(
+    asset="model_verdicts",
+    name="model_runs_valid",
+    required_resource_keys={"settings"},
+    description="The M run did what it claims: every model x dtype compiled to at least one graph with generated "
+    "kernels and ran every batch eager, fused and in fp64; eager is finite wherever fp64 is. A model that cannot "
+    "compile makes the run invalid, with its reason.",
+)
+def model_runs_valid(context: dg.AssetCheckExecutionContext, model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
+    settings: ExperimentSettings = context.resources.settings
+    batches = SIZES[settings.profile].batches
+    problems = [f"{r['model']} {r['dtype']}: {r['error']}" for r in model_verdicts.iter_rows(named=True) if r["error"]]
+    short = model_verdicts.filter((pl.col("error") == "") & (pl.col("batches") != batches))
+    problems += [f"{r['model']} {r['dtype']}: {r['batches']} of {batches} batches" for r in short.iter_rows(named=True)]
+    eager_bad = model_verdicts.filter(pl.col("eager_nonfinite") > 0)
+    problems += [
+        f"{r['model']} {r['dtype']}: eager is non-finite where fp64 is finite ({r['eager_nonfinite']} elements)"
+        for r in eager_bad.iter_rows(named=True)
+    ]
+    if model_verdicts.height == 0:
+        problems.append("no model ran")
+    return validity_result(problems, {"models_x_dtypes": model_verdicts.height, "batches_each": batches})
+
+
+@claim_check(
+    rule=RULE,
+    asset="model_verdicts",
+    name="fused_not_worse_than_eager_on_models",
+    description="M: on real architectures (and the user's workloads), fused inference error against fp64 is no worse "
+    "than eager's, per model x dtype (P99 of per-unit scale-aware ULP error, paired bootstrap, Holm over the table; "
+    "non-finite fused outputs where eager is finite, or integer outputs that differ, contradict).",
+)
+def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
+    judged = model_verdicts.filter(pl.col("verdict") != INVALID)
+    if judged.height == 0:
+        return claim_result(INCONCLUSIVE, RULE, "no model x dtype ran validly")
+    verdict = combine(judged["verdict"].to_list())
+    deciding = judged.filter(pl.col("verdict") == verdict)
+    names = ", ".join(
+        f"{r['model']} {r['dtype']}"
+        + (f" (first divergent module: {r['first_divergent_module']})" if r.get("first_divergent_module") else "")
+        for r in deciding.iter_rows(named=True)
+    )
+    reason = {
+        CONTRADICTED: f"fused is worse than eager on {names}",
+        SUPPORTED: f"fused is within the rule on every model x dtype ({judged.height})",
+        INCONCLUSIVE: f"not enough evidence either way on {names}",
+    }[verdict]
+    table = judged.select(
+        "model",
+        "dtype",
+        "units",
+        "eager_p99",
+        "fused_p99",
+        "difference",
+        "ci_upper",
+        "p_holm",
+        "fused_nonfinite",
+        "integer_mismatches",
+        "verdict",
+        "first_divergent_module",
+    )
+    meta = {
+        "rows_judged": judged.height,
+        **{f"rows_{v}": int((judged["verdict"] == v).sum()) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)},
+        "planted_or_faulty_modules": ", ".join(sorted({m for m in deciding["first_divergent_module"].to_list() if m}))
+        if "first_divergent_module" in deciding.columns
+        else "",
+        "table": dg.MetadataValue.md(markdown_table(table)),
+    }
+    return claim_result(verdict, RULE, reason, meta)
+
+
+@finding_check(
+    asset="model_verdicts",
+    name="same_and_rule_disagree",
+    description="M: the models x dtypes where torch._dynamo.utils.same (PyTorch's accuracy check) and M's rule reach "
+    "different answers, and why.",
+)
+def same_and_rule_disagree(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
+    rows = model_verdicts.filter(pl.col("disagreement") != "")
+    findings = [f"{r['model']} {r['dtype']}: {r['disagreement']}" for r in rows.iter_rows(named=True)]
+    same_failed = int((model_verdicts["same_verdict"] == "fail").sum())
+    return finding_result(findings, {"same_failed": same_failed, "disagreements": rows.height})
+
+
+@finding_check(
+    asset="model_verdicts",
+    name="model_graph_breaks",
+    description="M: models whose fused path broke the graph (it still compiled, in several graphs; the compiled "
+    "pieces are what the verdict judges), with the reasons Dynamo gave.",
+)
+def model_graph_breaks(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
+    broken = model_verdicts.filter(pl.col("graph_breaks").fill_null(0) > 0)
+    findings = [
+        f"{r['model']} {r['dtype']}: {r['graph_breaks']} break(s), {r['graph_count']} graphs ({r['break_reasons']})"
+        for r in broken.iter_rows(named=True)
+    ]
+    return finding_result(findings, {"models_with_breaks": broken["model"].n_unique() if broken.height else 0})

@@ -1,0 +1,207 @@
+"""Running one model in one dtype: eager, fused and fp64 on the same batches, and the per-unit errors.
+
+The fp64 reference is the same module with its parameters and buffers upcast exactly from the
+working dtype (so weight rounding is not counted as error), fed the working inputs upcast exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from precisionkit import FusionError, fused
+from precisionkit.stats import spacing
+
+from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
+from .workloads import as_module
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output (tuples, lists, dicts and HF output objects), in a stable order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict) or hasattr(value, "to_tuple"):
+        value = value.to_tuple() if hasattr(value, "to_tuple") else tuple(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors(v)]
+    return []
+
+
+def cast_inputs(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Floating inputs to ``dtype`` (exactly, when upcasting); integer and bool inputs as they are."""
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+
+
+def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    """Per unit (row of the last dim, or element when there are few rows), the max |out - ref| in
+    ULPs of ``dtype`` at the row's largest |ref|. Non-finite entries give inf (counted separately)."""
+    o = out.detach().to(torch.float64).reshape(-1, out.shape[-1] if out.dim() else 1)
+    r = ref.detach().to(torch.float64).reshape(o.shape)
+    finite_ref = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
+    scale = spacing(finite_ref.abs().amax(dim=1, keepdim=True), dtype)
+    err = ((o - r).abs() / scale).nan_to_num(nan=float("inf"))
+    units = err.reshape(-1) if o.shape[0] < MIN_ROWS_AS_UNITS else err.amax(dim=1)
+    values = units.cpu().numpy()
+    if values.size > MAX_UNITS_PER_OUTPUT:
+        step = int(np.ceil(values.size / MAX_UNITS_PER_OUTPUT))
+        values = values[::step]
+    return values
+
+
+@dataclass
+class OutputRecord:
+    """One output of one batch: how eager and fused compare with fp64 and with each other."""
+
+    batch: int
+    output: int
+    shape: str
+    kind: str  # float | integer
+    units: int
+    eager_units: np.ndarray
+    fused_units: np.ndarray
+    eager_nonfinite: int  # non-finite where the fp64 reference is finite
+    fused_nonfinite: int
+    fused_nonfinite_where_eager_finite: int
+    mismatched: int  # integer outputs: elements that differ from eager
+    eager_rmse: float
+    fused_rmse: float
+    bit_equal: bool
+
+
+@dataclass
+class ModelRun:
+    """Everything measured for one model in one dtype."""
+
+    model: str
+    source: str
+    dtype: str
+    outputs: list[OutputRecord] = field(default_factory=list)
+    same_passed: list[bool] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    error: str = ""  # why the run is invalid ("" when it ran)
+    seconds: float = 0.0
+    parameters: int = 0
+
+
+def _rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
+    d = (a.detach().to(torch.float64) - ref.detach().to(torch.float64)).pow(2).mean().sqrt()
+    return float(d)
+
+
+def _same(eager_out: list[torch.Tensor], fused_out: list[torch.Tensor], ref_out: list[torch.Tensor]) -> bool:
+    from torch._dynamo.utils import same
+
+    return bool(same(eager_out, fused_out, fp64_ref=ref_out, tol=SAME_TOL, log_error=lambda *a, **k: None))
+
+
+def compare_output(
+    batch: int, index: int, e: torch.Tensor, f: torch.Tensor, r: torch.Tensor, dtype: torch.dtype
+) -> OutputRecord:
+    """Eager ``e`` and fused ``f`` against the fp64 ``r`` (floating outputs), or against each other (integer)."""
+    bit_equal = bool(e.shape == f.shape and e.dtype == f.dtype and torch.equal(e, f))
+    if not e.is_floating_point():
+        mismatched = int((e != f).sum()) if e.shape == f.shape else int(e.numel())
+        empty = np.zeros(0)
+        return OutputRecord(
+            batch, index, str(tuple(e.shape)), "integer", 0, empty, empty, 0, 0, 0, mismatched, 0.0, 0.0, bit_equal
+        )
+    ref_finite = torch.isfinite(r)
+    e_bad = ~torch.isfinite(e) & ref_finite
+    f_bad = ~torch.isfinite(f) & ref_finite
+    eu, fu = unit_errors(e, r, dtype), unit_errors(f, r, dtype)
+    return OutputRecord(
+        batch,
+        index,
+        str(tuple(e.shape)),
+        "float",
+        int(eu.size),
+        eu,
+        fu,
+        int(e_bad.sum()),
+        int(f_bad.sum()),
+        int((f_bad & torch.isfinite(e)).sum()),
+        0,
+        _rmse(e, r),
+        _rmse(f, r),
+        bit_equal,
+    )
+
+
+def run_model(
+    workload: Any,
+    dtype_name: str,
+    *,
+    device: torch.device,
+    batches: int,
+    batch_size: int,
+    backend: str,
+    options: dict[str, Any],
+    seed_of: Any,
+) -> tuple[ModelRun, nn.Module | None, tuple[torch.Tensor, ...] | None]:
+    """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches.
+
+    Returns the record, and the working module and first batch's inputs (for the divergence locator)."""
+    dtype = DTYPES[dtype_name]
+    # Every model runs behind the same adapter code, and Dynamo compiles one frame at most
+    # ``recompile_limit`` times before it silently runs it eager: start each model afresh.
+    torch._dynamo.reset()
+    run = ModelRun(workload.name, getattr(workload, "source", "user"), dtype_name)
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_of("M", workload.name, "weights"))
+        module = as_module(workload.build()).eval()
+    run.parameters = sum(p.numel() for p in module.parameters())
+    working = copy.deepcopy(module).to(device=device, dtype=dtype)
+    reference = copy.deepcopy(working).to(dtype=torch.float64)
+    del module
+    compiled = fused(working, backend=backend, options=options, require_fusion=False)
+    first: tuple[torch.Tensor, ...] | None = None
+    with torch.no_grad():
+        for b in range(batches):
+            generator = torch.Generator(device=device).manual_seed(seed_of("M", workload.name, "batch", b))
+            inputs = cast_inputs(tuple(workload.inputs(generator, batch_size)), dtype)
+            first = inputs if first is None else first
+            eager_out = tensors(working(*inputs))
+            try:
+                fused_out = tensors(compiled(*inputs))
+            except FusionError as exc:
+                run.error = str(exc)
+                break
+            except Exception as exc:  # noqa: BLE001 - a model that cannot compile is an invalid run, with its reason
+                run.error = (
+                    f"compile or fused run failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
+                break
+            ref_out = tensors(reference(*cast_inputs(inputs, torch.float64)))
+            if not (len(eager_out) == len(fused_out) == len(ref_out)):
+                run.error = f"eager, fused and fp64 return {len(eager_out)}, {len(fused_out)}, {len(ref_out)} tensors"
+                break
+            for k, (e, f, r) in enumerate(zip(eager_out, fused_out, ref_out, strict=True)):
+                run.outputs.append(compare_output(b, k, e, f, r, dtype))
+            run.same_passed.append(_same(eager_out, fused_out, ref_out))
+    if not run.error:
+        ev = compiled.evidence
+        run.evidence = {
+            "graph_count": ev.graph_count,
+            "graph_breaks": ev.graph_breaks,
+            "break_reasons": "; ".join(ev.break_reasons),
+            "recompiles": ev.recompiles,
+            "kernel_count": ev.kernel_count,
+            "extern_calls": len(ev.extern_calls),
+            "compile_seconds": ev.compile_seconds,
+            "code_sha256": ev.code_sha256,
+        }
+        if ev.graph_count == 0:
+            run.error = "compiled no graph: the fused path fell back to eager"
+        elif ev.kernel_count == 0:
+            run.error = "generated no fused kernel"
+    run.seconds = time.perf_counter() - start
+    return run, working, first

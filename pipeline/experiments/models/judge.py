@@ -1,0 +1,176 @@
+"""From model runs to M's tables: the per-output errors and the verdict per model x dtype, with what
+``torch._dynamo.utils.same`` says beside it and why the two disagree where they do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from precisionkit.decide import holm, paired_quantile_test
+
+from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
+from .compute import ModelRun
+from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, MIN_UNITS_FOR_SUPPORTED, TAIL_QUANTILE
+
+KEYS = ["model", "dtype"]
+#: The row verdict of a model that could not run fused (its reason is in `error`): not judged.
+INVALID = "invalid run"
+
+
+def output_table(runs: list[ModelRun]) -> pl.DataFrame:
+    """One row per model x dtype x batch x output."""
+    rows = [
+        {
+            "model": run.model,
+            "source": run.source,
+            "dtype": run.dtype,
+            "batch": o.batch,
+            "output": o.output,
+            "shape": o.shape,
+            "kind": o.kind,
+            "units": o.units,
+            "eager_sulp_max": float(np.max(o.eager_units)) if o.units else None,
+            "fused_sulp_max": float(np.max(o.fused_units)) if o.units else None,
+            "eager_sulp_p99": float(np.quantile(o.eager_units[np.isfinite(o.eager_units)], TAIL_QUANTILE))
+            if np.isfinite(o.eager_units).any()
+            else None,
+            "fused_sulp_p99": float(np.quantile(o.fused_units[np.isfinite(o.fused_units)], TAIL_QUANTILE))
+            if np.isfinite(o.fused_units).any()
+            else None,
+            "eager_rmse": o.eager_rmse,
+            "fused_rmse": o.fused_rmse,
+            "eager_nonfinite": o.eager_nonfinite,
+            "fused_nonfinite_where_eager_finite": o.fused_nonfinite_where_eager_finite,
+            "integer_mismatches": o.mismatched,
+            "bit_equal": o.bit_equal,
+        }
+        for run in runs
+        for o in run.outputs
+    ]
+    schema: dict[str, Any] = {
+        "model": pl.String,
+        "source": pl.String,
+        "dtype": pl.String,
+        "batch": pl.Int64,
+        "output": pl.Int64,
+        "shape": pl.String,
+        "kind": pl.String,
+        "units": pl.Int64,
+        "eager_sulp_max": pl.Float64,
+        "fused_sulp_max": pl.Float64,
+        "eager_sulp_p99": pl.Float64,
+        "fused_sulp_p99": pl.Float64,
+        "eager_rmse": pl.Float64,
+        "fused_rmse": pl.Float64,
+        "eager_nonfinite": pl.Int64,
+        "fused_nonfinite_where_eager_finite": pl.Int64,
+        "integer_mismatches": pl.Int64,
+        "bit_equal": pl.Boolean,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _paired_units(run: ModelRun) -> tuple[np.ndarray, np.ndarray]:
+    e = np.concatenate([o.eager_units for o in run.outputs if o.units] or [np.zeros(0)])
+    f = np.concatenate([o.fused_units for o in run.outputs if o.units] or [np.zeros(0)])
+    keep = np.isfinite(e) & np.isfinite(f)
+    return e[keep], f[keep]
+
+
+def _why_disagree(verdict: str, same_ok: bool, row: dict[str, Any]) -> str:
+    if verdict == CONTRADICTED and same_ok:
+        if row["fused_nonfinite"]:
+            return "same() passed although fused has non-finite outputs where eager is finite"
+        if row["integer_mismatches"]:
+            return "same() passed although integer outputs differ"
+        return (
+            f"fused's P99 unit error is {row['difference']:.3g} sULP above eager's (confidence {CONFIDENCE:g}); "
+            f"same() compares whole-output RMSE (ratio {row['rmse_ratio']:.3g}, allowed 2-3x), which a tail "
+            "confined to some rows barely moves"
+        )
+    if verdict == SUPPORTED and not same_ok:
+        return (
+            f"same() failed (RMSE ratio {row['rmse_ratio']:.3g}) although fused's P99 unit error is within "
+            f"{MATERIALITY_SULP:g} sULP of eager's: an allclose / RMSE multiplier is not a statement about the tail"
+        )
+    return ""
+
+
+def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
+    """One row per model x dtype: the paired test, the verdict (Holm over every judged row), same()
+    beside it, and the fusion evidence; invalid runs carry their reason and are not judged."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        e, f = _paired_units(run)
+        row: dict[str, Any] = {
+            "model": run.model,
+            "source": run.source,
+            "dtype": run.dtype,
+            "parameters": run.parameters,
+            "batches": len(run.same_passed),
+            "units": int(e.size),
+            "eager_p99": float(np.quantile(e, TAIL_QUANTILE)) if e.size else None,
+            "fused_p99": float(np.quantile(f, TAIL_QUANTILE)) if f.size else None,
+            "eager_max": float(e.max()) if e.size else None,
+            "fused_max": float(f.max()) if f.size else None,
+            "difference": None,
+            "ci_lower": None,
+            "ci_upper": None,
+            "p_value": None,
+            "fused_nonfinite": sum(o.fused_nonfinite_where_eager_finite for o in run.outputs),
+            "eager_nonfinite": sum(o.eager_nonfinite for o in run.outputs),
+            "integer_mismatches": sum(o.mismatched for o in run.outputs),
+            "eager_rmse": float(np.mean([o.eager_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
+            "fused_rmse": float(np.mean([o.fused_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
+            "same_passed": bool(run.same_passed) and all(run.same_passed),
+            "same_batches_failed": sum(not s for s in run.same_passed),
+            "error": run.error,
+            "seconds": run.seconds,
+            **{k: run.evidence.get(k) for k in ("graph_count", "graph_breaks", "kernel_count", "compile_seconds")},
+            "break_reasons": run.evidence.get("break_reasons", ""),
+        }
+        row["rmse_ratio"] = row["fused_rmse"] / row["eager_rmse"] if row["eager_rmse"] else None
+        if not run.error and e.size >= 2:
+            test = paired_quantile_test(
+                f,
+                e,
+                q=TAIL_QUANTILE,
+                margin=MATERIALITY_SULP,
+                confidence=CONFIDENCE,
+                resamples=BOOTSTRAP_RESAMPLES,
+                seed=seed,
+            )
+            row.update(difference=test.estimate, ci_lower=test.lower, ci_upper=test.upper, p_value=test.p_value)
+        rows.append(row)
+    judged = [i for i, r in enumerate(rows) if r["p_value"] is not None]
+    rejected = np.zeros(len(rows), dtype=bool)
+    adjusted: list[float | None] = [None] * len(rows)
+    if judged:
+        rej, adj = holm([rows[i]["p_value"] for i in judged], alpha=1 - CONFIDENCE)
+        for j, i in enumerate(judged):
+            rejected[i], adjusted[i] = bool(rej[j]), float(adj[j])
+    for i, row in enumerate(rows):
+        row["p_holm"] = adjusted[i]
+        if row["error"]:
+            verdict = INVALID
+        elif row["fused_nonfinite"] or row["integer_mismatches"] or rejected[i]:
+            verdict = CONTRADICTED
+        elif (
+            row["ci_upper"] is not None
+            and row["units"] >= MIN_UNITS_FOR_SUPPORTED
+            and row["ci_upper"] <= MATERIALITY_SULP
+        ):
+            verdict = SUPPORTED
+        else:
+            verdict = INCONCLUSIVE
+        row["verdict"] = verdict
+        row["same_verdict"] = "pass" if row["same_passed"] else "fail"
+        row["disagreement"] = _why_disagree(verdict, row["same_passed"], row) if verdict != INVALID else ""
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def needs_locating(row: dict[str, Any]) -> bool:
+    """Rows whose divergence is worth locating: fused worse (contradicted) or diverging (same() failed)."""
+    return not row["error"] and (row["verdict"] == CONTRADICTED or not row["same_passed"])

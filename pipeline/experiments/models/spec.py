@@ -1,0 +1,60 @@
+"""M, real models: id, asset group and, per profile, which architectures run at which size.
+
+Beyond the test plan: the plan's tasks judge hand-written chains; M asks the question of the models
+engineers ship. Architectures come from ``transformers`` (language models and vision backbones alike),
+built from their configs with seeded random weights (nothing is downloaded).
+
+Sizes: ``smoke`` builds three architectures tiny (two layers, width 32) for the tests; ``default``
+builds them small enough that the default profile stays within its 20-minute budget on a CPU
+without native 16-bit matmul (compile time dominates: one compile per architecture and dtype);
+``seed`` builds the real sizes (GPT-2 small, BERT-base, ResNet-50, ViT-B/16, ...) for a GPU.
+"""
+
+from dataclasses import dataclass
+
+ID, GROUP = "M", "M_models"
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    scale: str  # which config of each architecture: tiny | small | real (see zoo.py)
+    architectures: tuple[str, ...]  # names in zoo.ARCHITECTURES
+    dtypes: tuple[str, ...]  # inference dtypes
+    batches: int  # input batches per model and dtype (each from its own seed)
+    batch_size: int
+    seq_len: int  # tokens per sequence (language models)
+    image_size: int  # pixels per side (vision models)
+
+
+ALL = ("gpt2", "bert", "llama", "t5", "resnet50", "vit", "convnext")
+
+SIZES = {
+    # Three architectures (a decoder, an encoder, a vision transformer): compile time is the cost.
+    "smoke": ModelSizes(
+        scale="tiny",
+        architectures=("gpt2", "bert", "vit"),
+        dtypes=("float32", "bfloat16"),
+        batches=3,
+        batch_size=2,
+        seq_len=12,
+        image_size=32,
+    ),
+    "default": ModelSizes(
+        scale="small",
+        architectures=ALL,
+        dtypes=("float32", "bfloat16", "float16"),
+        batches=4,
+        batch_size=2,
+        seq_len=32,
+        image_size=64,
+    ),
+    "seed": ModelSizes(
+        scale="real",
+        architectures=ALL,
+        dtypes=("float32", "bfloat16", "float16"),
+        batches=8,
+        batch_size=4,
+        seq_len=128,
+        image_size=224,
+    ),
+}

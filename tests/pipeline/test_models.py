@@ -1,0 +1,263 @@
+"""Experiment M: real architectures and user workloads, eager vs fused vs fp64, judged by B's rule."""
+
+import textwrap
+
+import dagster as dg
+import numpy as np
+import pytest
+import torch
+
+from pipeline import cli
+from pipeline.definitions import build_resources, defs
+from pipeline.experiments import experiment
+from pipeline.experiments.models import compute, judge
+from pipeline.experiments.models.workloads import WorkloadError, load_workloads
+from pipeline.experiments.models.zoo import ARCHITECTURES, zoo_workloads
+from pipeline.reporting.pages import experiment_page
+from pipeline.reporting.render import Report
+from pipeline.resources import ExperimentSettings
+
+USER_MODULE = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Mlp:
+        name = "my_mlp"
+        dtypes = ("float32",)
+
+        def build(self):
+            return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8))
+
+        def inputs(self, generator, batch):
+            return (torch.randn(batch, 24, 16, generator=generator, device=generator.device),)
+
+
+    class Argmax:
+        name = "my_argmax"
+        dtypes = ("float32",)
+
+        def build(self):
+            return lambda x: (torch.softmax(x * 3, dim=-1), x.argmax(dim=-1))
+
+        def inputs(self, generator, batch):
+            return (torch.randn(batch, 64, 40, generator=generator, device=generator.device),)
+
+
+    WORKLOADS = [Mlp(), Argmax()]
+
+
+    class Raises:
+        name = "boom"
+
+        def build(self):
+            raise RuntimeError("no weights here")
+
+        def inputs(self, generator, batch):
+            return (torch.zeros(1),)
+
+
+    class WrongBuild:
+        name = "not_a_model"
+
+        def build(self):
+            return 42
+
+        def inputs(self, generator, batch):
+            return (torch.zeros(1),)
+
+
+    class WrongDevice:
+        name = "elsewhere"
+
+        def build(self):
+            return nn.Identity()
+
+        def inputs(self, generator, batch):
+            return (torch.zeros(batch, 4, device="meta"),)
+
+
+    WRONG_DEVICE = WrongDevice()
+
+
+    class NotATuple:
+        name = "listy"
+
+        def build(self):
+            return nn.Identity()
+
+        def inputs(self, generator, batch):
+            return [torch.zeros(batch, 4)]
+
+
+    NO_NAME = type("NoName", (), {"build": lambda self: nn.Identity(), "inputs": lambda self, g, b: (torch.zeros(1),)})()
+    """
+)
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "my_workloads.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "my_workloads"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no_such_module_xyz:W", "workload spec 'no_such_module_xyz:W': cannot import module 'no_such_module_xyz'"),
+        ("{mod}:MISSING", "workload spec '{mod}:MISSING': module '{mod}' has no attribute 'MISSING'"),
+        ("{mod}", "workload spec '{mod}': expected module:NAME"),
+        ("{mod}:NO_NAME", "workload from {mod}:NO_NAME: `name` must be a non-empty str, got None"),
+    ],
+)
+def test_bad_specs_are_refused_with_one_line(user_module, spec, expected):
+    spec, expected = spec.format(mod=user_module), expected.format(mod=user_module)
+    with pytest.raises(WorkloadError) as info:
+        load_workloads(spec)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_workload_objects_name_the_workload_and_the_problem(user_module, monkeypatch):
+    import my_workloads as m  # the fixture put it on the path
+
+    monkeypatch.setattr(m, "BAD", [m.Raises(), m.WrongBuild(), m.WrongDevice(), m.NotATuple()], raising=False)
+    cases = {
+        "Raises": "workload 'boom' (my_workloads:ONE): build() raised RuntimeError: no weights here",
+        "WrongBuild": "workload 'not_a_model' (my_workloads:ONE): build() must return an nn.Module or a callable, got int",
+        "WrongDevice": "workload 'elsewhere' (my_workloads:ONE): inputs(generator, batch) returned tensors on meta, "
+        "expected cpu (the generator's device)",
+        "NotATuple": "workload 'listy' (my_workloads:ONE): inputs(generator, batch) must return a non-empty tuple of "
+        "tensors, got list",
+    }
+    for cls, line in cases.items():
+        monkeypatch.setattr(m, "ONE", getattr(m, cls)(), raising=False)
+        with pytest.raises(WorkloadError) as info:
+            load_workloads("my_workloads:ONE")
+        assert str(info.value) == line
+
+
+def test_cli_refuses_a_bad_spec_with_exit_2_before_anything_runs(user_module, capsys):
+    code = cli.main(["report", "--profile", "smoke", "--device", "cpu", "--workloads", f"{user_module}:WRONG_DEVICE"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().endswith(
+        "inputs(generator, batch) returned tensors on meta, expected cpu (the generator's device)"
+    )
+    assert cli.main(["report", "--profile", "smoke", "--only", "B,Q"]) == 2
+    assert "--only: no experiment 'Q'; known: S, A" in capsys.readouterr().err
+
+
+def test_only_selects_the_experiment_what_it_needs_and_the_report():
+    assets, checks = cli.selection_for(defs, ["D"])
+    names = {k.to_user_string() for k in assets}
+    assert {"data_movement_check_table", "report_site"} <= names
+    assert not any(n.startswith(("accumulated_error", "model_", "c2_")) for n in names)
+    assert all(c.asset_key in assets for c in checks)
+    b_assets, _ = cli.selection_for(defs, ["B"])
+    assert {"input_pool_softmax", "fp64_reference_softmax"} <= {k.to_user_string() for k in b_assets}
+
+
+def test_zoo_builds_every_architecture_tiny_with_inputs_that_suit_it():
+    gen = torch.Generator().manual_seed(0)
+    for w in zoo_workloads(tuple(ARCHITECTURES), "tiny", seq_len=8, image_size=32):
+        inputs = w.inputs(gen, 2)
+        out = compute.tensors(w.build()(*inputs))
+        assert out and all(t.shape[0] == 2 and torch.isfinite(t).all() for t in out), w.name
+        if w.arch.kind != "image":
+            assert inputs[0].dtype == torch.int64 and inputs[1].sum(dim=1).min() >= 4  # half the tokens kept at least
+
+
+def _run(model, units_e, units_f, **extra):
+    rec = compute.OutputRecord(
+        0, 0, "(1,)", "float", len(units_e), np.array(units_e), np.array(units_f), 0, 0, 0, 0, 1.0, 1.0, False
+    )
+    for k, v in extra.items():
+        setattr(rec, k, v)
+    return compute.ModelRun(model, "test", "float32", [rec], [True], {"graph_count": 1, "graph_breaks": 0})
+
+
+def test_verdicts_follow_the_rule():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 2, 400)
+    table = judge.verdict_table(
+        [
+            _run("same", base, base),
+            _run("worse", base, base + 5.0),
+            _run("nonfinite", base, base, fused_nonfinite_where_eager_finite=3),
+            _run("indices", base, base, mismatched=1),
+            _run("few", base[:20], base[:20]),
+        ],
+        seed=0,
+    )
+    verdicts = dict(zip(table["model"], table["verdict"], strict=True))
+    assert verdicts == {
+        "same": "supported",
+        "worse": "contradicted",
+        "nonfinite": "contradicted",
+        "indices": "contradicted",
+        "few": "inconclusive",
+    }
+    worse = table.filter(table["model"] == "worse").row(0, named=True)
+    assert worse["difference"] == pytest.approx(5.0) and worse["p_holm"] < 0.01
+    assert "same() compares whole-output RMSE" in worse["disagreement"]
+
+
+def _materialize_m(tmp_path, backend="inductor", seed=20241223, workloads="", architectures=()):
+    settings = ExperimentSettings(profile="smoke", device="cpu", backend=backend, seed=seed, workloads=workloads)
+    exp = experiment("M")
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        [*exp.assets(), *exp.checks()],
+        resources=build_resources(settings, base_dir=str(tmp_path)),
+        run_config={"ops": {"model_runs": {"config": {"architectures": list(architectures)}}}},
+        instance=instance,
+    )
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    return result, checks, instance
+
+
+def _meta(evaluation, key):
+    value = evaluation.metadata[key]
+    return getattr(value, "value", value)
+
+
+@pytest.mark.slow
+def test_user_workloads_appear_on_m_page_with_a_verdict(tmp_path, user_module, monkeypatch):
+    monkeypatch.setenv("FUSION_WORKLOADS", f"{user_module}:WORKLOADS")
+    result, checks, instance = _materialize_m(tmp_path, workloads=f"{user_module}:WORKLOADS", architectures=["none"])
+    assert checks["model_runs_valid"].passed
+    report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
+    page = experiment_page(report, experiment("M"))
+    assert "| my_mlp | float32 |" in page and "| my_argmax | float32 |" in page
+    assert "supported" in page and "Beyond the test plan" in page
+    verdicts = result.output_for_node("model_runs", "model_verdicts")
+    assert set(verdicts["source"]) == {"user"} and verdicts["integer_mismatches"].to_list() == [0, 0]
+
+
+@pytest.mark.slow
+def test_planted_fault_in_m_is_contradicted_with_the_module_named(tmp_path):
+    from pipeline.experiments.regression.planted_bugs import register_planted_backends
+
+    register_planted_backends()
+    result, checks, _ = _materialize_m(tmp_path, backend="planted_bf16_scratch", architectures=["gpt2"])
+    claim = checks["fused_not_worse_than_eager_on_models"]
+    assert not claim.passed and claim.severity == dg.AssetCheckSeverity.ERROR
+    assert _meta(claim, "verdict") == "contradicted"
+    verdicts = result.output_for_node("model_runs", "model_verdicts")
+    fp32 = verdicts.filter(verdicts["dtype"] == "float32").row(0, named=True)
+    # the fault rounds reduction results (layer norm's mean and variance) to bf16: the first layer norm
+    assert fp32["first_divergent_module"] == "model.transformer.h.0.ln_1#0"
+    assert "model.transformer.h.0.ln_1#0" in _meta(claim, "reason")
+
+
+@pytest.mark.slow
+def test_healthy_m_has_no_error_over_three_seeds(tmp_path):
+    for seed in (1, 2, 3):
+        _, checks, _ = _materialize_m(tmp_path / str(seed), seed=seed)
+        errors = [n for n, e in checks.items() if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR]
+        assert errors == [], (
+            seed,
+            {n: _meta(checks[n], "reason") if "reason" in checks[n].metadata else "" for n in errors},
+        )
