@@ -559,3 +559,24 @@ def test_settings_know_every_planted_backend_by_name_before_registration():
 
     assert list(PLANTED_BACKENDS) == list(planted_bugs.PLANTED_BUGS)
     assert set(PLANTED_BACKENDS) <= offered()
+
+
+def test_a_failed_step_in_a_healthy_run_invalidates_the_control_instead_of_counting_a_false_alarm():
+    """A healthy run whose step raised (a torch that lacks an op, a machine out of memory) says
+    nothing about false alarms: the planted-bug claims become inconclusive with the reason."""
+    failure = {"step": "c2_reduction_order", "error": "AttributeError", "message": "no attribute 'x'", "fusion": False}
+    healthy = _synthetic_run([], failures=[failure])
+    row = harness.healthy_row(healthy)
+    assert row["caught"] == harness.CONTROL_INVALID and row["first_failure"] == "step c2_reduction_order"
+    bug = _synthetic_run(
+        [_outcome("x:claim", False, dg.AssetCheckSeverity.ERROR, {"verdict": "contradicted"}, spec="claim")]
+    )
+    table = pl.DataFrame([row, harness.bug_row("planted_drop_channel", bug, healthy)], schema=harness.MATRIX_SCHEMA)
+    alarms = matrix_asset.healthy_backend_no_false_alarms(table)
+    caught = matrix_asset.every_planted_bug_caught(table)
+    for result in (alarms, caught):
+        assert result.severity == dg.AssetCheckSeverity.WARN and result.metadata["verdict"].value == "inconclusive"
+        assert (
+            "healthy seed 1: step c2_reduction_order (AttributeError: no attribute 'x')"
+            in result.metadata["reason"].value
+        )

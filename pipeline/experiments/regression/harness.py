@@ -134,17 +134,34 @@ def _matrix_row(
     }
 
 
+#: ``caught`` of a healthy run in which a step raised: the control did not run, so it says nothing
+#: about false alarms, and bugs scored against it are not judged (the torch in use may lack what a
+#: step needs, a machine may run out of memory): never counted as a false alarm.
+CONTROL_INVALID = "control invalid"
+
+
 def healthy_row(run: MatrixRun) -> dict[str, Any]:
-    """The matrix row of a healthy run: every ERROR outcome of it is a false alarm."""
+    """The matrix row of a healthy run: every ERROR outcome of it is a false alarm, unless a step
+    raised, which makes the control invalid (:data:`CONTROL_INVALID`)."""
     errors = error_outcomes(run)
+    caught = CONTROL_INVALID if run["failures"] else ("false alarm" if errors else "clean")
     return _matrix_row(
         HEALTHY_ROW,
         f"{HEALTHY_BACKEND} (healthy, seed {run['seed']})",
         "none (false-alarm control)",
         "the healthy backend; every ERROR outcome of this run is a false alarm",
-        "false alarm" if errors else "clean",
+        caught,
         run,
         errors,
+    )
+
+
+def invalid_controls(matrix: pl.DataFrame) -> str:
+    """Why the healthy control is invalid ("" when every healthy run ran every step)."""
+    bad = matrix.filter((pl.col("row") == HEALTHY_ROW) & (pl.col("caught") == CONTROL_INVALID))
+    return "; ".join(
+        f"healthy seed {r['seed']}: {r['first_failure']} ({r['first_failure_metadata'][:300]})"
+        for r in bad.iter_rows(named=True)
     )
 
 

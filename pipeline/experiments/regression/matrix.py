@@ -28,7 +28,7 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
-from .harness import MatrixFacts, build_matrix
+from .harness import MatrixFacts, build_matrix, invalid_controls
 from .matrix_parallel import parallel_runs_here
 from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
@@ -187,6 +187,10 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
     }
     if bugs.height == 0:
         return claim_result(INCONCLUSIVE, MUTATION_RULE, "no planted bug ran", meta)
+    if why := invalid_controls(planted_bug_matrix):
+        return claim_result(
+            INCONCLUSIVE, MUTATION_RULE, f"bugs are scored against the healthy run, which is invalid: {why}", meta
+        )
     if missed.height:
         return claim_result(
             CONTRADICTED,
@@ -213,6 +217,8 @@ def healthy_backend_no_false_alarms(planted_bug_matrix: pl.DataFrame) -> dg.Asse
         "false_alarms": "; ".join(f"seed {r['seed']}: {r['caught_by']}" for r in alarms.iter_rows(named=True))
         or "none",
     }
+    if why := invalid_controls(planted_bug_matrix):
+        return claim_result(INCONCLUSIVE, FALSE_ALARM_RULE, f"the healthy control is invalid: {why}", meta)
     if alarms.height:
         return claim_result(
             CONTRADICTED,
