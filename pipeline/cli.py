@@ -13,6 +13,7 @@ import dagster as dg
 
 from .profiles import PROFILES
 from .resources import REPO_ROOT
+from .run_summary import failed_experiments, outcome_table, step_failures
 from .runs import materializations
 
 
@@ -239,57 +240,24 @@ def report(
         f"profile {profile}: {len(materialized)} assets materialized, {len(evaluated)} checks in {seconds:.1f} s; "
         f"run {result.run_id}"
     )
+    causes = step_failures(result)
+    for step, cause in causes.items():
+        print(f"failed step {step}: {cause.text()}")
+    reported = any(e.asset_key == dg.AssetKey("report_site") for e in materialized if e.asset_key is not None)
+    if causes and not reported:
+        # A failed step skips everything downstream of it, the report included: build the report
+        # alone from what was materialized, each failed experiment shown with its reason.
+        failed = failed_experiments(defs, causes)
+        print(f"building the report from what was materialized ({', '.join(failed)} failed)")
+        config = {**run_config, "ops": {"report_site": {"config": {"only": list(only), "failed": failed}}}}
+        report_job = defs.resolve_job_def("all_assets_job").get_subset(asset_selection={dg.AssetKey("report_site")})
+        report_job.execute_in_process(instance=instance, run_config=config, raise_on_error=False)
     print(outcome_table(defs, _latest_evaluations(defs, instance), failed_steps))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
     print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
     return 0 if result.success else 1
-
-
-def outcome_table(
-    defs: dg.Definitions, evaluations: Sequence[dg.AssetCheckEvaluation], failed_steps: Sequence[str]
-) -> str:
-    """Experiment x run validity x claim verdict x findings, from one run's check evaluations,
-    followed by every check that did not pass (contradicted / invalid first)."""
-    from .reporting.claims import EXPERIMENTS
-    from .verdicts import check_outcome, summarize
-
-    graph = defs.resolve_asset_graph()
-    by_group: dict[str, list] = {}
-    lines_failed = []
-    for e in evaluations:
-        spec = graph.get_check_spec(e.asset_check_key)
-        outcome = check_outcome(
-            f"{e.asset_key.to_user_string()}:{e.check_name}",
-            e.passed,
-            e.severity,
-            e.metadata,
-            (spec.metadata or {}).get("outcome"),
-        )
-        by_group.setdefault(graph.get(e.asset_key).group_name, []).append(outcome)
-        if not outcome.passed:
-            label = (
-                outcome.verdict
-                if outcome.outcome == "claim"
-                else ("invalid" if outcome.outcome == "validity" else "finding")
-            )
-            lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
-    steps_by_group: dict[str, list[str]] = {}
-    for step in failed_steps:
-        for key in graph.get_all_asset_keys():
-            if key.to_python_identifier() in step or key.to_user_string() in step:
-                steps_by_group.setdefault(graph.get(key).group_name, []).append(step)
-                break
-    rows = [f"{'experiment':<13} {'run validity':<14} {'claim verdict':<26} findings"]
-    for exp in EXPERIMENTS:
-        outcomes = by_group.get(exp.group)
-        if outcomes is None and exp.group not in steps_by_group:
-            continue
-        o = summarize(outcomes or [], steps_by_group.get(exp.group, ()))
-        rows.append(f"{exp.id:<13} {o.validity:<14} {o.verdict:<26} {o.findings}")
-    detail = [text for _, text in sorted(lines_failed)]
-    return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []))
 
 
 def promote_baseline(

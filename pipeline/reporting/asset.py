@@ -29,6 +29,11 @@ class ReportConfig(dg.Config):
         default="site/docs", description="where pages and chart specs are written (relative to the repo)"
     )
     build_dir: str = Field(default="site/build", description="where mkdocs builds the static site (git-ignored)")
+    failed: dict[str, str] = Field(
+        default_factory=dict,
+        description="experiment id -> why its step failed in the run this report follows (the CLI fills it when a "
+        "step failed); shown as 'failed: <reason>' on the overview and the experiment's page",
+    )
     only: list[str] = Field(
         default_factory=list,
         description="experiment ids this report shows (empty: every one); the others are marked 'not run' "
@@ -106,6 +111,7 @@ def build_report_asset(
             device_label=settings.device_key(),
         )
         report.only = tuple(experiment(i).group for i in config.only)
+        report.failed = {experiment(i).group: why for i, why in config.failed.items()}
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
         )

@@ -31,6 +31,8 @@ RULE_FIELDS = (
 
 def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
     """Badges for validity, verdict and findings of one experiment (for overview tables)."""
+    if group in report.failed:
+        return LABEL_MARK["failed"], f"failed: {report.failed[group]}", "—"
     o = report.outcome(group)
     if o is None:
         none = LABEL_MARK["not yet run" if report.shows(group) else "not run"]
@@ -95,7 +97,12 @@ def experiment_header(report: Report, exp: Experiment) -> str:
     if exp.sections:
         links = ", ".join(report.section_link(s) for s in exp.sections)
         lines.append(f"Feeds the main document's {links}.\n")
-    if not report.shows(exp.group):
+    if exp.group in report.failed:
+        lines.append(
+            f'!!! failure "Failed"\n    failed: {report.failed[exp.group]}. What this experiment stored before, if '
+            "anything, is shown below; fix the cause and run the report again.\n"
+        )
+    elif not report.shows(exp.group):
         lines.append(
             f'!!! warning "Not run"\n    This report was built for some experiments only (`--only`); '
             f"`{exp.id}` was not among them. Run `python -m pipeline.cli report` without `--only` for every one.\n"

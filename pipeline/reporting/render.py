@@ -130,6 +130,8 @@ class Report:
         #: Asset groups this report shows (empty: all); the others are shown as not run in it
         #: (``python -m pipeline.cli report --only B,D``).
         self.only: tuple[str, ...] = ()
+        #: Asset group -> why its step failed in the run this report follows ("failed: <reason>").
+        self.failed: dict[str, str] = {}
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
 
@@ -348,4 +350,5 @@ LABEL_MARK = {
     "nothing to read": _badge("ok", "none"),
     "not yet run": _badge("none", "not yet run"),
     "not run": _badge("none", "not run in this report"),
+    "failed": _badge("bad", "failed"),
 }

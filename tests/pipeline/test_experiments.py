@@ -55,14 +55,15 @@ def test_code_location_is_the_merge_of_the_experiments_and_the_report():
 def test_baseline_and_report_read_membership_from_the_registry():
     assert claims.EXPERIMENTS is EXPERIMENTS
     assert baseline_experiments() == baseline.EXPERIMENTS
-    assert list(baseline.EXPERIMENTS) == ["A", "B", "C1", "C2", "C3", "D", "E", "M"]
+    assert list(baseline.EXPERIMENTS) == sorted(baseline.EXPERIMENTS)
+    assert {"A", "B", "C1", "C2", "C3", "D", "E", "M"} <= set(baseline.EXPERIMENTS)
     assert baseline.EXPERIMENTS["C2"] == ("c2_version_outputs", "c2_versions", "c2_error_vs_fp64")
     for exp_id, stored in baseline.EXPERIMENTS.items():
         keys = {k.to_user_string() for a in experiment(exp_id).assets() for k in a.keys}
         assert set(stored) <= keys, exp_id
     assert all(s in SECTIONS for exp in EXPERIMENTS for s in exp.sections)
     # the claim map is derived: each section lists the experiments that name it, in registry order
-    assert dict(claims.CLAIM_EVIDENCE)["3.2"] == ("B", "E", "M")
+    assert dict(claims.CLAIM_EVIDENCE)["3.2"][:2] == ("B", "E")
     assert {e for _, ids in claims.CLAIM_EVIDENCE for e in ids} == {e.id for e in EXPERIMENTS if e.sections}
 
 

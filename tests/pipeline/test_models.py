@@ -261,3 +261,64 @@ def test_healthy_m_has_no_error_over_three_seeds(tmp_path):
             seed,
             {n: _meta(checks[n], "reason") if "reason" in checks[n].metadata else "" for n in errors},
         )
+
+
+BROKEN_MODULE = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Explodes(nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 1:  # the spec check builds with batch 1; the run uses the profile's batches
+                raise RuntimeError("kernel exploded")
+            return x * 2
+
+
+    class Broken:
+        name = "broken"
+        dtypes = ("float32",)
+
+        def build(self):
+            return Explodes()
+
+        def inputs(self, generator, batch):
+            return (torch.randn(batch, 8, generator=generator, device=generator.device),)
+
+
+    BROKEN = Broken()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_failed_step_prints_its_root_cause_and_the_report_still_builds(tmp_path, monkeypatch, capsys):
+    import dataclasses
+    import shutil
+
+    from pipeline.experiments.models import spec
+
+    (tmp_path / "broken_workloads.py").write_text(BROKEN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(cli.REPO_ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("FUSION_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setitem(spec.SIZES, "smoke", dataclasses.replace(spec.SIZES["smoke"], architectures=()))
+    code = cli.main(
+        ["report", "--profile", "smoke", "--device", "cpu", "--only", "M", "--workloads", "broken_workloads:BROKEN"]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.startswith("failed step model_runs:"))
+    assert line.startswith(
+        "failed step model_runs: RuntimeError: kernel exploded (at pipeline/experiments/models/compute.py"
+    )
+    assert "building the report from what was materialized (M failed)" in out
+    docs = cli.REPO_ROOT / "site" / "docs"
+    assert "failed: step model_runs: RuntimeError: kernel exploded" in (docs / "index.md").read_text()
+    page = (docs / "results" / "models.md").read_text()
+    assert "failed: step model_runs: RuntimeError: kernel exploded" in page
+    assert "not run in this report" in (docs / "index.md").read_text()  # --only M: the others

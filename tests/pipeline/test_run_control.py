@@ -341,3 +341,26 @@ def test_report_reads_a_planned_but_unevaluated_check_as_not_yet_run(tmp_path):
     (record,) = report.checks_of("g")
     assert record.state == "not yet run"
     assert report.outcome("g") is not None and not any(c.state == "passed" for c in report.checks_of("g"))
+
+
+def test_root_cause_follows_dagster_wrapping_to_the_project_frame():
+    from dagster._utils.error import SerializableErrorInfo
+
+    inner = SerializableErrorInfo(
+        "ValueError: shapes do not match\n",
+        [
+            '  File "/usr/lib/python3.11/site-packages/dagster/x.py", line 3, in run\n    fn()\n',
+            f'  File "{REPO}/pipeline/experiments/models/compute.py", line 120, in run_model\n    out = m(x)\n',
+            '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 9, in forward\n    raise\n',
+        ],
+        "ValueError",
+    )
+    outer = SerializableErrorInfo(
+        'Error occurred while executing op "model_runs":\n', [], "DagsterExecutionStepExecutionError", cause=inner
+    )
+    from pipeline.run_summary import root_cause
+
+    cause = root_cause(outer)
+    assert (
+        cause.text() == "ValueError: shapes do not match (at pipeline/experiments/models/compute.py:120 in run_model)"
+    )

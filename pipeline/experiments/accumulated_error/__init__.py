@@ -30,4 +30,5 @@ EXPERIMENT = Experiment(
         ),
         BaselineTable("accumulated_error_summary", method="kept"),
     ),
+    short="Accumulated error",
 )

@@ -28,4 +28,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     sizes=spec.SIZES,
+    short="Data movement",
 )

@@ -42,4 +42,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     sizes=spec.SIZES,
+    short="Determinism",
 )

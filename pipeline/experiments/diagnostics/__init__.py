@@ -19,4 +19,5 @@ EXPERIMENT = Experiment(
     load=_load,
     details=report.details,
     sizes=spec.SIZES,
+    short="Diagnostics",
 )

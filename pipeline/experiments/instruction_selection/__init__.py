@@ -30,4 +30,5 @@ EXPERIMENT = Experiment(
         BaselineTable("c1_error_vs_fp64", keys=("path",), columns={"ulp_max": "lower", "ulp_mean": "lower"}),
     ),
     sizes=spec.SIZES,
+    short="Instruction selection",
 )

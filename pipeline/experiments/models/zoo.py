@@ -56,7 +56,17 @@ def _text(cfg: dict[str, int], family: str) -> Any:
 
     layers, width, heads, ffn, vocab = cfg["layers"], cfg["width"], cfg["heads"], cfg["ffn"], cfg["vocab"]
     if family == "gpt2":
-        return t.GPT2Config(n_layer=layers, n_embd=width, n_head=heads, n_inner=ffn, vocab_size=vocab, n_positions=1024)
+        # bos / eos inside the vocabulary (GPT-2's own, 50256, is past the small ones); the forward never reads them.
+        return t.GPT2Config(
+            n_layer=layers,
+            n_embd=width,
+            n_head=heads,
+            n_inner=ffn,
+            vocab_size=vocab,
+            n_positions=1024,
+            bos_token_id=vocab - 1,
+            eos_token_id=vocab - 1,
+        )
     if family == "bert":
         return t.BertConfig(
             num_hidden_layers=layers,

@@ -32,4 +32,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     sizes=spec.SIZES,
+    short="Reduction order",
 )

@@ -29,4 +29,5 @@ EXPERIMENT = Experiment(
     load=_load,
     details=report.details,
     sizes=spec.SIZES,
+    short="Drift and planted bugs",
 )

@@ -37,4 +37,5 @@ EXPERIMENT = Experiment(
         ),
     ),
     sizes=spec.SIZES,
+    short="rsqrt iterations",
 )

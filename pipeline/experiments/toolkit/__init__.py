@@ -21,4 +21,5 @@ EXPERIMENT = Experiment(
     deliverable=report.deliverable,
     details=report.details,
     sizes=spec.SIZES,
+    short="Precision toolkit",
 )

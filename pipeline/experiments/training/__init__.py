@@ -22,4 +22,5 @@ EXPERIMENT = Experiment(
     details=report.details,
     baseline=(BaselineTable("training_curves", method="curves"),),
     sizes=spec.SIZES,
+    short="Training alignment",
 )
