@@ -21,7 +21,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup report test test-fast test-cuda lint benchmark matmul-timing ui clean
+.PHONY: setup report test test-fast test-cuda test-torch lint benchmark matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,22 @@ test-all: $(STAMP)
 test-cuda: $(STAMP)
 	$(BIN)/python -m pytest -m cuda -rs tests/pipeline/test_accelerator_smoke.py
 	FUSION_DEVICE=$${FUSION_DEVICE:-cuda} $(BIN)/python -m pytest -rs tests/pipeline -m "not cuda"
+
+# Another torch release, in its own venv (.venv-torch-<TORCH>, from PyPI: a CUDA build of several GB
+# that runs on the CPU here): the unit tests, then the smoke report with its own data folder,
+# Dagster instance and Inductor cache under .venv-torch-<TORCH>/run. Example: make test-torch TORCH=2.7
+TORCH ?=
+TORCH_VENV = .venv-torch-$(TORCH)
+test-torch:
+	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.7 (a torch minor release)"; exit 2; }
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet "torch==$(TORCH).*"
+	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[pipeline,site,test]'
+	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not materializes and not slow and not browser and not cuda"
+	mkdir -p $(TORCH_VENV)/run/home && cp .dagster_home/dagster.yaml $(TORCH_VENV)/run/home/
+	DAGSTER_HOME=$(CURDIR)/$(TORCH_VENV)/run/home FUSION_DATA_DIR=$(CURDIR)/$(TORCH_VENV)/run/data \
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/$(TORCH_VENV)/run/inductor \
+	$(TORCH_VENV)/bin/python -m pipeline.cli report --profile smoke --all
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

@@ -36,8 +36,10 @@ def root_cause(error: Any) -> RootCause:
         m = re.match(r'File "([^"]+)", line (\d+), in (.+)', first)
         if m and any(m.group(1).startswith(d) for d in _PROJECT_DIRS):
             frame = f"{m.group(1).replace(str(REPO_ROOT) + '/', '')}:{m.group(2)} in {m.group(3)}"
+    # The first line states the error ("module.Class: what"); later lines are hints and context
+    # (Dynamo's "Set TORCHDYNAMO_VERBOSE=1 ...").
     message = (error.message or "").strip().splitlines()
-    text = message[-1] if message else ""
+    text = message[0] if message else ""
     if ": " in text and text.split(": ", 1)[0].endswith(error.cls_name or "\0"):
         text = text.split(": ", 1)[1]
     return RootCause(error.cls_name or "Error", text, frame)

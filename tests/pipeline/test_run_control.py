@@ -347,13 +347,14 @@ def test_root_cause_follows_dagster_wrapping_to_the_project_frame():
     from dagster._utils.error import SerializableErrorInfo
 
     inner = SerializableErrorInfo(
-        "ValueError: shapes do not match\n",
+        "torch._inductor.exc.InductorError: TypeError: to_dtype() got an unexpected keyword argument\n\n"
+        "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n",
         [
             '  File "/usr/lib/python3.11/site-packages/dagster/x.py", line 3, in run\n    fn()\n',
             f'  File "{REPO}/pipeline/experiments/models/compute.py", line 120, in run_model\n    out = m(x)\n',
             '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 9, in forward\n    raise\n',
         ],
-        "ValueError",
+        "InductorError",
     )
     outer = SerializableErrorInfo(
         'Error occurred while executing op "model_runs":\n', [], "DagsterExecutionStepExecutionError", cause=inner
@@ -361,6 +362,7 @@ def test_root_cause_follows_dagster_wrapping_to_the_project_frame():
     from pipeline.run_summary import root_cause
 
     cause = root_cause(outer)
-    assert (
-        cause.text() == "ValueError: shapes do not match (at pipeline/experiments/models/compute.py:120 in run_model)"
+    assert cause.text() == (
+        "InductorError: TypeError: to_dtype() got an unexpected keyword argument "
+        "(at pipeline/experiments/models/compute.py:120 in run_model)"
     )

@@ -70,7 +70,9 @@ def eager_trace_with_kernels(
         depth, parent = 0, e.cpu_parent
         while parent is not None:
             depth, parent = depth + 1, parent.cpu_parent
-        rows.append(f"{'  ' * depth}{e.name} shapes={e.input_shapes} dtypes={e.input_dtypes}")
+        # torch before 2.8 records no input dtypes on profiler events: the trace then says so.
+        dtypes = getattr(e, "input_dtypes", "not recorded by this torch")
+        rows.append(f"{'  ' * depth}{e.name} shapes={e.input_shapes} dtypes={dtypes}")
     return recorder.calls, rows, kernels
 
 
