@@ -214,9 +214,12 @@ def report(
         if chosen_assets is not None and chosen_checks is not None:
             assets = [a for a in assets if a in chosen_assets]
             checks = [c for c in checks if c in chosen_checks]
+        n_assets = len(chosen_assets) if chosen_assets is not None else len(graph.get_all_asset_keys())
+        n_checks = len(chosen_checks) if chosen_checks is not None else len(graph.asset_check_keys)
+        scope = "selected " if only else ""
         print(
-            f"profile {profile}: {len(assets)} of {len(graph.get_all_asset_keys())} assets missing or stale "
-            f"(the rest are stored), {len(checks)} of {len(graph.asset_check_keys)} checks to run; "
+            f"profile {profile}: {len(assets)} of {n_assets} {scope}assets missing or stale "
+            f"(the rest are stored), {len(checks)} of {n_checks} {scope}checks to run; "
             "--all re-runs everything"
         )
         job = job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
