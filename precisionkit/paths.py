@@ -203,11 +203,34 @@ def _private_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
     and many fused variants of one workload never run into Dynamo's per-code cache limit."""
     if not inspect.isfunction(fn):
         return fn
+    if _source_file(fn) is None:
+        # A function with no source file (made by exec, as the fuzzer's graphs are): torch.compile
+        # before 2.8 runs such a function through one shared wrapper frame, whose per-code
+        # recompile limit then silently sends every fused function after the eighth to eager.
+        # Give it a frame of its own instead, defined here, with a code object of its own.
+        return _private_copy(_calling(fn))
     clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     clone.__kwdefaults__ = fn.__kwdefaults__
     clone.__qualname__ = fn.__qualname__
     clone.__doc__ = fn.__doc__
     return clone
+
+
+def _source_file(fn: Callable[..., Any]) -> str | None:
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+
+
+def _calling(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function of this module that calls ``fn`` (Dynamo traces through it into ``fn``)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "call")
+    return call
 
 
 def eager(fn: Callable[..., Any]) -> Callable[..., Any]:

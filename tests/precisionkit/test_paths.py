@@ -256,3 +256,23 @@ def test_first_call_skips_only_the_guard_latency_probe(monkeypatch):
     assert guards.profile_guard_manager is probe
     torch.compile(lambda t: t * 5 + 2, backend="aot_eager")(x)
     assert calls == [3]
+
+
+def test_functions_without_a_source_file_each_compile_past_dynamos_recompile_limit():
+    """Functions made by exec (as the fuzzer's graphs are) have no source file: torch.compile before
+    2.8 ran them through one shared wrapper frame, so from the ninth on Dynamo's per-code recompile
+    limit sent them to eager silently. Each fused function compiles its own graph."""
+    import torch
+
+    from precisionkit import fused
+
+    made = []
+    for i in range(12):
+        scope: dict = {"torch": torch}
+        exec(f"def graph(x):\n    return torch.sin(x) * {i + 1}.0 + x\n", scope)
+        made.append(scope["graph"])
+    x = torch.randn(16)
+    for i, fn in enumerate(made):
+        f = fused(fn)
+        assert torch.equal(f(x), fn(x)) or torch.allclose(f(x), fn(x)), i
+        assert f.evidence.graph_count == 1 and f.evidence.kernel_count >= 1, i
