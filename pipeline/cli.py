@@ -206,7 +206,14 @@ def report(
     job = defs.resolve_job_def("all_assets_job")
     for run_id in release_interrupted_runs(instance):
         print(f"run {run_id} was interrupted: marked failed, its pool slots released")
-    same = {"device": str(resolve_device(device)), "backend": backend, "backend_options": backend_options}
+    # Only M records which workloads it ran (provenance.workloads); an asset without that record
+    # matches any value, so a change of FUSION_WORKLOADS makes M (and what reads it) stale, nothing else.
+    same = {
+        "device": str(resolve_device(device)),
+        "backend": backend,
+        "backend_options": backend_options,
+        "workloads": workloads,
+    }
     graph = defs.resolve_asset_graph()
     chosen_assets, chosen_checks = selection_for(defs, only) if only else (None, None)
     if not everything:

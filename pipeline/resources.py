@@ -141,7 +141,6 @@ class ExperimentSettings(dg.ConfigurableResource):
             "backend": self.backend,
             "backend_options": self.backend_options,
             "seed": self.seed,
-            "workloads": self.workloads,
             **device_versions(device),
             "cpu_threads": torch.get_num_threads(),
             **cpu_capability(),

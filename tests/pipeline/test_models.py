@@ -171,11 +171,36 @@ def test_zoo_builds_every_architecture_tiny_with_inputs_that_suit_it():
 
 def _run(model, units_e, units_f, **extra):
     rec = compute.OutputRecord(
-        0, 0, "(1,)", "float", len(units_e), np.array(units_e), np.array(units_f), 0, 0, 0, 0, 1.0, 1.0, False
+        0,
+        0,
+        "(1,)",
+        "float",
+        len(units_e),
+        np.array(units_e),
+        np.array(units_f),
+        float(np.max(units_e)),
+        float(np.max(units_f)),
+        0,
+        0,
+        0,
+        0,
+        1.0,
+        1.0,
+        False,
     )
     for k, v in extra.items():
         setattr(rec, k, v)
     return compute.ModelRun(model, "test", "float32", [rec], [True], {"graph_count": 1, "graph_breaks": 0})
+
+
+def test_unit_errors_keep_a_paired_sample_and_the_largest_error_of_every_unit(monkeypatch):
+    monkeypatch.setattr(compute, "MAX_UNITS_PER_OUTPUT", 10)
+    ref = torch.ones(100, 64, dtype=torch.float64)
+    out = ref.to(torch.float32)
+    out[37, 5] += 2**-20  # row 37 is not in the stride sample (rows 0, 10, 20, ...)
+    units, largest = compute.unit_errors(out, ref, torch.float32)
+    assert units.size == 10 and not units.any()
+    assert largest == 8.0  # 2**-20 in ULPs of fp32 at 1.0 (2**-23)
 
 
 def test_verdicts_follow_the_rule():
@@ -230,10 +255,13 @@ def test_user_workloads_appear_on_m_page_with_a_verdict(tmp_path, user_module, m
     assert checks["model_runs_valid"].passed
     report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
     page = experiment_page(report, experiment("M"))
-    assert "| my_mlp | float32 |" in page and "| my_argmax | float32 |" in page
-    assert "supported" in page and "Beyond the test plan" in page
     verdicts = result.output_for_node("model_runs", "model_verdicts")
     assert set(verdicts["source"]) == {"user"} and verdicts["integer_mismatches"].to_list() == [0, 0]
+    assert "Beyond the test plan" in page
+    for r in verdicts.iter_rows(named=True):
+        row = next(line for line in page.splitlines() if line.startswith(f"| {r['model']} | float32 |"))
+        assert r["verdict"] in ("supported", "inconclusive", "contradicted") and f"| {r['verdict']} |" in row
+        assert f"| {r['same_verdict']} |" in row
 
 
 @pytest.mark.slow

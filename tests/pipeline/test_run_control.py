@@ -366,3 +366,34 @@ def test_root_cause_follows_dagster_wrapping_to_the_project_frame():
         "InductorError: TypeError: to_dtype() got an unexpected keyword argument "
         "(at pipeline/experiments/models/compute.py:120 in run_model)"
     )
+
+
+def test_other_workloads_make_only_the_asset_that_records_them_stale(tmp_path):
+    """M records which user workloads it ran (provenance.workloads); no other asset does, so a new
+    FUSION_WORKLOADS re-runs M and what reads it, and nothing else."""
+
+    @dg.asset
+    def models() -> dg.Output:
+        return dg.Output({"v": 1}, metadata={"provenance.workloads": "mine:A"})
+
+    @dg.asset
+    def page(models: dict) -> dict:
+        return models
+
+    @dg.asset
+    def unrelated() -> dict:
+        return {"v": 2}
+
+    small = dg.Definitions(assets=[models, page, unrelated])
+    instance = dg.DagsterInstance.ephemeral()
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    assert dg.materialize([models, page, unrelated], resources=resources, instance=instance).success
+    same = {"device": "cpu", "backend": "inductor", "backend_options": "{}"}
+
+    def todo(workloads: str) -> list[str]:
+        keys = cli.assets_to_run(small, instance, "smoke", {**same, "workloads": workloads})[0]
+        return [k.to_user_string() for k in keys]
+
+    assert todo("mine:A") == []
+    assert todo("mine:B") == ["models", "page"]
+

@@ -23,7 +23,7 @@ from precisionkit import locate_divergence
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
-from .compute import DTYPES, run_model
+from .compute import DTYPES, batch_inputs, run_model, working_module
 from .judge import needs_locating, output_table, verdict_table
 from .spec import GROUP, SIZES
 from .workloads import WorkloadError, load_workloads, workload_dtypes
@@ -105,9 +105,9 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
     dtypes = tuple(config.dtypes) or sizes.dtypes
     plan = [(w, d) for w in workloads for d in workload_dtypes(w, dtypes)]
     progress = Progress(context.log.info, "models x dtypes", len(plan))
-    runs, kept = [], {}
+    runs = []
     for w, dtype in plan:
-        run, module, first = run_model(
+        run = run_model(
             w,
             dtype,
             device=device,
@@ -118,19 +118,22 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
             seed_of=settings.derived_seed,
         )
         runs.append(run)
-        kept[(w.name, dtype)] = (module, first)
         progress.advance(note=f"{w.name} {dtype}: {run.error or f'{run.seconds:.1f} s'}")
     verdicts = verdict_table(runs, seed=settings.derived_seed("M", "bootstrap"))
+    by_name = {w.name: w for w in workloads}
     located: dict[tuple[str, str], str | None] = {}
     tables = []
     for row in verdicts.iter_rows(named=True):
-        module, first = kept.pop((row["model"], row["dtype"]), (None, None))
-        if needs_locating(row) and module is not None and first is not None:
-            context.log.info(f"locating the divergence of {row['model']} {row['dtype']}")
-            name, table = _locate(module, first, settings)
-            located[(row["model"], row["dtype"])] = name
-            tables.append(table.with_columns(pl.lit(row["model"]).alias("model"), pl.lit(row["dtype"]).alias("dtype")))
-    kept.clear()
+        if not needs_locating(row):
+            continue
+        context.log.info(f"locating the divergence of {row['model']} {row['dtype']}")
+        w = by_name[row["model"]]
+        # Built again from the same seed rather than kept: a model at real size is large.
+        module = working_module(w, row["dtype"], device, settings.derived_seed)
+        first = batch_inputs(w, 0, row["dtype"], device, sizes.batch_size, settings.derived_seed)
+        name, table = _locate(module, first, settings)
+        located[(row["model"], row["dtype"])] = name
+        tables.append(table.with_columns(pl.lit(row["model"]).alias("model"), pl.lit(row["dtype"]).alias("dtype")))
     verdicts = verdicts.with_columns(
         pl.struct("model", "dtype")
         .map_elements(lambda s: located.get((s["model"], s["dtype"])), return_dtype=pl.String)
@@ -145,7 +148,10 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
         else pl.DataFrame(schema={"model": pl.String, "dtype": pl.String, "layer": pl.String})
     )
     outputs = output_table(runs)
-    yield dg.Output(outputs, output_name="model_outputs", metadata={"rows": outputs.height})
+    # Which user workloads these values hold, recorded as provenance of M alone: a resumed report
+    # re-runs M (and nothing else) when FUSION_WORKLOADS names others.
+    mine = {"provenance.workloads": settings.workloads}
+    yield dg.Output(outputs, output_name="model_outputs", metadata={"rows": outputs.height, **mine})
     shown = verdicts.select(
         "model", "dtype", "eager_p99", "fused_p99", "verdict", "same_verdict", "first_divergent_module", "error"
     )
@@ -153,6 +159,7 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
         verdicts,
         output_name="model_verdicts",
         metadata={
+            **mine,
             "models": verdicts["model"].n_unique(),
             "dtypes": ", ".join(sorted(set(verdicts["dtype"]))),
             "workloads_from_user": sum(getattr(w, "source", "user") == "user" for w in workloads),
@@ -160,7 +167,7 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
             "table": dg.MetadataValue.md(markdown_table(shown)),
         },
     )
-    yield dg.Output(divergence, output_name="model_divergence", metadata={"located": len(located)})
+    yield dg.Output(divergence, output_name="model_divergence", metadata={"located": len(located), **mine})
 
 
 __all__ = ["DTYPES", "model_runs"]

@@ -63,7 +63,7 @@ def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.Ass
     deciding = judged.filter(pl.col("verdict") == verdict)
     names = ", ".join(
         f"{r['model']} {r['dtype']}"
-        + (f" (first divergent module: {r['first_divergent_module']})" if r.get("first_divergent_module") else "")
+        + (f" (first divergent module: {r['first_divergent_module']})" if r["first_divergent_module"] else "")
         for r in deciding.iter_rows(named=True)
     )
     reason = {
@@ -88,9 +88,7 @@ def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.Ass
     meta = {
         "rows_judged": judged.height,
         **{f"rows_{v}": int((judged["verdict"] == v).sum()) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)},
-        "planted_or_faulty_modules": ", ".join(sorted({m for m in deciding["first_divergent_module"].to_list() if m}))
-        if "first_divergent_module" in deciding.columns
-        else "",
+        "first_divergent_modules": ", ".join(sorted({m for m in deciding["first_divergent_module"].to_list() if m})),
         "table": dg.MetadataValue.md(markdown_table(table)),
     }
     return claim_result(verdict, RULE, reason, meta)

@@ -40,9 +40,13 @@ def cast_inputs(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[t
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
 
 
-def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tuple[np.ndarray, float | None]:
     """Per unit (row of the last dim, or element when there are few rows), the max |out - ref| in
-    ULPs of ``dtype`` at the row's largest |ref|. Non-finite entries give inf (counted separately)."""
+    ULPs of ``dtype`` at the row's largest |ref|; non-finite entries give inf (counted separately).
+
+    Returns the units kept for the paired test (every one, or a deterministic stride sample of
+    :data:`MAX_UNITS_PER_OUTPUT`, the same positions for eager and fused) and the largest finite
+    error over every unit (None when none is finite)."""
     o = out.detach().to(torch.float64).reshape(-1, out.shape[-1] if out.dim() else 1)
     r = ref.detach().to(torch.float64).reshape(o.shape)
     finite_ref = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
@@ -50,10 +54,11 @@ def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> np.
     err = ((o - r).abs() / scale).nan_to_num(nan=float("inf"))
     units = err.reshape(-1) if o.shape[0] < MIN_ROWS_AS_UNITS else err.amax(dim=1)
     values = units.cpu().numpy()
+    finite = values[np.isfinite(values)]
+    largest = float(finite.max()) if finite.size else None
     if values.size > MAX_UNITS_PER_OUTPUT:
-        step = int(np.ceil(values.size / MAX_UNITS_PER_OUTPUT))
-        values = values[::step]
-    return values
+        values = values[:: int(np.ceil(values.size / MAX_UNITS_PER_OUTPUT))]
+    return values, largest
 
 
 @dataclass
@@ -65,8 +70,10 @@ class OutputRecord:
     shape: str
     kind: str  # float | integer
     units: int
-    eager_units: np.ndarray
+    eager_units: np.ndarray  # the units kept for the paired test
     fused_units: np.ndarray
+    eager_max: float | None  # largest finite unit error over every unit (not only those kept)
+    fused_max: float | None
     eager_nonfinite: int  # non-finite where the fp64 reference is finite
     fused_nonfinite: int
     fused_nonfinite_where_eager_finite: int
@@ -111,12 +118,27 @@ def compare_output(
         mismatched = int((e != f).sum()) if e.shape == f.shape else int(e.numel())
         empty = np.zeros(0)
         return OutputRecord(
-            batch, index, str(tuple(e.shape)), "integer", 0, empty, empty, 0, 0, 0, mismatched, 0.0, 0.0, bit_equal
+            batch,
+            index,
+            str(tuple(e.shape)),
+            "integer",
+            0,
+            empty,
+            empty,
+            None,
+            None,
+            0,
+            0,
+            0,
+            mismatched,
+            0.0,
+            0.0,
+            bit_equal,
         )
     ref_finite = torch.isfinite(r)
     e_bad = ~torch.isfinite(e) & ref_finite
     f_bad = ~torch.isfinite(f) & ref_finite
-    eu, fu = unit_errors(e, r, dtype), unit_errors(f, r, dtype)
+    (eu, e_max), (fu, f_max) = unit_errors(e, r, dtype), unit_errors(f, r, dtype)
     return OutputRecord(
         batch,
         index,
@@ -125,6 +147,8 @@ def compare_output(
         int(eu.size),
         eu,
         fu,
+        e_max,
+        f_max,
         int(e_bad.sum()),
         int(f_bad.sum()),
         int((f_bad & torch.isfinite(e)).sum()),
@@ -133,6 +157,23 @@ def compare_output(
         _rmse(f, r),
         bit_equal,
     )
+
+
+def working_module(workload: Any, dtype_name: str, device: torch.device, seed_of: Any) -> nn.Module:
+    """The workload's module in ``dtype_name`` on ``device``, its weights from the run's seed (so the
+    same module can be built again, e.g. for the divergence locator, instead of being kept)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_of("M", workload.name, "weights"))
+        module = as_module(workload.build()).eval()
+    return module.to(device=device, dtype=DTYPES[dtype_name])
+
+
+def batch_inputs(
+    workload: Any, batch: int, dtype_name: str, device: torch.device, batch_size: int, seed_of: Any
+) -> tuple[torch.Tensor, ...]:
+    """Input batch number ``batch``, from its own seed, floating inputs in ``dtype_name``."""
+    generator = torch.Generator(device=device).manual_seed(seed_of("M", workload.name, "batch", batch))
+    return cast_inputs(tuple(workload.inputs(generator, batch_size)), DTYPES[dtype_name])
 
 
 def run_model(
@@ -145,30 +186,21 @@ def run_model(
     backend: str,
     options: dict[str, Any],
     seed_of: Any,
-) -> tuple[ModelRun, nn.Module | None, tuple[torch.Tensor, ...] | None]:
-    """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches.
-
-    Returns the record, and the working module and first batch's inputs (for the divergence locator)."""
+) -> ModelRun:
+    """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches."""
     dtype = DTYPES[dtype_name]
     # Every model runs behind the same adapter code, and Dynamo compiles one frame at most
     # ``recompile_limit`` times before it silently runs it eager: start each model afresh.
     torch._dynamo.reset()
     run = ModelRun(workload.name, getattr(workload, "source", "user"), dtype_name)
     start = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed_of("M", workload.name, "weights"))
-        module = as_module(workload.build()).eval()
-    run.parameters = sum(p.numel() for p in module.parameters())
-    working = copy.deepcopy(module).to(device=device, dtype=dtype)
+    working = working_module(workload, dtype_name, device, seed_of)
+    run.parameters = sum(p.numel() for p in working.parameters())
     reference = copy.deepcopy(working).to(dtype=torch.float64)
-    del module
     compiled = fused(working, backend=backend, options=options, require_fusion=False)
-    first: tuple[torch.Tensor, ...] | None = None
     with torch.no_grad():
         for b in range(batches):
-            generator = torch.Generator(device=device).manual_seed(seed_of("M", workload.name, "batch", b))
-            inputs = cast_inputs(tuple(workload.inputs(generator, batch_size)), dtype)
-            first = inputs if first is None else first
+            inputs = batch_inputs(workload, b, dtype_name, device, batch_size, seed_of)
             eager_out = tensors(working(*inputs))
             try:
                 fused_out = tensors(compiled(*inputs))
@@ -204,4 +236,4 @@ def run_model(
         elif ev.kernel_count == 0:
             run.error = "generated no fused kernel"
     run.seconds = time.perf_counter() - start
-    return run, working, first
+    return run

@@ -134,20 +134,20 @@ def load_workloads(text: str | None, device: torch.device | str = "cpu") -> list
     return out
 
 
+class CallableModule(nn.Module):
+    """A workload's plain callable as a module, so it can be copied, cast and hooked like one."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
 def as_module(built: Any) -> nn.Module:
-    """A workload's built model as a module (a plain callable is wrapped so it can be copied and cast)."""
-    if isinstance(built, nn.Module):
-        return built
-
-    class Callable_(nn.Module):
-        def __init__(self, fn: Callable[..., Any]) -> None:
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, *args: Any) -> Any:
-            return self.fn(*args)
-
-    return Callable_(built)
+    """A workload's built model as a module (a plain callable is wrapped in :class:`CallableModule`)."""
+    return built if isinstance(built, nn.Module) else CallableModule(built)
 
 
 def workload_dtypes(obj: Any, default: Sequence[str]) -> tuple[str, ...]:
