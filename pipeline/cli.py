@@ -257,7 +257,7 @@ def report(
     if causes and not reported:
         # A failed step skips everything downstream of it, the report included: build the report
         # alone from what was materialized, each failed experiment shown with its reason.
-        failed = failed_experiments(defs, causes)
+        failed = failed_experiments(causes)
         print(f"building the report from what was materialized ({', '.join(failed)} failed)")
         config = {**run_config, "ops": {"report_site": {"config": {"only": list(only), "failed": failed}}}}
         report_job = defs.resolve_job_def("all_assets_job").get_subset(asset_selection={dg.AssetKey("report_site")})

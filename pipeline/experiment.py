@@ -12,7 +12,7 @@ This module imports no experiment and nothing of the report, so both may import 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from functools import cache
 from types import ModuleType
 from typing import Any, Literal
@@ -137,21 +137,8 @@ def fill_catalogue(experiments: Sequence[Experiment]) -> None:
 
 
 def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
-    """A typed sizes record as flat metadata: tuples as text, nested records and dicts dotted."""
-    if is_dataclass(sizes) and not isinstance(sizes, type):
-        items = {f.name: getattr(sizes, f.name) for f in fields(sizes)}
-    elif isinstance(sizes, Mapping):
-        items = dict(sizes)
-    else:
-        return {prefix.rstrip("."): sizes}
-    out: dict[str, Any] = {}
-    for key, value in items.items():
-        name = f"{prefix}{key}"
-        if (is_dataclass(value) and not isinstance(value, type)) or isinstance(value, Mapping):
-            out.update(flat_sizes(value, f"{name}."))
-        else:
-            out[name] = str(value) if isinstance(value, tuple) else value
-    return out
+    """A typed sizes record as flat metadata (``prefix`` + field name; tuples as text)."""
+    return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
 __all__ = ["BaselineTable", "Experiment", "ReportSection", "catalogue", "fill_catalogue", "flat_sizes"]

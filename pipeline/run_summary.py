@@ -56,16 +56,20 @@ def step_failures(result: Any) -> dict[str, RootCause]:
     return out
 
 
-def failed_experiments(defs: dg.Definitions, causes: dict[str, RootCause]) -> dict[str, str]:
-    """Experiment id -> why its step failed (the first failed step of each), for the report's "failed: <reason>"."""
+def step_owners() -> dict[str, str]:
+    """Step (op) name -> the id of the experiment whose asset or check it runs."""
     from .experiments import EXPERIMENTS
 
-    owner = {d.op.name: exp.id for exp in EXPERIMENTS for d in (*exp.assets(), *exp.checks())}
+    return {d.op.name: exp.id for exp in EXPERIMENTS for d in (*exp.assets(), *exp.checks())}
+
+
+def failed_experiments(causes: dict[str, RootCause]) -> dict[str, str]:
+    """Experiment id -> why its step failed (the first failed step of each), for the report's "failed: <reason>"."""
+    owners = step_owners()
     out: dict[str, str] = {}
     for step, cause in causes.items():
-        exp_id = owner.get(step, "")
-        if exp_id:
-            out.setdefault(exp_id, f"step {step}: {cause.error}: {cause.message}")
+        if step in owners:
+            out.setdefault(owners[step], f"step {step}: {cause.error}: {cause.message}")
     return out
 
 
@@ -74,7 +78,7 @@ def outcome_table(
 ) -> str:
     """Experiment x run validity x claim verdict x findings, from one run's check evaluations,
     followed by every check that did not pass (contradicted / invalid first)."""
-    from .reporting.claims import EXPERIMENTS
+    from .experiments import EXPERIMENTS
     from .verdicts import check_outcome, summarize
 
     graph = defs.resolve_asset_graph()
@@ -97,18 +101,17 @@ def outcome_table(
                 else ("invalid" if outcome.outcome == "validity" else "finding")
             )
             lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
-    steps_by_group: dict[str, list[str]] = {}
+    owners = step_owners()
+    steps_by_exp: dict[str, list[str]] = {}
     for step in failed_steps:
-        for key in graph.get_all_asset_keys():
-            if key.to_python_identifier() in step or key.to_user_string() in step:
-                steps_by_group.setdefault(graph.get(key).group_name, []).append(step)
-                break
+        if step in owners:
+            steps_by_exp.setdefault(owners[step], []).append(step)
     rows = [f"{'experiment':<13} {'run validity':<14} {'claim verdict':<26} findings"]
     for exp in EXPERIMENTS:
         outcomes = by_group.get(exp.group)
-        if outcomes is None and exp.group not in steps_by_group:
+        if outcomes is None and exp.id not in steps_by_exp:
             continue
-        o = summarize(outcomes or [], steps_by_group.get(exp.group, ()))
+        o = summarize(outcomes or [], steps_by_exp.get(exp.id, ()))
         rows.append(f"{exp.id:<13} {o.validity:<14} {o.verdict:<26} {o.findings}")
     detail = [text for _, text in sorted(lines_failed)]
     return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []))

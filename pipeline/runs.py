@@ -35,10 +35,6 @@ def device_of(metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("provenance.device_label") or metadata.get("provenance.device_name") or "unknown device")
 
 
-def profile_of(metadata: Mapping[str, Any]) -> Any:
-    return metadata.get("provenance.profile")
-
-
 def is_imported(metadata: Mapping[str, Any]) -> bool:
     return IMPORTED_FROM in metadata
 

@@ -397,3 +397,16 @@ def test_other_workloads_make_only_the_asset_that_records_them_stale(tmp_path):
     assert todo("mine:A") == []
     assert todo("mine:B") == ["models", "page"]
 
+
+def test_failed_steps_are_charged_to_the_experiment_whose_asset_or_check_they_run():
+    from pipeline.definitions import defs
+    from pipeline.run_summary import RootCause, failed_experiments, outcome_table
+
+    steps = ["c1_instruction_selection", "data_movement_check_table_pure_movement_rows_bit_exact", "model_runs"]
+    rows = outcome_table(defs, [], steps).splitlines()
+    assert [r.split()[0] for r in rows[1:]] == ["C1", "D", "M"]
+    assert all(r.split()[1] == "invalid" for r in rows[1:])
+    cause = RootCause("InductorError", "codegen failed", "")
+    assert failed_experiments({"model_runs": cause, "not_a_step": cause}) == {
+        "M": "step model_runs: InductorError: codegen failed"
+    }

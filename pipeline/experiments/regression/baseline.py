@@ -17,7 +17,6 @@ would be an import cycle).
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from ...experiment import Experiment, catalogue
-from ...storage import atomic_path, read_value
+from ...storage import atomic_path, file_sha256, read_value
 from .comparators import COLUMNS, COMPARATORS, compare_tables, row
 
 #: The experiments that declare a baseline, by id.
@@ -91,14 +90,6 @@ def list_versions(base_dir: str | Path, profile: str) -> list[str]:
 
 def load_manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text())
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def materialization_status(data_dir: Path) -> dict[str, list[str]]:
@@ -213,7 +204,7 @@ def _promote_tables(
         shutil.copy2(src, staging / src.name)
         tables[asset] = {
             "file": src.name,
-            "sha256": _sha256(src),
+            "sha256": file_sha256(src),
             "bytes": src.stat().st_size,
             "stored_at": datetime.fromtimestamp(src.stat().st_mtime, UTC).isoformat(),
         }
@@ -327,7 +318,7 @@ def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[st
             continue
         base_prov = entry.get("provenance", {})
         same_files = all(
-            (f := stored_file(cur_dir, a)) is not None and _sha256(f) == t.get("sha256")
+            (f := stored_file(cur_dir, a)) is not None and file_sha256(f) == t.get("sha256")
             for a, t in entry.get("tables", {}).items()
         )
         # Byte-identical tables are the baseline's own materialization: its recorded provenance holds.
