@@ -21,16 +21,22 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup report test test-fast test-cuda test-torch lint benchmark matmul-timing ui clean
+.PHONY: lock setup report test test-fast test-cuda test-torch lint benchmark matmul-timing ui clean
 
-$(STAMP): pyproject.toml requirements/torch-cpu.txt
+$(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	if [ "$(TORCH_SPEC)" != "skip" ]; then $(BIN)/python -m pip install --quiet $(PIP_TORCH_ARGS) $(TORCH_SPEC); fi
-	$(BIN)/python -m pip install --quiet -e '.[pipeline,site,test,lint]'
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[pipeline,site,test,lint]'
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Rewrite requirements/constraints.txt from what .venv holds now (after a change to pyproject.toml).
+lock: $(STAMP)
+	{ sed -n '1,3p' requirements/constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+	  | grep -v -i -E '^(torch|nvidia|triton|fusion-precision)([=-]|$$)'; } > requirements/constraints.txt.new
+	mv requirements/constraints.txt.new requirements/constraints.txt
 
 report: $(STAMP)
 	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
