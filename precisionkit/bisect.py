@@ -1,0 +1,272 @@
+"""The layer at fault, measured: a reproducer re-run in fresh interpreters, one compiler layer or
+one change at a time.
+
+Each variant runs the reproducer file (:mod:`precisionkit.repro`) in a new interpreter with an
+Inductor cache of its own, so nothing compiled under one variant is loaded by another.
+
+1. **Layers**, in the order ``torch.compile`` applies them: Dynamo capture (backend ``eager``),
+   AOTAutograd (``aot_eager``), decompositions and partitioning (``aot_eager_decomp_partition``),
+   Inductor (``inductor``), then the case's own backend when it is another one (a custom backend
+   wrapping Inductor). The first layer whose run reproduces is where the defect appears.
+2. When that layer is Inductor: **Inductor knobs** (vectorization off with ``cpp.simdlen=0``, the
+   AVX2 path, fusion limited to one node, epilogue fusion and the pattern matcher off,
+   ``emulate_precision_casts``), and **the native toolchain**: the same generated C++ rebuilt with
+   other flags (``-O2``, single ``-fno-...`` flags, ``-mtune=generic``) through a compiler wrapper,
+   and by ``clang++`` where one is installed. The generated C++ of every Inductor variant is
+   hashed: when a toolchain variant compiled the *same* source and the defect is gone, the
+   toolchain is at fault (the generated code is the same; only its translation changed), and
+   that flag is the workaround. Otherwise a knob that removes it names Inductor's lowering or
+   code generation, and is the workaround.
+
+The ``compiled`` rule (no kernel generated) only makes sense for Inductor and the case's backend,
+so only those two layers run for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .repro import Case, ScriptRun, run_script
+
+LAYERS: tuple[tuple[str, str], ...] = (
+    ("Dynamo capture", "eager"),
+    ("AOTAutograd", "aot_eager"),
+    ("decompositions and partitioning", "aot_eager_decomp_partition"),
+    ("Inductor lowering, fusion and code generation", "inductor"),
+)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One change to the Inductor run: config assignments (``prelude``), environment, compiler flags."""
+
+    name: str
+    kind: str  # "inductor" | "toolchain"
+    prelude: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    cxx_flags: tuple[str, ...] = ()
+    cxx: str = ""  # another compiler (a name on PATH)
+
+
+def _config(assign: str) -> str:
+    return f"import torch._inductor.config as c\nc.{assign}"
+
+
+INDUCTOR_KNOBS: tuple[Knob, ...] = (
+    Knob("cpp.simdlen=0 (no vectorization)", "inductor", _config("cpp.simdlen = 0")),
+    Knob(
+        "AVX2 path (ATEN_CPU_CAPABILITY=avx2)",
+        "inductor",
+        env={"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    ),
+    Knob("max_fusion_size=1 (fusion off)", "inductor", _config("max_fusion_size = 1")),
+    Knob("epilogue_fusion=False", "inductor", _config("epilogue_fusion = False")),
+    Knob("pattern_matcher=False", "inductor", _config("pattern_matcher = False")),
+    Knob("emulate_precision_casts=True", "inductor", _config("emulate_precision_casts = True")),
+)
+
+TOOLCHAIN_KNOBS: tuple[Knob, ...] = (
+    Knob("-O2", "toolchain", cxx_flags=("-O2",)),
+    Knob("-fno-tree-slp-vectorize", "toolchain", cxx_flags=("-fno-tree-slp-vectorize",)),
+    Knob("-fno-tree-loop-vectorize", "toolchain", cxx_flags=("-fno-tree-loop-vectorize",)),
+    Knob("-fno-strict-aliasing", "toolchain", cxx_flags=("-fno-strict-aliasing",)),
+    Knob("-ffp-contract=off", "toolchain", cxx_flags=("-ffp-contract=off",)),
+    Knob("-mtune=generic", "toolchain", cxx_flags=("-mtune=generic",)),
+    Knob("clang++", "toolchain", cxx="clang++"),
+)
+
+
+@dataclass
+class Variant:
+    """One row of the bisection table."""
+
+    step: str  # "layer" | "inductor" | "toolchain"
+    name: str
+    backend: str
+    status: str  # reproduces | clean | error
+    message: str
+    seconds: float
+    cpp_sha256: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Bisection:
+    """The table, the first layer that reproduces, the layer at fault and the workaround."""
+
+    variants: list[Variant]
+    first_layer: str
+    layer_at_fault: str
+    workaround: str
+    kernel_excerpt: str = ""
+    skipped: list[str] = field(default_factory=list)
+
+    def table_md(self) -> str:
+        head = "| step | variant | backend | result | what it printed | C++ (sha256) | seconds |\n|---|---|---|---|---|---|---|\n"
+        body = "".join(
+            f"| {v.step} | {v.name} | `{v.backend}` | **{v.status}** | {v.message.replace('|', '/')} | "
+            f"{v.cpp_sha256[:12] or '-'} | {v.seconds:.1f} |\n"
+            for v in self.variants
+        )
+        return head + body
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "first_layer": self.first_layer,
+            "layer_at_fault": self.layer_at_fault,
+            "workaround": self.workaround,
+            "variants": [v.row() for v in self.variants],
+            "skipped": self.skipped,
+        }
+
+
+def _cpp_files(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.rglob("*.cpp") if p.is_file())
+
+
+def generated_cpp(cache: Path) -> tuple[str, str]:
+    """(sha256 over the generated kernels' C++ under an Inductor cache folder, excerpt of the first).
+    Only files that define an ``extern "C"`` kernel count (not the ISA probe)."""
+    texts = []
+    for path in _cpp_files(cache):
+        text = path.read_text(errors="replace")
+        if 'extern "C"' in text and "kernel" in text and "_chk_kernel" not in text:
+            texts.append(text)
+    texts.sort()
+    if not texts:
+        return "", ""
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
+    first = texts[0]
+    start = first.find('extern "C"')
+    excerpt = "\n".join(first[start:].splitlines()[:40])
+    return digest, excerpt
+
+
+def _wrapper(folder: Path, flags: Sequence[str], compiler: str) -> Path:
+    """A compiler named ``g++`` (so Inductor treats it as GCC) that runs ``compiler`` (the one
+    Inductor would use) with ``flags`` appended: a later ``-O2`` overrides Inductor's ``-O3``, a
+    later ``-fno-x`` its ``-fx``."""
+    real = shutil.which(compiler) or compiler
+    path = folder / "g++"
+    quoted = " ".join(f"'{f}'" for f in flags)
+    path.write_text(f'#!/bin/sh\nexec {real} "$@" {quoted}\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _status_message(run: ScriptRun) -> str:
+    if run.status == "error":
+        err = [line for line in run.output.strip().splitlines() if line.strip()]
+        return ("did not run: " + (err[-1] if err else f"exit {run.returncode}"))[:240]
+    line = run.last_line
+    return line.split(": ", 1)[1] if line.startswith(("REPRODUCES: ", "clean: ")) else line[:240]
+
+
+def bisect(
+    script: str | os.PathLike[str],
+    case: Case,
+    *,
+    python: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    knobs: bool = True,
+    log: Callable[[str], None] | None = None,
+    timeout: float = 600.0,
+) -> Bisection:
+    """Run the bisection of one reproducer file (see the module docstring)."""
+    variants: list[Variant] = []
+    base_env = dict(env or {})
+    work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
+    try:
+
+        def run(step: str, name: str, backend: str, knob: Knob | None = None) -> Variant:
+            cache = Path(tempfile.mkdtemp(prefix="cache-", dir=work))
+            var_env = {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+            prelude = ""
+            if knob is not None:
+                var_env.update(knob.env)
+                prelude = knob.prelude
+                if knob.cxx_flags:
+                    compiler = base_env.get("CXX") or os.environ.get("CXX", "g++")
+                    folder = Path(tempfile.mkdtemp(prefix="cxx-", dir=work))
+                    var_env["CXX"] = str(_wrapper(folder, knob.cxx_flags, compiler))
+                if knob.cxx:
+                    var_env["CXX"] = knob.cxx
+            result = run_script(
+                script, [backend], python=python, env=var_env, prelude=prelude, cwd=cwd, timeout=timeout
+            )
+            sha, excerpt = generated_cpp(cache)
+            shown = {k: v for k, v in var_env.items() if k != "TORCHINDUCTOR_CACHE_DIR" and k not in base_env}
+            v = Variant(step, name, backend, result.status, _status_message(result), result.seconds, sha, shown)
+            v_excerpt[name] = excerpt
+            variants.append(v)
+            if log:
+                log(f"  {step:9s} {name:45s} {v.status}")
+            return v
+
+        v_excerpt: dict[str, str] = {}
+        layers = list(LAYERS)
+        if case.backend not in {b for _, b in LAYERS}:
+            layers.append((f"the backend {case.backend!r} (wraps the layers above)", case.backend))
+        if case.rule == "compiled":
+            layers = [(n, b) for n, b in layers if b not in ("eager", "aot_eager", "aot_eager_decomp_partition")]
+        first = ""
+        for name, backend in layers:
+            if run("layer", name, backend).status == "reproduces":
+                first = name
+                break
+        skipped: list[str] = []
+        if not first:
+            return Bisection(variants, "", "does not reproduce here", "", skipped=skipped)
+        first_backend = dict(layers)[first]
+        if first_backend != "inductor":
+            return Bisection(variants, first, first, f"use the layer before it: {_before(layers, first)}")
+        base = variants[-1]
+        excerpt = v_excerpt.get(base.name, "")
+        if not knobs:
+            return Bisection(variants, first, first, "", excerpt)
+        toolchain_fix = inductor_fix = None
+        for knob in TOOLCHAIN_KNOBS:
+            if knob.cxx and shutil.which(knob.cxx) is None:
+                skipped.append(f"{knob.name}: not installed")
+                continue
+            v = run("toolchain", knob.name, "inductor", knob)
+            if v.status == "clean" and v.cpp_sha256 and v.cpp_sha256 == base.cpp_sha256 and toolchain_fix is None:
+                toolchain_fix = knob.name
+        for knob in INDUCTOR_KNOBS:
+            v = run("inductor", knob.name, "inductor", knob)
+            if v.status == "clean" and inductor_fix is None:
+                inductor_fix = knob.name
+        if toolchain_fix:
+            return Bisection(
+                variants,
+                first,
+                f"native toolchain (C++ compiler): the same generated C++ is correct when built with {toolchain_fix}",
+                f"build Inductor's kernels with {toolchain_fix} (e.g. CXX set to a wrapper adding it)",
+                excerpt,
+                skipped,
+            )
+        if inductor_fix:
+            return Bisection(
+                variants, first, f"{first} (removed by {inductor_fix})", f"set {inductor_fix}", excerpt, skipped
+            )
+        return Bisection(variants, first, f"{first} (no knob tried removes it)", "", excerpt, skipped)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _before(layers: list[tuple[str, str]], name: str) -> str:
+    names = [n for n, _ in layers]
+    i = names.index(name)
+    return f"backend={layers[i - 1][1]!r}" if i > 0 else "no torch.compile (eager)"

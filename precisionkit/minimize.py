@@ -1,0 +1,233 @@
+"""Delta debugging of a :class:`~precisionkit.repro.Case`: the fewest ops and the smallest shapes
+that still reproduce.
+
+The graph is traced with ``torch.fx`` and printed back as plain code, so a minimized case is still
+a readable function. Candidates, tried greedily until none is accepted (or the budget is spent):
+
+* over ops: end the graph early at one of its values, or bypass one op (its uses read its first
+  tensor input instead, where shape and dtype agree); dead ops and unused inputs go;
+* over dims: every input dim of one size shrinks together to 1, then to half (equal-sized dims
+  are usually the same axis, so they shrink as one).
+
+A candidate is accepted when ``predicate(candidate)`` holds; :func:`predicate_for` builds the
+usual one: the case reproduces with its backend AND a healthy control backend stays clean, so a
+smaller graph never trades the defect for a legitimate difference.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.fx
+
+from .repro import Case, Input, namespace, reproduces
+
+_DEAD = re.compile(r";\s+(?:\w+ = )+None$")
+_ANNOTATION = re.compile(r"\s*:\s*[\w.]+(?=[,)])")
+
+
+def _is_shape_node(node: torch.fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if node.target is getattr:
+        return True
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        return _is_shape_node(node.args[0])
+    return False
+
+
+def count_ops(gm: torch.fx.GraphModule) -> int:
+    """Operations of a traced graph, not counting reads of a tensor's shape."""
+    return sum(
+        1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module") and not _is_shape_node(n)
+    )
+
+
+def trace(case: Case) -> torch.fx.GraphModule:
+    """The case's graph traced by ``torch.fx`` with shapes and dtypes recorded on every node."""
+    scope = namespace(case)
+    gm = torch.fx.symbolic_trace(scope["graph"])
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).propagate(*scope["make"]())
+    return gm
+
+
+def graph_source(gm: torch.fx.GraphModule) -> str:
+    """A traced graph printed back as ``def graph(...)`` in plain torch code."""
+    code = gm.graph.python_code(root_module="self").src
+    lines = []
+    for line in code.strip().splitlines():
+        line = _DEAD.sub("", line.rstrip())
+        if re.fullmatch(r"\s+(?:\w+ = )+None", line):
+            continue
+        if line.startswith("def forward("):  # the original function's annotations are not needed
+            line = _ANNOTATION.sub("", re.sub(r"\)\s*->\s*[\w.\[\], ]+:$", "):", line))
+        lines.append(line)
+    text = "\n".join(lines)
+    text = re.sub(r"def forward\(self,? ?", "def graph(", text, count=1)
+    prefix = ""
+    if re.search(r"\binf\b", text) or re.search(r"\bnan\b", text):
+        prefix = "inf, nan = float('inf'), float('nan')\n\n\n"
+    return prefix + text + "\n"
+
+
+def _meta(node: object) -> tuple[tuple[int, ...], torch.dtype] | None:
+    if not isinstance(node, torch.fx.Node):
+        return None
+    tm = node.meta.get("tensor_meta")
+    if tm is None or not hasattr(tm, "shape"):
+        return None
+    return tuple(tm.shape), tm.dtype
+
+
+def _rebuilt(case: Case, gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> Case | None:
+    graph.eliminate_dead_code()
+    names = [n.target for n in graph.nodes if n.op == "placeholder"]
+    for node in list(graph.nodes):
+        if node.op == "placeholder" and not node.users:
+            graph.erase_node(node)
+    kept = [n.target for n in graph.nodes if n.op == "placeholder"]
+    if not kept or len(kept) > len(names):
+        return None
+    new = torch.fx.GraphModule(gm, graph)
+    by_name = {i.name: i for i in case.inputs}
+    try:
+        return case.with_(source=graph_source(new), inputs=tuple(by_name[str(k)] for k in kept))
+    except (KeyError, ValueError):
+        return None
+
+
+def op_candidates(case: Case) -> Iterator[Case]:
+    """Smaller graphs: end early at a value, or bypass one op."""
+    gm = trace(case)
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method") and not _is_shape_node(n)]
+    for node in nodes[:-1]:  # end early
+        if _meta(node) is None:
+            continue
+        g = torch.fx.Graph()
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        for n in gm.graph.nodes:
+            if n.op == "output":
+                break
+            env[n] = g.node_copy(n, env.__getitem__)
+            if n is node:
+                break
+        g.output(env[node])
+        cand = _rebuilt(case, gm, g)
+        if cand is not None:
+            yield cand
+    for node in reversed(nodes):  # bypass
+        meta = _meta(node)
+        src = next((a for a in node.all_input_nodes if _meta(a) == meta), None)
+        if meta is None or src is None:
+            continue
+        g = torch.fx.Graph()
+        env = {}
+        for n in gm.graph.nodes:
+            if n is node:
+                env[n] = env[src]
+                continue
+            env[n] = g.node_copy(n, env.__getitem__)
+        if count_ops(torch.fx.GraphModule(gm, g)) == 0:
+            continue
+        cand = _rebuilt(case, gm, g)
+        if cand is not None:
+            yield cand
+
+
+def dim_candidates(case: Case) -> Iterator[Case]:
+    """Smaller inputs: every dim of one size set to 1, then to half of it (largest sizes first)."""
+    sizes = sorted({d for i in case.inputs for d in i.shape if d > 1}, reverse=True)
+    for size in sizes:
+        for new in dict.fromkeys((1, size // 2)):
+            if new >= size:
+                continue
+            inputs = tuple(replace(i, shape=tuple(new if d == size else d for d in i.shape)) for i in case.inputs)
+            yield case.with_(inputs=inputs)
+
+
+@dataclass
+class Minimized:
+    """The smallest case found, and what it took."""
+
+    case: Case
+    original: Case
+    checks: int
+    seconds: float
+    steps: list[str] = field(default_factory=list)
+
+    @property
+    def ops_before(self) -> int:
+        return _ops(self.original)
+
+    @property
+    def ops_after(self) -> int:
+        return _ops(self.case)
+
+
+def _ops(case: Case) -> int:
+    try:
+        return count_ops(torch.fx.symbolic_trace(namespace(case)["graph"]))
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _numel(case: Case) -> int:
+    total = 0
+    for i in case.inputs:
+        n = 1
+        for d in i.shape:
+            n *= d
+        total += n
+    return total
+
+
+def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int = 40) -> Minimized:
+    """Greedy delta debugging over ops, then dims, then ops again, until no candidate is accepted
+    or ``max_checks`` candidates were tried. ``case`` itself is assumed to satisfy ``predicate``."""
+    start = time.perf_counter()
+    current, checks, steps = case, 0, []
+    seen: set[tuple[str, tuple[Input, ...]]] = {(case.source, case.inputs)}
+    progress = True
+    while progress and checks < max_checks:
+        progress = False
+        for kind, gen in (("ops", op_candidates), ("dims", dim_candidates)):
+            try:
+                cands = list(gen(current))
+            except Exception:  # noqa: BLE001 - an untraceable graph keeps its ops
+                cands = []
+            for cand in cands:
+                key = (cand.source, cand.inputs)
+                if key in seen:
+                    continue
+                smaller = _ops(cand) < _ops(current) if kind == "ops" else _numel(cand) < _numel(current)
+                if not smaller:
+                    continue
+                seen.add(key)
+                if checks >= max_checks:
+                    break
+                checks += 1
+                if predicate(cand):
+                    current, progress = cand, True
+                    steps.append(f"{kind}: {_ops(cand)} ops, shapes {[i.shape for i in cand.inputs]}")
+                    break
+            if progress:
+                break
+    return Minimized(current, case, checks, time.perf_counter() - start, steps)
+
+
+def predicate_for(control: str | None) -> Callable[[Case], bool]:
+    """Reproduces with the case's backend, and (with ``control``) not with the healthy control."""
+
+    def pred(case: Case) -> bool:
+        if not reproduces(case)[0]:
+            return False
+        return control is None or not reproduces(case, control)[0]
+
+    return pred

@@ -1,0 +1,67 @@
+"""Faulty ``torch.compile`` backends for the reproducer tests: no Inductor, so they cost no C++ build.
+
+``register()`` is idempotent and is what a reproducer's setup line calls in a fresh interpreter.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def _map(out: Any, fn: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return fn(out) if out.is_floating_point() else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_map(o, fn) for o in out)
+    return out
+
+
+def _up(t: torch.Tensor) -> torch.Tensor:
+    """One ULP towards +inf (every element)."""
+    return torch.nextafter(t, torch.full_like(t, float("inf")))
+
+
+def _tail(t: torch.Tensor) -> torch.Tensor:
+    """One ULP up in the odd tail of rows longer than 8 whose length is not a multiple of 8."""
+    n = t.shape[-1] if t.dim() else 0
+    if n <= 8 or n % 8 == 0:
+        return t
+    t = t.clone()
+    t[..., n - n % 8 :] = _up(t[..., n - n % 8 :])
+    return t
+
+
+_calls = {"n": 0}
+
+
+def _jitter(t: torch.Tensor) -> torch.Tensor:
+    _calls["n"] += 1
+    return _up(t) if _calls["n"] % 2 == 0 else t
+
+
+def _wrap(fn: Any) -> Any:
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        def run(*args: Any) -> Any:
+            return _map(gm(*args), fn)
+
+        return run
+
+    return backend
+
+
+BACKENDS = {"pk_test_one_ulp": _up, "pk_test_tail": _tail, "pk_test_jitter": _jitter}
+
+
+def register() -> list[str]:
+    from torch._dynamo import list_backends, register_backend
+
+    known = set(list_backends(exclude_tags=()))
+    for name, fn in BACKENDS.items():
+        if name not in known:
+            register_backend(compiler_fn=_wrap(fn), name=name)
+    return list(BACKENDS)
+
+
+#: What a reproducer file runs first to have these backends (in a fresh interpreter too).
+SETUP = f"import sys\n\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\nfrom repro_backends import register\n\nregister()\n"

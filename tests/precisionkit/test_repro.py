@@ -1,0 +1,229 @@
+"""Reproducer files, their rules, delta debugging and the bisection of the layer at fault.
+
+The faulty backends of ``repro_backends`` damage what the FX graph returns without calling
+Inductor, so these tests compile no C++ except where Inductor is the point (marked slow/heavy).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from repro_backends import SETUP, register
+
+from precisionkit.bisect import bisect
+from precisionkit.minimize import graph_source, minimize, predicate_for
+from precisionkit.repro import Case, Input, lines_of, make_inputs, render, reproduces, run_script, write
+
+register()
+
+EXACT = "def graph(x):\n    return x * 2.0\n"
+CHAIN = "def graph(x, b):\n    y = x * 1.5\n    y = torch.relu(y)\n    return y * 2.0 + b * 0.0\n"
+
+
+def case(**kw: object) -> Case:
+    base: dict[str, object] = {
+        "id": "t",
+        "source": EXACT,
+        "inputs": (Input("x", (4, 20), "float32", 3),),
+        "backend": "pk_test_one_ulp",
+        "rule": "ulp",
+        "setup": SETUP,
+    }
+    base.update(kw)
+    return Case(**base)  # type: ignore[arg-type]
+
+
+# --- cases and their inputs -------------------------------------------------------------------
+
+
+def test_bad_inputs_and_rules_are_named() -> None:
+    with pytest.raises(ValueError, match="layout must be one of"):
+        Input("x", (2, 3), layout="diagonal")
+    with pytest.raises(ValueError, match="transposed input needs at least 2 dims"):
+        Input("x", (5,), layout="transposed")
+    with pytest.raises(ValueError, match="'float33' is not a torch dtype"):
+        Input("x", (2,), "float33")
+    with pytest.raises(ValueError, match="rule must be one of"):
+        case(rule="close_enough")
+    with pytest.raises(ValueError, match="must define graph"):
+        case(source="def f(x):\n    return x\n")
+    with pytest.raises(ValueError, match="fp64 rule needs atol or rtol"):
+        case(rule="fp64")
+
+
+def test_inputs_are_seeded_and_a_transposed_input_is_a_view() -> None:
+    c = case(inputs=(Input("x", (3, 5), "float16", 7, layout="transposed", scale=4.0),))
+    (a,), (b,) = make_inputs(c), make_inputs(c)
+    assert a.shape == (3, 5) and a.dtype == torch.float16 and a.stride() == (1, 3)
+    assert torch.equal(a, b)
+    g = torch.Generator().manual_seed(7)
+    expected = (torch.randn((5, 3), generator=g, dtype=torch.float64) * 4.0).to(torch.float16).transpose(-1, -2)
+    assert torch.equal(a, expected)
+
+
+def test_json_round_trip() -> None:
+    c = case(inputs=(Input("x", (2, 3), "bfloat16", 1, "transposed", 0.5),), slack=3)
+    assert Case.from_json(c.to_json()) == c
+
+
+# --- the rules, in-process ----------------------------------------------------------------------
+
+
+def test_ulp_rule_sees_one_ulp_that_eager_does_not_have() -> None:
+    hit, msg = reproduces(case())
+    assert hit and "eager 0 ULP" in msg and "1 ULP" in msg
+    assert reproduces(case(), "eager") == (False, msg.replace("1 ULP", "0 ULP").replace("pk_test_one_ulp", "eager"))
+    assert not reproduces(case(slack=1))[0]
+
+
+def test_bitwise_rule_counts_elements_and_treats_nan_alike() -> None:
+    hit, msg = reproduces(case(rule="bitwise", backend="pk_test_tail"))
+    assert hit and msg.startswith("16 of 80 elements differ")  # 4 rows x the tail of 4 (20 % 8)
+    nan = case(rule="bitwise", backend="eager", source="def graph(x):\n    return torch.log(x - 10.0)\n")
+    assert reproduces(nan) == (False, "0 of 80 elements differ in their bits between eager and fused (eager)")
+
+
+def test_repeat_rule_and_compiled_rule() -> None:
+    assert reproduces(case(rule="repeat", backend="pk_test_jitter"))[0]
+    assert not reproduces(case(rule="repeat", backend="eager"))[0]
+    hit, msg = reproduces(case(rule="compiled", backend="eager"))
+    assert hit and msg == "the fused path (eager) generated 0 kernels"
+
+
+def test_fp64_rule_uses_the_tolerance_and_eager_margin() -> None:
+    hit, msg = reproduces(case(rule="fp64", atol=0.0, rtol=2**-30))
+    assert hit and "eager 0, fused (pk_test_one_ulp)" in msg
+    assert 64 <= float(msg.rsplit(" ", 1)[1]) <= 128  # one ULP of fp32 is 2^-23..2^-24 of |ref|: 2^6..2^7 tolerances
+    assert not reproduces(case(rule="fp64", atol=1e-3, rtol=0.0))[0]
+
+
+def test_a_graph_that_raises_does_not_reproduce_and_says_why() -> None:
+    hit, msg = reproduces(case(source="def graph(x):\n    return x @ x\n"))
+    assert not hit and msg.startswith("raised RuntimeError")
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+
+def test_file_is_short_runs_alone_and_exits_by_the_rule(tmp_path: Path) -> None:
+    c = case(rule="bitwise", setup="", backend="eager")
+    script = write(c, tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["case.json", "repro.py"]
+    assert lines_of(c) <= 30
+    clean = run_script(script)
+    assert clean.status == "clean" and clean.last_line.startswith("clean: 0 of 80")
+    broken = write(case(rule="bitwise", backend="pk_test_one_ulp"), tmp_path / "b")
+    run = run_script(broken)
+    assert run.returncode == 1 and run.last_line == (
+        "REPRODUCES: 80 of 80 elements differ in their bits between eager and fused (pk_test_one_ulp)"
+    )
+    assert run_script(broken, ["eager"]).returncode == 0  # the backend is the file's first argument
+    assert "import precisionkit" not in render(c) and "import pipeline" not in render(c)
+
+
+def test_prelude_runs_before_the_file(tmp_path: Path) -> None:
+    script = write(case(rule="compiled", backend="eager", setup=""), tmp_path)
+    run = run_script(script, prelude="raise SystemExit(7)")
+    assert run.returncode == 7 and run.status == "error"
+
+
+# --- minimization -------------------------------------------------------------------------------
+
+
+def test_graph_source_prints_plain_code_without_annotations_or_deletions() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x.transpose(1, 2), y.transpose(1, 2)], dim=-1)
+
+    src = graph_source(torch.fx.symbolic_trace(f))
+    assert src.splitlines()[0] == "def graph(x, y):"
+    assert "= None" not in src and "Tensor" not in src
+    assert src.strip().endswith("return cat")
+
+
+def test_minimize_removes_ops_and_shrinks_dims_while_control_stays_clean() -> None:
+    c = case(source=CHAIN, inputs=(Input("x", (6, 20), "float32", 1), Input("b", (6, 20), "float32", 2)))
+    c = c.with_(backend="pk_test_tail", rule="bitwise")
+    assert reproduces(c)[0]
+    m = minimize(c, predicate_for("eager"))
+    assert m.ops_before == 5 and m.ops_after == 1
+    # 20 -> 10 keeps a tail (10 % 8 = 2); 5 or 1 would not; the 6 rows shrink to 1.
+    assert [i.shape for i in m.case.inputs] == [(1, 10)]
+    assert reproduces(m.case)[0] and not reproduces(m.case, "eager")[0]
+
+
+def test_minimize_keeps_a_case_whose_defect_needs_every_op() -> None:
+    c = case(rule="bitwise", backend="pk_test_one_ulp", inputs=(Input("x", (1, 1), "float32", 1),))
+    m = minimize(c, predicate_for("eager"))
+    assert m.case == c and m.ops_after == 1
+
+
+# --- bisection ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_bisect_names_the_custom_backend_when_every_layer_below_is_clean(tmp_path: Path) -> None:
+    c = case(inputs=(Input("x", (1, 3), "float32", 1),))
+    b = bisect(write(c, tmp_path), c, knobs=False)
+    assert [(v.backend, v.status) for v in b.variants] == [
+        ("eager", "clean"),
+        ("aot_eager", "clean"),
+        ("aot_eager_decomp_partition", "clean"),
+        ("inductor", "clean"),
+        ("pk_test_one_ulp", "reproduces"),
+    ]
+    assert b.layer_at_fault == "the backend 'pk_test_one_ulp' (wraps the layers above)"
+    assert b.workaround == "use the layer before it: backend='inductor'"
+    assert b.variants[3].cpp_sha256  # Inductor's C++ was found and hashed
+
+
+def _o3_breaks_division(folder: Path) -> Path:
+    """A g++ whose -O3 (the last -O flag in effect) also turns on -ffast-math: division by a
+    reciprocal estimate, a few ULP off."""
+    wrapper = folder / "g++"
+    wrapper.write_text(
+        '#!/bin/sh\nlast=""\nfor a in "$@"; do case "$a" in -O*) last="$a" ;; esac; done\n'
+        'if [ "$last" = "-O3" ]; then exec /usr/bin/env g++ "$@" -ffast-math; fi\nexec /usr/bin/env g++ "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper
+
+
+@pytest.mark.heavy
+def test_bisect_blames_a_compiler_whose_O3_is_broken(tmp_path: Path) -> None:
+    """Inductor's C++ is right; the toolchain's -O3 is not: the same source built with -O2 is clean."""
+    real_gxx = subprocess.run(["which", "g++"], capture_output=True, text=True).stdout.strip()
+    assert real_gxx
+    cxx = _o3_breaks_division(tmp_path)
+    src = "def graph(x, y):\n    return x / y\n"
+    c = case(
+        source=src,
+        backend="inductor",
+        setup="",
+        inputs=(Input("x", (64,), "float32", 1), Input("y", (64,), "float32", 2)),
+    )
+    env = {"CXX": str(cxx), "PATH": os.environ["PATH"]}
+    b = bisect(write(c, tmp_path / "r"), c, env=env)
+    assert b.first_layer == "Inductor lowering, fusion and code generation"
+    assert b.layer_at_fault.startswith("native toolchain (C++ compiler)") and "-O2" in b.layer_at_fault
+    o2 = next(v for v in b.variants if v.name == "-O2")
+    base = next(v for v in b.variants if v.backend == "inductor" and v.step == "layer")
+    assert o2.status == "clean" and o2.cpp_sha256 == base.cpp_sha256
+
+
+def test_cli_names_bad_requests(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pipeline.cli import main
+
+    assert main(["repros", "--data-dir", str(tmp_path), "--make", "d/transpose_concat/float16/4x128/contiguous"]) == 2
+    assert "[batch, seq, hidden]" in capsys.readouterr().err
+    assert main(["repros", "--data-dir", str(tmp_path), "--make", "e/1"]) == 2
+    assert "expected d/<subgraph>" in capsys.readouterr().err
+    assert main(["repros", "--data-dir", str(tmp_path), "--planted", "no_such_bug"]) == 2
+    assert "unknown planted bug(s) no_such_bug" in capsys.readouterr().err
+    assert main(["repros", "--data-dir", str(tmp_path), "--python", sys.executable + "-missing"]) == 2
+    assert not (tmp_path / "default" / "repros").exists() or not any((tmp_path / "default" / "repros").iterdir())
