@@ -11,6 +11,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from precisionkit.repro import Case
+
 from .profiles import PROFILES
 from .resources import REPO_ROOT
 from .run_summary import failed_experiments, outcome_table, step_failures
@@ -340,6 +342,77 @@ def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
     return 0
 
 
+def _repro_case(spec: str, backend: str) -> Case:
+    """A case from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>`` or ``fuzz/<seed>[/<dtype>]``."""
+    from .repros import d_case, fuzz_case
+
+    parts = spec.strip("/").split("/")
+    if parts[0] == "d" and len(parts) == 5:
+        try:
+            shape = tuple(int(d) for d in parts[3].split("x"))
+        except ValueError:
+            raise ValueError(f"shape {parts[3]!r} is not BxSxH (e.g. 4x128x256)") from None
+        return d_case(parts[1], parts[2], shape, parts[4], backend)
+    if parts[0] == "fuzz" and len(parts) in (2, 3) and parts[1].isdigit():
+        return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None)
+    raise ValueError(
+        f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D) or fuzz/<seed>[/<dtype>]"
+    )
+
+
+def repros(
+    profile: str,
+    data_dir: str | None,
+    planted: list[str] | None,
+    make: list[str],
+    python: str | None,
+    backend: str,
+    knobs: bool,
+) -> int:
+    """Build reproducers (planted bugs, D rows, fuzzer seeds), then list every reproducer of the
+    profile with its status, each re-run in a fresh interpreter (``python``: another torch)."""
+    from .repros import build, planted_case, rerun, torch_version_of
+    from .storage import DataFolder, default_data_root
+
+    root = DataFolder(root=data_dir or default_data_root()).profile_dir(profile) / "repros"
+    if python:
+        try:
+            torch_version_of(python)
+        except (OSError, ValueError) as exc:
+            print(f"repros: --python {python}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        cases = [_repro_case(spec, backend) for spec in make]
+    except ValueError as exc:
+        print(f"repros: {exc}", file=sys.stderr)
+        return 2
+    if planted is not None:
+        from .experiments.regression.planted_bugs import PLANTED_BUGS
+
+        unknown = [b for b in planted if b not in PLANTED_BUGS and f"planted_{b}" not in PLANTED_BUGS]
+        if unknown:
+            print(
+                f"repros: unknown planted bug(s) {', '.join(unknown)}; known: {', '.join(PLANTED_BUGS)}",
+                file=sys.stderr,
+            )
+            return 2
+        for bug in [b if b in PLANTED_BUGS else f"planted_{b}" for b in planted] or list(PLANTED_BUGS):
+            case, tried = planted_case(bug, log=print)
+            if case is None:
+                print(f"{bug}: no probe shows it ({tried} probes tried)")
+                continue
+            meta = build(case, root, control="inductor", knobs=knobs, log=print)
+            print(f"{bug}: {meta['ops_before']} -> {meta['ops_after']} ops, at fault: {meta['layer_at_fault']}")
+    for case in cases:
+        meta = build(case, root, knobs=knobs, log=print)
+        print(f"{meta['id']}: {meta['status']}, at fault: {meta['layer_at_fault']}; workaround: {meta['workaround']}")
+    print(f"reproducers in {root}:")
+    rows = rerun(root, python, log=print)
+    if not rows:
+        print("  none (build some with --planted, --make, or run the report: contradictions get one each)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -387,7 +460,31 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("path", help="the bundle folder")
     imp.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
     imp.add_argument("--replace", action="store_true", help="replace an earlier import of the same device and profile")
+    rp = sub.add_parser(
+        "repros",
+        help="build minimal reproducers (bisected to the layer at fault) and list every reproducer with its status",
+    )
+    rp.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    rp.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
+    rp.add_argument(
+        "--planted", nargs="*", default=None, metavar="BUG", help="planted bugs of the matrix (none named: all of them)"
+    )
+    rp.add_argument(
+        "--make",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D, e.g. d/transpose_concat/float16/4x128x256/contiguous) "
+        "or fuzz/<seed>[/<dtype>]; repeatable",
+    )
+    rp.add_argument("--backend", default="inductor", help="backend of the --make cases")
+    rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")
+    rp.add_argument("--no-knobs", action="store_true", help="bisect the layers only (no Inductor knobs, no toolchain)")
     args = parser.parse_args(argv)
+    if args.command == "repros":
+        return repros(
+            args.profile, args.data_dir, args.planted, args.make, args.python, args.backend, not args.no_knobs
+        )
     if args.command == "export-bundle":
         return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
     if args.command == "import-bundle":

@@ -30,11 +30,19 @@ def deliverable(report: Report, exp: Experiment) -> str:
     bad = table.filter(~pl.col("bit_equal"))
     pure_bad = bad.filter(~pl.col("has_implicit_computation")).height
     # A list, not a table: each counterexample's explanation is prose.
+    from ..diagnostics.report import publish_repro
+    from ..diagnostics.reproducers import d_repro_id
+
+    def repro_link(row: dict) -> str:
+        link = publish_repro(report, d_repro_id(row))
+        return f" [Reproducer and report]({link}/report.md) ([repro.py]({link}/repro.py))." if link else ""
+
     items = [
         f"- **{r['subgraph']}**, {r['dtype']}, shape {r['shape']}, {r['layout']}"
         f"{' (hides arithmetic)' if r['has_implicit_computation'] else ''}: "
         f"max ULP {_ulp_text(r['ulp_max'])}, {fmt(r['mismatched_elements'])} element(s) differ. {fmt(r['notes'])}"
         + (f" Cause: `{r['cause_op']}` ({fmt(r.get('cause_path'))})." if r.get("cause_op") else "")
+        + repro_link(r)
         for r in bad.iter_rows(named=True)
     ]
     return opening(

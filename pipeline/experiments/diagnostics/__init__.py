@@ -1,18 +1,18 @@
-"""Diagnostics: the per-layer divergence locator, the differential graph fuzzer and the measured tolerance table."""
+"""Diagnostics: the per-layer divergence locator, the differential graph fuzzer, minimal reproducers bisected to\nthe layer at fault, and the measured tolerance table."""
 
 from ...experiment import Experiment
 from . import report, spec
 
 
 def _load():
-    from . import divergence, fuzzing, tolerances
+    from . import divergence, fuzzing, reproducers, tolerances
 
-    return (divergence, fuzzing, tolerances)
+    return (divergence, fuzzing, reproducers, tolerances)
 
 
 EXPERIMENT = Experiment(
     id=spec.ID,
-    title="Divergence locator, graph fuzzer, measured tolerances",
+    title="Divergence locator, graph fuzzer, reproducers, measured tolerances",
     group=spec.GROUP,
     slug="diagnostics",
     sections=(),

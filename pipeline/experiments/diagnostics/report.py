@@ -45,6 +45,9 @@ def details(report: Report, exp: Experiment) -> str:
             + report.chart(exp.slug, "fuzz", fuzz_chart(fuzz), "Outcome classes of the fuzzed graphs")
             + ("\n" + markdown_table(bad) if bad.height else "\nEvery fuzzed graph was classified ok.\n")
         )
+    found = report.table("reproducers")
+    if found is not None:
+        parts.append(reproducers_section(report, found))
     tol = report.table("measured_tolerances")
     if tol is not None:
         parts.append(
@@ -54,6 +57,50 @@ def details(report: Report, exp: Experiment) -> str:
             )
         )
     return "\n".join(parts)
+
+
+def publish_repro(report: Report, repro_id: str) -> str | None:
+    """Copy one reproducer's ``repro.py`` and ``report.md`` into the site; the folder's link
+    relative to a page under ``results/`` (None when the reproducer's files are not here)."""
+    import shutil
+
+    src = report.data_dir / "repros" / repro_id
+    if not (src / "repro.py").exists():
+        return None
+    dest = report.docs_dir / "results" / "repros" / repro_id
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("repro.py", "report.md"):
+        if (src / name).exists():
+            shutil.copyfile(src / name, dest / name)
+    return f"repros/{repro_id}"
+
+
+def reproducers_section(report: Report, found: pl.DataFrame) -> str:
+    """The reproducers table, each linked to its issue-ready report and downloadable script."""
+    head = (
+        "## Reproducers\n\nEvery contradiction of D and every fuzzer mismatch gets a minimal standalone reproducer "
+        "(`repro.py`, torch only, exits 1 while the defect reproduces), minimized over ops and dims and bisected "
+        "to the layer at fault in fresh interpreters. `python -m pipeline.cli repros` re-runs them; "
+        "`--python PATH` under another torch.\n\n"
+    )
+    if found.height == 0:
+        return head + "Nothing to reproduce in this run: no contradiction and no fuzzer mismatch.\n"
+    rows = []
+    for r in found.iter_rows(named=True):
+        link = publish_repro(report, r["id"])
+        files = f"[report]({link}/report.md) · [repro.py]({link}/repro.py)" if link else "files not in this data folder"
+        rows.append(
+            {
+                "reproducer": r["id"],
+                "from": r["source"],
+                "ops": f"{r['ops_before']} -> {r['ops_after']}",
+                "status": r["status"],
+                "layer at fault": r["layer_at_fault"],
+                "workaround": r["workaround"],
+                "files": files,
+            }
+        )
+    return head + markdown_table(pl.DataFrame(rows))
 
 
 def layer_error_chart(layers: pl.DataFrame) -> alt.Chart:

@@ -1,0 +1,143 @@
+"""Diagnostics: a minimal reproducer, bisected to the layer at fault, for every contradiction of D
+(a pure data-movement row that is not bit-exact) and every fuzzer mismatch.
+
+Each becomes a folder under ``<data>/<profile>/repros/<id>/`` (:mod:`pipeline.repros`): the
+standalone ``repro.py`` (exits 1 while the defect reproduces), the issue-ready ``report.md`` and
+the numbers in ``meta.json``. The site's diagnostics page lists them and D's page links each row
+to its reproducer. A healthy run has nothing to reproduce, so the asset is then an empty table.
+"""
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from precisionkit.repro import Case
+
+from ... import repros
+from ...resources import ExperimentSettings
+from ...storage import DataFolder
+from ...verdicts import finding_check, finding_result
+from .spec import GROUP
+
+#: Reproducers built per source in one run (each is a minimization and a bisection: minutes).
+MAX_PER_SOURCE = 3
+
+SCHEMA = {
+    "id": pl.String,
+    "source": pl.String,
+    "title": pl.String,
+    "backend": pl.String,
+    "rule": pl.String,
+    "ops_before": pl.Int64,
+    "ops_after": pl.Int64,
+    "shapes_after": pl.String,
+    "lines": pl.Int64,
+    "status": pl.String,
+    "first_layer": pl.String,
+    "layer_at_fault": pl.String,
+    "workaround": pl.String,
+    "minimize_seconds": pl.Float64,
+    "bisect_seconds": pl.Float64,
+    "folder": pl.String,
+}
+
+
+def d_contradictions(table: pl.DataFrame) -> pl.DataFrame:
+    """D's rows that contradict the claim: pure data movement, not bit-exact, and not only NaN
+    payloads (those are attributed op by op by D itself)."""
+    return table.filter(
+        ~pl.col("has_implicit_computation")
+        & ~pl.col("bit_equal")
+        & (pl.col("nan_encoding_mismatches") < pl.col("mismatched_elements"))
+    )
+
+
+def d_repro_id(row: dict) -> str:
+    """The reproducer id of one D row (the same id :func:`pipeline.repros.d_case` gives)."""
+    return f"d-{row['subgraph']}-{row['dtype']}-{row['shape']}-{row['layout']}"
+
+
+def cases_to_build(
+    data_movement_check_table: pl.DataFrame, fuzz_outcomes: pl.DataFrame, backend: str
+) -> list[tuple[str, Case]]:
+    """(source, case) for every contradiction and mismatch, at most :data:`MAX_PER_SOURCE` each."""
+    out: list[tuple[str, Case]] = []
+    for r in d_contradictions(data_movement_check_table).head(MAX_PER_SOURCE).iter_rows(named=True):
+        shape = tuple(int(d) for d in r["shape"].split("x"))
+        out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend)))
+    for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(MAX_PER_SOURCE).iter_rows(named=True):
+        out.append(("fuzzer", repros.fuzz_case(int(r["seed"]), backend, r["dtype"])))
+    return out
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool="compute_device",
+    required_resource_keys={"data", "settings"},
+    description=(
+        "Minimal standalone reproducers (feeds §6.1): for every D contradiction and fuzzer mismatch, the graph "
+        "minimized over ops and dims, run in a fresh interpreter, and bisected to the layer at fault (Dynamo, "
+        "AOTAutograd, decompositions, Inductor, the native toolchain) with a workaround; files under "
+        "<data>/<profile>/repros/<id>/."
+    ),
+    kinds={"pytorch", "polars"},
+)
+def reproducers(
+    context: dg.AssetExecutionContext, data_movement_check_table: pl.DataFrame, fuzz_outcomes: pl.DataFrame
+) -> pl.DataFrame:
+    settings: ExperimentSettings = context.resources.settings
+    data: DataFolder = context.resources.data
+    root = data.profile_dir(settings.profile) / "repros"
+    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, settings.backend)
+    start = time.perf_counter()
+    rows = []
+    for source, case in todo:
+        meta = repros.build(case, root, log=context.log.info)
+        rows.append(
+            {
+                "id": meta["id"],
+                "source": source,
+                "title": meta["title"],
+                "backend": meta["backend"],
+                "rule": meta["rule"],
+                "ops_before": meta["ops_before"],
+                "ops_after": meta["ops_after"],
+                "shapes_after": str(meta["shapes_after"]),
+                "lines": meta["lines"],
+                "status": meta["status"],
+                "first_layer": meta["first_layer"],
+                "layer_at_fault": meta["layer_at_fault"],
+                "workaround": meta["workaround"],
+                "minimize_seconds": meta["minimize_seconds"],
+                "bisect_seconds": meta["bisect_seconds"],
+                "folder": str(root / meta["id"]),
+            }
+        )
+    table = pl.DataFrame(rows, schema=SCHEMA)
+    context.add_output_metadata(
+        {
+            "reproducers": table.height,
+            "reproducing": int((table["status"] == "reproduces").sum()),
+            "wall_seconds": time.perf_counter() - start,
+            "environment": dg.MetadataValue.json(repros.environment()),
+        }
+    )
+    return table
+
+
+@finding_check(
+    asset=reproducers,
+    description="Finding: every reproducer built for a contradiction or a fuzzer mismatch reproduces in a fresh "
+    "interpreter (WARN names those that do not: the defect depends on process state, or did not survive "
+    "minimization), and each names a layer at fault.",
+)
+def reproducers_reproduce(reproducers: pl.DataFrame) -> dg.AssetCheckResult:
+    bad = reproducers.filter(pl.col("status") != "reproduces")
+    return finding_result(
+        [f"{r['id']}: {r['status']} in a fresh interpreter" for r in bad.iter_rows(named=True)],
+        {
+            "reproducers": reproducers.height,
+            "layers_at_fault": ", ".join(sorted(set(reproducers["layer_at_fault"].to_list()))) or "none",
+        },
+    )

@@ -1,0 +1,125 @@
+"""The pipeline's reproducers: cases from D rows, fuzzer seeds and planted bugs; folders, reports, re-runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import repros
+from pipeline.experiments.diagnostics.reproducers import cases_to_build, d_contradictions, d_repro_id
+from precisionkit.repro import Case, Input, lines_of, make_inputs, write
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "precisionkit"))
+from repro_backends import SETUP, register
+
+register()
+
+
+def test_d_case_is_the_subgraph_in_plain_code_and_fits_in_30_lines() -> None:
+    c = repros.d_case("transpose_concat", "float16", (4, 128, 256), "contiguous")
+    assert c.id == "d-transpose_concat-float16-4x128x256-contiguous"
+    assert c.rule == "bitwise" and c.backend == "inductor"
+    assert "torch.cat([transpose, transpose_1], dim = -1)" in c.source
+    assert lines_of(c) <= 30
+    t = repros.d_case("reshape_concat", "bfloat16", (2, 7, 24), "transposed_view")
+    x, y = make_inputs(t)
+    assert x.shape == (2, 7, 24) and not x.is_contiguous() and y.dtype.is_floating_point
+    with pytest.raises(ValueError, match="unknown D subgraph 'spin'"):
+        repros.d_case("spin", "float16", (1, 2, 3), "contiguous")
+    with pytest.raises(ValueError, match="unknown D layout"):
+        repros.d_case("transpose_concat", "float16", (1, 2, 3), "diagonal")
+
+
+def test_fuzz_case_keeps_the_fuzzers_inputs_and_tolerance() -> None:
+    from precisionkit import fuzz
+
+    c = repros.fuzz_case(5)
+    graph = fuzz.generate(5)
+    assert c.rule == "fp64" and c.atol == graph.tolerance()[0].atol
+    mine, theirs = make_inputs(c), graph.make_inputs()
+    assert len(mine) == len(theirs) and all(a.equal(b) for a, b in zip(mine, theirs, strict=True))
+
+
+def _d_table() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "subgraph": ["transpose_concat", "transpose_concat", "rope_rotate_half", "scaled_add_concat"],
+            "dtype": ["float16", "float16", "float16", "float16"],
+            "shape": ["4x128x256", "2x77x200", "4x128x256", "1x333x96"],
+            "layout": ["contiguous", "contiguous", "contiguous", "contiguous"],
+            "has_implicit_computation": [False, False, False, True],
+            "bit_equal": [False, True, False, False],
+            "mismatched_elements": [252900, 0, 3, 40],
+            "nan_encoding_mismatches": [10, 0, 3, 0],
+        }
+    )
+
+
+def test_only_contradictions_and_mismatches_get_reproducers() -> None:
+    table = _d_table()
+    assert d_contradictions(table)["shape"].to_list() == ["4x128x256"]  # not the NaN-payload row, not arithmetic
+    fuzz = pl.DataFrame(
+        {"seed": [3, 4, 9], "dtype": ["float32", "float16", "bfloat16"], "class": ["ok", "mismatch", "crash"]}
+    )
+    built = cases_to_build(table, fuzz, "inductor")
+    assert [(src, c.id) for src, c in built] == [
+        ("D", "d-transpose_concat-float16-4x128x256-contiguous"),
+        ("fuzzer", "fuzz-4-float16"),
+    ]
+    assert d_repro_id(d_contradictions(table).row(0, named=True)) == built[0][1].id
+
+
+def test_environment_names_what_a_compiler_bug_report_needs() -> None:
+    env = repros.environment()
+    assert set(env) >= {"torch", "cpu_model", "aten_cpu_capability", "inductor_vec_isa", "cxx", "march_native"}
+    assert env["aten_cpu_capability"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", "NO AVX")
+    assert env["cxx"].split(":")[0]
+
+
+def test_rerun_records_the_status_per_torch_version(tmp_path: Path) -> None:
+    import torch
+
+    c = Case("no-kernel", "def graph(x):\n    return x * 2.0\n", (Input("x", (3,)),), backend="eager", rule="compiled")
+    write(c, tmp_path / "no-kernel")
+    (tmp_path / ".staging").mkdir()  # a folder being built is not listed
+    rows = repros.rerun(tmp_path)
+    assert [(r["id"], r["status"]) for r in rows] == [("no-kernel", "reproduces")]
+    meta = json.loads((tmp_path / "no-kernel" / "meta.json").read_text())
+    assert meta["versions"] == {torch.__version__: "reproduces"}
+    with pytest.raises(ValueError, match="cannot import torch"):
+        repros.torch_version_of("/bin/false")
+
+
+@pytest.mark.slow
+def test_build_writes_a_minimized_bisected_reproducer_and_its_report(tmp_path: Path) -> None:
+    src = "def graph(x):\n    y = x * 1.5\n    y = torch.relu(y)\n    return y * 2.0\n"
+    c = Case("tail", src, (Input("x", (6, 20), "float32", 4),), backend="pk_test_tail", rule="bitwise", setup=SETUP)
+    meta = repros.build(c, tmp_path, control="eager", knobs=False)
+    folder = tmp_path / "tail"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "case.json",
+        "case.original.json",
+        "meta.json",
+        "report.md",
+        "repro.py",
+    ]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staging folder is gone
+    assert (meta["ops_before"], meta["ops_after"], meta["shapes_after"]) == (3, 1, [[1, 10]])
+    assert meta["status"] == "reproduces"
+    assert meta["layer_at_fault"] == "the backend 'pk_test_tail' (wraps the layers above)"
+    report = (folder / "report.md").read_text()
+    for part in ("## Environment", "## Reproducer", "## Observed", "## Expected", "## Bisection", "march_native"):
+        assert part in report
+    assert "REPRODUCES: 2 of 10 elements differ" in report
+
+
+@pytest.mark.slow
+def test_planted_fallback_is_found_by_the_compiled_rule_first() -> None:
+    case, tried = repros.planted_case("planted_fallback_to_eager")
+    assert case is not None and tried == 1 and case.rule == "compiled"
+    with pytest.raises(ValueError, match="unknown planted bug 'planted_nothing'"):
+        repros.planted_case("planted_nothing")
