@@ -8,7 +8,9 @@ Inductor cache of its own, so nothing compiled under one variant is loaded by an
    AOTAutograd (``aot_eager``), decompositions and partitioning (``aot_eager_decomp_partition``),
    Inductor (``inductor``), then the case's own backend when it is another one (a custom backend
    wrapping Inductor). The first layer whose run reproduces is where the defect appears.
-2. When that layer is Inductor: **Inductor knobs** (vectorization off with ``cpp.simdlen=0``, the
+2. When that layer is Inductor, ``torch._inductor.compiler_bisector`` runs on the same file and
+   its answer is kept beside ours (it bisects Inductor's own subsystems; it cannot rebuild the
+   C++, so a toolchain fault shows to it as whichever lowering it can turn off); then **Inductor knobs** (vectorization off with ``cpp.simdlen=0``, the
    AVX2 path, fusion limited to one node, epilogue fusion and the pattern matcher off,
    ``emulate_precision_casts``), and **the native toolchain**: the same generated C++ rebuilt with
    other flags (``-O2``, single ``-fno-...`` flags, ``-mtune=generic``) through a compiler wrapper,
@@ -111,6 +113,8 @@ class Bisection:
     workaround: str
     kernel_excerpt: str = ""
     skipped: list[str] = field(default_factory=list)
+    #: what ``torch._inductor.compiler_bisector`` answered for the same file (run beside ours)
+    pytorch_bisector: str = ""
 
     def table_md(self) -> str:
         head = "| step | variant | backend | result | what it printed | C++ (sha256) | seconds |\n|---|---|---|---|---|---|---|\n"
@@ -128,6 +132,7 @@ class Bisection:
             "workaround": self.workaround,
             "variants": [v.row() for v in self.variants],
             "skipped": self.skipped,
+            "pytorch_bisector": self.pytorch_bisector,
         }
 
 
@@ -236,6 +241,9 @@ def bisect(
         excerpt = v_excerpt.get(base.name, "")
         if not knobs:
             return Bisection(variants, first, first, "", excerpt)
+        theirs = pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
+        if log:
+            log(f"  torch._inductor.compiler_bisector: {theirs}")
         toolchain_fix = inductor_fix = None
         for knob in TOOLCHAIN_KNOBS:
             if knob.cxx and shutil.which(knob.cxx) is None:
@@ -256,14 +264,69 @@ def bisect(
                 f"build Inductor's kernels with {toolchain_fix} (e.g. CXX set to a wrapper adding it)",
                 excerpt,
                 skipped,
+                theirs,
             )
         if inductor_fix:
             return Bisection(
-                variants, first, f"{first} (removed by {inductor_fix})", f"set {inductor_fix}", excerpt, skipped
+                variants, first, f"{first} (removed by {inductor_fix})", f"set {inductor_fix}", excerpt, skipped, theirs
             )
-        return Bisection(variants, first, f"{first} (no knob tried removes it)", "", excerpt, skipped)
+        return Bisection(variants, first, f"{first} (no knob tried removes it)", "", excerpt, skipped, theirs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_BISECTOR = """
+import json, runpy, sys
+import torch
+from torch._inductor.compiler_bisector import CompilerBisector
+ns = runpy.run_path(sys.argv[1], run_name="pk_bisector")
+def passes():
+    torch._dynamo.reset()
+    return not ns["check"](ns["graph"], ns["make"](), "inductor")[0]
+r = CompilerBisector.do_bisect(passes)
+print("PK_BISECTOR " + json.dumps(None if r is None else [r.backend, r.subsystem, r.bisect_number, r.debug_info]))
+"""
+
+
+def pytorch_bisector(
+    script: str | os.PathLike[str],
+    *,
+    python: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 600.0,
+) -> str:
+    """``torch._inductor.compiler_bisector`` on the same file (backend ``inductor``), in a fresh
+    interpreter with its own cache: its answer in one line, or why it gave none."""
+    import subprocess
+    import sys
+
+    cache = tempfile.mkdtemp(prefix="pk-bisector-")
+    try:
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _BISECTOR, str(script)],
+            env={**os.environ, **(env or {}), "TORCHINDUCTOR_CACHE_DIR": cache},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"gave no answer within {timeout:.0f} s"
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PK_BISECTOR ")), None)
+    if line is None:
+        err = [ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if ln.strip()]
+        return "did not run: " + (err[-1][:200] if err else f"exit {proc.returncode}")
+    import json
+
+    found = json.loads(line.removeprefix("PK_BISECTOR "))
+    if found is None:
+        return "found no failing configuration"
+    backend, subsystem, number, info = found
+    where = f"backend {backend}" + (f", subsystem {subsystem}" if subsystem else "")
+    return where + (f", application {number}" if number is not None else "") + (f" ({info})" if info else "")
 
 
 def _before(layers: list[tuple[str, str]], name: str) -> str:

@@ -5,7 +5,9 @@ The graph is traced with ``torch.fx`` and printed back as plain code, so a minim
 a readable function. Candidates, tried greedily until none is accepted (or the budget is spent):
 
 * over ops: end the graph early at one of its values, or bypass one op (its uses read its first
-  tensor input instead, where shape and dtype agree); dead ops and unused inputs go;
+  tensor input instead, where shape and dtype agree); dead ops and unused inputs go; a graph that
+  ``torch.fx`` cannot trace (in-place writes, index assignment) is cut by source line instead:
+  fewer outputs, an earlier value returned, or one line dropped;
 * over dims: every input dim of one size shrinks together to 1, then to half (equal-sized dims
   are usually the same axis, so they shrink as one).
 
@@ -141,6 +143,39 @@ def op_candidates(case: Case) -> Iterator[Case]:
             yield cand
 
 
+def _program(case: Case, head: str, body: list[str], outs: list[str]) -> Case | None:
+    """``case`` with another body and return, its unused inputs dropped."""
+    text = "\n".join(body) + " " + " ".join(outs)
+    kept = tuple(i for i in case.inputs if re.search(rf"\b{re.escape(i.name)}\b", text))
+    if not kept:
+        return None
+    indent = re.match(r"\s*", body[0]).group(0) if body else "    "  # type: ignore[union-attr]
+    lines = [f"def graph({', '.join(i.name for i in kept)}):", *body, f"{indent}return {', '.join(outs)}"]
+    try:
+        return case.with_(source="\n".join(lines) + "\n", inputs=kept)
+    except ValueError:
+        return None
+
+
+def line_candidates(case: Case) -> Iterator[Case]:
+    """Smaller programs by source line, for graphs ``torch.fx`` cannot trace (in-place writes,
+    index assignment): keep fewer outputs, end early at an assigned value, or drop one line."""
+    lines = case.source.rstrip("\n").splitlines()
+    if len(lines) < 3 or not lines[0].startswith("def graph(") or not lines[-1].strip().startswith("return "):
+        return
+    head, body = lines[0], lines[1:-1]
+    outs = [o.strip() for o in lines[-1].strip().removeprefix("return ").split(",") if o.strip()]
+    found: list[Case | None] = []
+    if len(outs) > 1:
+        found += [_program(case, head, body, [o]) for o in outs]
+    for k, line in enumerate(body):
+        m = re.match(r"\s+(\w+) = ", line)
+        if m and m.group(1) not in outs:
+            found.append(_program(case, head, body[: k + 1], [m.group(1)]))
+    found += [_program(case, head, body[:k] + body[k + 1 :], outs) for k in range(len(body))]
+    yield from (c for c in found if c is not None)
+
+
 def dim_candidates(case: Case) -> Iterator[Case]:
     """Smaller inputs: every dim of one size set to 1, then to half of it (largest sizes first)."""
     sizes = sorted({d for i in case.inputs for d in i.shape if d > 1}, reverse=True)
@@ -172,10 +207,11 @@ class Minimized:
 
 
 def _ops(case: Case) -> int:
+    """Operations of the graph (FX-traced); its source lines where ``torch.fx`` cannot trace it."""
     try:
         return count_ops(torch.fx.symbolic_trace(namespace(case)["graph"]))
     except Exception:  # noqa: BLE001
-        return 0
+        return max(0, len(case.source.strip().splitlines()) - 2)
 
 
 def _numel(case: Case) -> int:
@@ -197,7 +233,7 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
     progress = True
     while progress and checks < max_checks:
         progress = False
-        for kind, gen in (("ops", op_candidates), ("dims", dim_candidates)):
+        for kind, gen in (("ops", op_candidates), ("ops", line_candidates), ("dims", dim_candidates)):
             try:
                 cands = list(gen(current))
             except Exception:  # noqa: BLE001 - an untraceable graph keeps its ops

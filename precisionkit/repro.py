@@ -17,8 +17,15 @@ alike:
   healthy control compiler does not have.
 * ``fp64``: fused fails the tolerance ``atol + rtol |ref|`` against the fp64 reference and is more
   than twice as far outside it as eager (the fuzzer's rule).
-* ``repeat``: two calls of the same compiled function differ in their bits.
+* ``repeat``: calls of the same compiled function differ in their bits (8 calls, so a fault that
+  changes a few elements at random is seen even on one element).
 * ``compiled``: the fused path generated no kernel (it ran eagerly).
+* ``diff``: the differential tester's rule (:mod:`precisionkit.difftest`), each path on fresh
+  inputs (programs may write to them): integer and bool outputs must equal eager's exactly; a
+  float element is wrong when its class (NaN, +-inf, +-0, finite) differs from both eager's and
+  the fp64 reference's, or when its error against fp64 exceeds ``rtol |ref| + afac max|ref|``
+  (per dtype, widened by sqrt of the longest reduction) plus four times eager's error on the same
+  element, so rounding noise never counts and garbage, wrong signs and lost specials always do.
 """
 
 from __future__ import annotations
@@ -35,8 +42,14 @@ from typing import Any
 
 import torch
 
-RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled")
-LAYOUTS = ("contiguous", "transposed")
+RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
+#: how an input is laid out in memory: its own storage, its last two dims swapped, a size-1 row
+#: expanded (stride 0), a view at storage offset 7, every other element of a wider last dim
+LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided")
+#: how its values are drawn: ``normal`` (randn * scale), ``edge`` (normal with one element in four
+#: replaced by 0, -0, +-inf, NaN, +-1, 0.5, a subnormal or half the largest finite value of the
+#: dtype), ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
+VALUES = ("normal", "edge", "int", "index", "bool")
 
 _BITS = (
     "def bits(t):\n"
@@ -62,8 +75,6 @@ _CHECKS = {
     mag = (1 << (8 * t.element_size() - 1)) - 1
     a, b = (torch.where(v < 0, -(v & mag), v) for v in (a, b))
     return int((a - b).abs().max()) if a.numel() else 0
-
-
 def check(graph, args, backend):
     with torch.no_grad():
         ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
@@ -78,8 +89,6 @@ def check(graph, args, backend):
     if not bool(torch.isfinite(t).all()):
         return float("inf")
     return float(((t - ref).abs() / (ATOL + RTOL * ref.abs())).max()) if t.numel() else 0.0
-
-
 def check(graph, args, backend):
     with torch.no_grad():
         ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
@@ -92,9 +101,42 @@ def check(graph, args, backend):
     + """def check(graph, args, backend):
     fn = torch.compile(graph, backend=backend)
     with torch.no_grad():
-        first, second = outs(fn(*args)), outs(fn(*args))
-    n = sum(int((bits(a) != bits(b)).sum()) for a, b in zip(first, second))
-    return n > 0, f"{n} elements differ between two calls of the same fused ({backend}) function"
+        runs = [outs(fn(*args)) for _ in range(8)]
+    n = max(sum(int((bits(a) != bits(b)).sum()) for a, b in zip(runs[0], r)) for r in runs[1:])
+    return n > 0, f"up to {n} elements differ between 8 calls of the same fused ({backend}) function"
+""",
+    "diff": _OUTS
+    + """def kind(t):  # 5 NaN, 4 -inf, 3 +inf, 2 -0, 1 +0, 0 finite nonzero
+    neg = torch.signbit(t)
+    sign = lambda a, b: torch.where(neg, a, b)
+    return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
+TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
+def wrong(e, f, r):
+    if not f.is_floating_point():
+        return f != e
+    rk = kind(r.to(f.dtype))
+    r = r.to(torch.float64)
+    fin = torch.isfinite(r) & torch.isfinite(f) & torch.isfinite(e)
+    rtol, afac = TOL[f.dtype]
+    scale = float(r[fin].abs().max()) if bool(fin.any()) else 0.0
+    tol = (rtol * r.abs() + afac * scale) * REDUCTION**0.5
+    value = fin & ((f.double() - r).abs() > tol + 4 * (e.double() - r).abs())
+    return ((kind(f) != kind(e)) & (kind(f) != rk)) | value
+def check(graph, args, backend):
+    with torch.no_grad():
+        ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
+        eager = outs(graph(*make()))
+        fused = outs(torch.compile(graph, backend=backend)(*make()))
+    shapes = lambda ts: [(tuple(t.shape), str(t.dtype)) for t in ts]
+    if shapes(fused) != shapes(eager):
+        return True, f"outputs differ in shape or dtype: eager {shapes(eager)}, fused ({backend}) {shapes(fused)}"
+    for k, (e, f, r) in enumerate(zip(eager, fused, ref)):
+        bad = wrong(e, f, r)
+        if bool(bad.any()):
+            i = tuple(int(v) for v in bad.nonzero()[0])
+            return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
+                          f"{e[i].item()!r}, fused ({backend}) {f[i].item()!r}, fp64 {r[i].item()!r}")
+    return False, f"every output agrees with eager and fp64 ({backend})"
 """,
     "compiled": """def check(graph, args, backend):
     from torch._inductor import config, metrics
@@ -120,14 +162,26 @@ class Input:
     seed: int = 0
     layout: str = "contiguous"
     scale: float = 1.0
+    values: str = "normal"
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"input {self.name!r}: layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        if self.layout == "transposed" and len(self.shape) < 2:
-            raise ValueError(f"input {self.name!r}: a transposed input needs at least 2 dims, got {self.shape}")
-        if not isinstance(getattr(torch, self.dtype, None), torch.dtype):
+        if self.values not in VALUES:
+            raise ValueError(f"input {self.name!r}: values must be one of {', '.join(VALUES)}, got {self.values!r}")
+        if self.layout in ("transposed", "broadcast") and len(self.shape) < 2:
+            raise ValueError(f"input {self.name!r}: a {self.layout} input needs at least 2 dims, got {self.shape}")
+        if self.layout == "strided" and len(self.shape) < 1:
+            raise ValueError(f"input {self.name!r}: a strided input needs at least 1 dim")
+        dtype = getattr(torch, self.dtype, None)
+        if not isinstance(dtype, torch.dtype):
             raise ValueError(f"input {self.name!r}: {self.dtype!r} is not a torch dtype")
+        if self.values in ("normal", "edge") and not dtype.is_floating_point:
+            raise ValueError(f"input {self.name!r}: {self.values} values need a floating dtype, not {self.dtype}")
+        if self.values == "bool" and dtype != torch.bool:
+            raise ValueError(f"input {self.name!r}: bool values need dtype bool, not {self.dtype}")
+        if self.values in ("int", "index") and (dtype.is_floating_point or dtype == torch.bool or self.scale < 1):
+            raise ValueError(f"input {self.name!r}: {self.values} values need an integer dtype and scale >= 1")
 
 
 @dataclass(frozen=True)
@@ -146,6 +200,7 @@ class Case:
     atol: float = 0.0
     rtol: float = 0.0
     slack: int = 0
+    #: free-form facts about the case (the ``diff`` rule reads ``reduction``: its longest reduction)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -169,29 +224,59 @@ class Case:
 
 
 def _inputs_src(inputs: Sequence[Input]) -> str:
-    specs = [(tuple(i.shape), f"torch.{i.dtype}", i.seed, i.layout, i.scale) for i in inputs]
-    simple = all(i.layout == "contiguous" and i.scale == 1.0 for i in inputs)
+    specs = [(tuple(i.shape), f"torch.{i.dtype}", i.seed, i.layout, i.scale, i.values) for i in inputs]
+    simple = all(i.layout == "contiguous" and i.scale == 1.0 and i.values == "normal" for i in inputs)
     if simple:
-        rows = ", ".join(f"({s!r}, {d}, {k})" for s, d, k, _, _ in specs)
+        rows = ", ".join(f"({s!r}, {d}, {k})" for s, d, k, *_ in specs)
         return (
             f"SPECS = [{rows}]  # (shape, dtype, seed) per input, drawn in fp64\n"
             "make = lambda: [torch.randn(s, generator=torch.Generator().manual_seed(k), dtype=torch.float64).to(d) "
             "for s, d, k in SPECS]\n"
         )
-    rows = ", ".join(f"({s!r}, {d}, {k}, {lay!r}, {sc!r})" for s, d, k, lay, sc in specs)
-    return (
-        f"SPECS = [{rows}]  # (shape, dtype, seed, layout, scale)\n\n\n"
-        "def make():\n"
-        "    out = []\n"
-        "    for shape, dtype, seed, layout, scale in SPECS:\n"
-        "        t = shape[:-2] + shape[:-3:-1] if layout == 'transposed' else shape\n"
-        "        t = (torch.randn(t, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale).to(dtype)\n"
-        "        out.append(t.transpose(-1, -2) if layout == 'transposed' else t)\n"
-        "    return out\n"
-    )
+    rows = ",\n    ".join(f"({s!r}, {d}, {k}, {lay!r}, {sc!r}, {v!r})" for s, d, k, lay, sc, v in specs)
+    return f"SPECS = [  # (shape, dtype, seed, layout, scale, values)\n    {rows},\n]\n" + _MAKE_SRC
+
+
+# One generator per input, drawn in fp64 (or as integers) and cast, then laid out (see LAYOUTS, VALUES).
+_MAKE_SRC = """def make():
+    out = []
+    for shape, dtype, seed, layout, scale, values in SPECS:
+        g = torch.Generator().manual_seed(seed)
+        base = {"transposed": shape[:-2] + shape[:-3:-1], "broadcast": shape[:-2] + (1,) + shape[-1:],
+                "strided": shape[:-1] + (2 * shape[-1],)}.get(layout, tuple(shape))
+        n = 1
+        for d in base:
+            n *= d
+        n += 7 if layout == "offset" else 0
+        if values == "bool":
+            t = torch.rand(n, generator=g, dtype=torch.float64) < 0.5
+        elif values in ("int", "index"):
+            low = -int(scale) if values == "int" else 0
+            t = torch.randint(low, int(scale) + (values == "int"), (n,), generator=g)
+        else:
+            t = torch.randn(n, generator=g, dtype=torch.float64) * scale
+            if values == "edge":
+                fi = torch.finfo(dtype)
+                edge = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, 0.5,
+                                     fi.smallest_normal / 4, fi.max / 2], dtype=torch.float64)
+                pick = torch.randint(0, 4 * len(edge), (n,), generator=g)
+                t = torch.where(pick < len(edge), edge[pick.clamp(max=len(edge) - 1)], t)
+        t = t.to(dtype)[7:] if layout == "offset" else t.to(dtype)
+        t = t.reshape(base)
+        if layout == "transposed":
+            t = t.transpose(-1, -2)
+        elif layout == "broadcast":
+            t = t.expand(shape)
+        elif layout == "strided":
+            t = t[..., ::2]
+        out.append(t)
+    return out
+"""
 
 
 def _constants(case: Case) -> str:
+    if case.rule == "diff":
+        return f"REDUCTION = {int(case.extra.get('reduction', 1))!r}  # longest reduction in the graph\n"
     if case.rule == "ulp":
         return f"SLACK = {case.slack!r}\n"
     if case.rule == "fp64":
@@ -200,28 +285,22 @@ def _constants(case: Case) -> str:
 
 
 def render(case: Case) -> str:
-    """The reproducer file's text."""
+    """The reproducer file's text (kept short: one blank line between its parts)."""
     what = case.title or case.id
     setup = (case.setup.strip() + "\n") if case.setup.strip() else ""
-    return (
+    functional = "import torch.nn.functional as F\n" if "F." in case.source else ""
+    parts = [
         f'"""{what}: rule {case.rule!r}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]"""\n'
-        "import sys\n\n"
-        "import torch\n"
-        "import torch.nn.functional as F\n\n"
-        + setup
-        + _constants(case)
-        + "\n"
-        + case.source.strip()
-        + "\n\n\n"
-        + _inputs_src(case.inputs)
-        + "\n\n"
-        + _CHECKS[case.rule]
-        + "\n\n"
+        "import sys\nimport torch\n" + functional + setup + _constants(case),
+        case.source.strip() + "\n",
+        _inputs_src(case.inputs),
+        _CHECKS[case.rule],
         "if __name__ == '__main__':\n"
         f"    reproduces, message = check(graph, make(), sys.argv[1] if len(sys.argv) > 1 else {case.backend!r})\n"
         "    print(('REPRODUCES: ' if reproduces else 'clean: ') + message)\n"
-        "    sys.exit(int(reproduces))\n"
-    )
+        "    sys.exit(int(reproduces))\n",
+    ]
+    return "\n".join(parts)
 
 
 def namespace(case: Case) -> dict[str, Any]:
@@ -336,8 +415,8 @@ def ops_of(case: Case) -> int:
 
 
 def lines_of(case: Case) -> int:
-    """Non-blank lines of the rendered file."""
-    return sum(1 for line in render(case).splitlines() if line.strip())
+    """Lines of the rendered file."""
+    return len(render(case).splitlines())
 
 
 Predicate = Callable[[Case], bool]

@@ -11,7 +11,7 @@ import torch
 
 def _map(out: Any, fn: Any) -> Any:
     if isinstance(out, torch.Tensor):
-        return fn(out) if out.is_floating_point() else out
+        return fn(out) if out.is_floating_point() or getattr(fn, "all_dtypes", False) else out
     if isinstance(out, (tuple, list)):
         return type(out)(_map(o, fn) for o in out)
     return out
@@ -50,7 +50,38 @@ def _wrap(fn: Any) -> Any:
     return backend
 
 
-BACKENDS = {"pk_test_one_ulp": _up, "pk_test_tail": _tail, "pk_test_jitter": _jitter}
+def _negative_zero(t: torch.Tensor) -> torch.Tensor:
+    """Every +0 becomes -0 (the sign bit of zeros lost, as a wrong min/max tie-break does)."""
+    return torch.where(t == 0, torch.full_like(t, -0.0), t)
+
+
+def _int_off_by_one(t: torch.Tensor) -> torch.Tensor:
+    """Integer outputs one too large; float outputs untouched."""
+    return t if t.is_floating_point() or t.dtype == torch.bool else t + 1
+
+
+_int_off_by_one.all_dtypes = True  # type: ignore[attr-defined]
+
+
+def _garbage_one(t: torch.Tensor) -> torch.Tensor:
+    """One element (the last) replaced by 1000 times its value plus 1."""
+    t = t.clone()
+    t.view(-1)[-1] = t.view(-1)[-1] * 1000 + 1
+    return t
+
+
+def _raising(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    raise RuntimeError("pk_test_raise: this backend cannot compile anything")
+
+
+BACKENDS = {
+    "pk_test_one_ulp": _up,
+    "pk_test_tail": _tail,
+    "pk_test_jitter": _jitter,
+    "pk_test_negative_zero": _negative_zero,
+    "pk_test_int_off_by_one": _int_off_by_one,
+    "pk_test_garbage_one": _garbage_one,
+}
 
 
 def register() -> list[str]:
@@ -60,7 +91,9 @@ def register() -> list[str]:
     for name, fn in BACKENDS.items():
         if name not in known:
             register_backend(compiler_fn=_wrap(fn), name=name)
-    return list(BACKENDS)
+    if "pk_test_raise" not in known:
+        register_backend(compiler_fn=_raising, name="pk_test_raise")
+    return [*BACKENDS, "pk_test_raise"]
 
 
 #: What a reproducer file runs first to have these backends (in a fresh interpreter too).

@@ -214,6 +214,7 @@ def test_bisect_blames_a_compiler_whose_O3_is_broken(tmp_path: Path) -> None:
     o2 = next(v for v in b.variants if v.name == "-O2")
     base = next(v for v in b.variants if v.backend == "inductor" and v.step == "layer")
     assert o2.status == "clean" and o2.cpp_sha256 == base.cpp_sha256
+    assert b.pytorch_bisector  # PyTorch's own bisector ran on the same file; its answer is kept beside ours
 
 
 def test_cli_names_bad_requests(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -1,0 +1,167 @@
+"""Reach of the differential tester: which real bug classes of the corpus its general generators find.
+
+Usage (from the repository root)::
+
+    python -m tests.fuzz_corpus.reach [--graphs 200] [--base 0] [--json out.json]
+
+1. Runs the corpus (:mod:`tests.fuzz_corpus.check`) under the torch in use: which bugs reproduce.
+2. Runs ``precisionkit.difftest`` for ``--graphs`` seeds of the ``typed`` generator (and a quarter
+   as many of each structured generator) starting at ``--base``. Corpus cases are never fed to it.
+3. Minimizes every mismatch (``precisionkit.minimize``) and reads the features of the minimized
+   program (``difftest.features_of``).
+4. A reproducing corpus case counts as caught when some minimized mismatch has every feature of
+   the case's *signature*: the features its bug needs (``SIGNATURES``, from the case's trigger;
+   the corpus's own ``features`` also name incidental context of the report's graph).
+
+Prints the detection table (case, reproduces here, caught, by which generator after how many
+graphs) and every distinct minimized mismatch with the fp64 evidence its rule printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import torch
+
+from precisionkit import difftest
+from precisionkit.minimize import minimize, predicate_for
+from tests.fuzz_corpus.cases import CASES
+from tests.fuzz_corpus.check import REPRODUCES, run_case
+
+#: The features each corpus bug needs, read from its trigger. ``None``: outside the tester's rule
+#: by design (undefined behaviour in C++, or a NaN's sign, which the rule does not judge).
+SIGNATURES: dict[str, frozenset[str] | None] = {
+    "argmin_transposed_plus_scalar": frozenset({"argmin_argmax", "transpose_input"}),
+    "argmin_after_tan_inplace_transpose": frozenset({"argmin_argmax", "transpose_input", "in_place_view"}),
+    "argmax_after_sin_transpose": frozenset({"argmin_argmax", "transpose_input"}),
+    "argmin_after_sin_inplace_transpose": frozenset({"argmin_argmax", "transpose_input", "in_place_view"}),
+    "max_dim_indices_of_transposed_sum": frozenset({"argmin_argmax", "transpose_input", "reduction"}),
+    "bool_min_dim_indices": frozenset({"argmin_argmax", "bool_dtype"}),
+    "nan_to_num_inf_then_long": None,  # float -> int64 of an out-of-range value: undefined in C++
+    "float_floor_divide_near_integer": frozenset({"floor_divide"}),
+    "minimum_negative_zero": frozenset({"min_max_signed_zero", "signed_zero"}),
+    "ceil_add_zero_reciprocal_sign": frozenset({"rounding", "signed_zero", "nan_inf"}),
+    "sqrt_negative_nan_sign": None,  # only the sign of a NaN differs
+    "rsqrt_angle_atan_sin_nan": frozenset({"pow_exp_log", "nan_inf"}),
+    "fp16_round_trip_elided": frozenset({"cast", "fp16_bf16"}),
+    "index_add_into_expanded": frozenset({"index_add", "expanded_view"}),
+    "fill_on_expanded_view": frozenset({"expanded_view", "in_place_view"}),
+    "index_assign_arange_mod_duplicates": frozenset({"index_put", "duplicate_indices", "in_place_view"}),
+    "index_put_then_add_flip": frozenset({"index_put", "flip_roll", "in_place_view"}),
+    "duplicate_index_self_add": frozenset({"index_put", "duplicate_indices"}),
+    "broadcast_write_on_expand_after_matmul": frozenset({"expanded_view", "index_put"}),
+    "as_strided_of_strided_slice": frozenset({"as_strided"}),
+    "index_add_into_permuted_input": frozenset({"index_add", "transpose_input"}),
+    "cumsum_dtype_kwarg_dropped": frozenset({"cumulative", "output_dtype"}),
+    "cumsum_of_full_cast_to_bool": frozenset({"cumulative", "bool_dtype"}),
+    "uint8_add_wrap_then_int16": None,  # wrap-around of uint8 arithmetic: the generator keeps integers in range
+    "right_shift_by_64": None,  # shift by the bit width: undefined in C++
+    "left_shift_by_64": None,
+    "uint8_pow_then_cos": frozenset({"integer_dtype", "pow_exp_log", "cast"}),
+    "uint8_constant_neg_plus_float": None,  # uint8 negation wraps: kept out like other wrap-around
+    "mul_by_nonneg_mask_nan": frozenset({"bool_dtype", "cast", "nan_inf"}),
+}
+
+
+def _corpus() -> dict[str, str]:
+    status = {}
+    for case in CASES:
+        torch._dynamo.reset()
+        status[case.id] = run_case(case)[0]
+    torch._dynamo.reset()
+    return status
+
+
+def measure(graphs: int, base: int, max_checks: int = 30, log: Any = print) -> dict[str, Any]:
+    """The whole measurement as one record (see the module docstring)."""
+    start = time.perf_counter()
+    corpus = _corpus()
+    log(f"corpus: {sum(s == REPRODUCES for s in corpus.values())}/{len(corpus)} reproduce on torch {torch.__version__}")
+    plan = [("typed", s) for s in range(base, base + graphs)]
+    for gen in ("attention", "norm", "gelu", "reduction"):
+        plan += [(gen, s) for s in range(base, base + max(1, graphs // 4))]
+    found: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    fuzz_start = time.perf_counter()
+    for k, (gen, seed) in enumerate(plan):
+        case = difftest.generate(seed, gen)
+        threads = (1 if seed % 2 else None) if gen == "reduction" else None
+        out = difftest.run(case, threads=threads)
+        counts[out.klass] = counts.get(out.klass, 0) + 1
+        if out.klass != "mismatch":
+            continue
+        small = minimize(case, predicate_for(None), max_checks=max_checks).case
+        feats = sorted(difftest.features_of(small))
+        found.append(
+            {
+                "generator": gen,
+                "seed": seed,
+                "graph_index": k + 1,
+                "message": out.message,
+                "minimized": small.source,
+                "inputs": [(i.shape, i.dtype, i.layout, i.values) for i in small.inputs],
+                "features": feats,
+            }
+        )
+        log(f"{case.id}: mismatch -> {', '.join(feats)}: {out.message[:160]}")
+    fuzz_seconds = time.perf_counter() - fuzz_start
+    rows = []
+    for case in CASES:
+        sig = SIGNATURES.get(case.id)
+        hit = None
+        if sig is not None:
+            hit = next((f for f in found if sig <= set(f["features"])), None)
+        rows.append(
+            {
+                "id": case.id,
+                "issue": case.issue,
+                "reproduces_here": corpus[case.id] == REPRODUCES,
+                "signature": "out of the rule" if sig is None else ", ".join(sorted(sig)),
+                "caught": hit is not None,
+                "by": "" if hit is None else f"{hit['generator']} seed {hit['seed']} (graph {hit['graph_index']})",
+            }
+        )
+    return {
+        "torch": torch.__version__,
+        "graphs": len(plan),
+        "classes": counts,
+        "fuzz_seconds": fuzz_seconds,
+        "seconds": time.perf_counter() - start,
+        "mismatches": found,
+        "cases": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.fuzz_corpus.reach")
+    ap.add_argument("--graphs", type=int, default=200, help="typed programs (each structured generator: a quarter)")
+    ap.add_argument("--base", type=int, default=0, help="first seed")
+    ap.add_argument("--json", default=None, help="write the record here")
+    ns = ap.parse_args(argv)
+    rec = measure(ns.graphs, ns.base)
+    live = [r for r in rec["cases"] if r["reproduces_here"]]
+    judged = [r for r in live if r["signature"] != "out of the rule"]
+    print(f"\ntorch {rec['torch']}: {rec['graphs']} programs in {rec['fuzz_seconds']:.0f} s; classes {rec['classes']}")
+    print(f"{'case':40s} {'issue':>6s}  here  {'signature':45s} caught by")
+    for r in rec["cases"]:
+        print(
+            f"{r['id']:40s} {r['issue']:6d}  {'yes ' if r['reproduces_here'] else 'no  '}  {r['signature']:45s} "
+            f"{r['by'] or ('-' if r['reproduces_here'] else '')}"
+        )
+    caught = sum(r["caught"] for r in judged)
+    print(
+        f"caught {caught} of {len(judged)} reproducing cases within the rule "
+        f"({len(live) - len(judged)} reproducing cases are outside it)"
+    )
+    if ns.json:
+        with open(ns.json, "w") as fh:
+            json.dump(rec, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
