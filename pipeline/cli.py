@@ -343,8 +343,9 @@ def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
 
 
 def _repro_case(spec: str, backend: str) -> Case:
-    """A case from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>`` or ``fuzz/<seed>[/<dtype>]``."""
-    from .repros import d_case, fuzz_case
+    """A case from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``, ``fuzz/<seed>[/<dtype>]`` or
+    ``difftest/<generator>/<seed>[/<dtype>]``."""
+    from .repros import d_case, difftest_case, fuzz_case
 
     parts = spec.strip("/").split("/")
     if parts[0] == "d" and len(parts) == 5:
@@ -355,8 +356,11 @@ def _repro_case(spec: str, backend: str) -> Case:
         return d_case(parts[1], parts[2], shape, parts[4], backend)
     if parts[0] == "fuzz" and len(parts) in (2, 3) and parts[1].isdigit():
         return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None)
+    if parts[0] == "difftest" and len(parts) in (3, 4) and parts[2].isdigit():
+        return difftest_case(parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, backend)
     raise ValueError(
-        f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D) or fuzz/<seed>[/<dtype>]"
+        f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D), fuzz/<seed>[/<dtype>] "
+        "or difftest/<generator>/<seed>[/<dtype>]"
     )
 
 
@@ -475,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="SPEC",
         help="d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D, e.g. d/transpose_concat/float16/4x128x256/contiguous) "
-        "or fuzz/<seed>[/<dtype>]; repeatable",
+        "or fuzz/<seed>[/<dtype>] or difftest/<generator>/<seed>[/<dtype>]; repeatable",
     )
     rp.add_argument("--backend", default="inductor", help="backend of the --make cases")
     rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")

@@ -195,6 +195,14 @@ def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None) ->
     )
 
 
+def difftest_case(generator: str, seed: int, dtype: str | None = None, backend: str = "inductor") -> Case:
+    """A program of the differential tester as a case (its own ``diff`` rule)."""
+    from precisionkit import difftest
+
+    case = difftest.generate(seed, generator, dtype)
+    return case.with_(backend=backend)
+
+
 # --- building a reproducer -----------------------------------------------------------------------
 
 
@@ -280,7 +288,7 @@ def _expected(rule: str, slack: int) -> str:
         "bitwise": "every element bit-identical to eager (the graph only moves data)",
         "ulp": f"the fused result no further from the fp64 reference than eager (+{slack} ULP)",
         "fp64": "the fused result within the tolerance against fp64, or at most twice as far outside it as eager",
-        "repeat": "two calls of the same compiled function give the same bits",
+        "repeat": "every call of the same compiled function gives the same bits",
         "compiled": "the fused path generates at least one kernel",
     }[rule]
 
@@ -311,7 +319,17 @@ def report_md(meta: dict[str, Any], case: Case, bis: pk_bisect.Bisection) -> str
         f"## Expected\n\n{_expected(case.rule, case.slack)}.\n\n"
         "## Bisection\n\nEach row is a fresh interpreter with an Inductor cache of its own. A toolchain row "
         "rebuilds Inductor's generated C++ with one more flag (or another compiler); the same sha256 means the "
-        "same generated source.\n\n" + bis.table_md() + "\n" + skipped + "\n" + excerpt
+        "same generated source.\n\n"
+        + bis.table_md()
+        + "\n"
+        + skipped
+        + (
+            f"\n`torch._inductor.compiler_bisector` on the same file: {bis.pytorch_bisector}.\n"
+            if bis.pytorch_bisector
+            else ""
+        )
+        + "\n"
+        + excerpt
     )
 
 

@@ -65,11 +65,23 @@ def test_only_contradictions_and_mismatches_get_reproducers() -> None:
     fuzz = pl.DataFrame(
         {"seed": [3, 4, 9], "dtype": ["float32", "float16", "bfloat16"], "class": ["ok", "mismatch", "crash"]}
     )
-    built = cases_to_build(table, fuzz, "inductor")
+    diff = pl.DataFrame(
+        {
+            "generator": ["typed", "typed", "norm", "typed"],
+            "seed": [5, 6, 7, 8],
+            "dtype": ["float32", "float16", "float32", "bfloat16"],
+            "class": ["mismatch", "mismatch", "ok", "mismatch"],
+            "features": ["cast, fp16_bf16", "cast, fp16_bf16", "layer_norm", "argmin_argmax"],
+        }
+    )
+    built = cases_to_build(table, fuzz, diff, "inductor", cap=2)
     assert [(src, c.id) for src, c in built] == [
         ("D", "d-transpose_concat-float16-4x128x256-contiguous"),
         ("fuzzer", "fuzz-4-float16"),
+        ("differential tester", "typed-5-float32"),  # one per feature set: seed 6 repeats seed 5's
+        ("differential tester", "typed-8-bfloat16"),
     ]
+    assert [c.id for _, c in cases_to_build(table, fuzz, diff, "inductor", cap=0)] == [built[0][1].id]
     assert d_repro_id(d_contradictions(table).row(0, named=True)) == built[0][1].id
 
 

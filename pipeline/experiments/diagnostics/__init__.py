@@ -5,9 +5,9 @@ from . import report, spec
 
 
 def _load():
-    from . import divergence, fuzzing, reproducers, tolerances
+    from . import difftesting, divergence, fuzzing, reproducers, tolerances
 
-    return (divergence, fuzzing, reproducers, tolerances)
+    return (divergence, fuzzing, difftesting, reproducers, tolerances)
 
 
 EXPERIMENT = Experiment(

@@ -45,6 +45,9 @@ def details(report: Report, exp: Experiment) -> str:
             + report.chart(exp.slug, "fuzz", fuzz_chart(fuzz), "Outcome classes of the fuzzed graphs")
             + ("\n" + markdown_table(bad) if bad.height else "\nEvery fuzzed graph was classified ok.\n")
         )
+    diff = report.table("difftest_outcomes")
+    if diff is not None:
+        parts.append(difftest_section(diff))
     found = report.table("reproducers")
     if found is not None:
         parts.append(reproducers_section(report, found))
@@ -57,6 +60,27 @@ def details(report: Report, exp: Experiment) -> str:
             )
         )
     return "\n".join(parts)
+
+
+def difftest_section(diff: pl.DataFrame) -> str:
+    """Programs per generator and class, and every program that did not agree."""
+    counts = (
+        diff.group_by("generator", "class")
+        .len()
+        .pivot(on="class", index="generator", values="len", aggregate_function="sum")
+        .fill_null(0)
+        .sort("generator")
+    )
+    bad = diff.filter(pl.col("class") != "ok").select("id", "class", "features", "message")
+    return (
+        "## Differential tester\n\nRandom programs over float, integer and bool tensors (every input layout, edge "
+        "values) and structured attention / norm / GELU / long-reduction programs, judged by the `diff` rule: integer "
+        "and bool outputs exactly, float outputs by class (NaN, +-inf, +-0) and by an error against fp64 beyond "
+        "rounding noise and eager's own error. Reproduce one with `python -m pipeline.cli repros --make "
+        "difftest/<generator>/<seed>/<dtype>`.\n\n"
+        + markdown_table(counts)
+        + ("\n" + markdown_table(bad) if bad.height else "\nEvery program agreed with eager and fp64.\n")
+    )
 
 
 def publish_repro(report: Report, repro_id: str) -> str | None:

@@ -18,10 +18,11 @@ from ... import repros
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
-from .spec import GROUP
+from .spec import GROUP, SIZES
 
-#: Reproducers built per source in one run (each is a minimization and a bisection: minutes).
-MAX_PER_SOURCE = 3
+#: Reproducers built for D's contradictions in one run, one per subgraph and dtype (each is a
+#: minimization and a bisection with the Inductor knobs and the toolchain: minutes).
+MAX_D = 3
 
 SCHEMA = {
     "id": pl.String,
@@ -59,15 +60,26 @@ def d_repro_id(row: dict) -> str:
 
 
 def cases_to_build(
-    data_movement_check_table: pl.DataFrame, fuzz_outcomes: pl.DataFrame, backend: str
+    data_movement_check_table: pl.DataFrame,
+    fuzz_outcomes: pl.DataFrame,
+    difftest_outcomes: pl.DataFrame,
+    backend: str,
+    cap: int,
 ) -> list[tuple[str, Case]]:
-    """(source, case) for every contradiction and mismatch, at most :data:`MAX_PER_SOURCE` each."""
+    """(source, case) for D's contradictions (one per subgraph and dtype, at most :data:`MAX_D`),
+    then the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester)."""
     out: list[tuple[str, Case]] = []
-    for r in d_contradictions(data_movement_check_table).head(MAX_PER_SOURCE).iter_rows(named=True):
+    d_rows = d_contradictions(data_movement_check_table).unique(
+        ["subgraph", "dtype"], keep="first", maintain_order=True
+    )
+    for r in d_rows.head(MAX_D).iter_rows(named=True):
         shape = tuple(int(d) for d in r["shape"].split("x"))
         out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend)))
-    for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(MAX_PER_SOURCE).iter_rows(named=True):
+    for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(cap).iter_rows(named=True):
         out.append(("fuzzer", repros.fuzz_case(int(r["seed"]), backend, r["dtype"])))
+    mismatches = difftest_outcomes.filter(pl.col("class") == "mismatch").unique("features", maintain_order=True)
+    for r in mismatches.head(cap).iter_rows(named=True):
+        out.append(("differential tester", repros.difftest_case(r["generator"], int(r["seed"]), r["dtype"], backend)))
     return out
 
 
@@ -76,7 +88,8 @@ def cases_to_build(
     pool="compute_device",
     required_resource_keys={"data", "settings"},
     description=(
-        "Minimal standalone reproducers (feeds §6.1): for every D contradiction and fuzzer mismatch, the graph "
+        "Minimal standalone reproducers (feeds §6.1): for every D contradiction and the first fuzzer and differential-"
+        "tester mismatches (up to the profile's cap), the graph "
         "minimized over ops and dims, run in a fresh interpreter, and bisected to the layer at fault (Dynamo, "
         "AOTAutograd, decompositions, Inductor, the native toolchain) with a workaround; files under "
         "<data>/<profile>/repros/<id>/."
@@ -84,16 +97,23 @@ def cases_to_build(
     kinds={"pytorch", "polars"},
 )
 def reproducers(
-    context: dg.AssetExecutionContext, data_movement_check_table: pl.DataFrame, fuzz_outcomes: pl.DataFrame
+    context: dg.AssetExecutionContext,
+    data_movement_check_table: pl.DataFrame,
+    fuzz_outcomes: pl.DataFrame,
+    difftest_outcomes: pl.DataFrame,
 ) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
     data: DataFolder = context.resources.data
     root = data.profile_dir(settings.profile) / "repros"
-    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, settings.backend)
+    cap = SIZES[settings.profile].repro_cap
+    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, difftest_outcomes, settings.backend, cap)
     start = time.perf_counter()
     rows = []
     for source, case in todo:
-        meta = repros.build(case, root, log=context.log.info)
+        # D's contradictions get the whole bisection (knobs and toolchain); fuzzer finds the layers
+        meta = repros.build(
+            case, root, knobs=source == "D", max_checks=40 if source == "D" else 25, log=context.log.info
+        )
         rows.append(
             {
                 "id": meta["id"],
@@ -115,9 +135,14 @@ def reproducers(
             }
         )
     table = pl.DataFrame(rows, schema=SCHEMA)
+    d_total = d_contradictions(data_movement_check_table).height
+    found = int((fuzz_outcomes["class"] == "mismatch").sum()) + int((difftest_outcomes["class"] == "mismatch").sum())
     context.add_output_metadata(
         {
             "reproducers": table.height,
+            "d_contradicting_rows": d_total,
+            "fuzzer_mismatches": found,
+            "cap_per_fuzzer": cap,
             "reproducing": int((table["status"] == "reproduces").sum()),
             "wall_seconds": time.perf_counter() - start,
             "environment": dg.MetadataValue.json(repros.environment()),

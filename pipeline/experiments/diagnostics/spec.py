@@ -8,11 +8,16 @@ ID, GROUP = "Diagnostics", "diagnostics"
 
 @dataclass(frozen=True)
 class DiagnosticsSizes:
-    fuzz_graphs: int  # random graphs of the differential fuzzer (one compile each)
+    fuzz_graphs: int  # random float graphs of the tolerance fuzzer (one compile each)
+    difftest_programs: int  # programs of the typed differential tester (a fifth per structured generator)
+    # reproducers built per source and run (each a minimization and a bisection: about a minute,
+    # several with the Inductor knobs and the toolchain); the smoke profile builds none for the
+    # differential tester, whose real-bug mismatches would otherwise dominate its time
+    repro_cap: int
 
 
 SIZES = {
-    "smoke": DiagnosticsSizes(fuzz_graphs=6),
-    "default": DiagnosticsSizes(fuzz_graphs=120),
-    "seed": DiagnosticsSizes(fuzz_graphs=1000),
+    "smoke": DiagnosticsSizes(fuzz_graphs=6, difftest_programs=10, repro_cap=0),
+    "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=80, repro_cap=2),
+    "seed": DiagnosticsSizes(fuzz_graphs=1000, difftest_programs=1000, repro_cap=10),
 }
