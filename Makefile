@@ -82,6 +82,7 @@ test-fast: $(STAMP)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
+	$(BIN)/python benchmarks/bench_difftest.py
 
 # fp32 vs fp16 vs bf16 matmul on this CPU; with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 set,
 # shows that the slow 16-bit path of an AVX2-only machine is in effect.

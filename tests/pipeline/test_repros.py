@@ -135,3 +135,19 @@ def test_planted_fallback_is_found_by_the_compiled_rule_first() -> None:
     assert case is not None and tried == 1 and case.rule == "compiled"
     with pytest.raises(ValueError, match="unknown planted bug 'planted_nothing'"):
         repros.planted_case("planted_nothing")
+
+
+def test_cli_specs_name_d_rows_fuzzer_seeds_and_tester_programs() -> None:
+    from pipeline.cli import _repro_case
+
+    assert _repro_case("d/transpose_concat/bfloat16/2x7x24/transposed_view", "inductor").id == (
+        "d-transpose_concat-bfloat16-2x7x24-transposed_view"
+    )
+    assert _repro_case("fuzz/9/float16", "inductor").id == "fuzz-9-float16"
+    made = _repro_case("difftest/norm/4/float32", "aot_eager")
+    assert made.id == "norm-4-float32" and made.rule == "diff" and made.backend == "aot_eager"
+    for bad in ("difftest/typed/x", "d/transpose_concat/float16/4x128/contiguous/extra", "fuzz"):
+        with pytest.raises(ValueError, match="expected d/"):
+            _repro_case(bad, "inductor")
+    with pytest.raises(ValueError, match="generator must be one of"):
+        _repro_case("difftest/conv/3", "inductor")

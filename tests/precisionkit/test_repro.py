@@ -228,3 +228,19 @@ def test_cli_names_bad_requests(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "unknown planted bug(s) no_such_bug" in capsys.readouterr().err
     assert main(["repros", "--data-dir", str(tmp_path), "--python", sys.executable + "-missing"]) == 2
     assert not (tmp_path / "default" / "repros").exists() or not any((tmp_path / "default" / "repros").iterdir())
+
+
+def test_minimize_cuts_untraceable_programs_by_source_line() -> None:
+    """Index assignment stops torch.fx; the line-level candidates still shrink the program."""
+    src = "def graph(x, y):\n    a = x.clone()\n    a[:, 0] = 1.0\n    b = a * 2.0\n    c = b + y\n    return c, a\n"
+    c = case(
+        source=src,
+        rule="diff",
+        backend="pk_test_garbage_one",
+        inputs=(Input("x", (3, 4), "float32", 1), Input("y", (3, 4), "float32", 2)),
+    )
+    assert reproduces(c)[0]
+    m = minimize(c, predicate_for("eager"))
+    assert m.ops_before == 4 and m.ops_after == 1
+    assert m.case.source == "def graph(x):\n    a = x.clone()\n    return a\n"
+    assert [i.name for i in m.case.inputs] == ["x"] and m.case.inputs[0].shape == (1, 1)
