@@ -45,6 +45,8 @@ _TAILS = (1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 _ROWS = (1, 2, 3, 4, 5, 8, 16)
 #: constants across binades (also the values a bug's scalar must hit)
 _CONSTS = (0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, 1e-3, 1e3, 2.0**-20, 2.0**20, 0.1, 7.0)
+#: divisors not exact in binary, whose quotients round onto integers
+_DIVISORS = (0.1, -0.1, 0.2, 0.3, 0.7, 3.0, 7.0)
 
 
 @dataclass
@@ -129,8 +131,13 @@ def _typed(p: Program) -> Case:
 # --- typed ops: each appends one or a few lines; (p, rng, shape, floats, ints, bools) -------------
 
 
+def _pick(rng: random.Random, values: list[str]) -> str:
+    """The latest value half of the time (chains of ops), else any."""
+    return values[-1] if rng.random() < 0.5 else rng.choice(values)
+
+
 def _unary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], i: list[str], b: list[str]) -> None:
-    x = rng.choice(f)
+    x = _pick(rng, f)
     _name, expr, feats = rng.choice(
         (
             ("exp", "torch.exp({x})", ("pow_exp_log",)),
@@ -156,7 +163,7 @@ def _unary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str],
 
 
 def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], i: list[str], b: list[str]) -> None:
-    x = rng.choice(f)
+    x = _pick(rng, f)
     y = rng.choice(f) if rng.random() < 0.6 else repr(rng.choice(_CONSTS))
     expr, feats = rng.choice(
         (
@@ -165,6 +172,8 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
             ("{x} * {y}", ()),
             ("{x} / {y}", ("nan_inf",)),
             ("torch.minimum({x}, torch.as_tensor({y}, dtype={x}.dtype))", ("min_max_signed_zero",)),
+            ("torch.minimum({x}, -{x})", ("min_max_signed_zero",)),
+            ("torch.maximum(-{x}, {x})", ("min_max_signed_zero",)),
             ("torch.maximum({x}, torch.as_tensor({y}, dtype={x}.dtype))", ("min_max_signed_zero",)),
             ("torch.floor_divide({x}, {y})", ("floor_divide", "rounding")),
             ("torch.remainder({x}, {y})", ("rounding",)),
@@ -176,6 +185,8 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
     )
     if "clamp" in expr:
         expr = expr.replace("{c}", repr(rng.choice(_CONSTS)))
+    if any(k in expr for k in ("floor_divide", "remainder", "fmod")) and rng.random() < 0.6:
+        y = repr(rng.choice(_DIVISORS))  # inexact divisors: the quotient of 1.0 / 0.1 rounds up to an integer
     p.add("f", shape, expr.format(x=x, y=y), *feats)
 
 
@@ -267,11 +278,10 @@ def _reduce(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
         p.add("f", shape, f"{x} + {idx}.to({x}.dtype)", "cast")
     elif kind == "cumsum_dtype":
         src = rng.choice((f"torch.ones({shape[0]}, {shape[1]}, dtype=torch.bool)", rng.choice(b) if b else f"{x} > 0"))
-        out = rng.choice(("torch.float16", "torch.bfloat16", "torch.float32", f"{x}.dtype"))
+        out = rng.choice(("torch.float16", "torch.bfloat16", "torch.float32"))
         p.reduction = max(p.reduction, n)
-        p.add(
-            "f", shape, f"torch.cumsum({src}, dim={dim}, dtype={out}).to({x}.dtype) + {x}", "cumulative", "output_dtype"
-        )
+        # the raw result is a value of its own: a wrong output dtype must be seen, not cast away
+        p.add("f", shape, f"torch.cumsum({src}, dim={dim}, dtype={out})", "cumulative", "output_dtype")
     elif kind in ("argmin", "argmax"):
         idx = p.add(
             "i",
@@ -338,7 +348,7 @@ def _index(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str],
             "expanded_view",
         )
     elif kind == "index_put_flip":
-        buf = p.add("f", shape, f"{x}.clone()")
+        buf = p.input("f", shape) if rng.random() < 0.5 else p.add("f", shape, f"{x}.clone()")
         p.lines.append(f"    {buf}.index_put_((torch.arange({r}),), {buf} * {rng.choice(_CONSTS)!r})")
         p.lines.append(f"    {buf}.add_({buf}.flip(0))")
         p.features.update(("index_put", "in_place_view", "flip_roll"))
@@ -594,7 +604,7 @@ def fuzz(
 #: What a program's source (and its inputs) show, in the vocabulary of the bug corpus: the
 #: features of a *minimized* mismatch say which class of defect it is.
 _FEATURE_PATTERNS = {
-    "argmin_argmax": r"\.arg(?:min|max)\(|torch\.arg(?:min|max)\(|torch\.(?:min|max)\([^)]*dim=",
+    "argmin_argmax": r"\.arg(?:min|max)\(|torch\.arg(?:min|max)\(|\.indices\b",
     "min_max_signed_zero": r"torch\.(?:minimum|maximum|clamp)\(|torch\.(?:min|max)\([^)]*dim=",
     "cast": r"\.to\(",
     "floor_divide": r"floor_divide|//",
@@ -619,13 +629,17 @@ _FEATURE_PATTERNS = {
 
 
 def features_of(case: Case) -> set[str]:
-    """The corpus vocabulary features of a program: from its source and its inputs' dtypes,
-    layouts and values (e.g. ``transposed`` inputs count as ``transpose_input``)."""
+    """The corpus vocabulary features of a program: from its source and the dtypes, layouts and
+    values of the inputs it reads as data (e.g. a ``transposed`` input counts as
+    ``transpose_input``; an input read only for its ``.dtype`` counts for nothing)."""
     import re
 
     src = case.source
     found = {name for name, pat in _FEATURE_PATTERNS.items() if re.search(pat, src)}
+    body = src.split("\n", 1)[1] if "\n" in src else ""
     for i in case.inputs:
+        if not re.search(rf"\b{re.escape(i.name)}\b(?!\.dtype)", body):
+            continue  # read for its dtype only: its layout and values do not reach the result
         if i.dtype in ("float16", "bfloat16") or re.search(r"float16|bfloat16", src):
             found.add("fp16_bf16")
         if i.values in ("int", "index") or re.search(r"int(?:8|16|32|64)\b|torch\.long", src):

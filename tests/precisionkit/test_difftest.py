@@ -114,11 +114,12 @@ def test_run_classifies_invalid_programs_and_compile_errors() -> None:
 
 @pytest.mark.slow
 def test_typed_generator_finds_the_fp16_round_trip_that_inductor_elides() -> None:
-    """typed seed 262 (float32) rounds an input through float16 and subtracts the original; the CPU
-    kernel keeps the float32 value (pytorch/pytorch#185337, open on 2.13), so fused returns 0 where
-    eager has the rounding error."""
-    case = difftest.generate(262, "typed")
-    assert "v1 = f0.to(torch.float16).to(f0.dtype) - f0" in case.source
+    """typed seed 1606 (float32) takes the error of a float16 round trip and floors it; the CPU
+    kernel keeps the float32 value (pytorch/pytorch#185337, open on 2.13), so the error is 0 and its
+    floor 0 where eager's is -1."""
+    case = difftest.generate(1606, "typed")
+    assert "v0 = f0.to(torch.float16).to(f0.dtype) - f0" in case.source and "v3 = torch.floor(v0)" in case.source
     out = difftest.run(case)
     if torch.__version__.startswith("2.13"):
-        assert out.klass == "mismatch" and out.message.startswith("output 0:") and "fused (inductor) 0.0" in out.message
+        assert out.klass == "mismatch"
+        assert out.message.startswith("output 1:") and "eager -1.0, fused (inductor) 0.0, fp64 -1.0" in out.message

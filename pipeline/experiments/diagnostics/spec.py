@@ -18,6 +18,6 @@ class DiagnosticsSizes:
 
 SIZES = {
     "smoke": DiagnosticsSizes(fuzz_graphs=6, difftest_programs=10, repro_cap=0),
-    "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=80, repro_cap=2),
+    "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=48, repro_cap=1),
     "seed": DiagnosticsSizes(fuzz_graphs=1000, difftest_programs=1000, repro_cap=10),
 }
