@@ -624,18 +624,21 @@ _FEATURE_PATTERNS = {
     "expanded_view": r"\.expand\(",
     "transpose_input": r"\.t\(\)|transpose|permute",
     "duplicate_indices": r"% \d|index_add\(0",
-    "signed_zero": r"-0\.0|torch\.ceil\(|torch\.sign\(",
+    "signed_zero": r"^$",  # from the rule's message, not the source (see features_of)
 }
 
 
-def features_of(case: Case) -> set[str]:
-    """The corpus vocabulary features of a program: from its source and the dtypes, layouts and
-    values of the inputs it reads as data (e.g. a ``transposed`` input counts as
-    ``transpose_input``; an input read only for its ``.dtype`` counts for nothing)."""
+def features_of(case: Case, message: str = "") -> set[str]:
+    """The corpus vocabulary features of a program: from its source, from the dtypes, layouts and
+    values of the inputs it reads as data (a ``transposed`` input counts as ``transpose_input``;
+    an input read only for its ``.dtype`` counts for nothing) and, given the ``diff`` rule's
+    ``message`` about it, from what went wrong: ``signed_zero`` when eager and fused are zeros of
+    opposite sign, ``nan_inf`` when either is NaN or infinite."""
     import re
 
     src = case.source
     found = {name for name, pat in _FEATURE_PATTERNS.items() if re.search(pat, src)}
+    found.discard("signed_zero")
     body = src.split("\n", 1)[1] if "\n" in src else ""
     for i in case.inputs:
         if not re.search(rf"\b{re.escape(i.name)}\b(?!\.dtype)", body):
@@ -647,13 +650,18 @@ def features_of(case: Case) -> set[str]:
         if i.values == "bool" or re.search(r"torch\.bool| (?:[<>]=?|[=!]=) ", src):
             found.add("bool_dtype")
         if i.values == "edge":
-            found.update(("special_values", "nan_inf", "signed_zero"))
+            found.add("special_values")
         if i.layout == "transposed":
             found.add("transpose_input")
         if i.layout == "broadcast":
             found.add("expanded_view")
-        if i.layout in ("strided", "offset"):
-            found.add("as_strided")
         if i.values == "index":
             found.add("duplicate_indices")
+    got = re.search(r"eager (\S+), fused \([^)]*\) (\S+),", message)
+    if got:
+        e, f = got.groups()
+        if {e.strip("-"), f.strip("-")} == {"0.0"} and e != f:
+            found.add("signed_zero")
+        if any(v.strip("-") in ("nan", "inf") for v in (e, f)):
+            found.add("nan_inf")
     return found

@@ -7,8 +7,8 @@ Usage (from the repository root)::
 1. Runs the corpus (:mod:`tests.fuzz_corpus.check`) under the torch in use: which bugs reproduce.
 2. Runs ``precisionkit.difftest`` for ``--graphs`` seeds of the ``typed`` generator (and a quarter
    as many of each structured generator) starting at ``--base``. Corpus cases are never fed to it.
-3. Minimizes every mismatch (``precisionkit.minimize``) and reads the features of the minimized
-   program (``difftest.features_of``).
+3. Minimizes every mismatch (``precisionkit.minimize``, up to 60 candidates) and reads the
+   features of the minimized program and of what the rule says about it (``difftest.features_of``).
 4. A reproducing corpus case counts as caught when some minimized mismatch has every feature of
    the case's *signature*: the features its bug needs (``SIGNATURES``, from the case's trigger;
    the corpus's own ``features`` also name incidental context of the report's graph).
@@ -29,6 +29,7 @@ import torch
 
 from precisionkit import difftest
 from precisionkit.minimize import minimize, predicate_for
+from precisionkit.repro import reproduces
 from tests.fuzz_corpus.cases import CASES
 from tests.fuzz_corpus.check import REPRODUCES, run_case
 
@@ -76,7 +77,7 @@ def _corpus() -> dict[str, str]:
     return status
 
 
-def measure(graphs: int, base: int, max_checks: int = 30, log: Any = print) -> dict[str, Any]:
+def measure(graphs: int, base: int, max_checks: int = 60, log: Any = print) -> dict[str, Any]:
     """The whole measurement as one record (see the module docstring)."""
     start = time.perf_counter()
     corpus = _corpus()
@@ -95,19 +96,21 @@ def measure(graphs: int, base: int, max_checks: int = 30, log: Any = print) -> d
         if out.klass != "mismatch":
             continue
         small = minimize(case, predicate_for(None), max_checks=max_checks).case
-        feats = sorted(difftest.features_of(small))
+        said = reproduces(small)[1]  # what the rule says about the minimized program itself
+        feats = sorted(difftest.features_of(small, said))
         found.append(
             {
                 "generator": gen,
                 "seed": seed,
                 "graph_index": k + 1,
-                "message": out.message,
+                "message": said,
+                "original_message": out.message,
                 "minimized": small.source,
                 "inputs": [(i.shape, i.dtype, i.layout, i.values) for i in small.inputs],
                 "features": feats,
             }
         )
-        log(f"{case.id}: mismatch -> {', '.join(feats)}: {out.message[:160]}")
+        log(f"{case.id}: mismatch -> {', '.join(feats)}: {said[:160]}")
     fuzz_seconds = time.perf_counter() - fuzz_start
     rows = []
     for case in CASES:

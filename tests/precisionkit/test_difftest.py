@@ -100,7 +100,17 @@ def test_features_of_reads_source_and_inputs() -> None:
         "integer_dtype",
         "reduction",
     }
-    assert "index_put" not in difftest.features_of(c)
+    assert not {"index_put", "signed_zero", "nan_inf"} & difftest.features_of(c)
+    said = "output 0: 2 of 8 elements wrong; at (0, 1): eager 0.0, fused (inductor) -0.0, fp64 0.0"
+    assert {"signed_zero"} <= difftest.features_of(c, said) and "nan_inf" not in difftest.features_of(c, said)
+    said = "output 0: 1 of 8 elements wrong; at (0, 1): eager 2.0, fused (inductor) inf, fp64 2.0"
+    assert "nan_inf" in difftest.features_of(c, said)
+    dtype_only = diff_case(
+        "def graph(x, y):\n    return x.to(y.dtype)\n", Input("x", (2, 2)), Input("y", (2, 2), layout="strided")
+    )
+    assert "as_strided" not in difftest.features_of(dtype_only) and "transpose_input" not in difftest.features_of(
+        dtype_only
+    )
 
 
 def test_run_classifies_invalid_programs_and_compile_errors() -> None:
