@@ -290,6 +290,8 @@ def _expected(rule: str, slack: int) -> str:
         "fp64": "the fused result within the tolerance against fp64, or at most twice as far outside it as eager",
         "repeat": "every call of the same compiled function gives the same bits",
         "compiled": "the fused path generates at least one kernel",
+        "diff": "integer and bool outputs equal to eager's; float outputs of the same class (NaN, +-inf, +-0) as "
+        "eager's or fp64's, and no further from fp64 than rounding noise plus four times eager's own error",
     }[rule]
 
 

@@ -151,3 +151,19 @@ def test_cli_specs_name_d_rows_fuzzer_seeds_and_tester_programs() -> None:
             _repro_case(bad, "inductor")
     with pytest.raises(ValueError, match="generator must be one of"):
         _repro_case("difftest/conv/3", "inductor")
+
+
+def test_every_rule_has_an_expected_outcome_for_the_report() -> None:
+    from precisionkit.repro import RULES
+
+    phrase = {
+        "bitwise": "bit-identical to eager",
+        "ulp": "than eager (+2 ULP)",
+        "fp64": "within the tolerance against fp64",
+        "repeat": "same bits",
+        "compiled": "at least one kernel",
+        "diff": "integer and bool outputs equal to eager's",
+    }
+    assert set(phrase) == set(RULES)
+    for rule, words in phrase.items():
+        assert words in repros._expected(rule, 2)
