@@ -304,10 +304,16 @@ def render(case: Case) -> str:
 
 
 def namespace(case: Case) -> dict[str, Any]:
-    """The reproducer's definitions (graph, make, check, ...) executed in this process."""
-    scope: dict[str, Any] = {"__name__": f"precisionkit_repro_{case.id}", "F": torch.nn.functional}
-    exec(compile(render(case), f"<repro {case.id}>", "exec"), scope)
-    return scope
+    """The reproducer's definitions (graph, make, check, ...) executed in this process, as a module
+    registered in ``sys.modules`` (Dynamo before 2.8 imports the module a function's globals name)."""
+    import re
+    import types
+
+    module = types.ModuleType("precisionkit_repro_" + re.sub(r"\W", "_", case.id))
+    module.__dict__["F"] = torch.nn.functional
+    exec(compile(render(case), f"<repro {case.id}>", "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+    return module.__dict__
 
 
 def make_inputs(case: Case) -> list[torch.Tensor]:
