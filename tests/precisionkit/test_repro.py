@@ -244,3 +244,20 @@ def test_minimize_cuts_untraceable_programs_by_source_line() -> None:
     assert m.ops_before == 4 and m.ops_after == 1
     assert m.case.source == "def graph(x):\n    a = x.clone()\n    return a\n"
     assert [i.name for i in m.case.inputs] == ["x"] and m.case.inputs[0].shape == (1, 1)
+
+
+def test_generated_cpp_hash_ignores_the_cache_folder_path(tmp_path: Path) -> None:
+    """torch before 2.8 includes its kernel header by its path inside the cache: the same program
+    built in two caches must hash alike, or the toolchain rows could never match the base row."""
+    from precisionkit.bisect import generated_cpp
+
+    shas = []
+    for name in ("a", "b"):
+        cache = tmp_path / name
+        (cache / "xy").mkdir(parents=True)
+        (cache / "xy" / "k.cpp").write_text(f'#include "{cache}/pc/header.h"\nextern "C" void kernel() {{}}\n')
+        (cache / "xy" / "chk.cpp").write_text('extern "C" void __avx_chk_kernel() {}\n')  # the ISA probe
+        shas.append(generated_cpp(cache))
+    assert shas[0] == shas[1] and shas[0][0]
+    assert shas[0][1].startswith('extern "C" void kernel()')
+    assert generated_cpp(tmp_path / "empty") == ("", "")
