@@ -35,7 +35,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -411,18 +411,6 @@ def run_script(
     return ScriptRun(rc, out, time.perf_counter() - start)
 
 
-def ops_of(case: Case) -> int:
-    """How many operations the graph has (FX-traced call nodes; 0 if it cannot be traced)."""
-    try:
-        gm = torch.fx.symbolic_trace(namespace(case)["graph"])
-    except Exception:  # noqa: BLE001
-        return 0
-    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-
-
 def lines_of(case: Case) -> int:
     """Lines of the rendered file."""
     return len(render(case).splitlines())
-
-
-Predicate = Callable[[Case], bool]

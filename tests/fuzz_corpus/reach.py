@@ -2,11 +2,11 @@
 
 Usage (from the repository root)::
 
-    python -m tests.fuzz_corpus.reach [--graphs 200] [--base 0] [--json out.json]
+    python -m tests.fuzz_corpus.reach [--programs 240] [--base 0] [--json out.json]
 
 1. Runs the corpus (:mod:`tests.fuzz_corpus.check`) under the torch in use: which bugs reproduce.
-2. Runs ``precisionkit.difftest`` for ``--graphs`` seeds of the ``typed`` generator (and a quarter
-   as many of each structured generator) starting at ``--base``. Corpus cases are never fed to it.
+2. Runs ``precisionkit.difftest`` on ``difftest.plan(--programs, --base)``: an eighth of the
+   programs per structured generator, the rest typed. Corpus cases are never fed to it.
 3. Minimizes every mismatch (``precisionkit.minimize``, up to 60 candidates) and reads the
    features of the minimized program and of what the rule says about it (``difftest.features_of``).
 4. A reproducing corpus case counts as caught when some minimized mismatch has every feature of
@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -77,24 +78,21 @@ def _corpus() -> dict[str, str]:
     return status
 
 
-def measure(graphs: int, base: int, max_checks: int = 60, log: Any = print) -> dict[str, Any]:
+def measure(programs: int, base: int, max_checks: int = 60, log: Any = print) -> dict[str, Any]:
     """The whole measurement as one record (see the module docstring)."""
     start = time.perf_counter()
     corpus = _corpus()
     log(f"corpus: {sum(s == REPRODUCES for s in corpus.values())}/{len(corpus)} reproduce on torch {torch.__version__}")
-    plan = [("typed", s) for s in range(base, base + graphs)]
-    for gen in ("attention", "norm", "gelu", "reduction"):
-        plan += [(gen, s) for s in range(base, base + max(1, graphs // 4))]
-    found: list[dict[str, Any]] = []
-    counts: dict[str, int] = {}
+    plan = difftest.plan(programs, base)
     fuzz_start = time.perf_counter()
-    for k, (gen, seed) in enumerate(plan):
-        case = difftest.generate(seed, gen)
-        threads = (1 if seed % 2 else None) if gen == "reduction" else None
-        out = difftest.run(case, threads=threads)
-        counts[out.klass] = counts.get(out.klass, 0) + 1
+    outcomes = difftest.fuzz(plan)
+    fuzz_seconds = time.perf_counter() - fuzz_start
+    counts = dict(Counter(o.klass for o in outcomes))
+    found: list[dict[str, Any]] = []
+    for k, ((gen, seed), out) in enumerate(zip(plan, outcomes, strict=True)):
         if out.klass != "mismatch":
             continue
+        case = out.case
         small = minimize(case, predicate_for(None), max_checks=max_checks).case
         said = reproduces(small)[1]  # what the rule says about the minimized program itself
         feats = sorted(difftest.features_of(small, said))
@@ -111,7 +109,6 @@ def measure(graphs: int, base: int, max_checks: int = 60, log: Any = print) -> d
             }
         )
         log(f"{case.id}: mismatch -> {', '.join(feats)}: {said[:160]}")
-    fuzz_seconds = time.perf_counter() - fuzz_start
     rows = []
     for case in CASES:
         sig = SIGNATURES.get(case.id)
@@ -141,11 +138,13 @@ def measure(graphs: int, base: int, max_checks: int = 60, log: Any = print) -> d
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz_corpus.reach")
-    ap.add_argument("--graphs", type=int, default=200, help="typed programs (each structured generator: a quarter)")
+    ap.add_argument(
+        "--programs", type=int, default=240, help="programs in all (difftest.plan: an eighth per structured generator)"
+    )
     ap.add_argument("--base", type=int, default=0, help="first seed")
     ap.add_argument("--json", default=None, help="write the record here")
     ns = ap.parse_args(argv)
-    rec = measure(ns.graphs, ns.base)
+    rec = measure(ns.programs, ns.base)
     live = [r for r in rec["cases"] if r["reproduces_here"]]
     judged = [r for r in live if r["signature"] != "out of the rule"]
     print(f"\ntorch {rec['torch']}: {rec['graphs']} programs in {rec['fuzz_seconds']:.0f} s; classes {rec['classes']}")

@@ -7,6 +7,7 @@ import torch
 from repro_backends import SETUP, register
 
 from precisionkit import difftest
+from precisionkit.difftest import GENERATORS
 from precisionkit.repro import Case, Input, namespace, reproduces
 
 register()
@@ -133,3 +134,14 @@ def test_typed_generator_finds_the_fp16_round_trip_that_inductor_elides() -> Non
     if torch.__version__.startswith("2.13"):
         assert out.klass == "mismatch"
         assert out.message.startswith("output 1:") and "eager -1.0, fused (inductor) 0.0, fp64 -1.0" in out.message
+
+
+def test_plan_gives_each_structured_generator_an_eighth_and_alternates_reduction_threads() -> None:
+    todo = difftest.plan(240, 7)
+    assert len(todo) == 240 and todo[0] == ("typed", 7) and todo[119] == ("typed", 126)
+    assert [g for g, _ in todo].count("typed") == 120
+    for gen in ("attention", "norm", "gelu", "reduction"):
+        assert [s for g, s in todo if g == gen] == list(range(7, 37))
+    assert difftest.plan(10) == [("typed", s) for s in range(6)] + [(g, 0) for g in GENERATORS[1:]]
+    assert (difftest.threads_for("reduction", 3), difftest.threads_for("reduction", 4)) == (1, None)
+    assert difftest.threads_for("typed", 3) is None

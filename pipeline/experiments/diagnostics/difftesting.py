@@ -37,15 +37,8 @@ SCHEMA = {
 
 
 def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
-    """(generator, seed) of the profile: an eighth of the programs for each structured generator,
-    the rest typed, all from a start derived from the base seed."""
-    n = SIZES[settings.profile].difftest_programs
-    start = settings.derived_seed("difftest") % 1_000_000
-    structured = n // 8
-    out = [("typed", s) for s in range(start, start + n - 4 * structured)]
-    for gen in ("attention", "norm", "gelu", "reduction"):
-        out += [(gen, s) for s in range(start, start + structured)]
-    return out
+    """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base seed."""
+    return difftest.plan(SIZES[settings.profile].difftest_programs, settings.derived_seed("difftest") % 1_000_000)
 
 
 @dg.asset(
@@ -65,13 +58,10 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     todo = plan(settings)
     progress = Progress(context.log.info, "differential tester programs", len(todo))
     start = time.perf_counter()
-    rows = []
-    for gen, seed in todo:
-        case = difftest.generate(seed, gen)
-        threads = (1 if seed % 2 else None) if gen == "reduction" else None
-        out = difftest.run(case, settings.backend, threads)
-        rows.append({**out.row(), "seed": seed})
-        progress.advance(note=f"{case.id}: {out.klass}")
+    outcomes = difftest.fuzz(
+        todo, backend=settings.backend, log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}")
+    )
+    rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
     seconds = time.perf_counter() - start
     table = pl.DataFrame(rows, schema=SCHEMA)
     counts = Counter(table["class"].to_list())
