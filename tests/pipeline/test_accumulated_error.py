@@ -379,3 +379,40 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
     else:
         # 0.02 is about 5 fp16 ULPs at the data's scale but under one bf16 ULP: only fp16 is contradicted.
         assert set(rows["dtype"].to_list()) == {"float16"}
+
+
+@pytest.mark.slow
+def test_a_fused_path_this_torch_cannot_compile_is_inconclusive_with_its_reason(tmp_path, monkeypatch):
+    """torch 2.7 cannot compile emulate_precision_casts for the CPU (a code generator signature it
+    lacks). Simulated with an option no torch knows: B's runs go on without that path, the run stays
+    valid, each chain's claim is inconclusive naming the reason, and nothing crashes."""
+    from pipeline.definitions import build_resources
+    from pipeline.resources import ExperimentSettings
+
+    real = b_runs._path_options
+
+    def options(settings, path):
+        out = real(settings, path)
+        return {**out, "pk_no_such_option": True} if path == "fused_emulate" else out
+
+    monkeypatch.setattr(b_runs, "_path_options", options)
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid]
+    result = dg.materialize(
+        [*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks], resources=resources
+    )
+    assert result.success
+    evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert evals["accumulated_error_run_valid"].passed, evals["accumulated_error_run_valid"].metadata
+    assert evals["accumulated_error_run_valid"].metadata["paths_not_run"].value == len(CHAINS) * len(b_rules.DTYPES_B)
+    for chain in CHAINS:
+        claim = evals[f"fused_not_worse_than_eager_{chain}"]
+        assert claim.metadata["verdict"].value == "inconclusive"
+        assert "not run, so not judged" in claim.metadata["reason"].value
+        assert "cannot compile with emulate_precision_casts" in claim.metadata["reason"].value
+    per_set = storage.read_value(tmp_path / "smoke" / "accumulated_error_per_set")
+    assert set(per_set["path"].unique()) == {"eager", "fused"}
+    summary = storage.read_value(tmp_path / "smoke" / "accumulated_error_summary")
+    assert summary["emulate_verdict"].unique().to_list() == ["inconclusive"]
+    assert summary["emulate_unavailable"].str.contains("pk_no_such_option").all()
+    assert summary["fused_verdict"].null_count() == 0

@@ -77,16 +77,18 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
     worst = {k: v for run in runs for k, v in run.worst.items()}
     wall = time.perf_counter() - wall
     by_path = ev.group_by("path").agg(pl.col("sets").sum(), pl.col("path_seconds").sum())
-    throughput = {r["path"]: r["sets"] / r["path_seconds"] for r in by_path.iter_rows(named=True)}
+    # a path this torch could not compile ran no sets: it has no throughput, and its reason instead
+    throughput = {r["path"]: r["sets"] / r["path_seconds"] for r in by_path.iter_rows(named=True) if r["sets"]}
+    not_run = sorted(set(ev.filter(pl.col("unavailable").is_not_null())["unavailable"].to_list()))
     common = {
         "wall_seconds": round(wall, 2),
         "compile_seconds_total": round(float(ev["compile_seconds"].sum()), 2),
-        **{f"sets_per_second_{p}": round(throughput[p], 1) for p in PATHS},
+        **{f"sets_per_second_{p}": round(throughput[p], 1) for p in PATHS if p in throughput},
         "recompiles_total": int(ev["recompiles"].sum()),
+        **({"paths_not_run": "; ".join(not_run)} if not_run else {}),
     }
-    yield dg.Output(
-        per_set, "accumulated_error_per_set", metadata={"sets_total": per_set.height // len(PATHS), **common}
-    )
+    sets_total = per_set.filter(pl.col("path") == "eager").height
+    yield dg.Output(per_set, "accumulated_error_per_set", metadata={"sets_total": sets_total, **common})
     yield dg.Output(
         ev,
         "accumulated_error_fusion_evidence",

@@ -96,6 +96,13 @@ def details(report: Report, exp: Experiment) -> str:
             f"fused is worse by more than {MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
             "under *Decision rules* above.\n\n" + markdown_table(verdict_table(summary))
         )
+        if "emulate_unavailable" in summary.columns:
+            why = sorted(set(summary["emulate_unavailable"].drop_nulls().to_list()))
+            if why:
+                parts.append(
+                    "**Not measured on this torch:** fused with `emulate_precision_casts` did not run, so its "
+                    "verdicts are inconclusive: " + "; ".join(why)
+                )
         parts.append(
             report.chart(
                 exp.slug,

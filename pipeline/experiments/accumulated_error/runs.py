@@ -80,10 +80,11 @@ def per_set_rows(
     n = ref.shape[0]
     eager_finite = torch.isfinite(outputs["eager"]).reshape(n, -1)
     ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
-    all_stats = {p: error_stats_per_set(outputs[p], ref) for p in PATHS}
+    ran = [p for p in PATHS if p in outputs]  # a path this torch cannot compile has no outputs
+    all_stats = {p: error_stats_per_set(outputs[p], ref) for p in ran}
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n, -np.inf)
-    for p in PATHS:
+    for p in ran:
         stats = all_stats[p]
         vs_eager = ulp_diff(outputs[p], outputs["eager"]).reshape(n, -1).amax(dim=1).cpu().numpy()
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
@@ -142,13 +143,13 @@ def _run_distribution(
     batch = max(1, min(n_sets, BATCH_ELEMENTS // max(1, ref[0].numel())))
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n_sets, -np.inf)
-    seconds = dict.fromkeys(PATHS, 0.0)
+    seconds = dict.fromkeys(paths, 0.0)
     for start in range(0, n_sets, batch):
         stop = min(n_sets, start + batch)
         args = [t[start:stop].to(device) for t in stacked.values()]
         sets = [tuple(t[i] for t in args) for i in range(stop - start)]
         outputs: dict[str, torch.Tensor] = {}
-        for p in PATHS:
+        for p in paths:
             t0 = time.perf_counter()
             outputs[p] = torch.stack([paths[p](*one) for one in sets])
             synchronize(device)
@@ -171,10 +172,30 @@ def _worst_set(
     """Set ``idx``'s inputs, every path's output and the fp64 reference, keyed under ``prefix``."""
     one = tuple(stacked[a][idx].to(device) for a in workload.arg_names)
     worst = {f"{prefix}/input/{a}": stacked[a][idx].clone() for a in workload.arg_names}
-    worst.update({f"{prefix}/output/{p}": paths[p](*one).cpu() for p in PATHS})
+    worst.update({f"{prefix}/output/{p}": paths[p](*one).cpu() for p in paths})
     worst[f"{prefix}/fp64_reference"] = ref[idx].clone()
     worst[f"{prefix}/set_index"] = torch.tensor([idx], dtype=torch.int64)
     return worst
+
+
+def _unavailable_reason(path: str, exc: BaseException) -> str:
+    """Why ``path`` could not run under this torch: the option it needs and the innermost error."""
+    cause: BaseException = exc
+    seen = {id(cause)}
+    # Dynamo wraps the backend's error (BackendCompilerFailed): report the innermost one
+    while (inner := getattr(cause, "inner_exception", None) or cause.__cause__ or cause.__context__) is not None:
+        if id(inner) in seen:
+            break
+        seen.add(id(inner))
+        cause = inner
+    text = (str(cause).strip().splitlines() or [""])[0][:200]
+    need = "emulate_precision_casts" if path == "fused_emulate" else path
+    return f"torch {torch.__version__} cannot compile with {need}: {type(cause).__name__}: {text}"
+
+
+def _unavailable_row(chain: str, dtype: str, path: str, why: str) -> dict[str, Any]:
+    """The evidence row of a path this torch could not compile: no sets, and the reason."""
+    return {"chain": chain, "dtype": dtype, "path": path, "sets": 0, "path_seconds": 0.0, "unavailable": why}
 
 
 def _evidence_row(
@@ -220,27 +241,40 @@ def _run_dtype(
     if missing:
         raise ValueError(f"input_pool/fp64_reference of {workload.name!r} lack entries {missing}: rematerialize S")
     paths: dict[str, Callable[..., torch.Tensor]] = {"eager": workload.fn}
-    for p in FUSED_PATHS:
-        paths[p] = fused(workload.fn, backend=settings.backend, options=_path_options(settings, p))
     # The first call compiles; do it up front so the timed loop measures execution only.
     first = tuple(pool[f"{distributions[0]}/{dtype}/{a}"][0].to(device) for a in workload.arg_names)
+    unavailable: dict[str, str] = {}
     for p in FUSED_PATHS:
-        paths[p](*first)
+        try:
+            paths[p] = fused(workload.fn, backend=settings.backend, options=_path_options(settings, p))
+            paths[p](*first)
+        except Exception as exc:  # a torch that cannot compile this path's options
+            if p == "fused":
+                raise  # plain fusion failing is the experiment failing, not a missing option
+            unavailable[p] = _unavailable_reason(p, exc)
+            paths.pop(p, None)
+            if log:
+                log(f"{workload.name}/{dtype}: {p} not run: {unavailable[p]}")
     total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
     progress = Progress(log, f"{workload.name} {dtype} input sets", total)
-    out, seconds = ChainRun(), dict.fromkeys(PATHS, 0.0)
+    out, seconds = ChainRun(), dict.fromkeys(paths, 0.0)
     for dist in distributions:
         stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
         ref = refs[f"{dist}/{dtype}"]
         rows, fused_gap, spent = _run_distribution(workload, dist, dtype, paths, stacked, ref, device, progress)
         out.rows.extend(rows)
-        seconds = {p: seconds[p] + spent[p] for p in PATHS}
+        seconds = {p: seconds[p] + spent[p] for p in paths}
         # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.
         prefix = f"{workload.name}/{dist}/{dtype}"
         out.worst.update(_worst_set(workload, prefix, int(np.argmax(fused_gap)), paths, stacked, ref, device))
-    out.evidence = [_evidence_row(workload.name, dtype, p, paths[p], total, seconds[p]) for p in PATHS]
+    out.evidence = [
+        _evidence_row(workload.name, dtype, p, paths[p], total, seconds[p])
+        if p in paths
+        else _unavailable_row(workload.name, dtype, p, unavailable[p])
+        for p in PATHS
+    ]
     if log:
-        log(f"{workload.name}/{dtype}: " + ", ".join(f"{p} {total / max(seconds[p], 1e-9):.0f} sets/s" for p in PATHS))
+        log(f"{workload.name}/{dtype}: " + ", ".join(f"{p} {total / max(seconds[p], 1e-9):.0f} sets/s" for p in paths))
     return out
 
 
@@ -279,4 +313,5 @@ EVIDENCE_SCHEMA = {
     "extern_calls": pl.String,
     "code_sha256": pl.String,
     "compile_seconds": pl.Float64,
+    "unavailable": pl.String,  # why this path did not run (a torch without its option); null when it ran
 }

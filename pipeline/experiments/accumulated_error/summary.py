@@ -156,6 +156,8 @@ JUDGE_SCHEMA = {
 
 def reason(row: dict[str, Any]) -> str:
     where = f"{row['chain']}/{row['distribution']}/{row['dtype']} ({row['path']})"
+    if row.get("unavailable"):
+        return f"{where}: not run, so not judged: {row['unavailable']}"
     if row["nonfinite_sets"]:
         return (
             f"{where}: {row['nonfinite_sets']} of {row['sets']} sets have non-finite outputs where eager's are "
@@ -225,7 +227,8 @@ def _path_metrics_wide(per_set: pl.DataFrame) -> pl.DataFrame:
             + [pl.col("nonfinite_vs_ref").alias(f"{p}_nonfinite_vs_ref")]
             + ([pl.col("bit_equal_eager_fraction").alias(f"{p}_bit_equal_eager_fraction")] if p != "eager" else [])
         )
-        wide = wide.join(part, on=GROUP_KEYS)
+        # left: a fused path this torch could not compile has no rows, and its columns stay null
+        wide = wide.join(part, on=GROUP_KEYS, how="left" if p != "eager" else "inner")
     return wide
 
 
@@ -246,7 +249,7 @@ def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.D
             (pl.col("sulp_max") == pl.col("sulp_max_eager")).mean().alias(f"{label}_equal_fraction"),
             (pl.col("sulp_max") > pl.col("sulp_max_eager")).mean().alias(f"{label}_worse_fraction"),
         )
-        wide = wide.join(shares, on=GROUP_KEYS)
+        wide = wide.join(shares, on=GROUP_KEYS, how="left")
     return wide
 
 
@@ -262,9 +265,18 @@ def summarize(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
     eager_tp = evidence.filter(pl.col("path") == "eager").select(
         "chain", "dtype", pl.col("sets_per_second").alias("eager_sets_per_second")
     )
-    wide = wide.join(eager_tp, on=["chain", "dtype"], how="left").with_columns(
-        (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
-        (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
+    why = evidence.filter(pl.col("path") == "fused_emulate").select(
+        "chain", "dtype", pl.col("unavailable").alias("emulate_unavailable")
+    )
+    wide = (
+        wide.join(eager_tp, on=["chain", "dtype"], how="left")
+        .join(why, on=["chain", "dtype"], how="left")
+        .with_columns(
+            (pl.col("fused_code_sha256") == pl.col("emulate_code_sha256")).alias("emulate_same_code_as_fused"),
+            (pl.col("fused_sulp_max_p99") <= pl.col("eager_sulp_max_p99")).alias("fused_p99_not_above_eager"),
+            # a path that could not run is not judged: inconclusive, with the reason beside it
+            pl.col("emulate_verdict").fill_null(pl.lit(INCONCLUSIVE)),
+        )
     )
     order = {c: i for i, c in enumerate(CHAINS)}
     return (
@@ -300,7 +312,9 @@ def explain(row: dict[str, Any], fused_ops: list[str]) -> str:
         f"{row['fused_worse_fraction']:.1%} of sets, better on {row['fused_better_fraction']:.1%}, bit-identical to "
         f"eager on {row['fused_bit_equal_eager_fraction']:.1%}."
     ]
-    if row["emulate_same_code_as_fused"]:
+    if row.get("emulate_unavailable"):
+        parts.append(f"fused with emulate_precision_casts was not run: {row['emulate_unavailable']}.")
+    elif row["emulate_same_code_as_fused"]:
         parts.append(
             "emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
             "intermediate precision from the fused kernel's own arithmetic."
