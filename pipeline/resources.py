@@ -208,7 +208,14 @@ def cpu_capability() -> dict[str, str]:
         isa = str(pick_vec_isa()) or "none"
     except Exception:  # noqa: BLE001 - best effort: provenance must never fail a run
         isa = "unknown"
-    return {"cpu_model": model, "cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "inductor_vec_isa": isa}
+    from .compile_cache import cache_key_parts
+
+    return {
+        "cpu_model": model,
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "inductor_vec_isa": isa,
+        "cxx": cache_key_parts()["compiler"],  # the C++ compiler Inductor builds fused CPU code with
+    }
 
 
 @functools.cache

@@ -110,6 +110,7 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     # Fused CPU code depends on the vector ISA: every materialization records it.
     assert mat.metadata["provenance.cpu_capability"].value == str(torch.backends.cpu.get_cpu_capability())
     assert mat.metadata["provenance.inductor_vec_isa"].value and mat.metadata["provenance.cpu_model"].value
+    assert "--version" not in mat.metadata["provenance.cxx"].value and ":" in mat.metadata["provenance.cxx"].value
 
 
 def test_bfloat16_round_trip_is_bit_exact(tmp_path):
