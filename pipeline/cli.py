@@ -15,7 +15,7 @@ from precisionkit.repro import Case
 
 from .profiles import PROFILES
 from .resources import REPO_ROOT
-from .run_summary import failed_experiments, outcome_table, step_failures
+from .run_summary import failed_experiments, interrupted, outcome_table, step_failures
 from .runs import materializations
 
 
@@ -72,11 +72,13 @@ def _stored_for_profile(
     """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
     exists, or None; None as well when that materialization's provenance differs from ``same``
     (device, backend, options: the stored value was computed under other settings)."""
+    from .storage import stored_exists
+
     for record, _, meta in materializations(instance, key, limit=50):
         if meta.get("provenance.profile") != profile:
             continue
         path = meta.get("path")
-        if path is not None and not Path(str(path)).exists():
+        if path is not None and not stored_exists(str(path)):
             return None
         if any(str(meta.get(f"provenance.{k}", v)) != v for k, v in (same or {}).items()):
             return None
@@ -255,6 +257,16 @@ def report(
     causes = step_failures(result)
     for step, cause in causes.items():
         print(f"failed step {step}: {cause.text()}")
+    stopped = interrupted(causes)
+    if stopped:
+        # Interrupted (Ctrl-C, or SIGTERM from a scheduler): stop now, build nothing more. The run is
+        # marked failed; what it stored stays stored, and the next report resumes from there.
+        print(
+            f"interrupted during {', '.join(stopped)}: run {result.run_id} marked failed; "
+            "run the same command again to resume (what was stored is kept)",
+            file=sys.stderr,
+        )
+        return 130
     reported = any(e.asset_key == dg.AssetKey("report_site") for e in materialized if e.asset_key is not None)
     if causes and not reported:
         # A failed step skips everything downstream of it, the report included: build the report
@@ -418,6 +430,9 @@ def repros(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .interrupts import terminate_as_interrupt
+
+    terminate_as_interrupt()  # a scheduler's SIGTERM stops a run as Ctrl-C does
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="materialize every asset and run every check")

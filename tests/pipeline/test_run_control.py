@@ -410,3 +410,94 @@ def test_failed_steps_are_charged_to_the_experiment_whose_asset_or_check_they_ru
     assert failed_experiments({"model_runs": cause, "not_a_step": cause}) == {
         "M": "step model_runs: InductorError: codegen failed"
     }
+
+
+def _start_report(env: dict[str, str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "pipeline.cli", "report", "--profile", "smoke", "--device", "cpu"]
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_like_ctrl_c_and_the_next_report_resumes(tmp_path):
+    """A scheduler's SIGTERM to the command (not to its group): the step in progress stops, the run
+    is marked failed, no report is built after it, the command exits 130; the next report keeps
+    what was stored."""
+    from dagster._core.instance.ref import InstanceRef
+
+    env = _env(tmp_path)
+    first = _start_report(env)
+    assert first.stdout is not None
+    done = 0
+    for line in first.stdout:
+        done += " done " in line
+        if done >= 2:
+            break
+    assert done >= 2, "the run ended before it could be interrupted"
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=300)  # a guard against a hang, not a speed target
+    assert first.returncode == 130, out[-2000:] + err[-2000:]
+    assert "interrupted during" in err and "marked failed" in err
+    assert "building the report" not in out and "report site:" not in out
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
+    runs = instance.get_runs()
+    assert len(runs) == 1 and runs[0].status == dg.DagsterRunStatus.FAILURE
+
+    second = _start_report(env)
+    assert second.stdout is not None
+    header = next(line for line in second.stdout if "missing or stale" in line)
+    second.send_signal(signal.SIGTERM)
+    second.communicate(timeout=300)
+    todo, total = (int(w) for w in header.split(":")[1].split()[0:3:2])
+    assert todo < total  # what the interrupted run stored is not run again
+
+
+_WORKER_PARENT = """
+import sys, time
+from pipeline.interrupts import terminate_as_interrupt
+from pipeline.experiments.regression.matrix_parallel import MatrixWorker
+terminate_as_interrupt()
+w = MatrixWorker(["C2"], 1)
+w.ready()
+print(w.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_planted_bug_matrix_worker_exits_when_its_parent_is_stopped(tmp_path, sig):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _WORKER_PARENT], cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    assert _alive(worker)
+    parent.send_signal(sig)
+    parent.wait(timeout=120)
+    for _ in range(120):  # the worker polls for its parent once a second
+        if not _alive(worker):
+            break
+        time.sleep(0.5)
+    assert not _alive(worker), f"matrix worker {worker} outlived its parent ({sig.name})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie has exited; only its exit status is left
+        return fh.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_a_nested_runs_interrupt_is_raised_and_its_own_errors_are_not() -> None:
+    from pipeline.interrupts import raise_if_interrupted
+
+    raise_if_interrupted([{"step": "b_runs", "error": "ValueError", "message": "bad"}])
+    with pytest.raises(KeyboardInterrupt, match="b_runs"):
+        raise_if_interrupted(
+            [
+                {"step": "a", "error": "ValueError"},
+                {"step": "b_runs", "error": "dagster._core.errors.DagsterExecutionInterruptedError"},
+            ]
+        )

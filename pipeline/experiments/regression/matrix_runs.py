@@ -15,6 +15,7 @@ import dagster as dg
 
 from ... import runs
 from ...experiment import Experiment
+from ...interrupts import raise_if_interrupted
 from ...resources import ExperimentSettings
 from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import FINDING, CheckOutcome, check_outcome
@@ -158,6 +159,7 @@ def run_experiments(
                 "fusion": "FusionError" in text,
             }
         )
+    raise_if_interrupted(failures)  # an interrupt stops the matrix, not only this run's step
     return {
         "outcomes": outcomes,
         "metadata": metadata,

@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     conn = Connection(args.fd)
+    from ...interrupts import exit_with_parent
+
+    exit_with_parent()  # an interrupted or killed parent never leaves this worker running a matrix run
     try:
         import torch
 
