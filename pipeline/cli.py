@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -16,7 +17,8 @@ from precisionkit.repro import Case
 from .profiles import PROFILES
 from .resources import REPO_ROOT
 from .run_summary import failed_experiments, interrupted, outcome_table, step_failures
-from .runs import materializations
+from .runs import is_imported, materializations
+from .runs import plain as runs_plain
 
 
 def _instance() -> dg.DagsterInstance:
@@ -75,8 +77,8 @@ def _stored_for_profile(
     from .storage import stored_exists
 
     for record, _, meta in materializations(instance, key, limit=50):
-        if meta.get("provenance.profile") != profile:
-            continue
+        if meta.get("provenance.profile") != profile or is_imported(meta):
+            continue  # another profile's, or another machine's imported from a bundle
         path = meta.get("path")
         if path is not None and not stored_exists(str(path)):
             return None
@@ -88,7 +90,7 @@ def _stored_for_profile(
 
 def _evaluated(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> bool:
     """Whether the check's latest record is a result (not only "planned" by a run that stopped)."""
-    latest = instance.get_latest_asset_check_evaluation_record(check_key)
+    latest = _latest_local_record(instance, check_key)
     event = latest.event.dagster_event if latest is not None and latest.event is not None else None
     return event is not None and isinstance(event.event_specific_data, dg.AssetCheckEvaluation)
 
@@ -126,10 +128,22 @@ def assets_to_run(
     )
 
 
+def _latest_local_record(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> Any:
+    """The check's newest execution record made here: evaluations imported from a results bundle
+    (another machine's) are skipped; None when there is none."""
+    for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50):
+        event = record.event.dagster_event if record.event is not None else None
+        data = event.event_specific_data if event is not None else None
+        if isinstance(data, dg.AssetCheckEvaluation) and is_imported(runs_plain(data.metadata)):
+            continue
+        return record
+    return None
+
+
 def _latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
     out = []
     for check_key in defs.resolve_asset_graph().asset_check_keys:
-        latest = instance.get_latest_asset_check_evaluation_record(check_key)
+        latest = _latest_local_record(instance, check_key)
         if latest and latest.event and latest.event.dagster_event:
             data = latest.event.dagster_event.event_specific_data
             if isinstance(data, dg.AssetCheckEvaluation):  # else planned but never evaluated: not yet run
@@ -285,9 +299,16 @@ def report(
 
 
 def promote_baseline(
-    profile: str, device: str, backend: str, data_dir: str | None, allow_partial: bool, note: str
+    profile: str,
+    device: str,
+    backend: str,
+    data_dir: str | None,
+    allow_partial: bool,
+    note: str,
+    include_imported: bool = False,
 ) -> int:
-    """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's events)."""
+    """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's
+    events: only those made here, unless ``include_imported``)."""
     from .experiments.regression.baseline import BaselineError
     from .experiments.regression.drift import promote_with_instance
     from .resources import ExperimentSettings
@@ -296,7 +317,9 @@ def promote_baseline(
     base_dir = data_dir or default_data_root()
     settings = ExperimentSettings(profile=profile, device=device, backend=backend)
     try:
-        done = promote_with_instance(_instance(), base_dir, settings, allow_partial=allow_partial, note=note)
+        done = promote_with_instance(
+            _instance(), base_dir, settings, allow_partial=allow_partial, note=note, include_imported=include_imported
+        )
     except BaselineError as exc:
         print(f"promote-baseline: {exc}", file=sys.stderr)
         return 2
@@ -468,6 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     pro.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
     pro.add_argument("--allow-partial", action="store_true", help="promote even if some experiment is not materialized")
+    pro.add_argument(
+        "--include-imported",
+        action="store_true",
+        help="also take provenance from materializations imported from results bundles (another machine's)",
+    )
     pro.add_argument("--note", default="", help="free text stored in the manifest")
     exp = sub.add_parser("export-bundle", help="write a profile's results as a portable bundle (for another checkout)")
     exp.add_argument("--profile", default="default", choices=sorted(PROFILES))
@@ -500,6 +528,19 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")
     rp.add_argument("--no-knobs", action="store_true", help="bisect the layers only (no Inductor knobs, no toolchain)")
     args = parser.parse_args(argv)
+    if args.command != "report":
+        from .storage import default_data_root, is_url
+
+        data_dir = args.data_dir or default_data_root()
+        if is_url(data_dir):
+            # These commands read and write files under the data folder themselves (baselines, bundles,
+            # reproducers); an object-store data folder holds only the values the IO manager stores.
+            print(
+                f"{args.command}: the data folder {data_dir!r} is a URL; this command needs a local or mounted "
+                "folder (--data-dir or FUSION_DATA_DIR set to a path)",
+                file=sys.stderr,
+            )
+            return 2
     if args.command == "repros":
         return repros(
             args.profile, args.data_dir, args.planted, args.make, args.python, args.backend, not args.no_knobs
@@ -509,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "import-bundle":
         return import_bundle(args.path, args.data_dir, args.replace)
     if args.command == "promote-baseline":
-        return promote_baseline(args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note)
+        return promote_baseline(
+            args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note, args.include_imported
+        )
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     return report(
         args.profile,

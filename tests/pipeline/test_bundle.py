@@ -230,3 +230,36 @@ def test_json_metadata_entry_must_hold_an_object_or_a_list():
     assert bundle_mod._restore({"type": "json", "value": [1, 2]}).value == [1, 2]
     with pytest.raises(BundleError, match="json metadata entry holds str, not an object or a list"):
         bundle_mod._restore({"type": "json", "value": "[1, 2]"})
+
+
+def test_an_import_never_stands_in_for_local_results_unless_asked(bundle, tmp_path):
+    """After an import (newer than the local run), what resumes a run, the CLI's outcome table and
+    the baseline's provenance still read only what was made here; provenance from imports only on
+    request."""
+    from pipeline import cli
+    from pipeline.experiments.regression.drift import recorded_provenance
+
+    home_data = tmp_path / "home_data"
+    key = dg.AssetKey("toolkit_selfcheck")
+    with dg.DagsterInstance.ephemeral() as instance:
+        _materialize_s(instance, home_data)
+        local = instance.get_latest_materialization_event(key)
+        done = import_bundle(instance, bundle, home_data, defs.resolve_asset_graph())
+        assert instance.get_latest_materialization_event(key).timestamp > local.timestamp  # the import is newer
+        # Resume: the local materialization counts, and once its file is gone nothing stands in for it.
+        assert cli._stored_for_profile(instance, key, "smoke", {"device": "cpu"}) == local.timestamp
+        stored = home_data / "smoke" / "toolkit_selfcheck.parquet"
+        moved = stored.rename(tmp_path / "aside.parquet")
+        assert cli._stored_for_profile(instance, key, "smoke", {"device": "cpu"}) is None
+        moved.rename(stored)
+        # The outcome table reads the local evaluations, not the bundle's.
+        evaluations = cli._latest_evaluations(defs, instance)
+        assert len(evaluations) == len(S_CHECKS)
+        assert all("bundle.imported_from" not in e.metadata for e in evaluations)
+        # Provenance for a baseline: the imported copy's event is another machine's.
+        imported_file = done.folder / "toolkit_selfcheck.parquet"
+        assert recorded_provenance(instance, "toolkit_selfcheck", imported_file) is None
+        prov, origin = recorded_provenance(instance, "toolkit_selfcheck", imported_file, include_imported=True)
+        assert prov["device_label"] == REMOTE and "toolkit_selfcheck" in origin
+        prov, _ = recorded_provenance(instance, "toolkit_selfcheck", stored)
+        assert prov["device_label"] != REMOTE

@@ -41,16 +41,20 @@ from .spec import GROUP
 
 
 def recorded_provenance(
-    instance: dg.DagsterInstance | None, asset: str, stored: Path | None
+    instance: dg.DagsterInstance | None, asset: str, stored: Path | None, include_imported: bool = False
 ) -> tuple[dict[str, Any], str] | None:
     """Provenance metadata of the latest materialization of ``asset`` that wrote ``stored``
-    (asset keys are shared between profiles, so the event's stored path must match)."""
+    (asset keys are shared between profiles, so the event's stored path must match). Only those
+    made here unless ``include_imported``: an imported bundle's event may name the same path on the
+    machine it came from, and its provenance is that machine's."""
     if instance is None or stored is None:
         return None
     target = stored.resolve()
     try:
         for record, _, meta in runs.materializations(instance, dg.AssetKey(asset), limit=25):
             path = meta.get("path")
+            if runs.is_imported(meta) and not include_imported:
+                continue
             if path is None or Path(str(path)).resolve() != target:
                 continue
             prov = runs.provenance(meta)
@@ -67,6 +71,7 @@ def promote_with_instance(
     settings: ExperimentSettings,
     allow_partial: bool = False,
     note: str = "",
+    include_imported: bool = False,
 ) -> baseline.Promotion:
     """Promote ``<base_dir>/<profile>`` with provenance from the instance's events where recorded."""
     data_dir = Path(base_dir) / settings.profile
@@ -76,7 +81,9 @@ def promote_with_instance(
         allow_partial=allow_partial,
         note=note,
         environment=settings.provenance(),
-        provenance_lookup=lambda asset: recorded_provenance(instance, asset, baseline.stored_file(data_dir, asset)),
+        provenance_lookup=lambda asset: recorded_provenance(
+            instance, asset, baseline.stored_file(data_dir, asset), include_imported
+        ),
     )
 
 
