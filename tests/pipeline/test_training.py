@@ -342,3 +342,23 @@ def test_invalid_runs_are_named():
         "runs missing: bfloat16_eager_order_D" in p
         for p in curve_tables.run_problems(curves.filter(pl.col("run") != "bfloat16_eager_order_D"), plan)
     )
+
+
+def test_a_checkpoint_is_loaded_without_unpickling_code(tmp_path):
+    """Checkpoints are read with ``weights_only=True``: a file that would run code when unpickled
+    (here an object whose ``__reduce__`` calls a function) is refused, not executed."""
+    import pickle
+
+    from pipeline.experiments.training.checkpoint import load_checkpoint
+
+    ran = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (ran.touch, ())
+
+    ckpt = tmp_path / "checkpoint.pt"
+    torch.save({"config_key": Payload()}, ckpt)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        load_checkpoint(ckpt, None, None, torch.device("cpu"))  # type: ignore[arg-type]
+    assert not ran.exists()

@@ -67,7 +67,7 @@ class RunPosition:
 
 def load_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: Trainer, device: torch.device) -> RunPosition:
     """Restore ``trainer`` and the RNG from ``ckpt`` (which must belong to ``cfg``); returns where it stood."""
-    state = torch.load(ckpt, map_location=device, weights_only=False)
+    state = torch.load(ckpt, map_location=device, weights_only=True)  # nothing is unpickled
     if state["config_key"] != cfg.key():
         raise RuntimeError(f"checkpoint {ckpt} belongs to config {state['config_key']}, not {cfg.key()}")
     trainer.model.load_state_dict(state["model"])
