@@ -1,6 +1,7 @@
 # One-command set-up and runs. Everything installs into .venv from the project's own files.
 #   make report   materialize every asset (default profile) and build the report site
 #   make test     run the test suite (make test-all adds the heavy tier; make test-fast: unit tests only)
+#   make test-cluster   Postgres + Celery workers + a local S3, for real (tests/cluster; installs the cluster extra)
 #   make test-cuda   every experiment's smoke on an accelerator (skipped with the reason where none)
 #   make lint     ruff (lint + format check) and mypy over LINT_PATHS / TYPE_PATHS
 #   make test-fast  unit tests only (no materializations, no browser): about half a minute
@@ -21,7 +22,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lock setup report test test-fast test-cuda test-torch lint benchmark matmul-timing ui clean
+.PHONY: lock setup report test test-fast test-cluster test-cuda test-torch lint benchmark matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +44,21 @@ report: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -m "not heavy"
+	$(BIN)/python -m pytest -m "not heavy and not cluster"
+
+# The scale-out path for real, on this machine: a throwaway Postgres (Dagster's run, event-log and
+# schedule storage), Redis and two Celery workers run the code location's all_assets_celery job, and a
+# local S3 server (moto) holds stored values (FUSION_DATA_DIR=s3://...). Every server listens on a free
+# 127.0.0.1 port in a temporary folder and is stopped by the tests. Installs Debian's postgresql and
+# redis-server when missing (as root) and the cluster extra into .venv.
+CLUSTER_STAMP := $(VENV)/.installed-cluster
+$(CLUSTER_STAMP): $(STAMP) pyproject.toml requirements/constraints.txt
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[cluster]'
+	touch $(CLUSTER_STAMP)
+
+test-cluster: $(CLUSTER_STAMP)
+	./scripts/ensure-cluster-services.sh
+	$(BIN)/python -m pytest -m cluster -rs -p no:cacheprovider tests/cluster
 
 # Everything, the heavy tier included (about half an hour on 2 cores).
 test-all: $(STAMP)
@@ -66,7 +81,7 @@ test-torch:
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install --quiet "torch==$(TORCH).*"
 	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[pipeline,site,test]'
-	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not materializes and not slow and not browser and not cuda"
+	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not materializes and not slow and not browser and not cuda and not cluster"
 	mkdir -p $(TORCH_VENV)/run/home && cp .dagster_home/dagster.yaml $(TORCH_VENV)/run/home/
 	DAGSTER_HOME=$(CURDIR)/$(TORCH_VENV)/run/home FUSION_DATA_DIR=$(CURDIR)/$(TORCH_VENV)/run/data \
 	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/$(TORCH_VENV)/run/inductor \
@@ -78,7 +93,7 @@ lint: $(STAMP)
 	$(BIN)/mypy $(TYPE_PATHS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not materializes and not slow and not browser and not cuda"
+	$(BIN)/python -m pytest -q -m "not materializes and not slow and not browser and not cuda and not cluster"
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from .cluster import celery_jobs
 from .experiments import EXPERIMENTS
 from .experiments.regression.drift import promote_baseline_job
 from .progress import progress_logger
@@ -50,7 +51,8 @@ defs = dg.Definitions.merge(
     *experiment_definitions,
     dg.Definitions(
         assets=[report_site],
-        jobs=[all_assets_job, promote_baseline_job],
+        # all_assets_celery joins where dagster-celery is installed (the cluster extra).
+        jobs=[all_assets_job, promote_baseline_job, *celery_jobs()],
         schedules=[nightly_schedule],
         resources=build_resources(),
         # Runs with no logger configuration get Dagster's default console logger; the CLI picks
