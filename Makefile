@@ -80,7 +80,7 @@ test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.7 (a torch minor release)"; exit 2; }
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install --quiet "torch==$(TORCH).*"
-	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[pipeline,site,test]'
+	$(TORCH_VENV)/bin/python -m pip install --quiet -c requirements/constraints.txt -e '.[pipeline,site,test]'
 	$(TORCH_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not materializes and not slow and not browser and not cuda and not cluster"
 	mkdir -p $(TORCH_VENV)/run/home && cp .dagster_home/dagster.yaml $(TORCH_VENV)/run/home/
 	DAGSTER_HOME=$(CURDIR)/$(TORCH_VENV)/run/home FUSION_DATA_DIR=$(CURDIR)/$(TORCH_VENV)/run/data \
