@@ -794,4 +794,40 @@ def error_stats(a: Any, ref: Any) -> dict[str, float | int | None]:
     if pending:
         _select(pending, lambda metrics: (values for *_, values in chunk_metrics(None)), given=acc.hist)
     result.update(_statistics(acc, queries, m))
+    if not all(_SAFE_SQUARES[0] <= x < _SAFE_SQUARES[1] for x in (acc.norm_a, acc.norm_ref)):
+        # |values| beyond about 1e154 overflow the squares (cosine NaN), below about 1e-154 they
+        # underflow: recompute with both sides scaled by one power of two, which cosine ignores
+        result["cosine"] = _scaled_cosine(fa, fr, chunk)
     return result
+
+
+#: The range of a sum of squares in which the first pass's cosine is accurate.
+_SAFE_SQUARES = (2.0**-960, 2.0**960)
+
+
+def _scaled_cosine(fa: torch.Tensor, fr: torch.Tensor, chunk: int) -> float:
+    """Cosine of the finite pairs of ``fa`` and ``fr`` computed on ``x * 2**-e``, ``2**e`` the
+    largest magnitude's binade: exact scaling, so the result is that of unbounded arithmetic."""
+    top = 0.0
+    for start in range(0, fa.numel(), chunk):
+        a64, r64 = fa[start : start + chunk].double(), fr[start : start + chunk].double()
+        keep = torch.isfinite(a64) & torch.isfinite(r64)
+        if bool(keep.any()):
+            top = max(top, float(a64[keep].abs().max()), float(r64[keep].abs().max()))
+    if top == 0.0:
+        return 1.0
+    shift = -math.frexp(top)[1]
+    half = shift // 2  # two factors: 2**shift alone overflows for subnormal data (shift up to 1074)
+    scales = (2.0**half, 2.0 ** (shift - half))
+    dot, na, nr = [], [], []
+    for start in range(0, fa.numel(), chunk):
+        a64, r64 = fa[start : start + chunk].double(), fr[start : start + chunk].double()
+        keep = torch.isfinite(a64) & torch.isfinite(r64)
+        a64, r64 = a64[keep] * scales[0] * scales[1], r64[keep] * scales[0] * scales[1]
+        dot.append(float(torch.dot(a64, r64)))
+        na.append(float(torch.dot(a64, a64)))
+        nr.append(float(torch.dot(r64, r64)))
+    denom = math.sqrt(math.fsum(na)) * math.sqrt(math.fsum(nr))
+    if denom == 0.0:
+        return 1.0 if math.fsum(na) == math.fsum(nr) else 0.0
+    return max(-1.0, min(1.0, math.fsum(dot) / denom))

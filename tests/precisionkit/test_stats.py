@@ -488,3 +488,23 @@ def test_exact_fraction_at_ties_binade_edges_and_subnormals(dtype):
         fractions.append(expected)
     # off a tie by one fp64 step, the rounding moves to the odd neighbour where the tie went even
     assert fractions[0] == 1.0 and 0.5 < fractions[1] < 0.95 and 0.5 < fractions[2] < 0.95, fractions
+
+
+@pytest.mark.parametrize("exponent", [600, -600, 0])
+def test_cosine_is_scale_free_and_finite_beyond_the_range_of_squares(exponent: int) -> None:
+    """Squares of |x| > ~1e154 overflow and of |x| < ~1e-154 underflow; cosine is scaled by a power
+    of two first, so it is the same number at every scale (and never NaN)."""
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64)
+    a = ref + 0.01 * torch.randn(4096, generator=g, dtype=torch.float64)
+    base = error_stats(a, ref)["cosine"]
+    scaled = error_stats(a * 2.0**exponent, ref * 2.0**exponent)["cosine"]
+    assert 0.9999 < base < 1.0 and scaled == pytest.approx(base, rel=1e-15)
+    opposite = error_stats(-(ref * 2.0**exponent), ref * 2.0**exponent)["cosine"]
+    assert opposite == pytest.approx(-1.0, rel=1e-15)
+
+
+def test_cosine_of_float32_values_near_its_largest() -> None:
+    ref = torch.tensor([3.0e38, -1.0e38, 2.0e37, 1.0], dtype=torch.float64)
+    s = error_stats(ref.float(), ref)
+    assert s["cosine"] == pytest.approx(1.0, abs=1e-7)
