@@ -26,6 +26,7 @@ Generators (``generate(seed, generator)``):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -38,7 +39,8 @@ import torch
 from .repro import Case, Input, namespace
 
 GENERATORS = ("typed", "attention", "norm", "gelu", "reduction")
-CLASSES = ("ok", "mismatch", "compile_error", "invalid")
+#: ``crash``: the fused run killed the interpreter or never returned (only with :class:`Isolated`)
+CLASSES = ("ok", "mismatch", "compile_error", "invalid", "crash")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 #: row lengths around the 8/16/32-lane vector widths and 16/32/64 tiles
 _TAILS = (1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
@@ -66,7 +68,11 @@ class Program:
         name = f"{kind[0]}{len(self.inputs)}"
         dtype = {"f": self.dtype, "i": "int64", "b": "bool"}[kind[0]]
         values = values or {"f": "normal", "i": "int", "b": "bool"}[kind[0]]
-        scale = {"normal": self.rng.choice((1.0, 1.0, 4.0, 1e-3, 300.0)), "edge": 1.0}.get(values, 16.0)
+        scale = {
+            "normal": self.rng.choice((1.0, 1.0, 4.0, 1e-3, 300.0)),
+            "edge": 1.0,
+            "grid": self.rng.choice((1.0, 4.0)),
+        }.get(values, 16.0)
         if values == "index":
             scale = float(shape[-1])
         seed = (self.seed * 1_000_003 + len(self.inputs) * 7919) % 2**31
@@ -76,6 +82,8 @@ class Program:
             self.features.add(f"{layout}_input")
         if values == "edge":
             self.features.add("special_values")
+        if values == "grid":
+            self.features.add("grid_values")
         return name
 
     def add(self, kind: str, shape: tuple[int, ...], expr: str, *features: str) -> str:
@@ -87,6 +95,20 @@ class Program:
 
     def values(self, kind: str, shape: tuple[int, ...] | None = None) -> list[str]:
         return [n for n, (k, s) in self.kinds.items() if k == kind and (shape is None or s == shape)]
+
+    def sinks(self, limit: int = 4) -> list[str]:
+        """The latest ``limit`` values no later line reads: every result the program computed and
+        did not consume, so a wrong dtype or a wrong value cannot be hidden by a later cast."""
+        import re
+
+        # a read is a later line defining a new value from it; an in-place write is not a read
+        out = []
+        for name in (n for n in self.kinds if n.startswith("v")):
+            at = int(name[1:])
+            later = [m.group(1) for m in (re.match(r"\s+v\d+ = (.*)", line) for line in self.lines[at + 1 :]) if m]
+            if not any(re.search(rf"\b{name}\b", rhs) for rhs in later):
+                out.append(name)
+        return out[-limit:]
 
     def case(self, output: list[str], generator: str) -> Case:
         args = ", ".join(i.name for i in self.inputs)
@@ -111,7 +133,7 @@ def _layout(rng: random.Random) -> str:
 def _typed(p: Program) -> Case:
     rng = p.rng
     shape = (rng.choice(_ROWS), rng.choice(_TAILS))
-    values = "edge" if rng.random() < 0.4 else "normal"
+    values = rng.choice(("edge", "edge", "grid", "grid", "normal", "normal", "normal"))
     p.input("f", shape, _layout(rng), values)
     if rng.random() < 0.5:
         p.input("i", shape, _layout(rng))
@@ -124,8 +146,7 @@ def _typed(p: Program) -> Case:
         floats, ints, bools = p.values("f", at), p.values("i", at), p.values("b", at)
         op = rng.choice(_TYPED_OPS)
         op(p, rng, at, floats, ints, bools)
-    made = [n for n in p.kinds if n.startswith("v")]
-    return p.case(made[-2:] or [p.inputs[0].name], "typed")
+    return p.case(p.sinks() or [p.inputs[0].name], "typed")
 
 
 # --- typed ops: each appends one or a few lines; (p, rng, shape, floats, ints, bools) -------------
@@ -164,7 +185,14 @@ def _unary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str],
 
 def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], i: list[str], b: list[str]) -> None:
     x = _pick(rng, f)
-    y = rng.choice(f) if rng.random() < 0.6 else repr(rng.choice(_CONSTS))
+    roll = rng.random()
+    if roll < 0.5:
+        y = rng.choice(f)
+    elif roll < 0.65:
+        # an identity operand (x + 0 is not x for x = -0.0; x * 1 is x): where simplifiers go wrong
+        y = rng.choice(("torch.zeros_like({x})", "torch.ones_like({x})")).format(x=x)
+    else:
+        y = repr(rng.choice(_CONSTS))
     expr, feats = rng.choice(
         (
             ("{x} + {y}", ()),
@@ -183,6 +211,8 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
             ("torch.clamp({x}, min=-abs({c}), max=abs({c}) + 1.0)", ("clamp",)),
         )
     )
+    if "torch.pow" in expr and not y.startswith(("f", "v")):
+        y = repr(rng.choice((0.5, 2.0, 3.0, -1.0, 0.0)))  # a 16-bit dtype cannot hold an exponent of 2**20
     if "clamp" in expr:
         expr = expr.replace("{c}", repr(rng.choice(_CONSTS)))
     if any(k in expr for k in ("floor_divide", "remainder", "fmod")) and rng.random() < 0.6:
@@ -548,9 +578,15 @@ class Outcome:
         }
 
 
-def run(case: Case, backend: str = "inductor", threads: int | None = None) -> Outcome:
+def run(
+    case: Case,
+    backend: str = "inductor",
+    threads: int | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> Outcome:
     """Run one program: ``invalid`` when eager or the fp64 reference raises (the generator's fault),
-    ``compile_error`` when only the fused path raises, else the ``diff`` rule's ok / mismatch."""
+    ``compile_error`` when only the fused path raises, else the ``diff`` rule's ok / mismatch.
+    ``on_stage("fused")`` is called once eager and fp64 have run, before compiling."""
     start = time.perf_counter()
     old = torch.get_num_threads()
     if threads:
@@ -565,6 +601,8 @@ def run(case: Case, backend: str = "inductor", threads: int | None = None) -> Ou
                 graph(*[a.double() if a.is_floating_point() else a for a in make()])
         except Exception as exc:  # noqa: BLE001
             return Outcome(case, "invalid", f"eager: {type(exc).__name__}: {_first(exc)}", time.perf_counter() - start)
+        if on_stage is not None:
+            on_stage("fused")
         try:
             hit, message = scope["check"](graph, make(), backend)
         except Exception as exc:  # noqa: BLE001
@@ -601,15 +639,134 @@ def fuzz(
     *,
     backend: str = "inductor",
     log: Callable[[Outcome], None] | None = None,
+    isolated: bool = False,
+    setup: str = "",
 ) -> list[Outcome]:
-    """Run every (generator, seed) of ``todo`` (see :func:`plan`) once; ``log`` sees each outcome."""
+    """Run every (generator, seed) of ``todo`` (see :func:`plan`) once; ``log`` sees each outcome.
+    ``isolated``: in a worker interpreter (:class:`Isolated`, started with ``setup``), so a program
+    whose compiled code crashes or hangs is a ``crash`` outcome, not the end of the campaign."""
     out = []
-    for gen, seed in todo:
-        o = run(generate(seed, gen), backend, threads_for(gen, seed))
-        if log:
-            log(o)
-        out.append(o)
+    worker = Isolated(setup) if isolated else None
+    try:
+        for gen, seed in todo:
+            case, threads = generate(seed, gen), threads_for(gen, seed)
+            o = worker.run(case, backend, threads) if worker is not None else run(case, backend, threads)
+            if log:
+                log(o)
+            out.append(o)
+    finally:
+        if worker is not None:
+            worker.close()
     return out
+
+
+class Isolated:
+    """A worker interpreter (``python -m precisionkit._isolated``) that runs programs and minimizes
+    mismatches on request: generated programs reach compiled code that reads out of bounds (a real
+    defect class), and a crash or hang there must cost one program, not the process that runs the
+    campaign. The worker is restarted after each crash; ``setup`` (Python source) runs first in
+    every worker, e.g. to register a backend this process registered."""
+
+    def __init__(self, setup: str = "", timeout: float = 600.0) -> None:
+        self.setup, self.timeout = setup, timeout
+        self.proc: Any = None
+        self.conn: Any = None
+        self.crashes = 0
+
+    def _start(self) -> None:
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        here, there = socket.socketpair()
+        cmd = [sys.executable, "-m", "precisionkit._isolated", "--fd", str(there.fileno())]
+        self.proc = subprocess.Popen(cmd, pass_fds=(there.fileno(),))
+        there.close()
+        self.conn = Connection(here.detach())
+        kind, payload = self._call(("setup", self.setup))[:2]
+        if kind != "ok":
+            self.close()
+            raise RuntimeError(f"the difftest worker could not start: {payload}")
+
+    def _call(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
+        """Send ``request``; the reply's kind and payload and the last stage the worker reported.
+        Kind ``died`` (payload: how) when the worker exited or ran past the timeout."""
+        stage = ""
+        try:
+            self.conn.send(request)
+            while True:
+                if not self.conn.poll(self.timeout):
+                    self.proc.kill()
+                    self.proc.wait()
+                    return "died", f"no result within {self.timeout:g} s (killed)", stage
+                kind, payload = self.conn.recv()
+                if kind == "stage":
+                    stage = payload
+                    continue
+                return kind, payload, stage
+        except (EOFError, OSError):
+            code = self.proc.wait()
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            try:
+                import signal
+
+                how = signal.Signals(-code).name if code < 0 else how
+            except ValueError:
+                pass
+            return "died", f"the interpreter died ({how})", stage
+
+    def _request(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
+        if self.proc is None:
+            self._start()
+        kind, payload, stage = self._call(request)
+        if kind == "died":
+            self.crashes += 1
+            self.close()  # the next request starts a fresh worker
+        return kind, payload, stage
+
+    def run(self, case: Case, backend: str = "inductor", threads: int | None = None) -> Outcome:
+        """:func:`run` in the worker; a worker that dies or hangs gives ``crash`` (in the fused run)
+        or ``invalid`` (before it: eager or the fp64 reference)."""
+        start = time.perf_counter()
+        kind, payload, stage = self._request(("run", case, backend, threads))
+        if kind == "ok":
+            return payload  # type: ignore[no-any-return]
+        if kind == "died":
+            klass = "crash" if stage == "fused" else "invalid"
+            where = "fused run" if stage == "fused" else "eager or fp64 run"
+            return Outcome(case, klass, f"{where}: {payload}", time.perf_counter() - start, threads or 0)
+        raise RuntimeError(f"difftest worker failed on {case.id}: {payload}")
+
+    def minimize(self, case: Case, max_checks: int = 60) -> tuple[Case, str] | None:
+        """The minimized case and what the rule says about it; None when a candidate crashed the
+        worker (the case is then kept as found)."""
+        kind, payload, _ = self._request(("minimize", case, max_checks))
+        if kind == "ok":
+            return payload  # type: ignore[no-any-return]
+        if kind == "died":
+            return None
+        raise RuntimeError(f"difftest worker failed minimizing {case.id}: {payload}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a worker that does not exit is killed
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> Isolated:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 #: What a program's source (and its inputs) show, in the vocabulary of the bug corpus: the
@@ -635,6 +792,7 @@ _FEATURE_PATTERNS = {
     "expanded_view": r"\.expand\(",
     "transpose_input": r"\.t\(\)|transpose|permute",
     "duplicate_indices": r"% \d|index_add\(0",
+    "add_zero": r"\+ torch\.zeros_like\(|torch\.zeros_like\([^)]*\) \+ |\+ -?0\.0\b",  # x + 0 is not x at -0.0
     "signed_zero": r"^$",  # from the rule's message, not the source (see features_of)
 }
 
@@ -647,6 +805,11 @@ def features_of(case: Case, message: str = "") -> set[str]:
     opposite sign, ``nan_inf`` when either is NaN or infinite."""
     import re
 
+    from .minimize import single_output
+
+    wrong = re.match(r"output (\d+):", message)
+    if wrong:  # only the lines the wrong output depends on say what the defect is
+        case = single_output(case, int(wrong.group(1))) or case
     src = case.source
     found = {name for name, pat in _FEATURE_PATTERNS.items() if re.search(pat, src)}
     found.discard("signed_zero")

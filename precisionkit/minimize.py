@@ -157,6 +157,45 @@ def _program(case: Case, head: str, body: list[str], outs: list[str]) -> Case | 
         return None
 
 
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def live_lines(body: list[str], outs: list[str]) -> list[str]:
+    """The lines of ``body`` that ``outs`` depend on, by a backward pass over names: an assignment
+    ``x = ...`` is kept when ``x`` is live, any other line (an in-place write such as ``x.fill_()``
+    or ``x[i] = v``) when it names a live value; what a kept line reads becomes live. A write
+    through an alias (``flat = x.view(-1)``; ``flat[i] = v``) is not followed: a candidate that
+    loses it fails its check and is not taken."""
+    live = set(outs)
+    kept: list[str] = []
+    for line in reversed(body):
+        m = re.match(r"\s+(\w+) = (.*)", line)
+        if m:
+            if m.group(1) not in live:
+                continue
+            live.discard(m.group(1))
+            live.update(_NAME.findall(m.group(2)))
+        else:
+            names = set(_NAME.findall(line))
+            if not names & live:
+                continue
+            live.update(names)
+        kept.append(line)
+    return kept[::-1]
+
+
+def single_output(case: Case, k: int) -> Case | None:
+    """``case`` reduced to its ``k``-th returned value and the lines it depends on (None when the
+    source is not a ``def graph`` with one return line, or ``k`` is out of range)."""
+    lines = case.source.rstrip("\n").splitlines()
+    if len(lines) < 2 or not lines[0].startswith("def graph(") or not lines[-1].strip().startswith("return "):
+        return None
+    outs = [o.strip() for o in lines[-1].strip().removeprefix("return ").split(",") if o.strip()]
+    if not 0 <= k < len(outs):
+        return None
+    return _program(case, lines[0], live_lines(lines[1:-1], [outs[k]]), [outs[k]])
+
+
 def line_candidates(case: Case) -> Iterator[Case]:
     """Smaller programs by source line, for graphs ``torch.fx`` cannot trace (in-place writes,
     index assignment): keep fewer outputs, end early at an assigned value, or drop one line."""
@@ -166,13 +205,13 @@ def line_candidates(case: Case) -> Iterator[Case]:
     head, body = lines[0], lines[1:-1]
     outs = [o.strip() for o in lines[-1].strip().removeprefix("return ").split(",") if o.strip()]
     found: list[Case | None] = []
-    if len(outs) > 1:
-        found += [_program(case, head, body, [o]) for o in outs]
+    if len(outs) > 1:  # one output, and only the lines it depends on
+        found += [_program(case, head, live_lines(body, [o]), [o]) for o in outs]
     for k, line in enumerate(body):
         m = re.match(r"\s+(\w+) = ", line)
         if m and m.group(1) not in outs:
-            found.append(_program(case, head, body[: k + 1], [m.group(1)]))
-    found += [_program(case, head, body[:k] + body[k + 1 :], outs) for k in range(len(body))]
+            found.append(_program(case, head, live_lines(body[: k + 1], [m.group(1)]), [m.group(1)]))
+    found += [_program(case, head, live_lines(body[:k] + body[k + 1 :], outs), outs) for k in range(len(body))]
     yield from (c for c in found if c is not None)
 
 

@@ -48,8 +48,10 @@ RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
 LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided")
 #: how its values are drawn: ``normal`` (randn * scale), ``edge`` (normal with one element in four
 #: replaced by 0, -0, +-inf, NaN, +-1, 0.5, a subnormal or half the largest finite value of the
-#: dtype), ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
-VALUES = ("normal", "edge", "int", "index", "bool")
+#: dtype), ``grid`` (randn * scale rounded to a multiple of 0.1 in fp64, then to the dtype: small
+#: integers and decimal fractions, whose quotients and roundings land on or next to integers),
+#: ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
+VALUES = ("normal", "edge", "grid", "int", "index", "bool")
 
 _BITS = (
     "def bits(t):\n"
@@ -129,7 +131,9 @@ def check(graph, args, backend):
         fused = outs(torch.compile(graph, backend=backend)(*make()))
     shapes = lambda ts: [(tuple(t.shape), str(t.dtype)) for t in ts]
     if shapes(fused) != shapes(eager):
-        return True, f"outputs differ in shape or dtype: eager {shapes(eager)}, fused ({backend}) {shapes(fused)}"
+        k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
+        return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
+                      f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
     for k, (e, f, r) in enumerate(zip(eager, fused, ref)):
         bad = wrong(e, f, r)
         if bool(bad.any()):
@@ -176,7 +180,7 @@ class Input:
         dtype = getattr(torch, self.dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"input {self.name!r}: {self.dtype!r} is not a torch dtype")
-        if self.values in ("normal", "edge") and not dtype.is_floating_point:
+        if self.values in ("normal", "edge", "grid") and not dtype.is_floating_point:
             raise ValueError(f"input {self.name!r}: {self.values} values need a floating dtype, not {self.dtype}")
         if self.values == "bool" and dtype != torch.bool:
             raise ValueError(f"input {self.name!r}: bool values need dtype bool, not {self.dtype}")
@@ -255,7 +259,9 @@ _MAKE_SRC = """def make():
             t = torch.randint(low, int(scale) + (values == "int"), (n,), generator=g)
         else:
             t = torch.randn(n, generator=g, dtype=torch.float64) * scale
-            if values == "edge":
+            if values == "grid":
+                t = torch.round(t * 10.0) / 10.0
+            elif values == "edge":
                 fi = torch.finfo(dtype)
                 edge = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, 0.5,
                                      fi.smallest_normal / 4, fi.max / 2], dtype=torch.float64)

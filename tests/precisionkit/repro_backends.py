@@ -70,6 +70,32 @@ def _garbage_one(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _to_f32(t: torch.Tensor) -> torch.Tensor:
+    """16-bit float outputs returned as float32: the values right, the dtype wrong."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _crashing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Compiled code that kills its interpreter when it runs (as an out-of-bounds read can)."""
+
+    def run(*args: Any) -> Any:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    return run
+
+
+def _hanging(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    def run(*args: Any) -> Any:
+        import time
+
+        time.sleep(3600)
+
+    return run
+
+
 def _raising(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     raise RuntimeError("pk_test_raise: this backend cannot compile anything")
 
@@ -81,6 +107,7 @@ BACKENDS = {
     "pk_test_negative_zero": _negative_zero,
     "pk_test_int_off_by_one": _int_off_by_one,
     "pk_test_garbage_one": _garbage_one,
+    "pk_test_to_f32": _to_f32,
 }
 
 
@@ -91,9 +118,10 @@ def register() -> list[str]:
     for name, fn in BACKENDS.items():
         if name not in known:
             register_backend(compiler_fn=_wrap(fn), name=name)
-    if "pk_test_raise" not in known:
-        register_backend(compiler_fn=_raising, name="pk_test_raise")
-    return [*BACKENDS, "pk_test_raise"]
+    for name, fn in (("pk_test_raise", _raising), ("pk_test_crash", _crashing), ("pk_test_hang", _hanging)):
+        if name not in known:
+            register_backend(compiler_fn=fn, name=name)
+    return [*BACKENDS, "pk_test_raise", "pk_test_crash", "pk_test_hang"]
 
 
 #: What a reproducer file runs first to have these backends (in a fresh interpreter too).

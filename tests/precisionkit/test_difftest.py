@@ -43,7 +43,7 @@ def test_every_generator_writes_programs_that_run_eagerly() -> None:
         values |= {i.values for i in case.inputs}
         kinds |= set(case.extra["features"])
     assert layouts == {"contiguous", "transposed", "broadcast", "offset", "strided"}
-    assert values == {"normal", "edge", "int", "index", "bool"}
+    assert values == {"normal", "edge", "grid", "int", "index", "bool"}
     for feature in ("argmin_argmax", "cumulative", "cast", "index_put", "in_place_view", "expanded_view", "attention"):
         assert feature in kinds
 
@@ -125,15 +125,16 @@ def test_run_classifies_invalid_programs_and_compile_errors() -> None:
 
 @pytest.mark.slow
 def test_typed_generator_finds_the_fp16_round_trip_that_inductor_elides() -> None:
-    """typed seed 1606 (float32) takes the error of a float16 round trip and floors it; the CPU
-    kernel keeps the float32 value (pytorch/pytorch#185337, open on 2.13), so the error is 0 and its
-    floor 0 where eager's is -1."""
-    case = difftest.generate(1606, "typed")
-    assert "v0 = f0.to(torch.float16).to(f0.dtype) - f0" in case.source and "v3 = torch.floor(v0)" in case.source
+    """typed seed 2 (float32) takes the error of a float16 round trip and feeds it to atan2(v, v);
+    the CPU kernel keeps the float32 value (pytorch/pytorch#185337, open on 2.13), so the error is 0
+    and atan2(0, 0) = 0 where eager's is pi/4. Only the lines output 0 depends on are read."""
+    case = difftest.generate(2, "typed")
+    assert "v0 = f0.to(torch.float16).to(f0.dtype) - f0" in case.source and "torch.atan2(v0" in case.source
     out = difftest.run(case)
     if torch.__version__.startswith("2.13"):
         assert out.klass == "mismatch"
-        assert out.message.startswith("output 1:") and "eager -1.0, fused (inductor) 0.0, fp64 -1.0" in out.message
+        assert out.message.startswith("output 0:") and "fused (inductor) 0.0, fp64 0.78539816" in out.message
+        assert difftest.features_of(case, out.message) == {"cast", "fp16_bf16"}
 
 
 def test_plan_gives_each_structured_generator_an_eighth_and_alternates_reduction_threads() -> None:
@@ -145,3 +146,51 @@ def test_plan_gives_each_structured_generator_an_eighth_and_alternates_reduction
     assert difftest.plan(10) == [("typed", s) for s in range(6)] + [(g, 0) for g in GENERATORS[1:]]
     assert (difftest.threads_for("reduction", 3), difftest.threads_for("reduction", 4)) == (1, None)
     assert difftest.threads_for("typed", 3) is None
+
+
+def test_features_come_from_the_lines_the_wrong_output_depends_on() -> None:
+    from precisionkit.minimize import live_lines, single_output
+
+    src = (
+        "def graph(f0, i1):\n"
+        "    v0 = f0.argmin()\n"
+        "    v1 = f0.clone()\n"
+        "    v1[:, i1] = 2.0\n"
+        "    v3 = torch.cumsum(f0, dim=1)\n"
+        "    f0.fill_(1.0)\n"
+        "    return v0, v1, v3\n"
+    )
+    case = diff_case(src, Input("f0", (2, 3)), Input("i1", (3,), "int64", values="index"))
+    body = src.splitlines()[1:-1]
+    assert live_lines(body, ["v1"]) == body[1:3]  # its clone and the write into it; f0.fill_ comes after
+    assert live_lines(body, ["v3"]) == [body[3]]  # a write after the read does not reach v3
+    one = single_output(case, 2)
+    assert one is not None and one.source.splitlines()[-1] == "    return v3" and [i.name for i in one.inputs] == ["f0"]
+    assert single_output(case, 3) is None
+    said = "output 2: 1 of 6 elements wrong; at (0, 1): eager 1.0, fused (inductor) 2.0, fp64 1.0"
+    assert difftest.features_of(case, said) == {"cumulative"}
+    assert {"argmin_argmax", "index_put", "cumulative"} <= difftest.features_of(case)
+
+
+def test_a_wrong_output_dtype_is_named_by_its_index() -> None:
+    src = "def graph(x):\n    return x + 1.0, x.to(torch.float16)\n"
+    case = Case("d", src, (Input("x", (2, 2)),), backend="pk_test_to_f32", rule="diff", setup=SETUP)
+    hit, said = reproduces(case)
+    assert hit and said.startswith("output 1: shape or dtype differs") and "torch.float16" in said
+
+
+def test_a_program_that_kills_or_hangs_the_worker_costs_one_program() -> None:
+    """In :class:`difftest.Isolated`, compiled code that segfaults is a ``crash`` of the fused run,
+    one that never returns is killed after the timeout, and the next program runs in a fresh worker."""
+    prog = "def graph(x):\n    return x + 1.0\n"
+    with difftest.Isolated(timeout=60) as worker:
+        crashed = worker.run(diff_case(prog, Input("x", (3, 5)), backend="pk_test_crash"), "pk_test_crash")
+        assert crashed.klass == "crash" and crashed.message == "fused run: the interpreter died (SIGSEGV)"
+        assert worker.crashes == 1
+        ok = worker.run(diff_case(prog, Input("x", (3, 5))), "eager")
+        assert ok.klass == "ok"
+        small = worker.minimize(diff_case(prog, Input("x", (3, 5)), backend="pk_test_garbage_one"))
+        assert small is not None and "1 of 1 elements wrong" in small[1] and small[0].inputs[0].shape == (1, 1)
+    with difftest.Isolated(timeout=5) as worker:
+        hung = worker.run(diff_case(prog, Input("x", (2, 2)), backend="pk_test_hang"), "pk_test_hang")
+        assert hung.klass == "crash" and hung.message == "fused run: no result within 5 s (killed)"
