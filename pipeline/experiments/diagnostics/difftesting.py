@@ -36,6 +36,14 @@ SCHEMA = {
 }
 
 
+#: What the tester's worker interpreter runs first: the planted-bug backends, so a matrix run's
+#: backend exists there too.
+_WORKER_SETUP = (
+    "from pipeline.experiments.regression.planted_bugs import register_planted_backends\n"
+    "register_planted_backends()\n"
+)
+
+
 def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
     """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base seed."""
     return difftest.plan(SIZES[settings.profile].difftest_programs, settings.derived_seed("difftest") % 1_000_000)
@@ -58,8 +66,14 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     todo = plan(settings)
     progress = Progress(context.log.info, "differential tester programs", len(todo))
     start = time.perf_counter()
+    # In a worker interpreter: a program whose compiled code crashes or hangs is a "crash" outcome,
+    # not the end of this step (or of the run, under the in-process executor).
     outcomes = difftest.fuzz(
-        todo, backend=settings.backend, log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}")
+        todo,
+        backend=settings.backend,
+        log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}"),
+        isolated=True,
+        setup=_WORKER_SETUP,
     )
     rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
     seconds = time.perf_counter() - start

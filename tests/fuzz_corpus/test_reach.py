@@ -1,0 +1,45 @@
+"""The differential tester's reach, judged by real bugs: every corpus case that reproduces under the
+torch in use and lies within the ``diff`` rule must be caught, as a minimized mismatch with the
+case's signature, by the general generators within their default budget (240 programs of
+:func:`precisionkit.difftest.plan`), 80% of them at least. Minutes: ``make test-torch`` and
+``make test-all`` run it, ``make test`` does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from precisionkit import difftest
+from tests.fuzz_corpus.cases import CASES
+from tests.fuzz_corpus.reach import SIGNATURES, measure
+
+#: programs of the default campaign (``python -m tests.fuzz_corpus.reach`` and this test)
+BUDGET = 240
+
+
+def test_every_corpus_case_has_a_signature_in_the_testers_vocabulary() -> None:
+    assert set(SIGNATURES) == {c.id for c in CASES}
+    known = set(difftest._FEATURE_PATTERNS) | {
+        "fp16_bf16",
+        "integer_dtype",
+        "bool_dtype",
+        "special_values",
+        "transpose_input",
+        "expanded_view",
+        "duplicate_indices",
+        "signed_zero",
+        "nan_inf",
+    }
+    for case_id, sig in SIGNATURES.items():
+        assert sig is None or sig <= known, (case_id, sig - known)
+
+
+@pytest.mark.heavy
+def test_general_generators_catch_most_reproducing_corpus_bugs_within_the_budget() -> None:
+    rec = measure(BUDGET, 0, log=lambda _line: None, stop_when_caught=True)
+    judged = [r for r in rec["cases"] if r["reproduces_here"] and r["signature"] != "out of the rule"]
+    if not judged:
+        pytest.skip(f"no corpus case within the rule reproduces under torch {rec['torch']}")
+    caught = [r for r in judged if r["caught"]]
+    table = "\n".join(f"{r['id']:40s} {r['by'] or 'missed'}" for r in judged)
+    assert len(caught) >= 0.8 * len(judged), f"caught {len(caught)} of {len(judged)}:\n{table}"
+    assert rec["graphs"] <= BUDGET and all(r["by"].split()[0] in difftest.GENERATORS for r in caught)
