@@ -86,13 +86,15 @@ def outcome_table(
     defs: dg.Definitions, evaluations: Sequence[dg.AssetCheckEvaluation], failed_steps: Sequence[str]
 ) -> str:
     """Experiment x run validity x claim verdict x findings, from one run's check evaluations,
-    followed by every check that did not pass (contradicted / invalid first)."""
+    followed by every check that did not pass (contradicted / invalid first), then the finding
+    checks with observations to read (they pass: a finding is not a failure)."""
     from .experiments import EXPERIMENTS
     from .verdicts import check_outcome, summarize
 
     graph = defs.resolve_asset_graph()
     by_group: dict[str, list] = {}
     lines_failed = []
+    lines_read: list[str] = []
     for e in evaluations:
         spec = graph.get_check_spec(e.asset_check_key)
         outcome = check_outcome(
@@ -103,12 +105,10 @@ def outcome_table(
             (spec.metadata or {}).get("outcome"),
         )
         by_group.setdefault(graph.get(e.asset_key).group_name, []).append(outcome)
-        if not outcome.passed:
-            label = (
-                outcome.verdict
-                if outcome.outcome == "claim"
-                else ("invalid" if outcome.outcome == "validity" else "finding")
-            )
+        if outcome.to_read:
+            lines_read.append(f"  {outcome.findings or '':<13} {outcome.key}")
+        elif not outcome.passed:
+            label = outcome.verdict if outcome.outcome == "claim" else "invalid"
             lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
     owners = step_owners()
     steps_by_exp: dict[str, list[str]] = {}
@@ -123,4 +123,5 @@ def outcome_table(
         o = summarize(outcomes or [], steps_by_exp.get(exp.id, ()))
         rows.append(f"{exp.id:<13} {o.validity:<14} {o.verdict:<26} {o.findings}")
     detail = [text for _, text in sorted(lines_failed)]
-    return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []))
+    read = ["findings to read (observations, not failures):", *sorted(lines_read)] if lines_read else []
+    return "\n".join(rows + (["checks that did not pass:", *detail] if detail else []) + read)

@@ -161,12 +161,13 @@ def claim_result(
 
 
 def finding_result(findings: Iterable[str], metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
-    """Passes when there is nothing to read; otherwise WARN with the findings listed."""
+    """Always passes: a finding is an observation for a human, not a failure (a healthy run shows
+    no failed check). How many there are is the ``findings`` entry, what they say ``details``."""
     findings = list(findings)
     meta = {"outcome": FINDING, "findings": len(findings), **(metadata or {})}
     if findings:
         meta["details"] = "; ".join(findings)
-    return dg.AssetCheckResult(passed=not findings, severity=dg.AssetCheckSeverity.WARN, metadata=meta)
+    return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN, metadata=meta)
 
 
 def combine(verdicts: Iterable[str]) -> str:
@@ -193,6 +194,12 @@ class CheckOutcome:
     passed: bool
     severity: str  # ERROR | WARN
     verdict: str | None = None  # claims only
+    findings: int = 0  # finding checks: how many observations there are to read
+
+    @property
+    def to_read(self) -> bool:
+        """A finding check with observations (an older record: one that did not pass)."""
+        return self.outcome == FINDING and (self.findings > 0 or not self.passed)
 
     @property
     def is_error(self) -> bool:
@@ -214,7 +221,8 @@ def check_outcome(
     verdict = None
     if outcome == CLAIM:
         verdict = meta.get("verdict") or (SUPPORTED if passed else (CONTRADICTED if sev == "ERROR" else INCONCLUSIVE))
-    return CheckOutcome(key, outcome, bool(passed), str(sev), verdict)
+    findings = int(meta.get("findings") or 0) if outcome == FINDING else 0
+    return CheckOutcome(key, outcome, bool(passed), str(sev), verdict, findings)
 
 
 @dataclass(frozen=True)
@@ -241,7 +249,7 @@ def summarize(
         f"step failed: {s}" for s in failed_steps
     )
     claims = [o for o in outcomes if o.outcome == CLAIM]
-    findings = tuple(o.key for o in outcomes if o.outcome == FINDING and not o.passed)
+    findings = tuple(o.key for o in outcomes if o.to_read)
     validity = "invalid" if invalid else ("valid" if complete else "incomplete")
     if invalid:
         verdict = NOT_JUDGED

@@ -94,7 +94,7 @@ class CheckRecord:
             return o.verdict or INCONCLUSIVE
         if o.outcome == VALIDITY:
             return "valid" if o.passed else "invalid"
-        return "nothing to read" if o.passed else "finding"
+        return "finding" if o.to_read else "nothing to read"
 
 
 class Report:

@@ -176,7 +176,9 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
 
     table = outcome_table(defs, result.get_asset_check_evaluations(), []).splitlines()
     b_row = next(line for line in table if line.startswith("B "))
-    assert b_row.split()[1:] == ["valid", "inconclusive", str(int(not checks["fused_worse_within_rule"].passed))]
+    assert checks["fused_worse_within_rule"].passed  # a finding is an observation, not a failure
+    findings = checks["fused_worse_within_rule"].metadata["findings"].value
+    assert b_row.split()[1:] == ["valid", "inconclusive", str(int(findings > 0))]
 
 
 def test_distributions_are_normalized_histograms(smoke_run):

@@ -143,12 +143,12 @@ def test_rules_on_synthetic_tables():
     assert claim(_table([{"has_implicit_computation": True}])).metadata["verdict"].value == INCONCLUSIVE
 
     nan = data_movement.pure_movement_nan_encodings(_table([{}, nan_only, changed]))
-    assert not nan.passed and nan.severity == dg.AssetCheckSeverity.WARN and nan.metadata["rows"].value == 1
+    assert nan.passed and nan.metadata["findings"].value == 1 and nan.metadata["rows"].value == 1
     implicit = data_movement.implicit_computation_counterexamples(
         _table([{"subgraph": "scaled_add_concat", "has_implicit_computation": True, "bit_equal": False, "ulp_max": 1}])
     )
-    assert not implicit.passed and implicit.severity == dg.AssetCheckSeverity.WARN
-    assert data_movement.implicit_computation_counterexamples(_table([{}])).passed
+    assert implicit.passed and implicit.metadata["findings"].value == 1
+    assert data_movement.implicit_computation_counterexamples(_table([{}])).metadata["findings"].value == 0
 
 
 def test_smoke_check_table(smoke_resources, tmp_path):
@@ -201,7 +201,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     # measured cause (op and path), never an ERROR.
     nan = checks["pure_movement_nan_encodings"]
     assert nan.severity == dg.AssetCheckSeverity.WARN
-    assert nan.passed == (excused.height == 0)
+    assert nan.passed and (nan.metadata["findings"].value == 0) == (excused.height == 0)
     assert all("NaN" in n and "measured cause: first op whose output bits differ" in n for n in excused["notes"])
     # Reshape rows: a view of a contiguous input, a copy of the transposed (non-contiguous) view.
     reshape = table.filter(pl.col("subgraph") == "reshape_concat")
@@ -211,7 +211,9 @@ def test_smoke_check_table(smoke_resources, tmp_path):
     )
     assert reshape.filter(pl.col("layout") == "transposed_view")["reshape_copied"].all()
     counter = checks["implicit_computation_counterexamples"]
-    assert counter.severity == dg.AssetCheckSeverity.WARN and counter.passed == bool(implicit["bit_equal"].all())
+    assert counter.severity == dg.AssetCheckSeverity.WARN and (counter.metadata["findings"].value == 0) == bool(
+        implicit["bit_equal"].all()
+    )
 
     # CPU-specific: what the CPU backend measured (Inductor's C++ kernels).
     if smoke_resources["settings"].torch_device().type != "cpu":
@@ -227,7 +229,7 @@ def test_smoke_check_table(smoke_resources, tmp_path):
         0, named=True
     )
     assert not scaled["bit_equal"] and scaled["ulp_max"] > 0
-    assert not counter.passed and "scaled_add_concat/float16" in counter.metadata["details"].value
+    assert counter.metadata["findings"].value > 0 and "scaled_add_concat/float16" in counter.metadata["details"].value
 
 
 # --- the plain functions behind the asset, without Dagster ------------------------------------------

@@ -136,12 +136,12 @@ def test_claim_rules_on_synthetic_summaries():
         _summary([{}, cold, {"round": "cold_threads_1", "outputs_equal_round1": "no", "max_ulp_vs_round1": 1}]),
         default,
     )
-    assert not threads.passed and threads.severity == dg.AssetCheckSeverity.WARN
+    assert threads.passed and _v(threads, "findings") == 1  # an observation, not a failure
     assert _v(threads, "outcome") == FINDING
     # A missing thread-count round is worth a finding only where the profile plans one.
-    assert not checks.thread_count_output_comparison(_summary([{}]), default).passed
+    assert _v(checks.thread_count_output_comparison(_summary([{}]), default), "findings") == 1
     smoke = ExperimentSettings(profile="smoke", device="cpu")
-    assert checks.thread_count_output_comparison(_summary([{}]), smoke).passed
+    assert _v(checks.thread_count_output_comparison(_summary([{}]), smoke), "findings") == 0
 
 
 def _pool_ffn():
@@ -204,7 +204,9 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path, monkeypatch):
     # The thread-count comparison is a finding: WARN when the outputs differ, never ERROR.
     threads = evals["thread_count_output_comparison"]
     alt = summary.filter(pl.col("round").str.starts_with("cold_threads"))
-    assert threads.passed == bool((alt["outputs_equal_round1"] == "yes").all())
+    assert threads.passed and (threads.metadata["findings"].value == 0) == bool(
+        (alt["outputs_equal_round1"] == "yes").all()
+    )
     assert threads.severity == dg.AssetCheckSeverity.WARN
 
     # CPU-specific: what this CPU measured (Inductor's C++ kernels with a fixed thread count). A GPU

@@ -76,8 +76,9 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
         assert path and Path(path).exists()
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(checks) == {"no_layer_diverges", "fuzzed_graphs_all_ok"}
-    assert checks["fuzzed_graphs_all_ok"].passed == (outcomes["class"] == "ok").all()
-    assert checks["no_layer_diverges"].passed == (not table["divergent"].any())
+    assert (checks["fuzzed_graphs_all_ok"].metadata["findings"].value == 0) == (outcomes["class"] == "ok").all()
+    assert (checks["no_layer_diverges"].metadata["findings"].value == 0) == (not table["divergent"].any())
+    assert all(e.passed for e in checks.values())  # findings are observations, never failures
     for e in checks.values():  # findings: WARN whatever they find
         assert e.metadata["outcome"].value == FINDING and e.severity == dg.AssetCheckSeverity.WARN
 
@@ -165,7 +166,7 @@ def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
     assert fz["n_obs"] == 2 and fz["atol"] < 1e-6
 
     check = result.get_asset_check_evaluations()[0]
-    assert check.passed == (table["ratio"].drop_nulls() <= 1).all()
+    assert check.passed and (check.metadata["findings"].value == 0) == (table["ratio"].drop_nulls() <= 1).all()
     assert check.metadata["outcome"].value == FINDING and check.severity == dg.AssetCheckSeverity.WARN
 
     # The measured table plugs into precisionkit.tolerance; without it the matrix answers as before.

@@ -304,7 +304,8 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     finding = evaluations["fused_deviation_vs_rounding_control"]
     fmeta = {k: getattr(v, "value", v) for k, v in finding.metadata.items()}
     assert fmeta["outcome"] == FINDING and fmeta["control_factor"] == rules.CONTROL_FACTOR
-    assert finding.passed == (fmeta["fused_rms_dev"] <= rules.CONTROL_FACTOR * fmeta["control_rms_dev"])
+    assert finding.passed
+    assert (fmeta["findings"] == 0) == (fmeta["fused_rms_dev"] <= rules.CONTROL_FACTOR * fmeta["control_rms_dev"])
     assert not list((tmp_path / "smoke" / "checkpoints").rglob("*.pt"))
 
 

@@ -41,9 +41,14 @@ def test_validity_and_finding_results():
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
     assert bad.metadata["problems"].value == "2 graph breaks; eager non-finite"
     assert v.validity_result([]).passed
+    # A finding is an observation, never a failure: it passes, and says how many there are to read.
     finding = v.finding_result(["1-ULP difference"])
-    assert not finding.passed and finding.severity == dg.AssetCheckSeverity.WARN
-    assert v.finding_result([]).passed
+    assert finding.passed and finding.metadata["findings"].value == 1
+    assert finding.metadata["details"].value == "1-ULP difference"
+    assert v.finding_result([]).passed and v.finding_result([]).metadata["findings"].value == 0
+    seen = v.check_outcome("a:f", finding.passed, finding.severity, finding.metadata)
+    assert seen.to_read and not seen.is_error and seen.findings == 1
+    assert not v.check_outcome("a:f", True, "WARN", v.finding_result([]).metadata).to_read
 
 
 def test_decorators_declare_the_outcome_on_the_check_spec():
@@ -99,3 +104,25 @@ def test_check_outcome_classification():
     assert _o("c", "claim", False, "ERROR").verdict == "contradicted"
     with pytest.raises(ValueError, match="unknown outcome"):
         v.check_outcome("k", True, "ERROR", {}, "opinion")
+
+
+def test_the_outcome_table_lists_findings_apart_from_failures():
+    """A healthy run: no check under "did not pass"; findings are listed as observations."""
+    from pipeline.definitions import defs
+    from pipeline.run_summary import outcome_table
+
+    key = next(k for k in defs.resolve_asset_graph().asset_check_keys if k.name == "fused_worse_within_rule")
+    finding = v.finding_result(["softmax/normal/float16: P99 1.2 vs 1.1"])
+    evaluation = dg.AssetCheckEvaluation(
+        asset_key=key.asset_key,
+        check_name=key.name,
+        passed=finding.passed,
+        severity=finding.severity,
+        metadata=finding.metadata,
+    )
+    table = outcome_table(defs, [evaluation], [])
+    assert "checks that did not pass" not in table
+    assert "findings to read (observations, not failures):" in table
+    assert "accumulated_error_summary:fused_worse_within_rule" in table.split("findings to read")[1]
+    row = next(line for line in table.splitlines() if line.startswith("B "))
+    assert row.split()[-1] == "1"
