@@ -166,22 +166,35 @@ def live_lines(body: list[str], outs: list[str]) -> list[str]:
     or ``x[i] = v``) when it names a live value; what a kept line reads becomes live. A write
     through an alias (``flat = x.view(-1)``; ``flat[i] = v``) is not followed: a candidate that
     loses it fails its check and is not taken."""
+    # Only the program's own values count: its assigned names and whatever else the lines name
+    # that is not a module, attribute or keyword (``torch``, ``.to``, ``dtype=``) - the graph's
+    # parameters are the names read but never assigned.
+    assigned = {m.group(1) for m in (re.match(r"\s+(\w+) = ", line) for line in body) if m}
     live = set(outs)
     kept: list[str] = []
+
+    def values(text: str) -> set[str]:
+        code = re.sub(r"\.\w+|\b\w+(?==)", "", text)  # drop attributes and keyword names
+        return {n for n in _NAME.findall(code) if n in assigned or n not in _NOT_VALUES}
+
     for line in reversed(body):
         m = re.match(r"\s+(\w+) = (.*)", line)
         if m:
             if m.group(1) not in live:
                 continue
             live.discard(m.group(1))
-            live.update(_NAME.findall(m.group(2)))
+            live.update(values(m.group(2)))
         else:
-            names = set(_NAME.findall(line))
+            names = values(line)
             if not names & live:
                 continue
             live.update(names)
         kept.append(line)
     return kept[::-1]
+
+
+#: Names in a program's lines that are never its values.
+_NOT_VALUES = frozenset({"torch", "F", "math", "float", "int", "bool", "True", "False", "None", "abs", "min", "max"})
 
 
 def single_output(case: Case, k: int) -> Case | None:
