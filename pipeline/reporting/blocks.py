@@ -12,6 +12,14 @@ PATH_COLORS = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=["#1f7
 PATH_DASHES = alt.Scale(domain=["eager", "fused", "fused_emulate"], range=[[1, 0], [6, 3], [2, 2]])
 
 
+def error_scale(*columns: pl.Series) -> alt.Scale:
+    """An axis for errors that spans binades and keeps zero: symmetric log, linear below the
+    smallest positive value in ``columns`` (so an exact result, error 0, is drawn at 0 instead of
+    being dropped, as a log axis drops it), logarithmic above."""
+    positive = [float(c.filter(c > 0).min()) for c in columns if c.len() and (c > 0).any()]  # type: ignore[arg-type]
+    return alt.Scale(type="symlog", constant=min(positive) if positive else 1.0)
+
+
 def opening(exp: Experiment, body: str) -> str:
     return f"## Deliverable\n\n*Test plan:* {exp.plan_deliverable}.\n\n{body}\n"
 

@@ -197,3 +197,38 @@ def test_vendored_bundle_is_built_once_per_vl_convert_version(tmp_path):
     cached.write_text("// cached bundle")
     vendor_javascript(tmp_path / "docs_b", cache_dir=cache)
     assert (tmp_path / "docs_b" / "assets" / "vendor" / "vega-bundle.js").read_text() == "// cached bundle"
+
+
+def _line_marks(chart) -> list[tuple[str, list[float]]]:
+    """Each line mark the chart renders (vl-convert's SVG): its label and the x of its points."""
+    import re
+
+    import vl_convert as vlc
+
+    svg = vlc.vegalite_to_svg(chart.to_json())
+    marks = re.findall(
+        r'<path aria-label="([^"]*)" role="graphics-symbol" aria-roledescription="line mark" d="([^"]*)"', svg
+    )
+    return [(label, [float(x) for x in re.findall(r"[ML](-?[\d.]+),", d)]) for label, d in marks]
+
+
+def test_b_cdf_panels_keep_their_lines_when_every_set_is_exact():
+    """fp16's sets all exact (error 0) beside bf16's 0.5 to 3 sULP: each panel has a line per path,
+    and bf16's spread over the axis. On a log axis zero has no place: the panel lost its marks and
+    its neighbour collapsed onto one x."""
+    rows = pl.DataFrame(
+        {
+            "chain": ["softmax"] * 8,
+            "distribution": ["normal"] * 8,
+            "dtype": ["float16"] * 4 + ["bfloat16"] * 4,
+            "path": ["eager", "eager", "fused", "fused"] * 2,
+            "bin_hi": [0.0, 0.0, 0.0, 0.0, 0.5, 2.0, 0.5, 3.0],
+            "cdf": [0.5, 1.0, 0.5, 1.0] * 2,
+        }
+    )
+    marks = _line_marks(b_report.b_cdf_chart(rows, "softmax", ["normal"]))
+    assert len(marks) == 4  # (dtype x path), every panel drawn
+    zero = [xs for label, xs in marks if "dtype: float16;" in label]
+    spread = [xs for label, xs in marks if "dtype: bfloat16;" in label]
+    assert len(zero) == 2 and all(set(xs) == {0.0} for xs in zero)
+    assert len(spread) == 2 and all(max(xs) > min(xs) > 0 for xs in spread)

@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import PATH_COLORS, PATH_DASHES, opening, select
+from ...reporting.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, select
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
 from ...verdicts import combine
@@ -41,35 +41,7 @@ def deliverable(report: Report, exp: Experiment) -> str:
         for chain in cdf["chain"].unique(maintain_order=True).to_list():
             rows = cdf.filter(pl.col("chain") == chain)
             inputs = sorted(rows["distribution"].unique().to_list(), key=lambda d: (d != "normal", d))
-            pick = select("distribution", inputs, "input distribution ")
-            chart = (
-                alt.Chart(rows)
-                .mark_line(interpolate="step-after")
-                .encode(
-                    x=alt.X(
-                        "bin_hi:Q",
-                        scale=alt.Scale(type="log"),
-                        axis=alt.Axis(tickCount=5, labelOverlap=True),
-                        title="per-set max error (scale-aware ULP)",
-                    ),
-                    y=alt.Y("cdf:Q", title="share of input sets (CDF)", scale=alt.Scale(domain=[0, 1])),
-                    color=alt.Color("path:N", scale=PATH_COLORS, title="path"),
-                    # Dashes keep both lines visible where fused equals eager.
-                    strokeDash=alt.StrokeDash("path:N", scale=PATH_DASHES, legend=None),
-                    tooltip=[
-                        "dtype",
-                        "distribution",
-                        "path",
-                        alt.Tooltip("bin_hi:Q", format=".4g"),
-                        alt.Tooltip("cdf:Q", format=".3f"),
-                    ],
-                )
-                .add_params(pick)
-                .transform_filter(alt.datum.distribution == pick)
-                .properties(width=250, height=170)
-                .facet(facet=alt.Facet("dtype:N", title=None), columns=2)
-                .properties(title=f"B: {chain}, CDF of each input set's max error against fp64")
-            )
+            chart = b_cdf_chart(rows, chain, inputs)
             parts.append(
                 f"### {chain}\n\n"
                 + report.chart(
@@ -151,9 +123,15 @@ def b_fused_vs_eager_chart(summary: pl.DataFrame, materiality: float) -> alt.Lay
         .mark_point(filled=True, size=70)
         .encode(
             x=alt.X(
-                "eager:Q", scale=alt.Scale(type="log"), title="eager: P99 over sets of max error (scale-aware ULP)"
+                "eager:Q",
+                scale=error_scale(points["eager"], points["fused"]),
+                title="eager: P99 over sets of max error (scale-aware ULP)",
             ),
-            y=alt.Y("fused:Q", scale=alt.Scale(type="log"), title="fused: P99 over sets (scale-aware ULP)"),
+            y=alt.Y(
+                "fused:Q",
+                scale=error_scale(points["eager"], points["fused"]),
+                title="fused: P99 over sets (scale-aware ULP)",
+            ),
             color=alt.Color("chain:N"),
             shape=alt.Shape("dtype:N"),
             tooltip=[
@@ -254,4 +232,38 @@ def b_switch_list(switch: dict[str, Any]) -> str:
             if rows
             else "Nothing to switch off.\n"
         )
+    )
+
+
+def b_cdf_chart(rows: pl.DataFrame, chain: str, inputs: list[str]) -> alt.FacetChart:
+    """One chain's CDF over input sets of the per-set max error, a panel per dtype; the error axis
+    is symmetric-log, so a panel whose sets are all exact (error 0) still has its lines."""
+    pick = select("distribution", inputs, "input distribution ")
+    return (
+        alt.Chart(rows)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X(
+                "bin_hi:Q",
+                scale=error_scale(rows["bin_hi"]),  # zero-error sets stay on the chart
+                axis=alt.Axis(tickCount=5, labelOverlap=True),
+                title="per-set max error (scale-aware ULP)",
+            ),
+            y=alt.Y("cdf:Q", title="share of input sets (CDF)", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("path:N", scale=PATH_COLORS, title="path"),
+            # Dashes keep both lines visible where fused equals eager.
+            strokeDash=alt.StrokeDash("path:N", scale=PATH_DASHES, legend=None),
+            tooltip=[
+                "dtype",
+                "distribution",
+                "path",
+                alt.Tooltip("bin_hi:Q", format=".4g"),
+                alt.Tooltip("cdf:Q", format=".3f"),
+            ],
+        )
+        .add_params(pick)
+        .transform_filter(alt.datum.distribution == pick)
+        .properties(width=250, height=170)
+        .facet(facet=alt.Facet("dtype:N", title=None), columns=2)
+        .properties(title=f"B: {chain}, CDF of each input set's max error against fp64")
     )

@@ -4,6 +4,7 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
+from ...reporting.blocks import error_scale
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
 
@@ -128,18 +129,19 @@ def reproducers_section(report: Report, found: pl.DataFrame) -> str:
 
 
 def layer_error_chart(layers: pl.DataFrame) -> alt.Chart:
-    """Error against fp64 layer by layer, eager and fused (log scale: exact layers have no point)."""
+    """Error against fp64 layer by layer, eager and fused (symmetric log scale: an exact layer is
+    drawn at 0)."""
     long = (
         layers.select("layer_index", "layer", pl.col("eager_err").alias("eager"), pl.col("fused_err").alias("fused"))
         .unpivot(index=["layer_index", "layer"], variable_name="path", value_name="error vs fp64")
-        .filter(pl.col("error vs fp64") > 0)
+        .filter(pl.col("error vs fp64").is_not_null() & pl.col("error vs fp64").is_finite())
     )
     return (
         alt.Chart(long)
         .mark_line(point=True)
         .encode(
             x=alt.X("layer_index:O", title="layer (call order)"),
-            y=alt.Y("error vs fp64:Q", scale=alt.Scale(type="log")),
+            y=alt.Y("error vs fp64:Q", scale=error_scale(long["error vs fp64"])),
             color="path:N",
             tooltip=["layer", "path", alt.Tooltip("error vs fp64:Q", format=".3g")],
         )
@@ -173,8 +175,8 @@ def tolerance_chart(tol: pl.DataFrame) -> alt.LayerChart:
         alt.Chart(pts)
         .mark_point(filled=True)
         .encode(
-            x=alt.X("matrix_atol:Q", scale=alt.Scale(type="log"), title="seed 001 decision matrix atol"),
-            y=alt.Y("atol:Q", scale=alt.Scale(type="log"), title="measured p99.9 fused error"),
+            x=alt.X("matrix_atol:Q", scale=error_scale(pts["matrix_atol"]), title="seed 001 decision matrix atol"),
+            y=alt.Y("atol:Q", scale=error_scale(pts["atol"]), title="measured p99.9 fused error"),
             color="op_class:N",
             shape="dtype:N",
             tooltip=["op_class", "dtype", "reduction_size", "atol", "matrix_atol", "ratio", "verdict"],

@@ -4,7 +4,7 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import opening, select, ulp_bars
+from ...reporting.blocks import error_scale, opening, select, ulp_bars
 from ...reporting.render import Report, markdown_table
 from .rules import METHOD, floor_statement, knob_statement
 
@@ -112,7 +112,7 @@ def c3_iterations_chart(table: pl.DataFrame) -> alt.Chart | alt.LayerChart:
         .mark_line(point=True)
         .encode(
             x=alt.X("iterations:O", title="Newton iterations"),
-            y=alt.Y("ulp_error:Q", scale=alt.Scale(type="log"), title="ULP error vs fp64"),
+            y=alt.Y("ulp_error:Q", scale=error_scale(long["ulp_error"]), title="ULP error vs fp64"),
             color=alt.Color("compute_dtype:N", title="arithmetic"),
             strokeDash=alt.StrokeDash("statistic:N"),
             tooltip=["iterations", "compute_dtype", "statistic", alt.Tooltip("ulp_error:Q", format=".4f")],
