@@ -435,3 +435,28 @@ def test_every_declared_baseline_method_has_a_comparator():
     declared = {t.method for e in EXPERIMENTS for t in e.baseline}
     assert declared <= set(comparators.COMPARATORS)
     assert set(comparators.COMPARATORS) == {"columns", "tensors", "distribution", "curves", "kept"}
+
+
+def test_the_curve_tolerance_is_the_spread_of_every_data_order_replicate():
+    """Four replicates: the band is max - min over all of them (widest within +-1 point), not one
+    pair's difference; replicates on other steps are left out."""
+    band = comparators.noise_band([[3.0, 2.8, 2.6], [3.02, 2.79, 2.6], [2.97, 2.85, 2.6], [3.0, 2.8, None]])
+    assert band == pytest.approx([0.06, 0.06, 0.06])
+    assert comparators.noise_band([[1.0, 2.0]]) == [None, None]
+    steps = [5, 10, 15]
+    curves = {
+        "bfloat16_eager": [3.0, 2.8, 2.6],
+        "bfloat16_eager_order_B": [3.01, 2.8, 2.6],
+        "bfloat16_eager_order_C": [2.9, 2.8, 2.61],
+        "bfloat16_eager_order_D": [3.0, 2.8, 2.64],
+        "bfloat16_fused": [3.5, 3.5, 3.5],
+    }
+    df = pl.DataFrame(
+        [{"run": r, "step": s, "eval_loss": v} for r, vals in curves.items() for s, v in zip(steps, vals, strict=True)]
+    )
+    band, replicates = comparators._band_of(df)
+    assert replicates == 4 and band == pytest.approx({5: 0.11, 10: 0.11, 15: 0.04})
+    # one pair alone (the old rule) would have said 0.01 at step 5
+    assert comparators._band_of(df.filter(pl.col("run").is_in(["bfloat16_eager", "bfloat16_eager_order_B"])))[
+        0
+    ] == pytest.approx({5: 0.01, 10: 0.01, 15: 0.0})

@@ -9,7 +9,8 @@
   values against a tolerance measured by bootstrap over the baseline's own sets; with the same
   inputs, also the share of sets whose value changed.
 * ``curves``: training curves (``run``, ``step``, ``eval_loss``): the final eval loss against the
-  experiment's data-order noise band (its ``<main>_eager`` and ``<main>_eager_order_B`` runs).
+  experiment's data-order noise band (the spread of its ``<main>_eager`` and ``<main>_eager_order_<X>``
+  replicates).
 * ``kept``: nothing compared (promoted so the baseline is complete).
 
 Every comparator returns rows of :data:`COLUMNS`; nothing here names an experiment.
@@ -324,14 +325,18 @@ def _statistics(exp: str, name: str, col: str, direction: Direction, b: pl.DataF
     return rows
 
 
-def noise_band(
-    eager: Sequence[float | None], order_b: Sequence[float | None], half_width: int = 1
-) -> list[float | None]:
-    """Per evaluation point, the largest data-order noise |eager - eager_order_B| within +-half_width points."""
-    noise = [abs(x - y) if x is not None and y is not None else None for x, y in zip(eager, order_b, strict=False)]
+def noise_band(curves: Sequence[Sequence[float | None]], half_width: int = 1) -> list[float | None]:
+    """Per evaluation point, the replicate spread (max - min over the data-order replicates'
+    curves) at its widest within +-half_width points; None where fewer than two replicates have a
+    value. With the four replicates E runs, the range estimates the data-order noise far more
+    steadily than one difference of two runs does."""
+    spread: list[float | None] = []
+    for values in zip(*curves, strict=False):
+        have = [v for v in values if v is not None]
+        spread.append(max(have) - min(have) if len(have) >= 2 else None)
     out = []
-    for i in range(len(noise)):
-        window = [v for v in noise[max(0, i - half_width) : i + half_width + 1] if v is not None]
+    for i in range(len(spread)):
+        window = [v for v in spread[max(0, i - half_width) : i + half_width + 1] if v is not None]
         out.append(max(window) if window else None)
     return out
 
@@ -342,26 +347,27 @@ def _curve(df: pl.DataFrame, run: str) -> tuple[list[int], list[float]]:
     return part["step"].to_list(), part["eval_loss"].to_list()
 
 
-def _band_of(df: pl.DataFrame) -> dict[int, float]:
+def _band_of(df: pl.DataFrame) -> tuple[dict[int, float], int]:
+    """The noise band of the first run family with data-order replicates (``<main>_eager`` and its
+    ``<main>_eager_order_<X>`` runs on the same steps), by step, and how many replicates made it."""
     runs = set(df["run"].unique().to_list())
-    pair = [r for r in runs if r.endswith("_eager_order_B")]
-    if not pair:
-        return {}
-    main = pair[0][: -len("_order_B")]
-    if main not in runs:
-        return {}
-    steps, a = _curve(df, main)
-    steps_b, b = _curve(df, pair[0])
-    if steps != steps_b:
-        return {}
-    return {s: v for s, v in zip(steps, noise_band(a, b), strict=False) if v is not None}
+    for main in sorted(r for r in runs if r.endswith("_eager")):
+        names = [main, *sorted(r for r in runs if r.startswith(f"{main}_order_"))]
+        curves = [_curve(df, r) for r in names]
+        steps = curves[0][0]
+        same = [c for _, c in (cv for cv in curves if cv[0] == steps)]
+        if len(same) < 2:
+            continue
+        band = {s: v for s, v in zip(steps, noise_band(same), strict=False) if v is not None}
+        return band, len(same)
+    return {}, 0
 
 
 def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
     """Per run: the eval loss at the last common step against the noise band (max of the baseline's
     and the current band there), and how many common eval points fall outside the band (WARN)."""
     rows = []
-    band_b, band_c = _band_of(base), _band_of(cur)
+    (band_b, reps_b), (band_c, reps_c) = _band_of(base), _band_of(cur)
     for run in sorted(set(base["run"].unique().to_list()) | set(cur["run"].unique().to_list())):
         bs, bl = _curve(base, run)
         cs, cl = _curve(cur, run)
@@ -398,7 +404,7 @@ def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inp
                     cl[-1],
                     moved=True,
                     severity="WARN",
-                    status="no common steps or no noise band (needs <main>_eager and <main>_eager_order_B)",
+                    status="no common steps or no noise band (needs <main>_eager and an <main>_eager_order_<X> replicate)",
                 )
             )
             continue
@@ -412,8 +418,8 @@ def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inp
                 cmap[last],
                 delta=delta,
                 tol=tol,
-                tol_source=f"{exp}'s data-order noise band (|eager - eager_order_B|, +-1 eval point, max of baseline "
-                "and current)",
+                tol_source=f"{exp}'s data-order noise band (spread max - min of {max(reps_b, reps_c)} eager replicates "
+                "that differ only in data order, +-1 eval point, max of baseline and current)",
                 moved=abs(delta) > tol,
                 severity="ERROR" if delta > 0 else "WARN",
             )
