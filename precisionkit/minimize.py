@@ -239,6 +239,20 @@ def dim_candidates(case: Case) -> Iterator[Case]:
             yield case.with_(inputs=inputs)
 
 
+def layout_candidates(case: Case) -> Iterator[Case]:
+    """Plainer inputs: one non-contiguous input made contiguous, or edge / grid values made normal
+    (a defect that needs neither says so by reproducing without them)."""
+    for k, i in enumerate(case.inputs):
+        if i.layout != "contiguous":
+            yield case.with_(inputs=(*case.inputs[:k], replace(i, layout="contiguous"), *case.inputs[k + 1 :]))
+        if i.values in ("edge", "grid"):
+            yield case.with_(inputs=(*case.inputs[:k], replace(i, values="normal"), *case.inputs[k + 1 :]))
+
+
+def _plainness(case: Case) -> int:
+    return sum((i.layout != "contiguous") + (i.values in ("edge", "grid")) for i in case.inputs)
+
+
 @dataclass
 class Minimized:
     """The smallest case found, and what it took."""
@@ -266,6 +280,13 @@ def _ops(case: Case) -> int:
         return max(0, len(case.source.strip().splitlines()) - 2)
 
 
+def _lines(case: Case) -> int:
+    """Source lines of the graph's body (and its outputs, so dropping one output counts)."""
+    lines = case.source.strip().splitlines()
+    outs = lines[-1].count(",") + 1 if lines and lines[-1].strip().startswith("return") else 1
+    return len(lines) - 2 + outs
+
+
 def _numel(case: Case) -> int:
     total = 0
     for i in case.inputs:
@@ -285,7 +306,12 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
     progress = True
     while progress and checks < max_checks:
         progress = False
-        for kind, gen in (("ops", op_candidates), ("ops", line_candidates), ("dims", dim_candidates)):
+        for kind, gen in (
+            ("ops", op_candidates),
+            ("lines", line_candidates),
+            ("dims", dim_candidates),
+            ("layout", layout_candidates),
+        ):
             try:
                 cands = list(gen(current))
             except Exception:  # noqa: BLE001 - an untraceable graph keeps its ops
@@ -294,8 +320,10 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
                 key = (cand.source, cand.inputs)
                 if key in seen:
                     continue
-                smaller = _ops(cand) < _ops(current) if kind == "ops" else _numel(cand) < _numel(current)
-                if not smaller:
+                # each kind is measured in its own unit: FX ops, source lines (what an untraceable
+                # program has), input elements
+                smaller = {"ops": _ops, "lines": _lines, "dims": _numel, "layout": _plainness}[kind]
+                if not smaller(cand) < smaller(current):
                     continue
                 seen.add(key)
                 if checks >= max_checks:

@@ -194,3 +194,19 @@ def test_a_program_that_kills_or_hangs_the_worker_costs_one_program() -> None:
     with difftest.Isolated(timeout=5) as worker:
         hung = worker.run(diff_case(prog, Input("x", (2, 2)), backend="pk_test_hang"), "pk_test_hang")
         assert hung.klass == "crash" and hung.message == "fused run: no result within 5 s (killed)"
+
+
+def test_the_diff_rule_judges_classes_only_where_eager_has_the_references_class() -> None:
+    """What the rule calls wrong, element by element (float32): a zero beside eager's one-ULP
+    remainder is rounding; a lost sign of zero or a NaN where eager and fp64 are finite is not;
+    where eager itself overflowed (NaN against a finite reference), fused's -inf is no worse."""
+    from precisionkit.repro import _CHECKS
+
+    scope: dict = {"torch": torch, "REDUCTION": 1}
+    exec(_CHECKS["diff"], scope)
+    wrong = scope["wrong"]
+    f32 = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    f64 = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    eager, fused = f32(2.0**-24, -0.0, float("nan"), 1.0), f32(0.0, 0.0, -float("inf"), float("nan"))
+    ref = f64(0.29999999999999993, -0.0, 0.0667, 1.0)
+    assert wrong(eager, fused, ref).tolist() == [False, True, False, True]
