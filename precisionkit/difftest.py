@@ -101,10 +101,14 @@ class Program:
         did not consume, so a wrong dtype or a wrong value cannot be hidden by a later cast."""
         import re
 
-        # a read is a later line defining a new value from it; an in-place write is not a read
+        # a read is a later line defining a new value from it; an in-place write is not a read.
+        # An input written in place is a result too (its new contents are what the program made).
+        written = {
+            i.name for i in self.inputs if re.search(rf"^\s+{i.name}(?:\[|\.\w+_\()", "\n".join(self.lines), re.M)
+        }
         out = []
-        for name in (n for n in self.kinds if n.startswith("v")):
-            at = int(name[1:])
+        for name in (n for n in self.kinds if n.startswith("v") or n in written):
+            at = int(name[1:]) if name.startswith("v") else -1
             later = [m.group(1) for m in (re.match(r"\s+v\d+ = (.*)", line) for line in self.lines[at + 1 :]) if m]
             if not any(re.search(rf"\b{name}\b", rhs) for rhs in later):
                 out.append(name)
@@ -282,7 +286,10 @@ def _integer(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str
 
 
 def _reduce(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], i: list[str], b: list[str]) -> None:
-    x = rng.choice(f)
+    # half the time an input itself: a reduction that reads a transposed, strided or offset input
+    # directly is where index arithmetic goes wrong
+    inputs = [n for n in f if not n.startswith("v")]
+    x = rng.choice(inputs) if inputs and rng.random() < 0.5 else rng.choice(f)
     dim = rng.choice((0, 1, -1))
     n = shape[dim]
     kind = rng.choice(
