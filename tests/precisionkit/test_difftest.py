@@ -210,3 +210,17 @@ def test_the_diff_rule_judges_classes_only_where_eager_has_the_references_class(
     eager, fused = f32(2.0**-24, -0.0, float("nan"), 1.0), f32(0.0, 0.0, -float("inf"), float("nan"))
     ref = f64(0.29999999999999993, -0.0, 0.0667, 1.0)
     assert wrong(eager, fused, ref).tolist() == [False, True, False, True]
+
+
+def test_the_diff_rule_measures_eager_noise_over_the_row() -> None:
+    """bf16 attention: eager's element 0 happens to be close to fp64, its neighbour is off by 0.03;
+    fused off by 0.07 at element 0 is rounding at that row's scale, off by 1 is not."""
+    from precisionkit.repro import _CHECKS
+
+    scope: dict = {"torch": torch, "REDUCTION": 1}
+    exec(_CHECKS["diff"], scope)
+    wrong = scope["wrong"]
+    ref = torch.tensor([[0.0986, 0.5]], dtype=torch.float64)
+    eager = torch.tensor([[0.0913, 0.53]], dtype=torch.bfloat16)
+    assert wrong(eager, torch.tensor([[0.0245, 0.53]], dtype=torch.bfloat16), ref).tolist() == [[False, False]]
+    assert wrong(eager, torch.tensor([[1.0986, 0.53]], dtype=torch.bfloat16), ref).tolist() == [[True, False]]
