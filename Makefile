@@ -93,7 +93,7 @@ lint: $(STAMP)
 	$(BIN)/mypy $(TYPE_PATHS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not materializes and not slow and not browser and not cuda and not cluster"
+	$(BIN)/python -m pytest -q -m "not materializes and not slow and not heavy and not browser and not cuda and not cluster"
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
