@@ -10,10 +10,8 @@ A worker process follows its parent out: :func:`exit_with_parent`.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from types import FrameType
 
@@ -39,25 +37,22 @@ def terminate_as_interrupt() -> bool:
 INTERRUPT_ERRORS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
 
 
+def is_interrupt(error_class: str) -> bool:
+    """Whether an error's class name (qualified or not) means the run was interrupted."""
+    return error_class.split(".")[-1] in INTERRUPT_ERRORS
+
+
 def raise_if_interrupted(failures: Iterable[Mapping[str, object]]) -> None:
     """Re-raise an interrupt that a nested run (``dg.materialize(..., raise_on_error=False)``)
     turned into step failures, so the run around it stops too instead of going on."""
-    hit = [f for f in failures if str(f.get("error", "")).split(".")[-1] in INTERRUPT_ERRORS]
+    hit = [f for f in failures if is_interrupt(str(f.get("error", "")))]
     if hit:
         raise KeyboardInterrupt(f"interrupted during nested step {hit[0].get('step', '?')}")
 
 
 def exit_with_parent(poll_seconds: float = 1.0) -> threading.Thread:
     """Exit this process (status 143, as SIGTERM would) once the process that started it is gone,
-    so a worker never outlives an interrupted or killed run."""
-    parent = os.getppid()
+    so a worker never outlives an interrupted or killed run (the toolkit's own worker does the same)."""
+    from precisionkit._isolated import exit_with_parent as watch
 
-    def watch() -> None:
-        while True:
-            time.sleep(poll_seconds)
-            if os.getppid() != parent:
-                os._exit(143)
-
-    t = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
-    t.start()
-    return t
+    return watch(poll_seconds)

@@ -45,13 +45,11 @@ def root_cause(error: Any) -> RootCause:
     return RootCause(error.cls_name or "Error", text, frame)
 
 
-#: What Dagster raises in a step when the run is interrupted (Ctrl-C, or SIGTERM routed to it).
-INTERRUPTED_ERRORS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
-
-
 def interrupted(causes: dict[str, RootCause]) -> list[str]:
     """The steps that failed because the run was interrupted, not because of their own error."""
-    return [step for step, cause in causes.items() if cause.error.split(".")[-1] in INTERRUPTED_ERRORS]
+    from .interrupts import is_interrupt
+
+    return [step for step, cause in causes.items() if is_interrupt(cause.error)]
 
 
 def step_failures(result: Any) -> dict[str, RootCause]:

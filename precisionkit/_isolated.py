@@ -19,16 +19,20 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 
-def _exit_with_parent() -> None:
+def exit_with_parent(poll_seconds: float = 1.0) -> threading.Thread:
+    """Exit this process (status 143, as SIGTERM would) once the process that started it is gone:
+    a worker never outlives the run that started it."""
     parent = os.getppid()
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
+            time.sleep(poll_seconds)
             if os.getppid() != parent:
                 os._exit(143)
 
-    threading.Thread(target=watch, daemon=True).start()
+    t = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    t.start()
+    return t
 
 
 def _handle(conn: Connection, request: tuple[Any, ...]) -> Any:
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     args = parser.parse_args(argv)
     conn = Connection(args.fd)
-    _exit_with_parent()
+    exit_with_parent()
     while True:
         try:
             request = conn.recv()

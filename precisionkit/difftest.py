@@ -713,14 +713,11 @@ class Isolated:
                     continue
                 return kind, payload, stage
         except (EOFError, OSError):
-            code = self.proc.wait()
-            how = f"signal {-code}" if code < 0 else f"exit status {code}"
-            try:
-                import signal
+            import signal
 
-                how = signal.Signals(-code).name if code < 0 else how
-            except ValueError:
-                pass
+            code = self.proc.wait()
+            known = code < 0 and -code in signal.Signals._value2member_map_
+            how = signal.Signals(-code).name if known else f"exit status {code}"
             return "died", f"the interpreter died ({how})", stage
 
     def _request(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
