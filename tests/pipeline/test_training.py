@@ -18,7 +18,7 @@ from pipeline.experiments.training import rules, runs
 from pipeline.experiments.training.config import TrainConfig
 from pipeline.experiments.training.corpus import EVAL_FRACTION, load_corpus
 from pipeline.experiments.training.gpt import GPT, nudge_one_ulp
-from pipeline.experiments.training.loop import TrainingInterrupted, train
+from pipeline.experiments.training.loop import TrainingInterrupted, _StepStats, train
 from pipeline.experiments.training.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value
@@ -363,3 +363,14 @@ def test_a_checkpoint_is_loaded_without_unpickling_code(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         load_checkpoint(ckpt, None, None, torch.device("cpu"))  # type: ignore[arg-type]
     assert not ran.exists()
+
+
+def test_grad_norm_of_a_curve_point_leaves_out_skipped_steps():
+    # GradScaler skips a step whose unscaled gradient overflowed: its norm is inf and no update was
+    # applied, so it must not make the point's mean inf (it did on CUDA fp16 at the first steps).
+
+    stats = _StepStats().add(5.0, float("inf"), True).add(4.0, 2.0, False).add(3.0, 4.0, False)
+    assert stats.steps == 3 and stats.skipped == 1
+    assert stats.mean_norm() == 3.0
+    assert stats.loss == 12.0
+    assert _StepStats().add(5.0, float("nan"), True).mean_norm() is None

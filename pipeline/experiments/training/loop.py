@@ -115,12 +115,24 @@ def _fused_evidence(cfg: TrainConfig, train_fn: LossFn, eval_fn: LossFn) -> dict
 
 @dataclass
 class _StepStats:
-    """Sums over the optimizer steps since the last curve point."""
+    """Sums over the optimizer steps since the last curve point. The gradient norm of a step that
+    GradScaler skipped is inf or NaN by definition (that is why it was skipped) and its update was
+    never applied, so the norm is summed over the applied steps only."""
 
     loss: float = 0.0
     norm: float = 0.0
     steps: int = 0
     skipped: int = 0
+
+    def add(self, loss: float, norm: float, skipped: bool) -> "_StepStats":
+        return _StepStats(
+            self.loss + loss, self.norm + (0.0 if skipped else norm), self.steps + 1, self.skipped + int(skipped)
+        )
+
+    def mean_norm(self) -> float | None:
+        """Mean gradient norm over the applied steps; None when every step was skipped."""
+        applied = self.steps - self.skipped
+        return self.norm / applied if applied else None
 
 
 def _optimizer_step(
@@ -195,14 +207,12 @@ def train(
         x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
         loss, norm, skipped = _optimizer_step(cfg, trainer, train_fn, x, y, evidence)
         progress.step += 1
-        stats = _StepStats(stats.loss + loss, stats.norm + norm, stats.steps + 1, stats.skipped + skipped)
+        stats = stats.add(loss, norm, skipped)
         step = progress.step
         if step % cfg.eval_every == 0 or step == cfg.steps:
             eval_loss = evaluate()
             lr = float(trainer.sched.get_last_lr()[0])
-            rows.append(
-                _row(step, stats.loss / stats.steps, eval_loss, stats.norm / stats.steps, lr, stats.skipped, cfg)
-            )
+            rows.append(_row(step, stats.loss / stats.steps, eval_loss, stats.mean_norm(), lr, stats.skipped, cfg))
             stats = _StepStats()
             if log:
                 log(
@@ -237,7 +247,8 @@ def _row(
     skipped: int,
     cfg: TrainConfig,
 ) -> dict[str, Any]:
-    """One curve point; train loss and grad norm are means over the steps since the last point."""
+    """One curve point; the train loss is the mean over the steps since the last point, the grad norm
+    the mean over those of them whose update was applied."""
     return {
         "step": step,
         "tokens": step * cfg.batch * cfg.context,
