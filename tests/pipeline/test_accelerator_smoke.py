@@ -38,7 +38,7 @@ def test_experiment_smoke_on_accelerator(experiment, tmp_path):
     settings = ExperimentSettings(profile="smoke", device=DEVICE)
     keys = [k for a in experiment.assets() for k in a.keys]
     assert keys, f"no assets in experiment {experiment.id}"
-    selection = dg.AssetSelection.assets(*keys).upstream()
+    selection = dg.AssetSelection.assets(*keys).upstream().required_multi_asset_neighbors()
     job = dg.define_asset_job(f"smoke_{experiment.group}", selection=selection)
     on_device = dg.Definitions(
         assets=defs.assets,
