@@ -268,3 +268,42 @@ def test_compare_combination_of_a_pure_graph():
     assert (row["shape"], row["bit_equal"], row["ulp_max"], row["mismatched_elements"]) == ("1x3x4", True, 0, 0)
     assert row["kernel_count"] >= 1 and row["graph_breaks"] == 0
     assert row["notes"] == f"bit-exact; {graph.explanation}"
+
+
+def _zero_minus(t: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(t) - t
+
+
+def _zero_minus_backend(gm: torch.fx.GraphModule, example_inputs):
+    """Negation as ``0 - x``, the way Triton's unary minus lowers it: +0.0 stays +0.0."""
+    import operator
+
+    negations = {operator.neg, torch.neg, torch.ops.aten.neg.default, "neg"}
+    for node in list(gm.graph.nodes):
+        if node.target in negations and node.op in ("call_function", "call_method"):
+            with gm.graph.inserting_after(node):
+                sub = gm.graph.call_function(_zero_minus, (node.args[0],))
+            node.replace_all_uses_with(sub)
+            gm.graph.erase_node(node)
+    gm.recompile()
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs)
+
+
+def test_a_sign_of_zero_mismatch_is_named_and_localized_to_the_negation():
+    # Measured on an H200 (torch 2.11, Triton 3.6): rope_rotate_half's fused +0.0 where eager has
+    # -0.0. The same lowering, planted on the CPU, must be counted, named and traced to neg.
+    torch._dynamo.reset()
+    torch._dynamo.register_backend(name="zero_minus_test", compiler_fn=_zero_minus_backend)
+    x = torch.linspace(-1, 1, 2 * 8 * 16, dtype=torch.float32).reshape(2, 8, 16)
+    x[0, 0, 9] = 0.0  # negated by rotate-half (second half of the last dimension)
+    x[1, 3, 12] = -0.0  # 0 - (-0.0) is +0.0, as eager's negation: no mismatch
+    row, localized = data_movement.compare_combination(
+        "rope_rotate_half", "float32", (2, 8, 16), "contiguous", (x, x.clone()), "zero_minus_test", {}, True
+    )
+    assert row["bit_equal"] is False and row["ulp_max"] == 0
+    assert row["mismatched_elements"] == 2 and row["signed_zero_mismatches"] == 2  # q and k
+    assert "zero whose sign differs" in row["notes"]
+    assert localized and row["cause_op"] == "aten.neg.default"
+    assert "fused" in row["cause_path"]

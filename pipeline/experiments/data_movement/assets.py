@@ -75,24 +75,27 @@ _INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.floa
 
 
 class MismatchNature(TypedDict):
-    """Elements whose bits differ, how many of them are NaN in both paths, and up to three distinct
-    (eager, fused) NaN bit patterns as hex."""
+    """Elements whose bits differ, how many of them are NaN in both paths, how many are zero in both
+    paths with opposite signs, and up to three distinct (eager, fused) NaN bit patterns as hex."""
 
     mismatched: int
     nan_encoding_only: int
+    signed_zero_only: int
     nan_patterns: list[str]
 
 
 def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch.Tensor, ...]) -> MismatchNature:
-    """Counts of mismatching elements, how many are NaN in both paths (encodings differ), and up
-    to three distinct (eager, fused) NaN bit patterns as hex."""
-    total = nan_pairs = 0
+    """Counts of mismatching elements, how many are NaN in both paths (encodings differ), how many
+    are zeros whose sign differs, and up to three distinct (eager, fused) NaN bit patterns as hex."""
+    total = nan_pairs = zero_pairs = 0
     patterns: list[str] = []
     for e, f in zip(eager_out, fused_out, strict=False):
         mask = bit_mismatch(e, f).mask
         total += int(mask.sum())
         both_nan = mask & torch.isnan(e) & torch.isnan(f)
         nan_pairs += int(both_nan.sum())
+        if e.is_floating_point():
+            zero_pairs += int((mask & (e == 0) & (f == 0)).sum())
         view = _INT_VIEW.get(e.dtype)
         if view is not None and int(both_nan.sum()):
             bits = (1 << (8 * e.element_size())) - 1
@@ -100,7 +103,12 @@ def _mismatch_nature(eager_out: tuple[torch.Tensor, ...], fused_out: tuple[torch
                 pair = f"eager {a & bits:#x} vs fused {b & bits:#x}"
                 if pair not in patterns and len(patterns) < 3:
                     patterns.append(pair)
-    return {"mismatched": total, "nan_encoding_only": nan_pairs, "nan_patterns": patterns}
+    return {
+        "mismatched": total,
+        "nan_encoding_only": nan_pairs,
+        "signed_zero_only": zero_pairs,
+        "nan_patterns": patterns,
+    }
 
 
 def _notes(
@@ -113,6 +121,9 @@ def _notes(
         return f"{observed}; {graph.explanation}"
     if nature["mismatched"] == nature["nan_encoding_only"]:
         detail = f"every mismatch is a NaN in both paths with another bit pattern ({'; '.join(nature['nan_patterns'])})"
+        return f"{observed}; {detail}; measured cause: {cause or 'not localized'}"
+    if nature["mismatched"] == nature["signed_zero_only"]:
+        detail = "every mismatch is a zero whose sign differs (1/x and copysign see it)"
         return f"{observed}; {detail}; measured cause: {cause or 'not localized'}"
     return f"{observed}; unexpected for pure data movement: values changed"
 
@@ -181,7 +192,7 @@ def compare_combination(
     may_localize: bool,
 ) -> tuple[dict[str, Any], bool]:
     """One row of the check table: subgraph ``name`` eager and fused on ``inputs``, bit for bit. With
-    ``may_localize``, a pure row whose only mismatches are NaN payloads is re-run op by op to find
+    ``may_localize``, a pure row whose only mismatches are NaN payloads or signs of zero is re-run op by op to find
     the op that changed them (``cause_*`` columns; ``None`` when not localized); the flag says
     whether it was."""
     graph = CATALOGUE[name]
@@ -194,9 +205,10 @@ def compare_combination(
     ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False))
     nature = _mismatch_nature(eager_out, fused_out)
     total = sum(e.numel() for e in eager_out)
-    # A NaN whose bits differ: find, op by op, which op changed the payload on which path.
+    # A NaN whose bits differ, or a zero whose sign differs: find, op by op, which op changed the
+    # bits on which path.
     loc = None
-    payload_only = nature["mismatched"] == nature["nan_encoding_only"]
+    payload_only = nature["mismatched"] in (nature["nan_encoding_only"], nature["signed_zero_only"])
     if not equal and not graph.has_implicit_computation and payload_only and may_localize:
         loc = localize_bit_difference(graph.fn, (x, y), backend, options)
     cause = describe_localization(loc) if loc is not None else ""
@@ -210,6 +222,7 @@ def compare_combination(
         "ulp_max": ulp_max,
         "mismatched_elements": nature["mismatched"],
         "nan_encoding_mismatches": nature["nan_encoding_only"],
+        "signed_zero_mismatches": nature["signed_zero_only"],
         "kernel_count": ev.kernel_count,
         "graph_breaks": ev.graph_breaks,
         "recompiles": ev.recompiles,

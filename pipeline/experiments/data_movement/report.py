@@ -69,6 +69,7 @@ def details(report: Report, exp: Experiment) -> str:
         "ulp_max",
         "mismatched_elements",
         "nan_encoding_mismatches",
+        *[c for c in ("signed_zero_mismatches",) if c in table.columns],
         *cause,
         "notes",
     )
