@@ -28,6 +28,12 @@ import torch
 # Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 _EXTERN_CALL = re.compile(r"extern_kernels\.(\w+)\(")
+#: Fused library kernels a compiled graph may call instead of generating code: attention kernels
+#: that Inductor's pattern matcher substitutes for matmul -> softmax -> matmul (CPU flash attention,
+#: CUDA flash / memory-efficient / cuDNN attention).
+_FUSED_LIBRARY_CALL = re.compile(
+    r"torch\.ops\.aten\.(_scaled_dot_product_\w*attention\w*|_flash_attention_forward|_efficient_attention_forward)\."
+)
 # AOTAutograd's label of a graph in its generated code: ``# AOT ID: ['0_forward']``.
 _AOT_KIND = re.compile(r"^# AOT ID: \['\d+_(\w+)'\]", re.MULTILINE)
 # Lines that differ between processes or machines but not in the generated computation.
@@ -59,6 +65,8 @@ class FusionEvidence:
     code_sha256: str
     compile_seconds: float
     break_reasons: tuple[str, ...] = field(default=())
+    #: Fused library kernels the code calls (an attention kernel put in by a pattern rewrite).
+    fused_library_calls: tuple[str, ...] = field(default=())
 
     def as_metadata(self) -> dict[str, Any]:
         """Flat, JSON-friendly view for asset metadata and tables."""
@@ -66,6 +74,7 @@ class FusionEvidence:
         d["kernel_names"] = ", ".join(self.kernel_names)
         d["extern_calls"] = ", ".join(self.extern_calls)
         d["break_reasons"] = "; ".join(self.break_reasons)
+        d["fused_library_calls"] = ", ".join(self.fused_library_calls)
         d["options"] = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) or "(none)"
         return d
 
@@ -127,6 +136,12 @@ class GeneratedCode:
     def extern_calls(self) -> tuple[str, ...]:
         """Library kernels the code calls (``extern_kernels.<name>``), sorted, each once."""
         return tuple(sorted(set(_EXTERN_CALL.findall(self.code))))
+
+    @property
+    def fused_library_calls(self) -> tuple[str, ...]:
+        """Fused library kernels the code calls (an attention kernel a pattern rewrite put in), sorted,
+        each once."""
+        return tuple(sorted(set(_FUSED_LIBRARY_CALL.findall(self.code))))
 
     @property
     def sha256(self) -> str:
@@ -326,6 +341,7 @@ class FusedFunction:
             code_sha256=captured.sha256,
             compile_seconds=seconds,
             break_reasons=reasons,
+            fused_library_calls=captured.fused_library_calls,
         )
         if self.require_fusion:
             self._verify(self._evidence)
@@ -339,7 +355,9 @@ class FusedFunction:
             raise FusionError(
                 f"{where} broke the graph {ev.graph_breaks} time(s): {'; '.join(ev.break_reasons) or 'see TORCH_LOGS=graph_breaks'}"
             )
-        if ev.kernel_count == 0:
+        if ev.kernel_count == 0 and not ev.fused_library_calls:
+            # A graph rewritten into one fused library kernel (attention) generates no kernel of its
+            # own and is still fused; anything else without generated code ran op by op.
             raise FusionError(f"{where} generated no fused kernel (no generated code was captured)")
 
     @property
@@ -357,6 +375,7 @@ class FusedFunction:
                 "kernel_names": self._evidence.kernel_names,
                 "extern_calls": self._evidence.extern_calls,
                 "break_reasons": self._evidence.break_reasons,
+                "fused_library_calls": self._evidence.fused_library_calls,
             }
         )
 

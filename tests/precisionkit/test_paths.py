@@ -276,3 +276,39 @@ def test_functions_without_a_source_file_each_compile_past_dynamos_recompile_lim
         f = fused(fn)
         assert torch.equal(f(x), fn(x)) or torch.allclose(f(x), fn(x)), i
         assert f.evidence.graph_count == 1 and f.evidence.kernel_count >= 1, i
+
+
+def test_fused_library_calls_are_read_from_the_code():
+    code = (
+        "buf0 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, attn_mask=m)\n"
+        "buf1 = torch.ops.aten._scaled_dot_product_efficient_attention.default(q, k, v, None, False)\n"
+        "buf2 = extern_kernels.bmm(a, b)\n"
+        "buf3 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v)\n"
+    )
+    got = GeneratedCode([code])
+    assert got.fused_library_calls == (
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    assert got.extern_calls == ("bmm",) and got.kernel_names == ()
+
+
+def test_a_graph_rewritten_into_a_fused_attention_kernel_counts_as_fused():
+    # Heads permuted, scores divided by the scale, an additive mask: the form Inductor's attention
+    # pattern matcher rewrites into one scaled-dot-product-attention kernel, with no generated kernel.
+    import math
+
+    def bert_attention(query, key, value, mask):
+        q, k, v = (t.permute(0, 2, 1, 3) for t in (query, key, value))
+        scores = torch.matmul(q, k.transpose(-2, -1)).div(math.sqrt(q.shape[-1])) + mask
+        return scores.softmax(dim=-1).matmul(v)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 16, 2, 16, generator=g) for _ in range(3))
+    mask = torch.zeros(1, 1, 1, 16)
+    mask[..., -3:] = -1e4
+    fn = fused(bert_attention)
+    torch.testing.assert_close(fn(q, k, v, mask), bert_attention(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    ev = fn.evidence
+    assert any(c.startswith("_scaled_dot_product") for c in ev.fused_library_calls), ev
+    assert ev.as_metadata()["fused_library_calls"] == ", ".join(ev.fused_library_calls)
