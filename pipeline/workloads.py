@@ -29,6 +29,8 @@ class PoolShapes(Protocol):
     @property
     def attention(self) -> tuple[int, int, int]: ...
     @property
+    def long_width(self) -> int: ...
+    @property
     def ffn_shape(self) -> tuple[int, int, int]: ...
 
 
@@ -67,6 +69,29 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     """qk -> softmax -> pv."""
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
     return torch.softmax(scores, dim=-1) @ v
+
+
+def attention_masked(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor
+) -> torch.Tensor:
+    """Attention in the form models write it: ``[batch, seq, heads, dim]`` inputs permuted to heads
+    first, scores divided by sqrt(dim), an additive padding mask, softmax, the weighted sum. This is
+    the form Inductor's attention pattern matcher rewrites into one fused attention kernel."""
+    q, k, v = (t.permute(0, 2, 1, 3) for t in (query, key, value))
+    scores = torch.matmul(q, k.transpose(-2, -1)).div(math.sqrt(q.shape[-1])) + attn_mask
+    return scores.softmax(dim=-1).matmul(v)
+
+
+#: RMSNorm's epsilon, as LLaMA-style models set it.
+RMS_EPS = 1e-6
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """RMSNorm as LLaMA-style models write it: the row scaled by rsqrt(mean(x^2) + eps) in at least
+    fp32, rounded back to the input dtype, times the weight. (fp64 inputs stay fp64: the reference.)"""
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + RMS_EPS)
+    return weight * h.to(x.dtype)
 
 
 # --- the chains op by op, for ablation (§6.1) -------------------------------------------------
@@ -108,6 +133,35 @@ def _staged_matmul_add_layernorm(op: OpHook) -> Callable[..., torch.Tensor]:
     return chain
 
 
+def _div(t: torch.Tensor, divisor: float) -> torch.Tensor:
+    return t.div(divisor)
+
+
+def _heads_first(t: torch.Tensor) -> torch.Tensor:
+    return t.permute(0, 2, 1, 3)
+
+
+def _staged_attention_masked(op: OpHook) -> Callable[..., torch.Tensor]:
+    def chain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_heads_first(t) for t in (query, key, value))
+        scores = op(1, _div, op(0, torch.matmul, q, k.transpose(-2, -1)), math.sqrt(q.shape[-1]))
+        return op(4, torch.matmul, op(3, torch.softmax, op(2, torch.add, scores, attn_mask), -1), v)
+
+    return chain
+
+
+def _rms_scale(x: torch.Tensor) -> torch.Tensor:
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + RMS_EPS)).to(x.dtype)
+
+
+def _staged_rmsnorm(op: OpHook) -> Callable[..., torch.Tensor]:
+    def chain(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return op(1, torch.mul, weight, op(0, _rms_scale, x))
+
+    return chain
+
+
 def _staged_attention(op: OpHook) -> Callable[..., torch.Tensor]:
     def chain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         scores = op(1, _scaled, op(0, torch.matmul, q, k.transpose(-2, -1)), 1.0 / math.sqrt(q.shape[-1]))
@@ -124,6 +178,9 @@ CHAIN_STAGES: dict[str, tuple[tuple[str, ...], Callable[[OpHook], Callable[..., 
     "softmax": (("softmax",), _staged_softmax),
     "matmul_add_layernorm": (("matmul", "add", "layer_norm"), _staged_matmul_add_layernorm),
     "attention": (("matmul", "mul", "softmax", "matmul"), _staged_attention),
+    "attention_masked": (("matmul", "div", "add", "softmax", "matmul"), _staged_attention_masked),
+    "layernorm_long": (("layer_norm",), _staged_layernorm),
+    "rmsnorm_long": (("rms_scale", "mul"), _staged_rmsnorm),
 }
 
 
@@ -178,6 +235,34 @@ def _attention_peaked(shapes, gen):
     out = _normal(shapes, gen)
     out["q"] = out["q"] * 4.0
     out["k"] = out["k"] * 4.0
+    return out
+
+
+#: The additive mask value of BERT-style code for a padded key position.
+MASKED = -1.0e4
+
+
+def _padding_mask(sampler: Sampler) -> Sampler:
+    """Each set pads the last p of its keys, p uniform in 1..seq/4: ``attn_mask`` is 0 for a kept key
+    and :data:`MASKED` for a padded one (every row keeps at least three quarters of its keys)."""
+
+    def sample(shapes, gen):
+        out = sampler(shapes, gen)
+        shape = shapes["attn_mask"]
+        sets, seq = shape[0], shape[-1]
+        pad = torch.randint(1, max(seq // 4, 1) + 1, (sets,), generator=gen)
+        padded = torch.arange(seq) >= (seq - pad)[:, None]
+        out["attn_mask"] = torch.where(padded, MASKED, 0.0).to(torch.float64).reshape(shape)
+        return out
+
+    return sample
+
+
+def _attention_masked_peaked(shapes, gen):
+    """Large queries and keys: near-one-hot attention rows."""
+    out = _normal(shapes, gen)
+    out["query"] = out["query"] * 4.0
+    out["key"] = out["key"] * 4.0
     return out
 
 
@@ -254,6 +339,20 @@ def _attention_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
     return {"q": (heads, seq, dim), "k": (heads, seq, dim), "v": (heads, seq, dim)}
 
 
+def _attention_masked_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
+    heads, seq, dim = p.attention
+    qkv = (1, seq, heads, dim)
+    return {"query": qkv, "key": qkv, "value": qkv, "attn_mask": (1, 1, 1, seq)}
+
+
+def _long_norm_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
+    return {"x": (1, p.long_width), "weight": (p.long_width,), "bias": (p.long_width,)}
+
+
+def _long_rms_shapes(p: PoolShapes) -> dict[str, tuple[int, ...]]:
+    return {"x": (1, p.long_width), "weight": (p.long_width,)}
+
+
 def _fan_in_scaled(sampler: Sampler) -> Sampler:
     """Scale ``w`` by 1/sqrt(fan_in) so activations stay O(1); fan_in is w's row count."""
 
@@ -322,11 +421,48 @@ WORKLOADS: dict[str, Workload] = {
             {"normal": _normal, "peaked": _attention_peaked},
             lambda p: p.attention[2],
         ),
+        Workload(
+            "attention_masked",
+            "attention as models write it: permute heads -> qk / sqrt(d) + mask -> softmax -> pv",
+            attention_masked,
+            "softmax",
+            _attention_masked_shapes,
+            {"normal": _padding_mask(_normal), "peaked": _padding_mask(_attention_masked_peaked)},
+            lambda p: p.attention[1],
+        ),
+        Workload(
+            "layernorm_long",
+            "layernorm over long rows",
+            layernorm,
+            "layernorm",
+            _long_norm_shapes,
+            {"normal": _affine_near_one(_normal), "near_cancellation": _affine_near_one(_near_cancellation)},
+            lambda p: p.long_width,
+        ),
+        Workload(
+            "rmsnorm_long",
+            "RMSNorm over long rows",
+            rmsnorm,
+            "layernorm",
+            _long_rms_shapes,
+            {"normal": _affine_near_one(_normal)},
+            lambda p: p.long_width,
+        ),
     )
 }
 
-#: The accumulated-error chains of task B, in the seed's order.
-CHAINS = ("mul_add_gelu_mul", "layernorm", "softmax", "matmul_add_layernorm", "attention")
+#: The accumulated-error chains of task B: the seed's five in its order, then the forms real models
+#: take (masked attention with heads permuted, normalizations over long rows).
+CHAINS = (
+    "mul_add_gelu_mul",
+    "layernorm",
+    "softmax",
+    "matmul_add_layernorm",
+    "attention",
+    "attention_masked",
+    "layernorm_long",
+    "rmsnorm_long",
+)
 
 
 def set_args(pool: dict[str, torch.Tensor], workload: Workload, index: int) -> tuple[torch.Tensor, ...]:

@@ -195,7 +195,7 @@ def accumulated_error_counterexamples(
         if not is_counterexample(row):
             continue
         chain, dist, dtype = row["chain"], row["distribution"], row["dtype"]
-        ops = fused_ops(chain, row["fused_extern_calls"] or "")
+        ops = fused_ops(chain, row["fused_extern_calls"] or "", row.get("fused_library_calls") or "")
         prefix = f"{chain}/{dist}/{dtype}"
         workload = WORKLOADS[chain]
         tensors = {f"input/{a}": worst_sets[f"{prefix}/input/{a}"] for a in workload.arg_names}

@@ -90,6 +90,7 @@ def details(report: Report, exp: Experiment) -> str:
             "outputs, gelu's negative tail), so they measure cancellation; they are shown, not used for the "
             "verdict.\n\n" + markdown_table(b_plain_errors(summary))
         )
+        parts.append(b_fusion_table(summary))
     cex = report.table("accumulated_error_counterexamples")
     if cex is not None:
         parts.append(_b_counterexamples(cex))
@@ -146,6 +147,36 @@ def b_fused_vs_eager_chart(summary: pl.DataFrame, materiality: float) -> alt.Lay
     )
     return (diagonal + threshold + scatter).properties(
         width=420, height=360, title="B: P99 error, fused vs eager (grey: equal; red: eager + materiality)"
+    )
+
+
+def b_fusion_table(summary: pl.DataFrame) -> str:
+    """How the fused path compiled each chain and dtype: generated kernels, library calls, and the
+    fused attention kernel a pattern rewrite put in (the rewrite fired where that column names one)."""
+    cols = [c for c in ("fused_kernel_count", "fused_extern_calls", "fused_library_calls") if c in summary.columns]
+    if not cols:
+        return ""
+    table = (
+        summary.group_by("chain", "dtype", maintain_order=True)
+        .agg(pl.col(c).first() for c in cols)
+        .rename(
+            {
+                "fused_kernel_count": "generated kernels",
+                "fused_extern_calls": "library calls",
+                "fused_library_calls": "fused attention kernel (rewrite fired)",
+            },
+            strict=False,
+        )
+    )
+    if "fused attention kernel (rewrite fired)" in table.columns:
+        table = table.with_columns(
+            pl.col("fused attention kernel (rewrite fired)").fill_null("").replace("", "no rewrite")
+        )
+    return (
+        "### How each chain was fused\n\nFrom the fused path's generated code: the kernels it generated, the "
+        "library kernels it calls, and the fused attention kernel that Inductor's attention pattern matcher "
+        "substitutes for matmul, scale, mask, softmax and matmul when the graph has the form it knows (heads "
+        "permuted, scores divided by the scale, an additive mask).\n\n" + markdown_table(table)
     )
 
 

@@ -35,8 +35,11 @@ def _path_options(settings: ExperimentSettings, path: str) -> dict[str, Any]:
     return options
 
 
-def fused_ops(chain: str, extern_calls: str) -> list[str]:
-    """The chain's op types that the fused path generated code for (not left to a library call)."""
+def fused_ops(chain: str, extern_calls: str, library_calls: str = "") -> list[str]:
+    """The chain's op types that the fused path generated code for (not left to a library call).
+    A chain rewritten into one fused library kernel (attention) generated code for none of them."""
+    if library_calls.strip():
+        return []
     externs = {e.strip() for e in extern_calls.split(",") if e.strip()}
     matmul_extern = bool(externs & set(_MATMUL_EXTERNS))
     ops = [op for op in CHAIN_STAGES[chain][0] if not (op == "matmul" and matmul_extern)]
@@ -65,6 +68,7 @@ _EVIDENCE_FIELDS = (
     "kernel_count",
     "kernel_names",
     "extern_calls",
+    "fused_library_calls",
     "code_sha256",
     "compile_seconds",
 )
@@ -311,6 +315,7 @@ EVIDENCE_SCHEMA = {
     "kernel_count": pl.Int64,
     "kernel_names": pl.String,
     "extern_calls": pl.String,
+    "fused_library_calls": pl.String,  # an attention kernel the pattern matcher put in; "" when none
     "code_sha256": pl.String,
     "compile_seconds": pl.Float64,
     "unavailable": pl.String,  # why this path did not run (a torch without its option); null when it ran

@@ -209,6 +209,7 @@ _SUMMARY_EVIDENCE_COLUMNS = (
     "recompiles",
     "code_sha256",
     "extern_calls",
+    "fused_library_calls",
     "sets_per_second",
 )
 #: Judged paths and the prefix of their summary columns.
@@ -259,7 +260,9 @@ def summarize(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
     wide = _with_verdicts_and_shares(_path_metrics_wide(per_set), per_set)
     for p, label in _SUMMARY_LABELS:
         ev = evidence.filter(pl.col("path") == p).select(
-            "chain", "dtype", *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_EVIDENCE_COLUMNS]
+            "chain",
+            "dtype",
+            *[pl.col(c).alias(f"{label}_{c.removeprefix('fused_')}") for c in _SUMMARY_EVIDENCE_COLUMNS],
         )
         wide = wide.join(ev, on=["chain", "dtype"], how="left")
     eager_tp = evidence.filter(pl.col("path") == "eager").select(

@@ -13,14 +13,22 @@ class PoolSizes:
     rows: int  # rows of the 2-D elementwise / normalization inputs
     width: int  # row length (normalized / reduced dimension)
     attention: tuple[int, int, int]  # heads, sequence, head dim
+    long_width: int  # row length of the long-row normalizations (one row per set)
     ffn_shape: tuple[int, int, int]  # A's FFN input [batch, seq, hidden] (its weight projects hidden -> 4 * hidden)
 
 
 SIZES = {
-    "smoke": PoolSizes(chain_sets=6, rows=4, width=32, attention=(2, 8, 16), ffn_shape=(2, 8, 32)),
+    "smoke": PoolSizes(chain_sets=6, rows=4, width=32, attention=(2, 8, 16), long_width=512, ffn_shape=(2, 8, 32)),
     # [4, 128, 256] -> 1024 wide: an eighth of the matmul work of [4, 256, 512] per run (tokens x
     # width^2), which on a CPU with native 16-bit matmul took about 45 ms per fp16 run on 2 cores;
     # without it (AVX2 only) 16-bit matmul is ~60x slower, so A's run counts stay and the FFN shrinks.
-    "default": PoolSizes(chain_sets=1000, rows=16, width=128, attention=(2, 32, 32), ffn_shape=(4, 128, 256)),
-    "seed": PoolSizes(chain_sets=1000, rows=64, width=1024, attention=(12, 128, 64), ffn_shape=(8, 2048, 4096)),
+    # Long rows: a layer norm or RMSNorm over 16,384 features is where per-lane and per-thread partial
+    # sums of the mean and variance differ from eager's; one row per set keeps the fp64 references of
+    # 1000 sets at 131 MB per distribution and dtype.
+    "default": PoolSizes(
+        chain_sets=1000, rows=16, width=128, attention=(2, 32, 32), long_width=16384, ffn_shape=(4, 128, 256)
+    ),
+    "seed": PoolSizes(
+        chain_sets=1000, rows=64, width=1024, attention=(12, 128, 64), long_width=32768, ffn_shape=(8, 2048, 4096)
+    ),
 }
