@@ -359,3 +359,55 @@ def test_knob_summary_says_what_each_knob_changed():
         "k1=0: code unchanged, fp32 accumulator unchanged vs fused_default",
         "t=1: code changed, fp32 accumulator changed vs fused_default",
     ]
+
+
+# --- long reductions ------------------------------------------------------------------------------
+
+
+def test_long_bounds_are_probabilistic_where_gamma_is_undefined():
+    from pipeline.experiments.reduction_order.long import long_bounds
+    from pipeline.experiments.reduction_order.summation_bounds import gamma_tilde
+
+    abs_sum = torch.tensor([2.0**23], dtype=torch.float64)
+    det, prob = long_bounds(abs_sum, 2**24 + 1, lam=6.0)  # (n - 1) u32 = 1: gamma undefined
+    assert det.item() == float("inf")
+    assert prob.item() == pytest.approx(2.0**23 * gamma_tilde(2**24, 2.0**-24, 6.0))
+    det_short, prob_short = long_bounds(abs_sum, 1025, lam=6.0)
+    assert det_short.item() == pytest.approx(2.0**23 * 1024 * 2.0**-24 / (1 - 1024 * 2.0**-24))
+    assert prob_short.item() <= det_short.item()
+
+
+def _bf16_running_sum(x: torch.Tensor) -> torch.Tensor:
+    """A long-reduction fault: 64 fp32 partials stored and added at bf16 precision."""
+    parts = x.reshape(x.shape[0], 64, -1).sum(-1).to(torch.bfloat16)
+    acc = parts[:, 0]
+    for i in range(1, 64):
+        acc = acc + parts[:, i]  # bf16 + bf16 rounds to bf16
+    return acc.float()
+
+
+def test_long_reductions_rule_passes_a_running_fp32_sum_and_contradicts_bf16_partials():
+    from pipeline.experiments.reduction_order.long import LongVersion, run_long
+
+    def running_fp32(x: torch.Tensor) -> torch.Tensor:  # no cascade: one accumulator per row
+        return x.cumsum(-1)[:, -1]
+
+    n = 2**20
+    versions = [
+        LongVersion("eager", "all", "", lambda x: x.sum(-1)),
+        LongVersion("running_fp32", "one", "", running_fp32),
+        LongVersion("bf16_partials", "all", "", _bf16_running_sum),
+    ]
+    table = run_long(
+        versions, 1, n, lambda dist: {"uniform_symmetric": 1, "uniform_nonnegative": 2}[dist], torch.device("cpu")
+    )
+    assert table.height == 2 * 3 and set(table["distribution"]) == {"uniform_symmetric", "uniform_nonnegative"}
+    assert table["bound"].is_finite().all()  # (n - 1) u32 = 1/16 at 2^20 terms: defined, and loose
+    by = {(r["distribution"], r["version"]): r for r in table.iter_rows(named=True)}
+    assert by[("uniform_nonnegative", "running_fp32")]["margin_prob"] < 1
+    assert by[("uniform_nonnegative", "bf16_partials")]["margin_prob"] > 1
+    assert by[("uniform_symmetric", "eager")]["bit_equal_eager"]
+    verdict, reason, meta = c2_checks.judge_bounds(table.filter(pl.col("version") != "bf16_partials"), ("compiler",))
+    assert verdict == SUPPORTED and meta["rows_judged"] == 4
+    verdict, reason, _ = c2_checks.judge_bounds(table, ("compiler",))
+    assert verdict == CONTRADICTED and "bf16_partials" in reason and "probabilistic" in reason

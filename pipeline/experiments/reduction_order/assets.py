@@ -43,6 +43,7 @@ from ...scalars import as_float, as_int
 from ...tables import markdown_table
 from .bounds import BAND_WORDS
 from .compute import C2Result, check_c2_shape, knob_summary, run_c2
+from .long import long_versions, run_long
 from .spec import GROUP, SIZES
 from .versions import build_versions
 
@@ -148,3 +149,36 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     )
     yield dg.Output(result.error_vs_fp64, output_name="c2_error_vs_fp64", metadata=error_metadata(result.error_vs_fp64))
     yield dg.Output(result.row_bounds, output_name="c2_row_bounds", metadata=bounds_metadata(result.row_bounds))
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool="compute_device",
+    kinds={"pytorch", "polars"},
+    description="C2, long reductions: fp32 sum of rows of 2^24 terms (default; 2^27 seed) from U(-1, 1) and U(0, 1) by eager, "
+    "the fused default (every thread) and the fused path on one thread; per row and version the error against the fp64 "
+    "sum, the derived deterministic and probabilistic bounds, margins, and bit equality with eager and with one thread.",
+)
+def c2_long_reductions(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
+    sizes = SIZES[settings.profile]
+    device = settings.torch_device()
+    table = run_long(
+        long_versions(settings, device),
+        sizes.long_rows,
+        sizes.long_length,
+        lambda dist: settings.derived_seed("c2", "long", dist),
+        device,
+        context.log.info,
+    )
+    shown = table.select(
+        "distribution", "row", "version", "threads", "relative_error", "margin_prob", "bit_equal_eager", "seconds"
+    )
+    context.add_output_metadata(
+        {
+            "terms": sizes.long_length,
+            "rows": table.height,
+            "margin_prob_max": as_float(table["margin_prob"].max(), "long margin_prob_max"),
+            "table": dg.MetadataValue.md(markdown_table(shown)),
+        }
+    )
+    return table

@@ -147,6 +147,20 @@ FP16_PARTIALS_RULE = Rule(
     derivation=_BOUND_DERIVATION,
 )
 
+LONG_RULE = Rule(
+    claim="Long fp32 reductions (2^24 terms in the default profile, 2^27 in the seed's) by eager, the fused default "
+    "(every thread) and the fused path on one thread fall within the rounding-error range of the fp64 sum on every "
+    "row, for symmetric and for non-negative terms",
+    metric="margin = |result - fp64 sum| / B, B the probabilistic bound gamma~_(n-1)(lambda) * sum|x| of an fp32 sum "
+    "of n terms in any order (the deterministic gamma_(n-1) is undefined once (n-1) u32 >= 1 and is reported as inf)",
+    decision=_BOUND_DECISION,
+    threshold=1.0,
+    unit="margin (error / derived bound)",
+    confidence=PROB_CONFIDENCE,
+    sample_size="long_rows x 2 distributions x 3 versions",
+    derivation=_BOUND_DERIVATION,
+)
+
 DETERMINISM_RULE = Rule(
     claim="Each C2 version's repeated runs on the same input are bit-identical (fp16 result and fp32 accumulator)",
     metric="distinct bit patterns among the repeated runs (spec.py) of the seed input, minus one, per version and output",
@@ -343,3 +357,18 @@ def c2_probabilistic_margin(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:
     if above.height > 10:
         findings.append(f"... {above.height - 10} more")
     return finding_result(findings, meta)
+
+
+@claim_check(
+    rule=LONG_RULE,
+    asset="c2_long_reductions",
+    description="C2, long reductions: every row of 2^24 fp32 terms (2^27 seed), one thread and many, within the bound "
+    "derived for an fp32 sum of that many terms (probabilistic: the deterministic bound is undefined at this length).",
+)
+def c2_long_reductions_within_bound(c2_long_reductions: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_bounds(c2_long_reductions, ("compiler",))
+    threads = c2_long_reductions.filter(pl.col("version") != "fused_one_thread")
+    meta["terms"] = int(c2_long_reductions["terms"][0]) if c2_long_reductions.height else 0
+    meta["rows_bit_equal_to_eager"] = int(c2_long_reductions["bit_equal_eager"].sum())
+    meta["rows_where_thread_count_changes_bits"] = int((~threads["bit_equal_one_thread"].fill_null(True)).sum())
+    return claim_result(verdict, LONG_RULE, reason, meta)

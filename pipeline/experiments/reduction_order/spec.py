@@ -10,10 +10,14 @@ class ReductionSizes:
     length: int  # row length (terms per reduction)
     pool_rows: int  # rows of the input pool
     runs: int  # runs per version
+    long_length: int  # fp32 terms per long reduction (one thread and many threads)
+    long_rows: int  # long rows per input distribution
 
 
 SIZES = {
-    "smoke": ReductionSizes(length=4096, pool_rows=8, runs=5),
-    "default": ReductionSizes(length=16384, pool_rows=256, runs=200),
-    "seed": ReductionSizes(length=16384, pool_rows=1024, runs=1000),
+    "smoke": ReductionSizes(length=4096, pool_rows=8, runs=5, long_length=2**21, long_rows=1),
+    # 2^24 fp32 terms: where per-lane or per-thread partial sums that are not cascaded show their error
+    # (a running fp32 sum of 2^24 terms of U(0, 1) passes 2^23, where the spacing is 1); 64 MiB a row.
+    "default": ReductionSizes(length=16384, pool_rows=256, runs=200, long_length=2**24, long_rows=2),
+    "seed": ReductionSizes(length=16384, pool_rows=1024, runs=1000, long_length=2**27, long_rows=1),
 }
