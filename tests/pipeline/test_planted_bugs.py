@@ -30,7 +30,7 @@ def test_registration_is_idempotent():
     names = planted_bugs.register_planted_backends()
     assert planted_bugs.register_planted_backends() == names
     registered = set(list_backends(exclude_tags=()))
-    assert set(names) <= registered and len(names) == 11
+    assert set(names) <= registered and len(names) == 13
     assert all(b.fault_class and b.description for b in planted_bugs.PLANTED_BUGS.values())
 
 
@@ -131,6 +131,41 @@ def test_long_reduction_bug_fires_only_above_its_threshold():
     short16, short32 = fn(short_rows)  # same code path as Inductor: bit-identical to the healthy compile
     ref16, ref32 = fused(_plain_sum, "inductor")(short_rows)
     assert torch.equal(short16, ref16) and torch.equal(short32, ref32)
+
+
+def test_thread_partials_bug_fires_only_on_very_long_reductions():
+    planted_bugs.register_planted_backends()
+    g = torch.Generator().manual_seed(3)
+    n = 2 * planted_bugs.THREAD_SPLIT_THRESHOLD
+    long_rows = torch.rand(2, n, generator=g)  # U(0, 1): the partials only grow
+    fn = fused(lambda x: x.sum(-1), "planted_thread_partials_bf16")
+    out = fn(long_rows)
+    exact = long_rows.double().sum(-1)
+    healthy = long_rows.sum(-1)
+    # 48 partials and their running sum kept at bf16 precision: a relative error above 1e-3, where an fp32
+    # sum of 2^21 terms stays far below 1e-5.
+    assert float(((out.double() - exact).abs() / exact).min()) > 1e-3
+    assert float(((healthy.double() - exact).abs() / exact).max()) < 1e-5
+    short = torch.rand(3, 16384, generator=g)  # C2's rows, B's long norms: compiled exactly as Inductor does
+    damaged = fused(lambda x: x.sum(-1), "planted_thread_partials_bf16")(short)
+    assert torch.equal(damaged, fused(lambda x: x.sum(-1), "inductor")(short))
+
+
+def test_dropped_mask_bug_damages_masked_attention_only():
+    from pipeline.workloads import attention, attention_masked, softmax
+
+    planted_bugs.register_planted_backends()
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 8, 2, 16, generator=g) for _ in range(3))
+    mask = torch.zeros(1, 1, 1, 8)
+    mask[..., -2:] = -1e4
+    damaged = fused(attention_masked, "planted_attention_mask_dropped")(q, k, v, mask)
+    unmasked = attention_masked(q, k, v, torch.zeros_like(mask))
+    torch.testing.assert_close(damaged, unmasked, rtol=1e-5, atol=1e-5)
+    assert float((damaged - attention_masked(q, k, v, mask)).abs().max()) > 1e-2
+    # No mask, or an add that feeds no softmax: the healthy compile, bit for bit.
+    for fn, args in ((attention, (q[0], k[0], v[0])), (softmax, (torch.randn(4, 32, generator=g) + 1,))):
+        assert torch.equal(fused(fn, "planted_attention_mask_dropped")(*args), fused(fn, "inductor")(*args))
 
 
 def test_contiguous_only_bug_damages_strided_inputs_only():
@@ -531,9 +566,15 @@ def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_r
         "planted_wrong_axis": "(claim contradicted)",
         "planted_layout_swap": "accumulated_error_summary:fused_not_worse_than_eager_attention (claim contradicted)",
         "planted_bf16_scratch": "(claim contradicted)",
+        "planted_attention_mask_dropped": "accumulated_error_summary:fused_not_worse_than_eager_attention_masked "
+        "(claim contradicted)",
+        "planted_thread_partials_bf16": "c2_long_reductions:c2_long_reductions_within_bound (claim contradicted)",
     }
     for bug, where in expected.items():
         assert where in by_bug[bug]["caught_by"], (bug, by_bug[bug]["caught_by"])
+    # The two bugs of the forms real code takes are caught only by the experiment built for that form.
+    assert by_bug["planted_attention_mask_dropped"]["caught_by"].count("(claim contradicted)") == 1
+    assert by_bug["planted_thread_partials_bf16"]["caught_by"].count("(claim contradicted)") == 1
     # Only ERROR outcomes count: no WARN finding or inconclusive verdict appears as a catch.
     assert not any("finding" in r["caught_by"] or "inconclusive" in r["caught_by"] for r in by_bug.values())
 

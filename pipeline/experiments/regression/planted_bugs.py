@@ -55,9 +55,13 @@ from .planted_faults import (
 from .planted_graph_faults import (
     LONG_REDUCTION_THRESHOLD,
     SPLIT_CHUNK,
+    THREAD_PARTIALS,
+    THREAD_SPLIT_THRESHOLD,
     bf16_scratch_backend,
+    dropped_mask_backend,
     fp16_accumulation_backend,
     long_reduction_backend,
+    thread_split_backend,
     wrong_axis_backend,
 )
 
@@ -152,6 +156,21 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             f"(length % {VECTOR_WIDTH}) elements of every row take the values {VECTOR_WIDTH} positions "
             "earlier (stale lanes of the previous full vector)",
             vector_tail_backend,
+        ),
+        PlantedBug(
+            "planted_attention_mask_dropped",
+            "attention rewrite drops the additive mask",
+            "FX pass: scores + mask feeding a softmax, the mask a graph input broadcast over the scores, become the "
+            "scores alone (an attention kernel substituted without its mask); every other add is unchanged",
+            dropped_mask_backend,
+        ),
+        PlantedBug(
+            "planted_thread_partials_bf16",
+            "per-thread partials combined in bf16, only in very long reductions",
+            f"FX pass: sum/mean over a last dim longer than {THREAD_SPLIT_THRESHOLD} elements split into "
+            f"{THREAD_PARTIALS} per-thread ranges summed in fp32, whose partials are stored and added in order at "
+            "bf16 precision; shorter reductions compile unchanged",
+            thread_split_backend,
         ),
     )
 }

@@ -167,6 +167,79 @@ def _rewrite_long_reduction(gm: torch.fx.GraphModule) -> int:
     return _rewrite_last_dim_sums(gm, _bf16_workspace_sum, min_length=LONG_REDUCTION_THRESHOLD + 1)
 
 
+#: The planted per-thread split switches on for reductions longer than this many elements (2^20):
+#: longer than any row of B, C2's 16,384-term rows or D, so only C2's long reductions reach it ...
+THREAD_SPLIT_THRESHOLD = 2**20
+#: ... and splits the row into this many per-thread partials (the threads of a 48-core machine; with a
+#: power-of-two count the partials of uniform data sit on bf16 values and the damage hides).
+THREAD_PARTIALS = 48
+
+
+def _bf16_thread_partials_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
+    """Per-thread split of a long sum whose combine step uses a bf16 workspace: the row is cut into
+    ``THREAD_PARTIALS`` ranges, each summed in fp32, each partial stored at bf16 precision and the
+    partials added in thread order with the running sum rounded to bf16 precision."""
+    lead = list(shape[:-1])
+    n = shape[-1]
+    chunk = -(-n // THREAD_PARTIALS)
+    y = graph.call_function(aten._to_copy.default, (src,), {"dtype": torch.float32})
+    if chunk * THREAD_PARTIALS != n:
+        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, chunk * THREAD_PARTIALS - n], 0.0))
+    y = graph.call_function(aten.view.default, (y, [*lead, THREAD_PARTIALS, chunk]))
+    partials = graph.call_function(aten.sum.dim_IntList, (y, [-1]))
+    acc = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, 0)))
+    for i in range(1, THREAD_PARTIALS):
+        part = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, i)))
+        acc = _round_to_bf16_precision(graph, graph.call_function(aten.add.Tensor, (acc, part)))
+    return acc
+
+
+def _rewrite_thread_split(gm: torch.fx.GraphModule) -> int:
+    """``sum``/``mean`` over a last dim longer than ``THREAD_SPLIT_THRESHOLD`` take the per-thread
+    split of :func:`_bf16_thread_partials_sum`; every shorter reduction is left exactly as it was."""
+    return _rewrite_last_dim_sums(gm, _bf16_thread_partials_sum, min_length=THREAD_SPLIT_THRESHOLD + 1)
+
+
+#: Ops between a score tensor and its softmax that keep its values (dtype casts of the decomposition).
+_PASS_THROUGH = (aten._to_copy.default, aten.clone.default)
+
+
+def _feeds_softmax(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is the input of a decomposed softmax (its amax), directly or through a cast."""
+    for user in node.users:
+        if user.op != "call_function":
+            continue
+        if user.target is aten.amax.default:
+            return True
+        if user.target in _PASS_THROUGH and _feeds_softmax(user):
+            return True
+    return False
+
+
+def _rewrite_dropped_mask(gm: torch.fx.GraphModule) -> int:
+    """An additive attention mask is dropped: ``scores + mask`` that feeds a softmax becomes
+    ``scores`` (as an attention substitution called without its mask would compute), where ``mask``
+    is a graph input broadcast over the scores. Every other add is left as it was."""
+    count = 0
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.add.Tensor or len(node.args) < 2:
+            continue
+        scores, mask = node.args[0], node.args[1]
+        if not isinstance(scores, torch.fx.Node) or not isinstance(mask, torch.fx.Node) or mask.op != "placeholder":
+            continue
+        s_shape, m_shape = static_shape(scores), static_shape(mask)
+        if s_shape is None or m_shape is None or m_shape == s_shape or not _feeds_softmax(node):
+            continue
+        node.replace_all_uses_with(scores)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
 #: Reductions whose results the planted bf16-scratch bug rounds (var_mean through its getitems).
 _SCRATCH_REDUCTIONS = (aten.sum.dim_IntList, aten.mean.dim, aten.var.correction, aten.var_mean.correction)
 
@@ -226,6 +299,12 @@ long_reduction_backend = _graph_fault_backend(_rewrite_long_reduction)
 long_reduction_backend.__doc__ = (
     "sum/mean over a last dim longer than LONG_REDUCTION_THRESHOLD use a bf16 split-K workspace, then Inductor."
 )
+thread_split_backend = _graph_fault_backend(_rewrite_thread_split)
+thread_split_backend.__doc__ = (
+    "sum/mean over a last dim longer than THREAD_SPLIT_THRESHOLD combine per-thread partials in bf16, then Inductor."
+)
+dropped_mask_backend = _graph_fault_backend(_rewrite_dropped_mask)
+dropped_mask_backend.__doc__ = "An additive mask broadcast over a softmax's scores is dropped, then Inductor."
 bf16_scratch_backend = _graph_fault_backend(_rewrite_bf16_scratch)
 bf16_scratch_backend.__doc__ = (
     "fp32/fp16 reduction results (sum, mean, var) rounded to bf16 precision before use, then Inductor."

@@ -18,6 +18,8 @@ PLANTED_BACKENDS = (
     "planted_contiguous_only",
     "planted_bf16_scratch",
     "planted_vector_tail",
+    "planted_attention_mask_dropped",
+    "planted_thread_partials_bf16",
 )
 
 
