@@ -66,7 +66,7 @@ def test_a_cache_folder_the_user_set_is_kept(monkeypatch, tmp_path) -> None:
     assert os.path.basename(compile_cache.use_keyed_cache()).startswith("fusion-")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # four cold compiles in fresh interpreters: over a minute on two cores (make test-all)
 def test_a_shared_folder_serves_another_isas_kernel_and_the_keyed_one_does_not(tmp_path) -> None:
     if str(torch.backends.cpu.get_cpu_capability()) not in ("AVX2", "AVX512"):
         pytest.skip("needs a CPU with AVX2 for a vectorized kernel that differs from the scalar one")
