@@ -14,8 +14,8 @@ from .spec import SIZES
 
 
 def main_precision(settings: ExperimentSettings) -> str:
-    """fp16 on CUDA; on CPU the profile's ``cpu_precision`` (bf16, or fp32 in the default profile,
-    whose budget must hold on CPUs without native 16-bit matmul: see training/spec.py)."""
+    """fp16 on CUDA; on CPU the profile's ``cpu_precision`` (bf16 autocast in every profile; see
+    training/spec.py for what it costs on CPUs without native 16-bit matmul)."""
     return "float16" if settings.torch_device().type == "cuda" else SIZES[settings.profile].cpu_precision
 
 
