@@ -428,3 +428,9 @@ def test_a_fused_path_this_torch_cannot_compile_is_inconclusive_with_its_reason(
     assert summary["emulate_verdict"].unique().to_list() == ["inconclusive"]
     assert summary["emulate_unavailable"].str.contains("pk_no_such_option").all()
     assert summary["fused_verdict"].null_count() == 0
+
+
+def test_supported_needs_the_smallest_sample_whose_max_bounds_the_p99():
+    assert b_rules.MIN_SETS_FOR_SUPPORTED == b_rules.min_sets_for_tail_bound(0.99, 0.99) == 459
+    assert 0.99**459 <= 0.01 < 0.99**458  # 458 sets: their max misses the P99 more than 1% of the time
+    assert b_rules.min_sets_for_tail_bound(0.9, 0.95) == 29

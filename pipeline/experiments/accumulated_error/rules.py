@@ -5,6 +5,8 @@ built from the summary.
 Read by B's assets and checks and by its report page, so it imports no asset code.
 """
 
+import math
+
 import polars as pl
 
 from ...verdicts import Rule
@@ -23,9 +25,22 @@ TAIL_QUANTILE = 0.99
 #: one-sided confidence of each row's interval.
 CONFIDENCE = 0.99
 BOOTSTRAP_RESAMPLES = 9999
-#: Below this many sets a P99 across sets is an extrapolation: such rows can be contradicted
-#: (the evidence against the claim is already there) but not supported.
-MIN_SETS_FOR_SUPPORTED = 100
+
+
+def min_sets_for_tail_bound(q: float = 0.99, confidence: float = 0.99) -> int:
+    """The smallest n whose largest value bounds the ``q`` quantile from above with ``confidence``
+    for any continuous distribution: P(max of n < Q_q) = q^n <= 1 - confidence.
+
+    >>> min_sets_for_tail_bound()
+    459
+    """
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))
+
+
+#: Below this many sets a P99 across sets is an extrapolation: such rows can be contradicted (the
+#: evidence against the claim is already there) but not supported. 459 is the smallest sample whose
+#: maximum is a distribution-free 99% upper bound of the P99.
+MIN_SETS_FOR_SUPPORTED = min_sets_for_tail_bound(TAIL_QUANTILE, CONFIDENCE)
 JUDGED_PATHS = FUSED_PATHS
 
 RULE = Rule(
