@@ -434,3 +434,12 @@ def test_supported_needs_the_smallest_sample_whose_max_bounds_the_p99():
     assert b_rules.MIN_SETS_FOR_SUPPORTED == b_rules.min_sets_for_tail_bound(0.99, 0.99) == 459
     assert 0.99**459 <= 0.01 < 0.99**458  # 458 sets: their max misses the P99 more than 1% of the time
     assert b_rules.min_sets_for_tail_bound(0.9, 0.95) == 29
+
+
+def test_large_logits_overflow_a_softmax_without_its_max_subtraction():
+    # Logits peaking near 100: exp overflows fp32 on most default rows, so a fused softmax that drops the
+    # max subtraction cannot pass for a healthy one (at the old scale of 12 no row overflowed).
+    x = WORKLOADS["softmax"].sample(POOL_SIZES["default"], "large_logits", 20, seed=1)["x"]
+    overflow = torch.isinf(torch.exp(x.float())).any(-1).double().mean()
+    assert float(overflow) > 0.5
+    assert torch.isfinite(torch.softmax(x.float(), -1)).all()
