@@ -63,7 +63,8 @@ def sign_test(x: Any, y: Any, margin: float = 0.0) -> SignTest:
     d = a - b - margin
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     n = pos + neg
-    p = sum(math.comb(n, k) for k in range(pos, n + 1)) / 2.0**n if n else 1.0
+    # Integer numerator and 2**n: exact at any n (a float 2.0**n raises OverflowError past n = 1023).
+    p = sum(math.comb(n, k) for k in range(pos, n + 1)) / 2**n if n else 1.0
     return SignTest(pos, neg, int(d.size - n), float(p))
 
 

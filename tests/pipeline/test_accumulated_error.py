@@ -204,9 +204,15 @@ def test_distributions_are_normalized_histograms(smoke_run):
 # --- the rule, on synthetic per-set tables ---------------------------------------------------
 
 
-def _per_set(eager, fused, *, nonfinite=None, chain="softmax", dist="normal", dtype="float16"):
+def _per_set(eager, fused, *, nonfinite=None, chain="softmax", dist="normal", dtype="float16", bias=None):
+    """Per-set rows of one chain; ``bias`` = (eager's, fused's) per-set magnitude biases (0 when None)."""
+    eager_bias, fused_bias = bias if bias is not None else (np.zeros(len(eager)), np.zeros(len(eager)))
     rows = []
-    for path, values in (("eager", eager), ("fused", fused), ("fused_emulate", eager)):
+    for path, values, set_bias in (
+        ("eager", eager, eager_bias),
+        ("fused", fused, fused_bias),
+        ("fused_emulate", eager, eager_bias),
+    ):
         for i, v in enumerate(values):
             rows.append(
                 {
@@ -216,6 +222,7 @@ def _per_set(eager, fused, *, nonfinite=None, chain="softmax", dist="normal", dt
                     "path": path,
                     "set_index": i,
                     "sulp_max": float(v),
+                    "sulp_bias": float(set_bias[i]),
                     "nonfinite_vs_eager": int(nonfinite[i]) if (nonfinite is not None and path == "fused") else 0,
                 }
             )
@@ -443,3 +450,50 @@ def test_large_logits_overflow_a_softmax_without_its_max_subtraction():
     overflow = torch.isinf(torch.exp(x.float())).any(-1).double().mean()
     assert float(overflow) > 0.5
     assert torch.isfinite(torch.softmax(x.float(), -1)).all()
+
+
+def test_magnitude_bias_is_the_mean_signed_error_toward_larger_magnitude_in_sulp():
+    ref = torch.tensor([[2.0, -1.0, 0.5, -0.25], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    # Every element smaller in magnitude by 2^-9 of itself, exactly representable in fp16.
+    shrunk = (ref * (1 - 2.0**-9)).half()
+    # Row 0: errors -(2, 1, 0.5, 0.25) * 2^-9 in units of fp16's spacing at 2.0 (2^-9): mean -0.9375.
+    # Row 1: -2^-9 each in units of the spacing at 1.0 (2^-10): -2.
+    assert b_runs.magnitude_bias(shrunk, ref).tolist() == [-0.9375, -2.0]
+    assert b_runs.magnitude_bias(ref.half(), ref).tolist() == [0.0, 0.0]
+    assert b_runs.magnitude_bias((ref * (1 + 2.0**-9)).half(), ref)[1] == 2.0
+
+
+def test_rule_contradicts_a_material_magnitude_bias_the_p99_rule_lets_through():
+    rng = np.random.default_rng(2)
+    eager = rng.uniform(0.3, 1.5, 1000)
+    eager_bias = rng.normal(0, 0.02, 1000)
+    # Outputs shrunk by a fifth of a sULP on average (a wrong epsilon or variance divisor): the P99 of the
+    # max error barely moves, the bias test rejects and the shift is material.
+    shrunk = eager_bias - 0.2 + rng.normal(0, 0.02, 1000)
+    row = (
+        b_summary.judge(_per_set(eager, eager + rng.uniform(-0.3, 0.3, 1000), bias=(eager_bias, shrunk)), resamples=999)
+        .filter(pl.col("path") == "fused")
+        .row(0, named=True)
+    )
+    assert row["ci_upper"] <= 1.0  # the P99 rule alone would support it
+    assert row["verdict"] == "contradicted" and row["bias_contradicts"]
+    assert row["bias_difference"] == pytest.approx(-0.2, abs=0.01) and row["bias_p_holm"] < 1e-6
+    assert "magnitude bias" in b_summary.reason({**row, "p_holm": row["p_holm"]})
+    # Unbiased noise of the same size: supported. A consistent but immaterial 0.05 sULP: not contradicted.
+    for fused_bias in (eager_bias + rng.normal(0, 0.02, 1000), eager_bias + 0.05):
+        row = (
+            b_summary.judge(_per_set(eager, eager, bias=(eager_bias, fused_bias)), resamples=999)
+            .filter(pl.col("path") == "fused")
+            .row(0, named=True)
+        )
+        assert row["verdict"] == "supported" and not row["bias_contradicts"]
+
+
+def test_sign_test_is_exact_past_a_thousand_pairs():
+    from precisionkit.decide import sign_test
+
+    r = sign_test(np.ones(1500), np.zeros(1500))
+    # 2^-1500 underflows to 0.0; a float 2.0**n raised OverflowError here
+    assert r.positive == 1500 and r.p_value < 1e-300
+    balanced = sign_test(np.r_[np.ones(750), -np.ones(750)], np.zeros(1500))
+    assert 0.5 < balanced.p_value < 0.52

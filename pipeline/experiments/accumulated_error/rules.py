@@ -19,6 +19,12 @@ GROUP_KEYS = ["chain", "distribution", "dtype"]
 
 #: How much worse matters: one ULP at the scale of the data (see precisionkit.stats.scaled_spacing).
 MATERIALITY_SULP = 1.0
+#: A systematic magnitude bias that matters: fused's mean signed error (sign(ref) * error, in sULP) differs
+#: from eager's by an eighth of a unit at the data's scale on average over every element. Unbiased rounding
+#: to nearest moves a set's mean by far less (its sd is about 0.29 / sqrt(elements) sULP), so a shift this
+#: size over hundreds of sets is a change of the computation (an epsilon, a variance divisor, values flushed
+#: to zero), not rounding.
+BIAS_MARGIN_SULP = 0.125
 #: Quantile of per-set errors the seed's claim is about ("AutoFuse P99 / Max error <= Eager's").
 TAIL_QUANTILE = 0.99
 #: Family-wise confidence of a "contradicted" verdict (Holm over every judged row) and the
@@ -47,13 +53,16 @@ RULE = Rule(
     claim="§3.2: fused accumulated error against fp64 is no worse than eager's, per chain x distribution x dtype",
     metric="per input set: max scale-aware ULP error against fp64 (error in ULPs of the row's largest |reference|), "
     "paired fused vs eager on the same set; statistic: P99 across sets of fused minus P99 of eager; plus the "
-    "count of sets where fused is non-finite where eager is finite",
+    "count of sets where fused is non-finite where eager is finite; plus per set the magnitude bias (mean of "
+    "sign(ref) * error in sULP over the set's elements), paired fused minus eager",
     decision=(
-        f"contradicted when any set has a non-finite fused output where eager's is finite, or when the bootstrap "
+        f"contradicted when any set has a non-finite fused output where eager's is finite, when the bootstrap "
         f"test rejects 'P99(fused) - P99(eager) <= {MATERIALITY_SULP:g}' after Holm's adjustment over every judged "
-        f"row (family-wise confidence {CONFIDENCE:g}); supported when the row has at least "
-        f"{MIN_SETS_FOR_SUPPORTED} sets and the one-sided {CONFIDENCE:g} upper bound of the difference is at most "
-        f"{MATERIALITY_SULP:g}; inconclusive otherwise"
+        f"row (family-wise confidence {CONFIDENCE:g}), or when fused's magnitude bias departs from eager's: the "
+        f"two-sided exact sign test of the per-set bias differences rejects 0 after Holm's adjustment and their mean "
+        f"is at least {BIAS_MARGIN_SULP:g} sULP in size; supported when the row has at least "
+        f"{MIN_SETS_FOR_SUPPORTED} sets, the one-sided {CONFIDENCE:g} upper bound of the P99 difference is at most "
+        f"{MATERIALITY_SULP:g} and the mean bias difference is under {BIAS_MARGIN_SULP:g} sULP; inconclusive otherwise"
     ),
     threshold=MATERIALITY_SULP,
     unit="scale-aware ULP (ULPs of the row's largest |fp64 reference|)",
@@ -85,6 +94,14 @@ def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:
         pl.col("fused_p_holm").round(4).alias("Holm p"),
         pl.col("fused_nonfinite_sets").alias("non-finite sets"),
         pl.col("fused_materially_worse_sets").alias("sets worse > 1 sULP"),
+        *(
+            [
+                pl.col("fused_bias_difference").round(4).alias("bias difference (sULP)"),
+                pl.col("fused_bias_p_holm").round(4).alias("bias Holm p"),
+            ]
+            if "fused_bias_difference" in summary.columns  # a summary stored before the bias test has none
+            else []
+        ),
         pl.col("fused_verdict").alias("verdict"),
         pl.col("emulate_verdict").alias("emulate verdict"),
     )

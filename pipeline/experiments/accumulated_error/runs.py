@@ -15,6 +15,7 @@ import torch
 
 from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
+from precisionkit.stats import scaled_spacing
 
 from ...devices import synchronize
 from ...progress import Progress
@@ -74,6 +75,22 @@ _EVIDENCE_FIELDS = (
 )
 
 
+def magnitude_bias(out: torch.Tensor, ref: torch.Tensor) -> np.ndarray:
+    """Per set (leading axis), the mean over finite pairs of ``sign(ref) * (out - ref)`` in
+    scale-aware ULPs: positive where the outputs are systematically larger in magnitude than the
+    fp64 reference, negative where smaller (a wrong epsilon or variance divisor, flushed small
+    values). Unbiased rounding gives a mean near 0. NaN for a set with no finite pair."""
+    n = ref.shape[0]
+    o = out.to(torch.float64).reshape(n, -1).to(ref.device)
+    r = ref.to(torch.float64).reshape(n, -1)
+    finite = torch.isfinite(o) & torch.isfinite(r)
+    s = scaled_spacing(torch.where(torch.isfinite(ref), ref.to(torch.float64), 0.0), out.dtype).reshape(n, -1)
+    signed = torch.where(finite, torch.sign(r) * (o - r) / s.to(ref.device), 0.0)
+    m = finite.sum(dim=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(m.cpu().numpy() > 0, (signed.sum(dim=1) / m.clamp(min=1)).cpu().numpy(), np.nan)
+
+
 def per_set_rows(
     chain: str, dist: str, dtype: str, first_set: int, outputs: Mapping[str, torch.Tensor], ref: torch.Tensor
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -90,6 +107,7 @@ def per_set_rows(
     fused_gap = np.full(n, -np.inf)
     for p in ran:
         stats = all_stats[p]
+        bias = magnitude_bias(outputs[p], ref)
         vs_eager = ulp_diff(outputs[p], outputs["eager"]).reshape(n, -1).amax(dim=1).cpu().numpy()
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
         nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
@@ -106,6 +124,7 @@ def per_set_rows(
                     "path": p,
                     "set_index": first_set + j,
                     **{k: float(stats[k][j]) for k in _FLOAT_STATS},
+                    "sulp_bias": float(bias[j]),
                     "n_compared": int(stats["n_compared"][j]),
                     "nonfinite_mismatch": int(stats["nan_mismatch"][j] + stats["inf_mismatch"][j]),
                     "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),

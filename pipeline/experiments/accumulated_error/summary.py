@@ -13,6 +13,7 @@ from precisionkit.decide import holm, paired_quantile_test, sign_test
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from ...workloads import CHAINS
 from .rules import (
+    BIAS_MARGIN_SULP,
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
     GROUP_KEYS,
@@ -70,6 +71,22 @@ def paired_statistics(
     }
 
 
+def bias_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
+    """Magnitude bias of one row from paired per-set biases (fused ``f``, eager ``e``, finite): the
+    means, the mean difference and the two-sided exact sign test of the differences against 0."""
+    if len(f) == 0:
+        return {"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0}
+    d = f - e
+    up = sign_test(d, np.zeros_like(d)).p_value
+    down = sign_test(-d, np.zeros_like(d)).p_value
+    return {
+        "eager_bias": float(e.mean()),
+        "fused_bias": float(f.mean()),
+        "bias_difference": float(d.mean()),
+        "bias_p_value": min(1.0, 2.0 * min(up, down)),
+    }
+
+
 def judge(
     per_set: pl.DataFrame,
     *,
@@ -79,6 +96,7 @@ def judge(
     resamples: int = BOOTSTRAP_RESAMPLES,
     min_sets: int = MIN_SETS_FOR_SUPPORTED,
     paths: tuple[str, ...] = JUDGED_PATHS,
+    bias_margin: float = BIAS_MARGIN_SULP,
 ) -> pl.DataFrame:
     """B's rule applied to the per-set table: one row per chain x distribution x dtype x judged path.
 
@@ -87,8 +105,10 @@ def judge(
     the bootstrap; sets where the path is non-finite where eager is finite contradict the claim
     outright. Deterministic: each row's bootstrap is seeded from its key.
     """
+    has_bias = "sulp_bias" in per_set.columns
+    bias_cols = [pl.col("sulp_bias").alias("eager_bias_set")] if has_bias else []
     eager = per_set.filter(pl.col("path") == "eager").select(
-        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager")
+        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"), *bias_cols
     )
     rows: list[dict[str, Any]] = []
     for path in paths:
@@ -114,20 +134,37 @@ def judge(
             row.update(
                 paired_statistics(f[ok], e[ok], seed, q=q, margin=margin, confidence=confidence, resamples=resamples)
             )
+            if has_bias:
+                fb = grp["sulp_bias"].to_numpy().astype(np.float64)
+                eb = grp["eager_bias_set"].to_numpy().astype(np.float64)
+                both = np.isfinite(fb) & np.isfinite(eb)
+                row.update(bias_statistics(fb[both], eb[both]))
+            else:
+                row.update({"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0})
             rows.append(row)
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
     if table.height == 0:
         return table.with_columns(pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.String).alias("verdict"))
     rejected, adjusted = holm(table["p_value"].to_numpy(), alpha=1.0 - confidence)
-    table = table.with_columns(pl.Series("p_holm", adjusted), pl.Series("_rejected", rejected))
+    bias_rejected, bias_adjusted = holm(table["bias_p_value"].to_numpy(), alpha=1.0 - confidence)
+    table = table.with_columns(
+        pl.Series("p_holm", adjusted),
+        pl.Series("_rejected", rejected),
+        pl.Series("bias_p_holm", bias_adjusted),
+        pl.Series("_bias_rejected", bias_rejected),
+    )
+    material_bias = pl.col("bias_difference").abs().fill_null(0.0) >= bias_margin
+    biased = pl.col("_bias_rejected") & material_bias
     verdict = (
-        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected"))
+        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected") | biased)
         .then(pl.lit(CONTRADICTED))
-        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin))
+        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin) & ~material_bias)
         .then(pl.lit(SUPPORTED))
         .otherwise(pl.lit(INCONCLUSIVE))
     )
-    return table.with_columns(verdict.alias("verdict")).drop("_rejected")
+    return table.with_columns(verdict.alias("verdict"), biased.alias("bias_contradicts")).drop(
+        "_rejected", "_bias_rejected"
+    )
 
 
 JUDGE_SCHEMA = {
@@ -151,6 +188,10 @@ JUDGE_SCHEMA = {
     "materially_worse_sets": pl.Int64,
     "materially_better_sets": pl.Int64,
     "sign_test_p": pl.Float64,
+    "eager_bias": pl.Float64,
+    "fused_bias": pl.Float64,
+    "bias_difference": pl.Float64,
+    "bias_p_value": pl.Float64,
 }
 
 
@@ -165,6 +206,12 @@ def reason(row: dict[str, Any]) -> str:
         )
     if row["p99_difference"] is None:
         return f"{where}: fewer than two sets with finite errors on both paths"
+    if row.get("bias_contradicts"):
+        return (
+            f"{where}: magnitude bias {row['fused_bias']:+.3g} sULP vs eager {row['eager_bias']:+.3g} "
+            f"(difference {row['bias_difference']:+.3g}, Holm p {row['bias_p_holm']:.2g}) over {row['paired_sets']} "
+            f"sets; P99 difference {row['p99_difference']:+.3g}: {row['verdict']}"
+        )
     return (
         f"{where}: P99 {row['fused_p99']:.3g} vs eager {row['eager_p99']:.3g} sULP, difference "
         f"{row['p99_difference']:+.3g} [{row['ci_lower']:+.3g}, {row['ci_upper']:+.3g}], Holm p {row['p_holm']:.2g}, "
@@ -201,6 +248,11 @@ _SUMMARY_VERDICT_COLUMNS = (
     "materially_better_sets",
     "sign_test_p",
     "paired_sets",
+    "eager_bias",
+    "fused_bias",
+    "bias_difference",
+    "bias_p_holm",
+    "bias_contradicts",
 )
 #: Columns of the fusion evidence carried into the summary per fused path.
 _SUMMARY_EVIDENCE_COLUMNS = (
@@ -238,7 +290,9 @@ def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.D
     verdicts = judge(per_set)
     for p, label in _SUMMARY_LABELS:
         v = verdicts.filter(pl.col("path") == p).select(
-            *GROUP_KEYS, *[pl.col(c).alias(f"{label}_{c}") for c in _SUMMARY_VERDICT_COLUMNS]
+            *GROUP_KEYS,
+            # the judged path's own bias is "<label>_bias"; eager's is "<label>_eager_bias"
+            *[pl.col(c).alias(f"{label}_{c.removeprefix('fused_')}") for c in _SUMMARY_VERDICT_COLUMNS],
         )
         wide = wide.join(v, on=GROUP_KEYS, how="left")
         # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
