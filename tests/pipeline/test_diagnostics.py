@@ -13,7 +13,7 @@ from pipeline.experiments.diagnostics.spec import SIZES
 from pipeline.experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 from pipeline.storage import read_value, write_value
-from pipeline.verdicts import FINDING
+from pipeline.verdicts import CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from pipeline.workloads import WORKLOADS
 from precisionkit.tolerance import tolerance, tolerance_from_table
 
@@ -176,3 +176,27 @@ def test_measured_tolerances_from_upstream_tables(smoke_resources, tmp_path):
     assert tolerance(torch.float16, "softmax", k) == tolerance(torch.float16, "softmax", k, measured=None)
     with pytest.raises(ValueError, match="lacks"):
         tolerance_from_table([{"op_class": "softmax", "dtype": "float16"}])
+
+
+def _outcomes(classes):
+    return pl.DataFrame(
+        {
+            "id": [f"typed-{i}" for i in range(len(classes))],
+            "class": classes,
+            "features": ["grid"] * len(classes),
+            "message": [f"{c} message" for c in classes],
+        }
+    )
+
+
+def test_a_genuine_difftest_mismatch_contradicts_and_a_clean_run_bounds_the_rate():
+    from pipeline.experiments.diagnostics.difftesting import MIN_PROGRAMS_FOR_SUPPORTED, judge_difftest
+
+    verdict, reason, meta = judge_difftest(_outcomes(["ok"] * 47 + ["mismatch"]))
+    assert verdict == CONTRADICTED and meta["mismatches"] == 1 and "typed-47" in reason
+    # Crashes and compile errors are findings: they neither contradict nor count as compared.
+    verdict, reason, meta = judge_difftest(_outcomes(["ok"] * 100 + ["crash", "compile_error", "invalid"]))
+    assert verdict == SUPPORTED and meta["compared"] == 100
+    assert meta["mismatch_rate_upper_bound"] == pytest.approx(-np.log(0.01) / 100)
+    verdict, _, _ = judge_difftest(_outcomes(["ok"] * (MIN_PROGRAMS_FOR_SUPPORTED - 1) + ["crash"] * 20))
+    assert verdict == INCONCLUSIVE

@@ -9,8 +9,10 @@ A mismatch is a real defect of the fused path (or of what it wraps); the reprodu
 the first of them into standalone reproducers. Feeds §6.1.
 """
 
+import math
 import time
 from collections import Counter
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -19,7 +21,16 @@ from precisionkit import difftest
 
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...verdicts import finding_check, finding_result
+from ...verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+)
 from .spec import GROUP, SIZES
 
 SCHEMA = {
@@ -96,14 +107,85 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     return table
 
 
+#: Compared programs (ok or mismatch) below which "no mismatch" supports nothing.
+MIN_PROGRAMS_FOR_SUPPORTED = 40
+#: Confidence of the upper bound on the mismatch rate that a clean run states.
+RATE_CONFIDENCE = 0.99
+
+DIFFTEST_RULE = Rule(
+    claim="The fused path computes every generated program as eager does within rounding noise: no silent wrong "
+    "result (§6.1; differential testing of the compiler against eager and fp64)",
+    metric="programs the diff rule flags: an integer or bool output that is not exact, a float output of another "
+    "class (NaN, +-inf, +-0) than eager's where eager has fp64's class, or a float error against fp64 beyond "
+    "rounding noise and eager's own error",
+    decision=f"contradicted if any program mismatches (a wrong result is a defect, whatever the rate); supported if "
+    f"none of at least {MIN_PROGRAMS_FOR_SUPPORTED} compared programs does, which bounds the mismatch rate of "
+    f"programs like these below -ln(1 - {RATE_CONFIDENCE:g}) / n at confidence {RATE_CONFIDENCE:g}; inconclusive "
+    "with fewer compared programs. Crashes, compile errors and invalid programs are findings, not verdicts",
+    threshold=0.0,
+    unit="mismatching programs",
+    confidence=RATE_CONFIDENCE,
+    sample_size=f"the profile's programs (diagnostics/spec.py); supported needs >= {MIN_PROGRAMS_FOR_SUPPORTED} compared",
+    derivation="The diff rule judges each output against fp64 beyond the rounding noise of both paths, so a flagged "
+    "program is a wrong result of the fused path or of what it wraps, not a tolerance question: one is enough. With "
+    "0 of n mismatches, P(0 | rate p) = (1 - p)^n <= 1 - confidence for p >= -ln(1 - confidence) / n.",
+)
+
+
+def judge_difftest(outcomes: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
+    """:data:`DIFFTEST_RULE` on an outcomes table: verdict, reason and metadata."""
+    wrong = outcomes.filter(pl.col("class") == "mismatch")
+    compared = outcomes.filter(pl.col("class").is_in(["ok", "mismatch"])).height
+    meta: dict[str, Any] = {
+        "programs": outcomes.height,
+        "compared": compared,
+        "mismatches": wrong.height,
+        "wrong_results": dg.MetadataValue.md(
+            "\n".join(f"- `{r['id']}` ({r['features']}): {r['message'][:300]}" for r in wrong.iter_rows(named=True))
+            or "none"
+        ),
+    }
+    if wrong.height:
+        first = wrong.row(0, named=True)
+        return (
+            CONTRADICTED,
+            f"{wrong.height} of {compared} compared programs have a wrong fused result; first {first['id']}: "
+            f"{first['message'][:200]}",
+            meta,
+        )
+    if compared < MIN_PROGRAMS_FOR_SUPPORTED:
+        return (
+            INCONCLUSIVE,
+            f"no mismatch, but only {compared} programs compared (< {MIN_PROGRAMS_FOR_SUPPORTED})",
+            meta,
+        )
+    bound = -math.log(1.0 - RATE_CONFIDENCE) / compared
+    meta["mismatch_rate_upper_bound"] = bound
+    return (
+        SUPPORTED,
+        f"no mismatch in {compared} compared programs: the rate is below {bound:.3g} at {RATE_CONFIDENCE:g}",
+        meta,
+    )
+
+
+@claim_check(
+    rule=DIFFTEST_RULE,
+    asset=difftest_outcomes,
+    description="Claim (§6.1): no generated program gets a wrong fused result; a genuine mismatch is an ERROR, "
+    "with its reproducer from the reproducers asset.",
+)
+def difftest_no_wrong_results(difftest_outcomes: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_difftest(difftest_outcomes)
+    return claim_result(verdict, DIFFTEST_RULE, reason, meta)
+
+
 @finding_check(
     asset=difftest_outcomes,
-    description="Finding (diagnostic): WARN for every program whose fused result is wrong beyond rounding noise "
-    "(a defect to triage, with a reproducer from the reproducers asset), that fails to compile, or that the "
-    "generator made invalid; not a claim verdict.",
+    description="Finding (diagnostic): WARN for every program that crashes, fails to compile or that the generator "
+    "made invalid (wrong results are the claim above); for a human to triage.",
 )
 def difftest_programs_agree(difftest_outcomes: pl.DataFrame) -> dg.AssetCheckResult:
-    bad = difftest_outcomes.filter(pl.col("class") != "ok")
+    bad = difftest_outcomes.filter(~pl.col("class").is_in(["ok", "mismatch"]))
     return finding_result(
         [f"{r['id']}: {r['class']}: {r['message'][:200]}" for r in bad.iter_rows(named=True)],
         {
