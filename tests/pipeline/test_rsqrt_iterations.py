@@ -67,6 +67,27 @@ def test_claim_rule_on_synthetic_tables():
     assert div(_table({"float32.pre_round_rel_max": [1.0, 0.1, 0.2, 0.01]})).metadata["verdict"].value == CONTRADICTED
 
 
+def _framework(ulps: dict[str, int]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"path": list(ulps), "int_ulp_vs_rounded_ref_max": list(ulps.values())},
+        schema={"path": pl.String, "int_ulp_vs_rounded_ref_max": pl.Int64},
+    )
+
+
+def test_framework_rule_bounds_torchs_own_rsqrt_and_div_by_one_ulp():
+    check = c3_checks.c3_framework_within_one_ulp
+    healthy = _framework({"A_eager": 0, "A_fused": 1, "A_fused[approx]": 1, "B_newton0_float32": 69})
+    result = check(healthy, healthy)
+    assert result.metadata["verdict"].value == SUPPORTED and result.metadata["paths_judged"].value == 6
+    # An approximate reciprocal without its Newton step, under a fast-math switch: two ULPs off.
+    fast = _framework({"A_eager": 0, "A_fused": 0, "A_fused[fast_math]": 2})
+    result = check(healthy, fast)
+    assert result.metadata["verdict"].value == CONTRADICTED and result.severity == dg.AssetCheckSeverity.ERROR
+    assert "div A_fused[fast_math]: 2 fp16 ULP" in result.metadata["reason"].value
+    with pytest.raises(ValueError, match="no framework rows"):
+        c3_checks.judge_framework({"rsqrt": _framework({"B_newton0_float32": 1})})
+
+
 def test_reciprocal_estimate_and_newton_convergence():
     y = torch.linspace(0.01, 100, 1001, dtype=torch.float64)
     errs = [

@@ -108,3 +108,64 @@ DIV_RULE = Rule(
 def c3_div_error_nonincreasing_with_iterations(c3_div_table: pl.DataFrame) -> dg.AssetCheckResult:
     verdict, reason, meta = judge_iterations(c3_div_table, "x / y")
     return claim_result(verdict, DIV_RULE, reason, meta)
+
+
+#: fp16 ULPs that torch's own fp16 rsqrt or division may be from the correctly rounded value.
+FRAMEWORK_BOUND_ULP = 1
+
+FRAMEWORK_RULE = Rule(
+    claim="§1.2 (4), the framework side: torch's own rsqrt and division of fp16 inputs (eager, fused, and fused under "
+    "each approximate-math switch of the device) stay within one fp16 ULP of the correctly rounded result on every "
+    "element",
+    metric="per framework path (A_eager, A_fused, A_fused[switch]) of the rsqrt and div tables: the largest distance, "
+    "in fp16 ULPs, between its fp16 result and the fp64 result rounded to fp16",
+    decision=f"contradicted if any element of any framework path is more than {FRAMEWORK_BOUND_ULP} fp16 ULP from the "
+    "correctly rounded value; supported otherwise",
+    threshold=FRAMEWORK_BOUND_ULP,
+    unit="fp16 ULP from the correctly rounded result",
+    confidence=None,
+    sample_size="C3's seeded fp16 inputs (spec.py), every element, each framework path once",
+    derivation="Each path computes in fp32 (or better) and rounds once to fp16: its error is at most half an fp16 ULP "
+    "from the final rounding plus the fp32 computation's own error, a few fp32 ULPs (CUDA's approximate rsqrt: "
+    "relative 2^-22.9; a correctly rounded division: half an fp32 ULP), i.e. a few 2^-13 fp16 ULPs. The total is "
+    "below one fp16 ULP, so the result is the correctly rounded value or its neighbour. A path that computes in fp16, "
+    "skips a Newton step of an approximate reciprocal or flushes subnormals lands further away",
+)
+
+
+def judge_framework(tables: dict[str, pl.DataFrame]) -> tuple[str, str, dict[str, Any]]:
+    """:data:`FRAMEWORK_RULE` on the rsqrt and div tables' framework rows (paths ``A_*``)."""
+    meta: dict[str, Any] = {"bound_ulp": FRAMEWORK_BOUND_ULP}
+    above = []
+    judged = 0
+    for op, table in tables.items():
+        rows = table.filter(pl.col("path").str.starts_with("A_"))
+        if rows.height == 0:
+            raise ValueError(f"the {op} table has no framework rows (A_eager, A_fused)")
+        for r in rows.iter_rows(named=True):
+            judged += 1
+            meta[f"{op}.{r['path']}.ulp_vs_rounded_max"] = int(r["int_ulp_vs_rounded_ref_max"])
+            if r["int_ulp_vs_rounded_ref_max"] > FRAMEWORK_BOUND_ULP:
+                above.append(
+                    f"{op} {r['path']}: {r['int_ulp_vs_rounded_ref_max']} fp16 ULP from the correctly rounded value"
+                )
+    meta["paths_judged"] = judged
+    if above:
+        return CONTRADICTED, "; ".join(above), meta
+    return (
+        SUPPORTED,
+        f"all {judged} framework paths within {FRAMEWORK_BOUND_ULP} fp16 ULP of the correctly rounded result",
+        meta,
+    )
+
+
+@claim_check(
+    rule=FRAMEWORK_RULE,
+    asset="c3_iteration_table",
+    additional_ins={"c3_div_table": dg.AssetIn("c3_div_table")},
+    description="Claim (§1.2 (4)), the framework side: torch's rsqrt and x / y in fp16, eager, fused and fused under "
+    "each approximate-math switch, within one fp16 ULP of the correctly rounded result.",
+)
+def c3_framework_within_one_ulp(c3_iteration_table: pl.DataFrame, c3_div_table: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_framework({"rsqrt": c3_iteration_table, "div": c3_div_table})
+    return claim_result(verdict, FRAMEWORK_RULE, reason, meta)
