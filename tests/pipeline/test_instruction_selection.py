@@ -8,6 +8,7 @@ from pipeline.experiments.instruction_selection.checks import (
     c1_difference_is_instruction_selection,
     c1_higher_precision_scalar_is_closer,
     c1_paths_differ_mostly_within_1ulp,
+    c1_route_alone_changes_bits,
 )
 from pipeline.experiments.instruction_selection.compare import (
     ERROR_KEYS,
@@ -36,6 +37,7 @@ from precisionkit import bit_equal, error_stats, ulp_diff
 
 CHECKS = [
     c1_paths_differ_mostly_within_1ulp,
+    c1_route_alone_changes_bits,
     c1_difference_is_instruction_selection,
     c1_higher_precision_scalar_is_closer,
 ]
@@ -43,6 +45,7 @@ ASSETS = [c1_instruction_selection, *CHECKS]
 #: The plan's claim is judged on the ULP distribution; the mechanism and the fp64 comparison are findings.
 KINDS = {
     "c1_paths_differ_mostly_within_1ulp": CLAIM,
+    "c1_route_alone_changes_bits": CLAIM,
     "c1_difference_is_instruction_selection": FINDING,
     "c1_higher_precision_scalar_is_closer": FINDING,
 }
@@ -286,3 +289,38 @@ def test_notes_name_both_multipliers():
     notes = c1_notes(torch.float16, "Statement.")
     assert notes.startswith("Path A multiplies by 0.7 in its compute dtype (float32: 0.699999988079071); ")
     assert "path B by 0.7 stored in float16 (0.7001953125), a relative change of 2.790e-04. Statement." in notes
+
+
+def _route_tables(route_bit_equal: dict[str, bool], instructions: dict[str, str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    dist = pl.DataFrame(
+        [
+            {
+                "comparison": f"{mode} route only: control_route_only vs A",
+                "bit_equal": equal,
+                "ulp0_pct": 100.0 if equal else 97.5,
+            }
+            for mode, equal in route_bit_equal.items()
+        ]
+    )
+    records = pl.DataFrame(
+        [
+            {"mode": mode, "path": path, "instruction_vs_A": instructions[mode]}
+            for mode in ("eager", "fused")
+            for path in ("B", "control_route_only")
+        ]
+    )
+    return dist, records
+
+
+def test_route_rule_supports_only_a_route_that_changes_bits_by_itself():
+    both = {"eager": "different", "fused": "different"}
+    result = c1_route_alone_changes_bits(*_route_tables({"eager": False, "fused": False}, both))
+    assert _v(result, "verdict") == SUPPORTED and _v(result, "eager.route_alone_changes_bits") is True
+    # Different instructions, same bits with the value held fixed: the difference is the value.
+    result = c1_route_alone_changes_bits(*_route_tables({"eager": True, "fused": False}, both))
+    assert _v(result, "verdict") == CONTRADICTED and result.severity == dg.AssetCheckSeverity.ERROR
+    assert "eager: the recorded instructions differ (B, control_route_only)" in _v(result, "reason")
+    # Same instructions recorded and no bit changed: nothing to attribute.
+    same = {"eager": "same", "fused": "not observable"}
+    result = c1_route_alone_changes_bits(*_route_tables({"eager": True, "fused": True}, same))
+    assert _v(result, "verdict") == INCONCLUSIVE

@@ -21,7 +21,7 @@ from ...verdicts import (
     finding_result,
 )
 from .paths import path_a_multiplier, rounded_scalar
-from .rules import MAX_FRACTION_ABOVE_1ULP, RULE
+from .rules import MAX_FRACTION_ABOVE_1ULP, ROUTE_RULE, RULE
 
 
 def _row(df: pl.DataFrame, comparison: str) -> dict[str, Any]:
@@ -62,6 +62,46 @@ def c1_paths_differ_mostly_within_1ulp(c1_ulp_distribution: pl.DataFrame) -> dg.
                 f"{mode}: {100 - r['ulp0_pct']:.2f}% of elements differ, {r['ulp_ge2_pct']:.3f}% by >= 2 ULP"
             )
     return claim_result(combine(verdicts), RULE, "; ".join(reasons), meta)
+
+
+def judge_route(distribution: pl.DataFrame, records: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
+    """:data:`ROUTE_RULE` on the ULP distribution and the route records, per mode then combined."""
+    meta: dict[str, Any] = {}
+    verdicts, reasons = [], []
+    for mode in ("eager", "fused"):
+        route = _row(distribution, f"{mode} route only: control_route_only vs A")
+        rec = records.filter((pl.col("mode") == mode) & pl.col("path").is_in(["B", "control_route_only"]))
+        differ = rec.filter(pl.col("instruction_vs_A") == "different")["path"].to_list()
+        changes = not route["bit_equal"]
+        meta[f"{mode}.route_alone_changes_bits"] = changes
+        meta[f"{mode}.instructions_differ"] = ", ".join(differ) or "none recorded"
+        if changes:
+            verdicts.append(SUPPORTED)
+            reasons.append(f"{mode}: the route alone changes {100 - route['ulp0_pct']:.2f}% of elements")
+        elif differ:
+            verdicts.append(CONTRADICTED)
+            reasons.append(
+                f"{mode}: the recorded instructions differ ({', '.join(differ)}) but the route alone changes no bit: "
+                "the A/B difference is the multiplier's value"
+            )
+        else:
+            verdicts.append(INCONCLUSIVE)
+            reasons.append(f"{mode}: the route alone changes no bit and no instruction difference is recorded")
+    return combine(verdicts), "; ".join(reasons), meta
+
+
+@claim_check(
+    rule=ROUTE_RULE,
+    asset="c1_ulp_distribution",
+    additional_ins={"c1_route_records": dg.AssetIn("c1_route_records")},
+    description="Claim (§1.2 (2), the mechanism): the route alone (value held fixed) changes bits; contradicted when "
+    "it never does although the recorded instructions differ.",
+)
+def c1_route_alone_changes_bits(
+    c1_ulp_distribution: pl.DataFrame, c1_route_records: pl.DataFrame
+) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_route(c1_ulp_distribution, c1_route_records)
+    return claim_result(verdict, ROUTE_RULE, reason, meta)
 
 
 @finding_check(

@@ -33,6 +33,25 @@ RULE = Rule(
 )
 
 
+ROUTE_RULE = Rule(
+    claim="§1.2 (2), the mechanism: the A/B difference is instruction selection, i.e. the route (scalar operand vs "
+    "broadcast tensor) changes the result by itself, with the multiplier's value held fixed",
+    metric="per mode (eager, fused): whether control_route_only (B's broadcast route fed A's value) differs from A in "
+    "any bit, and whether the recorded instructions of the broadcast routes differ from A's (c1_route_records)",
+    decision="per mode: supported when the route alone changes at least one bit; contradicted when it changes none "
+    "while the recorded instructions differ (different instructions, same bits: the A/B difference is the value); "
+    "inconclusive when it changes none and no instruction difference is recorded (nothing to attribute). The claim "
+    "combines the modes (any contradicted mode contradicts)",
+    threshold=0,
+    unit="bits changed by the route alone",
+    confidence=None,
+    sample_size="C1's seeded fp16 input (spec.py), every element, eager and fused",
+    derivation="a route either changes a bit on a fixed input and value or it does not: a deterministic statement, "
+    "threshold 0. Holding the value fixed is what separates the route from the rounding of the multiplier "
+    "(0.7 vs fp16(0.7)), which changes bits whatever the instructions",
+)
+
+
 def route_statement(records: pl.DataFrame, distribution: pl.DataFrame) -> str:
     """The route/value decomposition and the instruction evidence in words, filled from the tables."""
     rows = {r["comparison"]: r for r in distribution.iter_rows(named=True)}
