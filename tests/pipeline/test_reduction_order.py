@@ -411,3 +411,34 @@ def test_long_reductions_rule_passes_a_running_fp32_sum_and_contradicts_bf16_par
     assert verdict == SUPPORTED and meta["rows_judged"] == 4
     verdict, reason, _ = c2_checks.judge_bounds(table, ("compiler",))
     assert verdict == CONTRADICTED and "bf16_partials" in reason and "probabilistic" in reason
+
+
+def test_order_rule_needs_some_pair_to_differ_in_the_fp32_accumulator():
+    def matrix(acc32_differ: int) -> pl.DataFrame:
+        rows = []
+        for a, b in (
+            ("eager", "fused_default"),
+            ("eager", "tile512_fp32_partials"),
+            ("fused_default", "tile512_fp32_partials"),
+        ):
+            for output, differ in (("out16", 0), ("acc32", acc32_differ if b == "tile512_fp32_partials" else 0)):
+                for scope in ("seed_input", "pool"):
+                    rows.append(
+                        {
+                            "version_a": a,
+                            "version_b": b,
+                            "output": output,
+                            "scope": scope,
+                            "differ_rows": differ,
+                            "ulp_max": 3 * differ,
+                        }
+                    )
+        return pl.DataFrame(rows)
+
+    versions = ["eager", "fused_default", "tile512_fp32_partials"]
+    verdict, reason, meta = c2_checks.judge_order(matrix(2), versions)
+    assert verdict == SUPPORTED and meta["pairs"] == 3 and meta["pairs_differing"] == 2
+    # fp16 results identical everywhere is no evidence against the thesis; identical accumulators are.
+    verdict, reason, meta = c2_checks.judge_order(matrix(0), versions)
+    assert verdict == CONTRADICTED and "no order effect" in reason
+    assert c2_checks.judge_order(matrix(2), ["eager"])[0] == INCONCLUSIVE

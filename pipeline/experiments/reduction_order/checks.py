@@ -161,6 +161,22 @@ LONG_RULE = Rule(
     derivation=_BOUND_DERIVATION,
 )
 
+ORDER_RULE = Rule(
+    claim="§1.2 (3), the plan's thesis: changing the reduction's tiling (order of the additions) changes the last "
+    "bits, seen in the fp32 accumulator, where an order effect is not hidden by the final fp16 rounding",
+    metric="pairs of fp32-accumulation versions (eager, fused default and knobs, framework-tiled, hand-written fp32 "
+    "partials) whose fp32 accumulators differ on at least one row (c2_ulp_matrix, acc32)",
+    decision="contradicted if every pair is bit-identical in the fp32 accumulator on every row (no order effect at "
+    "all: the versions are one computation); supported if at least one pair differs",
+    threshold=0,
+    unit="version pairs whose fp32 accumulators differ",
+    confidence=None,
+    sample_size="(1 + pool_rows) rows x every pair of the seed family's versions",
+    derivation="reordering additions of fp32 values changes the rounded partial sums unless every partial is exact; "
+    "with 16,384 fp16 terms of U(-1, 1) per row that is practically impossible, so versions that never differ in "
+    "the accumulator do not reorder anything. A deterministic statement: threshold 0",
+)
+
 DETERMINISM_RULE = Rule(
     claim="Each C2 version's repeated runs on the same input are bit-identical (fp16 result and fp32 accumulator)",
     metric="distinct bit patterns among the repeated runs (spec.py) of the seed input, minus one, per version and output",
@@ -372,3 +388,45 @@ def c2_long_reductions_within_bound(c2_long_reductions: pl.DataFrame) -> dg.Asse
     meta["rows_bit_equal_to_eager"] = int(c2_long_reductions["bit_equal_eager"].sum())
     meta["rows_where_thread_count_changes_bits"] = int((~threads["bit_equal_one_thread"].fill_null(True)).sum())
     return claim_result(verdict, LONG_RULE, reason, meta)
+
+
+def judge_order(matrix: pl.DataFrame, versions: list[str]) -> tuple[str, str, dict[str, Any]]:
+    """:data:`ORDER_RULE` on the ULP matrix restricted to ``versions``."""
+    acc = matrix.filter(
+        (pl.col("output") == "acc32") & pl.col("version_a").is_in(versions) & pl.col("version_b").is_in(versions)
+    )
+    if acc.height == 0:
+        return INCONCLUSIVE, "no fp32-accumulator pairs among the seed family's versions", {"pairs": 0}
+    per_pair = acc.group_by("version_a", "version_b").agg(pl.col("differ_rows").sum(), pl.col("ulp_max").max())
+    differing = per_pair.filter(pl.col("differ_rows") > 0)
+    meta: dict[str, Any] = {
+        "pairs": per_pair.height,
+        "pairs_differing": differing.height,
+        "acc32_ulp_max": as_int(per_pair["ulp_max"].max(), "acc32 ulp_max"),
+    }
+    if differing.height == 0:
+        return (
+            CONTRADICTED,
+            f"all {per_pair.height} version pairs have bit-identical fp32 accumulators on every row: no order effect",
+            meta,
+        )
+    w = differing.sort("ulp_max", descending=True).row(0, named=True)
+    return (
+        SUPPORTED,
+        f"{differing.height} of {per_pair.height} version pairs differ in the fp32 accumulator (largest "
+        f"{w['ulp_max']} fp32 ULP, {w['version_a']} vs {w['version_b']})",
+        meta,
+    )
+
+
+@claim_check(
+    rule=ORDER_RULE,
+    asset="c2_ulp_matrix",
+    additional_ins={"c2_versions": dg.AssetIn("c2_versions")},
+    description="Claim (§1.2 (3)): the order of the additions shows in the last bits of the fp32 accumulator for at "
+    "least one pair of fp32-accumulation versions; contradicted when every version is bit-identical there.",
+)
+def c2_order_changes_accumulator(c2_ulp_matrix: pl.DataFrame, c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
+    seed_versions = c2_versions.filter(pl.col("family").is_in(list(SEED_FAMILIES)))["version"].to_list()
+    verdict, reason, meta = judge_order(c2_ulp_matrix, seed_versions)
+    return claim_result(verdict, ORDER_RULE, reason, meta)
