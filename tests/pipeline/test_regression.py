@@ -120,7 +120,8 @@ def test_unchanged_data_moves_nothing_and_absent_experiments_are_rows(tmp_path):
 def test_moves_are_detected_with_severity_and_provenance(tmp_path):
     _stored(tmp_path)
     baseline.promote(tmp_path, "smoke", allow_partial=True, environment={"seed": 1, "torch_version": "2.13"})
-    # B: a 1-ULP bump on a few sets stays within the bootstrap noise; D breaks; E's fused loss jumps.
+    # B: a 1-ULP bump on a few sets stays within the bootstrap noise of the statistics, but with the same
+    # seed those sets are compared exactly and moved the worse way; D breaks; E's fused loss jumps.
     _stored(tmp_path, b=_b_table(jitter_sets=3), d=_d_table(broken=True), e=_e_table(fused_final=2.70))
     result = _compare(tmp_path, {"torch_version": "2.14", "seed": 1})
     t = result.table
@@ -137,7 +138,7 @@ def test_moves_are_detected_with_severity_and_provenance(tmp_path):
     b_stats = moved.filter((pl.col("experiment") == "B") & (pl.col("kind") == "statistic"))
     assert b_stats.height == 0  # within noise
     b_paired = moved.filter((pl.col("experiment") == "B") & (pl.col("kind") == "paired"))
-    assert b_paired.height == 8 and set(b_paired["severity"]) == {"WARN"}
+    assert b_paired.height == 8 and set(b_paired["severity"]) == {"ERROR"}
     assert result.provenance_changed["D"] == {"torch_version": ("2.13", "2.14")}
     prov = moved.filter(pl.col("kind") == "provenance")
     assert set(prov["experiment"]) == {"B", "D", "E"} and set(prov["severity"]) == {"INFO"}
@@ -423,7 +424,8 @@ def test_a_declared_experiment_is_compared_from_stored_files(tmp_path):
     assert {r["experiment"] for r in rows} == {"Z"}
     assert "z_runs/counts/b/n" in moved  # the label names the prepared table's items
     assert moved["softmax/float16/eager/ulp_max_mean"] == "ERROR"
-    assert moved["softmax/float16/eager/sets_with_changed_ulp_max"] == "WARN"
+    # Same seed: every set's error grew, a regression of the computation itself.
+    assert moved["softmax/float16/eager/sets_with_changed_ulp_max"] == "ERROR"
     assert moved["bfloat16_fused/final_eval_loss@20"] == "ERROR"
     (curve,) = [r for r in rows if r["item"] == "bfloat16_fused/final_eval_loss@20"]
     assert curve["tolerance_source"].startswith("Z's data-order noise band")
@@ -460,3 +462,14 @@ def test_the_curve_tolerance_is_the_spread_of_every_data_order_replicate():
     assert comparators._band_of(df.filter(pl.col("run").is_in(["bfloat16_eager", "bfloat16_eager_order_B"])))[
         0
     ] == pytest.approx({5: 0.01, 10: 0.01, 15: 0.0})
+
+
+def test_same_seed_sets_are_compared_exactly_and_a_worse_move_is_an_error():
+    b = np.array([1.0, 2.0, 3.0, np.nan])
+    (one_worse,) = comparators._same_sets("B", "g", "ulp_max", "lower", b, np.array([1.0, 2.5, 3.0, np.nan]))
+    assert one_worse["severity"] == "ERROR" and one_worse["moved"] == "yes"
+    assert "1 of 4 sets moved the worse way" in one_worse["tolerance_source"]
+    (better,) = comparators._same_sets("B", "g", "ulp_max", "lower", b, np.array([0.5, 2.0, 3.0, np.nan]))
+    assert better["severity"] == "WARN" and better["moved"] == "yes"
+    (same,) = comparators._same_sets("B", "g", "ulp_max", "lower", b, b.copy())
+    assert same["moved"] == "no"

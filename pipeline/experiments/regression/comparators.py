@@ -248,7 +248,7 @@ def _worse_move(direction: Direction, delta: float) -> bool:
 def compare_distribution(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
     """Per group of ``table.keys`` and declared column: :data:`STATS` of the per-set values against
     a bootstrap tolerance from the baseline's sets; with ``same_inputs``, the share of sets whose
-    value changed (WARN: deterministic per set, so any change is a code or numerics change)."""
+    value changed, compared set by set (:func:`_same_sets`: ERROR when any set moved the worse way)."""
     rows = []
     keys = list(table.keys)
     groups = sorted(set(base.select(keys).unique().iter_rows()) | set(cur.select(keys).unique().iter_rows()))
@@ -274,23 +274,34 @@ def compare_distribution(exp: str, table: BaselineTable, base: Any, cur: Any, sa
                 continue
             rows += _statistics(exp, name, col, direction, b, c)
             if same_inputs and b.height == c.height:
-                # Same seed, same sets: per-set values are deterministic, so any change is a code/numerics change.
-                changed = float((b[col].to_numpy() != c[col].to_numpy()).mean())
-                rows.append(
-                    row(
-                        exp,
-                        f"{name}/sets_with_changed_{col}",
-                        "paired",
-                        0.0,
-                        changed,
-                        delta=changed,
-                        tol=0.0,
-                        tol_source="same inputs: bit-exact per set",
-                        moved=changed > 0,
-                        severity="WARN",
-                    )
-                )
+                rows += _same_sets(exp, name, col, direction, b[col].to_numpy(), c[col].to_numpy())
     return rows
+
+
+def _same_sets(exp: str, name: str, col: str, direction: Direction, b: np.ndarray, c: np.ndarray) -> list[Row]:
+    """Same seed, same sets: each set's value is deterministic, so a set that moved the worse way is a
+    regression of the code or its numerics (ERROR), whatever the statistics say; sets that moved only
+    the better way are a change to look at (WARN)."""
+    both_nan = np.isnan(b) & np.isnan(c) if b.dtype.kind == "f" and c.dtype.kind == "f" else np.zeros(len(b), bool)
+    changed = (b != c) & ~both_nan
+    delta = np.where(changed, c.astype(np.float64) - b.astype(np.float64), 0.0)
+    worse = np.array([_worse_move(direction, float(d)) for d in delta]) & changed
+    share = float(changed.mean())
+    severity = "ERROR" if worse.any() else "WARN"
+    return [
+        row(
+            exp,
+            f"{name}/sets_with_changed_{col}",
+            "paired",
+            0.0,
+            share,
+            delta=share,
+            tol=0.0,
+            tol_source=f"same inputs: bit-exact per set ({int(worse.sum())} of {len(b)} sets moved the worse way)",
+            moved=share > 0,
+            severity=severity,
+        )
+    ]
 
 
 def _in_order(df: pl.DataFrame, order: tuple[str, ...]) -> pl.DataFrame:
