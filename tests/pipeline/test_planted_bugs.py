@@ -31,7 +31,7 @@ def test_registration_is_idempotent():
     assert planted_bugs.register_planted_backends() == names
     registered = set(list_backends(exclude_tags=()))
     assert set(names) <= registered and len(names) == 13
-    assert all(b.fault_class and b.description for b in planted_bugs.PLANTED_BUGS.values())
+    assert all(b.fault_class and b.description and b.designed_catch for b in planted_bugs.PLANTED_BUGS.values())
 
 
 def _softmax(x):
@@ -309,7 +309,14 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
         ]
     )
     clean = _synthetic_run([_outcome("x:ok", True, err, {"outcome": "validity"})])
+    designed = PLANTED_BUGS["planted_drop_channel"].designed_catch + "softmax"
     bug = _synthetic_run(
+        [
+            _outcome("x:standing", False, err, {"outcome": "validity"}),
+            _outcome(designed, False, err, {"verdict": "contradicted"}, spec="claim"),
+        ]
+    )
+    elsewhere = _synthetic_run(
         [
             _outcome("x:standing", False, err, {"outcome": "validity"}),
             _outcome("x:claim", False, err, {"verdict": "contradicted"}, spec="claim"),
@@ -320,10 +327,13 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
     assert (row["caught_by"], row["error_outcomes"], row["checks_evaluated"]) == ("x:standing (invalid run)", 1, 2)
     assert harness.healthy_row(clean)["caught"] == "clean" and harness.healthy_row(clean)["first_failure"] == ""
     caught = harness.bug_row("planted_drop_channel", bug, healthy)
-    assert caught["caught"] == "yes" and caught["caught_by"] == "x:claim (claim contradicted)"
+    assert caught["caught"] == "yes" and caught["caught_by"] == f"{designed} (claim contradicted)"
     assert caught["fault_class"] == PLANTED_BUGS["planted_drop_channel"].fault_class
-    assert caught["first_failure"] == "x:claim" and caught["first_failure_metadata"] == '{"k": "x:claim"}'
+    assert caught["first_failure"] == designed and caught["first_failure_metadata"] == f'{{"k": "{designed}"}}'
     assert harness.bug_row("planted_drop_channel", healthy, healthy)["caught"] == "no"
+    # Caught, but only by a check other than the claim built for the fault: that claim lacks the power.
+    other = harness.bug_row("planted_drop_channel", elsewhere, healthy)
+    assert other["caught"] == harness.NOT_BY_ITS_CLAIM and other["error_outcomes"] == 1
     table = pl.DataFrame([harness.healthy_row(clean), caught], schema=harness.MATRIX_SCHEMA)
     facts: harness.MatrixFacts = {
         "healthy_seeds": [1],

@@ -93,6 +93,7 @@ MATRIX_SCHEMA = {
     "first_failure": pl.String,
     "first_failure_metadata": pl.String,
     "wall_seconds": pl.Float64,
+    "designed_catch": pl.String,  # the claim built to catch the bug (bug rows); "" for healthy rows
 }
 
 
@@ -131,6 +132,7 @@ def _matrix_row(
         "first_failure": first,
         "first_failure_metadata": first_meta,
         "wall_seconds": run["seconds"],
+        "designed_catch": "",
     }
 
 
@@ -165,12 +167,32 @@ def invalid_controls(matrix: pl.DataFrame) -> str:
     )
 
 
+#: ``caught`` of a bug whose ERROR outcomes beyond the healthy run include none of its designed claim.
+NOT_BY_ITS_CLAIM = "not by its claim"
+
+
+def caught_verdict(designed: str, errors: dict[str, str]) -> str:
+    """ "yes" when an ERROR outcome of the claim built for the fault (``designed``, a prefix of its
+    ``asset:check (kind)`` entry) is among ``errors``; :data:`NOT_BY_ITS_CLAIM` when only other checks
+    caught it; "no" when nothing did. A bug with no designed claim counts any ERROR."""
+    if not errors:
+        return "no"
+    if not designed:
+        return "yes"
+    entries = [f"{key} ({kind})" for key, kind in errors.items()]
+    return "yes" if any(e.startswith(designed) or designed in e for e in entries) else NOT_BY_ITS_CLAIM
+
+
 def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
-    """The matrix row of planted bug ``name``: caught by its ERROR outcomes beyond ``reference``'s
-    (the healthy run at the same base seed)."""
+    """The matrix row of planted bug ``name``: its ERROR outcomes beyond ``reference``'s (the healthy
+    run at the same base seed), scored against the claim built to catch it (:func:`caught_verdict`)."""
     bug = PLANTED_BUGS[name]
     errors = score_bug(reference, run)
-    return _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, "yes" if errors else "no", run, errors)
+    row = _matrix_row(
+        BUG_ROW, name, bug.fault_class, bug.description, caught_verdict(bug.designed_catch, errors), run, errors
+    )
+    row["designed_catch"] = bug.designed_catch
+    return row
 
 
 def matrix_plan(bugs: list[str], seeds: list[int]) -> list[PlannedRun]:

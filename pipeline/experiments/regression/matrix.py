@@ -183,7 +183,17 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
         "bugs": bugs.height,
         "caught": bugs.height - missed.height,
         "missed": ", ".join(missed["bug"].to_list()) or "none",
-        "caught_by": dg.MetadataValue.md(markdown_table(bugs.select("bug", "fault_class", "caught", "caught_by"))),
+        "caught_by": dg.MetadataValue.md(
+            markdown_table(
+                bugs.select(
+                    "bug",
+                    "fault_class",
+                    "caught",
+                    *(["designed_catch"] if "designed_catch" in bugs.columns else []),
+                    "caught_by",
+                )
+            )
+        ),
     }
     if bugs.height == 0:
         return claim_result(INCONCLUSIVE, MUTATION_RULE, "no planted bug ran", meta)
@@ -195,11 +205,13 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
         return claim_result(
             CONTRADICTED,
             MUTATION_RULE,
-            f"{missed.height} of {bugs.height} planted bugs raised no ERROR outcome beyond the healthy "
-            f"run's: {', '.join(missed['bug'].to_list())}",
+            f"{missed.height} of {bugs.height} planted bugs raised no ERROR outcome of their designed claim beyond "
+            "the healthy run's: " + ", ".join(f"{r['bug']} ({r['caught']})" for r in missed.iter_rows(named=True)),
             meta,
         )
-    return claim_result(SUPPORTED, MUTATION_RULE, f"all {bugs.height} planted bugs caught at ERROR", meta)
+    return claim_result(
+        SUPPORTED, MUTATION_RULE, f"all {bugs.height} planted bugs caught at ERROR by the claim built for them", meta
+    )
 
 
 @claim_check(

@@ -45,12 +45,14 @@ SCORING = (
 )
 
 MUTATION_RULE = Rule(
-    claim="the harness catches every planted bug at ERROR",
+    claim="the harness catches every planted bug at ERROR, by the claim built to catch it",
     metric="per bug run: ERROR outcomes that the healthy run at the same base seed does not have (a claim "
     "verdict contradicted, a validity check failed, a step failed, e.g. FusionError for missing fusion "
-    "evidence); WARN findings and inconclusive verdicts are not counted",
-    decision="contradicted when any bug run has no such ERROR outcome; supported when every bug run has at least "
-    "one; inconclusive when no bug ran",
+    "evidence), among them the one of the claim designed for the bug (planted_bugs.PlantedBug.designed_catch); "
+    "WARN findings and inconclusive verdicts are not counted",
+    decision="contradicted when any bug run has no such ERROR outcome of its designed claim (a catch only by "
+    "another experiment is scored 'not by its claim': that claim lacks the power it is credited with); supported "
+    "when every bug run has one; inconclusive when no bug ran",
     threshold=1.0,
     unit="ERROR outcomes per bug run, beyond the healthy run's",
     confidence=None,
