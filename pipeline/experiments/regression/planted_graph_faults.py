@@ -142,23 +142,35 @@ LONG_REDUCTION_THRESHOLD = 1024
 SPLIT_CHUNK = 256
 
 
-def _bf16_workspace_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
-    """Split-K sum over the last dim whose second stage uses a bf16 workspace: each chunk of
-    ``SPLIT_CHUNK`` elements is summed in fp32 (inputs exact), each partial is stored at bf16
-    precision and the partials are added in order with the running sum rounded to bf16 precision."""
+def _bf16_partials_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...], steps: int) -> torch.fx.Node:
+    """Sum over the last dim in ``steps`` equal chunks (zero-padded), each summed in fp32 (inputs
+    exact), each partial stored at bf16 precision and the partials added in order with the running
+    sum rounded to bf16 precision."""
     lead = list(shape[:-1])
     n = shape[-1]
-    steps = -(-n // SPLIT_CHUNK)
+    chunk = -(-n // steps)
     y = graph.call_function(aten._to_copy.default, (src,), {"dtype": torch.float32})
-    if steps * SPLIT_CHUNK != n:
-        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, steps * SPLIT_CHUNK - n], 0.0))
-    y = graph.call_function(aten.view.default, (y, [*lead, steps, SPLIT_CHUNK]))
+    if chunk * steps != n:
+        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, chunk * steps - n], 0.0))
+    y = graph.call_function(aten.view.default, (y, [*lead, steps, chunk]))
     partials = graph.call_function(aten.sum.dim_IntList, (y, [-1]))
     acc = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, 0)))
     for i in range(1, steps):
         part = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, i)))
         acc = _round_to_bf16_precision(graph, graph.call_function(aten.add.Tensor, (acc, part)))
     return acc
+
+
+#: At most this many split-K partials (a longer row gets longer chunks): each partial is a few graph
+#: nodes, and 2^21 terms in 256-element chunks would be 8192 of them, a graph Inductor compiles for hours.
+MAX_SPLIT_STEPS = 64
+
+
+def _bf16_workspace_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
+    """Split-K sum over the last dim whose second stage uses a bf16 workspace: chunks of
+    ``SPLIT_CHUNK`` elements (fewer, longer ones beyond ``MAX_SPLIT_STEPS`` chunks), see
+    :func:`_bf16_partials_sum`."""
+    return _bf16_partials_sum(graph, src, shape, min(-(-shape[-1] // SPLIT_CHUNK), MAX_SPLIT_STEPS))
 
 
 def _rewrite_long_reduction(gm: torch.fx.GraphModule) -> int:
@@ -176,22 +188,9 @@ THREAD_PARTIALS = 48
 
 
 def _bf16_thread_partials_sum(graph: torch.fx.Graph, src: torch.fx.Node, shape: tuple[int, ...]) -> torch.fx.Node:
-    """Per-thread split of a long sum whose combine step uses a bf16 workspace: the row is cut into
-    ``THREAD_PARTIALS`` ranges, each summed in fp32, each partial stored at bf16 precision and the
-    partials added in thread order with the running sum rounded to bf16 precision."""
-    lead = list(shape[:-1])
-    n = shape[-1]
-    chunk = -(-n // THREAD_PARTIALS)
-    y = graph.call_function(aten._to_copy.default, (src,), {"dtype": torch.float32})
-    if chunk * THREAD_PARTIALS != n:
-        y = graph.call_function(aten.constant_pad_nd.default, (y, [0, chunk * THREAD_PARTIALS - n], 0.0))
-    y = graph.call_function(aten.view.default, (y, [*lead, THREAD_PARTIALS, chunk]))
-    partials = graph.call_function(aten.sum.dim_IntList, (y, [-1]))
-    acc = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, 0)))
-    for i in range(1, THREAD_PARTIALS):
-        part = _round_to_bf16_precision(graph, graph.call_function(aten.select.int, (partials, -1, i)))
-        acc = _round_to_bf16_precision(graph, graph.call_function(aten.add.Tensor, (acc, part)))
-    return acc
+    """Per-thread split of a long sum whose combine step uses a bf16 workspace: ``THREAD_PARTIALS``
+    ranges, see :func:`_bf16_partials_sum`."""
+    return _bf16_partials_sum(graph, src, shape, THREAD_PARTIALS)
 
 
 def _rewrite_thread_split(gm: torch.fx.GraphModule) -> int:
