@@ -18,6 +18,14 @@ import torch
 from .planted_faults import REDUCTIONS, aten, aten_graph, inductor, reduced_dims, static_shape
 
 
+def _rewritten(gm: torch.fx.GraphModule, count: int) -> int:
+    """After a pass that changed ``count`` nodes: check the graph and regenerate its code; ``count``."""
+    if count:
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
 def _rewrite_wrong_axis(gm: torch.fx.GraphModule) -> int:
     """Reductions over the last dim of an [..., A, B] input read it along the other axis: the
     input is walked column-major (transpose + reshape back to [..., A, B]) before reducing."""
@@ -38,10 +46,7 @@ def _rewrite_wrong_axis(gm: torch.fx.GraphModule) -> int:
             walked = graph.call_function(aten.view.default, (c, list(shape)))
         node.replace_input_with(src, walked)
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return _rewritten(gm, count)
 
 
 #: Sequential steps of the planted fp16 accumulator: a row longer than this is summed in this many
@@ -125,10 +130,7 @@ def _rewrite_last_dim_sums(gm: torch.fx.GraphModule, summed: Callable[..., torch
         node.replace_all_uses_with(y)
         graph.erase_node(node)
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return _rewritten(gm, count)
 
 
 def _rewrite_fp16_accumulation(gm: torch.fx.GraphModule) -> int:
@@ -233,10 +235,7 @@ def _rewrite_dropped_mask(gm: torch.fx.GraphModule) -> int:
         node.replace_all_uses_with(scores)
         graph.erase_node(node)
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return _rewritten(gm, count)
 
 
 #: Reductions whose results the planted bf16-scratch bug rounds (var_mean through its getitems).
@@ -273,10 +272,7 @@ def _rewrite_bf16_scratch(gm: torch.fx.GraphModule) -> int:
             y = graph.call_function(aten._to_copy.default, (y,), {"dtype": val.dtype})
         node.replace_all_uses_with(y, delete_user_cb=lambda user: user is not x32)  # noqa: B023 - used during this call
         count += 1
-    if count:
-        graph.lint()
-        gm.recompile()
-    return count
+    return _rewritten(gm, count)
 
 
 def _graph_fault_backend(rewrite: Callable[[torch.fx.GraphModule], int]) -> Callable[..., Callable[..., Any]]:
