@@ -15,6 +15,8 @@ class DeterminismSizes:
 
 SIZES = {
     "smoke": DeterminismSizes(runs=5, cold_start=False),
-    "default": DeterminismSizes(runs=300, cold_start=True),
+    # 100 runs per dtype: each fp16/bf16 run of the FFN costs about 0.25 s where 16-bit matmul has no native
+    # instructions, and a nondeterministic kernel shows within a few runs (the planted one on every call).
+    "default": DeterminismSizes(runs=100, cold_start=True),
     "seed": DeterminismSizes(runs=1000, cold_start=True),
 }

@@ -44,6 +44,21 @@ SIZES = {
         ),
         healthy_seeds=1,
     ),
-    "default": MatrixSizes(planted_bugs=(), healthy_seeds=3),
+    # Every way of being caught and the bugs of the forms real code takes (make test-all runs all of them):
+    # each bug is a smoke run of B, C2 and D, about 25 s on two cores.
+    "default": MatrixSizes(
+        planted_bugs=(
+            "planted_fallback_to_eager",
+            "planted_nondeterministic_reduction",
+            "planted_contiguous_only",
+            "planted_layout_swap",
+            "planted_bf16_scratch",
+            "planted_long_reduction_bf16",
+            "planted_off_by_one_ulp",
+            "planted_attention_mask_dropped",
+            "planted_thread_partials_bf16",
+        ),
+        healthy_seeds=3,
+    ),
     "seed": MatrixSizes(planted_bugs=(), healthy_seeds=3),
 }
