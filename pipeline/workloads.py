@@ -216,11 +216,68 @@ def _wide_range(shapes, gen):
     return out
 
 
-def _near_cancellation(shapes, gen):
-    """A large common offset with small spread: mean subtraction cancels most digits."""
+#: Spread of the near-cancellation rows in units of the dtype's spacing at the offset: 16 ULPs keeps 16
+#: distinct levels per standard deviation after rounding to the dtype (a spread given in absolute terms,
+#: 64 + 0.05 N, rounds to a constant row in bf16, where the spacing at 64 is 0.5: zero variance).
+NEAR_CANCELLATION_OFFSET = 64.0
+NEAR_CANCELLATION_SPREAD_ULPS = 16.0
+
+#: Significand bits (with the implicit one) of the formats a dtype-aware sampler knows.
+_SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def dtype_spacing(value: float, dtype: str) -> float:
+    """The gap between ``dtype`` numbers at ``value`` (a normal number of that format).
+
+    >>> dtype_spacing(64.0, "bfloat16"), dtype_spacing(64.0, "float16")
+    (0.5, 0.0625)
+    """
+    return 2.0 ** (math.floor(math.log2(abs(value))) - _SIGNIFICAND_BITS[dtype] + 1)
+
+
+class InDtypeUnits:
+    """A sampler whose spreads are set in units of the target dtype's spacing: drawn once per dtype."""
+
+    def __init__(self, sample: Callable[[dict, torch.Generator, str], dict[str, torch.Tensor]]) -> None:
+        self._sample = sample
+        self.__doc__ = sample.__doc__
+
+    def __call__(self, shapes, gen, dtype: str = "float64"):
+        return self._sample(shapes, gen, dtype)
+
+
+@InDtypeUnits
+def _near_cancellation(shapes, gen, dtype):
+    """A large common offset with a spread of 16 of the dtype's ULPs at the offset: mean subtraction
+    cancels most digits, and the rounded rows keep their variance."""
     out = _normal(shapes, gen)
-    x = out["x"]
-    out["x"] = 64.0 + 0.05 * x
+    spread = NEAR_CANCELLATION_SPREAD_ULPS * dtype_spacing(NEAR_CANCELLATION_OFFSET, dtype)
+    out["x"] = NEAR_CANCELLATION_OFFSET + spread * out["x"]
+    return out
+
+
+#: Common offset of the offset logits: a softmax without its max subtraction overflows at any scale.
+LARGE_OFFSET = 1000.0
+
+
+def _large_offset(shapes, gen):
+    """Logits 1000 + 4 N: every row is far past exp's fp32 range, and softmax is shift-invariant."""
+    out = _normal(shapes, gen)
+    out["x"] = LARGE_OFFSET + 4.0 * out["x"]
+    return out
+
+
+#: Scale of the subnormal-range inputs: fp16's smallest normal is 2^-14, so about half of the
+#: elementwise chain's outputs land among fp16's subnormals (bf16 keeps them normal).
+SUBNORMAL_SCALE = 2.0**-14
+
+
+def _subnormal_range(shapes, gen):
+    """``x`` and ``shift`` scaled to 2^-14: the chain's outputs straddle fp16's smallest normal, where
+    a kernel that flushes subnormals to zero loses them."""
+    out = _normal(shapes, gen)
+    out["x"] = out["x"] * SUBNORMAL_SCALE
+    out["shift"] = out["shift"] * SUBNORMAL_SCALE
     return out
 
 
@@ -272,8 +329,8 @@ def _attention_masked_peaked(shapes, gen):
 
 
 def _affine_near_one(sampler: Sampler) -> Sampler:
-    def sample(shapes, gen):
-        out = sampler(shapes, gen)
+    def sample(shapes, gen, *dtype):
+        out = sampler(shapes, gen, *dtype)
         for name in ("weight",):
             if name in out:
                 out[name] = 1.0 + 0.1 * out[name]
@@ -281,7 +338,7 @@ def _affine_near_one(sampler: Sampler) -> Sampler:
             out["bias"] = 0.1 * out["bias"]
         return out
 
-    return sample
+    return InDtypeUnits(sample) if isinstance(sampler, InDtypeUnits) else sample
 
 
 # --- the catalogue ---------------------------------------------------------------------------
@@ -301,8 +358,15 @@ class Workload:
     def arg_names(self) -> tuple[str, ...]:
         return tuple(self.fn.__code__.co_varnames[: self.fn.__code__.co_argcount])
 
-    def sample(self, profile: PoolShapes, distribution: str, n_sets: int, seed: int) -> dict[str, torch.Tensor]:
-        """``n_sets`` input sets drawn in float64, stacked on a leading set dimension."""
+    def in_dtype_units(self, distribution: str) -> bool:
+        """Whether ``distribution`` sets its spreads in units of the target dtype's spacing (drawn per dtype)."""
+        return isinstance(self.distributions[distribution], InDtypeUnits)
+
+    def sample(
+        self, profile: PoolShapes, distribution: str, n_sets: int, seed: int, dtype: str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``n_sets`` input sets drawn in float64, stacked on a leading set dimension. A distribution
+        set in units of the dtype's spacing (:meth:`in_dtype_units`) needs the ``dtype`` it is drawn for."""
         if distribution not in self.distributions:
             raise ValueError(
                 f"workload {self.name!r} has no distribution {distribution!r}; "
@@ -310,7 +374,16 @@ class Workload:
             )
         gen = torch.Generator().manual_seed(seed)
         shapes = {k: (n_sets, *s) for k, s in self.shapes(profile).items()}
-        sampled = self.distributions[distribution](shapes, gen)
+        sampler = self.distributions[distribution]
+        if isinstance(sampler, InDtypeUnits):
+            if dtype not in _SIGNIFICAND_BITS:
+                raise ValueError(
+                    f"distribution {distribution!r} of {self.name!r} is set in units of the dtype's spacing: "
+                    f"pass dtype, one of {', '.join(_SIGNIFICAND_BITS)} (got {dtype!r})"
+                )
+            sampled = sampler(shapes, gen, dtype)
+        else:
+            sampled = sampler(shapes, gen)
         return {k: sampled[k] for k in self.arg_names}
 
 
@@ -387,7 +460,7 @@ WORKLOADS: dict[str, Workload] = {
             mul_add_gelu_mul,
             "elementwise",
             _chain_shapes,
-            {"normal": _normal, "wide_range": _wide_range},
+            {"normal": _normal, "wide_range": _wide_range, "subnormal_range": _subnormal_range},
             lambda p: 1,
         ),
         Workload(
@@ -405,7 +478,7 @@ WORKLOADS: dict[str, Workload] = {
             softmax,
             "softmax",
             _rows,
-            {"normal": _normal, "large_logits": _large_logits},
+            {"normal": _normal, "large_logits": _large_logits, "large_offset": _large_offset},
             lambda p: p.width,
         ),
         Workload(

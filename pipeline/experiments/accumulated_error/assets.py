@@ -72,7 +72,7 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
         run_chain(settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], context.log.info)
         for chain in CHAINS
     ]
-    per_set = pl.DataFrame([row for run in runs for row in run.rows])
+    per_set = pl.DataFrame([row for run in runs for row in run.rows], infer_schema_length=None)
     ev = pl.DataFrame([row for run in runs for row in run.evidence], schema=EVIDENCE_SCHEMA)
     worst = {k: v for run in runs for k, v in run.worst.items()}
     wall = time.perf_counter() - wall

@@ -65,8 +65,17 @@ def details(report: Report, exp: Experiment) -> str:
             f"fused, their paired difference with its one-sided {CONFIDENCE:g} bootstrap interval "
             f"({BOOTSTRAP_RESAMPLES} resamples), the Holm-adjusted p-value of 'fused is worse by more than "
             f"{MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
-            f"fused is worse by more than {MATERIALITY_SULP:g} sULP, and the verdict. The rule is stated in full "
-            "under *Decision rules* above.\n\n" + markdown_table(verdict_table(summary))
+            f"fused is worse by more than {MATERIALITY_SULP:g} sULP, the bias test, and the verdict. Two more "
+            "columns judge what that unit cannot see. *Gross sets*: sets where fused's error is beyond twice "
+            "eager's worst set plus one unit (five of 1000 contradict: a fault that fires on rare inputs). "
+            "*Wrongly rounded %*: where fused's own code computes the whole chain (no library call), the share of "
+            "judged elements fused does not hold as the correctly rounded fp64 result, beside the share the chain "
+            "computed in fp32 and rounded once misses; a median excess over the margin (0.2% of elements in fp16, "
+            "0.02% in bf16) is a changed computation however small each element's error (an approximated GELU, "
+            "flushed subnormals, a wrong epsilon). Elements are judged on their own ULP for elementwise chains, "
+            "softmax and RMSNorm, and above 2^(p-14) of the row's largest value for the others. The rule is stated "
+            "in full under *Decision rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
+            + markdown_table(verdict_table(summary))
         )
         if "emulate_unavailable" in summary.columns:
             why = sorted(set(summary["emulate_unavailable"].drop_nulls().to_list()))

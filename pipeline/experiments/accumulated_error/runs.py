@@ -15,13 +15,13 @@ import torch
 
 from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
-from precisionkit.stats import scaled_spacing
+from precisionkit.stats import round_to_dtype, scaled_spacing
 
 from ...devices import synchronize
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...workloads import CHAIN_STAGES, Workload
-from .rules import DTYPES_B, FUSED_PATHS, PATHS
+from .rules import DTYPES_B, FUSED_PATHS, PATHS, element_floor_factor
 
 #: Elements of one path's outputs held at once: batches keep memory flat whatever the set count.
 BATCH_ELEMENTS = 1 << 20
@@ -91,6 +91,37 @@ def magnitude_bias(out: torch.Tensor, ref: torch.Tensor) -> np.ndarray:
         return np.where(m.cpu().numpy() > 0, (signed.sum(dim=1) / m.clamp(min=1)).cpu().numpy(), np.nan)
 
 
+#: Key of the outputs of the chain computed in fp32 from the same inputs and rounded once to the dtype:
+#: what a fused kernel that keeps every intermediate in fp32 should produce, up to fp32 rounding.
+SINGLE_ROUNDING = "single_rounding"
+
+
+def single_rounding(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``fn`` run eagerly on its inputs upcast to fp32, the result rounded once to the inputs' dtype."""
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        dtype = args[0].dtype
+        return fn(*(a.to(torch.float32) if a.is_floating_point() else a for a in args)).to(dtype)
+
+    return run
+
+
+def element_counts(chain: str, dtype: str, out: torch.Tensor, ref: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per set (leading axis): the judged elements (finite reference at or above the chain's magnitude
+    floor, see :func:`.rules.element_floor_factor`) and how many of them ``out`` does not hold as the
+    correctly rounded reference (a non-finite output counts as wrongly rounded)."""
+    n = ref.shape[0]
+    r = ref.to(torch.float64).reshape(n, -1)
+    o = out.to(torch.float64).reshape(n, -1).to(r.device)
+    finite = torch.isfinite(r)
+    safe = torch.where(finite, r, 0.0)
+    floor = safe.abs().amax(dim=1, keepdim=True) * element_floor_factor(chain, dtype)
+    judged = finite & (safe.abs() >= floor)
+    rounded = round_to_dtype(safe, out.dtype).to(torch.float64)
+    wrong = judged & ~(o == rounded)
+    return judged.sum(dim=1).cpu().numpy(), wrong.sum(dim=1).cpu().numpy()
+
+
 def per_set_rows(
     chain: str, dist: str, dtype: str, first_set: int, outputs: Mapping[str, torch.Tensor], ref: torch.Tensor
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -103,6 +134,9 @@ def per_set_rows(
     ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
     ran = [p for p in PATHS if p in outputs]  # a path this torch cannot compile has no outputs
     all_stats = {p: error_stats_per_set(outputs[p], ref) for p in ran}
+    predicted = None
+    if SINGLE_ROUNDING in outputs:  # only where fused computes the whole chain in its own code
+        judged, predicted = element_counts(chain, dtype, outputs[SINGLE_ROUNDING], ref)
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n, -np.inf)
     for p in ran:
@@ -112,6 +146,7 @@ def per_set_rows(
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
         nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
         nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
+        judged, wrong = element_counts(chain, dtype, outputs[p], ref)
         if p == "fused":
             gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
             fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)
@@ -130,6 +165,10 @@ def per_set_rows(
                     "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
                     "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
                     "max_ulp_vs_eager": int(vs_eager[j]),
+                    "judged_elements": int(judged[j]),
+                    "wrongly_rounded": int(wrong[j]),
+                    # wrongly rounded elements of the fp32 single-rounding computation; None where not run
+                    "single_rounding_wrongly_rounded": None if predicted is None else int(predicted[j]),
                 }
             )
     return rows, fused_gap
@@ -159,6 +198,7 @@ def _run_distribution(
     ref: torch.Tensor,
     device: torch.device,
     progress: Progress,
+    predict: Callable[..., torch.Tensor] | None = None,
 ) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, float]]:
     """Every path on every set of one distribution, a batch of sets at a time: the error rows, the
     per-set fused-minus-eager gap and the seconds each path spent executing."""
@@ -177,6 +217,8 @@ def _run_distribution(
             outputs[p] = torch.stack([paths[p](*one) for one in sets])
             synchronize(device)
             seconds[p] += time.perf_counter() - t0
+        if predict is not None:
+            outputs[SINGLE_ROUNDING] = torch.stack([predict(*one) for one in sets])
         batch_rows, fused_gap[start:stop] = per_set_rows(workload.name, dist, dtype, start, outputs, ref[start:stop])
         rows.extend(batch_rows)
         progress.advance(stop - start)
@@ -278,13 +320,19 @@ def _run_dtype(
             paths.pop(p, None)
             if log:
                 log(f"{workload.name}/{dtype}: {p} not run: {unavailable[p]}")
+    # Where fused's own code computes the whole chain (no library call rounds an intermediate to the
+    # dtype), its outputs should be the fp32 computation rounded once: run that too, as the prediction.
+    ev = paths["fused"].evidence  # type: ignore[attr-defined]
+    predict = None if ev.extern_calls or ev.fused_library_calls else single_rounding(workload.fn)
     total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
     progress = Progress(log, f"{workload.name} {dtype} input sets", total)
     out, seconds = ChainRun(), dict.fromkeys(paths, 0.0)
     for dist in distributions:
         stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
         ref = refs[f"{dist}/{dtype}"]
-        rows, fused_gap, spent = _run_distribution(workload, dist, dtype, paths, stacked, ref, device, progress)
+        rows, fused_gap, spent = _run_distribution(
+            workload, dist, dtype, paths, stacked, ref, device, progress, predict
+        )
         out.rows.extend(rows)
         seconds = {p: seconds[p] + spent[p] for p in paths}
         # Keep the set where fused is worst relative to eager, with every path's output, for a reproducer.

@@ -16,12 +16,15 @@ from .rules import (
     BIAS_MARGIN_SULP,
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
+    GROSS_FACTOR,
     GROUP_KEYS,
     JUDGED_PATHS,
     MATERIALITY_SULP,
     MIN_SETS_FOR_SUPPORTED,
     PATHS,
     TAIL_QUANTILE,
+    element_margin,
+    gross_sets_threshold,
 )
 
 #: Columns of :func:`paired_statistics`, None when fewer than two sets pair up (``p_value`` is then 1).
@@ -55,6 +58,13 @@ def paired_statistics(
     if len(f) < 2:
         return {**dict.fromkeys(_PAIRED_COLUMNS), "p_value": 1.0}
     test = paired_quantile_test(f, e, q=q, margin=margin, confidence=confidence, resamples=resamples, seed=seed)
+    if test.p_value <= 1.0 / (resamples + 1):
+        # No resample came within the margin: the p-value is only bounded by the resample count, which
+        # Holm over B's whole table (about 200 tests) would not let reject. Ten times the resamples
+        # resolve it; only rows this far from the margin pay for them.
+        test = paired_quantile_test(
+            f, e, q=q, margin=margin, confidence=confidence, resamples=10 * resamples + 9, seed=seed
+        )
     sign = sign_test(f, e, margin=margin)
     return {
         "eager_p99": test.y_quantile,
@@ -87,6 +97,43 @@ def bias_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
     }
 
 
+def element_statistics(wrong: np.ndarray, predicted: np.ndarray, judged: np.ndarray, dtype: str) -> dict[str, Any]:
+    """The per-element rule's statistics of one row: per set, the share of judged elements the path
+    rounds wrongly (``wrong``) and the share the fp32 single-rounding computation does (``predicted``);
+    the median set's excess and the exact sign test of "excess above :func:`.rules.element_margin`"."""
+    margin = element_margin(dtype)
+    ok = judged > 0
+    if not ok.any():
+        return {**dict.fromkeys(_ELEMENT_COLUMNS), "element_margin": margin, "element_p_value": 1.0}
+    fs, ps = wrong[ok] / judged[ok], predicted[ok] / judged[ok]
+    test = sign_test(fs, ps, margin=margin)
+    return {
+        "wrongly_rounded_share": float(wrong[ok].sum() / judged[ok].sum()),
+        "single_rounding_share": float(predicted[ok].sum() / judged[ok].sum()),
+        "element_excess": float(np.median(fs - ps)),
+        "element_worse_sets": test.positive,
+        "element_margin": margin,
+        "element_p_value": test.p_value,
+    }
+
+
+_ELEMENT_COLUMNS = ("wrongly_rounded_share", "single_rounding_share", "element_excess", "element_worse_sets")
+
+
+def gross_statistics(f: np.ndarray, e: np.ndarray, confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The rare-set rule's figures of one row from paired finite per-set errors: the threshold
+    (:data:`.rules.GROSS_FACTOR` times eager's worst plus one unit), the sets of ``f`` beyond it and
+    how many it takes to contradict (:func:`.rules.gross_sets_threshold`)."""
+    if len(f) == 0:
+        return {"gross_threshold": None, "gross_sets": 0, "gross_sets_needed": None}
+    threshold = GROSS_FACTOR * float(e.max()) + MATERIALITY_SULP
+    return {
+        "gross_threshold": threshold,
+        "gross_sets": int((f > threshold).sum()),
+        "gross_sets_needed": gross_sets_threshold(len(f), confidence),
+    }
+
+
 def judge(
     per_set: pl.DataFrame,
     *,
@@ -97,15 +144,19 @@ def judge(
     min_sets: int = MIN_SETS_FOR_SUPPORTED,
     paths: tuple[str, ...] = JUDGED_PATHS,
     bias_margin: float = BIAS_MARGIN_SULP,
+    family: int | None = None,
 ) -> pl.DataFrame:
     """B's rule applied to the per-set table: one row per chain x distribution x dtype x judged path.
 
     Pairs each path's per-set ``sulp_max`` with eager's on the same ``set_index``; sets where
     either side has no finite element to compare are counted (``unpaired_sets``) and left out of
     the bootstrap; sets where the path is non-finite where eager is finite contradict the claim
-    outright. Deterministic: each row's bootstrap is seeded from its key.
+    outright. Deterministic: each row's bootstrap is seeded from its key. ``family``: the number of
+    tests Holm adjusts over when this table is a part of a larger one (a simulation of a few rows
+    judged as B's whole table is); the default is every test of these rows.
     """
     has_bias = "sulp_bias" in per_set.columns
+    has_elements = "single_rounding_wrongly_rounded" in per_set.columns
     bias_cols = [pl.col("sulp_bias").alias("eager_bias_set")] if has_bias else []
     eager = per_set.filter(pl.col("path") == "eager").select(
         *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"), *bias_cols
@@ -141,30 +192,60 @@ def judge(
                 row.update(bias_statistics(fb[both], eb[both]))
             else:
                 row.update({"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0})
+            row.update(gross_statistics(f[ok], e[ok], confidence))
+            predicted = grp["single_rounding_wrongly_rounded"] if has_elements else None
+            if path == "fused" and predicted is not None and predicted.null_count() == 0:
+                row.update(
+                    element_statistics(
+                        grp["wrongly_rounded"].to_numpy().astype(np.float64),
+                        predicted.to_numpy().astype(np.float64),
+                        grp["judged_elements"].to_numpy().astype(np.float64),
+                        dtype,
+                    )
+                )
+            else:  # fused_emulate rounds intermediates by design; a library call rounds them too
+                row.update({**dict.fromkeys(_ELEMENT_COLUMNS), "element_margin": None, "element_p_value": 1.0})
             rows.append(row)
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
     if table.height == 0:
-        return table.with_columns(pl.lit(None, pl.Float64).alias("p_holm"), pl.lit(None, pl.String).alias("verdict"))
-    rejected, adjusted = holm(table["p_value"].to_numpy(), alpha=1.0 - confidence)
-    bias_rejected, bias_adjusted = holm(table["bias_p_value"].to_numpy(), alpha=1.0 - confidence)
+        return table.with_columns(
+            *[pl.lit(None, pl.Float64).alias(c) for c in ("p_holm", "bias_p_holm", "element_p_holm")],
+            pl.lit(None, pl.String).alias("verdict"),
+        )
+    # One Holm family over every test of every row: the P99 test, the bias test and the per-element test.
+    tests = ("p_value", "bias_p_value", "element_p_value")
+    n = table.height
+    p_values = np.concatenate([table[t].to_numpy() for t in tests])
+    if family is not None and family > p_values.size:  # the rest of the family: tests of other rows
+        p_values = np.concatenate([p_values, np.ones(family - p_values.size)])
+    rejected, adjusted = holm(p_values, alpha=1.0 - confidence)
     table = table.with_columns(
-        pl.Series("p_holm", adjusted),
-        pl.Series("_rejected", rejected),
-        pl.Series("bias_p_holm", bias_adjusted),
-        pl.Series("_bias_rejected", bias_rejected),
+        *[pl.Series(t.replace("p_value", "p_holm"), adjusted[i * n : (i + 1) * n]) for i, t in enumerate(tests)],
+        *[pl.Series(f"_rejected_{i}", rejected[i * n : (i + 1) * n]) for i in range(len(tests))],
     )
     material_bias = pl.col("bias_difference").abs().fill_null(0.0) >= bias_margin
-    biased = pl.col("_bias_rejected") & material_bias
+    biased = pl.col("_rejected_1") & material_bias
+    elements = pl.col("_rejected_2") & (pl.col("element_excess").fill_null(0.0) > pl.col("element_margin"))
+    gross = pl.col("gross_sets") >= pl.col("gross_sets_needed").fill_null(1 << 62)
     verdict = (
-        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected") | biased)
+        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected_0") | biased | elements | gross)
         .then(pl.lit(CONTRADICTED))
-        .when((pl.col("paired_sets") >= min_sets) & (pl.col("ci_upper") <= margin) & ~material_bias)
+        .when(
+            (pl.col("paired_sets") >= min_sets)
+            & (pl.col("ci_upper") <= margin)
+            & ~material_bias
+            & (pl.col("element_excess").fill_null(0.0) <= pl.col("element_margin").fill_null(1.0))
+            & (pl.col("gross_sets") == 0)
+        )
         .then(pl.lit(SUPPORTED))
         .otherwise(pl.lit(INCONCLUSIVE))
     )
-    return table.with_columns(verdict.alias("verdict"), biased.alias("bias_contradicts")).drop(
-        "_rejected", "_bias_rejected"
-    )
+    return table.with_columns(
+        verdict.alias("verdict"),
+        biased.alias("bias_contradicts"),
+        elements.alias("element_contradicts"),
+        gross.alias("gross_contradicts"),
+    ).drop([f"_rejected_{i}" for i in range(len(tests))])
 
 
 JUDGE_SCHEMA = {
@@ -192,6 +273,15 @@ JUDGE_SCHEMA = {
     "fused_bias": pl.Float64,
     "bias_difference": pl.Float64,
     "bias_p_value": pl.Float64,
+    "gross_threshold": pl.Float64,
+    "gross_sets": pl.Int64,
+    "gross_sets_needed": pl.Int64,
+    "wrongly_rounded_share": pl.Float64,
+    "single_rounding_share": pl.Float64,
+    "element_excess": pl.Float64,
+    "element_worse_sets": pl.Int64,
+    "element_margin": pl.Float64,
+    "element_p_value": pl.Float64,
 }
 
 
@@ -206,6 +296,18 @@ def reason(row: dict[str, Any]) -> str:
         )
     if row["p99_difference"] is None:
         return f"{where}: fewer than two sets with finite errors on both paths"
+    if row.get("gross_contradicts"):
+        return (
+            f"{where}: {row['gross_sets']} of {row['paired_sets']} sets have errors beyond {row['gross_threshold']:.3g} "
+            f"sULP (twice eager's worst set plus one unit; {row['gross_sets_needed']} contradict): {row['verdict']}"
+        )
+    if row.get("element_contradicts"):
+        return (
+            f"{where}: fused rounds {row['wrongly_rounded_share']:.3%} of judged elements wrongly against the fp32 "
+            f"computation rounded once ({row['single_rounding_share']:.3%}); median set excess "
+            f"{row['element_excess']:+.3%} > margin {row['element_margin']:.3%} on {row['element_worse_sets']} sets "
+            f"(Holm p {row['element_p_holm']:.2g}): {row['verdict']}"
+        )
     if row.get("bias_contradicts"):
         return (
             f"{where}: magnitude bias {row['fused_bias']:+.3g} sULP vs eager {row['eager_bias']:+.3g} "
@@ -253,6 +355,16 @@ _SUMMARY_VERDICT_COLUMNS = (
     "bias_difference",
     "bias_p_holm",
     "bias_contradicts",
+    "gross_threshold",
+    "gross_sets",
+    "gross_sets_needed",
+    "gross_contradicts",
+    "wrongly_rounded_share",
+    "single_rounding_share",
+    "element_excess",
+    "element_margin",
+    "element_p_holm",
+    "element_contradicts",
 )
 #: Columns of the fusion evidence carried into the summary per fused path.
 _SUMMARY_EVIDENCE_COLUMNS = (

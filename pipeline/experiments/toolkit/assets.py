@@ -50,12 +50,18 @@ def pool_set_seed(settings: ExperimentSettings, workload: str, distribution: str
 
 
 def draw_sets(
-    workload: Workload, settings: ExperimentSettings, distribution: str, start: int, stop: int
+    workload: Workload,
+    settings: ExperimentSettings,
+    distribution: str,
+    start: int,
+    stop: int,
+    dtype: str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis."""
+    """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis
+    (``dtype``: the dtype a distribution set in its spacing's units is drawn for)."""
     sizes = SIZES[settings.profile]
     drawn = [
-        workload.sample(sizes, distribution, 1, pool_set_seed(settings, workload.name, distribution, i))
+        workload.sample(sizes, distribution, 1, pool_set_seed(settings, workload.name, distribution, i), dtype)
         for i in range(start, stop)
     ]
     return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
@@ -80,9 +86,10 @@ def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
     def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
         out = {}
         for d in workload.distributions:
-            drawn = draw_sets(workload, settings, d, start, stop)
+            drawn = None if workload.in_dtype_units(d) else draw_sets(workload, settings, d, start, stop)
             for t in dtypes:
-                out.update({pool_key(d, t, a): v.to(DTYPES[t]) for a, v in drawn.items()})
+                values = drawn if drawn is not None else draw_sets(workload, settings, d, start, stop, t)
+                out.update({pool_key(d, t, a): v.to(DTYPES[t]) for a, v in values.items()})
         return out
 
     fp64_set_bytes = 8 * len(workload.distributions) * sum(math.prod(s) for s in shapes.values())

@@ -1,0 +1,359 @@
+"""Faults a fused kernel can have that B's rule must see, simulated on B's own inputs and judged by
+B's own functions (:func:`.runs.per_set_rows`, :func:`.summary.judge`): the power of the rule.
+
+Each :class:`Fault` is the chain computed as a healthy fused kernel computes it (intermediates in
+fp32, one rounding to the dtype) with one change: an approximated GELU, flushed subnormals, a wrong
+epsilon or variance divisor, a missing upcast, a wrong attention scale, a softmax without its max
+subtraction, a few garbled sets. :func:`simulate` draws the sets exactly as S draws them (each from
+its own seed, spreads set in the dtype's units where the distribution says so), runs eager, the
+fault as the fused path and the fp32 single rounding, and judges the row as one row of B's whole
+table (Holm over every test of the table). ``scripts/b_rule_power.py`` prints the table for every
+fault and the healthy fused path over several seeds; the tests judge each fault at fewer sets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import torch
+import torch.nn.functional as F
+
+from precisionkit import fp64_reference
+from precisionkit.stats import round_to_dtype, spacing
+
+from ...workloads import WORKLOADS, Workload
+from ..toolkit.spec import SIZES
+from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, DTYPES_B, JUDGED_PATHS
+from .runs import SINGLE_ROUNDING, per_set_rows, single_rounding
+
+__all__ = ["FAULTS", "Fault", "FaultFn", "caught_by", "draw", "simulate", "single_rounding"]
+from .summary import judge
+
+#: The tests B's whole table adjusts over: every row (chain x distribution x dtype) x judged path x
+#: three tests (tail, bias, per element).
+TABLE_FAMILY = (
+    sum(len(w.distributions) for w in WORKLOADS.values() if w.name != "ffn") * len(DTYPES_B) * len(JUDGED_PATHS) * 3
+)
+
+#: A fused output for one set: ``(args, set index) -> output`` in the args' dtype.
+FaultFn = Callable[[tuple[torch.Tensor, ...], int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    chain: str
+    distribution: str
+    dtype: str
+    description: str
+    #: The part of B's rule built to catch it: "tail", "bias", "element", "gross" or "nonfinite".
+    designed: str
+    make: Callable[[Workload], FaultFn]
+
+
+def _fp32(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(a.to(torch.float32) for a in args)
+
+
+def _rounded_once(fn: Callable[..., torch.Tensor]) -> Callable[[Workload], FaultFn]:
+    """A fault computed in fp32 by ``fn`` and rounded once to the inputs' dtype."""
+    return lambda wl: lambda args, i: fn(*_fp32(args)).to(args[0].dtype)
+
+
+def _on_output(change: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Workload], FaultFn]:
+    """The chain's healthy single rounding with ``change`` applied to its rounded output."""
+
+    def make(wl: Workload) -> FaultFn:
+        healthy = single_rounding(wl.fn)
+        return lambda args, i: change(healthy(*args)).to(args[0].dtype)
+
+    return make
+
+
+def _gelu_tanh(x, scale, shift, gate):
+    return F.gelu(x * scale + shift, approximate="tanh") * gate
+
+
+def _flush_subnormals(o: torch.Tensor) -> torch.Tensor:
+    return torch.where(o.abs() < torch.finfo(o.dtype).tiny, torch.zeros_like(o), o)
+
+
+def _layernorm_unbiased(x, weight, bias):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=True) + 1e-5) * weight + bias
+
+
+def _layernorm_eps(x, weight, bias):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps=1e-3)
+
+
+def _softmax_approx_exp(x):
+    """exp with a relative error oscillating within 2^-12 (a sixteenth of a bf16 ULP), the kind a short
+    polynomial leaves (a constant factor would cancel in the division)."""
+    z = x - x.amax(-1, keepdim=True)
+    e = torch.exp(z) * (1.0 + 2.0**-12 * torch.cos(37.0 * z))
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_unsafe(x):
+    e = torch.exp(x)
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_no_upcast(wl: Workload) -> FaultFn:
+    """Softmax's steps each rounded to the dtype (exp, sum, divide), as code that skips the upcast does."""
+
+    def run(args, i):
+        (x,) = args
+        e = torch.exp((x - x.amax(-1, keepdim=True)).to(x.dtype))
+        return (e / e.sum(-1, keepdim=True, dtype=x.dtype)).to(x.dtype)
+
+    return run
+
+
+def _attention_scale(q, k, v):
+    """Scores scaled by 1.01 / sqrt(d): a constant 1% off."""
+    scores = (q @ k.transpose(-2, -1)) * (1.01 / math.sqrt(q.shape[-1]))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _amplified(factor: float) -> Callable[[Workload], FaultFn]:
+    """The healthy fp32 result's own error against fp64 made ``factor`` times larger."""
+
+    def make(wl: Workload) -> FaultFn:
+        def run(args, i):
+            ref = fp64_reference(wl.fn, args)
+            healthy = single_rounding(wl.fn)(*args).to(torch.float64)
+            return round_to_dtype(ref + factor * (healthy - ref), args[0].dtype)
+
+        return run
+
+    return make
+
+
+#: The sets a rare-input fault garbles: five, in a simulation of 200 sets or of 1000.
+GARBLED_SETS = frozenset({3, 41, 97, 130, 188})
+
+
+def _garbled(wl: Workload) -> FaultFn:
+    """The healthy single rounding, with one element of each set in :data:`GARBLED_SETS` moved by 2000
+    ULPs of the row's largest value (the other sets are untouched)."""
+    healthy = single_rounding(wl.fn)
+
+    def run(args, i):
+        out = healthy(*args)
+        if i not in GARBLED_SETS:
+            return out
+        o = out.to(torch.float64)
+        step = spacing(o.abs().amax(), out.dtype)
+        flat = o.reshape(-1).clone()
+        flat[0] += 2000 * step
+        return round_to_dtype(flat.reshape(o.shape), out.dtype)
+
+    return run
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault(
+        "gelu_tanh",
+        "mul_add_gelu_mul",
+        "normal",
+        "float16",
+        "GELU by its tanh approximation",
+        "element",
+        _rounded_once(_gelu_tanh),
+    ),
+    Fault(
+        "gelu_tanh",
+        "mul_add_gelu_mul",
+        "normal",
+        "bfloat16",
+        "GELU by its tanh approximation",
+        "element",
+        _rounded_once(_gelu_tanh),
+    ),
+    Fault(
+        "flush_subnormals",
+        "softmax",
+        "large_logits",
+        "float16",
+        "fp16 subnormal outputs flushed to zero",
+        "element",
+        _on_output(_flush_subnormals),
+    ),
+    Fault(
+        "flush_subnormals",
+        "mul_add_gelu_mul",
+        "subnormal_range",
+        "float16",
+        "fp16 subnormal outputs flushed to zero",
+        "element",
+        _on_output(_flush_subnormals),
+    ),
+    Fault(
+        "zero_below_1e-2",
+        "mul_add_gelu_mul",
+        "wide_range",
+        "float16",
+        "outputs below 1e-2 set to zero",
+        "element",
+        _on_output(lambda o: torch.where(o.abs() < 1e-2, torch.zeros_like(o), o)),
+    ),
+    Fault(
+        "unbiased_variance",
+        "layernorm",
+        "normal",
+        "bfloat16",
+        "layer norm divides the variance by n - 1",
+        "element",
+        _rounded_once(_layernorm_unbiased),
+    ),
+    Fault(
+        "unbiased_variance",
+        "layernorm_long",
+        "normal",
+        "bfloat16",
+        "layer norm divides the variance by n - 1 (16,384 wide: a 3e-5 relative change)",
+        "element",
+        _rounded_once(_layernorm_unbiased),
+    ),
+    Fault(
+        "eps_1e-3",
+        "layernorm",
+        "normal",
+        "bfloat16",
+        "layer norm with epsilon 1e-3 instead of 1e-5",
+        "element",
+        _rounded_once(_layernorm_eps),
+    ),
+    Fault(
+        "error_times_6",
+        "layernorm",
+        "normal",
+        "float16",
+        "fused's own error against fp64 six times larger",
+        "element",
+        _amplified(6.0),
+    ),
+    Fault(
+        "approx_exp",
+        "softmax",
+        "normal",
+        "bfloat16",
+        "exp with a relative error within 2^-12",
+        "element",
+        _rounded_once(_softmax_approx_exp),
+    ),
+    Fault(
+        "approx_exp",
+        "softmax",
+        "normal",
+        "float16",
+        "exp with a relative error within 2^-12",
+        "element",
+        _rounded_once(_softmax_approx_exp),
+    ),
+    Fault(
+        "no_upcast",
+        "softmax",
+        "normal",
+        "float16",
+        "softmax's exp, sum and divide each rounded to fp16",
+        "element",
+        _softmax_no_upcast,
+    ),
+    Fault(
+        "attention_scale",
+        "attention",
+        "normal",
+        "float16",
+        "attention scores scaled by 1.01 / sqrt(d)",
+        "tail",
+        _rounded_once(_attention_scale),
+    ),
+    Fault(
+        "unsafe_softmax",
+        "softmax",
+        "large_offset",
+        "float16",
+        "softmax without its max subtraction",
+        "nonfinite",
+        _rounded_once(_softmax_unsafe),
+    ),
+    Fault(
+        "rare_sets",
+        "layernorm",
+        "normal",
+        "float16",
+        "five sets in 1000 garbled by 2000 ULPs at the row's scale",
+        "gross",
+        _garbled,
+    ),
+)
+
+
+#: Chains whose fused code leaves a matmul or attention to a library call on the CPU (the fusion
+#: evidence of a default run shows it): B runs no single-rounding prediction for them, so the per-element
+#: test does not apply, and the simulation leaves it out in the same way.
+LIBRARY_CHAINS = frozenset({"matmul_add_layernorm", "attention", "attention_masked"})
+
+
+def draw(wl: Workload, distribution: str, dtype: str, sets: int, seed: int) -> list[tuple[torch.Tensor, ...]]:
+    """``sets`` input sets of ``wl`` at the default profile's shapes, each from its own seed, in ``dtype``."""
+    target = getattr(torch, dtype)
+    out = []
+    for i in range(sets):
+        drawn = wl.sample(SIZES["default"], distribution, 1, seed * 1_000_003 + i, dtype)
+        out.append(tuple(drawn[a][0].to(target) for a in wl.arg_names))
+    return out
+
+
+def simulate(
+    chain: str,
+    distribution: str,
+    dtype: str,
+    fused_fn: Callable[[tuple[torch.Tensor, ...], int], torch.Tensor],
+    *,
+    sets: int,
+    seed: int = 0,
+    family: int | None = TABLE_FAMILY,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    whole_chain: bool | None = None,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Eager, ``fused_fn`` as the fused path and (``whole_chain``: fused code computes every op; by
+    default unless the chain is in :data:`LIBRARY_CHAINS`) the fp32 single rounding on ``sets`` drawn
+    sets, judged by B's rule as one row of a table of ``family`` tests: the per-set rows and the fused row."""
+    wl = WORKLOADS[chain]
+    inputs = draw(wl, distribution, dtype, sets, seed)
+    ref = torch.stack([fp64_reference(wl.fn, args) for args in inputs])
+    outputs = {
+        "eager": torch.stack([wl.fn(*args) for args in inputs]),
+        "fused": torch.stack([fused_fn(args, i) for i, args in enumerate(inputs)]),
+    }
+    if chain not in LIBRARY_CHAINS if whole_chain is None else whole_chain:
+        predict = single_rounding(wl.fn)
+        outputs[SINGLE_ROUNDING] = torch.stack([predict(*args) for args in inputs])
+    rows, _ = per_set_rows(chain, distribution, dtype, 0, outputs, ref)
+    per_set = pl.DataFrame(rows, infer_schema_length=None)
+    verdicts = judge(per_set, paths=("fused",), family=family, resamples=resamples)
+    return per_set, verdicts.row(0, named=True)
+
+
+def caught_by(row: dict[str, Any]) -> list[str]:
+    """The parts of B's rule that contradict a judged row."""
+    parts = []
+    if row["nonfinite_sets"]:
+        parts.append("nonfinite")
+    if row["gross_contradicts"]:
+        parts.append("gross")
+    if row["p_holm"] is not None and row["p_holm"] <= 1.0 - CONFIDENCE:
+        parts.append("tail")
+    if row["bias_contradicts"]:
+        parts.append("bias")
+    if row["element_contradicts"]:
+        parts.append("element")
+    return parts
