@@ -15,7 +15,7 @@ README, and check with ``make matmul-timing``), torch's fp16/bf16 matmul runs at
 against about 30 GFLOP/s in fp32, 60x slower, while elementwise work and compilation barely change.
 So the default sizes spend the 16-bit matmul budget where the evidence needs it, the same on every
 machine: A keeps its run counts and shrinks the FFN (S's pool sizes, ``toolkit/spec.py``); E trains a
-small model (width 64) under bf16 autocast for 200 steps, whose matmuls are small enough that a step
+small model (width 64) under bf16 autocast for 150 steps on five data orders, whose matmuls are small enough that a step
 costs about 0.1 s there (``training/spec.py``); A runs 100 times per dtype (``determinism/spec.py``);
 D compiles two shapes and the planted-bug matrix runs nine of its bugs; the fuzzer compiles 120 graphs
 (``diagnostics/spec.py``); M builds small configs of its architectures (``models/spec.py``), where

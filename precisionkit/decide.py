@@ -11,6 +11,9 @@ assuming any distribution.
   confidence interval and the p-value of "the difference is at most ``margin``".
 * :func:`holm`: Holm–Bonferroni step-down adjustment, so a family of rows judged at once keeps
   its family-wise error rate at ``alpha``.
+* :func:`paired_margin_test`: for a few paired runs (training curves under several data orders),
+  the t-based equivalence test (TOST) of "the mean difference lies within +-margin" and the test of
+  "it lies beyond the margin"; :func:`student_t_sf` and :func:`student_t_quantile` underneath.
 
 Percentiles use numpy's default linear interpolation, as :mod:`precisionkit.stats` does.
 """
@@ -184,3 +187,119 @@ def holm(p_values: Any, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     adjusted = np.empty(m)
     adjusted[order] = adjusted_sorted
     return adjusted <= alpha, adjusted
+
+
+def student_t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` (a positive integer) degrees of freedom, exact.
+
+    Uses the closed forms of P(|T| <= t) for integer ``df`` (a finite sum in cos(theta),
+    theta = atan(t / sqrt(df))), so no special-function library is needed.
+
+    >>> round(student_t_sf(2.776445, 4), 6), round(student_t_sf(0.0, 7), 6), round(student_t_sf(-1.0, 1), 6)
+    (0.025, 0.5, 0.75)
+    """
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df must be a positive integer, got {df}")
+    if math.isnan(t):
+        raise ValueError("t is NaN")
+    if t < 0:
+        return 1.0 - student_t_sf(-t, df)
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(t / math.sqrt(df))
+    c, s = math.cos(theta), math.sin(theta)
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(2, df, 2):  # (1*3*...*(k-1)) / (2*4*...*k) * cos^k
+            term *= (k - 1) / k * c * c
+            total += term
+        inside = s * total
+    elif df == 1:
+        inside = 2.0 * theta / math.pi
+    else:
+        term, total = c, c
+        for k in range(1, df - 2, 2):  # cos + (2/3) cos^3 + (2*4)/(3*5) cos^5 + ... up to cos^(df-2)
+            term *= (k + 1) / (k + 2) * c * c
+            total += term
+        inside = 2.0 / math.pi * (theta + s * total)
+    return max(0.0, (1.0 - inside) / 2.0)
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`student_t_sf`).
+
+    >>> round(student_t_quantile(0.95, 4), 4), round(student_t_quantile(0.975, 10), 4)
+    (2.1318, 2.2281)
+    """
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while student_t_sf(hi, df) > 1.0 - p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if student_t_sf(mid, df) > 1.0 - p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class MarginTest:
+    """Result of :func:`paired_margin_test`: the mean paired difference, its two one-sided bounds at
+    ``confidence`` (together the 1 - 2(1 - confidence) interval of the TOST), the p-value of
+    equivalence (small: within +-margin) and the p-value of "beyond the margin" (small: |mean| > margin)."""
+
+    n: int
+    margin: float
+    confidence: float
+    mean: float
+    sd: float
+    lower: float
+    upper: float
+    p_equivalent: float
+    p_beyond: float
+
+
+def paired_margin_test(differences: Any, margin: float, confidence: float = 0.95) -> MarginTest:
+    """t-based tests of the mean of paired ``differences`` against ``+-margin``.
+
+    * Equivalence (TOST): both one-sided tests, of "mean <= -margin" and of "mean >= margin", reject;
+      ``p_equivalent`` is the larger of their p-values.
+    * Beyond: "|mean| <= margin" is rejected in the direction the mean lies; ``p_beyond`` is twice
+      that one-sided p-value (capped at 1), so choosing the direction from the data costs nothing.
+
+    With zero spread the tests are exact: a mean strictly inside the margin is equivalent (p 0),
+    strictly outside is beyond (p 0).
+
+    >>> r = paired_margin_test([0.01, -0.02, 0.0, 0.015, -0.005], margin=0.1)
+    >>> abs(r.mean) < 1e-12, r.p_equivalent < 0.001, r.p_beyond
+    (True, True, 1.0)
+    >>> r = paired_margin_test([0.31, 0.29, 0.30, 0.32, 0.28], margin=0.1)
+    >>> r.p_beyond < 0.001, r.p_equivalent > 0.99
+    (True, True)
+    """
+    d = np.asarray(differences, dtype=np.float64).reshape(-1)
+    if d.size < 2:
+        raise ValueError(f"paired_margin_test needs at least 2 differences, got {d.size}")
+    if not np.isfinite(d).all():
+        raise ValueError("differences must be finite")
+    if not margin >= 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    n = int(d.size)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    df = n - 1
+    if se == 0.0:
+        inside, outside = abs(mean) < margin, abs(mean) > margin
+        return MarginTest(n, margin, confidence, mean, sd, mean, mean, 0.0 if inside else 1.0, 0.0 if outside else 1.0)
+    half = student_t_quantile(confidence, df) * se
+    p_low = student_t_sf((mean + margin) / se, df)  # H0: mean <= -margin
+    p_high = 1.0 - student_t_sf((mean - margin) / se, df)  # H0: mean >= margin
+    p_beyond = min(1.0, 2.0 * student_t_sf((abs(mean) - margin) / se, df))
+    return MarginTest(n, margin, confidence, mean, sd, mean - half, mean + half, max(p_low, p_high), p_beyond)

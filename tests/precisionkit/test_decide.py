@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from precisionkit import decide
 from precisionkit.decide import holm, paired_quantile_test, sign_test
 
 
@@ -55,3 +56,32 @@ def test_holm_step_down():
     assert rejected.tolist() == [True, False, False, False]
     with pytest.raises(ValueError, match="p-values"):
         holm([1.2], alpha=0.05)
+
+
+# --- t tests against a margin (few paired runs) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("df", "t95"),
+    [(1, 6.3138), (2, 2.9200), (3, 2.3534), (4, 2.1318), (5, 2.0150), (6, 1.9432), (9, 1.8331), (30, 1.6973)],
+)
+def test_student_t_matches_the_tabulated_95_percent_quantiles(df, t95):
+    assert decide.student_t_quantile(0.95, df) == pytest.approx(t95, abs=1e-4)
+    assert decide.student_t_sf(t95, df) == pytest.approx(0.05, abs=2e-5)
+    assert decide.student_t_sf(-t95, df) == pytest.approx(0.95, abs=2e-5)
+
+
+def test_paired_margin_test_equivalence_beyond_and_zero_spread():
+    inside = decide.paired_margin_test([0.01, 0.012, 0.009, 0.011, 0.010], margin=0.05)
+    assert inside.p_equivalent < 0.001 and inside.p_beyond == 1.0 and inside.lower < 0.01 < inside.upper
+    beyond = decide.paired_margin_test([-0.2, -0.21, -0.19, -0.2, -0.2], margin=0.05)
+    assert beyond.p_beyond < 0.001 and beyond.p_equivalent > 0.99 and beyond.mean == pytest.approx(-0.2)
+    exact = decide.paired_margin_test([0.02, 0.02, 0.02], margin=0.05)
+    assert (exact.p_equivalent, exact.p_beyond, exact.sd) == (0.0, 1.0, 0.0)
+    assert decide.paired_margin_test([0.07, 0.07], margin=0.05).p_beyond == 0.0
+    with pytest.raises(ValueError, match="at least 2"):
+        decide.paired_margin_test([0.1], margin=0.05)
+    with pytest.raises(ValueError, match="finite"):
+        decide.paired_margin_test([0.1, float("nan")], margin=0.05)
+    with pytest.raises(ValueError, match="positive integer"):
+        decide.student_t_sf(1.0, 0)

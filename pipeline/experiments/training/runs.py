@@ -20,77 +20,50 @@ def main_precision(settings: ExperimentSettings) -> str:
 
 
 def replicate_run(main: str, order: str) -> str:
-    """Run name of the eager replicate with data order ``order`` (order A is the plain eager run)."""
+    """Run name of the eager run on data order ``order`` (order A is the plain eager run)."""
     return f"{main}_eager" if order == "A" else f"{main}_eager_order_{order}"
 
 
-def control_run(main: str) -> str:
-    """Run name of the one-ULP control (eager, fused's data order and init, initial weights nudged)."""
-    return f"{main}_eager_ulp_nudge"
+def fused_run(main: str, order: str) -> str:
+    """Run name of the fused run on data order ``order``."""
+    return f"{main}_fused" if order == "A" else f"{main}_fused_order_{order}"
+
+
+def control_run(main: str, order: str = "A") -> str:
+    """Run name of the one-ULP control on data order ``order`` (eager, that order, initial weights nudged)."""
+    return f"{main}_eager_ulp_nudge" if order == "A" else f"{main}_eager_ulp_nudge_order_{order}"
 
 
 def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
     """The runs of one materialization: name, path, precision, data order, role, init nudge.
 
-    Roles: ``replicate`` (eager, one per data order), ``fused`` (order A), ``control`` (eager,
-    order A, initial weights one ULP off), ``fp32_pair`` (the optional fp32 eager/fused pair).
+    Per data order of :data:`.rules.REPLICATE_ORDERS`: ``replicate`` (eager), ``fused`` and
+    ``control`` (eager, initial weights one ULP off), all from the same initial weights; and the
+    optional ``fp32_pair`` (fp32 eager and fused on order A).
     """
     main = main_precision(settings)
-    plan = [
-        {
-            "run": replicate_run(main, "A"),
-            "path": "eager",
-            "precision": main,
-            "data_order": "A",
-            "role": "replicate",
-            "init_ulp_nudge": False,
-        },
-        {
-            "run": f"{main}_fused",
-            "path": "fused",
-            "precision": main,
-            "data_order": "A",
-            "role": "fused",
-            "init_ulp_nudge": False,
-        },
-        {
-            "run": control_run(main),
-            "path": "eager",
-            "precision": main,
-            "data_order": "A",
-            "role": "control",
-            "init_ulp_nudge": True,
-        },
-    ]
-    plan += [
-        {
-            "run": replicate_run(main, o),
-            "path": "eager",
-            "precision": main,
-            "data_order": o,
-            "role": "replicate",
-            "init_ulp_nudge": False,
+
+    def entry(run: str, path: str, order: str, role: str, nudge: bool, precision: str = main) -> dict[str, Any]:
+        return {
+            "run": run,
+            "path": path,
+            "precision": precision,
+            "data_order": order,
+            "role": role,
+            "init_ulp_nudge": nudge,
         }
-        for o in REPLICATE_ORDERS[1:]
-    ]
+
+    plan = []
+    for o in REPLICATE_ORDERS:
+        plan += [
+            entry(replicate_run(main, o), "eager", o, "replicate", False),
+            entry(fused_run(main, o), "fused", o, "fused", False),
+            entry(control_run(main, o), "eager", o, "control", True),
+        ]
     if SIZES[settings.profile].fp32_control and main != "float32":
         plan += [
-            {
-                "run": "float32_eager",
-                "path": "eager",
-                "precision": "float32",
-                "data_order": "A",
-                "role": "fp32_pair",
-                "init_ulp_nudge": False,
-            },
-            {
-                "run": "float32_fused",
-                "path": "fused",
-                "precision": "float32",
-                "data_order": "A",
-                "role": "fp32_pair",
-                "init_ulp_nudge": False,
-            },
+            entry("float32_eager", "eager", "A", "fp32_pair", False, "float32"),
+            entry("float32_fused", "fused", "A", "fp32_pair", False, "float32"),
         ]
     return plan
 

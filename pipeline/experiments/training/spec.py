@@ -2,12 +2,14 @@
 
 The plan's claim is about mixed-precision training, so every profile trains under autocast: bf16 on
 the CPU (fp32 master weights and optimizer), fp16 with loss scaling on CUDA. The default profile's
-model ([2 layers, width 64, context 64, batch 8]) and its 200 steps are chosen for CPUs without native
+model ([2 layers, width 64, context 64, batch 8]) and its 150 steps are chosen for CPUs without native
 16-bit matmul, where autocast's bf16 matmuls run at about 1 GFLOP/s: measured on an AVX2-only
-2-core CPU, a bf16 step took about 0.1 s eager and 0.08 s fused (an fp32 step 0.013 s), so the six
-main runs (four eager data orders, fused, the one-ULP control) take about two minutes. The fp32
-eager/fused pair (``fp32_control``) runs in the seed profile only: a full default report measured
-25 minutes on that CPU with it and 300 steps, over the 20-minute budget.
+2-core CPU, a bf16 step took about 0.1 s eager and 0.08 s fused (an fp32 step 0.013 s). The rule
+pairs fused with eager on five data orders, each with its one-ULP control: fifteen runs of 150 steps
+take about three and a half minutes there (six runs of 200 steps, the single pair and four eager
+orders of the envelope rule before, took two). The fp32 eager/fused pair (``fp32_control``) runs in
+the seed profile only: a full default report measured 25 minutes on that CPU with it and 300 steps,
+over the 20-minute budget.
 """
 
 from dataclasses import asdict, dataclass
@@ -41,7 +43,7 @@ SIZES = {
         layers=1, heads=2, width=32, context=32, batch=4, steps=20, eval_every=5, eval_batches=2, fp32_control=0
     ),
     "default": TrainSizes(
-        layers=2, heads=4, width=64, context=64, batch=8, steps=200, eval_every=20, eval_batches=4, fp32_control=0
+        layers=2, heads=4, width=64, context=64, batch=8, steps=150, eval_every=15, eval_batches=4, fp32_control=0
     ),
     "seed": TrainSizes(
         layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8, fp32_control=1
