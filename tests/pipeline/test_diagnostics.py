@@ -1,5 +1,6 @@
 """Diagnostics assets: divergence table of the E model, fuzzer outcomes, measured tolerances."""
 
+import math
 from pathlib import Path
 
 import dagster as dg
@@ -34,6 +35,7 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
             divergence.no_layer_diverges,
             fuzzing.fuzz_outcomes,
             fuzzing.fuzzed_graphs_all_ok,
+            fuzzing.fuzzed_graphs_no_wrong_results,
         ],
         resources=smoke_resources,
     )
@@ -75,12 +77,45 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
     for path in outcomes.filter(pl.col("class") != "ok")["reproducer"]:
         assert path and Path(path).exists()
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    claim = checks.pop("fuzzed_graphs_no_wrong_results")
+    assert claim.metadata["verdict"].value == fuzzing.judge_fuzz(outcomes)[0]
+    assert claim.metadata["mismatches"].value == (outcomes["class"] == "mismatch").sum()
     assert set(checks) == {"no_layer_diverges", "fuzzed_graphs_all_ok"}
-    assert (checks["fuzzed_graphs_all_ok"].metadata["findings"].value == 0) == (outcomes["class"] == "ok").all()
+    assert (checks["fuzzed_graphs_all_ok"].metadata["findings"].value == 0) == outcomes["class"].is_in(
+        ["ok", "mismatch"]
+    ).all()
     assert (checks["no_layer_diverges"].metadata["findings"].value == 0) == (not table["divergent"].any())
     assert all(e.passed for e in checks.values())  # findings are observations, never failures
     for e in checks.values():  # findings: WARN whatever they find
         assert e.metadata["outcome"].value == FINDING and e.severity == dg.AssetCheckSeverity.WARN
+
+
+def _fuzz_table(classes):
+    n = len(classes)
+    return pl.DataFrame(
+        {
+            "seed": list(range(n)),
+            "dtype": ["float16"] * n,
+            "ops": ["add,softmax"] * n,
+            "shrunk_ops": ["softmax" if c == "mismatch" else None for c in classes],
+            "class": classes,
+            "fused_tol_ratio": [5.0 if c == "mismatch" else 0.3 for c in classes],
+            "eager_tol_ratio": [0.4] * n,
+            "reproducer": ["repro.py" if c != "ok" else None for c in classes],
+        }
+    )
+
+
+def test_fuzz_rule_contradicts_one_mismatch_and_supports_only_many_clean_graphs():
+    verdict, reason, meta = fuzzing.judge_fuzz(_fuzz_table(["ok"] * 50 + ["mismatch", "crash"]))
+    assert verdict == CONTRADICTED and meta["mismatches"] == 1 and meta["compared"] == 51
+    assert "seed 50 (softmax)" in reason and "5x its tolerance" in reason
+    verdict, _, meta = fuzzing.judge_fuzz(_fuzz_table(["ok"] * 46 + ["crash"] * 4))
+    assert verdict == SUPPORTED and meta["mismatch_rate_upper_bound"] == pytest.approx(-math.log(0.01) / 46)
+    verdict, reason, _ = fuzzing.judge_fuzz(_fuzz_table(["ok"] * 39 + ["graph_break"]))
+    assert verdict == INCONCLUSIVE and "only 39 graphs" in reason
+    (spec,) = fuzzing.fuzzed_graphs_no_wrong_results.check_specs
+    assert spec.metadata["outcome"] == "claim" and spec.metadata["rule.threshold"] == 1.0
 
 
 def _upstream():

@@ -8,8 +8,10 @@ reproducer script under ``<data>/<profile>/reproducers/fuzz``. Feeds §6.1 (comp
 with reproducers) and the measured tolerance table.
 """
 
+import math
 import time
 from collections import Counter
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -19,7 +21,16 @@ from precisionkit import fuzz
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
-from ...verdicts import finding_check, finding_result
+from ...verdicts import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Rule,
+    claim_check,
+    claim_result,
+    finding_check,
+    finding_result,
+)
 from .spec import GROUP, SIZES
 
 #: Shrinking candidates per failing graph (each one is a compile).
@@ -119,14 +130,87 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     return table
 
 
+#: Compared graphs (ok or mismatch) below which "no mismatch" supports nothing.
+MIN_GRAPHS_FOR_SUPPORTED = 40
+#: Confidence of the upper bound on the mismatch rate that a clean run states.
+RATE_CONFIDENCE = 0.99
+
+FUZZ_RULE = Rule(
+    claim="The fused path computes every fuzzed float graph as accurately as eager does, up to the tolerance of its "
+    "op class: no silent wrong result (§6.1; seed 001's graph fuzzing against fp64 and eager)",
+    metric="graphs whose fused result is outside the op class's tolerance against fp64 (max |fused - ref| / "
+    f"(atol + rtol |ref|) > 1) and more than {fuzz.EAGER_MARGIN:g} times as far outside it as eager's, confirmed "
+    "after shrinking to a minimal graph with a standalone reproducer",
+    decision=f"contradicted if any graph mismatches; supported if none of at least {MIN_GRAPHS_FOR_SUPPORTED} compared "
+    f"graphs does (the mismatch rate of graphs like these is then below -ln(1 - {RATE_CONFIDENCE:g}) / n at "
+    f"confidence {RATE_CONFIDENCE:g}); inconclusive with fewer. Crashes, compile errors, graph breaks and invalid "
+    "graphs are findings, not verdicts",
+    threshold=1.0,
+    unit="tolerance ratio (error / (atol + rtol |ref|))",
+    confidence=RATE_CONFIDENCE,
+    sample_size=f"the profile's fuzzer graphs (diagnostics/spec.py); supported needs >= {MIN_GRAPHS_FOR_SUPPORTED} compared",
+    derivation="A graph counts only when fused is both outside the tolerance its op class is allowed against fp64 "
+    f"and {fuzz.EAGER_MARGIN:g}x worse than eager on the same inputs, so eager's own rounding on an ill-conditioned "
+    "graph does not count against fused: one such graph is a wrong result to triage with its reproducer. With 0 of n, "
+    "P(0 | rate p) = (1 - p)^n <= 1 - confidence for p >= -ln(1 - confidence) / n.",
+)
+
+
+def judge_fuzz(outcomes: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
+    """:data:`FUZZ_RULE` on a fuzzer outcomes table: verdict, reason and metadata."""
+    wrong = outcomes.filter(pl.col("class") == "mismatch")
+    compared = outcomes.filter(pl.col("class").is_in(["ok", "mismatch"])).height
+    meta: dict[str, Any] = {
+        "graphs": outcomes.height,
+        "compared": compared,
+        "mismatches": wrong.height,
+        "wrong_results": dg.MetadataValue.md(
+            "\n".join(
+                f"- seed {r['seed']} ({r['dtype']}): {r['shrunk_ops'] or r['ops']}, fused tolerance ratio "
+                f"{r['fused_tol_ratio']:.3g} vs eager {r['eager_tol_ratio']:.3g} -> `{r['reproducer']}`"
+                for r in wrong.iter_rows(named=True)
+            )
+            or "none"
+        ),
+    }
+    if wrong.height:
+        first = wrong.row(0, named=True)
+        return (
+            CONTRADICTED,
+            f"{wrong.height} of {compared} compared graphs have a wrong fused result; first seed {first['seed']} "
+            f"({first['shrunk_ops'] or first['ops']}): fused {first['fused_tol_ratio']:.3g}x its tolerance, eager "
+            f"{first['eager_tol_ratio']:.3g}x",
+            meta,
+        )
+    if compared < MIN_GRAPHS_FOR_SUPPORTED:
+        return INCONCLUSIVE, f"no mismatch, but only {compared} graphs compared (< {MIN_GRAPHS_FOR_SUPPORTED})", meta
+    bound = -math.log(1.0 - RATE_CONFIDENCE) / compared
+    meta["mismatch_rate_upper_bound"] = bound
+    return (
+        SUPPORTED,
+        f"no mismatch in {compared} compared graphs: the rate is below {bound:.3g} at {RATE_CONFIDENCE:g}",
+        meta,
+    )
+
+
+@claim_check(
+    rule=FUZZ_RULE,
+    asset=fuzz_outcomes,
+    description="Claim (§6.1): no fuzzed graph gets a wrong fused result; a mismatch beyond the tolerance and beyond "
+    "eager's error is an ERROR, with its shrunk reproducer.",
+)
+def fuzzed_graphs_no_wrong_results(fuzz_outcomes: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_fuzz(fuzz_outcomes)
+    return claim_result(verdict, FUZZ_RULE, reason, meta)
+
+
 @finding_check(
     asset=fuzz_outcomes,
-    description="Finding (diagnostic, seed 001's expectation of a correct compiler): WARN for every fuzzed graph that "
-    "crashes, fails to compile, breaks or mismatches (each with a shrunk reproducer), or that the generator made "
-    "invalid; for a human to triage, not a claim verdict.",
+    description="Finding (diagnostic): WARN for every fuzzed graph that crashes, fails to compile, breaks or that the "
+    "generator made invalid (each with a shrunk reproducer; wrong results are the claim above); for a human to triage.",
 )
 def fuzzed_graphs_all_ok(fuzz_outcomes: pl.DataFrame) -> dg.AssetCheckResult:
-    bad = fuzz_outcomes.filter(pl.col("class") != "ok")
+    bad = fuzz_outcomes.filter(~pl.col("class").is_in(["ok", "mismatch"]))
     counts = dict(Counter(fuzz_outcomes["class"]))
     return finding_result(
         [f"seed {r['seed']}: {r['class']} ({r['reproducer']})" for r in bad.iter_rows(named=True)],

@@ -1,13 +1,16 @@
 """E: the report page's sections, built from stored values only."""
 
+from typing import TYPE_CHECKING
+
 import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
 from ...reporting.blocks import opening
 from ...reporting.render import Report, markdown_table
-from .curves import judge_frame
-from .judge import TrainingJudgement, power_table
+
+if TYPE_CHECKING:
+    from .judge import TrainingJudgement
 from .rules import (
     CONFIDENCE,
     EVAL_POINT_COLUMNS,
@@ -96,6 +99,8 @@ def details(report: Report, exp: Experiment) -> str:
         result = f"{claim.label}: {claim.metadata.get('reason', '')}"
     parts = ["## Rule (declared before the runs)\n\n" + markdown_table(e_rule_table(result))]
     if deviation is not None and deviation.height:
+        from .curves import judge_frame  # the rule's code loads when a page renders, not with the registry
+
         main = deviation["precision"][0]
         judgement = judge_frame(deviation, main)
         parts.append(e_tests_section(judgement))
@@ -112,7 +117,7 @@ def details(report: Report, exp: Experiment) -> str:
     return "\n".join(parts)
 
 
-def e_tests_section(j: TrainingJudgement) -> str:
+def e_tests_section(j: "TrainingJudgement") -> str:
     """The rule's tests, one row per metric x statistic."""
     if not j.tests:
         return "## Paired tests\n\nNo test could be computed (fewer than two data orders with finite curves)."
@@ -125,8 +130,10 @@ def e_tests_section(j: TrainingJudgement) -> str:
     )
 
 
-def e_power_section(j: TrainingJudgement) -> str:
+def e_power_section(j: "TrainingJudgement") -> str:
     """The rule's detection rate, simulated with this run's measured paired noise and margins."""
+    from .judge import power_table
+
     tests = {t.statistic: t for t in j.tests if t.metric == "eval_loss"}
     if set(tests) != set(STATISTICS) or j.orders < 2 or tests["final"].order_sd <= 0:
         return "## Power of the rule\n\nNot simulated: the eval-loss tests are incomplete or the margin is zero."
