@@ -21,6 +21,7 @@ CHECKS = [
     c2_checks.c2_fp16_partials_less_accurate,
     c2_checks.c2_tilings_differ,
     c2_checks.c2_probabilistic_margin,
+    c2_checks.c2_fp16_differences_as_predicted,
 ]
 ASSETS = [c2_assets.c2_reduction_order, *CHECKS]
 KINDS = {
@@ -31,6 +32,7 @@ KINDS = {
     "c2_fp16_partials_less_accurate": FINDING,
     "c2_tilings_differ": FINDING,
     "c2_probabilistic_margin": FINDING,
+    "c2_fp16_differences_as_predicted": CLAIM,
 }
 
 
@@ -59,6 +61,8 @@ def test_every_check_declares_its_outcome_kind():
         if spec.name in ("c2_versions_within_fp64_band", "c2_fp16_partials_within_bound"):
             # Deterministic bound, plus the probabilistic one with its family-wise confidence.
             assert spec.metadata["rule.confidence"] == c2_bounds.PROB_CONFIDENCE
+        elif spec.name == "c2_fp16_differences_as_predicted":  # a statistical test: Holm at 0.01
+            assert spec.metadata["rule.confidence"] == 0.99
         elif KINDS[spec.name] == CLAIM:
             assert spec.metadata["rule.confidence"] == "deterministic"
     seed = c2_checks.c2_versions_within_fp64_band.check_specs
@@ -235,6 +239,8 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert fp16["verdict"] == (
         SUPPORTED if ((fp16p["margin"] <= 1) & (fp16p["margin_prob"] <= 1)).all() else CONTRADICTED
     )
+    rate = meta["c2_fp16_differences_as_predicted"]
+    assert rate["verdict"] == c2_checks.judge_fp16_rate(read_value(tmp_path / "smoke" / "c2_ulp_matrix"))[0]
     det = meta["c2_versions_self_deterministic"]
     assert det["verdict"] == (SUPPORTED if table["self_deterministic"].all() else CONTRADICTED)
     assert det["rule.threshold"] == 0.0
@@ -442,3 +448,32 @@ def test_order_rule_needs_some_pair_to_differ_in_the_fp32_accumulator():
     verdict, reason, meta = c2_checks.judge_order(matrix(0), versions)
     assert verdict == CONTRADICTED and "no order effect" in reason
     assert c2_checks.judge_order(matrix(2), ["eager"])[0] == INCONCLUSIVE
+
+
+def test_fp16_rate_rule_compares_differing_rows_with_the_accumulators_prediction():
+    def matrix(observed, expected):
+        return pl.DataFrame(
+            {
+                "version_a": ["eager", "eager", "eager"],
+                "version_b": ["fused_default", "fused_default", "tile512_fp16_partials"],
+                "output": ["out16", "out16", "out16"],
+                "scope": ["seed_input", "pool", "pool"],
+                "differ_rows": [0, observed, 40],
+                "expected_differ_rows": [0.0, expected, None],  # the fp16-partials version is not judged
+            }
+        )
+
+    verdict, reason, meta = c2_checks.judge_fp16_rate(matrix(11, 9.6))
+    assert verdict == SUPPORTED and meta["pairs"] == 1 and meta["observed_total"] == 11
+    verdict, reason, meta = c2_checks.judge_fp16_rate(matrix(40, 9.6))  # the final rounding adds differences
+    assert verdict == CONTRADICTED and "40 rows vs 9.60 expected" in reason
+    assert c2_checks.judge_fp16_rate(matrix(0, 9.6))[0] == CONTRADICTED  # results not from the accumulators
+    assert c2_checks.judge_fp16_rate(matrix(1, 1.2))[0] == INCONCLUSIVE  # too few expected to test
+
+
+def test_expected_fp16_differences_follow_the_accumulator_gap():
+    acc = torch.tensor([1.0, 2.0, 1000.0])
+    # one fp16 ULP apart at 1, a quarter ULP at 2, nothing at 1000
+    assert c2_compute.expected_fp16_differences(acc, acc + torch.tensor([2.0**-10, 2.0**-11, 0.0])) == 1.25
+    assert c2_compute.rounds_accumulator_once(acc.half(), acc)
+    assert not c2_compute.rounds_accumulator_once(torch.tensor([1.0, 2.0, 999.0]).half(), acc)

@@ -9,6 +9,8 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from precisionkit.decide import holm
+
 from ...scalars import as_float, as_int
 from ...tables import markdown_table
 from ...verdicts import (
@@ -430,3 +432,99 @@ def c2_order_changes_accumulator(c2_ulp_matrix: pl.DataFrame, c2_versions: pl.Da
     seed_versions = c2_versions.filter(pl.col("family").is_in(list(SEED_FAMILIES)))["version"].to_list()
     verdict, reason, meta = judge_order(c2_ulp_matrix, seed_versions)
     return claim_result(verdict, ORDER_RULE, reason, meta)
+
+
+def poisson_two_sided_p(observed: int, expected: float) -> float:
+    """Twice the smaller tail of Poisson(``expected``) at ``observed`` (capped at 1): a count far above
+    or far below its prediction. A sum of independent Bernoulli counts has a variance at most its
+    mean, so the Poisson tails are the wider: the test is conservative for them.
+
+    >>> round(poisson_two_sided_p(0, 5.0), 4), round(poisson_two_sided_p(5, 5.0), 4), poisson_two_sided_p(0, 0.0)
+    (0.0135, 1.0, 1.0)
+    """
+    if expected <= 0:
+        return 1.0 if observed == 0 else 0.0
+
+    def pmf(k: int) -> float:
+        return math.exp(k * math.log(expected) - expected - math.lgamma(k + 1))
+
+    lower = sum(pmf(k) for k in range(observed + 1))
+    upper = 1.0 - sum(pmf(k) for k in range(observed))
+    return min(1.0, 2.0 * min(lower, max(upper, 0.0)))
+
+
+#: Fewest expected fp16-differing rows over every judged pair for "supported": below it the test
+#: cannot tell a hidden change of the final rounding from chance.
+MIN_EXPECTED_DIFFERENCES = 5.0
+
+RATE_RULE = Rule(
+    claim="§1.2 (3) in the fp16 result: an order change shows in the fp16 sum exactly as often as the fp32 "
+    "accumulators' differences predict, so the final rounding adds nothing of its own",
+    metric="per pair of versions that each round their fp32 accumulator once to fp16: rows whose fp16 sums differ, "
+    "against the expected count sum_rows min(1, |acc_a - acc_b| / fp16 spacing) (c2_ulp_matrix)",
+    decision="contradicted if for any pair the two-sided Poisson test of the observed count against the expected one "
+    "rejects after Holm's adjustment over the pairs at 0.01; supported if none does and the expected counts add up "
+    f"to at least {MIN_EXPECTED_DIFFERENCES:g}; inconclusive otherwise",
+    threshold=0.01,
+    unit="p-value of the observed fp16-differing rows against the predicted count",
+    confidence=0.99,
+    sample_size="(1 + pool_rows) rows x every pair of versions that round their accumulator once",
+    derivation="An fp16 ULP is 2^13 fp32 ULPs, so fp16 sums of two orders differ only where an fp16 rounding boundary "
+    "lies between the accumulators; with the accumulator's position on the fp16 grid uniform that happens with "
+    "probability |a - b| / spacing per row. A count far above the prediction is a final rounding that differs "
+    "between versions (a double rounding, a truncation, an fp16 step the accumulator does not record); far below, "
+    "results that do not come from the recorded accumulators.",
+)
+
+
+def judge_fp16_rate(matrix: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
+    """:data:`RATE_RULE` on the ULP matrix."""
+    judged = matrix.filter((pl.col("output") == "out16") & pl.col("expected_differ_rows").is_not_null())
+    if judged.height == 0:
+        return INCONCLUSIVE, "no pair of versions that both round their accumulator once", {"pairs": 0}
+    pairs = judged.group_by("version_a", "version_b", maintain_order=True).agg(
+        pl.col("differ_rows").sum().alias("observed"), pl.col("expected_differ_rows").sum().alias("expected")
+    )
+    p = [poisson_two_sided_p(int(o), float(e)) for o, e in zip(pairs["observed"], pairs["expected"], strict=True)]
+    rejected, adjusted = holm(p, alpha=0.01)
+    pairs = pairs.with_columns(pl.Series("p_holm", adjusted), pl.Series("rejected", rejected))
+    expected_total = float(pairs["expected"].sum())
+    meta: dict[str, Any] = {
+        "pairs": pairs.height,
+        "observed_total": int(pairs["observed"].sum()),
+        "expected_total": expected_total,
+        "table": dg.MetadataValue.md(markdown_table(pairs.with_columns(pl.col("expected").round(2)))),
+    }
+    if rejected.any():
+        w = pairs.sort("p_holm").row(0, named=True)
+        return (
+            CONTRADICTED,
+            f"{int(rejected.sum())} of {pairs.height} pairs differ in the fp16 sum on a count the accumulators do not "
+            f"predict; worst {w['version_a']} vs {w['version_b']}: {w['observed']} rows vs {w['expected']:.2f} expected "
+            f"(Holm p {w['p_holm']:.2g})",
+            meta,
+        )
+    if expected_total < MIN_EXPECTED_DIFFERENCES:
+        return (
+            INCONCLUSIVE,
+            f"{meta['observed_total']} fp16-differing rows vs {expected_total:.2f} expected over {pairs.height} pairs: "
+            f"too few expected (< {MIN_EXPECTED_DIFFERENCES:g}) to test",
+            meta,
+        )
+    return (
+        SUPPORTED,
+        f"{meta['observed_total']} fp16-differing rows vs {expected_total:.2f} expected over {pairs.height} pairs; no "
+        "pair departs from its prediction",
+        meta,
+    )
+
+
+@claim_check(
+    rule=RATE_RULE,
+    asset="c2_ulp_matrix",
+    description="Claim (§1.2 (3), fp16 result): per pair of versions that round their fp32 accumulator once, the rows "
+    "whose fp16 sums differ match the count the accumulators predict (two-sided Poisson test, Holm over pairs).",
+)
+def c2_fp16_differences_as_predicted(c2_ulp_matrix: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_fp16_rate(c2_ulp_matrix)
+    return claim_result(verdict, RATE_RULE, reason, meta)

@@ -152,21 +152,51 @@ def versions_table(ran: list[VersionRun]) -> pl.DataFrame:
     )
 
 
+def expected_fp16_differences(acc_a: torch.Tensor, acc_b: torch.Tensor) -> float:
+    """How many rows' fp16 results two versions that each round their fp32 accumulator once should
+    differ on, from the accumulators alone: a row's rounded results differ when an fp16 rounding
+    boundary lies between the two accumulators, which, with the accumulator's position on the fp16
+    grid uniform, happens with probability |a - b| / (fp16 spacing there), capped at 1.
+
+    >>> a = torch.tensor([1.0, 1.0, 3.0])
+    >>> expected_fp16_differences(a, a + torch.tensor([2.0**-12, 0.0, 2.0**-9]))
+    1.25
+    """
+    from precisionkit.stats import spacing
+
+    a, b = acc_a.to(torch.float64), acc_b.to(torch.float64)
+    gap = spacing(torch.maximum(a.abs(), b.abs()), torch.float16)
+    return float(torch.clamp((a - b).abs() / gap, max=1.0).sum())
+
+
+def rounds_accumulator_once(out16: torch.Tensor, acc32: torch.Tensor) -> bool:
+    """Whether a version's fp16 results are its fp32 accumulators rounded to fp16 on every row."""
+    return bit_equal(out16, acc32.to(torch.float16))
+
+
 def ulp_matrix(stored: dict[str, torch.Tensor], names: list[str], n_pool: int) -> pl.DataFrame:
     """Pairwise differences between versions, per output: on the seed's single input (row 0) and
-    over the pool rows."""
+    over the pool rows. For fp16 results of two versions that each round their accumulator once,
+    ``expected_differ_rows`` is what their accumulators predict (:func:`expected_fp16_differences`)."""
     matrix = []
+    once = {n: rounds_accumulator_once(stored[f"{n}/out16"], stored[f"{n}/acc32"]) for n in names}
     scopes = {"seed_input": slice(0, 1), "pool": slice(1, 1 + n_pool)} if n_pool else {"seed_input": slice(0, 1)}
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             for output in OUTPUTS:
                 for scope, sl in scopes.items():
                     m = _pair_metrics(stored[f"{a}/{output}"][sl], stored[f"{b}/{output}"][sl])
+                    expected = (
+                        expected_fp16_differences(stored[f"{a}/acc32"][sl], stored[f"{b}/acc32"][sl])
+                        if output == "out16" and once[a] and once[b]
+                        else None
+                    )
                     matrix.append(
                         {"version_a": a, "version_b": b, "output": output, "scope": scope, "rows": sl.stop - sl.start}
                         | m
+                        | {"expected_differ_rows": expected}
                     )
-    return pl.DataFrame(matrix)
+    return pl.DataFrame(matrix, infer_schema_length=None)
 
 
 _ERROR_STATS = ("abs_max", "abs_mean", "rel_max", "ulp_max", "ulp_mean", "ulp_p99", "exact_fraction", "error_balance")
