@@ -473,3 +473,33 @@ def test_same_seed_sets_are_compared_exactly_and_a_worse_move_is_an_error():
     assert better["severity"] == "WARN" and better["moved"] == "yes"
     (same,) = comparators._same_sets("B", "g", "ulp_max", "lower", b, b.copy())
     assert same["moved"] == "no"
+
+
+def _groups(shift: float, seed: int, groups: int = 16) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pl.DataFrame(
+        [
+            {"g": f"g{k}", "i": i, "v": float(v) + shift}
+            for k in range(groups)
+            for i, v in enumerate(rng.gamma(2.0, 1.5, size=200).round())
+        ]
+    )
+
+
+def test_different_inputs_err_only_when_groups_move_the_worse_way_together():
+    """Different seeds: a group's statistic beyond its bootstrap tolerance is WARN (no multiplicity
+    control over groups); the groups paired by key carry the ERROR, by an exact sign test with Holm."""
+    from pipeline.experiment import BaselineTable
+
+    table = BaselineTable("t", method="distribution", keys=("g",), columns={"v": "lower"}, order=("i",))
+    shifted = comparators.compare_distribution("B", table, _groups(0.0, 1), _groups(2.0, 2), same_inputs=False)
+    stats = [r for r in shifted if r["kind"] == "statistic" and r["moved"] == "yes"]
+    assert stats and {r["severity"] for r in stats} == {"WARN"}
+    paired = {r["item"]: r for r in shifted if r["kind"] == "paired"}
+    assert (
+        paired["t/groups_worse_v_mean"]["severity"] == "ERROR"
+        and paired["t/groups_worse_v_mean"]["current_value"] == "16"
+    )
+    redrawn = comparators.compare_distribution("B", table, _groups(0.0, 1), _groups(0.0, 3), same_inputs=False)
+    assert not [r for r in redrawn if r["severity"] == "ERROR"]
+    assert {r["item"] for r in redrawn if r["kind"] == "paired"} == {f"t/groups_worse_v_{s}" for s in comparators.STATS}

@@ -245,11 +245,61 @@ def _worse_move(direction: Direction, delta: float) -> bool:
     return direction == "any" and delta != 0
 
 
+#: Family-wise level of the groups' paired sign tests when the inputs differ (Holm over column x statistic).
+ACROSS_GROUPS_ALPHA = 0.01
+
+
+def _across_groups(
+    exp: str, table_name: str, moves: dict[tuple[str, str], list[int]], directions: Mapping[str, Direction]
+) -> list[Row]:
+    """Different inputs: per declared column and statistic, the groups whose statistic moved beyond its
+    bootstrap tolerance the worse way against those that moved the better way, paired by group: an exact
+    sign test, Holm over every column x statistic of the table. ERROR when rejected: the numerics moved
+    the worse way across groups, more than a redraw of the inputs explains."""
+    from precisionkit.decide import holm, sign_test
+
+    keys = [k for k in moves if directions[k[0]] in ("lower", "higher")]
+    if not keys:
+        return []
+
+    def test(worse: int, better: int) -> tuple[int, int, float]:
+        if worse + better == 0:  # no group moved beyond its tolerance
+            return 0, 0, 1.0
+        t = sign_test(np.array([1.0] * worse + [-1.0] * better), np.zeros(worse + better))
+        return t.positive, t.negative, t.p_value
+
+    tests = [test(moves[k][0], moves[k][1]) for k in keys]
+    rejected, adjusted = holm([p for _, _, p in tests], alpha=ACROSS_GROUPS_ALPHA)
+    rows = []
+    for (col, stat), (worse, better, _), rej, p in zip(keys, tests, rejected, adjusted, strict=True):
+        groups = moves[(col, stat)][2]
+        rows.append(
+            row(
+                exp,
+                f"{table_name}/groups_worse_{col}_{stat}",
+                "paired",
+                0,
+                worse,
+                delta=float(worse - better),
+                tol=None,
+                tol_source=f"different inputs: {worse} of {groups} groups moved the worse way beyond their "
+                f"bootstrap tolerance, {better} the better way; exact sign test paired by group, Holm p {p:.2g} "
+                f"over {len(keys)} column x statistic tests at {ACROSS_GROUPS_ALPHA:g}",
+                moved=bool(rej),
+                severity="ERROR" if rej else "none",
+            )
+        )
+    return rows
+
+
 def compare_distribution(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
     """Per group of ``table.keys`` and declared column: :data:`STATS` of the per-set values against
-    a bootstrap tolerance from the baseline's sets; with ``same_inputs``, the share of sets whose
-    value changed, compared set by set (:func:`_same_sets`: ERROR when any set moved the worse way)."""
+    a bootstrap tolerance from the baseline's sets. With ``same_inputs``, a statistic that moved the
+    worse way is an ERROR, and each set is also compared with itself (:func:`_same_sets`: ERROR when
+    any set moved the worse way). With different inputs, single groups' moves are WARN (many groups,
+    no multiplicity control) and the ERROR comes from the groups paired: :func:`_across_groups`."""
     rows = []
+    moves: dict[tuple[str, str], list[int]] = {}
     keys = list(table.keys)
     groups = sorted(set(base.select(keys).unique().iter_rows()) | set(cur.select(keys).unique().iter_rows()))
     for group in groups:
@@ -272,9 +322,19 @@ def compare_distribution(exp: str, table: BaselineTable, base: Any, cur: Any, sa
                     )
                 )
                 continue
-            rows += _statistics(exp, name, col, direction, b, c)
+            stats = _statistics(exp, name, col, direction, b, c)
+            for r, stat_name in zip(stats, STATS, strict=True):
+                tally = moves.setdefault((col, stat_name), [0, 0, 0])
+                tally[2] += 1
+                if r["moved"] == "yes" and r["delta"] is not None:
+                    tally[0 if _worse_move(direction, r["delta"]) else 1] += 1
+                if not same_inputs and r["moved"] == "yes":
+                    r["severity"] = "WARN"
+            rows += stats
             if same_inputs and b.height == c.height:
                 rows += _same_sets(exp, name, col, direction, b[col].to_numpy(), c[col].to_numpy())
+    if not same_inputs:
+        rows += _across_groups(exp, table.item_prefix, moves, table.columns)
     return rows
 
 
