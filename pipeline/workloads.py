@@ -320,6 +320,16 @@ def _padding_mask(sampler: Sampler) -> Sampler:
     return sample
 
 
+def _fully_masked(shapes, gen):
+    """Every key masked: the additive mask shifts every score by the same -1e4, which softmax ignores
+    in exact arithmetic (the fp64 reference equals the unmasked one), while scores rounded to a 16-bit
+    type next to -1e4 keep almost none of their digits. What a kernel does with a row that masks
+    everything: average the values, not return NaN or zeros."""
+    out = _normal(shapes, gen)
+    out["attn_mask"] = torch.full(shapes["attn_mask"], MASKED, dtype=torch.float64)
+    return out
+
+
 def _attention_masked_peaked(shapes, gen):
     """Large queries and keys: near-one-hot attention rows."""
     out = _normal(shapes, gen)
@@ -505,7 +515,11 @@ WORKLOADS: dict[str, Workload] = {
             attention_masked,
             "softmax",
             _attention_masked_shapes,
-            {"normal": _padding_mask(_normal), "peaked": _padding_mask(_attention_masked_peaked)},
+            {
+                "normal": _padding_mask(_normal),
+                "peaked": _padding_mask(_attention_masked_peaked),
+                "fully_masked": _fully_masked,
+            },
             lambda p: p.attention[1],
         ),
         Workload(

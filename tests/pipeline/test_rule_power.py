@@ -21,12 +21,13 @@ def test_each_fault_is_contradicted_by_its_designed_part(fault):
 
 
 def test_the_rare_input_fault_is_seen_by_the_gross_count_alone():
+    # five sets in 1000 sit above the P99 of the sets: no quantile moves, only the gross count sees them
     fault = next(f for f in faults.FAULTS if f.designed == "gross")
     _, row = faults.simulate(
-        fault.chain, fault.distribution, fault.dtype, fault.make(WORKLOADS[fault.chain]), sets=200, **QUICK
+        fault.chain, fault.distribution, fault.dtype, fault.make(WORKLOADS[fault.chain]), sets=1000, **QUICK
     )
     assert faults.caught_by(row) == ["gross"] and row["gross_sets"] == 5 == row["gross_sets_needed"]
-    assert abs(row["p99_difference"]) < 0.01  # five sets in 200 leave P99 where it was
+    assert abs(row["p99_difference"]) < 0.01
 
 
 def test_the_healthy_single_rounding_is_not_contradicted():
