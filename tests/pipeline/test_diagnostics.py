@@ -19,13 +19,35 @@ from pipeline.workloads import WORKLOADS
 from precisionkit.tolerance import tolerance, tolerance_from_table
 
 
-def test_diagnostic_checks_are_findings():
-    # Diagnostics point a human at something; none of them judges a claim or invalidates a run.
-    checks = [divergence.no_layer_diverges, fuzzing.fuzzed_graphs_all_ok, tolerances.matrix_covers_measured_error]
+def test_diagnostic_checks_are_findings_except_wrong_results():
+    # Crashes, breaks and tolerance coverage point a human at something; a wrong result (a fuzzed graph
+    # beyond its tolerance, a divergent layer) judges a claim.
+    checks = [fuzzing.fuzzed_graphs_all_ok, tolerances.matrix_covers_measured_error]
     specs = {spec.name: spec.metadata for c in checks for spec in c.check_specs}
-    assert specs.keys() == {"no_layer_diverges", "fuzzed_graphs_all_ok", "matrix_covers_measured_error"}
+    assert specs.keys() == {"fuzzed_graphs_all_ok", "matrix_covers_measured_error"}
     for meta in specs.values():
         assert meta["outcome"] == FINDING and not any(k.startswith("rule.") for k in meta)
+    for claim in (divergence.no_layer_diverges, fuzzing.fuzzed_graphs_no_wrong_results):
+        (spec,) = claim.check_specs
+        assert spec.metadata["outcome"] == "claim" and "rule.decision" in spec.metadata
+
+
+def test_locator_rule_contradicts_a_divergent_layer_and_names_it():
+    table = pl.DataFrame(
+        {
+            "layer": ["wte#0", "blocks.0.mlp#0", "<root>#0"],
+            "excess": [0.0, 0.02, 0.001],
+            "noise": [0.0039] * 3,
+            "divergent": [False, True, False],
+            "fused_error": ["", "", ""],
+        }
+    )
+    verdict, reason, meta = divergence.judge_locator(table)
+    assert verdict == CONTRADICTED and "first blocks.0.mlp#0" in reason and meta["divergent_rows"] == 1
+    healthy = table.with_columns(pl.lit(False).alias("divergent"))
+    assert divergence.judge_locator(healthy)[0] == SUPPORTED
+    failed = healthy.with_columns(pl.Series("fused_error", ["", "RuntimeError: x", ""]))
+    assert divergence.judge_locator(failed)[0] == INCONCLUSIVE
 
 
 def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
@@ -80,11 +102,13 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
     claim = checks.pop("fuzzed_graphs_no_wrong_results")
     assert claim.metadata["verdict"].value == fuzzing.judge_fuzz(outcomes)[0]
     assert claim.metadata["mismatches"].value == (outcomes["class"] == "mismatch").sum()
-    assert set(checks) == {"no_layer_diverges", "fuzzed_graphs_all_ok"}
+    locator = checks.pop("no_layer_diverges")
+    assert locator.metadata["verdict"].value == divergence.judge_locator(table)[0]
+    assert locator.metadata["divergent_rows"].value == int(table["divergent"].sum())
+    assert set(checks) == {"fuzzed_graphs_all_ok"}
     assert (checks["fuzzed_graphs_all_ok"].metadata["findings"].value == 0) == outcomes["class"].is_in(
         ["ok", "mismatch"]
     ).all()
-    assert (checks["no_layer_diverges"].metadata["findings"].value == 0) == (not table["divergent"].any())
     assert all(e.passed for e in checks.values())  # findings are observations, never failures
     for e in checks.values():  # findings: WARN whatever they find
         assert e.metadata["outcome"].value == FINDING and e.severity == dg.AssetCheckSeverity.WARN
