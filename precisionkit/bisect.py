@@ -26,11 +26,13 @@ so only those two layers run for it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -192,9 +194,13 @@ def bisect(
     knobs: bool = True,
     log: Callable[[str], None] | None = None,
     timeout: float = 600.0,
+    workers: int = 2,
 ) -> Bisection:
-    """Run the bisection of one reproducer file (see the module docstring)."""
+    """Run the bisection of one reproducer file (see the module docstring). ``workers``: knob and
+    toolchain variants run at once (each a fresh interpreter with its own cache); the table keeps
+    their declared order."""
     variants: list[Variant] = []
+    lock = threading.Lock()
     base_env = dict(env or {})
     work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
     try:
@@ -218,8 +224,9 @@ def bisect(
             sha, excerpt = generated_cpp(cache)
             shown = {k: v for k, v in var_env.items() if k != "TORCHINDUCTOR_CACHE_DIR" and k not in base_env}
             v = Variant(step, name, backend, result.status, _status_message(result), result.seconds, sha, shown)
-            v_excerpt[name] = excerpt
-            variants.append(v)
+            with lock:
+                v_excerpt[name] = excerpt
+                variants.append(v)
             if log:
                 log(f"  {step:9s} {name:45s} {v.status}")
             return v
@@ -249,16 +256,22 @@ def bisect(
         if log:
             log(f"  torch._inductor.compiler_bisector: {theirs}")
         toolchain_fix = inductor_fix = None
+        todo: list[tuple[str, Knob]] = []
         for knob in TOOLCHAIN_KNOBS:
             if knob.cxx and shutil.which(knob.cxx) is None:
                 skipped.append(f"{knob.name}: not installed")
                 continue
-            v = run("toolchain", knob.name, "inductor", knob)
-            if v.status == "clean" and v.cpp_sha256 and v.cpp_sha256 == base.cpp_sha256 and toolchain_fix is None:
-                toolchain_fix = knob.name
-        for knob in INDUCTOR_KNOBS:
-            v = run("inductor", knob.name, "inductor", knob)
-            if v.status == "clean" and inductor_fix is None:
+            todo.append(("toolchain", knob))
+        todo += [("inductor", knob) for knob in INDUCTOR_KNOBS]
+        # Each variant is its own interpreter compiling on one core: run them side by side, judge in order.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            done = list(pool.map(lambda item: run(item[0], item[1].name, "inductor", item[1]), todo))
+        variants[len(variants) - len(done) :] = done  # the declared order, whatever finished first
+        for (step, knob), v in zip(todo, done, strict=True):
+            if step == "toolchain":
+                if v.status == "clean" and v.cpp_sha256 and v.cpp_sha256 == base.cpp_sha256 and toolchain_fix is None:
+                    toolchain_fix = knob.name
+            elif v.status == "clean" and inductor_fix is None:
                 inductor_fix = knob.name
         if toolchain_fix:
             return Bisection(

@@ -82,6 +82,10 @@ def test_only_contradictions_and_mismatches_get_reproducers() -> None:
         ("differential tester", "typed-8-bfloat16"),
     ]
     assert [c.id for _, c in cases_to_build(table, fuzz, diff, "inductor", cap=0)] == [built[0][1].id]
+    assert [src for src, _ in cases_to_build(table, fuzz, diff, "inductor", cap=1, d_cap=0)] == [
+        "fuzzer",
+        "differential tester",
+    ]
     assert d_repro_id(d_contradictions(table).row(0, named=True)) == built[0][1].id
 
 

@@ -20,10 +20,6 @@ from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
 from .spec import GROUP, SIZES
 
-#: Reproducers built for D's contradictions in one run, one per subgraph and dtype (each is a
-#: minimization and a bisection with the Inductor knobs and the toolchain: minutes).
-MAX_D = 3
-
 SCHEMA = {
     "id": pl.String,
     "source": pl.String,
@@ -65,14 +61,15 @@ def cases_to_build(
     difftest_outcomes: pl.DataFrame,
     backend: str,
     cap: int,
+    d_cap: int = 3,
 ) -> list[tuple[str, Case]]:
-    """(source, case) for D's contradictions (one per subgraph and dtype, at most :data:`MAX_D`),
-    then the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester)."""
+    """(source, case) for D's contradictions (one per subgraph and dtype, at most ``d_cap``), then
+    the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester)."""
     out: list[tuple[str, Case]] = []
     d_rows = d_contradictions(data_movement_check_table).unique(
         ["subgraph", "dtype"], keep="first", maintain_order=True
     )
-    for r in d_rows.head(MAX_D).iter_rows(named=True):
+    for r in d_rows.head(d_cap).iter_rows(named=True):
         shape = tuple(int(d) for d in r["shape"].split("x"))
         out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend)))
     for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(cap).iter_rows(named=True):
@@ -105,8 +102,8 @@ def reproducers(
     settings: ExperimentSettings = context.resources.settings
     data: DataFolder = context.resources.data
     root = data.profile_dir(settings.profile) / "repros"
-    cap = SIZES[settings.profile].repro_cap
-    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, difftest_outcomes, settings.backend, cap)
+    cap, d_cap = SIZES[settings.profile].repro_cap, SIZES[settings.profile].d_repro_cap
+    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, difftest_outcomes, settings.backend, cap, d_cap)
     start = time.perf_counter()
     rows = []
     for source, case in todo:
@@ -143,6 +140,10 @@ def reproducers(
             "d_contradicting_rows": d_total,
             "fuzzer_mismatches": found,
             "cap_per_fuzzer": cap,
+            "cap_d": d_cap,
+            "d_not_built": max(
+                0, d_contradictions(data_movement_check_table).unique(["subgraph", "dtype"]).height - d_cap
+            ),
             "reproducing": int((table["status"] == "reproduces").sum()),
             "wall_seconds": time.perf_counter() - start,
             "environment": dg.MetadataValue.json(repros.environment()),

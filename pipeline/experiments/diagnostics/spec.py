@@ -14,10 +14,14 @@ class DiagnosticsSizes:
     # several with the Inductor knobs and the toolchain); the smoke profile builds none for the
     # differential tester, whose real-bug mismatches would otherwise dominate its time
     repro_cap: int
+    # reproducers built for D's contradictions (one per subgraph and dtype): each is a minimization and
+    # a bisection through every Inductor knob and compiler flag, each a fresh interpreter that compiles
+    # cold (about four minutes on a 2-core CPU); a default run that found three spent twelve on them
+    d_repro_cap: int = 3
 
 
 SIZES = {
     "smoke": DiagnosticsSizes(fuzz_graphs=6, difftest_programs=10, repro_cap=0),
-    "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=48, repro_cap=1),
+    "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=48, repro_cap=1, d_repro_cap=1),
     "seed": DiagnosticsSizes(fuzz_graphs=1000, difftest_programs=1000, repro_cap=10),
 }
