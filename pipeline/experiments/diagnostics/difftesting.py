@@ -9,7 +9,6 @@ A mismatch is a real defect of the fused path (or of what it wraps); the reprodu
 the first of them into standalone reproducers. Feeds §6.1.
 """
 
-import math
 import time
 from collections import Counter
 from typing import Any
@@ -22,9 +21,6 @@ from precisionkit import difftest
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...verdicts import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    SUPPORTED,
     Rule,
     claim_check,
     claim_result,
@@ -32,6 +28,7 @@ from ...verdicts import (
     finding_result,
 )
 from .spec import GROUP, SIZES
+from .wrong_results import RATE_CONFIDENCE, judge_wrong_results
 
 SCHEMA = {
     "id": pl.String,
@@ -109,8 +106,6 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
 
 #: Compared programs (ok or mismatch) below which "no mismatch" supports nothing.
 MIN_PROGRAMS_FOR_SUPPORTED = 40
-#: Confidence of the upper bound on the mismatch rate that a clean run states.
-RATE_CONFIDENCE = 0.99
 
 DIFFTEST_RULE = Rule(
     claim="The fused path computes every generated program as eager does within rounding noise: no silent wrong "
@@ -134,37 +129,12 @@ DIFFTEST_RULE = Rule(
 
 def judge_difftest(outcomes: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
     """:data:`DIFFTEST_RULE` on an outcomes table: verdict, reason and metadata."""
-    wrong = outcomes.filter(pl.col("class") == "mismatch")
-    compared = outcomes.filter(pl.col("class").is_in(["ok", "mismatch"])).height
-    meta: dict[str, Any] = {
-        "programs": outcomes.height,
-        "compared": compared,
-        "mismatches": wrong.height,
-        "wrong_results": dg.MetadataValue.md(
-            "\n".join(f"- `{r['id']}` ({r['features']}): {r['message'][:300]}" for r in wrong.iter_rows(named=True))
-            or "none"
-        ),
-    }
-    if wrong.height:
-        first = wrong.row(0, named=True)
-        return (
-            CONTRADICTED,
-            f"{wrong.height} of {compared} compared programs have a wrong fused result; first {first['id']}: "
-            f"{first['message'][:200]}",
-            meta,
-        )
-    if compared < MIN_PROGRAMS_FOR_SUPPORTED:
-        return (
-            INCONCLUSIVE,
-            f"no mismatch, but only {compared} programs compared (< {MIN_PROGRAMS_FOR_SUPPORTED})",
-            meta,
-        )
-    bound = -math.log(1.0 - RATE_CONFIDENCE) / compared
-    meta["mismatch_rate_upper_bound"] = bound
-    return (
-        SUPPORTED,
-        f"no mismatch in {compared} compared programs: the rate is below {bound:.3g} at {RATE_CONFIDENCE:g}",
-        meta,
+    return judge_wrong_results(
+        outcomes,
+        noun="programs",
+        min_compared=MIN_PROGRAMS_FOR_SUPPORTED,
+        line=lambda r: f"- `{r['id']}` ({r['features']}): {r['message'][:300]}",
+        first=lambda r: f"{r['id']}: {r['message'][:200]}",
     )
 
 

@@ -8,7 +8,6 @@ reproducer script under ``<data>/<profile>/reproducers/fuzz``. Feeds §6.1 (comp
 with reproducers) and the measured tolerance table.
 """
 
-import math
 import time
 from collections import Counter
 from typing import Any
@@ -22,9 +21,6 @@ from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    SUPPORTED,
     Rule,
     claim_check,
     claim_result,
@@ -32,6 +28,7 @@ from ...verdicts import (
     finding_result,
 )
 from .spec import GROUP, SIZES
+from .wrong_results import RATE_CONFIDENCE, judge_wrong_results
 
 #: Shrinking candidates per failing graph (each one is a compile).
 MAX_SHRINK_CHECKS = 16
@@ -132,8 +129,6 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
 
 #: Compared graphs (ok or mismatch) below which "no mismatch" supports nothing.
 MIN_GRAPHS_FOR_SUPPORTED = 40
-#: Confidence of the upper bound on the mismatch rate that a clean run states.
-RATE_CONFIDENCE = 0.99
 
 FUZZ_RULE = Rule(
     claim="The fused path computes every fuzzed float graph as accurately as eager does, up to the tolerance of its "
@@ -158,38 +153,22 @@ FUZZ_RULE = Rule(
 
 def judge_fuzz(outcomes: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
     """:data:`FUZZ_RULE` on a fuzzer outcomes table: verdict, reason and metadata."""
-    wrong = outcomes.filter(pl.col("class") == "mismatch")
-    compared = outcomes.filter(pl.col("class").is_in(["ok", "mismatch"])).height
-    meta: dict[str, Any] = {
-        "graphs": outcomes.height,
-        "compared": compared,
-        "mismatches": wrong.height,
-        "wrong_results": dg.MetadataValue.md(
-            "\n".join(
-                f"- seed {r['seed']} ({r['dtype']}): {r['shrunk_ops'] or r['ops']}, fused tolerance ratio "
-                f"{r['fused_tol_ratio']:.3g} vs eager {r['eager_tol_ratio']:.3g} -> `{r['reproducer']}`"
-                for r in wrong.iter_rows(named=True)
-            )
-            or "none"
-        ),
-    }
-    if wrong.height:
-        first = wrong.row(0, named=True)
+
+    def line(r: dict[str, Any]) -> str:
         return (
-            CONTRADICTED,
-            f"{wrong.height} of {compared} compared graphs have a wrong fused result; first seed {first['seed']} "
-            f"({first['shrunk_ops'] or first['ops']}): fused {first['fused_tol_ratio']:.3g}x its tolerance, eager "
-            f"{first['eager_tol_ratio']:.3g}x",
-            meta,
+            f"- seed {r['seed']} ({r['dtype']}): {r['shrunk_ops'] or r['ops']}, fused tolerance ratio "
+            f"{r['fused_tol_ratio']:.3g} vs eager {r['eager_tol_ratio']:.3g} -> `{r['reproducer']}`"
         )
-    if compared < MIN_GRAPHS_FOR_SUPPORTED:
-        return INCONCLUSIVE, f"no mismatch, but only {compared} graphs compared (< {MIN_GRAPHS_FOR_SUPPORTED})", meta
-    bound = -math.log(1.0 - RATE_CONFIDENCE) / compared
-    meta["mismatch_rate_upper_bound"] = bound
-    return (
-        SUPPORTED,
-        f"no mismatch in {compared} compared graphs: the rate is below {bound:.3g} at {RATE_CONFIDENCE:g}",
-        meta,
+
+    return judge_wrong_results(
+        outcomes,
+        noun="graphs",
+        min_compared=MIN_GRAPHS_FOR_SUPPORTED,
+        line=line,
+        first=lambda r: (
+            f"seed {r['seed']} ({r['shrunk_ops'] or r['ops']}): fused {r['fused_tol_ratio']:.3g}x its "
+            f"tolerance, eager {r['eager_tol_ratio']:.3g}x"
+        ),
     )
 
 
