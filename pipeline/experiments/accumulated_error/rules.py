@@ -19,8 +19,8 @@ GROUP_KEYS = ["chain", "distribution", "dtype"]
 
 #: How much worse matters: one ULP at the scale of the data (see precisionkit.stats.scaled_spacing).
 MATERIALITY_SULP = 1.0
-#: A systematic magnitude bias that matters: fused's mean signed error (sign(ref) * error, in sULP) differs
-#: from eager's by an eighth of a unit at the data's scale on average over every element. Unbiased rounding
+#: A systematic magnitude bias that matters: fused's mean signed error (sign(ref) * error, in sULP) is larger
+#: in size than eager's by an eighth of a unit at the data's scale on average over every element. Unbiased rounding
 #: to nearest moves a set's mean by far less (its sd is about 0.29 / sqrt(elements) sULP), so a shift this
 #: size over hundreds of sets is a change of the computation (an epsilon, a variance divisor, values flushed
 #: to zero), not rounding.
@@ -111,18 +111,18 @@ RULE = Rule(
     "paired fused vs eager on the same set; statistic: P99 across sets of fused minus P99 of eager; the count of "
     "sets where fused is non-finite where eager is finite; the count of gross sets (fused beyond twice eager's worst "
     "set plus one unit); per set the magnitude bias (mean of sign(ref) * error in sULP over the set's elements), "
-    "paired fused minus eager; and, where fused's own code computes the whole chain, per set the share of judged "
+    "paired as |fused| - |eager|; and, where fused's own code computes the whole chain, per set the share of judged "
     "elements (each chain's magnitude floor) fused does not hold as the correctly rounded fp64 result, paired with "
     "the share the chain computed in fp32 and rounded once misses",
     decision=(
         f"contradicted when any set has a non-finite fused output where eager's is finite; when the gross sets reach "
         f"the binomial threshold (5 of 1000); or when, after one Holm adjustment over every test of every judged row "
         f"(family-wise confidence {CONFIDENCE:g}), the bootstrap test rejects 'P99(fused) - P99(eager) <= "
-        f"{MATERIALITY_SULP:g}', the two-sided exact sign test of the per-set bias differences rejects 0 with a mean "
-        f"of at least {BIAS_MARGIN_SULP:g} sULP, or the exact sign test rejects 'the median set's excess of wrongly "
+        f"{MATERIALITY_SULP:g}', the exact sign test finds fused's per-set bias larger in size than eager's with a "
+        f"mean excess of at least {BIAS_MARGIN_SULP:g} sULP, or the exact sign test rejects 'the median set's excess of wrongly "
         f"rounded elements over the fp32 single rounding is at most the margin' (0.2% of elements in fp16, 0.02% in "
         f"bf16); supported when the row has at least {MIN_SETS_FOR_SUPPORTED} sets, the one-sided {CONFIDENCE:g} upper "
-        f"bound of the P99 difference is at most {MATERIALITY_SULP:g}, the mean bias difference is under "
+        f"bound of the P99 difference is at most {MATERIALITY_SULP:g}, the mean bias excess is under "
         f"{BIAS_MARGIN_SULP:g} sULP, the median element excess is within its margin and no set is gross; "
         f"inconclusive otherwise"
     ),
@@ -162,7 +162,7 @@ def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:
         pl.col("fused_materially_worse_sets").alias("sets worse > 1 sULP"),
         *(
             [
-                pl.col("fused_bias_difference").round(4).alias("bias difference (sULP)"),
+                pl.col("fused_bias_difference").round(4).alias("bias excess (sULP)"),
                 pl.col("fused_bias_p_holm").round(4).alias("bias Holm p"),
             ]
             if "fused_bias_difference" in summary.columns  # a summary stored before the bias test has none

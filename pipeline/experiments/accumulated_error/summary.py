@@ -83,17 +83,17 @@ def paired_statistics(
 
 def bias_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
     """Magnitude bias of one row from paired per-set biases (fused ``f``, eager ``e``, finite): the
-    means, the mean difference and the two-sided exact sign test of the differences against 0."""
+    means, and how much larger fused's bias is in size than eager's on the same set (``bias_difference``:
+    the mean of |f| - |e|) with the exact one-sided sign test of |f| > |e|. A fused path less biased
+    than eager (eager's rounding of masked scores next to -1e4, say) is not held against it."""
     if len(f) == 0:
         return {"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0}
-    d = f - e
-    up = sign_test(d, np.zeros_like(d)).p_value
-    down = sign_test(-d, np.zeros_like(d)).p_value
+    af, ae = np.abs(f), np.abs(e)
     return {
         "eager_bias": float(e.mean()),
         "fused_bias": float(f.mean()),
-        "bias_difference": float(d.mean()),
-        "bias_p_value": min(1.0, 2.0 * min(up, down)),
+        "bias_difference": float((af - ae).mean()),
+        "bias_p_value": sign_test(af, ae).p_value,
     }
 
 
@@ -223,7 +223,7 @@ def judge(
         *[pl.Series(t.replace("p_value", "p_holm"), adjusted[i * n : (i + 1) * n]) for i, t in enumerate(tests)],
         *[pl.Series(f"_rejected_{i}", rejected[i * n : (i + 1) * n]) for i in range(len(tests))],
     )
-    material_bias = pl.col("bias_difference").abs().fill_null(0.0) >= bias_margin
+    material_bias = pl.col("bias_difference").fill_null(0.0) >= bias_margin
     biased = pl.col("_rejected_1") & material_bias
     elements = pl.col("_rejected_2") & (pl.col("element_excess").fill_null(0.0) > pl.col("element_margin"))
     gross = pl.col("gross_sets") >= pl.col("gross_sets_needed").fill_null(1 << 62)
