@@ -75,6 +75,22 @@ def _to_f32(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+def _nan_swallowing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """A max that ignores NaN (as C's fmax, or a vectorized max with the operands swapped, does): the
+    graph run with every NaN input read as -inf, so max(x, NaN) is x where eager's is NaN."""
+
+    def run(*args: Any) -> Any:
+        swallowed = [
+            torch.nan_to_num(a, nan=-float("inf"), posinf=float("inf"), neginf=-float("inf"))
+            if isinstance(a, torch.Tensor) and a.is_floating_point()
+            else a
+            for a in args
+        ]
+        return gm(*swallowed)
+
+    return run
+
+
 def _crashing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     """Compiled code that kills its interpreter when it runs (as an out-of-bounds read can)."""
 
@@ -118,10 +134,16 @@ def register() -> list[str]:
     for name, fn in BACKENDS.items():
         if name not in known:
             register_backend(compiler_fn=_wrap(fn), name=name)
-    for name, fn in (("pk_test_raise", _raising), ("pk_test_crash", _crashing), ("pk_test_hang", _hanging)):
+    graph_level = (
+        ("pk_test_raise", _raising),
+        ("pk_test_crash", _crashing),
+        ("pk_test_hang", _hanging),
+        ("pk_test_nan_swallowing_max", _nan_swallowing),
+    )
+    for name, fn in graph_level:
         if name not in known:
             register_backend(compiler_fn=fn, name=name)
-    return [*BACKENDS, "pk_test_raise", "pk_test_crash", "pk_test_hang"]
+    return [*BACKENDS, *(name for name, _ in graph_level)]
 
 
 #: What a reproducer file runs first to have these backends (in a fresh interpreter too).

@@ -82,6 +82,17 @@ def test_a_lost_zero_sign_a_wrong_integer_and_one_garbage_element_are_mismatches
     assert hit and msg.startswith("output 0: 1 of 132 elements wrong; at (3, 32)")
 
 
+def test_a_nan_swallowing_max_is_a_mismatch() -> None:
+    """max over a row with a NaN is NaN in eager and in fp64; a fused max that ignores NaN returns the
+    largest finite value there: a finite output where eager and fp64 agree on NaN is a wrong result."""
+    assert torch.isnan(namespace(diff_case("def graph(x):\n    return x\n", X))["make"]()[0]).any()
+    hit, msg = reproduces(
+        diff_case("def graph(x):\n    return torch.amax(x, dim=-1)\n", X, backend="pk_test_nan_swallowing_max")
+    )
+    assert hit and "nan" in msg
+    assert not reproduces(diff_case("def graph(x):\n    return torch.amax(x, dim=-1)\n", X))[0]
+
+
 def test_nan_payloads_and_matching_specials_are_not_mismatches() -> None:
     c = diff_case("def graph(x):\n    return torch.log(x), torch.reciprocal(x)\n", X, backend="eager")
     assert not reproduces(c)[0]
