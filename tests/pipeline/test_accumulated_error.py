@@ -367,17 +367,17 @@ def test_rule_gross_sets_contradict_a_fault_in_five_sets_of_a_thousand():
     assert row["verdict"] == "inconclusive" and row["gross_sets"] == 4 and not row["gross_contradicts"]
 
 
-def test_element_counts_floor_row_chains_and_count_flushed_subnormals():
+def test_element_reference_floors_row_chains_and_flushed_subnormals_count_as_wrong():
     """A row chain (layernorm) judges only elements at or above 1/8 of the row max in fp16; an element
     chain (softmax) judges every finite element, so a flushed subnormal counts as wrongly rounded."""
     ref = torch.tensor([[4.0, 1.0, 0.25, 2.0**-20]], dtype=torch.float64)
     out = ref.half().clone()
     out[0, 2] = torch.nextafter(out[0, 2], torch.tensor(1.0, dtype=torch.float16))  # below the floor
-    judged, wrong = b_runs.element_counts("layernorm", "float16", out, ref)
-    assert judged.tolist() == [2] and wrong.tolist() == [0]
+    judged, rounded = b_runs.element_reference("layernorm", "float16", ref, out.dtype)
+    assert judged.sum(dim=1).tolist() == [2] and b_runs.wrongly_rounded(out, judged, rounded).tolist() == [0]
     out[0, 3] = 0.0  # the fp16 subnormal 2^-20 flushed to zero
-    judged, wrong = b_runs.element_counts("softmax", "float16", out, ref)
-    assert judged.tolist() == [4] and wrong.tolist() == [2]
+    judged, rounded = b_runs.element_reference("softmax", "float16", ref, out.dtype)
+    assert judged.sum(dim=1).tolist() == [4] and b_runs.wrongly_rounded(out, judged, rounded).tolist() == [2]
     assert b_rules.element_floor_factor("layernorm", "bfloat16") == 2.0**-6
 
 

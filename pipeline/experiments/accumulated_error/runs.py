@@ -106,20 +106,25 @@ def single_rounding(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
     return run
 
 
-def element_counts(chain: str, dtype: str, out: torch.Tensor, ref: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Per set (leading axis): the judged elements (finite reference at or above the chain's magnitude
-    floor, see :func:`.rules.element_floor_factor`) and how many of them ``out`` does not hold as the
-    correctly rounded reference (a non-finite output counts as wrongly rounded)."""
+def element_reference(
+    chain: str, dtype: str, ref: torch.Tensor, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per set (leading axis, flattened): the judged elements (finite reference at or above the chain's
+    magnitude floor, see :func:`.rules.element_floor_factor`) and the correctly rounded reference. Both
+    depend on the reference alone: computed once per batch for every path."""
     n = ref.shape[0]
     r = ref.to(torch.float64).reshape(n, -1)
-    o = out.to(torch.float64).reshape(n, -1).to(r.device)
     finite = torch.isfinite(r)
     safe = torch.where(finite, r, 0.0)
     floor = safe.abs().amax(dim=1, keepdim=True) * element_floor_factor(chain, dtype)
-    judged = finite & (safe.abs() >= floor)
-    rounded = round_to_dtype(safe, out.dtype).to(torch.float64)
-    wrong = judged & ~(o == rounded)
-    return judged.sum(dim=1).cpu().numpy(), wrong.sum(dim=1).cpu().numpy()
+    return finite & (safe.abs() >= floor), round_to_dtype(safe, out_dtype).to(torch.float64)
+
+
+def wrongly_rounded(out: torch.Tensor, judged: torch.Tensor, rounded: torch.Tensor) -> np.ndarray:
+    """Per set, the judged elements ``out`` does not hold as the correctly rounded reference (a
+    non-finite output counts as wrongly rounded)."""
+    o = out.to(torch.float64).reshape(judged.shape).to(judged.device)
+    return (judged & ~(o == rounded)).sum(dim=1).cpu().numpy()
 
 
 def per_set_rows(
@@ -134,9 +139,11 @@ def per_set_rows(
     ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
     ran = [p for p in PATHS if p in outputs]  # a path this torch cannot compile has no outputs
     all_stats = {p: error_stats_per_set(outputs[p], ref) for p in ran}
+    judged_mask, rounded = element_reference(chain, dtype, ref, outputs["eager"].dtype)
+    judged = judged_mask.sum(dim=1).cpu().numpy()
     predicted = None
     if SINGLE_ROUNDING in outputs:  # only where fused computes the whole chain in its own code
-        judged, predicted = element_counts(chain, dtype, outputs[SINGLE_ROUNDING], ref)
+        predicted = wrongly_rounded(outputs[SINGLE_ROUNDING], judged_mask, rounded)
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n, -np.inf)
     for p in ran:
@@ -146,7 +153,7 @@ def per_set_rows(
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
         nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
         nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
-        judged, wrong = element_counts(chain, dtype, outputs[p], ref)
+        wrong = wrongly_rounded(outputs[p], judged_mask, rounded)
         if p == "fused":
             gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
             fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)

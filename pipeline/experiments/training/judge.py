@@ -178,56 +178,39 @@ def judge_training(steps: Sequence[int], metrics: Mapping[str, Pairs]) -> Traini
         tests = [StatisticTest(**{**t.__dict__, "p_holm": float(p)}) for t, p in zip(tests, adjusted, strict=True)]
     else:
         rejected = np.zeros(0, dtype=bool)
-    base = TrainingJudgement(INCONCLUSIVE, "", orders, len(judged), tests)
+
+    def result(verdict: str, reason: str) -> TrainingJudgement:
+        return TrainingJudgement(verdict, reason, orders, len(judged), tests)
+
     if bad:
-        return TrainingJudgement(
-            CONTRADICTED, f"fused non-finite where eager is finite: {', '.join(bad[:5])}", orders, len(judged), tests
-        )
+        return result(CONTRADICTED, f"fused non-finite where eager is finite: {', '.join(bad[:5])}")
     beyond = [t for t, r in zip(tests, rejected, strict=True) if r]
     if beyond and orders >= MIN_ORDERS_TO_CONTRADICT:
         worst = min(beyond, key=lambda t: t.p_holm)
-        return TrainingJudgement(
+        return result(
             CONTRADICTED,
             f"{len(beyond)} of {len(tests)} tests beyond the margin; worst {worst.metric} {worst.statistic}: mean "
             f"fused - eager {worst.mean:+.4g} over {worst.orders} orders, margin {worst.margin:.4g} "
             f"({MARGIN_ORDER_SDS:g} data-order sd), Holm p {worst.p_holm:.2g}",
-            orders,
-            len(judged),
-            tests,
         )
     if orders < MIN_ORDERS:
-        return TrainingJudgement(
-            INCONCLUSIVE, f"{orders} data orders, the rule needs {MIN_ORDERS}", orders, len(judged), tests
-        )
+        return result(INCONCLUSIVE, f"{orders} data orders, the rule needs {MIN_ORDERS}")
     if len(judged) < MIN_POINTS:
-        return TrainingJudgement(
-            INCONCLUSIVE, f"{len(judged)} judged eval points, the rule needs {MIN_POINTS}", orders, len(judged), tests
-        )
+        return result(INCONCLUSIVE, f"{len(judged)} judged eval points, the rule needs {MIN_POINTS}")
     zero = [f"{t.metric} {t.statistic}" for t in tests if t.margin <= 0]
     if zero:
-        return TrainingJudgement(
-            INCONCLUSIVE,
-            f"no data-order variation to judge against: margin 0 for {', '.join(zero)}",
-            orders,
-            len(judged),
-            tests,
-        )
+        return result(INCONCLUSIVE, f"no data-order variation to judge against: margin 0 for {', '.join(zero)}")
     open_ = [t for t in tests if not t.equivalent]
     if len(tests) == len(JUDGED_METRICS) * len(STATISTICS) and not open_:
         widest = max(tests, key=lambda t: max(abs(t.lower), abs(t.upper)) / t.margin)
-        return TrainingJudgement(
+        return result(
             SUPPORTED,
             f"all {len(tests)} tests equivalent within +-{MARGIN_ORDER_SDS:g} data-order sd; closest to its margin: "
             f"{widest.metric} {widest.statistic}, interval [{widest.lower:+.4g}, {widest.upper:+.4g}] vs margin "
             f"{widest.margin:.4g}",
-            orders,
-            len(judged),
-            tests,
         )
     names = ", ".join(f"{t.metric} {t.statistic}" for t in open_) or "tests missing"
-    return TrainingJudgement(
-        base.verdict, f"neither beyond the margin nor shown equivalent: {names}", orders, len(judged), tests
-    )
+    return result(INCONCLUSIVE, f"neither beyond the margin nor shown equivalent: {names}")
 
 
 def control_rank_test(fused_dev: Sequence[float], control_dev: Sequence[float]) -> tuple[float, float]:

@@ -5,9 +5,10 @@ the CPU (fp32 master weights and optimizer), fp16 with loss scaling on CUDA. The
 model ([2 layers, width 64, context 64, batch 8]) and its 150 steps are chosen for CPUs without native
 16-bit matmul, where autocast's bf16 matmuls run at about 1 GFLOP/s: measured on an AVX2-only
 2-core CPU, a bf16 step took about 0.1 s eager and 0.08 s fused (an fp32 step 0.013 s). The rule
-pairs fused with eager on five data orders, each with its one-ULP control: fifteen runs of 150 steps
-take about three and a half minutes there (six runs of 200 steps, the single pair and four eager
-orders of the envelope rule before, took two). The fp32 eager/fused pair (``fp32_control``) runs in
+pairs fused with eager on five data orders, each with its one-ULP control: fifteen runs of 150 steps,
+which at that step time would take about three and a half minutes there (an estimate, not a
+measurement); on a 2-core Xeon with native bf16 (AVX-512, AMX-BF16) they measured 82 to 92 s.
+The fp32 eager/fused pair (``fp32_control``) runs in
 the seed profile only: a full default report measured 25 minutes on that CPU with it and 300 steps,
 over the 20-minute budget.
 """
