@@ -9,6 +9,8 @@ assuming any distribution.
 * :func:`paired_quantile_test`: bootstrap (sets resampled with replacement, pairs kept together)
   of ``Q_q(x) - Q_q(y)``, the difference of the q-quantiles across sets, with a one-sided
   confidence interval and the p-value of "the difference is at most ``margin``".
+* :func:`binomial_tail`: P(K >= k) for K ~ Binomial(n, p), exact and stable for tiny ``p`` (a count of
+  rare events against the rate a model allows).
 * :func:`holm`: Holm–Bonferroni step-down adjustment, so a family of rows judged at once keeps
   its family-wise error rate at ``alpha``.
 * :func:`paired_margin_test`: for a few paired runs (training curves under several data orders),
@@ -168,6 +170,33 @@ def paired_quantile_test(
         x_quantile=qa,
         y_quantile=qb,
     )
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(K >= k) for K ~ Binomial(n, p): the p-value of seeing ``k`` or more events among ``n`` trials
+    that each happen with probability at most ``p``. Summed in log space, so a ``p`` of 1e-9 over a
+    thousand trials keeps its digits.
+
+    >>> binomial_tail(0, 10, 0.3), f"{binomial_tail(1, 1000, 1e-6):.5g}", f"{binomial_tail(5, 1000, 1e-3):.4g}"
+    (1.0, '0.0009995', '0.003637')
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must lie in [0, 1], got {p}")
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    if k <= 0:
+        return 1.0
+    if k > n or p == 0.0:
+        return 0.0
+    if p == 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q
+        for j in range(k, n + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
 
 
 def holm(p_values: Any, alpha: float) -> tuple[np.ndarray, np.ndarray]:

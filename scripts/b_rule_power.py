@@ -29,8 +29,12 @@ def _g(value: Any, fmt: str = ".3g") -> str:
 def _figures(row: dict[str, Any]) -> str:
     return (
         f"{_g(row['p99_difference'], '+.3g')} | {row['gross_sets']} | {_g(row['bias_difference'], '+.3g')} | "
-        f"{_g(None if row['element_excess'] is None else 100 * row['element_excess'], '+.3f')}"
+        f"{_g(row['misrounded_sets'], 'd')} / {_g(row['decisive_elements'], 'd')}"
     )
+
+
+#: The rule's tests and the column of each one's Holm-adjusted p-value.
+_TESTS = (("tail", "p_holm"), ("bias", "bias_p_holm"), ("element", "element_p_holm"))
 
 
 def fault_table(sets: int, seeds: list[int]) -> None:
@@ -40,7 +44,7 @@ def fault_table(sets: int, seeds: list[int]) -> None:
     )
     print(
         "| fault | row | what it does | designed part | contradicted | caught by (all seeds) | P99 diff (sULP) "
-        "| gross sets | bias diff (sULP) | median element excess (%) |"
+        "| gross sets | bias diff (sULP) | sets misrounding a decisive element / decisive elements |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for f in faults.FAULTS:
@@ -68,9 +72,14 @@ def healthy_table(sets: int, seeds: list[int], backend: str) -> None:
     for chain in CHAINS:
         for dtype in DTYPES_B:
             compiled[chain, dtype] = fused(WORKLOADS[chain].fn, backend=backend)
-    print("| seed | rows | supported | inconclusive | contradicted | contradicted rows (by) | seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| seed | rows | supported | inconclusive | contradicted | contradicted rows (by) | smallest Holm p "
+        "(tail, bias, element) | largest worst - eager worst (sULP) | seconds |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for seed in seeds:
+        smallest = dict.fromkeys((name for name, _ in _TESTS), 1.0)
+        headroom = -float("inf")
         t0 = time.perf_counter()
         counts = {"supported": 0, "inconclusive": 0, "contradicted": 0}
         alarms = []
@@ -84,12 +93,18 @@ def healthy_table(sets: int, seeds: list[int], backend: str) -> None:
                     whole = not (ev.extern_calls or ev.fused_library_calls)
                     _, row = faults.simulate(chain, dist, dtype, _as_fault(fn), sets=sets, seed=seed, whole_chain=whole)
                     counts[row["verdict"]] += 1
+                    for name, column in _TESTS:
+                        if row[column] is not None:
+                            smallest[name] = min(smallest[name], row[column])
+                    if row["worst_over_eager_worst"] is not None:
+                        headroom = max(headroom, row["worst_over_eager_worst"])
                     if row["verdict"] == "contradicted":
                         alarms.append(f"{chain}/{dist}/{dtype} ({', '.join(faults.caught_by(row))})")
         rows = sum(counts.values())
         print(
             f"| {seed} | {rows} | {counts['supported']} | {counts['inconclusive']} | {counts['contradicted']} "
-            f"| {'; '.join(alarms) or '-'} | {time.perf_counter() - t0:.0f} |",
+            f"| {'; '.join(alarms) or '-'} | {', '.join(f'{v:.2g}' for v in smallest.values())} | {headroom:+.3f} "
+            f"| {time.perf_counter() - t0:.0f} |",
             flush=True,
         )
 

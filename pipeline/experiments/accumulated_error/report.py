@@ -10,6 +10,7 @@ from ...reporting.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, 
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
 from ...verdicts import combine
+from .bounds import FUNCTION_UNITS, LAMBDA, reduction_failure_probability
 from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, verdict_table
 
 
@@ -67,14 +68,20 @@ def details(report: Report, exp: Experiment) -> str:
             f"{MATERIALITY_SULP:g} sULP', the sets where fused is non-finite where eager is finite, the sets where "
             f"fused is worse by more than {MATERIALITY_SULP:g} sULP, the bias test, and the verdict. Two more "
             "columns judge what that unit cannot see. *Gross sets*: sets where fused's error is beyond twice "
-            "eager's worst set plus one unit (five of 1000 contradict: a fault that fires on rare inputs). "
-            "*Wrongly rounded %*: where fused's own code computes the whole chain (no library call), the share of "
-            "judged elements fused does not hold as the correctly rounded fp64 result, beside the share the chain "
-            "computed in fp32 and rounded once misses; a median excess over the margin (0.2% of elements in fp16, "
-            "0.02% in bf16) is a changed computation however small each element's error (an approximated GELU, "
-            "flushed subnormals, a wrong epsilon). Elements are judged on their own ULP for elementwise chains, "
-            "softmax and RMSNorm, and above 2^(p-14) of the row's largest value for the others. The rule is stated "
-            "in full under *Decision rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
+            "eager's worst set plus one unit; one contradicts (a fault that fires on rare inputs). Beside it, fused's "
+            "worst set minus eager's worst: the headroom a healthy compiler leaves (a few hundredths of a unit at "
+            "most on every healthy run measured). *Decisive elements*: where fused's own code computes the whole "
+            "chain (no library call), the elements whose fp64 value is farther from a rounding midpoint than the "
+            "chain's derived fp32 error bound (per element: the roundings of each step, transcendentals within "
+            f"{FUNCTION_UNITS:g} fp32 units, each reduction of n terms within {LAMBDA:g} u sqrt(n-1) times the sum of "
+            "its terms' magnitudes, which grows with cancellation). Any fp32 computation within that bound, in any "
+            "reduction order and on any thread count, rounds such an element correctly, so fused must return the "
+            "correctly rounded fp64 value there. The test counts the sets where it does not; a reduction exceeds its "
+            f"bound with probability at most {reduction_failure_probability():.2g} (Azuma-Hoeffding under the "
+            "independent rounding model), and the binomial tail at that rate is the p-value. The fp32 single rounding "
+            "of the chain is run as the bound's own check: where it misrounds a decisive element the bound does not "
+            "hold on this machine, and the row is not judged per element. The rule is stated in full under *Decision "
+            "rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
             + markdown_table(verdict_table(summary))
         )
         if "emulate_unavailable" in summary.columns:

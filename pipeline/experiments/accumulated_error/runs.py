@@ -21,7 +21,8 @@ from ...devices import synchronize
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...workloads import CHAIN_STAGES, Workload
-from .rules import DTYPES_B, FUSED_PATHS, PATHS, element_floor_factor
+from .bounds import decisive, element_bound, reductions_per_set
+from .rules import DTYPES_B, FUSED_PATHS, PATHS
 
 #: Elements of one path's outputs held at once: batches keep memory flat whatever the set count.
 BATCH_ELEMENTS = 1 << 20
@@ -107,43 +108,54 @@ def single_rounding(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
 
 
 def element_reference(
-    chain: str, dtype: str, ref: torch.Tensor, out_dtype: torch.dtype
+    ref: torch.Tensor, bound: torch.Tensor | None, out_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per set (leading axis, flattened): the judged elements (finite reference at or above the chain's
-    magnitude floor, see :func:`.rules.element_floor_factor`) and the correctly rounded reference. Both
-    depend on the reference alone: computed once per batch for every path."""
+    """Per set (leading axis, flattened): the decisive elements (every fp32 computation within
+    ``bound`` of the fp64 ``ref`` rounds to the same ``out_dtype`` value there, see :mod:`.bounds`;
+    none where ``bound`` is None) and the correctly rounded reference. Both depend on the reference
+    and the inputs alone: computed once per batch for every path."""
     n = ref.shape[0]
     r = ref.to(torch.float64).reshape(n, -1)
-    finite = torch.isfinite(r)
-    safe = torch.where(finite, r, 0.0)
-    floor = safe.abs().amax(dim=1, keepdim=True) * element_floor_factor(chain, dtype)
-    return finite & (safe.abs() >= floor), round_to_dtype(safe, out_dtype).to(torch.float64)
+    safe = torch.where(torch.isfinite(r), r, 0.0)
+    if bound is None:
+        mask = torch.zeros_like(r, dtype=torch.bool)
+    else:
+        mask = decisive(r, bound.to(torch.float64).reshape(n, -1).to(r.device), out_dtype)
+    return mask, round_to_dtype(safe, out_dtype).to(torch.float64)
 
 
-def wrongly_rounded(out: torch.Tensor, judged: torch.Tensor, rounded: torch.Tensor) -> np.ndarray:
-    """Per set, the judged elements ``out`` does not hold as the correctly rounded reference (a
-    non-finite output counts as wrongly rounded)."""
+def misrounded(out: torch.Tensor, judged: torch.Tensor, rounded: torch.Tensor) -> np.ndarray:
+    """Per set, the decisive elements ``out`` does not hold as the correctly rounded reference (a
+    non-finite output counts as misrounded)."""
     o = out.to(torch.float64).reshape(judged.shape).to(judged.device)
     return (judged & ~(o == rounded)).sum(dim=1).cpu().numpy()
 
 
 def per_set_rows(
-    chain: str, dist: str, dtype: str, first_set: int, outputs: Mapping[str, torch.Tensor], ref: torch.Tensor
+    chain: str,
+    dist: str,
+    dtype: str,
+    first_set: int,
+    outputs: Mapping[str, torch.Tensor],
+    ref: torch.Tensor,
+    bound: torch.Tensor | None = None,
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """Error rows of a batch of input sets (numbered from ``first_set``), path by path in
-    :data:`PATHS` order, each output judged against the fp64 ``ref``; and per set the fused path's
-    scale-aware max error minus eager's (+inf where fused is non-finite and eager is finite), which
-    picks the reproducer set."""
+    :data:`PATHS` order, each output judged against the fp64 ``ref`` (and, where ``bound`` gives the
+    fp32 computation's error bound per element, on its decisive elements); and per set the fused
+    path's scale-aware max error minus eager's (+inf where fused is non-finite and eager is finite),
+    which picks the reproducer set."""
     n = ref.shape[0]
     eager_finite = torch.isfinite(outputs["eager"]).reshape(n, -1)
     ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
     ran = [p for p in PATHS if p in outputs]  # a path this torch cannot compile has no outputs
     all_stats = {p: error_stats_per_set(outputs[p], ref) for p in ran}
-    judged_mask, rounded = element_reference(chain, dtype, ref, outputs["eager"].dtype)
+    judged_mask, rounded = element_reference(ref, bound, outputs["eager"].dtype)
     judged = judged_mask.sum(dim=1).cpu().numpy()
+    reductions = reductions_per_set(chain, tuple(ref.shape[1:])) if bound is not None else 0
     predicted = None
-    if SINGLE_ROUNDING in outputs:  # only where fused computes the whole chain in its own code
-        predicted = wrongly_rounded(outputs[SINGLE_ROUNDING], judged_mask, rounded)
+    if SINGLE_ROUNDING in outputs and bound is not None:  # only where fused computes the whole chain
+        predicted = misrounded(outputs[SINGLE_ROUNDING], judged_mask, rounded)
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n, -np.inf)
     for p in ran:
@@ -153,7 +165,7 @@ def per_set_rows(
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
         nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
         nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
-        wrong = wrongly_rounded(outputs[p], judged_mask, rounded)
+        wrong = misrounded(outputs[p], judged_mask, rounded)
         if p == "fused":
             gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
             fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)
@@ -172,10 +184,13 @@ def per_set_rows(
                     "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
                     "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
                     "max_ulp_vs_eager": int(vs_eager[j]),
-                    "judged_elements": int(judged[j]),
-                    "wrongly_rounded": int(wrong[j]),
-                    # wrongly rounded elements of the fp32 single-rounding computation; None where not run
-                    "single_rounding_wrongly_rounded": None if predicted is None else int(predicted[j]),
+                    "decisive_elements": int(judged[j]),
+                    "decisive_misrounded": int(wrong[j]),
+                    # reductions of the set's fp32 computation, each beyond its bound with a known chance
+                    "bound_reductions": reductions,
+                    # decisive elements the fp32 single-rounding computation misrounds (the bound's own
+                    # check: 0 unless the bound is wrong); None where not run
+                    "single_rounding_misrounded": None if predicted is None else int(predicted[j]),
                 }
             )
     return rows, fused_gap
@@ -224,12 +239,25 @@ def _run_distribution(
             outputs[p] = torch.stack([paths[p](*one) for one in sets])
             synchronize(device)
             seconds[p] += time.perf_counter() - t0
+        bound = None
         if predict is not None:
             outputs[SINGLE_ROUNDING] = torch.stack([predict(*one) for one in sets])
-        batch_rows, fused_gap[start:stop] = per_set_rows(workload.name, dist, dtype, start, outputs, ref[start:stop])
+            bound = batch_bound(workload.name, sets)
+        batch_rows, fused_gap[start:stop] = per_set_rows(
+            workload.name, dist, dtype, start, outputs, ref[start:stop], bound
+        )
         rows.extend(batch_rows)
         progress.advance(stop - start)
     return rows, fused_gap, seconds
+
+
+def batch_bound(chain: str, sets: list[tuple[torch.Tensor, ...]]) -> torch.Tensor | None:
+    """The per-element error bound of ``chain``'s fp32 computation for each set (stacked), on the sets'
+    device; None for a chain without one (:func:`.bounds.element_bound`)."""
+    bounds = [element_bound(chain, one) for one in sets]
+    if any(b is None for b in bounds):
+        return None
+    return torch.stack([b for b in bounds if b is not None])
 
 
 def _worst_set(

@@ -8,23 +8,23 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from precisionkit.decide import holm, paired_quantile_test, sign_test
+from precisionkit.decide import binomial_tail, holm, paired_quantile_test, sign_test
 
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from ...workloads import CHAINS
+from .bounds import reduction_failure_probability
 from .rules import (
     BIAS_MARGIN_SULP,
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
     GROSS_FACTOR,
+    GROSS_SETS_NEEDED,
     GROUP_KEYS,
     JUDGED_PATHS,
     MATERIALITY_SULP,
     MIN_SETS_FOR_SUPPORTED,
     PATHS,
     TAIL_QUANTILE,
-    element_margin,
-    gross_sets_threshold,
 )
 
 #: Columns of :func:`paired_statistics`, None when fewer than two sets pair up (``p_value`` is then 1).
@@ -97,40 +97,54 @@ def bias_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
     }
 
 
-def element_statistics(wrong: np.ndarray, predicted: np.ndarray, judged: np.ndarray, dtype: str) -> dict[str, Any]:
-    """The per-element rule's statistics of one row: per set, the share of judged elements the path
-    rounds wrongly (``wrong``) and the share the fp32 single-rounding computation does (``predicted``);
-    the median set's excess and the exact sign test of "excess above :func:`.rules.element_margin`"."""
-    margin = element_margin(dtype)
-    ok = judged > 0
-    if not ok.any():
-        return {**dict.fromkeys(_ELEMENT_COLUMNS), "element_margin": margin, "element_p_value": 1.0}
-    fs, ps = wrong[ok] / judged[ok], predicted[ok] / judged[ok]
-    test = sign_test(fs, ps, margin=margin)
+def element_statistics(
+    misrounded: np.ndarray, predicted: np.ndarray, decisive: np.ndarray, reductions: np.ndarray
+) -> dict[str, Any]:
+    """The per-element rule's statistics of one row from per-set counts: decisive elements the path
+    misrounds (``misrounded``), decisive elements the fp32 single rounding misrounds (``predicted``, the
+    bound's own check), decisive elements per set and reductions per set. The p-value is the binomial tail
+    of the sets with a misrounded decisive element at the rate the bound allows a set
+    (reductions x :func:`.bounds.reduction_failure_probability`); where the fp32 single rounding itself
+    misrounds a decisive element, the bound does not hold on this machine and the row is not judged."""
+    n = len(misrounded)
+    bad_sets = int((misrounded > 0).sum())
+    predicted_bad = int((predicted > 0).sum())
+    rate = max(float(reductions.max()) if n else 0.0, 1.0) * reduction_failure_probability()
+    violated = predicted_bad > 0
     return {
-        "wrongly_rounded_share": float(wrong[ok].sum() / judged[ok].sum()),
-        "single_rounding_share": float(predicted[ok].sum() / judged[ok].sum()),
-        "element_excess": float(np.median(fs - ps)),
-        "element_worse_sets": test.positive,
-        "element_margin": margin,
-        "element_p_value": test.p_value,
+        "decisive_elements": int(decisive.sum()),
+        "misrounded_elements": int(misrounded.sum()),
+        "misrounded_sets": bad_sets,
+        "single_rounding_misrounded_sets": predicted_bad,
+        "bound_violated": violated,
+        "set_failure_rate": rate,
+        "element_p_value": 1.0 if violated or bad_sets == 0 else binomial_tail(bad_sets, n, min(rate, 1.0)),
     }
 
 
-_ELEMENT_COLUMNS = ("wrongly_rounded_share", "single_rounding_share", "element_excess", "element_worse_sets")
+_ELEMENT_COLUMNS = (
+    "decisive_elements",
+    "misrounded_elements",
+    "misrounded_sets",
+    "single_rounding_misrounded_sets",
+    "bound_violated",
+    "set_failure_rate",
+)
 
 
-def gross_statistics(f: np.ndarray, e: np.ndarray, confidence: float = CONFIDENCE) -> dict[str, Any]:
+def gross_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
     """The rare-set rule's figures of one row from paired finite per-set errors: the threshold
-    (:data:`.rules.GROSS_FACTOR` times eager's worst plus one unit), the sets of ``f`` beyond it and
-    how many it takes to contradict (:func:`.rules.gross_sets_threshold`)."""
+    (:data:`.rules.GROSS_FACTOR` times eager's worst plus one unit), the sets of ``f`` beyond it, how
+    many contradict, and the headroom fused's worst set left (fused's worst minus eager's worst, sULP;
+    the healthy distribution of this statistic is on B's page)."""
     if len(f) == 0:
-        return {"gross_threshold": None, "gross_sets": 0, "gross_sets_needed": None}
+        return {"gross_threshold": None, "gross_sets": 0, "gross_sets_needed": None, "worst_over_eager_worst": None}
     threshold = GROSS_FACTOR * float(e.max()) + MATERIALITY_SULP
     return {
         "gross_threshold": threshold,
         "gross_sets": int((f > threshold).sum()),
-        "gross_sets_needed": gross_sets_threshold(len(f), confidence),
+        "gross_sets_needed": GROSS_SETS_NEEDED,
+        "worst_over_eager_worst": float(f.max() - e.max()),
     }
 
 
@@ -156,7 +170,7 @@ def judge(
     judged as B's whole table is); the default is every test of these rows.
     """
     has_bias = "sulp_bias" in per_set.columns
-    has_elements = "single_rounding_wrongly_rounded" in per_set.columns
+    has_elements = "single_rounding_misrounded" in per_set.columns
     bias_cols = [pl.col("sulp_bias").alias("eager_bias_set")] if has_bias else []
     eager = per_set.filter(pl.col("path") == "eager").select(
         *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"), *bias_cols
@@ -192,19 +206,19 @@ def judge(
                 row.update(bias_statistics(fb[both], eb[both]))
             else:
                 row.update({"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0})
-            row.update(gross_statistics(f[ok], e[ok], confidence))
-            predicted = grp["single_rounding_wrongly_rounded"] if has_elements else None
+            row.update(gross_statistics(f[ok], e[ok]))
+            predicted = grp["single_rounding_misrounded"] if has_elements else None
             if path == "fused" and predicted is not None and predicted.null_count() == 0:
                 row.update(
                     element_statistics(
-                        grp["wrongly_rounded"].to_numpy().astype(np.float64),
+                        grp["decisive_misrounded"].to_numpy().astype(np.float64),
                         predicted.to_numpy().astype(np.float64),
-                        grp["judged_elements"].to_numpy().astype(np.float64),
-                        dtype,
+                        grp["decisive_elements"].to_numpy().astype(np.float64),
+                        grp["bound_reductions"].to_numpy().astype(np.float64),
                     )
                 )
             else:  # fused_emulate rounds intermediates by design; a library call rounds them too
-                row.update({**dict.fromkeys(_ELEMENT_COLUMNS), "element_margin": None, "element_p_value": 1.0})
+                row.update({**dict.fromkeys(_ELEMENT_COLUMNS), "element_p_value": 1.0})
             rows.append(row)
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
     if table.height == 0:
@@ -225,7 +239,7 @@ def judge(
     )
     material_bias = pl.col("bias_difference").fill_null(0.0) >= bias_margin
     biased = pl.col("_rejected_1") & material_bias
-    elements = pl.col("_rejected_2") & (pl.col("element_excess").fill_null(0.0) > pl.col("element_margin"))
+    elements = pl.col("_rejected_2")
     gross = pl.col("gross_sets") >= pl.col("gross_sets_needed").fill_null(1 << 62)
     verdict = (
         pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected_0") | biased | elements | gross)
@@ -234,7 +248,7 @@ def judge(
             (pl.col("paired_sets") >= min_sets)
             & (pl.col("ci_upper") <= margin)
             & ~material_bias
-            & (pl.col("element_excess").fill_null(0.0) <= pl.col("element_margin").fill_null(1.0))
+            & (pl.col("misrounded_sets").fill_null(0) == 0)
             & (pl.col("gross_sets") == 0)
         )
         .then(pl.lit(SUPPORTED))
@@ -276,11 +290,13 @@ JUDGE_SCHEMA = {
     "gross_threshold": pl.Float64,
     "gross_sets": pl.Int64,
     "gross_sets_needed": pl.Int64,
-    "wrongly_rounded_share": pl.Float64,
-    "single_rounding_share": pl.Float64,
-    "element_excess": pl.Float64,
-    "element_worse_sets": pl.Int64,
-    "element_margin": pl.Float64,
+    "worst_over_eager_worst": pl.Float64,
+    "decisive_elements": pl.Int64,
+    "misrounded_elements": pl.Int64,
+    "misrounded_sets": pl.Int64,
+    "single_rounding_misrounded_sets": pl.Int64,
+    "bound_violated": pl.Boolean,
+    "set_failure_rate": pl.Float64,
     "element_p_value": pl.Float64,
 }
 
@@ -303,9 +319,9 @@ def reason(row: dict[str, Any]) -> str:
         )
     if row.get("element_contradicts"):
         return (
-            f"{where}: fused rounds {row['wrongly_rounded_share']:.3%} of judged elements wrongly against the fp32 "
-            f"computation rounded once ({row['single_rounding_share']:.3%}); median set excess "
-            f"{row['element_excess']:+.3%} > margin {row['element_margin']:.3%} on {row['element_worse_sets']} sets "
+            f"{where}: fused misrounds {row['misrounded_elements']} of {row['decisive_elements']} decisive elements "
+            f"(where no fp32 computation within the chain's error bound can round otherwise) in "
+            f"{row['misrounded_sets']} of {row['sets']} sets; the bound allows a set {row['set_failure_rate']:.2g} "
             f"(Holm p {row['element_p_holm']:.2g}): {row['verdict']}"
         )
     if row.get("bias_contradicts"):
@@ -359,10 +375,13 @@ _SUMMARY_VERDICT_COLUMNS = (
     "gross_sets",
     "gross_sets_needed",
     "gross_contradicts",
-    "wrongly_rounded_share",
-    "single_rounding_share",
-    "element_excess",
-    "element_margin",
+    "worst_over_eager_worst",
+    "decisive_elements",
+    "misrounded_elements",
+    "misrounded_sets",
+    "single_rounding_misrounded_sets",
+    "bound_violated",
+    "set_failure_rate",
     "element_p_holm",
     "element_contradicts",
 )
