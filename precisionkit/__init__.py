@@ -8,6 +8,7 @@ Public API::
     tolerance, assert_bit_equal, assert_ulp_within, assert_close_to_reference
     MeasuredTolerances, tolerance_from_table  # measured tolerance tables
     FusedFunction, FusionEvidence, FusionError, eager, fused  # execution paths
+    HostTraffic  # device-to-host reads (transfers and syncs) of a block, for budget tests
     locate_divergence  # per-layer divergence locator
     precisionkit.fuzz  # differential graph fuzzer
     precisionkit.decide  # paired sign test, bootstrap, Holm
@@ -15,6 +16,7 @@ Public API::
 
 from .batched import error_stats_per_set
 from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
+from .hosttraffic import HostTraffic
 from .locator import locate_divergence
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
 from .reference import fp64_reference
@@ -36,6 +38,7 @@ __all__ = [
     "FusedFunction",
     "FusionError",
     "FusionEvidence",
+    "HostTraffic",
     "MeasuredTolerances",
     "Tolerance",
     "assert_bit_equal",

@@ -8,7 +8,13 @@ import torch
 
 from pipeline import storage
 from pipeline.experiments.determinism import assets, checks, compare, worker
-from pipeline.experiments.determinism.rounds import DETERMINISM_DTYPES, Round, cold_rounds, other_thread_count
+from pipeline.experiments.determinism.rounds import (
+    DETERMINISM_DTYPES,
+    Round,
+    cold_rounds,
+    other_thread_count,
+    thread_round_skipped,
+)
 from pipeline.experiments.determinism.spec import SIZES
 from pipeline.experiments.determinism.worker import cold_cache_env, output_md5, run_round
 from pipeline.experiments.toolkit import assets as toolkit
@@ -177,11 +183,9 @@ def test_smoke_determinism_rounds(smoke_resources, tmp_path, monkeypatch):
     summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
     log = storage.read_value(tmp_path / "smoke" / "determinism_runs")
     assert set(summary["dtype"]) == set(DETERMINISM_DTYPES)
-    assert set(summary["round"]) == {
-        "round1",
-        "round2_cold",
-        f"cold_threads_{other_thread_count(torch.get_num_threads())}",
-    }
+    on_cpu = smoke_resources["settings"].torch_device().type == "cpu"
+    threads_round = {f"cold_threads_{other_thread_count(torch.get_num_threads())}"} if on_cpu else set()
+    assert set(summary["round"]) == {"round1", "round2_cold"} | threads_round
     # The per-run log has one md5 per run and round; the summary counts them.
     for r in summary.iter_rows(named=True):
         sub = log.filter((pl.col("round") == r["round"]) & (pl.col("dtype") == r["dtype"]))
@@ -253,8 +257,23 @@ def _round(hashes, outputs, process, threads=2, code="code"):
 
 
 def test_cold_rounds_plan():
-    assert cold_rounds(1000, 2) == [("round2_cold", 2, 1000), ("cold_threads_1", 1, 25)]
-    assert cold_rounds(5, 1) == [("round2_cold", 1, 5), ("cold_threads_2", 2, 5)]
+    runs = {"float16": 1000, "float32": 100}
+    assert cold_rounds(runs, 2) == [("round2_cold", 2, runs), ("cold_threads_1", 1, {"float16": 25, "float32": 25})]
+    assert cold_rounds({"float16": 5}, 1) == [("round2_cold", 1, {"float16": 5}), ("cold_threads_2", 2, {"float16": 5})]
+    # The thread-count round changes CPU threads only: on an accelerator it is skipped, with the reason.
+    assert cold_rounds(runs, 2, "cuda") == [("round2_cold", 2, runs)]
+    assert thread_round_skipped("cpu") is None
+    assert "CPU thread count" in (thread_round_skipped("cuda") or "")
+
+
+def test_runs_per_dtype():
+    gpu = SIZES["gpu"]
+    assert gpu.runs_by_dtype(DETERMINISM_DTYPES) == {"float16": 1000, "bfloat16": 1000, "float32": 100}
+    assert gpu.cold_start and SIZES["seed"].runs_for("float32") == 1000
+    assert worker.parse_runs("7") == 7
+    assert worker.parse_runs(worker.format_runs({"float16": 3, "float32": 1})) == {"float16": 3, "float32": 1}
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        run_round({}, ["float16", "float32"], {"float16": 2}, torch.device("cpu"))
 
 
 def test_determinism_tables_from_given_rounds():
@@ -300,3 +319,21 @@ def test_hash_runs_keeps_the_first_distinct_outputs():
     calls = iter(many[1:])
     _, kept = worker._hash_runs(lambda *a: next(calls), (), many[0], range(len(many)), "float32")
     assert len(kept) == worker.MAX_DISTINCT_KEPT
+
+
+def test_hash_runs_compares_bits_on_the_device_and_hashes_each_distinct_output_once(monkeypatch):
+    """A run equal in every bit to an earlier output reuses that output's md5; NaN payloads and the
+    sign of zero count as bits (as they do in the md5), and only new distinct outputs are hashed."""
+    nan = torch.tensor([float("nan"), 1.0, 0.0])
+    other_nan = nan.clone()
+    other_nan.view(torch.int32)[0] ^= 1  # another NaN payload
+    neg_zero = torch.tensor([float("nan"), 1.0, -0.0])
+    outs = [nan, nan.clone(), other_nan, neg_zero, nan.clone(), neg_zero.clone()]
+    hashed = []
+    monkeypatch.setattr(worker, "output_md5", lambda t: hashed.append(t) or output_md5(t))
+    calls = iter(outs[1:])
+    hashes, kept = worker._hash_runs(lambda *a: next(calls), (), outs[0], range(len(outs)), "float32")
+    assert hashes == [output_md5(o) for o in outs]
+    assert len(set(hashes)) == 3 and len(hashed) == 3 and len(kept) == 3
+    assert worker.same_bits(nan, nan.clone()) and not worker.same_bits(nan, other_nan)
+    assert not worker.same_bits(torch.zeros(2), -torch.zeros(2)) and not worker.same_bits(nan, nan.double())

@@ -16,6 +16,7 @@ WITH_EXAMPLES = {
     "precisionkit.batched",
     "precisionkit.bits",
     "precisionkit.decide",
+    "precisionkit.hosttraffic",
     "precisionkit.paths",
     "precisionkit.reference",
     "precisionkit.stats",

@@ -2,8 +2,9 @@
 
 Round 1 compiles in this process and runs N times; round 2 is a fresh process with an empty,
 disabled compiler cache that recompiles and runs N times; a third, cheaper round repeats the cold
-start with another CPU thread count (sizes with ``cold_start`` off, i.e. smoke, run round 1 only;
-the rounds are in :mod:`.rounds`). Every output is hashed (md5 of its raw bytes). Each round
+start with another CPU thread count, on the CPU only (on an accelerator the kernels run on the
+device, so the round is skipped and the summary says why; sizes with ``cold_start`` off, i.e. smoke,
+run round 1 only; the rounds are in :mod:`.rounds`). Every output is hashed (md5 of its raw bytes). Each round
 records two hashes of what it compiled: the normalized generated *source* (``code_sha256``) and
 the compiled *artifact* of every kernel (``artifact_sha256``: the shared object Inductor loads on
 the CPU; the cubin/PTX and the autotuning choice of each Triton kernel on CUDA, see
@@ -23,7 +24,14 @@ import torch
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compare import determinism_tables, summary_metadata
-from .rounds import cold_rounds, determinism_inputs, other_thread_count, run_rounds
+from .rounds import (
+    DETERMINISM_DTYPES,
+    cold_rounds,
+    determinism_inputs,
+    other_thread_count,
+    run_rounds,
+    thread_round_skipped,
+)
 from .spec import GROUP, SIZES
 
 
@@ -56,24 +64,37 @@ from .spec import GROUP, SIZES
     },
 )
 def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any):  # lazy SetTensors
-    """Round 1 in process, round 2 cold in a fresh process, round 3 cold with another thread count."""
+    """Round 1 in process, round 2 cold in a fresh process, round 3 cold with another thread count
+    (on the CPU)."""
     sizes = SIZES[settings.profile]
-    runs = sizes.runs
+    runs = sizes.runs_by_dtype(DETERMINISM_DTYPES)
     inputs = determinism_inputs(pool)
     default_threads = torch.get_num_threads()
-    cold = cold_rounds(runs, default_threads) if sizes.cold_start else []
-    _, alt_threads, thread_runs = cold[1] if cold else ("", other_thread_count(default_threads), 0)
+    device_type = settings.torch_device().type
+    cold = cold_rounds(runs, default_threads, device_type) if sizes.cold_start else []
+    thread_round = next((r for r in cold if r[0].startswith("cold_threads")), None)
+    alt_threads = thread_round[1] if thread_round else other_thread_count(default_threads)
+    thread_runs = max(thread_round[2].values()) if thread_round else 0
     with tempfile.TemporaryDirectory(prefix="determinism_") as tmp:
         rounds, wall = run_rounds(inputs, runs, cold, settings, Path(tmp), context.log.info)
         tables = determinism_tables(rounds)
     context.add_output_metadata(
-        {"rows": tables.runs.height, "runs_per_round": runs, "thread_round_runs": thread_runs},
+        {
+            "rows": tables.runs.height,
+            "runs_per_round": sizes.runs,
+            "runs_per_round_by_dtype": ", ".join(f"{d}={n}" for d, n in runs.items()),
+            "thread_round_runs": thread_runs,
+        },
         output_name="determinism_runs",
     )
-    context.add_output_metadata(
-        summary_metadata(tables.summary, tables.code_diffs, wall, default_threads, alt_threads),
-        output_name="determinism_summary",
-    )
+    metadata = summary_metadata(tables.summary, tables.code_diffs, wall, default_threads, alt_threads)
+    if thread_round:
+        metadata["thread_count_round"] = f"run (up to {thread_runs} runs per dtype with {alt_threads} threads)"
+    elif sizes.cold_start:
+        metadata["thread_count_round"] = thread_round_skipped(device_type) or "not run"
+    else:
+        metadata["thread_count_round"] = "not run (the profile skips the cold-start rounds)"
+    context.add_output_metadata(metadata, output_name="determinism_summary")
     context.add_output_metadata(
         {
             "rows": tables.artifacts.height,

@@ -20,16 +20,16 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
-from .rounds import DETERMINISM_DTYPES, THREAD_ROUND_RUNS
+from .rounds import DETERMINISM_DTYPES, THREAD_ROUND_RUNS, thread_round_skipped
 from .spec import SIZES
 
 SUMMARY = dg.AssetKey("determinism_summary")
 
 _SAMPLE = (
     "one fixed seeded FFN input per dtype (fp16 headline, bf16 and fp32 extra rows); the profile's "
-    "the profile's runs per round (spec.py) in round 1 and in the cold round (1000 in the seed profile), "
-    f"min(runs, {THREAD_ROUND_RUNS}) in the thread-count round; the smoke profile runs no cold "
-    "round (cold_start in spec.py), so there the cold-start claim is inconclusive"
+    "the profile's runs per round and dtype (spec.py) in round 1 and in the cold round (1000 in the seed "
+    f"profile), min(runs, {THREAD_ROUND_RUNS}) in the thread-count round, which runs on the CPU only; the "
+    "smoke profile runs no cold round (cold_start in spec.py), so there the cold-start claim is inconclusive"
 )
 
 RULE_ONE_HASH = Rule(
@@ -207,10 +207,12 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
 )
 def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: ExperimentSettings) -> dg.AssetCheckResult:
     sizes = SIZES[settings.profile]
-    runs = sizes.runs
+    runs = sizes.runs_by_dtype(DETERMINISM_DTYPES)
     planned = {"round1": runs}
     if sizes.cold_start:
-        planned.update({"round2_cold": runs, "cold_threads": min(runs, THREAD_ROUND_RUNS)})
+        planned["round2_cold"] = runs
+        if thread_round_skipped(settings.torch_device().type) is None:
+            planned["cold_threads"] = {d: min(n, THREAD_ROUND_RUNS) for d, n in runs.items()}
     broken = determinism_summary.filter((pl.col("recompiles") != 0) | (pl.col("graph_breaks") != 0))
     unfused = determinism_summary.filter(pl.col("kernel_count") < 1)
     problems = []
@@ -218,20 +220,22 @@ def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: Exper
         problems.append(f"recompiled or broken graph in {_rows(broken)}")
     if unfused.height:
         problems.append(f"no generated kernel in {_rows(unfused)}")
-    for name, n in planned.items():
+    for name, counts in planned.items():
         got = determinism_summary.filter(pl.col("round").str.starts_with(name))
-        short = got.filter(pl.col("run_count") != n)
         if got.height != len(DETERMINISM_DTYPES):
             problems.append(f"{name}: {got.height} dtype rows, planned {len(DETERMINISM_DTYPES)}")
-        if short.height:
-            problems.append(f"{name}: run counts {short['run_count'].to_list()} instead of {n} in {_rows(short)}")
+        for dtype, n in counts.items():
+            short = got.filter((pl.col("dtype") == dtype) & (pl.col("run_count") != n))
+            if short.height:
+                problems.append(f"{name}: run counts {short['run_count'].to_list()} instead of {n} in {_rows(short)}")
     return validity_result(
         problems,
         {
             "rows_recompiled_or_broken": _rows(broken),
             "max_recompiles": as_int(determinism_summary["recompiles"].max() or 0, "recompiles"),
             "min_kernel_count": as_int(determinism_summary["kernel_count"].min() or 0, "kernel_count"),
-            "planned_runs_per_round": runs,
+            "planned_runs_per_round": sizes.runs,
+            "planned_runs_by_dtype": ", ".join(f"{d}={n}" for d, n in runs.items()),
             "planned_rounds": ", ".join(planned),
             "measured_source": _measured(broken),
         },
@@ -250,8 +254,10 @@ def thread_count_output_comparison(
     differ = alt.filter(pl.col("outputs_equal_round1") != "yes")
     code_differs = alt.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
     findings = []
-    # A profile without cold-start rounds plans no thread-count round: nothing to report then.
-    if alt.height == 0 and SIZES[settings.profile].cold_start:
+    # A profile without cold-start rounds plans no thread-count round, and neither does a run on an
+    # accelerator (the round changes CPU threads only): nothing to report then.
+    skipped = thread_round_skipped(settings.torch_device().type)
+    if alt.height == 0 and SIZES[settings.profile].cold_start and skipped is None:
         findings.append("no thread-count round in the summary")
     if differ.height:
         findings.append(f"outputs differ from round 1 with another thread count: {_rows(differ)}")
@@ -259,6 +265,7 @@ def thread_count_output_comparison(
         findings,
         {
             "rows": alt.height,
+            "thread_count_round": skipped or "runs on the CPU",
             "outputs_differ": _rows(differ),
             "max_ulp_vs_round1": ", ".join(f"{r['dtype']}={r['max_ulp_vs_round1']}" for r in alt.iter_rows(named=True)),
             "code_differs_from_round1": _rows(code_differs),

@@ -29,12 +29,19 @@ def deliverable(report: Report, exp: Experiment) -> str:
         pl.col("kernel_hash_equal_across_cold_start").alias("kernel source hash = round 1's"),
         pl.col("outputs_equal_round1").alias("outputs = round 1"),
     )
+    r1_counts = summary.filter(pl.col("round") == "round1").select("dtype", "run_count").unique().sort("dtype")
+    per_dtype = (
+        " per dtype: " + ", ".join(f"{d} {n}" for d, n in r1_counts.iter_rows())
+        if r1_counts["run_count"].n_unique() > 1
+        else ""
+    )
     ok = summary.filter((pl.col("unique_output_hashes") == 1) & (pl.col("max_ulp_diff_across_runs") == 0)).height
     cold_run = summary.filter(pl.col("round") == "round2_cold").height > 0
     return opening(
         exp,
         (
-            f"Expected per round: **{expected_runs} / 1 / 0** ({expected_runs} runs in the `{report.profile}` profile; "
+            f"Expected per round: **{expected_runs} / 1 / 0** ({expected_runs} runs in the `{report.profile}` "
+            f"profile{per_dtype}; "
             f"the plan's 1000 in `seed`). **{ok} of {summary.height}** rounds show one hash and 0 ULP. `round2_cold` is a "
             "fresh process with an empty compiler cache; `cold_threads_*` changes the thread count, where a different "
             "kernel is expected."

@@ -1,8 +1,10 @@
 """Task A's rounds: round 1 in this process, the cold-start rounds in fresh processes.
 
-Round 1 compiles the FFN first half in this process and runs it N times; each cold-start round is a
-fresh Python process (:mod:`pipeline.experiments.determinism.worker`) whose compiler cache is a new,
-empty and disabled folder. :func:`run_rounds` runs them and returns one :class:`Round` each.
+Round 1 compiles the FFN first half in this process and runs it N times per dtype; each cold-start
+round is a fresh Python process (:mod:`pipeline.experiments.determinism.worker`) whose compiler cache
+is a new, empty and disabled folder. :func:`run_rounds` runs them and returns one :class:`Round` each.
+The thread-count round is a CPU round: on an accelerator it is not planned
+(:func:`thread_round_skipped`).
 """
 
 import json
@@ -10,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +24,23 @@ from safetensors.torch import load_file, save_file
 from ...progress import Progress
 from ...resources import REPO_ROOT, ExperimentSettings
 from ...workloads import WORKLOADS
-from .worker import cold_cache_env, run_round
+from .worker import cold_cache_env, format_runs, run_round
 
 DETERMINISM_DTYPES = ("float16", "bfloat16", "float32")  # fp16 is the seed's headline row
 #: runs of the thread-count round: a cheap extra, not part of the seed's table
 THREAD_ROUND_RUNS = 25
 WORKER_TIMEOUT_S = 3600
+
+
+def thread_round_skipped(device_type: str) -> str | None:
+    """Why the thread-count round does not run on ``device_type`` (``None`` on the CPU, where it runs)."""
+    if device_type == "cpu":
+        return None
+    return (
+        f"not run on {device_type}: the round changes torch's CPU thread count, and on {device_type} the "
+        "compiled kernels run on the device, whose results that count does not reach; the cold round "
+        "already covers the fresh process"
+    )
 
 
 def other_thread_count(default: int) -> int:
@@ -36,7 +49,7 @@ def other_thread_count(default: int) -> int:
 
 
 def _fresh_round(
-    inputs_file: Path, out_dir: Path, runs: int, threads: int, settings: ExperimentSettings
+    inputs_file: Path, out_dir: Path, runs: Mapping[str, int], threads: int, settings: ExperimentSettings
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """Run one round in a new Python process whose compiler cache is a new empty folder."""
     cache = tempfile.mkdtemp(prefix="inductor_cold_", dir=out_dir)
@@ -49,7 +62,7 @@ def _fresh_round(
         "--out",
         str(out_dir / f"round_t{threads}"),
         "--runs",
-        str(runs),
+        format_runs(runs),
         "--dtypes",
         ",".join(DETERMINISM_DTYPES),
         "--threads",
@@ -93,28 +106,33 @@ def determinism_inputs(pool: Any) -> dict[str, torch.Tensor]:
     return {f"{d}/{a}": pool[f"normal/{d}/{a}"][0].contiguous() for d in DETERMINISM_DTYPES for a in names}
 
 
-def cold_rounds(runs: int, default_threads: int) -> list[tuple[str, int, int]]:
-    """(name, threads, runs) of the two cold-start rounds: the seed's, with the default thread count,
-    and the cheaper one with another thread count."""
-    alt = other_thread_count(default_threads)
-    return [("round2_cold", default_threads, runs), (f"cold_threads_{alt}", alt, min(runs, THREAD_ROUND_RUNS))]
+def cold_rounds(
+    runs: Mapping[str, int], default_threads: int, device_type: str = "cpu"
+) -> list[tuple[str, int, dict[str, int]]]:
+    """(name, threads, runs per dtype) of the cold-start rounds: the seed's, with the default thread
+    count, and on the CPU the cheaper one with another thread count (:func:`thread_round_skipped`)."""
+    rounds = [("round2_cold", default_threads, dict(runs))]
+    if thread_round_skipped(device_type) is None:
+        alt = other_thread_count(default_threads)
+        rounds.append((f"cold_threads_{alt}", alt, {d: min(n, THREAD_ROUND_RUNS) for d, n in runs.items()}))
+    return rounds
 
 
 def run_rounds(
     inputs: dict[str, torch.Tensor],
-    runs: int,
-    cold: list[tuple[str, int, int]],
+    runs: Mapping[str, int],
+    cold: list[tuple[str, int, dict[str, int]]],
     settings: ExperimentSettings,
     folder: Path,
     log: Callable[[str], None] | None,
 ) -> tuple[dict[str, Round], dict[str, float]]:
-    """Round 1 in this process, then the ``cold`` rounds side by side in fresh processes (files under
-    ``folder``); returns the rounds by name and each one's wall-clock seconds."""
+    """Round 1 in this process (``runs`` per dtype), then the ``cold`` rounds side by side in fresh
+    processes (files under ``folder``); returns the rounds by name and each one's wall-clock seconds."""
     start = time.perf_counter()
     r1_records, r1_distinct = run_round(
         inputs,
         list(DETERMINISM_DTYPES),
-        runs,
+        dict(runs),
         settings.torch_device(),
         settings.backend,
         settings.options(),

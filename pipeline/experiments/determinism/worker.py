@@ -6,6 +6,8 @@ A fresh round runs as::
     python -m pipeline.experiments.determinism.worker --inputs in.safetensors --out DIR --runs N \
         --dtypes float16,bfloat16 [--threads T] [--device cpu] [--backend inductor] [--options '{}']
 
+(``--runs float16=1000,float32=100`` gives each dtype its own count.)
+
 with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`). The
 worker writes ``DIR/result.json`` (hashes, code hash, evidence, cache facts) and
 ``DIR/outputs.safetensors`` (one tensor per distinct output hash, so the caller can measure ULP
@@ -19,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +65,15 @@ def output_md5(out: torch.Tensor) -> str:
 def run_round(
     inputs: dict[str, torch.Tensor],
     dtypes: list[str],
-    runs: int,
+    runs: int | Mapping[str, int],
     device: torch.device,
     backend: str = "inductor",
     options: dict[str, Any] | None = None,
     artifact_dir: Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, torch.Tensor]]:
-    """Compile the FFN once per dtype and run it ``runs`` times on the same inputs.
+    """Compile the FFN once per dtype and run it ``runs`` times on the same inputs (``runs``: one
+    count for every dtype, or a count per dtype).
 
     ``inputs`` holds ``"<dtype>/<arg>"`` tensors. Returns per dtype a JSON-friendly record
     (``hashes`` in run order, ``code_sha256`` of the normalized source, ``artifacts`` and
@@ -79,11 +82,13 @@ def run_round(
     ``artifact_dir``, each kernel's artifact bytes are written to ``<artifact_dir>/<dtype>/<kernel>.bin``.
     With ``log``, progress lines of each dtype's runs go to it.
     """
-    if runs < 1:
+    counts = {d: runs if isinstance(runs, int) else runs.get(d, 0) for d in dtypes}
+    if any(n < 1 for n in counts.values()):
         raise ValueError(f"runs must be at least 1, got {runs}")
     records: dict[str, dict[str, Any]] = {}
     distinct: dict[str, torch.Tensor] = {}
     for dtype in dtypes:
+        n_runs = counts[dtype]
         args = _dtype_args(inputs, dtype, device)
         if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
             from ..regression.planted_bugs import register_planted_backends
@@ -97,11 +102,11 @@ def run_round(
         artifacts = kernel_artifacts(modules, fn.evidence.kernel_names)
         if artifact_dir is not None:
             _write_artifacts(artifacts, Path(artifact_dir) / dtype)
-        steps: Iterable[int] = range(runs)
+        steps: Iterable[int] = range(n_runs)
         if log is not None:  # imported here: the fresh-process worker does without dagster
             from ...progress import track
 
-            steps = track(steps, log, f"{dtype} runs", total=runs)
+            steps = track(steps, log, f"{dtype} runs", total=n_runs)
         hashes, kept = _hash_runs(fn, args, first, steps, dtype)
         distinct.update(kept)
         synchronize(device)
@@ -136,17 +141,49 @@ def _hash_runs(
     fn: FusedFunction, args: tuple[torch.Tensor, ...], first: torch.Tensor, steps: Iterable[int], dtype: str
 ) -> tuple[list[str], dict[str, torch.Tensor]]:
     """The md5 of every run's output in run order (run 0 is ``first``, already computed), and the
-    first :data:`MAX_DISTINCT_KEPT` distinct outputs keyed ``"<dtype>/<md5>"``."""
+    first :data:`MAX_DISTINCT_KEPT` distinct outputs keyed ``"<dtype>/<md5>"`` (on the CPU).
+
+    Each run is compared bit for bit, on the device, with the distinct outputs seen so far
+    (:func:`same_bits`); a run equal to one of them reuses its md5, and only a new distinct output is
+    copied to the host and hashed. So a deterministic round reads back one output in all and a bool
+    per run, not the whole output every run. Up to :data:`MAX_DISTINCT_KEPT` distinct outputs stay on
+    the device for the comparison; beyond that a run that matches none of them is hashed on the host.
+    """
     hashes: list[str] = []
     kept: dict[str, torch.Tensor] = {}
+    seen: list[tuple[torch.Tensor, str]] = []  # distinct outputs on the device, with their md5
     for i in steps:
-        out = first if i == 0 else fn(*args)
-        digest = output_md5(out)
+        out = (first if i == 0 else fn(*args)).detach()
+        digest = next((h for ref, h in seen if same_bits(ref, out)), None)
+        if digest is None:  # a new distinct output: one copy to the host, hashed and kept there
+            host = out.cpu()
+            if host.data_ptr() == out.data_ptr():
+                host = host.clone()  # already on the CPU: keep a copy of its own
+            digest = output_md5(host)
+            if len(seen) < MAX_DISTINCT_KEPT:
+                # A copy: a backend may hand back the same buffer on every call (CUDA graphs).
+                seen.append((out.clone(), digest))
+            key = f"{dtype}/{digest}"
+            if key not in kept and len(kept) < MAX_DISTINCT_KEPT:
+                kept[key] = host
         hashes.append(digest)
-        key = f"{dtype}/{digest}"
-        if key not in kept and len(kept) < MAX_DISTINCT_KEPT:
-            kept[key] = out.detach().cpu().clone()
     return hashes, kept
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same bits in the same shape and dtype, compared where they
+    are (on the device): through an integer view, so NaNs with the same payload are equal and
+    ``-0.0`` differs from ``0.0``, as they do in :func:`output_md5`."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if a.is_floating_point():
+        bits = _BITS_OF_SIZE[a.element_size()]
+        a, b = a.view(bits), b.view(bits)
+    return torch.equal(a, b)
+
+
+#: Integer dtypes by element size, for comparing floating-point tensors bit for bit.
+_BITS_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _round_record(
@@ -187,12 +224,24 @@ def _cache_facts() -> dict[str, Any]:
     }
 
 
+def format_runs(runs: Mapping[str, int]) -> str:
+    """``--runs`` of a count per dtype: ``float16=1000,float32=100``."""
+    return ",".join(f"{d}={n}" for d, n in runs.items())
+
+
+def parse_runs(text: str) -> int | dict[str, int]:
+    """``--runs``: one count (``1000``) or a count per dtype (``float16=1000,float32=100``)."""
+    if "=" not in text:
+        return int(text)
+    return {d.strip(): int(n) for d, _, n in (part.partition("=") for part in text.split(",") if part)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of a fresh-process round; see the module docstring for the arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", required=True, help="safetensors file of <dtype>/<arg> tensors")
     parser.add_argument("--out", required=True, help="folder for result.json and outputs.safetensors")
-    parser.add_argument("--runs", type=int, required=True)
+    parser.add_argument("--runs", required=True, help="runs per dtype: N, or dtype=N,dtype=N")
     parser.add_argument("--dtypes", required=True, help="comma-separated dtype names")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 keeps the default")
     parser.add_argument("--device", default="cpu")
@@ -202,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads < 0:
         parser.error(f"--threads must be >= 0, got {args.threads}")
+    try:
+        runs = parse_runs(args.runs)
+    except ValueError:
+        parser.error(f"--runs must be N or dtype=N,dtype=N, got {args.runs!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
     # The environment already turns the caches off; set the in-process switches too, since
@@ -215,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     records, distinct = run_round(
         inputs,
         [d for d in args.dtypes.split(",") if d],
-        args.runs,
+        runs,
         torch.device(args.device),
         args.backend,
         json.loads(args.options),
