@@ -22,6 +22,7 @@ CHECKS = [
     c2_checks.c2_tilings_differ,
     c2_checks.c2_probabilistic_margin,
     c2_checks.c2_fp16_differences_as_predicted,
+    c2_checks.c2_fused_not_less_accurate_than_eager,
 ]
 ASSETS = [c2_assets.c2_reduction_order, *CHECKS]
 KINDS = {
@@ -33,6 +34,7 @@ KINDS = {
     "c2_tilings_differ": FINDING,
     "c2_probabilistic_margin": FINDING,
     "c2_fp16_differences_as_predicted": CLAIM,
+    "c2_fused_not_less_accurate_than_eager": CLAIM,
 }
 
 
@@ -61,8 +63,8 @@ def test_every_check_declares_its_outcome_kind():
         if spec.name in ("c2_versions_within_fp64_band", "c2_fp16_partials_within_bound"):
             # Deterministic bound, plus the probabilistic one with its family-wise confidence.
             assert spec.metadata["rule.confidence"] == c2_bounds.PROB_CONFIDENCE
-        elif spec.name == "c2_fp16_differences_as_predicted":  # a statistical test: Holm at 0.01
-            assert spec.metadata["rule.confidence"] == 0.99
+        elif spec.name in ("c2_fp16_differences_as_predicted", "c2_fused_not_less_accurate_than_eager"):
+            assert spec.metadata["rule.confidence"] == 0.99  # a statistical test: Holm at 0.01
         elif KINDS[spec.name] == CLAIM:
             assert spec.metadata["rule.confidence"] == "deterministic"
     seed = c2_checks.c2_versions_within_fp64_band.check_specs
@@ -159,7 +161,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert all(versions[v]["mode"] == "fused" and versions[v]["kernel_count"] for v in fw)
 
     stored = read_value(tmp_path / "smoke" / "c2_version_outputs")
-    assert stored["rows"].shape == (9, 4096)
+    assert stored["rows"].shape == (16, 4096)
 
     matrix = read_value(tmp_path / "smoke" / "c2_ulp_matrix")
     assert {"version_a", "version_b", "output", "scope", "ulp_max"} <= set(matrix.columns)
@@ -183,7 +185,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         "chain",
         "bound_formula",
     } <= set(bounds.columns)
-    assert bounds.height == 9 * len(versions) * 2
+    assert bounds.height == 16 * len(versions) * 2
     assert set(bounds["bound_kind"]) == {"deterministic"}
     assert bounds["margin"].to_list() == pytest.approx((bounds["error"] / bounds["bound"]).to_list())
     chains = {(r["family"], r["version"]): r["chain"] for r in bounds.iter_rows(named=True)}
@@ -241,6 +243,14 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     )
     rate = meta["c2_fp16_differences_as_predicted"]
     assert rate["verdict"] == c2_checks.judge_fp16_rate(read_value(tmp_path / "smoke" / "c2_ulp_matrix"))[0]
+    # The framework's fused versions against eager, paired row by row: the verdict is the rule's on the stored rows,
+    # and the smoke profile has enough rows for the test to reject a version worse on every row.
+    accuracy = meta["c2_fused_not_less_accurate_than_eager"]
+    assert accuracy["verdict"] == c2_checks.judge_accuracy_vs_eager(bounds)[0]
+    assert accuracy["rows_paired"] == 16 >= accuracy["rows_needed"]
+    assert accuracy["versions_judged"] == sum(
+        r["family"] in c2_version_defs.COMPILER_FAMILIES and v != "eager" for v, r in versions.items()
+    )
     det = meta["c2_versions_self_deterministic"]
     assert det["verdict"] == (SUPPORTED if table["self_deterministic"].all() else CONTRADICTED)
     assert det["rule.threshold"] == 0.0
@@ -272,6 +282,10 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert not versions["fused_cpp.simdlen=0"]["same_code_as_fused_default"]
         assert not bit_equal(stored["fused_cpp.simdlen=0/acc32"], stored["fused_default/acc32"])
         assert tilings["fp16.out16_differ_rows"] > 0 and tilings["fp32.acc32_differ_rows"] > 0
+        # Measured on this CPU: every fused version rounds an fp32 accumulator once, as eager does, and ties with
+        # eager on every smoke row; the derived bound is many fp16 ULPs wide where eager's error is below half one.
+        assert accuracy["verdict"] == SUPPORTED and accuracy["worse_rows_max"] == 0
+        assert accuracy["eager_max_ulp"] <= 0.5 < 4 < accuracy["bound_ulp_median"]
 
 
 # --- the plain functions behind the asset, without Dagster ------------------------------------------
@@ -477,3 +491,124 @@ def test_expected_fp16_differences_follow_the_accumulator_gap():
     assert c2_compute.expected_fp16_differences(acc, acc + torch.tensor([2.0**-10, 2.0**-11, 0.0])) == 1.25
     assert c2_compute.rounds_accumulator_once(acc.half(), acc)
     assert not c2_compute.rounds_accumulator_once(torch.tensor([1.0, 2.0, 999.0]).half(), acc)
+
+
+def _order_matrix(differing_pairs: set[tuple[str, str]]) -> pl.DataFrame:
+    names = ["eager", "fused_default", "framework_tiled_t1_simd0", "tile512_fp32_partials"]
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            differ = 3 if (a, b) in differing_pairs else 0
+            rows.append(
+                {
+                    "version_a": a,
+                    "version_b": b,
+                    "output": "acc32",
+                    "scope": "pool",
+                    "differ_rows": differ,
+                    "ulp_max": differ,
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def test_order_thesis_counts_only_the_framework_s_own_versions():
+    versions = pl.DataFrame(
+        {
+            "version": ["eager", "fused_default", "framework_tiled_t1_simd0", "tile512_fp32_partials"],
+            "family": ["compiler", "compiler", "framework_tiled", "tiled_fp32_partials"],
+        }
+    )
+    check = c2_checks.c2_order_changes_accumulator
+    # Only pairs with the hand-written tiling differ: the framework never changed the order, so the thesis fails.
+    hand_only = check(_order_matrix({("eager", "tile512_fp32_partials")}), versions)
+    assert hand_only.metadata["verdict"].value == CONTRADICTED and hand_only.severity == dg.AssetCheckSeverity.ERROR
+    assert hand_only.metadata["pairs"].value == 3 and hand_only.metadata["versions_judged"].value == 3
+    assert hand_only.metadata["pairs_with_a_hand_written_tiling_differing"].value == 1
+    # A framework tiling setting that changes the accumulator supports it.
+    framework = check(_order_matrix({("fused_default", "framework_tiled_t1_simd0")}), versions)
+    assert framework.metadata["verdict"].value == SUPPORTED and framework.metadata["pairs_differing"].value == 1
+    (spec,) = check.check_specs
+    assert "hand-written" in spec.metadata["rule.metric"] and spec.metadata["rule.threshold"] == 0.0
+
+
+def _paired_bounds(errors: dict[str, list[float]]) -> pl.DataFrame:
+    """c2_row_bounds rows (fp16 output) with the given per-row errors; the fp64 sums are 40 (fp16 ULP 2^-5)."""
+    return pl.DataFrame(
+        [
+            {
+                "version": v,
+                "family": "tiled_fp16_partials" if v.startswith("tile") else "compiler",
+                "output": "out16",
+                "row": i,
+                "ref": 40.0,
+                "error": e,
+                "bound": 0.5,
+            }
+            for v, es in errors.items()
+            for i, e in enumerate(es)
+        ]
+    )
+
+
+def test_accuracy_rule_arithmetic():
+    assert c2_checks.min_paired_rows(10) == 10 and c2_checks.min_paired_rows(2) == 8
+    half = 2.0**-6  # half an fp16 ULP at 40
+    n = 16
+    eager = [half * 0.5] * n
+    healthy = list(eager)
+    healthy[3], healthy[7] = half * 0.6, half * 0.4  # two rows each side of a rounding midpoint: one worse, one better
+    fp16_partials = [e + 2 * half for e in eager]  # an extra fp16 rounding on every row
+    table = _paired_bounds(
+        {"eager": eager, "fused_default": healthy, "fused_bad": fp16_partials, "tile512_fp16_partials": fp16_partials}
+    )
+    verdict, reason, meta = c2_checks.judge_accuracy_vs_eager(table)
+    assert verdict == CONTRADICTED and meta["versions_judged"] == 2 and meta["versions_rejected"] == 1
+    assert "fused_bad: worse on 16 of 16 rows, better on 0" in reason
+    assert meta["bound_ulp_median"] == pytest.approx(16.0) and meta["eager_median_ulp"] == pytest.approx(0.25)
+    # Without the faulty version: supported (the hand-written fp16 tiling is not a framework version).
+    verdict, reason, meta = c2_checks.judge_accuracy_vs_eager(table.filter(pl.col("version") != "fused_bad"))
+    assert verdict == SUPPORTED and meta["versions_judged"] == 1 and meta["worse_rows_max"] == 1
+    # A non-finite result (error NaN) is farther than any finite one.
+    nan = _paired_bounds({"eager": eager[:8], "fused_default": [float("nan")] * 8})
+    assert c2_checks.judge_accuracy_vs_eager(nan)[0] == CONTRADICTED
+    # Too few rows to reject even a version worse on every row: inconclusive, not supported.
+    short = _paired_bounds({"eager": eager[:6], "fused_default": eager[:6]})
+    verdict, reason, _ = c2_checks.judge_accuracy_vs_eager(short)
+    assert verdict == INCONCLUSIVE and "needs 7" in reason
+
+
+def _fp16_running_partials(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fault of planted_fp16_accumulation, written out: 64 fp32 chunk sums stored in fp16 and added in fp16."""
+    parts = x.reshape(x.shape[0], 64, -1).sum(-1, dtype=torch.float32).half()
+    acc = parts[:, 0]
+    for i in range(1, 64):
+        acc = acc + parts[:, i]  # fp16 + fp16 rounds to fp16
+    return acc, acc.float()
+
+
+def test_accuracy_claim_contradicts_planted_fp16_partials_that_the_bound_passes(smoke_resources):
+    from pipeline.experiments.regression.planted_bugs import register_planted_backends
+    from precisionkit import fused
+
+    register_planted_backends()
+    settings = smoke_resources["settings"]
+    device = settings.torch_device()
+    plain, opts = c2_version_defs.plain_sum, settings.options()
+    V = c2_version_defs.Version
+    versions = [
+        V("eager", "compiler", None, "", plain),
+        V("fused_default", "compiler", None, "", fused(plain, settings.backend, opts)),
+        V("fp16_partials", "compiler", None, "", _fp16_running_partials),
+        V("planted_fp16_accumulation", "compiler", None, "", fused(plain, "planted_fp16_accumulation", opts)),
+    ]
+    result = c2_compute.run_c2(versions, 4096, 15, 2, 3, device)
+    verdict, _, meta = c2_checks.judge_accuracy_vs_eager(result.row_bounds)
+    assert verdict == CONTRADICTED and meta["versions_rejected"] == 2
+    # Healthy: the fused default ties with eager on all 16 rows; both fp16-partials versions are worse on most rows.
+    assert meta["fused_default.worse_rows"] == 0 and not meta["fused_default.rejected"]
+    for bad in ("fp16_partials", "planted_fp16_accumulation"):
+        assert meta[f"{bad}.worse_rows"] >= 12 and meta[f"{bad}.better_rows"] == 0 and meta[f"{bad}.rejected"]
+    # The derived bound, by contrast, lets the fp16 partials through on the deterministic margin.
+    bad_rows = result.row_bounds.filter(pl.col("version").is_in(["fp16_partials", "planted_fp16_accumulation"]))
+    assert (bad_rows["margin"] < 1).all()

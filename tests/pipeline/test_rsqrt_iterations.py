@@ -8,13 +8,16 @@ from pipeline.experiments.rsqrt_iterations import checks as c3_checks
 from pipeline.experiments.rsqrt_iterations import compute as c3_compute
 from pipeline.experiments.rsqrt_iterations import rules as c3_rules
 from pipeline.storage import read_value
-from pipeline.verdicts import CLAIM, CONTRADICTED, SUPPORTED
-from precisionkit import bit_equal
+from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
+from precisionkit import bit_equal, fp64_reference
 
 ASSETS = [
     c3_assets.c3_rsqrt_iterations,
     c3_checks.c3_error_nonincreasing_with_iterations,
     c3_checks.c3_div_error_nonincreasing_with_iterations,
+    c3_checks.c3_framework_correctly_rounded,
+    c3_checks.c3_framework_special_values,
+    c3_checks.c3_approx_math_switches,
 ]
 
 
@@ -29,11 +32,15 @@ def test_magic_constant_estimate_and_newton_convergence():
     assert errs == sorted(errs, reverse=True)
 
 
-def test_check_is_a_claim_with_a_deterministic_rule():
+def test_iteration_table_is_a_finding_and_the_framework_checks_are_claims():
     (spec,) = c3_checks.c3_error_nonincreasing_with_iterations.check_specs
-    assert spec.metadata["outcome"] == CLAIM
-    assert spec.metadata["rule.threshold"] == 0.0 and spec.metadata["rule.confidence"] == "deterministic"
-    assert spec.metadata["rule.claim"].startswith("§1.2 (4)") and "Newton" in spec.metadata["rule.derivation"]
+    assert spec.metadata["outcome"] == FINDING and "rule.threshold" not in spec.metadata
+    (spec,) = c3_checks.c3_framework_correctly_rounded.check_specs
+    assert spec.metadata["outcome"] == CLAIM and spec.metadata["rule.confidence"] == 0.99
+    assert spec.metadata["rule.threshold"] == pytest.approx(2.0**-10) and "tie flip" in spec.metadata["rule.derivation"]
+    (spec,) = c3_checks.c3_framework_special_values.check_specs
+    assert spec.metadata["outcome"] == CLAIM and spec.metadata["rule.threshold"] == 0.0
+    assert spec.metadata["rule.confidence"] == "deterministic"
 
 
 def _table(errors: dict[str, list[float]], newton0_equal: float = 0.1) -> pl.DataFrame:
@@ -52,40 +59,127 @@ def _table(errors: dict[str, list[float]], newton0_equal: float = 0.1) -> pl.Dat
     return pl.DataFrame(rows)
 
 
-def test_claim_rule_on_synthetic_tables():
-    # The rule on any device: any increase with the iteration count contradicts (threshold 0).
+def test_iteration_findings_on_synthetic_tables():
+    # Any increase with the iteration count is reported; a finding never fails the run.
     check = c3_checks.c3_error_nonincreasing_with_iterations
-    assert check(_table({})).metadata["verdict"].value == SUPPORTED
-    assert check(_table({"float16.ulp_max": [3.0, 1.0, 1.0, 1.0]})).metadata["verdict"].value == SUPPORTED  # the floor
+    assert check(_table({})).metadata["findings"].value == 0
+    assert check(_table({"float16.ulp_max": [3.0, 1.0, 1.0, 1.0]})).metadata["findings"].value == 0  # the floor
     grows = check(_table({"float16.ulp_mean": [3.0, 1.0, 0.5, 0.5000001]}))
-    assert grows.metadata["verdict"].value == CONTRADICTED and grows.severity == dg.AssetCheckSeverity.ERROR
-    assert "float16 ulp_mean increases" in grows.metadata["reason"].value
-    assert check(_table({}, newton0_equal=1.0)).metadata["verdict"].value == CONTRADICTED
-    # The div claim applies the same rule to its own table.
+    assert grows.passed and grows.metadata["findings"].value == 1 and grows.severity == dg.AssetCheckSeverity.WARN
+    assert "float16 ulp_mean increases" in grows.metadata["details"].value
+    assert check(_table({}, newton0_equal=1.0)).metadata["findings"].value == 1
     div = c3_checks.c3_div_error_nonincreasing_with_iterations
-    assert div(_table({})).metadata["verdict"].value == SUPPORTED
-    assert div(_table({"float32.pre_round_rel_max": [1.0, 0.1, 0.2, 0.01]})).metadata["verdict"].value == CONTRADICTED
+    assert div(_table({})).metadata["findings"].value == 0
+    assert div(_table({"float32.pre_round_rel_max": [1.0, 0.1, 0.2, 0.01]})).metadata["findings"].value == 1
 
 
-def _framework(ulps: dict[str, int]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {"path": list(ulps), "int_ulp_vs_rounded_ref_max": list(ulps.values())},
-        schema={"path": pl.String, "int_ulp_vs_rounded_ref_max": pl.Int64},
-    )
+def _approx_rsqrt_bf16_seed(x: torch.Tensor) -> torch.Tensor:
+    """A planted approximate rsqrt: a bf16-precision seed refined by one Newton step in fp32."""
+    x32 = x.float()
+    y = x32.rsqrt().bfloat16().float()
+    return (y * (1.5 - 0.5 * x32 * y * y)).half()
 
 
-def test_framework_rule_bounds_torchs_own_rsqrt_and_div_by_one_ulp():
-    check = c3_checks.c3_framework_within_one_ulp
-    healthy = _framework({"A_eager": 0, "A_fused": 1, "A_fused[approx]": 1, "B_newton0_float32": 69})
-    result = check(healthy, healthy)
-    assert result.metadata["verdict"].value == SUPPORTED and result.metadata["paths_judged"].value == 6
-    # An approximate reciprocal without its Newton step, under a fast-math switch: two ULPs off.
-    fast = _framework({"A_eager": 0, "A_fused": 0, "A_fused[fast_math]": 2})
-    result = check(healthy, fast)
-    assert result.metadata["verdict"].value == CONTRADICTED and result.severity == dg.AssetCheckSeverity.ERROR
-    assert "div A_fused[fast_math]: 2 fp16 ULP" in result.metadata["reason"].value
-    with pytest.raises(ValueError, match="no framework rows"):
-        c3_checks.judge_framework({"rsqrt": _framework({"B_newton0_float32": 1})})
+def _flush_subnormals_rsqrt(x: torch.Tensor) -> torch.Tensor:
+    """A planted rsqrt that flushes subnormal inputs to zero first (FTZ/DAZ)."""
+    sub = (x.abs() < 2.0**-14) & (x != 0)
+    return torch.where(sub, torch.zeros_like(x), x).rsqrt()
+
+
+def _rsqrt_rounding(fused_out) -> pl.DataFrame:
+    x, classes = c3_compute.with_special_values(c3_compute.make_input((64, 64), 1), 2)
+    ref = fp64_reference(torch.rsqrt, x)
+    paths = [("A_eager", None, "framework", None, torch.rsqrt(x)), ("A_fused", None, "framework", None, fused_out(x))]
+    return c3_compute.rounding_table("rsqrt", paths, ref, classes, dict(enumerate(c3_compute.INPUT_CLASSES)))
+
+
+def test_framework_claims_pass_torch_and_contradict_planted_approximate_rsqrt():
+    rounding, special = c3_checks.c3_framework_correctly_rounded, c3_checks.c3_framework_special_values
+    healthy = _rsqrt_rounding(torch.rsqrt)
+    assert set(healthy["input_class"]) == set(c3_compute.INPUT_CLASSES)
+    result = rounding(healthy)
+    assert result.metadata["verdict"].value == SUPPORTED and result.metadata["paths_judged"].value == 2
+    assert result.metadata["rsqrt.A_fused.not_correctly_rounded_share"].value == 0.0  # healthy: 0.00 %
+    assert special(healthy).metadata["verdict"].value == SUPPORTED
+    assert special(healthy).metadata["special_results"].value == 2 * 37  # +-0, +-inf, NaN, 32 negatives, per path
+
+    # One Newton step from a bf16 seed: within one ULP, but 34 of 4059 numeric results (0.84 %) miss correct rounding.
+    bf16_seed = rounding(_rsqrt_rounding(_approx_rsqrt_bf16_seed))
+    assert bf16_seed.metadata["verdict"].value == CONTRADICTED and bf16_seed.severity == dg.AssetCheckSeverity.ERROR
+    assert bf16_seed.metadata["rsqrt.A_fused.not_correctly_rounded"].value == 34
+    assert bf16_seed.metadata["rsqrt.A_fused.beyond_one_ulp"].value == 0
+    assert "0.838 % not correctly rounded (34 of 4059" in bf16_seed.metadata["reason"].value
+    # The bit trick with two Newton steps: 13 misses (0.32 %); with three it rounds well but gets the special values wrong.
+    trick2 = rounding(_rsqrt_rounding(lambda x: c3_compute.bit_trick_rsqrt(x, 2).half()))
+    assert trick2.metadata["verdict"].value == CONTRADICTED
+    assert trick2.metadata["rsqrt.A_fused.not_correctly_rounded"].value == 13
+    trick3 = _rsqrt_rounding(lambda x: c3_compute.bit_trick_rsqrt(x, 3).half())
+    assert rounding(trick3).metadata["verdict"].value == SUPPORTED
+    assert special(trick3).metadata["verdict"].value == CONTRADICTED
+    assert special(trick3).metadata["rsqrt.A_fused.class_mismatches"].value == 34
+    # Flushing subnormals: rsqrt of a subnormal becomes inf, far more than one ULP off.
+    ftz = _rsqrt_rounding(_flush_subnormals_rsqrt)
+    verdict, reason, meta = c3_checks.judge_rounding(ftz)
+    assert verdict == CONTRADICTED and meta["rsqrt.A_fused.beyond_one_ulp"] == 16
+    assert "16 results more than 1 fp16 ULP off" in reason
+
+
+def test_rounding_rule_margin_and_inconclusive_band():
+    def table(wrong: int, numeric: int = 100_000) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "op": ["rsqrt", "rsqrt"],
+                "path": ["A_eager", "A_fused"],
+                "input_class": ["regular", "regular"],
+                "elements": [numeric, numeric],
+                "special_results": [0, 0],
+                "numeric_results": [numeric, numeric],
+                "class_mismatches": [0, 0],
+                "not_correctly_rounded": [0, wrong],
+                "beyond_one_ulp": [0, 0],
+            }
+        )
+
+    margin = c3_checks.TIE_FLIP_MARGIN
+    assert margin == 2.0**-10
+    assert c3_checks.judge_rounding(table(97))[0] == SUPPORTED  # 0.097 %: within the margin
+    assert c3_checks.judge_rounding(table(110))[0] == INCONCLUSIVE  # above it, not significantly
+    assert c3_checks.judge_rounding(table(160))[0] == CONTRADICTED  # 0.16 %: Holm p < 0.01
+    assert c3_checks.binomial_upper_tail(0, 10, 0.5) == 1.0
+    assert c3_checks.binomial_upper_tail(3, 3, 0.5) == pytest.approx(0.125)
+    with pytest.raises(ValueError, match="no rows for the framework paths"):
+        c3_checks.judge_rounding(table(0).with_columns(pl.lit("B_newton0_float32").alias("path")))
+
+
+def test_special_inputs_cover_every_class_and_land_at_seeded_positions():
+    values, codes = c3_compute.special_inputs(5)
+    names = [c3_compute.INPUT_CLASSES[int(c)] for c in codes]
+    assert {n: names.count(n) for n in set(names)} == {
+        "zero": 2,
+        "inf": 2,
+        "nan": 1,
+        "subnormal": 32,
+        "negative": 16,
+        "wide": 64,
+    }
+    sub = values[codes == c3_compute.INPUT_CLASSES.index("subnormal")].float()
+    assert ((sub.abs() < 2.0**-14) & (sub != 0)).all() and (sub < 0).sum() == 16
+    x = c3_compute.make_input((32, 32), 1)
+    mixed, classes = c3_compute.with_special_values(x, 5)
+    assert int((classes != 0).sum()) == values.numel() and bit_equal(mixed[classes == 0], x[classes == 0])
+    assert bit_equal(c3_compute.with_special_values(x, 5)[0], mixed)
+    with pytest.raises(ValueError, match="fewer than the 117 special values"):
+        c3_compute.with_special_values(c3_compute.make_input((8, 8), 1), 5)
+
+
+def test_element_outcomes_on_special_values():
+    ref = torch.tensor([float("inf"), float("-inf"), 0.0, float("nan"), 2.0, 2.0], dtype=torch.float64)
+    out = torch.tensor([float("inf"), float("inf"), -0.0, float("nan"), float("nan"), 2.001953125], dtype=torch.float16)
+    m = c3_compute.element_outcomes(out, ref)
+    assert m["special"].tolist() == [True, True, True, True, False, False]
+    assert m["class_mismatch"].tolist() == [False, True, True, False, True, False]  # wrong sign of inf and zero; NaN
+    assert m["not_correctly_rounded"].tolist() == [False, False, False, False, True, True]
+    assert m["beyond_one_ulp"].tolist() == [False, False, False, False, True, False]  # the neighbour is one ULP
 
 
 def test_reciprocal_estimate_and_newton_convergence():
@@ -109,15 +203,33 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     result = dg.materialize(ASSETS, resources=smoke_resources)
     assert result.success
     table = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c3_iteration_table").iter_rows(named=True)}
-    hist = read_value(tmp_path / "smoke" / "c3_ulp_histogram")
-    assert hist.filter(hist["comparison"] == "B_newton0_float32 vs A_eager")["count"].sum() == 64 * 64
+    stored = read_value(tmp_path / "smoke" / "c3_path_outputs")
+    classes = stored["input_class"]
+    n_special = int((classes != 0).sum())
+    assert n_special == 117 and torch.isinf(stored["input"]).sum() == 2 and torch.isnan(stored["input"]).sum() == 1
+    hist = read_value(tmp_path / "smoke" / "c3_ulp_histogram")  # the iteration study covers the U(0.01, 100) body
+    assert hist.filter(hist["comparison"] == "B_newton0_float32 vs A_eager")["count"].sum() == 64 * 64 - n_special
     assert table["A_fused"]["fused_kernel_count"] == "1"
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     check = checks["c3_error_nonincreasing_with_iterations"]
     div_check = checks["c3_div_error_nonincreasing_with_iterations"]
-    assert div_check.metadata["outcome"].value == CLAIM and div_check.metadata["rule.threshold"].value == 0.0
+    assert div_check.metadata["outcome"].value == FINDING and div_check.passed
     assert check.metadata["method"].value == c3_rules.METHOD and "fallback" in c3_rules.METHOD
-    assert check.metadata["outcome"].value == CLAIM and check.metadata["rule.threshold"].value == 0.0
+    assert check.metadata["outcome"].value == FINDING and check.passed
+    # The claims: verdicts are the rules' on the stored rounding table, which covers every element.
+    rounding = read_value(tmp_path / "smoke" / "c3_framework_rounding")
+    assert set(rounding["op"]) == {"rsqrt", "div"}
+    rsqrt_eager = rounding.filter((pl.col("op") == "rsqrt") & (pl.col("path") == "A_eager"))
+    assert rsqrt_eager["elements"].sum() == 64 * 64 and set(rsqrt_eager["input_class"]) == set(c3_compute.INPUT_CLASSES)
+    claim = checks["c3_framework_correctly_rounded"]
+    assert claim.metadata["outcome"].value == CLAIM
+    assert claim.metadata["verdict"].value == c3_checks.judge_rounding(rounding)[0]
+    special = checks["c3_framework_special_values"]
+    assert special.metadata["verdict"].value == c3_checks.judge_special_values(rounding)[0]
+    assert (
+        special.metadata["special_results"].value
+        == rounding.filter(pl.col("path").is_in(list(c3_checks.JUDGED_PATHS)))["special_results"].sum()
+    )
     # The bit trick with its fp32 Newton steps is plain IEEE arithmetic, so these hold on any device.
     b = [table[f"B_newton{n}_float32"] for n in c3_compute.ITERATIONS]
     pre = [r["pre_round_rel_max"] for r in b]
@@ -131,7 +243,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3_compute.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
     div_table = read_value(tmp_path / "smoke" / "c3_div_table")
-    assert div_check.metadata["verdict"].value == c3_checks.judge_iterations(div_table, "x / y")[0]
+    assert div_check.metadata["findings"].value == len(c3_checks.judge_iterations(div_table, "x / y")[0])
     # The search for a framework switch is recorded, not assumed; its statement is computed.
     knobs = read_value(tmp_path / "smoke" / "c3_framework_knobs")
     assert not knobs["names_an_iteration_count"].any() and "use_fast_math" in knobs["option"].to_list()
@@ -150,9 +262,14 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     )
     assert [r["int_ulp_vs_rounded_ref_max"] for r in b[:2]] == [69, 3]
     assert b[2]["int_ulp_vs_rounded_ref_max"] <= 1 and b[3]["vs_A_eager_equal_fraction"] == 1.0
-    # the verdict is the rule's on this table (a measured CPU fact above, not a pinned verdict)
+    # the findings are the table's (a measured CPU fact above, not a pinned outcome)
     iteration_table = read_value(tmp_path / "smoke" / "c3_iteration_table")
-    assert check.metadata["verdict"].value == c3_checks.judge_iterations(iteration_table, "torch.rsqrt")[0]
+    assert check.metadata["findings"].value == len(c3_checks.judge_iterations(iteration_table, "torch.rsqrt")[0])
+    # CPU, measured: torch's rsqrt and division are correctly rounded on every numeric element (0.00 %), special
+    # values included, eager and fused; both framework claims are supported.
+    assert claim.metadata["verdict"].value == SUPPORTED and special.metadata["verdict"].value == SUPPORTED
+    judged = rounding.filter(pl.col("path").is_in(list(c3_checks.JUDGED_PATHS)))
+    assert judged["not_correctly_rounded"].sum() == 0 and judged["class_mismatches"].sum() == 0
     # CPU: the approximate-math switches run path A once more each; true division is correctly rounded.
     assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3_compute.APPROX_KNOBS["cpu"]}
     assert div["A_eager"]["correctly_rounded_fraction"] == 1.0

@@ -1,5 +1,6 @@
 """C2's checks: the run's validity, the seed's claims (self-determinism; every row within its
-derived bound, for the fp32-accumulation family and for fp16-stored partials) and the findings,
+derived bound, for the fp32-accumulation family and for fp16-stored partials; the framework's own
+versions no less accurate than eager in the fp16 result, by a paired sign test) and the findings,
 each declared with its outcome kind (:mod:`pipeline.verdicts`), with the decision helpers behind them.
 """
 
@@ -7,9 +8,12 @@ import math
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import polars as pl
+import torch
 
 from precisionkit.decide import holm
+from precisionkit.stats import spacing
 
 from ...scalars import as_float, as_int
 from ...tables import markdown_table
@@ -26,7 +30,7 @@ from ...verdicts import (
     validity_result,
 )
 from .bounds import BAND_WORDS, LAMBDA, PROB_CONFIDENCE
-from .versions import FP16_PARTIALS_FAMILY, PARTIALS, SEED_FAMILIES, TILES
+from .versions import COMPILER_FAMILIES, FP16_PARTIALS_FAMILY, PARTIALS, SEED_FAMILIES, TILES
 
 # --- decision helpers (plain functions, unit-tested) ----------------------------------------------
 
@@ -165,18 +169,23 @@ LONG_RULE = Rule(
 
 ORDER_RULE = Rule(
     claim="§1.2 (3), the plan's thesis: changing the reduction's tiling (order of the additions) changes the last "
-    "bits, seen in the fp32 accumulator, where an order effect is not hidden by the final fp16 rounding",
-    metric="pairs of fp32-accumulation versions (eager, fused default and knobs, framework-tiled, hand-written fp32 "
-    "partials) whose fp32 accumulators differ on at least one row (c2_ulp_matrix, acc32)",
-    decision="contradicted if every pair is bit-identical in the fp32 accumulator on every row (no order effect at "
-    "all: the versions are one computation); supported if at least one pair differs",
+    "bits, seen in the fp32 accumulator, where an order effect is not hidden by the final fp16 rounding; judged on "
+    "the orders the framework produces (eager, the fused default, each Inductor knob and framework tiling setting)",
+    metric="pairs of framework-produced versions (families compiler and framework_tiled; the harness's hand-written "
+    "tilings are excluded and shown by the c2_tilings_differ finding) whose fp32 accumulators differ on at least one "
+    "row (c2_ulp_matrix, acc32)",
+    decision="contradicted if every pair of framework-produced versions is bit-identical in the fp32 accumulator on "
+    "every row (no setting of the framework changes the order); supported if at least one pair differs; inconclusive "
+    "if fewer than two such versions ran",
     threshold=0,
-    unit="version pairs whose fp32 accumulators differ",
+    unit="pairs of framework-produced versions whose fp32 accumulators differ",
     confidence=None,
-    sample_size="(1 + pool_rows) rows x every pair of the seed family's versions",
+    sample_size="(1 + pool_rows) rows x every pair of the compiler and framework_tiled versions",
     derivation="reordering additions of fp32 values changes the rounded partial sums unless every partial is exact; "
-    "with 16,384 fp16 terms of U(-1, 1) per row that is practically impossible, so versions that never differ in "
-    "the accumulator do not reorder anything. A deterministic statement: threshold 0",
+    "with 16,384 fp16 terms of U(-1, 1) per row that is practically impossible, so framework versions that never "
+    "differ in the accumulator do not reorder anything. The hand-written tilings are left out because the harness "
+    "writes their order itself: a pair that includes one differs whatever the framework does, so counting it would "
+    "make the thesis unfalsifiable. A deterministic statement: threshold 0",
 )
 
 DETERMINISM_RULE = Rule(
@@ -398,7 +407,7 @@ def judge_order(matrix: pl.DataFrame, versions: list[str]) -> tuple[str, str, di
         (pl.col("output") == "acc32") & pl.col("version_a").is_in(versions) & pl.col("version_b").is_in(versions)
     )
     if acc.height == 0:
-        return INCONCLUSIVE, "no fp32-accumulator pairs among the seed family's versions", {"pairs": 0}
+        return INCONCLUSIVE, "no fp32-accumulator pairs among the judged versions", {"pairs": 0}
     per_pair = acc.group_by("version_a", "version_b").agg(pl.col("differ_rows").sum(), pl.col("ulp_max").max())
     differing = per_pair.filter(pl.col("differ_rows") > 0)
     meta: dict[str, Any] = {
@@ -426,11 +435,19 @@ def judge_order(matrix: pl.DataFrame, versions: list[str]) -> tuple[str, str, di
     asset="c2_ulp_matrix",
     additional_ins={"c2_versions": dg.AssetIn("c2_versions")},
     description="Claim (§1.2 (3)): the order of the additions shows in the last bits of the fp32 accumulator for at "
-    "least one pair of fp32-accumulation versions; contradicted when every version is bit-identical there.",
+    "least one pair of framework-produced versions (eager, fused default, Inductor knobs, framework tilings); "
+    "contradicted when all of them are bit-identical there. Hand-written tilings are not counted.",
 )
 def c2_order_changes_accumulator(c2_ulp_matrix: pl.DataFrame, c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
-    seed_versions = c2_versions.filter(pl.col("family").is_in(list(SEED_FAMILIES)))["version"].to_list()
-    verdict, reason, meta = judge_order(c2_ulp_matrix, seed_versions)
+    framework = c2_versions.filter(pl.col("family").is_in(list(COMPILER_FAMILIES)))["version"].to_list()
+    verdict, reason, meta = judge_order(c2_ulp_matrix, framework)
+    hand = c2_ulp_matrix.filter(
+        (pl.col("output") == "acc32") & ~(pl.col("version_a").is_in(framework) & pl.col("version_b").is_in(framework))
+    )
+    pairs = hand.group_by("version_a", "version_b").agg(pl.col("differ_rows").sum())
+    meta["versions_judged"] = len(framework)
+    meta["pairs_with_a_hand_written_tiling"] = pairs.height
+    meta["pairs_with_a_hand_written_tiling_differing"] = int((pairs["differ_rows"] > 0).sum()) if pairs.height else 0
     return claim_result(verdict, ORDER_RULE, reason, meta)
 
 
@@ -528,3 +545,159 @@ def judge_fp16_rate(matrix: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
 def c2_fp16_differences_as_predicted(c2_ulp_matrix: pl.DataFrame) -> dg.AssetCheckResult:
     verdict, reason, meta = judge_fp16_rate(c2_ulp_matrix)
     return claim_result(verdict, RATE_RULE, reason, meta)
+
+
+# --- the framework's versions against eager, row by row (paired) ------------------------------------
+
+#: Family-wise level of the paired accuracy test (Holm over the versions judged).
+ACCURACY_ALPHA = 0.01
+
+
+def min_paired_rows(versions: int, alpha: float = ACCURACY_ALPHA) -> int:
+    """Fewest paired rows with which a version farther from fp64 than eager on *every* row is rejected
+    after Holm over ``versions`` versions: the smallest n with versions * 2^-n <= alpha.
+
+    >>> min_paired_rows(10), min_paired_rows(8), min_paired_rows(1)
+    (10, 10, 7)
+    """
+    if versions < 1:
+        raise ValueError(f"versions must be >= 1, got {versions}")
+    return math.ceil(math.log2(versions / alpha))
+
+
+ACCURACY_RULE = Rule(
+    claim="Every fused version the framework produces (fused default, each Inductor knob, each framework tiling "
+    "setting) is no less accurate than eager in the fp16 result: on the same rows, it is not farther from the fp64 sum "
+    "more often than it is closer",
+    metric="per version, paired with eager on each row of the seed input and the pool: rows where the version's "
+    "|fp16 result - fp64 sum| exceeds eager's (worse) and rows where it falls below (better); equal rows are ties "
+    "(c2_row_bounds, output out16)",
+    decision="contradicted if the exact one-sided sign test (worse rows ~ Binomial(worse + better, 1/2) under 'as "
+    f"accurate as eager') rejects for any version at family-wise level {ACCURACY_ALPHA:g} after Holm's adjustment over "
+    "the versions; inconclusive if the rows are too few for a version worse on every row to be rejected "
+    f"(fewer than log2(versions / {ACCURACY_ALPHA:g}) rows); supported otherwise",
+    threshold=0.0,
+    unit="per-row difference |error_version| - |error_eager| (fp16 result; any positive difference is a worse row)",
+    confidence=1 - ACCURACY_ALPHA,
+    sample_size="(1 + pool_rows) rows per version, paired with eager (smoke 16, default 257, seed 1025); at least "
+    "ceil(log2(versions / 0.01)) rows (10 for the CPU's ten fused versions)",
+    derivation="Every correct version accumulates in fp32 (error far below one fp16 ULP) and rounds once to fp16, so "
+    "its fp16 result equals eager's except on rows whose two accumulators lie on either side of an fp16 rounding "
+    "midpoint; there the two results are neighbours and which one is nearer fp64 depends on where the exact sum "
+    "falls between them, not on the version, so worse and better rows are equally likely and the sign test's null "
+    "holds. A version that stores or adds partials in fp16 rounds at fp16 precision on top of eager's single "
+    "rounding and is farther than eager on most rows. The derived bound (c2_versions_within_fp64_band) cannot see "
+    "that: it charges u16*sum|p_j| for fp16 partials and gamma_(n-1)(u32)*sum|x| for any order, many fp16 ULPs "
+    "(bound_ulp_median in the result), while eager's own error is at most half an ULP. Threshold 0: a row counts "
+    "as worse by any amount, because correct versions tie with eager on nearly every row; the materiality lies in "
+    "the share of rows, which the test weighs",
+)
+
+
+def _ulps(errors: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``errors`` in fp16 ULPs of the fp64 sums ``ref`` (the spacing of fp16 at |ref|)."""
+    return errors / spacing(torch.from_numpy(np.abs(ref)), torch.float16).numpy()
+
+
+def judge_accuracy_vs_eager(
+    bounds: pl.DataFrame, families: tuple[str, ...] = COMPILER_FAMILIES, reference: str = "eager"
+) -> tuple[str, str, dict[str, Any]]:
+    """:data:`ACCURACY_RULE` on ``c2_row_bounds``: each version of ``families`` (``reference`` left
+    out) against ``reference`` on the fp16 result, row by row. A non-finite result (error NaN) counts
+    as farther from fp64 than any finite one."""
+    o16 = bounds.filter(pl.col("output") == "out16")
+    ref_rows = o16.filter(pl.col("version") == reference).sort("row")
+    versions = [
+        v
+        for v in o16.filter(pl.col("family").is_in(list(families)))["version"].unique(maintain_order=True).to_list()
+        if v != reference
+    ]
+    if ref_rows.height == 0 or not versions:
+        return INCONCLUSIVE, f"no {reference} rows or no version to pair with them", {"versions_judged": 0}
+    ref = ref_rows["ref"].to_numpy()
+    e_ref = np.nan_to_num(ref_rows["error"].to_numpy(), nan=np.inf)
+    ulp_ref = _ulps(e_ref, ref)
+    rows = []
+    for v in versions:
+        mine = o16.filter(pl.col("version") == v).sort("row")
+        if mine["row"].to_list() != ref_rows["row"].to_list():
+            raise ValueError(f"c2_row_bounds: {v} and {reference} do not hold the same rows")
+        e = np.nan_to_num(mine["error"].to_numpy(), nan=np.inf)
+        worse, better = int((e > e_ref).sum()), int((e < e_ref).sum())
+        ulp = _ulps(e, ref)
+        rows.append(
+            {
+                "version": v,
+                "family": mine["family"][0],
+                "rows": len(e),
+                "worse_rows": worse,
+                "better_rows": better,
+                "tied_rows": len(e) - worse - better,
+                "p": sign_test_p(worse, better),
+                "median_ulp": float(np.median(ulp)),
+                "max_ulp": float(ulp.max()),
+                "bound_ulp_median": float(np.median(_ulps(mine["bound"].to_numpy(), ref))),
+            }
+        )
+    rejected, adjusted = holm([r["p"] for r in rows], alpha=ACCURACY_ALPHA)
+    table = pl.DataFrame(rows).with_columns(pl.Series("p_holm", adjusted), pl.Series("rejected", rejected))
+    n_rows, need = ref_rows.height, min_paired_rows(len(versions))
+    meta: dict[str, Any] = {
+        "versions_judged": len(versions),
+        "rows_paired": n_rows,
+        "rows_needed": need,
+        "versions_rejected": int(rejected.sum()),
+        "eager_median_ulp": float(np.median(ulp_ref)),
+        "eager_max_ulp": float(ulp_ref.max()),
+        "bound_ulp_median": float(np.median(_ulps(ref_rows["bound"].to_numpy(), ref))),
+        "worse_rows_max": as_int(table["worse_rows"].max(), "worse_rows max"),
+        "table": dg.MetadataValue.md(
+            markdown_table(
+                table.with_columns(
+                    pl.col("median_ulp").round(3),
+                    pl.col("max_ulp").round(3),
+                    pl.col("bound_ulp_median").round(2),
+                    pl.col("p").map_elements(lambda x: f"{x:.3g}", return_dtype=pl.String),
+                    pl.col("p_holm").map_elements(lambda x: f"{x:.3g}", return_dtype=pl.String),
+                )
+            )
+        ),
+    }
+    for r in table.iter_rows(named=True):
+        for key in ("worse_rows", "better_rows", "tied_rows", "p_holm", "rejected"):
+            meta[f"{r['version']}.{key}"] = r[key]
+    if rejected.any():
+        w = table.sort("p_holm").row(0, named=True)
+        return (
+            CONTRADICTED,
+            f"{int(rejected.sum())} of {len(versions)} versions are farther from fp64 than eager on more rows than "
+            f"closer; worst {w['version']}: worse on {w['worse_rows']} of {w['rows']} rows, better on "
+            f"{w['better_rows']} (Holm p {w['p_holm']:.2g}), median {w['median_ulp']:.3g} fp16 ULP vs eager's "
+            f"{meta['eager_median_ulp']:.3g}",
+            meta,
+        )
+    if n_rows < need:
+        return (
+            INCONCLUSIVE,
+            f"{n_rows} paired rows: too few to reject even a version worse on every row (needs {need} for "
+            f"{len(versions)} versions at {ACCURACY_ALPHA:g})",
+            meta,
+        )
+    return (
+        SUPPORTED,
+        f"no version of {len(versions)} is farther from fp64 than eager on more rows than closer over {n_rows} rows "
+        f"(most worse rows {meta['worse_rows_max']}; eager median {meta['eager_median_ulp']:.3g} fp16 ULP)",
+        meta,
+    )
+
+
+@claim_check(
+    rule=ACCURACY_RULE,
+    asset="c2_row_bounds",
+    description="Claim: each fused version of the framework (default, Inductor knobs, framework tilings) is no less "
+    "accurate than eager in the fp16 sum, row by row (exact sign test, Holm over the versions at 0.01). Catches a "
+    "version that stores or adds partials in fp16, which the derived bound's slack lets through.",
+)
+def c2_fused_not_less_accurate_than_eager(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:
+    verdict, reason, meta = judge_accuracy_vs_eager(c2_row_bounds)
+    return claim_result(verdict, ACCURACY_RULE, reason, meta)

@@ -125,6 +125,7 @@ def details(report: Report, exp: Experiment) -> str:
                 "Per-row margin of each version's fp16 sum against its derived error bound; a point right of the red line would exceed the bound",
             )
         )
+    parts.append(c2_accuracy_section(report, exp))
     errors = report.table("c2_error_vs_fp64")
     if errors is not None:
         parts.append(
@@ -301,3 +302,35 @@ def c2_error_chart(errors: pl.DataFrame) -> alt.Chart:
         )
         .properties(width=420, height=260, title="C2: error of each version against fp64")
     )
+
+
+def c2_accuracy_section(report: Report, exp: Experiment) -> str:
+    """The paired test of the framework's versions against eager and the order thesis, as their checks
+    stored them (verdict, reason and the per-version table from the check's metadata; nothing re-judged)."""
+    checks = {c.name: c for c in report.checks_of(exp.group) if c.state != "not yet run"}
+    parts = []
+    accuracy = checks.get("c2_fused_not_less_accurate_than_eager")
+    if accuracy is not None:
+        m = accuracy.metadata
+        parts.append(
+            "## The framework's versions against eager, row by row\n\n"
+            f"**{accuracy.label}**: {m.get('reason', '')}\n\n"
+            "Per fused version, paired with eager on the same rows: rows where its fp16 sum is farther from the fp64 "
+            "sum than eager's (worse), closer (better) or equally far (tied), the exact one-sided sign test and its "
+            "Holm adjustment over the versions (contradicted at 0.01). `median_ulp` and `max_ulp` are the version's "
+            "errors in fp16 ULPs of the fp64 sum; `bound_ulp_median` is the median derived bound in the same units "
+            f"(eager's median error: {m.get('eager_median_ulp', float('nan')):.3g} ULP, its bound's median: "
+            f"{m.get('bound_ulp_median', float('nan')):.3g} ULP), which is why the bound alone cannot see a version "
+            "that rounds its partials to fp16.\n\n" + str(m.get("table", ""))
+        )
+    order = checks.get("c2_order_changes_accumulator")
+    if order is not None:
+        m = order.metadata
+        parts.append(
+            "## Does the framework's order show in the fp32 accumulator?\n\n"
+            f"**{order.label}**: {m.get('reason', '')}. Judged on {m.get('versions_judged', '?')} framework-produced "
+            f"versions ({m.get('pairs', '?')} pairs); the {m.get('pairs_with_a_hand_written_tiling', '?')} pairs that "
+            "include a hand-written tiling are shown, not judged: "
+            f"{m.get('pairs_with_a_hand_written_tiling_differing', '?')} of them differ.\n"
+        )
+    return "\n".join(parts)

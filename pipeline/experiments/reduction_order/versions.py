@@ -23,6 +23,9 @@ OUTPUTS = {"out16": torch.float16, "acc32": torch.float32}
 #: Families judged by the seed's claim (fp32 accumulation throughout) and the fp16-partials family.
 SEED_FAMILIES = ("compiler", "framework_tiled", "tiled_fp32_partials")
 FP16_PARTIALS_FAMILY = "tiled_fp16_partials"
+#: Families whose order the framework itself produces (eager, the fused default, the Inductor knobs and
+#: tiling settings): the claims about the framework judge these, never the harness's hand-written tilings.
+COMPILER_FAMILIES = ("compiler", "framework_tiled")
 #: The settings with which Inductor tiles a reduction, per device type: each is one framework-tiled
 #: version. CPU: threads x vector width (simdlen 0 = scalar loop); CUDA: Triton reduction strategies.
 FRAMEWORK_TILINGS: dict[str, dict[str, dict[str, Any]]] = {

@@ -1,4 +1,4 @@
-"""C3: how do rsqrt and div error shrink with Newton iterations?"""
+"""C3: are torch's rsqrt and division correctly rounded, special values included? (and the Newton-iteration study)"""
 
 import polars as pl
 

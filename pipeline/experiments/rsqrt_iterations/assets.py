@@ -18,6 +18,13 @@ rounds to fp16). The plan's optional second example, div(x, y), has the same tab
 (``c3_div_table``): true division (path A) against x * reciprocal(y), the reciprocal from the
 bit-trick estimate ``0x7ef311c3 - bits`` refined by N Newton steps ``r <- r * (2 - y * r)``.
 
+The input is fp16 U(0.01, 100) with special values mixed in at seeded positions (+-0, +-inf, NaN,
++-subnormals, negative normals, normals over the whole fp16 range; :func:`.compute.special_inputs`),
+the same for both operands of div. The claims judge the framework's own ops (path A, eager and fused)
+against fp64 on every element (``c3_framework_rounding``): numeric results correctly rounded up to a
+tie-flip margin and never more than one fp16 ULP off, special values exact. The Newton-iteration
+tables cover the U(0.01, 100) body and are findings: path B is the harness's code, not the framework's.
+
 Modules: :mod:`.compute` (the paths and their tables), :mod:`.rules` (the method and the statements
 the report shares), this module (the asset and its metadata), :mod:`.checks` (the claims).
 """
@@ -34,14 +41,18 @@ from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compute import (
     HIGH,
+    INPUT_CLASSES,
     LOW,
     framework_knobs,
     framework_paths,
     make_input,
     newton_rsqrt_paths,
+    pair_classes,
     path_table,
     reciprocal_div_paths,
+    rounding_table,
     with_evidence,
+    with_special_values,
 )
 from .rules import METHOD, floor_statement, knob_statement
 from .spec import GROUP, SIZES
@@ -70,6 +81,13 @@ OUTS = {
     ),
     "c3_framework_knobs": dg.AssetOut(
         description="C3 (§1.2 (4)): the search for an iteration-count or approximate-math switch: every Inductor option whose name matches the pattern, with its value.",
+        kinds={"polars"},
+    ),
+    "c3_framework_rounding": dg.AssetOut(
+        description="C3 (§1.2 (4)): per op (rsqrt, div), framework path (A_eager, A_fused, A_fused[switch]) and input "
+        "class (U(0.01, 100) body, wide-range normals, +-subnormals, +-0, +-inf, negatives, NaN): elements, special "
+        "results (exact NaN/+-inf/+-0), class mismatches, numeric results not correctly rounded and beyond one fp16 ULP "
+        "against fp64 rounded to fp16. The framework claims are judged on these counts.",
         kinds={"polars"},
     ),
     "c3_ulp_histogram": dg.AssetOut(
@@ -114,6 +132,24 @@ def div_metadata(div_table: pl.DataFrame, seed_y: int, knobs: pl.DataFrame) -> d
     }
 
 
+def rounding_metadata(rounding: pl.DataFrame) -> dict[str, Any]:
+    """Metadata of ``c3_framework_rounding``: per op and path the share not correctly rounded, and the table."""
+    per = rounding.group_by("op", "path", maintain_order=True).agg(
+        pl.col(
+            "numeric_results", "not_correctly_rounded", "beyond_one_ulp", "special_results", "class_mismatches"
+        ).sum()
+    )
+    return {
+        **{
+            f"{r['op']}.{r['path']}.not_correctly_rounded_share": r["not_correctly_rounded"]
+            / max(r["numeric_results"], 1)
+            for r in per.iter_rows(named=True)
+        },
+        "class_mismatches": int(per["class_mismatches"].sum()),
+        "table": dg.MetadataValue.md(markdown_table(per)),
+    }
+
+
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs torch.rsqrt and x / y (eager, fused, under the approximate-math switches) and the
@@ -121,29 +157,50 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     sizes = SIZES[settings.profile]
     device = settings.torch_device()
     seed = settings.derived_seed("c3", "input")
-    x = make_input(tuple(sizes.shape), seed)
+    x, x_class = with_special_values(make_input(tuple(sizes.shape), seed), settings.derived_seed("c3", "specials"))
     ref = fp64_reference(torch.rsqrt, x)
     xd = x.to(device)
     paths, evidence, first_call = framework_paths(_rsqrt, (xd,), settings, device)
-    table, hist, outs = path_table(paths + newton_rsqrt_paths(xd), ref)
+    # The iteration table covers the U(0.01, 100) body; every element (special values too) is in the rounding table.
+    table, hist, outs = path_table(paths + newton_rsqrt_paths(xd), ref, regular=x_class == 0)
     table = with_evidence(table, evidence)
-    outputs: dict[str, torch.Tensor] = {"input": x, "fp64_reference": ref, **outs}
+    rounding = [rounding_table("rsqrt", paths, ref, x_class, dict(enumerate(INPUT_CLASSES)))]
+    outputs: dict[str, torch.Tensor] = {"input": x, "input_class": x_class, "fp64_reference": ref, **outs}
 
-    # div(x, y): x as the rsqrt input's range, y an independent draw from it.
+    # div(x, y): x as the rsqrt input, y an independent draw with its own special values.
     seed_y = settings.derived_seed("c3", "div_y")
-    y = make_input(tuple(sizes.shape), seed_y)
+    y, y_class = with_special_values(
+        make_input(tuple(sizes.shape), seed_y), settings.derived_seed("c3", "div_y_specials")
+    )
     yd = y.to(device)
     div_ref = x.double() / y.double()  # fp64: exact inputs, one rounding to fp64
     div_paths, div_evidence, _ = framework_paths(_div, (xd, yd), settings, device)
-    div_table, div_hist, div_outs = path_table(div_paths + reciprocal_div_paths(xd, yd), div_ref, label="div ")
+    div_table, div_hist, div_outs = path_table(
+        div_paths + reciprocal_div_paths(xd, yd), div_ref, label="div ", regular=(x_class == 0) & (y_class == 0)
+    )
     div_table = with_evidence(div_table, div_evidence)
-    outputs.update({"div/y": y, "div/fp64_reference": div_ref, **{f"div/{k}": v for k, v in div_outs.items()}})
+    rounding.append(rounding_table("div", div_paths, div_ref, *pair_classes(x_class, y_class)))
+    rounding_df = pl.concat(rounding)
+    outputs.update(
+        {
+            "div/y": y,
+            "div/y_class": y_class,
+            "div/fp64_reference": div_ref,
+            **{f"div/{k}": v for k, v in div_outs.items()},
+        }
+    )
     knobs = framework_knobs()
 
     yield dg.Output(
         outputs,
         output_name="c3_path_outputs",
-        metadata={"shape": str(list(x.shape)), "seed": seed, "seed_div_y": seed_y, "range": f"U({LOW}, {HIGH})"},
+        metadata={
+            "shape": str(list(x.shape)),
+            "seed": seed,
+            "seed_div_y": seed_y,
+            "range": f"U({LOW}, {HIGH}) with {int((x_class != 0).sum())} special values mixed in",
+            "input_classes": ", ".join(INPUT_CLASSES),
+        },
     )
     yield dg.Output(
         table,
@@ -161,4 +218,5 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
             "table": dg.MetadataValue.md(markdown_table(knobs)),
         },
     )
+    yield dg.Output(rounding_df, output_name="c3_framework_rounding", metadata=rounding_metadata(rounding_df))
     yield dg.Output(pl.DataFrame(hist + div_hist), output_name="c3_ulp_histogram")

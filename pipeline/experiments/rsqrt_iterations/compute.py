@@ -5,6 +5,7 @@ switch, and the iteration table and ULP histograms of a set of paths against fp6
 Plain functions (no Dagster definitions); the asset in :mod:`.assets` calls them.
 """
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -101,6 +102,115 @@ def make_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return (LOW + (HIGH - LOW) * torch.rand(shape, generator=g, dtype=torch.float64)).to(torch.float16)
 
 
+#: Input classes of C3's elements, by code: the U(0.01, 100) body, then what is mixed into it.
+INPUT_CLASSES = ("regular", "wide", "subnormal", "zero", "inf", "negative", "nan")
+_CLASS = {name: code for code, name in enumerate(INPUT_CLASSES)}
+_TINY = 2.0**-24  # smallest fp16 subnormal
+_MIN_NORMAL, _MAX16 = 2.0**-14, 65504.0
+
+
+def special_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The values C3 mixes into its input, as fp16 values and their class codes (:data:`INPUT_CLASSES`):
+    +-0, +-inf, NaN; the subnormal extremes and 28 more subnormals (half negative); negative normals
+    (rsqrt gives NaN, division a negative quotient); normals log-uniform over the whole fp16 range with
+    its extremes (``wide``). Fixed values first, then seeded draws (CPU generator: device-independent)."""
+    g = torch.Generator().manual_seed(seed)
+    fixed = {
+        "zero": [0.0, -0.0],
+        "inf": [float("inf"), float("-inf")],
+        "nan": [float("nan")],
+        "subnormal": [_TINY, _MIN_NORMAL - _TINY, -_TINY, -(_MIN_NORMAL - _TINY)],
+        "negative": [-1.0, -0.5, -100.0, -_MIN_NORMAL, -_MAX16],
+        "wide": [_MIN_NORMAL, _MAX16],
+    }
+    subnormal = torch.randint(1, 1024, (28,), generator=g, dtype=torch.int64).double() * _TINY
+    subnormal[14:] = -subnormal[14:]
+    log_lo, log_hi = math.log(_MIN_NORMAL), math.log(_MAX16)
+    wide = torch.exp(log_lo + (log_hi - log_lo) * torch.rand(62, generator=g, dtype=torch.float64))
+    negative = -torch.exp(log_lo + (log_hi - log_lo) * torch.rand(11, generator=g, dtype=torch.float64))
+    drawn = {"subnormal": subnormal.tolist(), "wide": wide.tolist(), "negative": negative.tolist()}
+    values, codes = [], []
+    for name in INPUT_CLASSES[1:]:
+        for v in fixed.get(name, []) + drawn.get(name, []):
+            values.append(v)
+            codes.append(_CLASS[name])
+    return torch.tensor(values, dtype=torch.float64).to(torch.float16), torch.tensor(codes, dtype=torch.int8)
+
+
+def with_special_values(x: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (fp16, every element ``regular``) with :func:`special_inputs` written at seeded positions,
+    and the class code of every element (int8, ``x``'s shape)."""
+    values, codes = special_inputs(seed)
+    if x.numel() < values.numel():
+        raise ValueError(f"C3 input has {x.numel()} elements, fewer than the {values.numel()} special values")
+    g = torch.Generator().manual_seed(seed)
+    where = torch.randperm(x.numel(), generator=g)[: values.numel()]
+    out, classes = x.clone().reshape(-1), torch.zeros(x.numel(), dtype=torch.int8)
+    out[where], classes[where] = values, codes
+    return out.reshape(x.shape), classes.reshape(x.shape)
+
+
+def pair_classes(x_codes: torch.Tensor, y_codes: torch.Tensor) -> tuple[torch.Tensor, dict[int, str]]:
+    """One class code per element of a two-operand op, and the names of the codes present
+    ("x <class>, y <class>")."""
+    k = len(INPUT_CLASSES)
+    codes = x_codes.reshape(-1).to(torch.int64) + k * y_codes.reshape(-1).to(torch.int64)
+    names = {int(c): f"x {INPUT_CLASSES[int(c) % k]}, y {INPUT_CLASSES[int(c) // k]}" for c in codes.unique()}
+    return codes, names
+
+
+def element_outcomes(out: torch.Tensor, ref: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per element of an fp16 result ``out`` against its fp64 reference ``ref``, as boolean masks:
+
+    * ``special``: the exact result is NaN, +-inf or +-0 (no rounding involved);
+    * ``class_mismatch``: a special result whose fp16 bits differ from the exact one's (NaN matches
+      any NaN; the sign of an infinity or a zero counts), or NaN where a number is expected;
+    * ``not_correctly_rounded``: a numeric result (not ``special``) whose bits differ from the fp64
+      value rounded to fp16 (round to nearest, ties to even);
+    * ``beyond_one_ulp``: a numeric result more than one fp16 step from that value (a flushed
+      subnormal, an infinity for a finite result, an approximation's error)."""
+    out = out.reshape(-1).cpu()
+    ref = ref.reshape(-1).cpu()
+    ref16 = round_to_dtype(ref, torch.float16)
+    special = torch.isnan(ref) | torch.isinf(ref) | (ref == 0)
+    same = (out.view(torch.int16) == ref16.view(torch.int16)) | (torch.isnan(out) & torch.isnan(ref16))
+    numeric = ~special
+    return {
+        "special": special,
+        "class_mismatch": (special & ~same) | (numeric & torch.isnan(out)),
+        "not_correctly_rounded": numeric & ~same,
+        "beyond_one_ulp": numeric & (ulp_diff(out, ref16) > 1),
+    }
+
+
+def rounding_table(
+    op: str, paths: list["PathRow"], ref: torch.Tensor, codes: torch.Tensor, names: dict[int, str]
+) -> pl.DataFrame:
+    """Per path of ``paths`` and input class (``codes``, one per element; ``names`` by code): elements,
+    special results, class mismatches, numeric results not correctly rounded and beyond one fp16 ULP
+    (:func:`element_outcomes`). The C3 claims are judged on these counts."""
+    codes = codes.reshape(-1).cpu().to(torch.int64)
+    rows = []
+    for name, _, _, _, out in paths:
+        masks = element_outcomes(out, ref)
+        for code in codes.unique().tolist():
+            sel = codes == code
+            rows.append(
+                {
+                    "op": op,
+                    "path": name,
+                    "input_class": names[int(code)],
+                    "elements": int(sel.sum()),
+                    "special_results": int((masks["special"] & sel).sum()),
+                    "numeric_results": int((~masks["special"] & sel).sum()),
+                    "class_mismatches": int((masks["class_mismatch"] & sel).sum()),
+                    "not_correctly_rounded": int((masks["not_correctly_rounded"] & sel).sum()),
+                    "beyond_one_ulp": int((masks["beyond_one_ulp"] & sel).sum()),
+                }
+            )
+    return pl.DataFrame(rows)
+
+
 def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
     d = d.reshape(-1).cpu()
     counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)
@@ -121,17 +231,22 @@ PathRow = tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]
 
 
 def path_table(
-    paths: list[PathRow], ref: torch.Tensor, label: str = ""
+    paths: list[PathRow], ref: torch.Tensor, label: str = "", regular: torch.Tensor | None = None
 ) -> tuple[pl.DataFrame, list[dict[str, Any]], dict[str, torch.Tensor]]:
     """The iteration table of ``paths`` against the fp64 ``ref`` (first path: A_eager), its
-    histogram rows (comparisons prefixed with ``label``) and the fp16 outputs on the CPU."""
+    histogram rows (comparisons prefixed with ``label``) and the fp16 outputs on the CPU (whole).
+    The table and histograms cover the elements ``regular`` marks (all when ``None``): the
+    iteration study is about the U(0.01, 100) body; special values are judged by
+    :func:`rounding_table`."""
+    keep = torch.ones(ref.numel(), dtype=torch.bool) if regular is None else regular.reshape(-1).cpu()
+    outputs = {name: out.cpu() for name, _, _, _, out in paths}
+    ref = ref.reshape(-1).cpu()[keep]
     ref16 = round_to_dtype(ref, torch.float16)  # the correctly rounded fp16 answer
     ref_spacing = spacing(ref, torch.float16)
-    rows, hist, outputs = [], [], {}
-    a_eager = paths[0][4].cpu()
-    for name, n, compute, raw, out in paths:
-        out = out.cpu()
-        outputs[name] = out
+    rows, hist = [], []
+    a_eager = outputs[paths[0][0]].reshape(-1)[keep]
+    for name, n, compute, raw, _ in paths:
+        out = outputs[name].reshape(-1)[keep]
         stats = error_stats(out, ref)
         d_ref = ulp_diff(out, ref16)
         row = {
@@ -154,7 +269,7 @@ def path_table(
             "vs_A_eager_ulp_max": int(ulp_diff(out, a_eager).max()),
         }
         if raw is not None:
-            raw64 = raw.cpu().to(torch.float64)
+            raw64 = raw.cpu().reshape(-1)[keep].to(torch.float64)
             err = (raw64 - ref).abs()
             row.update(
                 {

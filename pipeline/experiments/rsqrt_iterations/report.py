@@ -6,7 +6,7 @@ import polars as pl
 from ...experiment import Experiment
 from ...reporting.blocks import error_scale, opening, select, ulp_bars
 from ...reporting.render import Report, markdown_table
-from .rules import METHOD, floor_statement, knob_statement
+from .rules import METHOD, TIE_FLIP_MARGIN, floor_statement, knob_statement
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -22,7 +22,11 @@ def deliverable(report: Report, exp: Experiment) -> str:
         pl.col("int_ulp_vs_rounded_ref_max").alias("max last-bit diff vs rounded fp64 (ULP)"),
         pl.col("correctly_rounded_fraction").round(4).alias("correctly rounded (share)"),
     )
-    parts = [markdown_table(rows)]
+    parts = [
+        c3_framework_section(report, exp),
+        "### Newton iterations (the harness's code: a finding)\n",
+        markdown_table(rows),
+    ]
     hist = report.table("c3_ulp_histogram")
     if hist is not None:
         vs = hist.filter(
@@ -162,3 +166,44 @@ def _c3_method(report: Report, table: pl.DataFrame) -> list[str]:
             )
         )
     return parts
+
+
+#: The checks whose verdicts and reasons the framework section shows, in order.
+_FRAMEWORK_CHECKS = ("c3_framework_correctly_rounded", "c3_framework_special_values", "c3_approx_math_switches")
+
+
+def c3_framework_section(report: Report, exp: Experiment) -> str:
+    """The claims on torch's own rsqrt and division: each check's stored verdict and reason, and the
+    stored per-class counts of ``c3_framework_rounding`` (shares formatted, nothing re-judged)."""
+    rounding = report.table("c3_framework_rounding")
+    if rounding is None:
+        return ""
+    checks = {c.name: c for c in report.checks_of(exp.group) if c.state != "not yet run"}
+    lines = [
+        f"- `{name}`: **{checks[name].label}**: {checks[name].metadata.get('details') or checks[name].metadata.get('reason', '')}"
+        for name in _FRAMEWORK_CHECKS
+        if name in checks
+    ]
+    shown = rounding.select(
+        "op",
+        "path",
+        "input_class",
+        "elements",
+        "special_results",
+        "class_mismatches",
+        "numeric_results",
+        "not_correctly_rounded",
+        (100 * pl.col("not_correctly_rounded") / pl.col("numeric_results").clip(1))
+        .round(3)
+        .alias("not correctly rounded (%)"),
+        "beyond_one_ulp",
+    )
+    return (
+        "### torch's rsqrt and division against fp64, special values included\n\n"
+        f"Numeric results must be correctly rounded except for tie flips (margin {100 * TIE_FLIP_MARGIN:.3f} % of them, "
+        "derived in the rule) and never more than one fp16 ULP off; results that are exactly NaN, +-inf or +-0 must "
+        "come out exactly. Input classes: the U(0.01, 100) body (regular), normals over the whole fp16 range (wide), "
+        "+-subnormals, +-0, +-inf, negative normals and NaN.\n\n"
+        + ("\n".join(lines) + "\n\n" if lines else "")
+        + markdown_table(shown, max_rows=80)
+    )

@@ -67,3 +67,31 @@ def floor_statement(table: pl.DataFrame, op: str) -> str:
             f"path A: max {a['ulp_max']:.4g}, mean {a['ulp_mean']:.4g}), where {100 * same_as_a:.2f}% of elements equal path A's"
         )
     return ". ".join(parts) + "."
+
+
+# --- the framework's rounding: the tie-flip margin ---------------------------------------------------
+
+#: fp32 ULPs of error a healthy path may carry into its single final rounding to fp16. A correctly rounded
+#: fp32 square root or division carries 1/2; 1 / sqrt as two correctly rounded fp32 ops about 1.5; CUDA's
+#: approximate rsqrt (relative 2^-22.9) at most 2^(24 - 22.9) = 2.14. Four leaves room above all of them.
+FP32_ERROR_ULPS = 4
+#: fp32 ULPs in one fp16 ULP within a binade: 2^(24 - 11) (24 and 11 significand bits).
+FP32_ULPS_PER_FP16_ULP = 2**13
+#: Largest share of numeric results that may miss the correctly rounded fp16 value (tie flips): 2^-10.
+TIE_FLIP_MARGIN = 2 * FP32_ERROR_ULPS / FP32_ULPS_PER_FP16_ULP
+#: Family-wise level of the test of the share against the margin (Holm over op x path).
+ROUNDING_ALPHA = 0.01
+
+TIE_FLIP_DERIVATION = (
+    "A path that computes in fp32 with an error of at most e fp32 ULPs and then rounds once to fp16 returns the "
+    "correctly rounded fp16 value unless the exact result lies within e fp32 ULPs of an fp16 rounding midpoint: on "
+    "the far side of the midpoint its fp32 value rounds the other way (a tie flip). One fp16 ULP spans 2^13 fp32 "
+    "ULPs, so the window is 2e of every 2^13 fp32 ULPs, and with the exact results spread smoothly over the fp16 "
+    f"grid (rsqrt and quotients of continuous inputs are) at most a share 2e / 2^13 of them flips. e = "
+    f"{FP32_ERROR_ULPS} covers every healthy implementation in use (a correctly rounded fp32 division or square "
+    "root: 1/2, which makes the result correctly rounded outright since fp32 has 2 * 11 + 2 bits; 1/sqrt in two "
+    "fp32 ops: about 1.5; CUDA's approximate rsqrt, relative error 2^-22.9: 2.14), so the margin is "
+    f"{TIE_FLIP_MARGIN:.6g} = 2^-10 (about 0.1 %) of the numeric results. Healthy paths measure 0.00 %. An "
+    "approximate rsqrt that stops one Newton step short (relative error about 1e-5, i.e. 170 fp32 ULPs) misses on "
+    "about 2 * 170 / 2^13, a few per cent, and a bit-trick or low-precision seed on 20-50 %"
+)
