@@ -92,7 +92,7 @@ def test_terminal_lines_show_steps_and_asset_messages_but_not_debug():
 def test_settings_problems_name_each_bad_setting():
     assert settings_problems("smoke", "cpu", "inductor", "{}") == []
     problems = settings_problems("huge", "cpu", "nosuch", "[1]")
-    assert problems[0] == "unknown profile 'huge'; expected one of smoke, default, seed"
+    assert problems[0] == "unknown profile 'huge'; expected one of smoke, default, gpu, seed"
     assert problems[1].startswith("unknown torch.compile backend 'nosuch'; registered: ")
     assert problems[2] == "backend_options must be a JSON object, got '[1]'"
     assert "planted_drop_channel" in problems[1]  # planted bugs count as registered
@@ -106,12 +106,21 @@ def test_unavailable_device_is_a_settings_problem():
 
 
 def test_settings_resource_refuses_bad_values_before_any_step():
-    with pytest.raises(ValueError, match=r"profile[\s\S]*'smoke', 'default' or 'seed'[\s\S]*'huge'"):
+    with pytest.raises(ValueError, match=r"profile[\s\S]*'smoke', 'default', 'gpu' or 'seed'[\s\S]*'huge'"):
         ExperimentSettings(profile="huge", device="cpu")
     with pytest.raises(ValueError, match=r"unknown torch\.compile backend 'nosuch'"):
         ExperimentSettings(profile="smoke", device="cpu", backend="nosuch")
     with pytest.raises(ValueError, match="backend_options is not valid JSON"):
         ExperimentSettings(profile="smoke", device="cpu", backend_options="{")
+
+
+def test_gpu_profile_is_a_setting_like_the_others(capsys):
+    assert settings_problems("gpu", "cpu", "inductor") == []
+    assert ExperimentSettings(profile="gpu", device="cpu").profile == "gpu"
+    # The command takes --profile gpu: only the unknown backend is refused.
+    assert cli.main(["report", "--profile", "gpu", "--device", "cpu", "--backend", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown profile" not in err and "unknown torch.compile backend 'nosuch'" in err
 
 
 def test_cli_bad_settings_exit_2_with_one_line(capsys):

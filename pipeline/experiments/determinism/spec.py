@@ -11,6 +11,17 @@ class DeterminismSizes:
     #: Whether the cold-start rounds run (fresh interpreters with an empty compiler cache): about 15 s
     #: each whatever the size, so the smoke profile leaves them out and its cold-start claim is inconclusive.
     cold_start: bool
+    #: Runs per round of the fp32 row where it differs from ``runs`` (None: the same). fp32 is an extra
+    #: row beside the seed's fp16 headline, and twice the bytes of a 16-bit run.
+    fp32_runs: int | None = None
+
+    def runs_for(self, dtype: str) -> int:
+        """Runs per round of ``dtype``."""
+        return self.fp32_runs if dtype == "float32" and self.fp32_runs is not None else self.runs
+
+    def runs_by_dtype(self, dtypes: tuple[str, ...]) -> dict[str, int]:
+        """Runs per round of each of ``dtypes``."""
+        return {d: self.runs_for(d) for d in dtypes}
 
 
 SIZES = {
@@ -18,5 +29,8 @@ SIZES = {
     # 100 runs per dtype: each fp16/bf16 run of the FFN costs about 0.25 s where 16-bit matmul has no native
     # instructions, and a nondeterministic kernel shows within a few runs (the planted one on every call).
     "default": DeterminismSizes(runs=100, cold_start=True),
+    # A GPU run within about ten minutes: the 16-bit rows at the seed's 1000 runs (each run is a few ms of
+    # device work, compared with the first output on the device), the fp32 extra row at 100.
+    "gpu": DeterminismSizes(runs=1000, cold_start=True, fp32_runs=100),
     "seed": DeterminismSizes(runs=1000, cold_start=True),
 }

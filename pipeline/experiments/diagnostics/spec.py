@@ -23,5 +23,8 @@ class DiagnosticsSizes:
 SIZES = {
     "smoke": DiagnosticsSizes(fuzz_graphs=6, difftest_programs=10, repro_cap=0),
     "default": DiagnosticsSizes(fuzz_graphs=80, difftest_programs=48, repro_cap=1, d_repro_cap=1),
+    # A tenth of the seed's programs (each one compile: Triton's compile time, not the device, is the cost);
+    # one reproducer, for D, and none for the fuzzer and the differential tester, as in smoke.
+    "gpu": DiagnosticsSizes(fuzz_graphs=100, difftest_programs=100, repro_cap=0, d_repro_cap=1),
     "seed": DiagnosticsSizes(fuzz_graphs=1000, difftest_programs=1000, repro_cap=10),
 }

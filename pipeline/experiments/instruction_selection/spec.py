@@ -13,5 +13,6 @@ class InstructionSelectionSizes:
 SIZES = {
     "smoke": InstructionSelectionSizes(shape=(64, 64)),
     "default": InstructionSelectionSizes(shape=(1024, 1024)),
+    "gpu": InstructionSelectionSizes(shape=(1024, 1024)),
     "seed": InstructionSelectionSizes(shape=(1024, 1024)),
 }

@@ -48,6 +48,17 @@ SIZES = {
         seq_len=32,
         image_size=64,
     ),
+    # Four real-size architectures (a decoder, an encoder, a CNN, a vision transformer) in the two 16-bit
+    # dtypes: compile time is the cost (benchmarks/gpu_budget.py).
+    "gpu": ModelSizes(
+        scale="real",
+        architectures=("gpt2", "bert", "resnet50", "vit"),
+        dtypes=("bfloat16", "float16"),
+        batches=4,
+        batch_size=4,
+        seq_len=128,
+        image_size=224,
+    ),
     "seed": ModelSizes(
         scale="real",
         architectures=ALL,

@@ -15,9 +15,12 @@ class ReductionSizes:
 
 
 SIZES = {
-    "smoke": ReductionSizes(length=4096, pool_rows=8, runs=5, long_length=2**21, long_rows=1),
+    # 16 rows in all: the paired sign test against eager needs ceil(log2(versions / 0.01)) = 10 rows for the
+    # CPU's ten fused versions before it can reject anything (checks.min_paired_rows).
+    "smoke": ReductionSizes(length=4096, pool_rows=15, runs=5, long_length=2**21, long_rows=1),
     # 2^24 fp32 terms: where per-lane or per-thread partial sums that are not cascaded show their error
     # (a running fp32 sum of 2^24 terms of U(0, 1) passes 2^23, where the spacing is 1); 64 MiB a row.
     "default": ReductionSizes(length=16384, pool_rows=256, runs=200, long_length=2**24, long_rows=2),
+    "gpu": ReductionSizes(length=16384, pool_rows=1024, runs=1000, long_length=2**27, long_rows=1),
     "seed": ReductionSizes(length=16384, pool_rows=1024, runs=1000, long_length=2**27, long_rows=1),
 }

@@ -60,5 +60,16 @@ SIZES = {
         ),
         healthy_seeds=3,
     ),
+    # The matrix is a self-test of the checks, not a measurement of the device: the gpu profile keeps it at
+    # its smoke size (one bug per way of being caught, one healthy seed).
+    "gpu": MatrixSizes(
+        planted_bugs=(
+            "planted_fallback_to_eager",
+            "planted_nondeterministic_reduction",
+            "planted_contiguous_only",
+            "planted_layout_swap",
+        ),
+        healthy_seeds=1,
+    ),
     "seed": MatrixSizes(planted_bugs=(), healthy_seeds=3),
 }

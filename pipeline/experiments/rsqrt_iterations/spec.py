@@ -13,5 +13,6 @@ class RsqrtSizes:
 SIZES = {
     "smoke": RsqrtSizes(shape=(64, 64)),
     "default": RsqrtSizes(shape=(1024, 1024)),
+    "gpu": RsqrtSizes(shape=(1024, 1024)),
     "seed": RsqrtSizes(shape=(1024, 1024)),
 }

@@ -46,6 +46,11 @@ SIZES = {
     "default": TrainSizes(
         layers=2, heads=4, width=64, context=64, batch=8, steps=150, eval_every=15, eval_batches=4, fp32_control=0
     ),
+    # The seed's model at a quarter of its context, 200 steps on each data order, no fp32 control: one GPU in
+    # minutes (benchmarks/gpu_budget.py).
+    "gpu": TrainSizes(
+        layers=12, heads=12, width=768, context=256, batch=8, steps=200, eval_every=20, eval_batches=4, fp32_control=0
+    ),
     "seed": TrainSizes(
         layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8, fp32_control=1
     ),
