@@ -22,7 +22,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lock setup report test test-fast test-cluster test-cuda test-torch lint benchmark matmul-timing ui clean
+.PHONY: lock setup report test test-fast test-cluster test-cuda test-torch lint benchmark report-time matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,8 +39,40 @@ lock: $(STAMP)
 	  | grep -v -i -E '^(torch|nvidia|triton|fusion-precision)([=-]|$$)'; } > requirements/constraints.txt.new
 	mv requirements/constraints.txt.new requirements/constraints.txt
 
-report: $(STAMP)
+report: $(STAMP) import-results
 	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
+
+# Results bundles committed under results/bundles/ (runs on other machines) join the local instance
+# once; the report then shows them on the devices page and beside each experiment. A bundle that
+# cannot be imported is reported and skipped, not fatal to the report.
+import-results: $(STAMP)
+	-@for b in results/bundles/*/; do [ -f "$$b/bundle.json" ] || continue; \
+	  $(BIN)/python -m pipeline.cli import-bundle --if-new "$$b"; done
+
+# Wheels of what a CUDA image (Python PYTHON_VERSION with torch, numpy, pyarrow, safetensors and
+# transformers) lacks to run the pipeline, for a machine without a package index: carry wheelhouse/
+# and the source (make gpu-source) there, then
+#   python -m pip install --no-index --find-links wheelhouse dagster polars altair
+# pip keeps what the image has where it satisfies the requirements. No site packages: the site is
+# built at home from the run's bundle.
+PYTHON_VERSION ?= 3.12
+WHEELHOUSE ?= wheelhouse
+WHEEL_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+WHEELHOUSE_PACKAGES ?= dagster polars altair safetensors typing_extensions
+wheelhouse:
+	mkdir -p $(WHEELHOUSE)
+	$(PYTHON) -m pip download --only-binary=:all: --implementation cp --python-version $(PYTHON_VERSION) \
+	  $(addprefix --platform ,$(WHEEL_PLATFORMS)) -c requirements/constraints.txt -d $(WHEELHOUSE) $(WHEELHOUSE_PACKAGES)
+	@du -sh $(WHEELHOUSE)
+
+# The committed source as a tarball for another machine, with SOURCE_COMMIT naming its commit
+# (provenance reads it where the unpacked copy is not a git checkout of its own).
+gpu-source:
+	rm -rf $(WHEELHOUSE)/.src && mkdir -p $(WHEELHOUSE)/.src/fusion-precision
+	git archive HEAD | tar -x -C $(WHEELHOUSE)/.src/fusion-precision
+	git rev-parse HEAD > $(WHEELHOUSE)/.src/fusion-precision/SOURCE_COMMIT
+	tar -czf $(WHEELHOUSE)/fusion-precision-src.tar.gz -C $(WHEELHOUSE)/.src fusion-precision
+	rm -rf $(WHEELHOUSE)/.src
 
 test: $(STAMP)
 	./scripts/ensure-chromium.sh
@@ -95,9 +127,15 @@ lint: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not materializes and not slow and not heavy and not browser and not cuda and not cluster"
 
+# report-time runs the whole default profile on the slow 16-bit path (20 minutes or more on 2 cores)
+# in a temporary data folder and Dagster instance and prints where the time went; alone: make report-time
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
 	$(BIN)/python benchmarks/bench_difftest.py
+	$(BIN)/python benchmarks/report_time.py
+
+report-time: $(STAMP)
+	$(BIN)/python benchmarks/report_time.py
 
 # fp32 vs fp16 vs bf16 matmul on this CPU; with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 set,
 # shows that the slow 16-bit path of an AVX2-only machine is in effect.
@@ -108,4 +146,4 @@ ui: $(STAMP)
 	$(BIN)/dagster dev
 
 clean:
-	rm -rf $(VENV) data site/build
+	rm -rf $(VENV) data site/build $(WHEELHOUSE)

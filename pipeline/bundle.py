@@ -33,6 +33,12 @@ from .storage import file_sha256
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
+#: Optional annotation next to a bundle's manifest, written by a person after the run: what did not
+#: run there and why, and recorded provenance known to be wrong (see :func:`read_notes`). It is not
+#: part of the manifest's hashed files, is copied in with an import and shown on the devices page.
+NOTES = "NOTES.json"
+#: The fields a notes file may hold, each with its JSON type.
+NOTES_FIELDS: dict[str, type] = {"title": str, "summary": str, "did_not_finish": dict, "provenance_corrections": dict}
 #: Tensor files (input pools, references, raw outputs) above this size stay out of a bundle by default.
 DEFAULT_MAX_TENSOR_BYTES = 8 << 20
 #: Provenance every bundle must carry.
@@ -101,12 +107,9 @@ class ExportResult:
 def _versions() -> dict[str, str]:
     import torch
 
-    try:
-        from importlib.metadata import version
+    from .source import package_version
 
-        project = version("fusion-precision")
-    except Exception:  # noqa: BLE001 - a source checkout without installed metadata
-        project = "unknown"
+    project = package_version()
     return {
         "schema": str(SCHEMA_VERSION),
         "fusion_precision": project,
@@ -268,6 +271,16 @@ def _latest_for_profile(
     return None
 
 
+def imported_results(instance: dg.DagsterInstance, asset_graph: Any, limit: int = 100) -> list[tuple[str, str]]:
+    """(device label, profile) of every imported bundle in ``instance``, sorted."""
+    found: set[tuple[str, str]] = set()
+    for key in asset_graph.get_all_asset_keys():
+        for _, _, meta in materializations(instance, key, limit):
+            if IMPORTED_FROM in meta and meta.get("provenance.profile"):
+                found.add((device_of(meta), str(meta["provenance.profile"])))
+    return sorted(found)
+
+
 def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: str, limit: int = 100) -> list[str]:
     """Device labels of every imported bundle with materializations of ``profile`` in ``instance``."""
     labels: set[str] = set()
@@ -288,6 +301,22 @@ class ImportResult:
     folder: Path
     assets: int
     checks: int
+    #: One line each: what the import accepted but a reader should know (e.g. an unknown commit).
+    warnings: tuple[str, ...] = ()
+
+
+def commit_warning(manifest: dict[str, Any]) -> str | None:
+    """One line when the bundle's recorded source commit is not a commit of this repository (a
+    copy of the source inside another repository records that one's commit), else None."""
+    from .source import commit_known
+
+    commit = str(manifest.get("provenance", {}).get("git_commit") or "")
+    if commit_known(commit) is not False:
+        return None
+    return (
+        f"the bundle's provenance names commit {commit[:12]}, which this repository does not hold: "
+        "its results may come from other source than that commit"
+    )
 
 
 def read_manifest(bundle: Path | str) -> dict[str, Any]:
@@ -361,6 +390,42 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     return manifest
 
 
+def read_notes(folder: Path | str) -> dict[str, Any]:
+    """The notes file (:data:`NOTES`) of a bundle or an imported device folder ({} when there is none).
+
+    Fields, all optional: ``title`` and ``summary`` (text); ``did_not_finish``, experiment id -> why
+    it has no result from that machine; ``provenance_corrections``, provenance field -> ``recorded``
+    (the value the bundle carries), ``actual`` and ``why``. Raises :class:`BundleError` on anything else."""
+    path = Path(folder) / NOTES
+    if not path.is_file():
+        return {}
+    try:
+        notes = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(notes, dict):
+        raise BundleError(f"{path} must hold a JSON object")
+    for key, value in notes.items():
+        kind = NOTES_FIELDS.get(key)
+        if kind is None:
+            raise BundleError(f"{path}: unknown field {key!r} (expected {', '.join(NOTES_FIELDS)})")
+        if not isinstance(value, kind):
+            raise BundleError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'string'}")
+    if not all(isinstance(v, str) for v in notes.get("did_not_finish", {}).values()):
+        raise BundleError(f"{path}: did_not_finish maps experiment ids to reasons (text)")
+    for field, fix in notes.get("provenance_corrections", {}).items():
+        if not isinstance(fix, dict) or not isinstance(fix.get("actual"), str) or not fix["actual"]:
+            raise BundleError(f"{path}: provenance_corrections.{field} needs an 'actual' value (text)")
+    return notes
+
+
+def import_target(bundle: Path | str, data_dir: Path | str) -> Path:
+    """Where an import of ``bundle`` puts its files: ``<data_dir>/devices/<device>/<profile>``
+    (after every check :func:`read_manifest` makes)."""
+    manifest = read_manifest(bundle)
+    return Path(data_dir) / "devices" / device_slug(manifest["provenance"]["device_label"]) / manifest["profile"]
+
+
 def import_bundle(
     instance: dg.DagsterInstance,
     bundle: Path | str,
@@ -374,17 +439,30 @@ def import_bundle(
 
     Refuses (``BundleError``) a bad or partial bundle before anything is written, and a device
     and profile imported before unless ``replace`` (the earlier import is then kept aside as
-    ``<profile>.replaced-<time>``). Assets and checks the local code location does not define
-    (``asset_graph``) are refused too: their results could not be shown."""
+    ``<profile>.replaced-<time>``). Assets the local code location does not define (``asset_graph``)
+    are refused too: their results could not be shown. Evaluations of checks it does not define
+    (renamed or removed since the bundle's source) are left out, each named in the result's warnings."""
     bundle = Path(bundle)
     manifest = read_manifest(bundle)
+    read_notes(bundle)  # a malformed notes file is refused before anything is written
     profile = manifest["profile"]
     label = manifest["provenance"]["device_label"]
+    warnings: list[str] = []
     if asset_graph is not None:
         unknown = undefined_in(manifest, asset_graph)
-        if unknown:
+        if any(":" not in name for name in unknown):
             raise BundleError(f"bundle holds assets/checks this code location does not define: {unknown}")
-    target = Path(data_dir) / "devices" / device_slug(label) / profile
+        if unknown:
+            # Checks renamed or removed since the bundle's source: their evaluations cannot be shown;
+            # the assets they judged still can, so those evaluations alone stay out, said in one line.
+            manifest = {
+                **manifest,
+                "checks": [c for c in manifest["checks"] if f"{c['asset']}:{c['name']}" not in unknown],
+            }
+            warnings.append(
+                f"left out {len(unknown)} check evaluation(s) this code location does not define: {', '.join(unknown)}"
+            )
+    target = import_target(bundle, data_dir)
     if target.exists() and not replace:
         raise BundleError(
             f"results of {label!r} for profile {profile!r} were imported before ({target}); "
@@ -397,7 +475,10 @@ def import_bundle(
     for event in events:
         instance.report_runless_asset_event(event)
     checks = sum(isinstance(e, dg.AssetCheckEvaluation) for e in events)
-    return ImportResult(label, profile, target, len(events) - checks, checks)
+    warning = commit_warning(manifest)
+    return ImportResult(
+        label, profile, target, len(events) - checks, checks, (*warnings, *([warning] if warning else []))
+    )
 
 
 def undefined_in(manifest: dict[str, Any], asset_graph: Any) -> list[str]:
@@ -465,6 +546,8 @@ def _copy_in(bundle: Path, files: dict[str, Any], target: Path, profile: str) ->
             dest = staging / Path(rel).relative_to("data")
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(bundle / rel, dest)
+        if (bundle / NOTES).is_file():
+            shutil.copy2(bundle / NOTES, staging / NOTES)
         if target.exists():
             target.rename(target.with_name(f"{profile}.replaced-{dt.datetime.now():%Y%m%dT%H%M%S}"))
         staging.rename(target)

@@ -208,7 +208,13 @@ def report(
         print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
         return 2
     from .definitions import defs
+    from .reporting.site import site_skipped
 
+    # Where the site packages are missing (a GPU node), everything but the site runs: one line says so.
+    no_site = site_skipped(profile)
+    if no_site is not None:
+        print(no_site)
+    skip = {dg.AssetKey("report_site")} if no_site is not None else set()
     settings = {
         "profile": profile,
         "device": device,
@@ -218,7 +224,7 @@ def report(
     }
     loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
     run_config: dict = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
-    if only:
+    if only and not skip:
         run_config["ops"] = {"report_site": {"config": {"only": list(only)}}}
     instance = _instance()
     job = defs.resolve_job_def("all_assets_job")
@@ -240,6 +246,7 @@ def report(
             assets = [a for a in assets if a in chosen_assets]
             checks = [c for c in checks if c in chosen_checks]
         n_assets = len(chosen_assets) if chosen_assets is not None else len(graph.get_all_asset_keys())
+        assets = [a for a in assets if a not in skip]
         n_checks = len(chosen_checks) if chosen_checks is not None else len(graph.asset_check_keys)
         scope = "selected " if only else ""
         print(
@@ -249,7 +256,11 @@ def report(
         )
         job = job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
     elif chosen_assets is not None and chosen_checks is not None:
-        job = job.get_subset(asset_selection=chosen_assets, asset_check_selection=chosen_checks)
+        job = job.get_subset(asset_selection=chosen_assets - skip, asset_check_selection=chosen_checks)
+    elif skip:
+        job = job.get_subset(
+            asset_selection=set(graph.get_all_asset_keys()) - skip, asset_check_selection=set(graph.asset_check_keys)
+        )
     if only:
         print(f"only {', '.join(only)}: their assets, what they need upstream, and the report")
     start = time.perf_counter()
@@ -282,7 +293,7 @@ def report(
         )
         return 130
     reported = any(e.asset_key == dg.AssetKey("report_site") for e in materialized if e.asset_key is not None)
-    if causes and not reported:
+    if causes and not reported and not skip:
         # A failed step skips everything downstream of it, the report included: build the report
         # alone from what was materialized, each failed experiment shown with its reason.
         failed = failed_experiments(causes)
@@ -295,7 +306,17 @@ def report(
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
     print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
+    _print_time_table(instance, result.run_id, profile)
     return 0 if result.success else 1
+
+
+def _print_time_table(instance: dg.DagsterInstance, run_id: str, profile: str) -> None:
+    """Where the run's time went, against the profile's budget (``times`` prints it again later)."""
+    from .timing import table_for_run, text_table
+
+    table = table_for_run(instance, run_id, profile)
+    if table is not None:
+        print(text_table(table))
 
 
 def promote_baseline(
@@ -357,15 +378,19 @@ def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool
     return 0
 
 
-def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
-    """Check a bundle and record its results in this instance, next to (never over) local ones."""
-    from .bundle import BundleError
+def import_bundle(path: str, data_dir: str | None, replace: bool, if_new: bool = False) -> int:
+    """Check a bundle and record its results in this instance, next to (never over) local ones;
+    ``if_new``: a bundle whose device and profile were imported before is passed over with one line."""
+    from .bundle import BundleError, import_target
     from .bundle import import_bundle as load
     from .definitions import defs
     from .storage import default_data_root
 
     base_dir = data_dir or default_data_root()
     try:
+        if if_new and not replace and (before := import_target(path, base_dir)).exists():
+            print(f"import-bundle: {path} already imported ({before})")
+            return 0
         done = load(_instance(), path, base_dir, defs.resolve_asset_graph(), replace=replace)
     except BundleError as exc:
         print(f"import-bundle: {exc}", file=sys.stderr)
@@ -374,6 +399,8 @@ def import_bundle(path: str, data_dir: str | None, replace: bool) -> int:
         f"imported {done.assets} materializations and {done.checks} check evaluations of {done.device!r} "
         f"(profile {done.profile}) -> {done.folder}; re-materialize report_site to show them"
     )
+    for warning in done.warnings:
+        print(f"import-bundle: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -507,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("path", help="the bundle folder")
     imp.add_argument("--data-dir", default=None, help="data root (default: FUSION_DATA_DIR or ./data)")
     imp.add_argument("--replace", action="store_true", help="replace an earlier import of the same device and profile")
+    imp.add_argument("--if-new", action="store_true", help="pass over (exit 0) a device and profile imported before")
     rp = sub.add_parser(
         "repros",
         help="build minimal reproducers (bisected to the layer at fault) and list every reproducer with its status",
@@ -527,7 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--backend", default="inductor", help="backend of the --make cases")
     rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")
     rp.add_argument("--no-knobs", action="store_true", help="bisect the layers only (no Inductor knobs, no toolchain)")
+    tim = sub.add_parser("times", help="where the time of a profile's last run went, against its budget")
+    tim.add_argument("--profile", default="default", choices=sorted(PROFILES))
     args = parser.parse_args(argv)
+    if args.command == "times":
+        from .timing import print_times
+
+        return print_times(_instance(), args.profile)
     if args.command != "report":
         from .storage import default_data_root, is_url
 
@@ -548,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export-bundle":
         return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
     if args.command == "import-bundle":
-        return import_bundle(args.path, args.data_dir, args.replace)
+        return import_bundle(args.path, args.data_dir, args.replace, args.if_new)
     if args.command == "promote-baseline":
         return promote_baseline(
             args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note, args.include_imported

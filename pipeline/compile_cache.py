@@ -16,8 +16,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
+import warnings
 
 #: Environment variables that change which instructions ATen, oneDNN or Inductor use on a CPU.
 ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CXX", "TORCHINDUCTOR_CPP_COMPILER")
@@ -36,27 +38,80 @@ def _compiler_version(compiler: str) -> str:
         return f"{path}: version unknown"
 
 
+def _cpp_compiler() -> str:
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return str(get_cpp_compiler())
+    except Exception:  # noqa: BLE001 - an older torch without this helper: CXX, else g++
+        return os.environ.get("CXX", "g++")
+
+
+def compiler_version() -> str:
+    """The C++ compiler Inductor builds CPU code with, and the first line of its ``--version``."""
+    return _compiler_version(_cpp_compiler())
+
+
+@functools.cache
+def predicted_vec_isa() -> str:
+    """The vector ISA Inductor picks for generated C++, from the CPU's flags, ``ATEN_CPU_CAPABILITY``
+    and Inductor's ``cpp.simdlen`` alone, without building anything.
+
+    Inductor's own choice (:func:`probed_vec_isa`) also builds and loads a test program per
+    candidate ISA in child processes, seconds per process; every process that imports the pipeline
+    keys its cache, whatever device it runs on, so the key uses this prediction. It equals the probed
+    ISA whenever the compiler builds every ISA the CPU has; where it does not, the compiler's version
+    is part of the key as well."""
+    try:
+        from torch._inductor import config
+        from torch._inductor import cpu_vec_isa as vi
+
+        if platform.machine() in ("x86_64", "AMD64"):
+            flags = vi.x86_isa_checker()
+            candidates = [isa for isa in vi.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+        else:  # elsewhere Inductor lists the ISAs from the CPU's features without building
+            candidates = list(vi.valid_vec_isa_list())
+        if not candidates:
+            return str(vi.invalid_vec_isa) or "none"
+        if config.cpp.simdlen is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an unknown ATEN_CPU_CAPABILITY: torch warns when it compiles
+                isa = vi.get_isa_from_cpu_capability(os.getenv("ATEN_CPU_CAPABILITY"), candidates, vi.invalid_vec_isa)
+        else:
+            isa = next((c for c in candidates if c.bit_width() == config.cpp.simdlen), vi.invalid_vec_isa)
+        return str(isa) or "none"
+    except Exception:  # noqa: BLE001 - a torch without these helpers: the variables and the compiler still key it
+        return "unknown"
+
+
+@functools.cache
+def probed_vec_isa() -> str:
+    """The vector ISA Inductor picks for generated C++ (``pick_vec_isa``), which builds and loads a
+    test program per candidate ISA in child processes: for the provenance of CPU runs only, once
+    per process."""
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        return str(pick_vec_isa()) or "none"
+    except Exception:  # noqa: BLE001 - best effort: provenance must never fail a run
+        return "unknown"
+
+
 def cache_key_parts() -> dict[str, str]:
     """What a cached kernel depends on beyond Inductor's own key: torch, the CPU model, ATen's CPU
-    capability, Inductor's vector ISA, the ISA variables as set, and the C++ compiler's version."""
+    capability, Inductor's vector ISA (as :func:`predicted_vec_isa` predicts it: nothing is built),
+    the ISA variables as set, and the C++ compiler's version."""
     import torch
 
     from .devices import cpu_model
 
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        isa, compiler = str(pick_vec_isa()) or "none", get_cpp_compiler()
-    except Exception:  # noqa: BLE001 - an older torch without these helpers: the variables still key it
-        isa, compiler = "unknown", os.environ.get("CXX", "g++")
     return {
         "torch": torch.__version__,
         "cpu_model": cpu_model(),
         "aten_cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
-        "inductor_vec_isa": isa,
+        "inductor_vec_isa": predicted_vec_isa(),
         **{v: os.environ.get(v, "") for v in ISA_VARIABLES},
-        "compiler": _compiler_version(compiler),
+        "compiler": compiler_version(),
     }
 
 

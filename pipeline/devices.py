@@ -168,7 +168,10 @@ def device_versions(device: torch.device) -> dict[str, str]:
     return out
 
 
+@functools.cache
 def _nvidia_smi_driver() -> str:
+    """The NVIDIA driver's version from ``nvidia-smi`` (empty where it is missing or fails); asked
+    once per process: the driver does not change while a run lasts."""
     import shutil
     import subprocess
 

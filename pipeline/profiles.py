@@ -1,7 +1,9 @@
-"""Run profiles: one code path, three sizes. Only shapes and counts differ between them.
+"""Run profiles: one code path, four sizes. Only shapes and counts differ between them.
 
 * ``smoke``: the whole graph in well under a minute (tests);
 * ``default``: the seed document's methods at reduced sizes for a 2-core CPU (minutes);
+* ``gpu``: one GPU in about ten minutes: the seed's shapes, with the counts that cost compiles or
+  device time cut (A's fp32 row, the fuzzer, the differential tester, M's architectures, E's steps);
 * ``seed``: the seed document's exact shapes, dtypes and counts (meant for a GPU).
 
 A profile is a name: each experiment declares its own typed sizes per profile in its folder
@@ -20,6 +22,13 @@ costs about 0.1 s there (``training/spec.py``); A runs 100 times per dtype (``de
 D compiles two shapes and the planted-bug matrix runs nine of its bugs; the fuzzer compiles 120 graphs
 (``diagnostics/spec.py``); M builds small configs of its architectures (``models/spec.py``), where
 compile time dominates. The smoke profile leaves out A's cold-start rounds (``determinism/spec.py``).
+The gpu profile runs the planted-bug matrix at its smoke size: the matrix is a self-test of the
+checks on the CPU, not a measurement of the GPU. ``benchmarks/gpu_budget.py`` estimates the gpu and
+seed profiles' time on an H100 and an H200 from these sizes.
+
+Each profile also states its time budget: the wall time a whole ``report`` run of it should stay
+under, with the reason for that number. ``python -m pipeline.cli times`` (and the end of ``report``)
+compares the last run against it.
 """
 
 from __future__ import annotations
@@ -28,17 +37,57 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The wall time a whole run of a profile should stay under (every asset materialized), and why."""
+
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
+    budget: Budget | None = None
 
 
 PROFILES: dict[str, Profile] = {
-    "smoke": Profile("smoke", "tiny sizes for the test suite: every asset in seconds"),
-    "default": Profile(
-        "default", "the seed's methods at sizes a 2-core CPU finishes in minutes, fast 16-bit matmul or not"
+    "smoke": Profile(
+        "smoke",
+        "tiny sizes for the test suite: every asset in seconds",
+        Budget(
+            2 * 60,
+            "the test suite materializes the whole graph several times, so it must stay cheap; two minutes "
+            "covers a cold Inductor cache on a busy 2-core machine",
+        ),
     ),
-    "seed": Profile("seed", "the seed document's exact shapes and counts; meant for a GPU"),
+    "default": Profile(
+        "default",
+        "the seed's methods at sizes a 2-core CPU finishes in minutes, fast 16-bit matmul or not",
+        Budget(
+            20 * 60,
+            "a first run on a 2-core CPU, the slow 16-bit matmul path (AVX2 only) included, should give "
+            "results within a coffee break; each spec.py sizes its experiment to fit this",
+        ),
+    ),
+    "gpu": Profile(
+        "gpu",
+        "the seed's shapes with fewer runs, programs and steps: one GPU in about ten minutes",
+        Budget(
+            10 * 60,
+            "a first look at every experiment on one H100 or H200 inside a short lease; "
+            "benchmarks/gpu_budget.py estimates it from the sizes",
+        ),
+    ),
+    "seed": Profile(
+        "seed",
+        "the seed document's exact shapes and counts; meant for a GPU",
+        Budget(
+            60 * 60,
+            "the test plan's exact shapes and counts on one H200 GPU; a nightly run has to finish well inside the "
+            "hour to leave room for the report and a re-run",
+        ),
+    ),
 }
 
 

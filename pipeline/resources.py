@@ -3,7 +3,6 @@
 import functools
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from .backends import ensure_registered, known_backends
 from .devices import DeviceError, available_devices, check_device, cpu_model, device_name, device_versions
 from .profiles import PROFILES
+from .source import source_provenance
 
 PROFILE_NAMES = tuple(PROFILES)
 
@@ -52,7 +52,7 @@ class ExperimentSettings(dg.ConfigurableResource):
     # An enum in the config schema: the launchpad rejects an unknown profile before a run starts.
     profile: Literal[PROFILE_NAMES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_PROFILE", "default"),
-        description="smoke | default | seed: sizes and counts only (default from FUSION_PROFILE)",
+        description="smoke | default | gpu | seed: sizes and counts only (default from FUSION_PROFILE)",
     )
     device: Literal[DEVICE_CHOICES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_DEVICE", "auto"),
@@ -131,20 +131,18 @@ class ExperimentSettings(dg.ConfigurableResource):
         return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
     def provenance(self) -> dict[str, Any]:
-        """Where and how a materialization was produced."""
+        """Where and how a materialization was produced. What describes the machine and the source
+        (:func:`machine_provenance`) is computed once per process and device; only the settings'
+        own fields are read per call."""
         device = self.torch_device()
         return {
             "profile": self.profile,
             "device": str(device),
-            "device_name": device_name(device),
             "device_label": self.device_key(),
             "backend": self.backend,
             "backend_options": self.backend_options,
             "seed": self.seed,
-            **device_versions(device),
-            "cpu_threads": torch.get_num_threads(),
-            **cpu_capability(),
-            "git_commit": git_commit(),
+            **machine_provenance(str(device)),
         }
 
 
@@ -197,41 +195,49 @@ def settings_problems(profile: str, device: str | None, backend: str, backend_op
 
 
 @functools.cache
-def cpu_capability() -> dict[str, str]:
-    """The CPU and the vector instruction sets torch uses on it: ATen's kernels (``cpu_capability``)
-    and Inductor's generated C++ (``inductor_vec_isa``). Fused CPU code, and so its results, depend
-    on both (e.g. a vectorized 16-bit transpose that differs from the scalar one)."""
-    model = cpu_model()
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        isa = str(pick_vec_isa()) or "none"
-    except Exception:  # noqa: BLE001 - best effort: provenance must never fail a run
-        isa = "unknown"
-    from .compile_cache import cache_key_parts
-
+def machine_provenance(device: str) -> dict[str, Any]:
+    """The part of provenance that describes the machine and the source, once per process and
+    device: hardware name, driver and runtime versions, torch's threads, the CPU and its vector
+    instruction sets, and the source commit (:mod:`.source`). Inductor's vector-ISA probe (C++ test
+    builds in child processes) runs only for a CPU run: on an accelerator the fused code is not
+    Inductor's C++, and ``inductor_vec_isa`` says it was not probed."""
+    dev = torch.device(device)
     return {
-        "cpu_model": model,
+        "device_name": device_name(dev),
+        **device_versions(dev),
+        "cpu_threads": torch.get_num_threads(),
+        **(cpu_capability() if dev.type == "cpu" else cpu_summary(dev.type)),
+        **source_provenance(),
+    }
+
+
+def cpu_summary(device_type: str) -> dict[str, str]:
+    """The CPU fields of a run on an accelerator: the CPU model and ATen's CPU capability (both
+    cheap), without Inductor's vector-ISA probe or the C++ compiler."""
+    return {
+        "cpu_model": cpu_model(),
         "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
-        "inductor_vec_isa": isa,
-        "cxx": cache_key_parts()["compiler"],  # the C++ compiler Inductor builds fused CPU code with
+        "inductor_vec_isa": f"not probed ({device_type} run)",
+        "cxx": "",
     }
 
 
 @functools.cache
+def cpu_capability() -> dict[str, str]:
+    """The CPU and the vector instruction sets torch uses on it: ATen's kernels (``cpu_capability``)
+    and Inductor's generated C++ (``inductor_vec_isa``, probed by building test programs). Fused CPU
+    code, and so its results, depend on both (e.g. a vectorized 16-bit transpose that differs from
+    the scalar one)."""
+    from .compile_cache import compiler_version, probed_vec_isa
+
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "inductor_vec_isa": probed_vec_isa(),
+        "cxx": compiler_version(),  # the C++ compiler Inductor builds fused CPU code with
+    }
+
+
 def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5, check=True
-        )
-        commit = out.stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        return commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The source commit this process runs (see :func:`.source.source_provenance`)."""
+    return source_provenance()["git_commit"]

@@ -9,15 +9,16 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ..bundle import device_slug, imported_devices
+from ..bundle import device_slug, imported_results, read_notes
 from ..experiments import EXPERIMENTS, experiment
 from ..resources import ExperimentSettings
 from ..runs import device_of, is_imported, materializations
 from ..storage import DataFolder
+from ..timing import markdown_section, site_table
 from ..verdicts import ExperimentOutcome
 from .pages import all_pages, site_nav
 from .render import REPO_ROOT, Report
-from .site import mkdocs_build, prepare_docs_dir, vendor_javascript, write_page
+from .site import mkdocs_build, prepare_docs_dir, site_skipped, vendor_javascript, write_page
 
 
 class ReportConfig(dg.Config):
@@ -44,23 +45,30 @@ class ReportConfig(dg.Config):
 def device_reports(
     instance: dg.DagsterInstance, graph: Any, data_root: Path, docs_dir: Path, profile: str, main_document_url: str
 ) -> list[Report]:
-    """One report per device imported from a results bundle, reading its own data folder."""
+    """One report per device and profile imported from a results bundle, reading its own data folder:
+    those of ``profile`` first, then those of other profiles (whose page names carry the profile).
+    Each carries the notes file of its bundle, if any: what did not finish there (shown as failed,
+    with the reason) and provenance known to be wrong."""
     out = []
-    for label in imported_devices(instance, graph, profile):
-        folder = data_root / "devices" / device_slug(label) / profile
-        first: dict[str, Any] = next(iter(_any_imported(instance, graph, profile, label)), {})
+    found = imported_results(instance, graph)
+    for label, other in sorted(found, key=lambda lp: (lp[1] != profile, lp[1], lp[0])):
+        folder = data_root / "devices" / device_slug(label) / other
+        first: dict[str, Any] = next(iter(_any_imported(instance, graph, other, label)), {})
         r = Report(
             instance,
             graph,
             folder,
             docs_dir,
-            profile,
+            other,
             main_document_url,
             str(first.get("provenance.device", "unknown")),
             device_label=label,
             imported=True,
         )
-        r.page_suffix = f"--{device_slug(label)}"
+        r.page_suffix = f"--{device_slug(label)}" + ("" if other == profile else f"--{other}")
+        r.notes = read_notes(folder)
+        unfinished = r.notes.get("did_not_finish", {})
+        r.failed = {e.group: unfinished[e.id] for e in EXPERIMENTS if e.id in unfinished}
         out.append(r)
     return out
 
@@ -90,6 +98,9 @@ def build_report_asset(
     def report_site(
         context: dg.AssetExecutionContext, config: ReportConfig, settings: ExperimentSettings, data: DataFolder
     ) -> dict:
+        skipped = site_skipped(settings.profile)
+        if skipped is not None:
+            raise dg.Failure(description=skipped)
         root = REPO_ROOT
         docs_dir = Path(config.docs_dir) if Path(config.docs_dir).is_absolute() else root / config.docs_dir
         build_dir = Path(config.build_dir) if Path(config.build_dir).is_absolute() else root / config.build_dir
@@ -112,6 +123,9 @@ def build_report_asset(
         )
         report.only = tuple(experiment(i).group for i in config.only)
         report.failed = {experiment(i).group: why for i, why in config.failed.items()}
+        report.time_section = markdown_section(
+            site_table(context.instance, context.run_id, settings.profile), settings.profile
+        )
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
         )

@@ -70,6 +70,8 @@ def overview(report: Report) -> str:
         "\nHow each claim's key figures moved over past runs: [history](results/history.md). "
         "Definitions of every statistic are on the [methodology](methodology.md) page.\n"
     )
+    if report.time_section:
+        lines.append(report.time_section)
     return "\n".join(lines)
 
 
@@ -98,13 +100,16 @@ def stored_tables(report: Report, exp: Experiment) -> str:
 def experiment_page(report: Report, exp: Experiment) -> str:
     """Deliverable first (the plan's own form), then the verdict and its rules, then the details."""
     intro = experiment_header(report, exp)
+    elsewhere = other_devices_section(report, exp)
     if not any(a.materialized for a in report.assets_of(exp.group)):
-        return intro
+        return "\n".join(x for x in (intro, elsewhere) if x)
     parts = [intro]
     deliverable = exp.deliverable
     if deliverable is not None:
         parts.append(deliverable(report, exp))
     parts.append(verdict_section(report, exp))
+    if elsewhere:
+        parts.append(elsewhere)
     parts.append("## Details\n\nCharts and tables behind the deliverable, every check's result, the stored tables.\n")
     builder = exp.details
     if builder is not None:
@@ -139,33 +144,106 @@ PROVENANCE_ROWS = (
 )
 
 
+def device_column(report: Report, profile: str) -> str:
+    """A device's column title: its label, and its profile where that is not ``profile``."""
+    label = report.device_label or report.device
+    return label if report.profile == profile else f"{label} ({report.profile})"
+
+
+def _corrected(report: Report, key: str, recorded: Any) -> str:
+    """A provenance value as shown: the notes' correction, when they have one, beside the recorded value."""
+    fix = report.notes.get("provenance_corrections", {}).get(key)
+    if not fix:
+        return str(recorded or "—")
+    return f"{fix['actual']} (recorded {str(fix.get('recorded') or recorded)[:12]}: wrong)"
+
+
+def device_notes(report: Report, column: str) -> str:
+    """A device's notes file on the devices page: what did not finish there and why, and which
+    recorded provenance is wrong ('' without notes)."""
+    notes = report.notes
+    if not notes:
+        return ""
+    lines = [f"### {notes.get('title') or column}\n"]
+    if notes.get("summary"):
+        lines.append(f"{notes['summary']}\n")
+    unfinished = notes.get("did_not_finish", {})
+    if unfinished:
+        lines.append(f"Did not finish on {column}, so there is no verdict from it:\n")
+        lines += [f"- **{exp_id}**: {why}" for exp_id, why in unfinished.items()]
+        lines.append("")
+    for key, fix in notes.get("provenance_corrections", {}).items():
+        recorded = fix.get("recorded") or "—"
+        why = f" {fix['why']}" if fix.get("why") else ""
+        lines.append(
+            f'!!! warning "Recorded {key} is wrong"\n    Its results record `{key}` = `{recorded}`; the right '
+            f"value is `{fix['actual']}`.{why}\n"
+        )
+    return "\n".join(lines)
+
+
 def devices_page(reports: list[Report]) -> str:
-    """Every device with results for the profile, side by side: outcomes per experiment, then provenance."""
-    labels = [r.device_label or r.device for r in reports]
+    """Every device with results, side by side: outcomes per experiment, then provenance, then each
+    imported device's notes. Devices whose profile is not the first report's are marked with theirs."""
+    profile = reports[0].profile
+    labels = [device_column(r, profile) for r in reports]
+    mixed = any(r.profile != profile for r in reports)
     lines = [
         "# Devices side by side\n",
-        f"Profile **{reports[0].profile}**. Each column is one device's latest materialization of each experiment "
+        f"Profile **{profile}**. Each column is one device's latest materialization of each experiment "
         "(run validity / claim verdict / findings), judged by the same rules; the first column is this checkout's "
         "own run, the others come from imported results bundles. Devices named: "
         + ", ".join(f"**{x}**" for x in labels)
         + ".\n",
-        "| experiment | " + " | ".join(labels) + " |",
-        "|---" * (len(labels) + 1) + "|",
     ]
+    if mixed:
+        lines.append(
+            "A column with a profile in parentheses ran that profile, whose sizes and counts differ: compare its "
+            "verdicts with the others, not its figures.\n"
+        )
+    lines += ["| experiment | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     for exp in EXPERIMENTS:
         cells = []
         for r in reports:
             validity, verdict, findings = outcome_cells(r, exp.group)
             page = f"{exp.slug}{r.page_suffix}.md"
-            cells.append(f"{validity} {verdict} {findings} ([page]({page}))")
+            if r.imported and exp.group in r.failed:
+                cells.append(f"{validity} did not finish ([why]({page}))")
+            else:
+                cells.append(f"{validity} {verdict} {findings} ([page]({page}))")
         lines.append(f"| {exp.id}: {exp.title} | " + " | ".join(cells) + " |")
     lines += ["\n## Provenance\n", "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     provs = [_provenance(r) for r in reports]
     for key, title in PROVENANCE_ROWS:
-        lines.append(f"| {title} | " + " | ".join(str(p.get(f"provenance.{key}", "—") or "—") for p in provs) + " |")
+        values = [_corrected(r, key, p.get(f"provenance.{key}")) for r, p in zip(reports, provs, strict=True)]
+        lines.append(f"| {title} | " + " | ".join(values) + " |")
     lines.append(
         "| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |"
     )
+    notes = [device_notes(r, label) for r, label in zip(reports, labels, strict=True) if r.notes]
+    if notes:
+        lines += ["\n## Notes on imported results\n", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def other_devices_section(report: Report, exp: Experiment) -> str:
+    """The experiment's outcome on every imported device, each linked to its own page ('' when none)."""
+    others = report.other_devices
+    if not others:
+        return ""
+    lines = [
+        "## On other devices\n",
+        "The same experiment from imported results bundles, judged by the same rules "
+        "([devices side by side](devices.md)).\n",
+        "| device | profile | run validity | claim verdict | findings |",
+        "|---|---|---|---|---|",
+    ]
+    for o in others:
+        validity, verdict, findings = outcome_cells(o, exp.group)
+        page = f"{exp.slug}{o.page_suffix}.md"
+        if exp.group in o.failed:
+            verdict, findings = "did not finish", "—"
+        lines.append(f"| [{o.device_label or o.device}]({page}) | {o.profile} | {validity} | {verdict} | {findings} |")
     return "\n".join(lines) + "\n"
 
 

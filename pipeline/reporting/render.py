@@ -125,13 +125,17 @@ class Report:
         self.imported = imported
         #: Added to page and chart names so several devices' pages live side by side.
         self.page_suffix = ""
-        #: Reports of the other devices with results for this profile (imported bundles), shown beside this one.
+        #: Reports of the other devices with imported results (bundles), shown beside this one.
         self.other_devices: list[Report] = []
+        #: An imported bundle's notes file (``pipeline.bundle.read_notes``); empty for local results.
+        self.notes: dict[str, Any] = {}
         #: Asset groups this report shows (empty: all); the others are shown as not run in it
         #: (``python -m pipeline.cli report --only B,D``).
         self.only: tuple[str, ...] = ()
         #: Asset group -> why its step failed in the run this report follows ("failed: <reason>").
         self.failed: dict[str, str] = {}
+        #: The overview's "Where the time went" section (Markdown; empty: left out).
+        self.time_section = ""
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
 

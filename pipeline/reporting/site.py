@@ -1,5 +1,6 @@
 """Building the site: the docs folder, the vendored Vega bundle, the pages and ``mkdocs build --strict``."""
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -21,6 +22,35 @@ STATIC_DOCS = REPO_ROOT / "site" / "docs"
 GENERATED = ("index.md", "results", "assets/vendor")
 
 BUNDLE_CACHE = REPO_ROOT / "site" / ".cache"
+
+#: Modules the site build needs beyond the pipeline (the ``site`` extra), each with its package.
+SITE_MODULES = {"mkdocs": "mkdocs", "material": "mkdocs-material", "vl_convert": "vl-convert-python"}
+
+
+def missing_site_tools() -> list[str]:
+    """The packages of :data:`SITE_MODULES` that cannot be imported here (a GPU node often lacks them)."""
+    missing = []
+    for module, package in SITE_MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken install, or a module set to None in sys.modules
+            found = False
+        if not found:
+            missing.append(package)
+    return missing
+
+
+def site_skipped(profile: str) -> str | None:
+    """One line saying the site cannot be built here and how to build it elsewhere from a results
+    bundle; None when every site package is installed."""
+    missing = missing_site_tools()
+    if not missing:
+        return None
+    return (
+        f"report site skipped: {', '.join(missing)} not installed here (the results are stored and judged as "
+        f"usual); to build it at home: python -m pipeline.cli export-bundle --profile {profile} --out <folder>, "
+        "carry <folder> to a checkout with the site extra, python -m pipeline.cli import-bundle <folder>, make report"
+    )
 
 
 def vendor_javascript(docs_dir: Path, cache_dir: Path = BUNDLE_CACHE) -> None:

@@ -106,8 +106,12 @@ def test_round_trip_into_a_fresh_instance_and_report_shows_both_devices(bundle, 
         text = pages[page]
         assert f"Device: **{label}**" in text and origin in text
         assert "not yet run" not in text.split("## Asset checks")[1].split("## Materializations")[0]
-    # The local page's materializations are the local run's, not the import's.
-    assert REMOTE not in pages["results/toolkit.md"]
+    # The local page's materializations are the local run's, not the import's; the import is only
+    # linked from its "On other devices" table.
+    local_page, _, elsewhere = pages["results/toolkit.md"].partition("## On other devices")
+    before_details, _, details = elsewhere.partition("## Details")
+    assert REMOTE not in local_page + details
+    assert "[remote-node-7](toolkit--remote-node-7.md)" in before_details
     assert "devices side by side" in pages["index.md"]
 
 
