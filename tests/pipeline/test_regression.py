@@ -503,3 +503,88 @@ def test_different_inputs_err_only_when_groups_move_the_worse_way_together():
     redrawn = comparators.compare_distribution("B", table, _groups(0.0, 1), _groups(0.0, 3), same_inputs=False)
     assert not [r for r in redrawn if r["severity"] == "ERROR"]
     assert {r["item"] for r in redrawn if r["kind"] == "paired"} == {f"t/groups_worse_v_{s}" for s in comparators.STATS}
+
+
+def _e_curves(fused_drift: float = 0.0, device: str = "cpu") -> pl.DataFrame:
+    """E-like curves: four eager data orders whose final eval losses spread by 0.08 nats, and fused on
+    order A with ``fused_drift`` nats added to its losses, growing linearly to the last step."""
+    steps = [0, 5, 10, 15, 20]
+    eager = [5.5, 3.0, 2.8, 2.6, 2.50]
+    rows = []
+    for i, (run, order_shift) in enumerate(
+        (("bfloat16_eager", 0.0), ("bfloat16_eager_order_B", 0.05), ("bfloat16_eager_order_C", -0.03))
+    ):
+        for s, v in zip(steps, eager, strict=True):
+            loss = v + (order_shift if s else 0.0)
+            rows.append(
+                {
+                    "run": run,
+                    "device": device,
+                    "data_seed": 10 + i,
+                    "init_seed": 1,
+                    "init_ulp_nudge": False,
+                    "step": s,
+                    "eval_loss": loss,
+                    "train_loss": loss + 0.1 if s else None,
+                    "grad_norm": 0.5 if s else None,
+                }
+            )
+    for s, v in zip(steps, eager, strict=True):
+        loss = v + fused_drift * s / steps[-1]
+        rows.append(
+            {
+                "run": "bfloat16_fused",
+                "device": device,
+                "data_seed": 10,
+                "init_seed": 1,
+                "init_ulp_nudge": False,
+                "step": s,
+                "eval_loss": loss,
+                "train_loss": loss + 0.1 if s else None,
+                "grad_norm": 0.5 if s else None,
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def test_same_inputs_on_cpu_compare_e_curves_bit_for_bit():
+    """A deterministic +0.03 nats drift of fused's loss is well inside the data-order band (0.08 nats), so the
+    band alone lets it through; with the same seed on a CPU every eval point must be bit-identical: ERROR."""
+    table = BaselineTable("training_curves", method="curves")
+    drifted = comparators.compare_curves("E", table, _e_curves(), _e_curves(fused_drift=0.03), same_inputs=True)
+    moved = {r["item"]: r for r in drifted if r["moved"] == "yes"}
+    assert set(moved) == {"bfloat16_fused/eval_loss/bit_exact", "bfloat16_fused/train_loss/bit_exact"}
+    loss = moved["bfloat16_fused/eval_loss/bit_exact"]
+    assert loss["severity"] == "ERROR" and loss["delta"] == pytest.approx(0.03) and loss["tolerance"] == 0.0
+    assert "4 of 5 points differ, largest at step 20" in loss["tolerance_source"]
+    (band,) = [r for r in drifted if r["item"] == "bfloat16_fused/final_eval_loss@20"]
+    assert band["moved"] == "no" and band["tolerance"] == pytest.approx(0.08)  # what the band alone says
+    # unchanged curves: every run compared bit for bit, nothing moved
+    same = comparators.compare_curves("E", table, _e_curves(), _e_curves(), same_inputs=True)
+    exact = [r for r in same if r["item"].endswith("/bit_exact")]
+    assert len(exact) == 4 * 3 and not [r for r in same if r["moved"] == "yes"]
+    # a last-bit change is a change too
+    tiny = _e_curves().with_columns(
+        pl.when((pl.col("run") == "bfloat16_eager") & (pl.col("step") == 10))
+        .then(pl.col("grad_norm") + 2**-40)
+        .otherwise(pl.col("grad_norm"))
+        .alias("grad_norm")
+    )
+    (nudged,) = [r for r in comparators.compare_curves("E", table, _e_curves(), tiny, True) if r["moved"] == "yes"]
+    assert nudged["item"] == "bfloat16_eager/grad_norm/bit_exact" and nudged["severity"] == "ERROR"
+
+
+def test_e_curves_fall_back_to_the_band_when_bit_for_bit_is_not_owed():
+    table = BaselineTable("training_curves", method="curves")
+    cases = {
+        "different inputs": (_e_curves(), _e_curves(fused_drift=0.03), False),
+        "ran on cuda:0": (_e_curves(device="cuda:0"), _e_curves(fused_drift=0.03, device="cuda:0"), True),
+        "record no device": (_e_curves().drop("device"), _e_curves(fused_drift=0.03).drop("device"), True),
+        "seeds differ": (_e_curves(), _e_curves(fused_drift=0.03).with_columns(pl.col("data_seed") + 100), True),
+    }
+    for why, (base, cur, same_inputs) in cases.items():
+        rows = comparators.compare_curves("E", table, base, cur, same_inputs)
+        assert not [r for r in rows if r["item"].endswith("/bit_exact")], why
+        (band,) = [r for r in rows if r["item"] == "bfloat16_fused/final_eval_loss@20"]
+        assert band["moved"] == "no" and why in band["tolerance_source"], why
+    assert comparators.curves_exact_reason(_e_curves(), _e_curves(), True) is None

@@ -10,7 +10,9 @@
   inputs, also the share of sets whose value changed.
 * ``curves``: training curves (``run``, ``step``, ``eval_loss``): the final eval loss against the
   experiment's data-order noise band (the spread of its ``<main>_eager`` and ``<main>_eager_order_<X>``
-  replicates).
+  replicates). With the same inputs on a deterministic device (every row's ``device`` a CPU, on both
+  sides), every run's curves are also compared bit for bit at every eval point: any difference is an
+  ERROR, however small against the band.
 * ``kept``: nothing compared (promoted so the baseline is complete).
 
 Every comparator returns rows of :data:`COLUMNS`; nothing here names an experiment.
@@ -434,14 +436,109 @@ def _band_of(df: pl.DataFrame) -> tuple[dict[int, float], int]:
     return {}, 0
 
 
+#: Device types whose training runs are bit-for-bit reproducible from the same seeds (a resumed CPU run
+#: reproduces every float; GPU kernels may reduce in a different order from run to run).
+DETERMINISTIC_DEVICES = ("cpu",)
+#: Curve columns compared bit for bit when the inputs are the same on a deterministic device.
+EXACT_CURVE_COLUMNS = ("eval_loss", "train_loss", "grad_norm")
+#: Per-run columns that name a run's inputs: when both sides record them, they must match too.
+CURVE_INPUT_COLUMNS = ("data_seed", "init_seed", "init_ulp_nudge")
+
+
+def _devices(df: pl.DataFrame) -> list[str]:
+    """The devices the curves record (empty when they record none)."""
+    if "device" not in df.columns:
+        return []
+    return sorted(str(d) for d in df["device"].unique().to_list())
+
+
+def curves_exact_reason(base: pl.DataFrame, cur: pl.DataFrame, same_inputs: bool) -> str | None:
+    """None when the two curve tables must agree bit for bit (same inputs, every run of both sides on a
+    deterministic device), else why they need not."""
+    if not same_inputs:
+        return "different inputs"
+    devices = {"baseline": _devices(base), "current": _devices(cur)}
+    for side, found in devices.items():
+        if not found:
+            return f"the {side} curves record no device"
+        loose = [d for d in found if d.split(":")[0] not in DETERMINISTIC_DEVICES]
+        if loose:
+            return f"the {side} curves ran on {', '.join(loose)}, not bit-for-bit reproducible"
+    return None
+
+
+def _run_inputs(df: pl.DataFrame, run: str) -> tuple[Any, ...] | None:
+    """The recorded inputs of ``run`` (None when the table does not record them)."""
+    cols = [c for c in CURVE_INPUT_COLUMNS if c in df.columns]
+    if len(cols) != len(CURVE_INPUT_COLUMNS):
+        return None
+    part = df.filter(pl.col("run") == run).select(cols).unique()
+    return tuple(tuple(r) for r in part.iter_rows())
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, counting two NaNs (and two nulls) as equal."""
+    if isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b):
+        return True
+    return bool(a == b) if a is not None and b is not None else a is b
+
+
+def exact_curve_rows(exp: str, run: str, base: pl.DataFrame, cur: pl.DataFrame, device: str) -> list[Row]:
+    """``run``'s curves bit for bit, one row per column of :data:`EXACT_CURVE_COLUMNS` that both sides
+    have: every eval point (step) of either side, ERROR when any value differs or a point is missing.
+    The row shows the values at the point that moved most (or the first missing one)."""
+    b = base.filter(pl.col("run") == run).sort("step")
+    c = cur.filter(pl.col("run") == run).sort("step")
+    rows = []
+    for col in EXACT_CURVE_COLUMNS:
+        if col not in b.columns or col not in c.columns:
+            continue
+        bmap = dict(zip(b["step"].to_list(), b[col].to_list(), strict=True))
+        cmap = dict(zip(c["step"].to_list(), c[col].to_list(), strict=True))
+        steps = sorted(set(bmap) | set(cmap))
+        differ = [s for s in steps if s not in bmap or s not in cmap or not _same_value(bmap[s], cmap[s])]
+        numeric = [s for s in differ if isinstance(bmap.get(s), (int, float)) and isinstance(cmap.get(s), (int, float))]
+        worst = max(numeric, key=lambda s: abs(float(cmap[s]) - float(bmap[s])), default=None)
+        shown = worst if worst is not None else (differ[0] if differ else (steps[-1] if steps else None))
+        delta = float(cmap[worst]) - float(bmap[worst]) if worst is not None else (0.0 if not differ else None)
+        where = f", largest at step {worst}" if worst is not None else ""
+        rows.append(
+            row(
+                exp,
+                f"{run}/{col}/bit_exact",
+                "bit_exact",
+                bmap.get(shown) if shown is not None else None,
+                cmap.get(shown) if shown is not None else None,
+                delta=delta,
+                tol=0.0,
+                tol_source=f"same inputs on a deterministic device ({device}): bit for bit at every eval point "
+                f"({len(differ)} of {len(steps)} points differ{where})",
+                moved=bool(differ),
+                severity="ERROR",
+            )
+        )
+    return rows
+
+
 def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
-    """Per run: the eval loss at the last common step against the noise band (max of the baseline's
-    and the current band there), and how many common eval points fall outside the band (WARN)."""
+    """Per run: with the same inputs on a deterministic device (:func:`curves_exact_reason`), its curves
+    bit for bit (:func:`exact_curve_rows`, ERROR on any difference; a run whose recorded seeds differ
+    between the sides is left to the band); always, the eval loss at the last common step against the
+    noise band (max of the baseline's and the current band there), and how many common eval points fall
+    outside the band (WARN)."""
     rows = []
     (band_b, reps_b), (band_c, reps_c) = _band_of(base), _band_of(cur)
+    not_exact = curves_exact_reason(base, cur, same_inputs)
+    device = ", ".join(sorted(set(_devices(base)) | set(_devices(cur))))
     for run in sorted(set(base["run"].unique().to_list()) | set(cur["run"].unique().to_list())):
         bs, bl = _curve(base, run)
         cs, cl = _curve(cur, run)
+        run_not_exact = not_exact
+        inputs = _run_inputs(base, run), _run_inputs(cur, run)
+        if run_not_exact is None and None not in inputs and inputs[0] != inputs[1]:
+            run_not_exact = "this run's recorded seeds differ"
+        if run_not_exact is None and bs and cs:
+            rows += exact_curve_rows(exp, run, base, cur, device)
         if not bs or not cs:
             rows.append(
                 row(
@@ -490,7 +587,8 @@ def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inp
                 delta=delta,
                 tol=tol,
                 tol_source=f"{exp}'s data-order noise band (spread max - min of {max(reps_b, reps_c)} eager replicates "
-                "that differ only in data order, +-1 eval point, max of baseline and current)",
+                "that differ only in data order, +-1 eval point, max of baseline and current)"
+                + (f"; not compared bit for bit: {run_not_exact}" if run_not_exact else ""),
                 moved=abs(delta) > tol,
                 severity="ERROR" if delta > 0 else "WARN",
             )

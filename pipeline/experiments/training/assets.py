@@ -7,8 +7,8 @@ What "within normal random fluctuation" means is measured, not assumed. Each dat
 :data:`.rules.REPLICATE_ORDERS` trains three runs from the same initial weights:
 
 * **eager**: the eager runs differ only in their data-order seed, so their spread is the variation
-  every real training run has and nobody controls (shuffling, sharding, worker timing); it sets the
-  rule's margin. The init stays shared so every curve starts from the same point.
+  every real training run has and nobody controls (shuffling, sharding, worker timing); it is shown
+  beside the verdict for scale. The init stays shared so every curve starts from the same point.
 * **fused**: on the same order, so fused - eager removes the data-order variation and leaves the
   numerics of fusion (and the chaotic growth of any rounding difference).
 * **numerics-only control**: eager with every initial weight moved by one ULP
@@ -17,8 +17,10 @@ What "within normal random fluctuation" means is measured, not assumed. Each dat
   default size, but not at smoke size and not on a GPU, so it is not used.)
 
 The claim is judged by :data:`.rules.RULE` (:func:`.judge.judge_training`: paired t tests of final
-value, curve area and drift of eval loss, train loss and grad norm against a margin of one data-order
-sd); fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
+value, curve area and drift of eval loss, train loss and grad norm against margins fixed before the
+runs, :data:`.rules.MARGINS`; the one-ULP controls must pass the same equivalence tests for
+"supported"). The claim check also simulates the rule's error rates (:func:`.judge.rule_error_rates`)
+and stores them for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
 autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fused pair where the
 profile's ``fp32_control`` (training/spec.py) is 1 (reported, not judged).
 """
@@ -51,9 +53,17 @@ from .curves import (
     judge_frame,
     run_problems,
 )
-from .judge import control_rank_test, rms
+from .judge import control_rank_test, error_rate_summary, rms, rule_error_rates
 from .loop import train
-from .rules import CONFIDENCE, EVAL_POINT_COLUMNS, MARGIN_ORDER_SDS, REPLICATE_ORDERS, RULE
+from .rules import (
+    CONFIDENCE,
+    EVAL_POINT_COLUMNS,
+    POWER_DRAWS,
+    POWER_SEED,
+    REPLICATE_ORDERS,
+    RULE,
+    margin_text,
+)
 from .runs import curve_frame, main_precision, run_plan, run_summary, sorted_json
 from .spec import GROUP, SIZES
 
@@ -234,8 +244,9 @@ def training_runs_valid(context: dg.AssetCheckExecutionContext, training_curves:
     name="fused_learns_like_eager",
     required_resource_keys={"settings"},
     description=f"§3.2: over {len(REPLICATE_ORDERS)} data orders, fused - eager on the same order (final value, curve "
-    f"area and drift of eval loss, train loss and grad norm) is within {MARGIN_ORDER_SDS:g} data-order sd: equivalence "
-    f"(TOST) for supported, Holm-adjusted t tests beyond the margin for contradicted (confidence {CONFIDENCE:g}).",
+    f"area and drift of eval loss, train loss and grad norm) is within a margin fixed before the runs ({margin_text()}): "
+    "equivalence (TOST, the one-ULP controls too) for supported, Holm-adjusted t tests beyond the margin for "
+    f"contradicted (confidence {CONFIDENCE:g}). Stores the rule's simulated error rates.",
 )
 def fused_learns_like_eager(
     context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame
@@ -246,6 +257,7 @@ def fused_learns_like_eager(
         (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
     ).sort("step")
     tests = pl.DataFrame([t.row() for t in j.tests]) if j.tests else pl.DataFrame()
+    rates = rule_error_rates(j)
     return claim_result(
         j.verdict,
         RULE,
@@ -255,6 +267,10 @@ def fused_learns_like_eager(
             **j.metadata(),
             "tests": dg.MetadataValue.md(markdown_table(tests)),
             "points": dg.MetadataValue.md(markdown_table(part.select(EVAL_POINT_COLUMNS))),
+            "error_rates": dg.MetadataValue.md(markdown_table(pl.DataFrame(rates))),
+            **{f"error_rates.{k}": v for k, v in error_rate_summary(rates).items()},
+            "error_rates.draws": POWER_DRAWS,
+            "error_rates.seed": POWER_SEED,
         },
     )
 

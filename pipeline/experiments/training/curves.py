@@ -96,20 +96,27 @@ def deviation_frame(curves: pl.DataFrame, main: str) -> pl.DataFrame:
 
 
 def judge_frame(dev: pl.DataFrame, precision: str) -> TrainingJudgement:
-    """:func:`.judge.judge_training` on one precision of :func:`deviation_frame`."""
-    metrics = {}
+    """:func:`.judge.judge_training` on one precision of :func:`deviation_frame`: fused and the one-ULP
+    control, each paired with eager per data order."""
+    metrics, controls = {}, {}
     steps: list[int] = []
+
+    def curves_of(part: pl.DataFrame, role: str) -> dict[str, tuple[list[float | None], list[float | None]]]:
+        """``(eager, <role>)`` per data order that has a ``<role>`` curve."""
+        return {
+            o: (part[f"replicate_{o}"].to_list(), part[f"{role}_{o}"].to_list())
+            for o in REPLICATE_ORDERS
+            if f"{role}_{o}" in part.columns and part[f"{role}_{o}"].null_count() < part.height
+        }
+
     for metric in JUDGED_METRICS:
         part = dev.filter((pl.col("precision") == precision) & (pl.col("metric") == metric)).sort("step")
         if not part.height:
             continue
         steps = part["step"].to_list()
-        metrics[metric] = {
-            o: (part[f"replicate_{o}"].to_list(), part[f"fused_{o}"].to_list())
-            for o in REPLICATE_ORDERS
-            if f"fused_{o}" in part.columns and part[f"fused_{o}"].null_count() < part.height
-        }
-    return judge_training(steps, metrics)
+        metrics[metric] = curves_of(part, "fused")
+        controls[metric] = curves_of(part, "control")
+    return judge_training(steps, metrics, controls)
 
 
 def final_differences(dev: pl.DataFrame, precision: str, metric: str = "eval_loss") -> tuple[list[float], list[float]]:

@@ -1,6 +1,9 @@
 """E's decision rule as pure functions of the curves (:func:`judge_training`), the one-ULP controls'
-rank null (:func:`control_rank_test`, a finding) and the rule's simulated power (:func:`power_table`).
-The rule's parameters are in :mod:`.rules`."""
+rank null (:func:`control_rank_test`, a finding) and the rule's simulated error rates
+(:func:`rule_error_rates`). The rule's parameters are in :mod:`.rules`.
+
+``python -m pipeline.experiments.training.judge`` prints the simulated error rates at the declared
+noise levels (seconds, seeded)."""
 
 import itertools
 import math
@@ -10,18 +13,21 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from precisionkit.decide import holm, paired_margin_test, student_t_sf
+from precisionkit.decide import holm, paired_margin_test, student_t_quantile
 
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from .rules import (
     CONFIDENCE,
     JUDGED_METRICS,
-    MARGIN_ORDER_SDS,
+    MARGINS,
     MIN_ORDERS,
     MIN_ORDERS_TO_CONTRADICT,
     MIN_POINTS,
     POWER_DRAWS,
     POWER_EFFECTS,
+    POWER_NOISE_IN_MARGINS,
+    POWER_SEED,
+    RELATIVE_METRICS,
     STATISTICS,
 )
 
@@ -43,12 +49,24 @@ def rms(values: Sequence[float | None]) -> float | None:
     return math.sqrt(sum(v * v for v in vals) / len(vals)) if vals else None
 
 
+def paired_difference(metric: str, other: float, eager: float) -> float:
+    """``other - eager`` in the metric's unit, or relative to eager for :data:`.rules.RELATIVE_METRICS`
+    (NaN when eager is 0 there).
+
+    >>> paired_difference("eval_loss", 2.51, 2.5) == 2.51 - 2.5, paired_difference("grad_norm", 1.1, 1.0)
+    (True, 0.10000000000000009)
+    """
+    if metric in RELATIVE_METRICS:
+        return other / eager - 1.0 if eager != 0 else math.nan
+    return other - eager
+
+
 def curve_statistics(steps: Sequence[float], values: Sequence[float]) -> dict[str, float]:
     """The rule's statistics of one curve at its judged points: ``final`` (last value), ``area`` (mean)
     and ``drift`` (least-squares slope times the span of the steps).
 
-    >>> curve_statistics([10, 20, 30, 40], [0.0, 0.1, 0.2, 0.3])
-    {'final': 0.3, 'area': 0.15, 'drift': 0.3}
+    >>> curve_statistics([10, 20, 30, 40], [0.0, 0.25, 0.5, 0.75])
+    {'final': 0.75, 'area': 0.375, 'drift': 0.75}
     """
     t = np.asarray(steps, dtype=np.float64)
     y = np.asarray(values, dtype=np.float64)
@@ -59,7 +77,9 @@ def curve_statistics(steps: Sequence[float], values: Sequence[float]) -> dict[st
 
 @dataclass(frozen=True)
 class StatisticTest:
-    """One metric x statistic of the rule: the paired differences' mean and interval against the margin."""
+    """One metric x statistic of the rule: the paired differences' mean and interval against the
+    pre-registered margin, and the same test of the one-ULP controls (``control_*``; None without them).
+    ``order_sd`` (the eager runs' sd over data orders) is shown for scale and decides nothing."""
 
     metric: str
     statistic: str
@@ -73,10 +93,18 @@ class StatisticTest:
     p_equivalent: float
     p_beyond: float
     p_holm: float = 1.0
+    control_orders: int = 0
+    control_mean: float | None = None
+    control_sd: float | None = None
+    control_p_equivalent: float | None = None
 
     @property
     def equivalent(self) -> bool:
-        return self.margin > 0 and self.p_equivalent <= 1.0 - CONFIDENCE
+        return self.p_equivalent <= 1.0 - CONFIDENCE
+
+    @property
+    def control_equivalent(self) -> bool:
+        return self.control_p_equivalent is not None and self.control_p_equivalent <= 1.0 - CONFIDENCE
 
     def row(self) -> dict[str, Any]:
         return {
@@ -87,12 +115,15 @@ class StatisticTest:
             "sd": self.sd,
             "lower": self.lower,
             "upper": self.upper,
-            "order_sd": self.order_sd,
             "margin": self.margin,
             "p_equivalent": self.p_equivalent,
             "p_beyond": self.p_beyond,
             "p_beyond_holm": self.p_holm,
             "equivalent": self.equivalent,
+            "control_mean": self.control_mean,
+            "control_sd": self.control_sd,
+            "control_equivalent": self.control_equivalent,
+            "order_sd": self.order_sd,
         }
 
 
@@ -114,38 +145,75 @@ class TrainingJudgement:
         for t in self.tests:
             key = f"{t.metric}.{t.statistic}"
             out[f"{key}.mean_fused_minus_eager"] = t.mean
+            out[f"{key}.sd"] = t.sd
             out[f"{key}.margin"] = t.margin
             out[f"{key}.p_beyond_holm"] = t.p_holm
             out[f"{key}.p_equivalent"] = t.p_equivalent
+            if t.control_sd is not None:
+                out[f"{key}.control_sd"] = t.control_sd
         return out
 
 
-#: One metric's curves per data order: ``(eager, fused)`` values at every eval step.
+#: One metric's curves per data order: ``(eager, other)`` values at every eval step, ``other`` being the
+#: fused run (or, for the controls, the one-ULP control run) on that order.
 Pairs = Mapping[str, tuple[Sequence[float | None], Sequence[float | None]]]
 
 
-def _metric_tests(metric: str, steps: list[int], judged: list[int], pairs: Pairs) -> list[StatisticTest]:
-    """The three tests of one metric over the data orders whose judged points are all finite."""
+def _difference_statistics(
+    metric: str, steps: list[int], judged: list[int], pairs: Pairs
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Per data order whose judged points are all finite: the eager curve's statistics and those of
+    the paired difference curve (:func:`paired_difference` at every judged point)."""
     eager_stats, diff_stats = [], []
-    for eager, fused in pairs.values():
+    t = [steps[i] for i in judged]
+    for eager, other in pairs.values():
         e = all_finite([eager[i] for i in judged])
-        f = all_finite([fused[i] for i in judged])
-        if e is None or f is None:
+        o = all_finite([other[i] for i in judged])
+        if e is None or o is None:
             continue
-        t = [steps[i] for i in judged]
+        d = [paired_difference(metric, a, b) for a, b in zip(o, e, strict=True)]
+        if not all(math.isfinite(v) for v in d):
+            continue
         eager_stats.append(curve_statistics(t, e))
-        diff_stats.append(curve_statistics(t, [a - b for a, b in zip(f, e, strict=True)]))
+        diff_stats.append(curve_statistics(t, d))
+    return eager_stats, diff_stats
+
+
+def _metric_tests(
+    metric: str, steps: list[int], judged: list[int], pairs: Pairs, controls: Pairs | None
+) -> list[StatisticTest]:
+    """The three tests of one metric over the data orders whose judged points are all finite, each with
+    the same test of the controls' differences where at least two controls are finite."""
+    eager_stats, diff_stats = _difference_statistics(metric, steps, judged, pairs)
+    _, control_stats = _difference_statistics(metric, steps, judged, controls or {})
     k = len(diff_stats)
     if k < 2:
         return []
+    margin = MARGINS[metric]
     tests = []
     for stat in STATISTICS:
-        base = "final" if stat == "drift" else stat  # a drift is judged against the final value's spread
+        base = "final" if stat == "drift" else stat  # a drift is put beside the final value's spread
         order_sd = float(np.std([s[base] for s in eager_stats], ddof=1))
-        margin = MARGIN_ORDER_SDS * order_sd
         r = paired_margin_test([s[stat] for s in diff_stats], margin, CONFIDENCE)
+        c = paired_margin_test([s[stat] for s in control_stats], margin, CONFIDENCE) if len(control_stats) > 1 else None
         tests.append(
-            StatisticTest(metric, stat, k, r.mean, r.sd, r.lower, r.upper, margin, order_sd, r.p_equivalent, r.p_beyond)
+            StatisticTest(
+                metric,
+                stat,
+                k,
+                r.mean,
+                r.sd,
+                r.lower,
+                r.upper,
+                margin,
+                order_sd,
+                r.p_equivalent,
+                r.p_beyond,
+                control_orders=len(control_stats),
+                control_mean=c.mean if c else None,
+                control_sd=c.sd if c else None,
+                control_p_equivalent=c.p_equivalent if c else None,
+            )
         )
     return tests
 
@@ -161,18 +229,24 @@ def _nonfinite(steps: list[int], judged: list[int], metrics: Mapping[str, Pairs]
     return out
 
 
-def judge_training(steps: Sequence[int], metrics: Mapping[str, Pairs]) -> TrainingJudgement:
+def judge_training(
+    steps: Sequence[int], metrics: Mapping[str, Pairs], controls: Mapping[str, Pairs] | None = None
+) -> TrainingJudgement:
     """:data:`.rules.RULE` on E's curves: ``metrics`` maps each judged metric to its ``(eager, fused)``
-    curves per data order, one value per entry of ``steps``. Step 0 is not judged (one shared init)."""
+    curves per data order, ``controls`` to its ``(eager, one-ULP control)`` curves, one value per entry
+    of ``steps``. Step 0 is not judged (one shared init)."""
     steps = [int(s) for s in steps]
-    for metric, pairs in metrics.items():
+    controls = controls or {}
+    for metric, pairs in (*metrics.items(), *controls.items()):
         for order, curves in pairs.items():
             if any(len(c) != len(steps) for c in curves):
                 raise ValueError(f"{metric}/{order}: every curve needs one value per eval step ({len(steps)})")
     judged = [i for i, s in enumerate(steps) if s > 0]
     orders = min((len(p) for p in metrics.values()), default=0)
     bad = _nonfinite(steps, judged, metrics)
-    tests = [t for m in JUDGED_METRICS if m in metrics for t in _metric_tests(m, steps, judged, metrics[m])]
+    tests = [
+        t for m in JUDGED_METRICS if m in metrics for t in _metric_tests(m, steps, judged, metrics[m], controls.get(m))
+    ]
     if tests:
         rejected, adjusted = holm([t.p_beyond for t in tests], alpha=1.0 - CONFIDENCE)
         tests = [StatisticTest(**{**t.__dict__, "p_holm": float(p)}) for t, p in zip(tests, adjusted, strict=True)]
@@ -190,27 +264,35 @@ def judge_training(steps: Sequence[int], metrics: Mapping[str, Pairs]) -> Traini
         return result(
             CONTRADICTED,
             f"{len(beyond)} of {len(tests)} tests beyond the margin; worst {worst.metric} {worst.statistic}: mean "
-            f"fused - eager {worst.mean:+.4g} over {worst.orders} orders, margin {worst.margin:.4g} "
-            f"({MARGIN_ORDER_SDS:g} data-order sd), Holm p {worst.p_holm:.2g}",
+            f"fused - eager {worst.mean:+.4g} (sd {worst.sd:.2g}) over {worst.orders} orders, margin "
+            f"{worst.margin:g}, Holm p {worst.p_holm:.2g}",
         )
     if orders < MIN_ORDERS:
         return result(INCONCLUSIVE, f"{orders} data orders, the rule needs {MIN_ORDERS}")
     if len(judged) < MIN_POINTS:
         return result(INCONCLUSIVE, f"{len(judged)} judged eval points, the rule needs {MIN_POINTS}")
-    zero = [f"{t.metric} {t.statistic}" for t in tests if t.margin <= 0]
-    if zero:
-        return result(INCONCLUSIVE, f"no data-order variation to judge against: margin 0 for {', '.join(zero)}")
     open_ = [t for t in tests if not t.equivalent]
-    if len(tests) == len(JUDGED_METRICS) * len(STATISTICS) and not open_:
-        widest = max(tests, key=lambda t: max(abs(t.lower), abs(t.upper)) / t.margin)
-        return result(
-            SUPPORTED,
-            f"all {len(tests)} tests equivalent within +-{MARGIN_ORDER_SDS:g} data-order sd; closest to its margin: "
-            f"{widest.metric} {widest.statistic}, interval [{widest.lower:+.4g}, {widest.upper:+.4g}] vs margin "
-            f"{widest.margin:.4g}",
+    if len(tests) < len(JUDGED_METRICS) * len(STATISTICS) or open_:
+        names = ", ".join(f"{t.metric} {t.statistic}" for t in open_) or "tests missing"
+        return result(INCONCLUSIVE, f"neither beyond the margin nor shown equivalent: {names}")
+    loud = [t for t in tests if not t.control_equivalent]
+    if loud:
+        names = ", ".join(
+            f"{t.metric} {t.statistic}" + (f" (control sd {t.control_sd:.2g})" if t.control_sd is not None else "")
+            for t in loud
         )
-    names = ", ".join(f"{t.metric} {t.statistic}" for t in open_) or "tests missing"
-    return result(INCONCLUSIVE, f"neither beyond the margin nor shown equivalent: {names}")
+        return result(
+            INCONCLUSIVE,
+            f"fused is within the margin, but the one-ULP controls are not shown within it (rounding alone moves "
+            f"training by about the margin, or the controls are missing): {names}",
+        )
+    widest = max(tests, key=lambda t: max(abs(t.lower), abs(t.upper)) / t.margin)
+    return result(
+        SUPPORTED,
+        f"all {len(tests)} tests equivalent within their margins and so are the one-ULP controls; closest to its "
+        f"margin: {widest.metric} {widest.statistic}, interval [{widest.lower:+.4g}, {widest.upper:+.4g}] vs margin "
+        f"{widest.margin:g}",
+    )
 
 
 def control_rank_test(fused_dev: Sequence[float], control_dev: Sequence[float]) -> tuple[float, float]:
@@ -238,53 +320,130 @@ def control_rank_test(fused_dev: Sequence[float], control_dev: Sequence[float]) 
     return observed, hits / len(splits)
 
 
-def _t_sf(t: np.ndarray, df: int) -> np.ndarray:
-    return np.array([student_t_sf(float(x), df) for x in t])
+# --- the rule's error rates, simulated -------------------------------------------------------------
+
+#: Every test of the rule, in family order: (metric, statistic).
+TESTS = tuple((m, s) for m in JUDGED_METRICS for s in STATISTICS)
 
 
-def power_table(
-    paired_sd: Mapping[str, float],
-    order_sd: Mapping[str, float],
+def _effect_means(shape: str, delta: float) -> dict[str, float]:
+    """What an eval-loss effect of ``delta`` does to the three statistics: a constant ``shift`` moves the
+    final value and the area by it; a ``drift`` growing linearly from 0 moves the final value and the
+    drift by it and the area by half."""
+    if shape == "shift":
+        return {"final": delta, "area": delta, "drift": 0.0}
+    return {"final": delta, "area": delta / 2, "drift": delta}
+
+
+def simulate_rule(
+    fused_sd: Mapping[tuple[str, str], float],
+    control_sd: Mapping[tuple[str, str], float],
     orders: int,
     *,
     effects: Sequence[float] = POWER_EFFECTS,
     draws: int = POWER_DRAWS,
-    seed: int = 0,
+    seed: int = POWER_SEED,
 ) -> list[dict[str, Any]]:
-    """Detection rate of the rule, simulated: for each effect (in data-order sds of the final eval loss)
-    as a constant shift and as a linear drift from 0, ``orders`` paired eval-loss differences per draw
-    with the measured paired noise (``paired_sd`` per statistic) judged against the measured margins
-    (``order_sd`` per statistic), the other six tests of the family at their null. Effect 0 gives the
-    false-alarm rate. A shift moves final and area by the effect; a drift moves final and drift by it
-    and area by half."""
-    rng = np.random.default_rng(seed)
-    family = len(JUDGED_METRICS) * len(STATISTICS)
+    """The verdicts the rule gives, simulated. Per draw, each of the nine tests gets ``orders`` normal
+    paired differences with the given sd (fused) and so does each control test (true mean 0); the rule
+    sees only those draws: their mean, and their sd with ``orders - 1`` degrees of freedom, exactly as
+    :func:`judge_training` estimates it. The eval loss carries an effect of ``effects`` margins (as a
+    shift and as a drift, :func:`_effect_means`); the other metrics are at 0.
+
+    "contradicted" is Holm's first step (any p <= alpha / 9 rejects, the same event as Holm rejecting
+    anything); "supported" needs all nine fused TOSTs and all nine control TOSTs. The tests are drawn
+    independently: the statistics of one curve are positively correlated in a real run, which makes
+    "any of nine rejects" rarer, so the false-alarm rates here are upper bounds in that respect.
+    Common random numbers across effects keep the rows comparable."""
+    k = orders
+    family = len(TESTS)
     alpha = 1.0 - CONFIDENCE
+    t_beyond = student_t_quantile(1.0 - alpha / (2 * family), k - 1)
+    t_equiv = student_t_quantile(CONFIDENCE, k - 1)
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((2, family, draws, k))
+    zm, zs = z.mean(axis=-1), z.std(axis=-1, ddof=1) / math.sqrt(k)  # standardized mean and its se
+    margins = np.array([MARGINS[m] for m, _ in TESTS])[:, None]
+    f_sd = np.array([fused_sd[t] for t in TESTS])[:, None]
+    c_sd = np.array([control_sd[t] for t in TESTS])[:, None]
+    c_mean, c_se = c_sd * zm[1], c_sd * zs[1]
+    controls_within = (np.abs(c_mean) + t_equiv * c_se < margins).all(axis=0)
     out = []
     for shape in ("shift", "drift"):
-        for effect in (0.0, *effects):
-            delta = effect * order_sd["final"]
-            means = {
-                "final": delta,
-                "area": delta if shape == "shift" else delta / 2,
-                "drift": 0.0 if shape == "shift" else delta,
-            }
-            p = []
-            for stat in STATISTICS:
-                margin = MARGIN_ORDER_SDS * order_sd["drift" if stat == "drift" else stat]
-                x = means[stat] + paired_sd[stat] * rng.standard_normal((draws, orders))
-                m, s = x.mean(1), x.std(1, ddof=1)
-                se = np.maximum(s / math.sqrt(orders), 1e-300)
-                p.append(np.minimum(1.0, 2.0 * _t_sf((np.abs(m) - margin) / se, orders - 1)))
-            smallest = np.min(np.stack(p), axis=0)
+        for effect in effects:
+            if shape == "drift" and effect == 0.0:
+                continue  # a drift of 0 is the shift of 0
+            delta = effect * MARGINS["eval_loss"]
+            shift = _effect_means(shape, delta)
+            mu = np.array([shift[s] if m == "eval_loss" else 0.0 for m, s in TESTS])[:, None]
+            mean, se = mu + f_sd * zm[0], f_sd * zs[0]
+            contradicted = ((np.abs(mean) - margins) > t_beyond * se).any(axis=0)
+            supported = ~contradicted & (np.abs(mean) + t_equiv * se < margins).all(axis=0) & controls_within
             out.append(
                 {
                     "effect": shape,
-                    "size_in_order_sd": effect,
-                    "size": delta,
-                    "detected": float((smallest * family <= alpha).mean()),
+                    "size_in_margins": effect,
+                    "size_nats": delta,
+                    "p_contradicted": float(contradicted.mean()),
+                    "p_supported": float(supported.mean()),
                 }
             )
-            if effect == 0.0 and shape == "drift":
-                out.pop()  # a drift of 0 is the shift of 0
     return out
+
+
+def rule_error_rates(
+    j: TrainingJudgement,
+    *,
+    noise_in_margins: Sequence[float] = POWER_NOISE_IN_MARGINS,
+    draws: int = POWER_DRAWS,
+    seed: int = POWER_SEED,
+) -> list[dict[str, Any]]:
+    """:func:`simulate_rule` at this run's measured paired noise (each test's sd over data orders, fused
+    and control; only when all nine tests and their controls were computed) and at each declared noise
+    level (every sd that many margins), with ``j.orders`` data orders (at least :data:`.rules.MIN_ORDERS`
+    for the declared levels). One row per noise x effect, with a ``noise`` label."""
+    rows: list[dict[str, Any]] = []
+    by_test = {(t.metric, t.statistic): t for t in j.tests}
+    if set(by_test) == set(TESTS) and j.orders >= 2 and all(t.control_sd is not None for t in j.tests):
+        fused = {k: t.sd for k, t in by_test.items()}
+        control = {k: float(t.control_sd or 0.0) for k, t in by_test.items()}
+        rows += [{"noise": "this run", **r} for r in simulate_rule(fused, control, j.orders, draws=draws, seed=seed)]
+    for level in noise_in_margins:
+        sd = {(m, s): level * MARGINS[m] for m, s in TESTS}
+        orders = max(j.orders, MIN_ORDERS)
+        rows += [{"noise": f"sd {level:g} margin", **r} for r in simulate_rule(sd, sd, orders, draws=draws, seed=seed)]
+    return rows
+
+
+def error_rate_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per noise level of :func:`rule_error_rates`: the largest false-alarm rate (contradicted below the
+    margin), the largest rate of "supported" at or beyond it, and the power at 1, 1.5 and 2 margins
+    (smallest over the effect shapes), as flat ``<noise>.<name>`` entries."""
+    out: dict[str, float] = {}
+    for noise in dict.fromkeys(r["noise"] for r in rows):
+        part = [r for r in rows if r["noise"] == noise]
+        key = noise.replace(" ", "_")
+        below = [r["p_contradicted"] for r in part if r["size_in_margins"] < 1.0]
+        at_or_beyond = [r["p_supported"] for r in part if r["size_in_margins"] >= 1.0]
+        out[f"{key}.false_alarm_below_margin"] = max(below) if below else math.nan
+        out[f"{key}.supported_at_or_beyond_margin"] = max(at_or_beyond) if at_or_beyond else math.nan
+        for size in (1.0, 1.5, 2.0):
+            hits = [r["p_contradicted"] for r in part if r["size_in_margins"] == size]
+            if hits:
+                out[f"{key}.power_at_{size:g}_margin"] = min(hits)
+    return out
+
+
+def main() -> None:
+    """Print the rule's simulated error rates at the declared noise levels (no run needed)."""
+    empty = TrainingJudgement(INCONCLUSIVE, "", MIN_ORDERS, MIN_POINTS)
+    print(f"{'noise':<16} {'effect':<6} {'margins':>7} {'P(contradicted)':>16} {'P(supported)':>13}")
+    for r in rule_error_rates(empty):
+        print(
+            f"{r['noise']:<16} {r['effect']:<6} {r['size_in_margins']:>7g} {r['p_contradicted']:>16.4f} "
+            f"{r['p_supported']:>13.4f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

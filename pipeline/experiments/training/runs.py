@@ -91,6 +91,7 @@ CURVE_SCHEMA = {
     "precision": pl.String,
     "data_order": pl.String,
     "role": pl.String,
+    "device": pl.String,
     "init_ulp_nudge": pl.Boolean,
     "data_seed": pl.Int64,
     "init_seed": pl.Int64,
@@ -120,6 +121,8 @@ def curve_frame(run: dict[str, Any], cfg: TrainConfig, result: TrainResult) -> p
     ev = result.evidence
     per_run = {
         **run,
+        # The device the run trained on: the regression baseline compares curves bit for bit on a CPU.
+        "device": str(cfg.device),
         "data_seed": int(cfg.data_seed),
         "init_seed": int(cfg.init_seed),
         "nudged_elements": int(result.nudged_elements),
