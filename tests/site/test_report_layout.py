@@ -125,7 +125,7 @@ def test_chart_fallback_links_resolve(built_site):
 
 def test_history_page_lists_each_claim_with_commit_and_torch(built_site):
     page = (built_site["build"] / "results" / "history.html").read_text()
-    assert "c3_error_nonincreasing_with_iterations" in page
+    assert "c3_framework_correctly_rounded" in page
     import torch
 
     assert torch.__version__ in page
