@@ -46,8 +46,8 @@ U32 = 2.0**-24
 #: 2 exp(-lambda^2 / 2) under the independent mean-zero model.
 LAMBDA = 6.0
 #: A transcendental's own error in fp32 units of its result (relative). Vectorized libraries document
-#: 1 to 3.5 units for exp, erf and rsqrt in single precision (SLEEF's u10 and u35 variants; CUDA's
-#: libdevice expf 2, rsqrtf 2); 8 keeps room for a fast-math variant without judging an approximation
+#: 1 to 3.5 units for exp, erf and rsqrt in single precision (SLEEF's u10 and u35 variants; the CUDA C++
+#: Programming Guide's table of single-precision functions gives 2 for expf and rsqrtf); 8 keeps room for a fast-math variant without judging an approximation
 #: of 2^-12 (4096 units) healthy.
 FUNCTION_UNITS = 8.0
 #: F.layer_norm's default epsilon.
@@ -69,7 +69,9 @@ def _sum_bound(n: int, abs_sum: torch.Tensor) -> torch.Tensor:
     return LAMBDA * U32 * math.sqrt(max(n - 1, 0)) * abs_sum
 
 
-def _gelu_bound(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+def _gelu_bound(
+    x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, gate: torch.Tensor, *, dtype: torch.dtype
+) -> torch.Tensor:
     t = x * scale
     z = t + shift
     err_z = U32 * (t.abs() + z.abs())
@@ -83,7 +85,7 @@ def _gelu_bound(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, gate:
     return gate.abs() * (slope * err_z + own) + U32 * (g * gate).abs()
 
 
-def _softmax_bound(x: torch.Tensor) -> torch.Tensor:
+def _softmax_bound(x: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
     n = x.shape[-1]
     z = x - x.amax(-1, keepdim=True)
     y = torch.softmax(x, dim=-1)
@@ -94,7 +96,9 @@ def _softmax_bound(x: torch.Tensor) -> torch.Tensor:
     return y.abs() * (rel_e + rel_s + U32)
 
 
-def _layernorm_bound(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+def _layernorm_bound(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, *, dtype: torch.dtype
+) -> torch.Tensor:
     n = x.shape[-1]
     mu = x.mean(-1, keepdim=True)
     err_mu = _sum_bound(n, x.abs().sum(-1, keepdim=True)) / n + U32 * mu.abs()
@@ -112,16 +116,25 @@ def _layernorm_bound(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
     return w.abs() * r * (err_d + d.abs() * rel_r) + 2.0 * U32 * ((d * r * w).abs() + y.abs())
 
 
-def _rmsnorm_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _rmsnorm_bound(x: torch.Tensor, weight: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
     n = x.shape[-1]
     ms = (x * x).mean(-1, keepdim=True)
     rel_ms = LAMBDA * U32 * math.sqrt(max(n - 1, 0)) + 2.0 * U32
     rel = 0.5 * ms / (ms + RMS_EPS) * rel_ms + (FUNCTION_UNITS + 3.0) * U32
-    y = weight * x * torch.rsqrt(ms + RMS_EPS)
-    return y.abs() * rel
+    h = x * torch.rsqrt(ms + RMS_EPS)
+    y = weight * h
+    bound = y.abs() * rel
+    # The chain rounds the normalized row to the dtype before the weight (an explicit cast). A fused kernel
+    # may honour that cast (as eager does) or keep the fp32 value (Inductor drops a cast whose result is
+    # upcast again unless emulate_precision_casts is set): both are the program. Where the two readings
+    # round to different values the element is not decisive.
+    literal = weight * round_to_dtype(h, dtype).to(torch.float64)
+    differs = round_to_dtype(y, dtype) != round_to_dtype(literal, dtype)
+    return torch.where(differs, torch.inf, bound)
 
 
-#: Per chain: the bound of one input set's fp32 computation (args in fp64), and how many reductions
+#: Per chain: the bound of one input set's fp32 computation (args in fp64; ``dtype``: the chain's 16-bit
+#: dtype, for the explicit casts a chain makes), and how many reductions
 #: it makes per output row (each may exceed its bound with :func:`reduction_failure_probability`).
 BOUNDS: dict[str, tuple[Callable[..., torch.Tensor], int]] = {
     "mul_add_gelu_mul": (_gelu_bound, 0),
@@ -139,7 +152,7 @@ def element_bound(chain: str, args: tuple[torch.Tensor, ...]) -> torch.Tensor | 
     if entry is None:
         return None
     fn, _ = entry
-    return fn(*(a.to(torch.float64) for a in args))
+    return fn(*(a.to(torch.float64) for a in args), dtype=args[0].dtype)
 
 
 def reductions_per_set(chain: str, output_shape: tuple[int, ...]) -> int:

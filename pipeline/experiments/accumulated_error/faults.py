@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from precisionkit import fp64_reference
 from precisionkit.stats import round_to_dtype, spacing
 
-from ...workloads import WORKLOADS, Workload
+from ...workloads import RMS_EPS, WORKLOADS, Workload
 from ..toolkit.spec import SIZES
 from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, DTYPES_B, JUDGED_PATHS
 from .runs import SINGLE_ROUNDING, batch_bound, per_set_rows, single_rounding
@@ -221,6 +221,18 @@ def _layernorm_sequential(x, weight, bias):
     mean = _sequential_sum(x) / n
     d = x - mean
     return d * torch.rsqrt(_sequential_sum(d * d) / n + 1e-5) * weight + bias
+
+
+def _rmsnorm_honouring_cast(wl: Workload) -> FaultFn:
+    """RMSNorm in fp32 that keeps the chain's explicit cast: the normalized row rounded to the dtype before
+    the weight, as eager rounds it (a fused kernel may do either)."""
+
+    def run(args, i):
+        x, weight = args
+        h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + RMS_EPS)
+        return (weight.float() * h.to(x.dtype).float()).to(x.dtype)
+
+    return run
 
 
 def _rmsnorm_sequential(x, weight):
@@ -424,6 +436,15 @@ HEALTHY_VARIANTS: tuple[Fault, ...] = (
         "RMSNorm with the mean square summed sequentially in fp32 over 16,384 values",
         "healthy",
         _rounded_once(_rmsnorm_sequential),
+    ),
+    Fault(
+        "rmsnorm_cast_honoured",
+        "rmsnorm_long",
+        "normal",
+        "bfloat16",
+        "RMSNorm in fp32 that rounds the normalized row to bf16 before the weight, as the chain's cast says",
+        "healthy",
+        _rmsnorm_honouring_cast,
     ),
 )
 

@@ -109,6 +109,8 @@ def element_statistics(
     n = len(misrounded)
     bad_sets = int((misrounded > 0).sum())
     predicted_bad = int((predicted > 0).sum())
+    # an elementwise chain makes no reduction and its bound is first-order: it is given one reduction's
+    # failure rate all the same, so no set's p-value is exactly 0
     rate = max(float(reductions.max()) if n else 0.0, 1.0) * reduction_failure_probability()
     violated = predicted_bad > 0
     return {
@@ -323,6 +325,12 @@ def reason(row: dict[str, Any]) -> str:
             f"(where no fp32 computation within the chain's error bound can round otherwise) in "
             f"{row['misrounded_sets']} of {row['sets']} sets; the bound allows a set {row['set_failure_rate']:.2g} "
             f"(Holm p {row['element_p_holm']:.2g}): {row['verdict']}"
+        )
+    if row.get("bound_violated"):
+        return (
+            f"{where}: the fp32 single rounding misrounds decisive elements in "
+            f"{row['single_rounding_misrounded_sets']} sets, so the chain's error bound does not hold on this "
+            f"machine and no element is judged; P99 difference {row['p99_difference']:+.3g} sULP: {row['verdict']}"
         )
     if row.get("bias_contradicts"):
         return (
