@@ -332,3 +332,23 @@ def paired_margin_test(differences: Any, margin: float, confidence: float = 0.95
     p_high = 1.0 - student_t_sf((mean - margin) / se, df)  # H0: mean >= margin
     p_beyond = min(1.0, 2.0 * student_t_sf((abs(mean) - margin) / se, df))
     return MarginTest(n, margin, confidence, mean, sd, mean - half, mean + half, max(p_low, p_high), p_beyond)
+
+
+def holm_binomial_tails(events: Any, trials: Any, p: float, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A family of exact one-sided binomial tests judged together: for each row ``i``, the p-value
+    :func:`binomial_tail` of ``events[i]`` or more events among ``trials[i]`` at a rate of at most ``p``,
+    then :func:`holm` over the rows at family-wise level ``alpha``. Returns the raw p-values, the rows
+    rejected and the adjusted p-values. With ``p`` = 1/2 and ``trials[i]`` the non-tied pairs, row ``i``
+    is the one-sided sign test of ``events[i]`` positive differences.
+
+    >>> raw, rejected, adjusted = holm_binomial_tails([9, 1], [9, 2], 0.5, alpha=0.01)
+    >>> raw.round(5).tolist(), rejected.tolist(), adjusted.round(5).tolist()
+    ([0.00195, 0.75], [True, False], [0.00391, 0.75])
+    """
+    k = [int(v) for v in np.asarray(events).reshape(-1)]
+    n = [int(v) for v in np.asarray(trials).reshape(-1)]
+    if len(k) != len(n):
+        raise ValueError(f"events and trials must have the same length: {len(k)} and {len(n)}")
+    raw = np.array([binomial_tail(ki, ni, p) for ki, ni in zip(k, n, strict=True)], dtype=np.float64)
+    rejected, adjusted = holm(raw, alpha)
+    return raw, rejected, adjusted

@@ -3,6 +3,7 @@ import polars as pl
 import pytest
 import torch
 
+from pipeline.experiments.reduction_order import accuracy as c2_accuracy
 from pipeline.experiments.reduction_order import assets as c2_assets
 from pipeline.experiments.reduction_order import bounds as c2_bounds
 from pipeline.experiments.reduction_order import checks as c2_checks
@@ -246,7 +247,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # The framework's fused versions against eager, paired row by row: the verdict is the rule's on the stored rows,
     # and the smoke profile has enough rows for the test to reject a version worse on every row.
     accuracy = meta["c2_fused_not_less_accurate_than_eager"]
-    assert accuracy["verdict"] == c2_checks.judge_accuracy_vs_eager(bounds)[0]
+    assert accuracy["verdict"] == c2_accuracy.judge_accuracy_vs_eager(bounds)[0]
     assert accuracy["rows_paired"] == 16 >= accuracy["rows_needed"]
     assert accuracy["versions_judged"] == sum(
         r["family"] in c2_version_defs.COMPILER_FAMILIES and v != "eager" for v, r in versions.items()
@@ -552,7 +553,9 @@ def _paired_bounds(errors: dict[str, list[float]]) -> pl.DataFrame:
 
 
 def test_accuracy_rule_arithmetic():
-    assert c2_checks.min_paired_rows(10) == 10 and c2_checks.min_paired_rows(2) == 8
+    assert c2_accuracy.min_paired_rows(10) == 10 and c2_accuracy.min_paired_rows(2) == 8
+    # The minimum-rows rule is derived in the rule's own text, from the sign test's smallest p-value and Holm.
+    assert "2^-n" in c2_accuracy.ACCURACY_RULE.derivation and "log2(m / 0.01)" in c2_accuracy.ACCURACY_RULE.derivation
     half = 2.0**-6  # half an fp16 ULP at 40
     n = 16
     eager = [half * 0.5] * n
@@ -562,19 +565,23 @@ def test_accuracy_rule_arithmetic():
     table = _paired_bounds(
         {"eager": eager, "fused_default": healthy, "fused_bad": fp16_partials, "tile512_fp16_partials": fp16_partials}
     )
-    verdict, reason, meta = c2_checks.judge_accuracy_vs_eager(table)
+    verdict, reason, meta = c2_accuracy.judge_accuracy_vs_eager(table)
     assert verdict == CONTRADICTED and meta["versions_judged"] == 2 and meta["versions_rejected"] == 1
     assert "fused_bad: worse on 16 of 16 rows, better on 0" in reason
+    assert meta["fused_bad.p_holm"] == pytest.approx(2 * 2.0**-16)  # the sign test's 2^-16, Holm over two versions
+    assert (
+        meta["fused_default.p_holm"] == pytest.approx(0.75) and not meta["fused_default.rejected"]
+    )  # 1 worse, 1 better
     assert meta["bound_ulp_median"] == pytest.approx(16.0) and meta["eager_median_ulp"] == pytest.approx(0.25)
     # Without the faulty version: supported (the hand-written fp16 tiling is not a framework version).
-    verdict, reason, meta = c2_checks.judge_accuracy_vs_eager(table.filter(pl.col("version") != "fused_bad"))
+    verdict, reason, meta = c2_accuracy.judge_accuracy_vs_eager(table.filter(pl.col("version") != "fused_bad"))
     assert verdict == SUPPORTED and meta["versions_judged"] == 1 and meta["worse_rows_max"] == 1
     # A non-finite result (error NaN) is farther than any finite one.
     nan = _paired_bounds({"eager": eager[:8], "fused_default": [float("nan")] * 8})
-    assert c2_checks.judge_accuracy_vs_eager(nan)[0] == CONTRADICTED
+    assert c2_accuracy.judge_accuracy_vs_eager(nan)[0] == CONTRADICTED
     # Too few rows to reject even a version worse on every row: inconclusive, not supported.
     short = _paired_bounds({"eager": eager[:6], "fused_default": eager[:6]})
-    verdict, reason, _ = c2_checks.judge_accuracy_vs_eager(short)
+    verdict, reason, _ = c2_accuracy.judge_accuracy_vs_eager(short)
     assert verdict == INCONCLUSIVE and "needs 7" in reason
 
 
@@ -603,7 +610,7 @@ def test_accuracy_claim_contradicts_planted_fp16_partials_that_the_bound_passes(
         V("planted_fp16_accumulation", "compiler", None, "", fused(plain, "planted_fp16_accumulation", opts)),
     ]
     result = c2_compute.run_c2(versions, 4096, 15, 2, 3, device)
-    verdict, _, meta = c2_checks.judge_accuracy_vs_eager(result.row_bounds)
+    verdict, _, meta = c2_accuracy.judge_accuracy_vs_eager(result.row_bounds)
     assert verdict == CONTRADICTED and meta["versions_rejected"] == 2
     # Healthy: the fused default ties with eager on all 16 rows; both fp16-partials versions are worse on most rows.
     assert meta["fused_default.worse_rows"] == 0 and not meta["fused_default.rejected"]

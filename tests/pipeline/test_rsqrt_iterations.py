@@ -10,6 +10,7 @@ from pipeline.experiments.rsqrt_iterations import rules as c3_rules
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from precisionkit import bit_equal, fp64_reference
+from precisionkit.decide import binomial_tail, holm_binomial_tails
 
 ASSETS = [
     c3_assets.c3_rsqrt_iterations,
@@ -38,6 +39,9 @@ def test_iteration_table_is_a_finding_and_the_framework_checks_are_claims():
     (spec,) = c3_checks.c3_framework_correctly_rounded.check_specs
     assert spec.metadata["outcome"] == CLAIM and spec.metadata["rule.confidence"] == 0.99
     assert spec.metadata["rule.threshold"] == pytest.approx(2.0**-10) and "tie flip" in spec.metadata["rule.derivation"]
+    # The margin is derived, not chosen: a window of 2e fp32 ULPs per fp16 ULP (2^13 of them), e = 4.
+    assert c3_rules.TIE_FLIP_MARGIN == 2 * c3_rules.FP32_ERROR_ULPS / 2**13 == 2.0**-10
+    assert "2^-10" in spec.metadata["rule.derivation"] and "2e / 2^13" in spec.metadata["rule.derivation"]
     (spec,) = c3_checks.c3_framework_special_values.check_specs
     assert spec.metadata["outcome"] == CLAIM and spec.metadata["rule.threshold"] == 0.0
     assert spec.metadata["rule.confidence"] == "deterministic"
@@ -145,8 +149,11 @@ def test_rounding_rule_margin_and_inconclusive_band():
     assert c3_checks.judge_rounding(table(97))[0] == SUPPORTED  # 0.097 %: within the margin
     assert c3_checks.judge_rounding(table(110))[0] == INCONCLUSIVE  # above it, not significantly
     assert c3_checks.judge_rounding(table(160))[0] == CONTRADICTED  # 0.16 %: Holm p < 0.01
-    assert c3_checks.binomial_upper_tail(0, 10, 0.5) == 1.0
-    assert c3_checks.binomial_upper_tail(3, 3, 0.5) == pytest.approx(0.125)
+    # The test behind those verdicts: the exact binomial tail at the margin, Holm over the two op x path rows.
+    _, rejected, adjusted = holm_binomial_tails([0, 160], [100_000, 100_000], margin, alpha=c3_rules.ROUNDING_ALPHA)
+    assert rejected.tolist() == [False, True]
+    assert adjusted.tolist() == pytest.approx([1.0, 2 * binomial_tail(160, 100_000, margin)])
+    assert 2 * binomial_tail(110, 100_000, margin) > c3_rules.ROUNDING_ALPHA  # why 110 is only inconclusive
     with pytest.raises(ValueError, match="no rows for the framework paths"):
         c3_checks.judge_rounding(table(0).with_columns(pl.lit("B_newton0_float32").alias("path")))
 
@@ -272,6 +279,17 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert judged["not_correctly_rounded"].sum() == 0 and judged["class_mismatches"].sum() == 0
     # CPU: the approximate-math switches run path A once more each; true division is correctly rounded.
     assert {p for p in table if p.startswith("A_fused[")} == {f"A_fused[{k}]" for k in c3_compute.APPROX_KNOBS["cpu"]}
+    # The switched paths are a finding on the same rounding table: one row per op and switch, and a finding
+    # exactly where a switched path leaves the margin, the one-ULP bound or the special-value classes.
+    switches = checks["c3_approx_math_switches"]
+    assert switches.passed and switches.metadata["paths"].value == 2 * len(c3_compute.APPROX_KNOBS["cpu"])
+    switched = c3_compute.rounding_per_path(rounding.filter(pl.col("path").str.starts_with("A_fused[")))
+    off = switched.filter(
+        (pl.col("not_correctly_rounded_share") > c3_checks.TIE_FLIP_MARGIN)
+        | (pl.col("beyond_one_ulp") > 0)
+        | (pl.col("class_mismatches") > 0)
+    )
+    assert switches.metadata["findings"].value == off.height
     assert div["A_eager"]["correctly_rounded_fraction"] == 1.0
 
 

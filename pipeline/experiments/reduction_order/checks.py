@@ -8,12 +8,9 @@ import math
 from typing import Any
 
 import dagster as dg
-import numpy as np
 import polars as pl
-import torch
 
-from precisionkit.decide import holm
-from precisionkit.stats import spacing
+from precisionkit.decide import binomial_tail, holm
 
 from ...scalars import as_float, as_int
 from ...tables import markdown_table
@@ -29,6 +26,7 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
+from .accuracy import ACCURACY_ALPHA, ACCURACY_RULE, judge_accuracy_vs_eager
 from .bounds import BAND_WORDS, LAMBDA, PROB_CONFIDENCE
 from .versions import COMPILER_FAMILIES, FP16_PARTIALS_FAMILY, PARTIALS, SEED_FAMILIES, TILES
 
@@ -101,10 +99,7 @@ def judge_bounds(bounds: pl.DataFrame, families: tuple[str, ...]) -> tuple[str, 
 
 def sign_test_p(worse: int, better: int) -> float:
     """One-sided exact sign test: P(Binomial(worse + better, 1/2) >= worse)."""
-    n = worse + better
-    if n == 0:
-        return 1.0
-    return sum(math.comb(n, k) for k in range(worse, n + 1)) / 2**n
+    return binomial_tail(worse, worse + better, 0.5)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -447,7 +442,7 @@ def c2_order_changes_accumulator(c2_ulp_matrix: pl.DataFrame, c2_versions: pl.Da
     pairs = hand.group_by("version_a", "version_b").agg(pl.col("differ_rows").sum())
     meta["versions_judged"] = len(framework)
     meta["pairs_with_a_hand_written_tiling"] = pairs.height
-    meta["pairs_with_a_hand_written_tiling_differing"] = int((pairs["differ_rows"] > 0).sum()) if pairs.height else 0
+    meta["pairs_with_a_hand_written_tiling_differing"] = int((pairs["differ_rows"] > 0).sum())
     return claim_result(verdict, ORDER_RULE, reason, meta)
 
 
@@ -547,155 +542,15 @@ def c2_fp16_differences_as_predicted(c2_ulp_matrix: pl.DataFrame) -> dg.AssetChe
     return claim_result(verdict, RATE_RULE, reason, meta)
 
 
-# --- the framework's versions against eager, row by row (paired) ------------------------------------
-
-#: Family-wise level of the paired accuracy test (Holm over the versions judged).
-ACCURACY_ALPHA = 0.01
-
-
-def min_paired_rows(versions: int, alpha: float = ACCURACY_ALPHA) -> int:
-    """Fewest paired rows with which a version farther from fp64 than eager on *every* row is rejected
-    after Holm over ``versions`` versions: the smallest n with versions * 2^-n <= alpha.
-
-    >>> min_paired_rows(10), min_paired_rows(8), min_paired_rows(1)
-    (10, 10, 7)
-    """
-    if versions < 1:
-        raise ValueError(f"versions must be >= 1, got {versions}")
-    return math.ceil(math.log2(versions / alpha))
-
-
-ACCURACY_RULE = Rule(
-    claim="Every fused version the framework produces (fused default, each Inductor knob, each framework tiling "
-    "setting) is no less accurate than eager in the fp16 result: on the same rows, it is not farther from the fp64 sum "
-    "more often than it is closer",
-    metric="per version, paired with eager on each row of the seed input and the pool: rows where the version's "
-    "|fp16 result - fp64 sum| exceeds eager's (worse) and rows where it falls below (better); equal rows are ties "
-    "(c2_row_bounds, output out16)",
-    decision="contradicted if the exact one-sided sign test (worse rows ~ Binomial(worse + better, 1/2) under 'as "
-    f"accurate as eager') rejects for any version at family-wise level {ACCURACY_ALPHA:g} after Holm's adjustment over "
-    "the versions; inconclusive if the rows are too few for a version worse on every row to be rejected "
-    f"(fewer than log2(versions / {ACCURACY_ALPHA:g}) rows); supported otherwise",
-    threshold=0.0,
-    unit="per-row difference |error_version| - |error_eager| (fp16 result; any positive difference is a worse row)",
-    confidence=1 - ACCURACY_ALPHA,
-    sample_size="(1 + pool_rows) rows per version, paired with eager (smoke 16, default 257, seed 1025); at least "
-    "ceil(log2(versions / 0.01)) rows (10 for the CPU's ten fused versions)",
-    derivation="Every correct version accumulates in fp32 (error far below one fp16 ULP) and rounds once to fp16, so "
-    "its fp16 result equals eager's except on rows whose two accumulators lie on either side of an fp16 rounding "
-    "midpoint; there the two results are neighbours and which one is nearer fp64 depends on where the exact sum "
-    "falls between them, not on the version, so worse and better rows are equally likely and the sign test's null "
-    "holds. A version that stores or adds partials in fp16 rounds at fp16 precision on top of eager's single "
-    "rounding and is farther than eager on most rows. The derived bound (c2_versions_within_fp64_band) cannot see "
-    "that: it charges u16*sum|p_j| for fp16 partials and gamma_(n-1)(u32)*sum|x| for any order, many fp16 ULPs "
-    "(bound_ulp_median in the result), while eager's own error is at most half an ULP. Threshold 0: a row counts "
-    "as worse by any amount, because correct versions tie with eager on nearly every row; the materiality lies in "
-    "the share of rows, which the test weighs",
-)
-
-
-def _ulps(errors: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """``errors`` in fp16 ULPs of the fp64 sums ``ref`` (the spacing of fp16 at |ref|)."""
-    return errors / spacing(torch.from_numpy(np.abs(ref)), torch.float16).numpy()
-
-
-def judge_accuracy_vs_eager(
-    bounds: pl.DataFrame, families: tuple[str, ...] = COMPILER_FAMILIES, reference: str = "eager"
-) -> tuple[str, str, dict[str, Any]]:
-    """:data:`ACCURACY_RULE` on ``c2_row_bounds``: each version of ``families`` (``reference`` left
-    out) against ``reference`` on the fp16 result, row by row. A non-finite result (error NaN) counts
-    as farther from fp64 than any finite one."""
-    o16 = bounds.filter(pl.col("output") == "out16")
-    ref_rows = o16.filter(pl.col("version") == reference).sort("row")
-    versions = [
-        v
-        for v in o16.filter(pl.col("family").is_in(list(families)))["version"].unique(maintain_order=True).to_list()
-        if v != reference
-    ]
-    if ref_rows.height == 0 or not versions:
-        return INCONCLUSIVE, f"no {reference} rows or no version to pair with them", {"versions_judged": 0}
-    ref = ref_rows["ref"].to_numpy()
-    e_ref = np.nan_to_num(ref_rows["error"].to_numpy(), nan=np.inf)
-    ulp_ref = _ulps(e_ref, ref)
-    rows = []
-    for v in versions:
-        mine = o16.filter(pl.col("version") == v).sort("row")
-        if mine["row"].to_list() != ref_rows["row"].to_list():
-            raise ValueError(f"c2_row_bounds: {v} and {reference} do not hold the same rows")
-        e = np.nan_to_num(mine["error"].to_numpy(), nan=np.inf)
-        worse, better = int((e > e_ref).sum()), int((e < e_ref).sum())
-        ulp = _ulps(e, ref)
-        rows.append(
-            {
-                "version": v,
-                "family": mine["family"][0],
-                "rows": len(e),
-                "worse_rows": worse,
-                "better_rows": better,
-                "tied_rows": len(e) - worse - better,
-                "p": sign_test_p(worse, better),
-                "median_ulp": float(np.median(ulp)),
-                "max_ulp": float(ulp.max()),
-                "bound_ulp_median": float(np.median(_ulps(mine["bound"].to_numpy(), ref))),
-            }
-        )
-    rejected, adjusted = holm([r["p"] for r in rows], alpha=ACCURACY_ALPHA)
-    table = pl.DataFrame(rows).with_columns(pl.Series("p_holm", adjusted), pl.Series("rejected", rejected))
-    n_rows, need = ref_rows.height, min_paired_rows(len(versions))
-    meta: dict[str, Any] = {
-        "versions_judged": len(versions),
-        "rows_paired": n_rows,
-        "rows_needed": need,
-        "versions_rejected": int(rejected.sum()),
-        "eager_median_ulp": float(np.median(ulp_ref)),
-        "eager_max_ulp": float(ulp_ref.max()),
-        "bound_ulp_median": float(np.median(_ulps(ref_rows["bound"].to_numpy(), ref))),
-        "worse_rows_max": as_int(table["worse_rows"].max(), "worse_rows max"),
-        "table": dg.MetadataValue.md(
-            markdown_table(
-                table.with_columns(
-                    pl.col("median_ulp").round(3),
-                    pl.col("max_ulp").round(3),
-                    pl.col("bound_ulp_median").round(2),
-                    pl.col("p").map_elements(lambda x: f"{x:.3g}", return_dtype=pl.String),
-                    pl.col("p_holm").map_elements(lambda x: f"{x:.3g}", return_dtype=pl.String),
-                )
-            )
-        ),
-    }
-    for r in table.iter_rows(named=True):
-        for key in ("worse_rows", "better_rows", "tied_rows", "p_holm", "rejected"):
-            meta[f"{r['version']}.{key}"] = r[key]
-    if rejected.any():
-        w = table.sort("p_holm").row(0, named=True)
-        return (
-            CONTRADICTED,
-            f"{int(rejected.sum())} of {len(versions)} versions are farther from fp64 than eager on more rows than "
-            f"closer; worst {w['version']}: worse on {w['worse_rows']} of {w['rows']} rows, better on "
-            f"{w['better_rows']} (Holm p {w['p_holm']:.2g}), median {w['median_ulp']:.3g} fp16 ULP vs eager's "
-            f"{meta['eager_median_ulp']:.3g}",
-            meta,
-        )
-    if n_rows < need:
-        return (
-            INCONCLUSIVE,
-            f"{n_rows} paired rows: too few to reject even a version worse on every row (needs {need} for "
-            f"{len(versions)} versions at {ACCURACY_ALPHA:g})",
-            meta,
-        )
-    return (
-        SUPPORTED,
-        f"no version of {len(versions)} is farther from fp64 than eager on more rows than closer over {n_rows} rows "
-        f"(most worse rows {meta['worse_rows_max']}; eager median {meta['eager_median_ulp']:.3g} fp16 ULP)",
-        meta,
-    )
+# --- the framework's versions against eager, row by row (paired; the rule in :mod:`.accuracy`) --------
 
 
 @claim_check(
     rule=ACCURACY_RULE,
     asset="c2_row_bounds",
     description="Claim: each fused version of the framework (default, Inductor knobs, framework tilings) is no less "
-    "accurate than eager in the fp16 sum, row by row (exact sign test, Holm over the versions at 0.01). Catches a "
+    f"accurate than eager in the fp16 sum, row by row (exact sign test, Holm over the versions at {ACCURACY_ALPHA:g}). "
+    "Catches a "
     "version that stores or adds partials in fp16, which the derived bound's slack lets through.",
 )
 def c2_fused_not_less_accurate_than_eager(c2_row_bounds: pl.DataFrame) -> dg.AssetCheckResult:

@@ -18,10 +18,10 @@ rounds to fp16). The plan's optional second example, div(x, y), has the same tab
 (``c3_div_table``): true division (path A) against x * reciprocal(y), the reciprocal from the
 bit-trick estimate ``0x7ef311c3 - bits`` refined by N Newton steps ``r <- r * (2 - y * r)``.
 
-The input is fp16 U(0.01, 100) with special values mixed in at seeded positions (+-0, +-inf, NaN,
-+-subnormals, negative normals, normals over the whole fp16 range; :func:`.compute.special_inputs`),
-the same for both operands of div. The claims judge the framework's own ops (path A, eager and fused)
-against fp64 on every element (``c3_framework_rounding``): numeric results correctly rounded up to a
+The rsqrt input, which is also div's x, is fp16 U(0.01, 100) with special values mixed in at seeded
+positions (+-0, +-inf, NaN, +-subnormals, negative normals, normals over the whole fp16 range;
+:func:`.compute.special_inputs`); div's y gets its own seeded draw of them at its own positions. The
+claims judge the framework's own ops (path A, eager and fused) against fp64 on every element (``c3_framework_rounding``): numeric results correctly rounded up to a
 tie-flip margin and never more than one fp16 ULP off, special values exact. The Newton-iteration
 tables cover the U(0.01, 100) body and are findings: path B is the harness's code, not the framework's.
 
@@ -50,6 +50,7 @@ from .compute import (
     pair_classes,
     path_table,
     reciprocal_div_paths,
+    rounding_per_path,
     rounding_table,
     with_evidence,
     with_special_values,
@@ -134,19 +135,14 @@ def div_metadata(div_table: pl.DataFrame, seed_y: int, knobs: pl.DataFrame) -> d
 
 def rounding_metadata(rounding: pl.DataFrame) -> dict[str, Any]:
     """Metadata of ``c3_framework_rounding``: per op and path the share not correctly rounded, and the table."""
-    per = rounding.group_by("op", "path", maintain_order=True).agg(
-        pl.col(
-            "numeric_results", "not_correctly_rounded", "beyond_one_ulp", "special_results", "class_mismatches"
-        ).sum()
-    )
+    per = rounding_per_path(rounding)
     return {
         **{
-            f"{r['op']}.{r['path']}.not_correctly_rounded_share": r["not_correctly_rounded"]
-            / max(r["numeric_results"], 1)
+            f"{r['op']}.{r['path']}.not_correctly_rounded_share": r["not_correctly_rounded_share"]
             for r in per.iter_rows(named=True)
         },
         "class_mismatches": int(per["class_mismatches"].sum()),
-        "table": dg.MetadataValue.md(markdown_table(per)),
+        "table": dg.MetadataValue.md(markdown_table(per.drop("not_correctly_rounded_share"))),
     }
 
 

@@ -6,14 +6,14 @@ switches.
 """
 
 import itertools
-import math
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from precisionkit.decide import holm
+from precisionkit.decide import holm_binomial_tails
 
+from ...scalars import as_float
 from ...tables import markdown_table
 from ...verdicts import (
     CONTRADICTED,
@@ -25,7 +25,7 @@ from ...verdicts import (
     finding_check,
     finding_result,
 )
-from .compute import ITERATIONS
+from .compute import ITERATIONS, rounding_per_path
 from .rules import METHOD, ROUNDING_ALPHA, TIE_FLIP_DERIVATION, TIE_FLIP_MARGIN
 
 
@@ -100,50 +100,12 @@ JUDGED_PATHS = ("A_eager", "A_fused")
 BOUND_ULP = 1
 
 
-def binomial_upper_tail(k: int, n: int, p: float) -> float:
-    """P(Binomial(n, p) >= k), summed in log space from k upward (exact up to float rounding; the
-    terms past the mean fall off geometrically, so the sum stops once they no longer count).
-
-    >>> (
-    ...     binomial_upper_tail(0, 10, 0.3),
-    ...     round(binomial_upper_tail(2, 2, 0.5), 4),
-    ...     round(binomial_upper_tail(3, 1000, 0.001), 4),
-    ... )
-    (1.0, 0.25, 0.0802)
-    """
-    if k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    if p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    log_p, log_q = math.log(p), math.log1p(-p)
-    total = 0.0
-    for j in range(k, n + 1):
-        term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q)
-        total += term
-        if j > n * p and term <= 1e-17 * total:
-            break
-    return min(1.0, total)
-
-
 def _judged(table: pl.DataFrame) -> pl.DataFrame:
     """Per op and judged path: the counts of ``c3_framework_rounding`` summed over the input classes."""
     rows = table.filter(pl.col("path").is_in(list(JUDGED_PATHS)))
     if rows.height == 0:
         raise ValueError("c3_framework_rounding has no rows for the framework paths (A_eager, A_fused)")
-    return rows.group_by("op", "path", maintain_order=True).agg(
-        pl.col(
-            "elements",
-            "special_results",
-            "numeric_results",
-            "class_mismatches",
-            "not_correctly_rounded",
-            "beyond_one_ulp",
-        ).sum()
-    )
+    return rounding_per_path(rows)
 
 
 ROUNDING_RULE = Rule(
@@ -171,15 +133,10 @@ ROUNDING_RULE = Rule(
 def judge_rounding(table: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
     """:data:`ROUNDING_RULE` on ``c3_framework_rounding``."""
     rows = _judged(table)
-    shares = [r["not_correctly_rounded"] / max(r["numeric_results"], 1) for r in rows.iter_rows(named=True)]
-    p = [
-        binomial_upper_tail(r["not_correctly_rounded"], r["numeric_results"], TIE_FLIP_MARGIN)
-        for r in rows.iter_rows(named=True)
-    ]
-    rejected, adjusted = holm(p, alpha=ROUNDING_ALPHA)
-    rows = rows.with_columns(
-        pl.Series("not_correctly_rounded_share", shares), pl.Series("p_holm", adjusted), pl.Series("rejected", rejected)
+    _, rejected, adjusted = holm_binomial_tails(
+        rows["not_correctly_rounded"], rows["numeric_results"], TIE_FLIP_MARGIN, alpha=ROUNDING_ALPHA
     )
+    rows = rows.with_columns(pl.Series("p_holm", adjusted), pl.Series("rejected", rejected))
     meta: dict[str, Any] = {"tie_flip_margin": TIE_FLIP_MARGIN, "bound_ulp": BOUND_ULP, "paths_judged": rows.height}
     for r in rows.iter_rows(named=True):
         key = f"{r['op']}.{r['path']}"
@@ -226,7 +183,7 @@ def judge_rounding(table: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
             ),
             meta,
         )
-    worst = max(shares)
+    worst = as_float(rows["not_correctly_rounded_share"].max(), "not_correctly_rounded_share max")
     return (
         SUPPORTED,
         f"all {rows.height} op x path rows within the tie-flip margin (largest share not correctly rounded "
@@ -313,13 +270,10 @@ def c3_framework_special_values(c3_framework_rounding: pl.DataFrame) -> dg.Asset
     "special-value class mismatches). Not a verdict: such a switch asks for approximate results.",
 )
 def c3_approx_math_switches(c3_framework_rounding: pl.DataFrame) -> dg.AssetCheckResult:
-    switched = c3_framework_rounding.filter(pl.col("path").str.starts_with("A_fused["))
-    per = switched.group_by("op", "path", maintain_order=True).agg(
-        pl.col("numeric_results", "not_correctly_rounded", "beyond_one_ulp", "class_mismatches").sum()
-    )
+    per = rounding_per_path(c3_framework_rounding.filter(pl.col("path").str.starts_with("A_fused[")))
     findings, meta = [], {"paths": per.height}
     for r in per.iter_rows(named=True):
-        share = r["not_correctly_rounded"] / max(r["numeric_results"], 1)
+        share = r["not_correctly_rounded_share"]
         meta[f"{r['op']}.{r['path']}.not_correctly_rounded_share"] = share
         if share > TIE_FLIP_MARGIN or r["beyond_one_ulp"] or r["class_mismatches"]:
             findings.append(

@@ -211,6 +211,26 @@ def rounding_table(
     return pl.DataFrame(rows)
 
 
+#: The counts of :func:`rounding_table`, summed per op and path by :func:`rounding_per_path`.
+ROUNDING_COUNTS = (
+    "elements",
+    "special_results",
+    "numeric_results",
+    "class_mismatches",
+    "not_correctly_rounded",
+    "beyond_one_ulp",
+)
+
+
+def rounding_per_path(rounding: pl.DataFrame) -> pl.DataFrame:
+    """:func:`rounding_table`'s counts summed over the input classes, per op and path, with the share of
+    numeric results not correctly rounded (0 where a path has no numeric result)."""
+    per = rounding.group_by("op", "path", maintain_order=True).agg(pl.col(*ROUNDING_COUNTS).sum())
+    return per.with_columns(
+        (pl.col("not_correctly_rounded") / pl.col("numeric_results").clip(1)).alias("not_correctly_rounded_share")
+    )
+
+
 def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
     d = d.reshape(-1).cpu()
     counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)

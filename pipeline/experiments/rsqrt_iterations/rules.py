@@ -91,7 +91,8 @@ TIE_FLIP_DERIVATION = (
     f"{FP32_ERROR_ULPS} covers every healthy implementation in use (a correctly rounded fp32 division or square "
     "root: 1/2, which makes the result correctly rounded outright since fp32 has 2 * 11 + 2 bits; 1/sqrt in two "
     "fp32 ops: about 1.5; CUDA's approximate rsqrt, relative error 2^-22.9: 2.14), so the margin is "
-    f"{TIE_FLIP_MARGIN:.6g} = 2^-10 (about 0.1 %) of the numeric results. Healthy paths measure 0.00 %. An "
-    "approximate rsqrt that stops one Newton step short (relative error about 1e-5, i.e. 170 fp32 ULPs) misses on "
-    "about 2 * 170 / 2^13, a few per cent, and a bit-trick or low-precision seed on 20-50 %"
+    f"{TIE_FLIP_MARGIN:.6g} = 2^-10 (about 0.1 %) of the numeric results. By the same count an approximation with "
+    "a relative error of 1e-5 (about 170 fp32 ULPs) misses on up to 2 * 170 / 2^13, about 4 %. Measured on a "
+    "1024 x 1024 U(0.01, 100) fp16 input on a CPU: torch.rsqrt 0 %; the bit-trick estimate refined by 1, 2 and 3 "
+    "fp32 Newton steps 75 %, 0.19 % and 0 %; a bf16-precision seed with one fp32 Newton step 0.74 %"
 )
