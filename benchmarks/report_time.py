@@ -4,8 +4,8 @@ Runs ``python -m pipeline.cli report --all`` in a child process with its own tem
 and Dagster instance (so nothing stored before is reused), by default on the slow 16-bit matmul
 path of an AVX2-only CPU (``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``) and with an empty
 Inductor cache of its own, then prints where the time went, read from that instance's event log.
-The default profile takes 20 minutes or more on 2 cores. The report site is built where ``make
-report`` builds it (``site/build``), from the temporary run's results.
+The default profile is budgeted at 20 minutes on a 2-core CPU (pipeline/profiles.py). The report
+site is built where ``make report`` builds it (``site/build``), from the temporary run's results.
 
     .venv/bin/python benchmarks/report_time.py                     # default profile, slow path, cold cache
     .venv/bin/python benchmarks/report_time.py --native --warm-cache  # this CPU's own ISA, the shared cache

@@ -506,21 +506,25 @@ def test_different_inputs_err_only_when_groups_move_the_worse_way_together():
 
 
 def _e_curves(fused_drift: float = 0.0, device: str = "cpu") -> pl.DataFrame:
-    """E-like curves: four eager data orders whose final eval losses spread by 0.08 nats, and fused on
+    """E-like curves: three eager data orders whose final eval losses spread by 0.08 nats, and fused on
     order A with ``fused_drift`` nats added to its losses, growing linearly to the last step."""
     steps = [0, 5, 10, 15, 20]
     eager = [5.5, 3.0, 2.8, 2.6, 2.50]
+    runs = (  # run, data seed, added loss at step s
+        ("bfloat16_eager", 10, lambda s: 0.0),
+        ("bfloat16_eager_order_B", 11, lambda s: 0.05 if s else 0.0),
+        ("bfloat16_eager_order_C", 12, lambda s: -0.03 if s else 0.0),
+        ("bfloat16_fused", 10, lambda s: fused_drift * s / steps[-1]),
+    )
     rows = []
-    for i, (run, order_shift) in enumerate(
-        (("bfloat16_eager", 0.0), ("bfloat16_eager_order_B", 0.05), ("bfloat16_eager_order_C", -0.03))
-    ):
+    for run, data_seed, added in runs:
         for s, v in zip(steps, eager, strict=True):
-            loss = v + (order_shift if s else 0.0)
+            loss = v + added(s)
             rows.append(
                 {
                     "run": run,
                     "device": device,
-                    "data_seed": 10 + i,
+                    "data_seed": data_seed,
                     "init_seed": 1,
                     "init_ulp_nudge": False,
                     "step": s,
@@ -529,21 +533,6 @@ def _e_curves(fused_drift: float = 0.0, device: str = "cpu") -> pl.DataFrame:
                     "grad_norm": 0.5 if s else None,
                 }
             )
-    for s, v in zip(steps, eager, strict=True):
-        loss = v + fused_drift * s / steps[-1]
-        rows.append(
-            {
-                "run": "bfloat16_fused",
-                "device": device,
-                "data_seed": 10,
-                "init_seed": 1,
-                "init_ulp_nudge": False,
-                "step": s,
-                "eval_loss": loss,
-                "train_loss": loss + 0.1 if s else None,
-                "grad_norm": 0.5 if s else None,
-            }
-        )
     return pl.DataFrame(rows)
 
 

@@ -3,6 +3,7 @@ E_training assets in smoke size."""
 
 import itertools
 import math
+import os
 
 import dagster as dg
 import numpy as np
@@ -10,6 +11,7 @@ import polars as pl
 import pytest
 import torch
 
+from pipeline.experiments.regression.comparators import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
 from pipeline.experiments.training import curves as curve_tables
@@ -336,6 +338,10 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     replicate_seeds = {r["data_seed"] for r in first.values() if r["role"] == "replicate"}
     assert len(replicate_seeds) == len(rules.REPLICATE_ORDERS)  # distinct data orders
     assert len({r["init_seed"] for r in first.values()}) == 1  # one init for every run
+    # every run records its device: a CPU baseline of these curves is compared bit for bit, a GPU one is not
+    device_type = torch.device(os.environ.get("FUSION_DEVICE", "cpu")).type
+    assert {torch.device(d).type for d in curves["device"]} == {device_type}
+    assert (curves_exact_reason(curves, curves, same_inputs=True) is None) == (device_type == "cpu")
     for o in rules.REPLICATE_ORDERS:  # fused and the control train on their eager partner's order
         seeds = {first[f("bfloat16", o)]["data_seed"] for f in (runs.replicate_run, runs.fused_run, runs.control_run)}
         assert len(seeds) == 1

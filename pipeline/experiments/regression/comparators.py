@@ -437,7 +437,9 @@ def _band_of(df: pl.DataFrame) -> tuple[dict[int, float], int]:
 
 
 #: Device types whose training runs are bit-for-bit reproducible from the same seeds (a resumed CPU run
-#: reproduces every float; GPU kernels may reduce in a different order from run to run).
+#: reproduces every float; GPU kernels may reduce in a different order from run to run). Like the other
+#: bit-exact comparators, this holds the environment fixed: another torch, thread count or CPU ISA can
+#: change the bits too, and the provenance rows beside the ERROR name such a change.
 DETERMINISTIC_DEVICES = ("cpu",)
 #: Curve columns compared bit for bit when the inputs are the same on a deterministic device.
 EXACT_CURVE_COLUMNS = ("eval_loss", "train_loss", "grad_norm")
@@ -507,12 +509,13 @@ def exact_curve_rows(exp: str, run: str, base: pl.DataFrame, cur: pl.DataFrame, 
                 exp,
                 f"{run}/{col}/bit_exact",
                 "bit_exact",
-                bmap.get(shown) if shown is not None else None,
-                cmap.get(shown) if shown is not None else None,
+                bmap.get(shown),
+                cmap.get(shown),
                 delta=delta,
                 tol=0.0,
                 tol_source=f"same inputs on a deterministic device ({device}): bit for bit at every eval point "
-                f"({len(differ)} of {len(steps)} points differ{where})",
+                f"({len(differ)} of {len(steps)} points differ{where}; a provenance change of torch, threads or CPU "
+                "also moves bits)",
                 moved=bool(differ),
                 severity="ERROR",
             )

@@ -3,7 +3,7 @@ rank null (:func:`control_rank_test`, a finding) and the rule's simulated error 
 (:func:`rule_error_rates`). The rule's parameters are in :mod:`.rules`.
 
 ``python -m pipeline.experiments.training.judge`` prints the simulated error rates at the declared
-noise levels (seconds, seeded)."""
+noise levels (seeded by :data:`.rules.POWER_SEED`; no run needed)."""
 
 import itertools
 import math

@@ -167,7 +167,11 @@ def e_rule_table(result: str | None = None) -> pl.DataFrame:
             f"every test equivalent (TOST at {1 - CONFIDENCE:g}) and every test of the one-ULP controls too, "
             f">= {MIN_ORDERS} orders, >= {MIN_POINTS} points",
         ),
-        ("inconclusive", "otherwise (too few orders or points, a test neither beyond nor within, or loud controls)"),
+        (
+            "inconclusive",
+            "otherwise (too few orders or points, a test neither beyond nor within, or controls missing or not shown "
+            "within the margin)",
+        ),
         ("finding", "exact rank test of |fused - eager| against |control - eager| (final eval loss) at p <= 0.05"),
     ]
     if result is not None:

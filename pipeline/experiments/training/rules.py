@@ -44,8 +44,10 @@ MIN_POINTS = 4
 #: false alarm; 1 and above: material), as a constant shift and as a drift growing from 0.
 POWER_EFFECTS = (0.0, 0.5, 1.0, 1.5, 2.0)
 #: Paired noise levels simulated besides the run's own: sd of one order's fused - eager statistic, in
-#: margins (the run's own paired noise is far below the margin; these show the rule where it is not).
+#: margins (they show the rule at noise comparable to the margin, whatever a given run measured).
 POWER_NOISE_IN_MARGINS = (0.25, 0.5)
+#: Draws per simulated rate: a rate near :data:`MAX_ERROR_RATE` (0.05) then has a binomial standard
+#: error of sqrt(0.05 * 0.95 / 20000) = 0.0015, at most 0.0035 for any rate.
 POWER_DRAWS = 20_000
 POWER_SEED = 20_240_601
 #: Largest acceptable simulated false-alarm rate ("contradicted" for an effect below the margin) and
@@ -89,8 +91,8 @@ RULE = Rule(
         f"(family-wise confidence {CONFIDENCE:g}; at least {MIN_ORDERS_TO_CONTRADICT} data orders); supported if "
         f"every one is equivalent within +-margin (two one-sided t tests, each at {1 - CONFIDENCE:g}) and so is "
         f"every test of the one-ULP controls, with at least {MIN_ORDERS} data orders and {MIN_POINTS} judged points; "
-        "inconclusive otherwise (too few orders or points, a fused test neither beyond nor within, or controls that "
-        "rounding alone moves by about the margin)"
+        "inconclusive otherwise (too few orders or points, a fused test neither beyond nor within, or one-ULP "
+        "controls missing or not shown within the margin, as when rounding alone moves training by about it)"
     ),
     threshold=f"{MARGINS['eval_loss']:g} nats (losses), {MARGINS['grad_norm']:g} relative (grad norm)",
     unit="nats of loss; grad norm relative to eager",
