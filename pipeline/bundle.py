@@ -319,18 +319,24 @@ def commit_warning(manifest: dict[str, Any]) -> str | None:
     )
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; raises :class:`BundleError` on invalid JSON or another JSON type."""
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise BundleError(f"{path} must hold a JSON object")
+    return value
+
+
 def read_manifest(bundle: Path | str) -> dict[str, Any]:
     """The bundle's manifest after every check an import makes; raises :class:`BundleError`."""
     bundle = Path(bundle)
     path = bundle / MANIFEST
     if not path.is_file():
         raise BundleError(f"{bundle} is not a results bundle: {MANIFEST} is missing")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{path} must hold a JSON object")
+    manifest = _json_object(path)
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(f"bundle schema version {version!r} is not supported (this checkout reads {SCHEMA_VERSION})")
@@ -399,12 +405,7 @@ def read_notes(folder: Path | str) -> dict[str, Any]:
     path = Path(folder) / NOTES
     if not path.is_file():
         return {}
-    try:
-        notes = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(notes, dict):
-        raise BundleError(f"{path} must hold a JSON object")
+    notes = _json_object(path)
     for key, value in notes.items():
         kind = NOTES_FIELDS.get(key)
         if kind is None:
@@ -422,7 +423,10 @@ def read_notes(folder: Path | str) -> dict[str, Any]:
 def import_target(bundle: Path | str, data_dir: Path | str) -> Path:
     """Where an import of ``bundle`` puts its files: ``<data_dir>/devices/<device>/<profile>``
     (after every check :func:`read_manifest` makes)."""
-    manifest = read_manifest(bundle)
+    return _target(read_manifest(bundle), data_dir)
+
+
+def _target(manifest: dict[str, Any], data_dir: Path | str) -> Path:
     return Path(data_dir) / "devices" / device_slug(manifest["provenance"]["device_label"]) / manifest["profile"]
 
 
@@ -450,8 +454,9 @@ def import_bundle(
     warnings: list[str] = []
     if asset_graph is not None:
         unknown = undefined_in(manifest, asset_graph)
-        if any(":" not in name for name in unknown):
-            raise BundleError(f"bundle holds assets/checks this code location does not define: {unknown}")
+        assets = [name for name in unknown if ":" not in name]  # checks are named asset:check
+        if assets:
+            raise BundleError(f"bundle holds assets this code location does not define: {assets}")
         if unknown:
             # Checks renamed or removed since the bundle's source: their evaluations cannot be shown;
             # the assets they judged still can, so those evaluations alone stay out, said in one line.
@@ -462,7 +467,7 @@ def import_bundle(
             warnings.append(
                 f"left out {len(unknown)} check evaluation(s) this code location does not define: {', '.join(unknown)}"
             )
-    target = import_target(bundle, data_dir)
+    target = _target(manifest, data_dir)  # read_manifest hashes every file: once per import
     if target.exists() and not replace:
         raise BundleError(
             f"results of {label!r} for profile {profile!r} were imported before ({target}); "

@@ -60,13 +60,17 @@ def predicted_vec_isa() -> str:
     Inductor's own choice (:func:`probed_vec_isa`) also builds and loads a test program per
     candidate ISA in child processes, seconds per process; every process that imports the pipeline
     keys its cache, whatever device it runs on, so the key uses this prediction. It equals the probed
-    ISA whenever the compiler builds every ISA the CPU has; where it does not, the compiler's version
-    is part of the key as well."""
+    ISA whenever the compiler builds, and the machine loads, every ISA the CPU's flags allow. Where
+    that fails on one machine only (an older assembler, a kernel that does not grant AMX, a load
+    probe that timed out), two machines could share a key but not an ISA: CPU runs, which pay for
+    the probe anyway, hand its answer to :func:`check_predicted_isa`, which moves the cache aside."""
     try:
         from torch._inductor import config
         from torch._inductor import cpu_vec_isa as vi
 
-        if platform.machine() in ("x86_64", "AMD64"):
+        if config.cpp.vec_isa_ok is False:  # TORCHINDUCTOR_VEC_ISA_OK=0: every candidate fails its check
+            candidates = []
+        elif platform.machine() in ("x86_64", "AMD64"):
             flags = vi.x86_isa_checker()
             candidates = [isa for isa in vi.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
         else:  # elsewhere Inductor lists the ISAs from the CPU's features without building
@@ -133,3 +137,26 @@ def use_keyed_cache() -> str:
     if not os.environ.get(CACHE_ENV):
         os.environ[CACHE_ENV] = keyed_cache_dir()
     return os.environ[CACHE_ENV]
+
+
+def check_predicted_isa(probed: str) -> str | None:
+    """The guard on :func:`predicted_vec_isa`: ``probed`` is Inductor's own pick on this machine
+    (:func:`probed_vec_isa`). When it differs from the prediction and Inductor uses the folder keyed
+    by the prediction, another machine with the same key may fill that folder with kernels for the
+    predicted ISA: Inductor is pointed at the folder keyed by the probed ISA instead, for the rest of
+    this process and its children (the folder a machine whose prediction is that ISA uses too). The
+    warning it gives is returned; None when the two agree, the probe failed or the user chose the folder."""
+    predicted = predicted_vec_isa()
+    if probed in (predicted, "unknown"):
+        return None
+    parts = cache_key_parts()
+    if os.environ.get(CACHE_ENV) != keyed_cache_dir(parts):
+        return None
+    os.environ[CACHE_ENV] = keyed_cache_dir({**parts, "inductor_vec_isa": probed})
+    message = (
+        f"Inductor picks the vector ISA {probed!r} here, not {predicted!r} as the CPU's flags predict: "
+        f"compiler cache moved to {os.environ[CACHE_ENV]} (kernels compiled before this point in this "
+        "process went to the predicted folder)"
+    )
+    warnings.warn(message, stacklevel=2)
+    return message

@@ -2,7 +2,7 @@
 
 * ``smoke``: the whole graph in well under a minute (tests);
 * ``default``: the seed document's methods at reduced sizes for a 2-core CPU (minutes);
-* ``gpu``: one GPU in about ten minutes: the seed's shapes, with the counts that cost compiles or
+* ``gpu``: one GPU in about ten minutes (estimated, not yet measured): the seed's shapes, with the counts that cost compiles or
   device time cut (A's fp32 row, the fuzzer, the differential tester, M's architectures, E's steps);
 * ``seed``: the seed document's exact shapes, dtypes and counts (meant for a GPU).
 
@@ -72,7 +72,7 @@ PROFILES: dict[str, Profile] = {
     ),
     "gpu": Profile(
         "gpu",
-        "the seed's shapes with fewer runs, programs and steps: one GPU in about ten minutes",
+        "the seed's shapes with fewer runs, programs and steps: one GPU in about ten minutes (estimated)",
         Budget(
             10 * 60,
             "a first look at every experiment on one H100 or H200 inside a short lease; "

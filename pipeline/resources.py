@@ -105,6 +105,10 @@ class ExperimentSettings(dg.ConfigurableResource):
         # planted backends with torch.compile in every process that runs a step (the harness that
         # scores them registers them itself).
         ensure_registered(self.backend)
+        if self.torch_device().type == "cpu":
+            # Inductor's vector-ISA probe, which a CPU run's provenance needs anyway, before any step
+            # compiles: it checks the ISA the compiler cache was keyed with (:func:`cpu_capability`).
+            cpu_capability()
 
     def torch_device(self) -> torch.device:
         """The run's torch device (``auto`` resolved), resolved once per process."""
@@ -143,6 +147,7 @@ class ExperimentSettings(dg.ConfigurableResource):
             "backend_options": self.backend_options,
             "seed": self.seed,
             **machine_provenance(str(device)),
+            "cpu_threads": torch.get_num_threads(),  # per call: cheap, and a process may change it
         }
 
 
@@ -197,7 +202,7 @@ def settings_problems(profile: str, device: str | None, backend: str, backend_op
 @functools.cache
 def machine_provenance(device: str) -> dict[str, Any]:
     """The part of provenance that describes the machine and the source, once per process and
-    device: hardware name, driver and runtime versions, torch's threads, the CPU and its vector
+    device: hardware name, driver and runtime versions, the CPU and its vector
     instruction sets, and the source commit (:mod:`.source`). Inductor's vector-ISA probe (C++ test
     builds in child processes) runs only for a CPU run: on an accelerator the fused code is not
     Inductor's C++, and ``inductor_vec_isa`` says it was not probed."""
@@ -205,7 +210,6 @@ def machine_provenance(device: str) -> dict[str, Any]:
     return {
         "device_name": device_name(dev),
         **device_versions(dev),
-        "cpu_threads": torch.get_num_threads(),
         **(cpu_capability() if dev.type == "cpu" else cpu_summary(dev.type)),
         **source_provenance(),
     }
@@ -228,12 +232,14 @@ def cpu_capability() -> dict[str, str]:
     and Inductor's generated C++ (``inductor_vec_isa``, probed by building test programs). Fused CPU
     code, and so its results, depend on both (e.g. a vectorized 16-bit transpose that differs from
     the scalar one)."""
-    from .compile_cache import compiler_version, probed_vec_isa
+    from .compile_cache import check_predicted_isa, compiler_version, probed_vec_isa
 
+    isa = probed_vec_isa()
+    check_predicted_isa(isa)  # the compiler cache is keyed by a prediction of it
     return {
         "cpu_model": cpu_model(),
         "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
-        "inductor_vec_isa": probed_vec_isa(),
+        "inductor_vec_isa": isa,
         "cxx": compiler_version(),  # the C++ compiler Inductor builds fused CPU code with
     }
 

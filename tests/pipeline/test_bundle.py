@@ -267,3 +267,34 @@ def test_an_import_never_stands_in_for_local_results_unless_asked(bundle, tmp_pa
         assert prov["device_label"] == REMOTE and "toolkit_selfcheck" in origin
         prov, _ = recorded_provenance(instance, "toolkit_selfcheck", stored)
         assert prov["device_label"] != REMOTE
+
+
+def test_evaluations_of_checks_no_longer_defined_are_left_out_by_name(bundle, tmp_path, monkeypatch, capsys):
+    """A check renamed since the bundle's source: the import keeps the assets and the other evaluations,
+    leaves that one out and names it, in the result and on the CLI's stderr; an unknown asset is refused."""
+    from pipeline import cli
+
+    manifest_path = bundle / "bundle.json"
+    manifest = json.loads(manifest_path.read_text())
+    total = len(manifest["checks"])
+    renamed = manifest["checks"][0]
+    renamed["name"] = "check_renamed_since"
+    gone = f"{renamed['asset']}:check_renamed_since"
+    manifest_path.write_text(json.dumps(manifest))
+    with dg.DagsterInstance.ephemeral() as instance:
+        done = import_bundle(instance, bundle, tmp_path / "data", defs.resolve_asset_graph())
+        assert done.checks == total - 1 and done.assets == len(manifest["assets"])
+        assert [w for w in done.warnings if gone in w] == [
+            f"left out 1 check evaluation(s) this code location does not define: {gone}"
+        ]
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    assert cli.main(["import-bundle", str(bundle), "--data-dir", str(tmp_path / "cli_data")]) == 0
+    err = capsys.readouterr().err
+    assert f"import-bundle: warning: left out 1 check evaluation(s) this code location does not define: {gone}" in err
+    # an asset it does not define is refused, nothing written
+    judged = {c["asset"] for c in manifest["checks"]}
+    next(r for r in manifest["assets"] if r["asset"] not in judged)["asset"] = "gone_table"
+    manifest_path.write_text(json.dumps(manifest))
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(BundleError, match=r"assets .* \['gone_table'\]"):
+        import_bundle(instance, bundle, tmp_path / "data2", defs.resolve_asset_graph())
+    assert not (tmp_path / "data2").exists()

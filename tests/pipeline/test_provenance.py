@@ -189,3 +189,52 @@ def test_the_cache_key_predicts_the_isa_without_building(monkeypatch):
 def test_the_predicted_isa_is_the_one_inductor_probes_here():
     # So the cache folders keyed before the prediction replaced the probe keep their names.
     assert compile_cache.predicted_vec_isa() == compile_cache.probed_vec_isa()
+
+
+def test_vec_isa_ok_off_is_predicted_as_no_vector_isa(monkeypatch):
+    # TORCHINDUCTOR_VEC_ISA_OK=0 makes Inductor's probe fail every ISA: the key must say so too.
+    monkeypatch.setattr("torch._inductor.config.cpp.vec_isa_ok", False)
+    compile_cache.predicted_vec_isa.cache_clear()
+    try:
+        assert compile_cache.predicted_vec_isa() == "INVALID_VEC_ISA"
+    finally:
+        compile_cache.predicted_vec_isa.cache_clear()
+
+
+def test_a_probe_that_disagrees_with_the_prediction_moves_the_cache(monkeypatch):
+    """Where a candidate ISA fails to build or load on one machine only, its key (from the CPU's flags)
+    could match a machine where it works: the probe of a CPU run moves the cache to the probed ISA's key."""
+    monkeypatch.setattr(compile_cache, "predicted_vec_isa", lambda: "avx512")
+    parts = compile_cache.cache_key_parts()
+    predicted_dir = compile_cache.keyed_cache_dir(parts)
+    monkeypatch.setenv(compile_cache.CACHE_ENV, predicted_dir)
+    assert compile_cache.check_predicted_isa("avx512") is None and os.environ[compile_cache.CACHE_ENV] == predicted_dir
+    assert compile_cache.check_predicted_isa("unknown") is None and os.environ[compile_cache.CACHE_ENV] == predicted_dir
+    with pytest.warns(UserWarning, match="'avx2' here, not 'avx512'"):
+        assert compile_cache.check_predicted_isa("avx2") is not None
+    moved = os.environ[compile_cache.CACHE_ENV]
+    assert moved == compile_cache.keyed_cache_dir({**parts, "inductor_vec_isa": "avx2"}) != predicted_dir
+    # a folder the user chose is theirs
+    monkeypatch.setenv(compile_cache.CACHE_ENV, "/somewhere/mine")
+    assert (
+        compile_cache.check_predicted_isa("avx2") is None and os.environ[compile_cache.CACHE_ENV] == "/somewhere/mine"
+    )
+
+
+def test_the_cpu_provenance_probe_checks_the_prediction(monkeypatch):
+    seen = []
+    monkeypatch.setattr(compile_cache, "probed_vec_isa", lambda: "probed-isa")
+    monkeypatch.setattr(compile_cache, "check_predicted_isa", seen.append)
+    resources.cpu_capability.cache_clear()
+    try:
+        assert resources.cpu_capability()["inductor_vec_isa"] == "probed-isa" and seen == ["probed-isa"]
+    finally:
+        resources.cpu_capability.cache_clear()
+
+
+def test_cpu_threads_are_read_per_call(monkeypatch, fresh_machine_provenance):
+    settings = ExperimentSettings(profile="smoke", device="cpu")
+    monkeypatch.setattr(resources, "cpu_capability", lambda: {"inductor_vec_isa": "probed"})
+    first = settings.provenance()["cpu_threads"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: first + 1)
+    assert settings.provenance()["cpu_threads"] == first + 1
