@@ -49,12 +49,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-# The stack of active function modes has no public accessors; these are the ones torch.overrides uses.
-from torch._C import _len_torch_function_stack, _pop_torch_function_stack, _push_on_torch_function_stack
 from torch.overrides import TorchFunctionMode
 
+# The stack of active function modes has no public accessors; these private ones are what
+# torch.overrides itself uses. A torch release without them still imports this module (and
+# precisionkit): counting works, and only stepping a counter aside (suspended) refuses, with the reason.
+try:
+    from torch._C import _len_torch_function_stack, _pop_torch_function_stack, _push_on_torch_function_stack
+
+    _STACK_API = True
+except ImportError:  # pragma: no cover - depends on the torch release
+    _STACK_API = False
+
 __all__ = ["HostRead", "HostTraffic", "suspended"]
+
+#: Counters entered and not yet left (in any thread): :func:`suspended` costs nothing while it is 0.
+_active_counters = 0
 
 _T = torch.Tensor
 
@@ -166,6 +176,17 @@ class HostTraffic(TorchFunctionMode):
             size[r.op] += r.bytes
         return {op: (calls[op], size[op]) for op in calls}
 
+    def __enter__(self) -> HostTraffic:
+        global _active_counters
+        super().__enter__()
+        _active_counters += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active_counters
+        _active_counters -= 1
+        super().__exit__(*exc)
+
     def reset(self) -> None:
         """Forget the reads recorded so far."""
         self.reads.clear()
@@ -228,11 +249,18 @@ def suspended() -> Iterator[None]:
     """Step every active :class:`HostTraffic` aside for the block (other function modes stay).
 
     Dynamo guards on the stack of active function modes, so a compiled function called under a
-    counter would recompile; call it in this block instead. Costs nothing when no mode is active.
+    counter would recompile; call it in this block instead. Costs nothing when no counter is active.
+    Raises :class:`RuntimeError` under a counter when this torch release lacks the private mode-stack
+    functions it needs (see the imports).
     """
-    if _len_torch_function_stack() == 0:
+    if _active_counters == 0:
         yield
         return
+    if not _STACK_API:
+        raise RuntimeError(
+            f"HostTraffic cannot step aside on torch {torch.__version__}: torch._C lacks "
+            "_len_torch_function_stack, _pop_torch_function_stack or _push_on_torch_function_stack"
+        )
     stack = [_pop_torch_function_stack() for _ in range(_len_torch_function_stack())]
     stack.reverse()  # bottom first
     try:

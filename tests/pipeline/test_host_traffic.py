@@ -1,7 +1,8 @@
 """Host-traffic budgets: what an experiment's run loop reads back from the device per run.
 
 On a GPU a read-back of a full output per run costs far more than the run itself (A's seed-size
-output is 512 MiB; copying and hashing it took 1.6 s against a few ms of device work). The budgets
+fp16 output is 512 MiB; the H200 run of 2026-11-27 spent about 1.6 s per run copying and hashing it,
+where the run's 2.2 TFLOP take a few ms at the datasheet peak, an estimate). The budgets
 here are counted with :class:`precisionkit.HostTraffic`; on a CPU it counts the reads that would be
 transfers on an accelerator, so the same numbers hold on CPU CI and on a GPU.
 """

@@ -170,3 +170,16 @@ def test_on_cuda_only_device_tensors_count():
         x.to("cuda")  # stays on the device
     assert t.by_op() == {"cpu": (1, 96), "item": (1, 4), "equal": (1, 1), "copy_": (1, 96)}
     assert all(not r.emulated and r.device.startswith("cuda") for r in t.reads)
+
+
+def test_suspended_without_torchs_private_mode_stack(monkeypatch):
+    """On a torch release without the private mode-stack functions, a compiled call outside any counter
+    still runs and a counter that would have to step aside says why instead of miscounting."""
+    from precisionkit import hosttraffic
+
+    monkeypatch.setattr(hosttraffic, "_STACK_API", False)
+    with suspended():  # no counter active: nothing to step aside
+        pass
+    with HostTraffic() as t, pytest.raises(RuntimeError, match="cannot step aside on torch"), suspended():
+        pass
+    assert t.count == 0 and hosttraffic._active_counters == 0

@@ -29,8 +29,9 @@ SIZES = {
     # 100 runs per dtype: each fp16/bf16 run of the FFN costs about 0.25 s where 16-bit matmul has no native
     # instructions, and a nondeterministic kernel shows within a few runs (the planted one on every call).
     "default": DeterminismSizes(runs=100, cold_start=True),
-    # A GPU run within about ten minutes: the 16-bit rows at the seed's 1000 runs (each run is a few ms of
-    # device work, compared with the first output on the device), the fp32 extra row at 100.
+    # A GPU run within about ten minutes (estimated by benchmarks/gpu_budget.py, not timed): the 16-bit rows
+    # at the seed's 1000 runs (each 2.2 TFLOP, a few ms at the datasheet peak, compared with the first output
+    # on the device), the fp32 extra row at 100.
     "gpu": DeterminismSizes(runs=1000, cold_start=True, fp32_runs=100),
     "seed": DeterminismSizes(runs=1000, cold_start=True),
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...resources import REPO_ROOT, ExperimentSettings
-from .matrix_runs import HEALTHY_BACKEND, MATRIX_PROFILE, MatrixRun, PlannedRun, run_experiments
+from .matrix_runs import HEALTHY_BACKEND, MATRIX_DEVICE, MATRIX_PROFILE, MatrixRun, PlannedRun, run_experiments
 
 
 def parallel_runs_here(requested: int) -> int:
@@ -142,7 +142,7 @@ def run_plan(
     errors: list[BaseException] = []
     plain = {
         "profile": MATRIX_PROFILE,
-        "device": like.device,
+        "device": MATRIX_DEVICE,
         "backend": HEALTHY_BACKEND,
         "backend_options": like.backend_options,
         "seed": like.seed,
