@@ -191,14 +191,19 @@ def test_the_predicted_isa_is_the_one_inductor_probes_here():
     assert compile_cache.predicted_vec_isa() == compile_cache.probed_vec_isa()
 
 
-def test_vec_isa_ok_off_is_predicted_as_no_vector_isa(monkeypatch):
-    # TORCHINDUCTOR_VEC_ISA_OK=0 makes Inductor's probe fail every ISA: the key must say so too.
-    monkeypatch.setattr("torch._inductor.config.cpp.vec_isa_ok", False)
+def test_vec_isa_ok_off_is_predicted_as_no_vector_isa():
+    # TORCHINDUCTOR_VEC_ISA_OK=0 makes Inductor's probe fail every ISA: the key must say so too. Inductor's
+    # own config.patch sets and restores the option (a plain monkeypatch deletes it on undo, which hides the
+    # option from every later compile in the process).
+    from torch._inductor import config
+
     compile_cache.predicted_vec_isa.cache_clear()
     try:
-        assert compile_cache.predicted_vec_isa() == "INVALID_VEC_ISA"
+        with config.patch({"cpp.vec_isa_ok": False}):
+            assert compile_cache.predicted_vec_isa() == "INVALID_VEC_ISA"
     finally:
         compile_cache.predicted_vec_isa.cache_clear()
+    assert config.cpp.vec_isa_ok is None and compile_cache.predicted_vec_isa() != "INVALID_VEC_ISA"
 
 
 def test_a_probe_that_disagrees_with_the_prediction_moves_the_cache(monkeypatch):
