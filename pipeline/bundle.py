@@ -28,7 +28,15 @@ from typing import Any
 
 import dagster as dg
 
-from .runs import IMPORTED_FROM, device_of, evaluation_in_run, materializations, provenance
+from .runs import (
+    IMPORTED_FROM,
+    device_of,
+    evaluation_in_run,
+    matches,
+    profile_of,
+    provenance,
+    records,
+)
 from .storage import file_sha256
 
 SCHEMA_VERSION = 1
@@ -263,11 +271,8 @@ def _latest_for_profile(
 ) -> tuple[dg.EventLogEntry, dg.AssetMaterialization] | None:
     """The latest materialization event of ``key`` made with ``profile`` (and ``device``, if
     given; only those made here, not imported, with ``local_only``), with its materialization."""
-    for record, mat, meta in materializations(instance, key, limit):
-        if local_only and IMPORTED_FROM in meta:
-            continue
-        if meta.get("provenance.profile") == profile and (device is None or device_of(meta) == device):
-            return record.event_log_entry, mat
+    for record, mat, _ in records(instance, key, profile, device, "local" if local_only else "any", limit):
+        return record.event_log_entry, mat
     return None
 
 
@@ -275,9 +280,10 @@ def imported_results(instance: dg.DagsterInstance, asset_graph: Any, limit: int 
     """(device label, profile) of every imported bundle in ``instance``, sorted."""
     found: set[tuple[str, str]] = set()
     for key in asset_graph.get_all_asset_keys():
-        for _, _, meta in materializations(instance, key, limit):
-            if IMPORTED_FROM in meta and meta.get("provenance.profile"):
-                found.add((device_of(meta), str(meta["provenance.profile"])))
+        for _, _, meta in records(instance, key, origin="imported", limit=limit):
+            profile = profile_of(meta)
+            if profile:
+                found.add((device_of(meta), profile))
     return sorted(found)
 
 
@@ -285,9 +291,7 @@ def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: st
     """Device labels of every imported bundle with materializations of ``profile`` in ``instance``."""
     labels: set[str] = set()
     for key in asset_graph.get_all_asset_keys():
-        for _, _, meta in materializations(instance, key, limit):
-            if IMPORTED_FROM in meta and meta.get("provenance.profile") == profile:
-                labels.add(device_of(meta))
+        labels.update(device_of(meta) for _, _, meta in records(instance, key, profile, origin="imported", limit=limit))
     return sorted(labels)
 
 
@@ -371,10 +375,10 @@ def read_manifest(bundle: Path | str) -> dict[str, Any]:
     label = prov["device_label"]
     for record in manifest["assets"]:
         meta = {k: e.get("value") for k, e in record.get("metadata", {}).items()}
-        if meta.get("provenance.profile") != manifest["profile"] or device_of(meta) != label:
+        if not matches(meta, manifest["profile"], label):
             raise BundleError(
                 f"asset {record.get('asset')!r} was materialized with profile "
-                f"{meta.get('provenance.profile')!r} on {device_of(meta)!r}, not the bundle's "
+                f"{profile_of(meta)!r} on {device_of(meta)!r}, not the bundle's "
                 f"{manifest['profile']!r} on {label!r}"
             )
     root = bundle.resolve()

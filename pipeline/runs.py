@@ -10,7 +10,7 @@ through this module.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -39,6 +39,30 @@ def is_imported(metadata: Mapping[str, Any]) -> bool:
     return IMPORTED_FROM in metadata
 
 
+def profile_of(metadata: Mapping[str, Any]) -> str | None:
+    """The profile a materialization's plain metadata names (None when it names none)."""
+    value = metadata.get(PROVENANCE + "profile")
+    return None if value is None else str(value)
+
+
+#: Which records a query takes: made on this machine, imported from a results bundle, or either.
+Origin = Literal["local", "imported", "any"]
+
+
+def matches(
+    metadata: Mapping[str, Any], profile: str | None = None, device: str | None = None, origin: Origin = "any"
+) -> bool:
+    """Whether plain ``metadata`` is a record of ``profile`` on ``device`` (a device label, as
+    :func:`device_of` reads it) of ``origin``; ``None`` takes every profile or device."""
+    if origin not in ("local", "imported", "any"):
+        raise ValueError(f"origin must be 'local', 'imported' or 'any', got {origin!r}")
+    if origin != "any" and is_imported(metadata) != (origin == "imported"):
+        return False
+    if profile is not None and profile_of(metadata) != profile:
+        return False
+    return device is None or device_of(metadata) == device
+
+
 def materializations(
     instance: dg.DagsterInstance, key: dg.AssetKey, limit: int = 50
 ) -> Iterator[tuple[dg.EventLogRecord, dg.AssetMaterialization, dict[str, Any]]]:
@@ -48,6 +72,21 @@ def materializations(
         mat = record.asset_materialization
         if mat is not None:
             yield record, mat, plain(mat.metadata)
+
+
+def records(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    profile: str | None = None,
+    device: str | None = None,
+    origin: Origin = "any",
+    limit: int = 50,
+) -> Iterator[tuple[dg.EventLogRecord, dg.AssetMaterialization, dict[str, Any]]]:
+    """The records of this profile and device: among the newest ``limit`` materializations of ``key``,
+    newest first, those :func:`matches` takes, each with its plain metadata."""
+    for record, mat, meta in materializations(instance, key, limit):
+        if matches(meta, profile, device, origin):
+            yield record, mat, meta
 
 
 def evaluation_in_run(

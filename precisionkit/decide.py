@@ -5,19 +5,21 @@ errors ``fused[i]`` and ``eager[i]`` (e.g. each set's worst error against fp64) 
 assuming any distribution.
 
 * :func:`sign_test`: exact one-sided binomial test that ``d_i = x_i - y_i`` is positive more
-  often than negative (ties dropped).
+  often than negative (ties dropped); :func:`sign_test_counts` is the same test from the counts.
 * :func:`paired_quantile_test`: bootstrap (sets resampled with replacement, pairs kept together)
   of ``Q_q(x) - Q_q(y)``, the difference of the q-quantiles across sets, with a one-sided
   confidence interval and the p-value of "the difference is at most ``margin``".
 * :func:`binomial_tail`: P(K >= k) for K ~ Binomial(n, p), exact and stable for tiny ``p`` (a count of
   rare events against the rate a model allows).
+* :func:`poisson_two_sided`: twice the smaller Poisson tail of an observed count against its
+  expected value (a count of rare events far above or below a model's prediction).
 * :func:`holm`: Holm–Bonferroni step-down adjustment, so a family of rows judged at once keeps
   its family-wise error rate at ``alpha``.
 * :func:`paired_margin_test`: for a few paired runs (training curves under several data orders),
   the t-based equivalence test (TOST) of "the mean difference lies within +-margin" and the test of
   "it lies beyond the margin"; :func:`student_t_sf` and :func:`student_t_quantile` underneath.
 
-Percentiles use numpy's default linear interpolation, as :mod:`precisionkit.stats` does.
+Percentiles use numpy's default linear interpolation, as :func:`precisionkit.stats.error_stats` does.
 """
 
 from __future__ import annotations
@@ -67,10 +69,25 @@ def sign_test(x: Any, y: Any, margin: float = 0.0) -> SignTest:
     a, b = _paired(x, y)
     d = a - b - margin
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    n = pos + neg
+    return sign_test_counts(pos, neg, int(d.size) - pos - neg)
+
+
+def sign_test_counts(positive: int, negative: int, ties: int = 0) -> SignTest:
+    """The exact one-sided sign test of :func:`sign_test` from its counts: ``positive`` pairs one way,
+    ``negative`` the other, ``ties`` dropped. The p-value is P(K >= positive), K ~ Binomial(positive +
+    negative, 1/2), and 1 when every pair is tied.
+
+    >>> r = sign_test_counts(9, 1)
+    >>> r.positive, r.negative, round(r.p_value, 6), sign_test_counts(0, 0, ties=4).p_value
+    (9, 1, 0.010742, 1.0)
+    """
+    for name, count in (("positive", positive), ("negative", negative), ("ties", ties)):
+        if count < 0 or int(count) != count:
+            raise ValueError(f"sign_test_counts: {name} must be a count (a non-negative integer), got {count}")
+    n = int(positive) + int(negative)
     # Integer numerator and 2**n: exact at any n (a float 2.0**n raises OverflowError past n = 1023).
-    p = sum(math.comb(n, k) for k in range(pos, n + 1)) / 2**n if n else 1.0
-    return SignTest(pos, neg, int(d.size - n), float(p))
+    p = sum(math.comb(n, k) for k in range(int(positive), n + 1)) / 2**n if n else 1.0
+    return SignTest(int(positive), int(negative), int(ties), float(p))
 
 
 @dataclass(frozen=True)
@@ -197,6 +214,30 @@ def binomial_tail(k: int, n: int, p: float) -> float:
     ]
     top = max(terms)
     return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def poisson_two_sided(observed: int, expected: float) -> float:
+    """Twice the smaller tail of Poisson(``expected``) at ``observed``, capped at 1: the p-value of a count
+    far above or far below its prediction. A sum of independent Bernoulli counts has a variance at most its
+    mean, so the Poisson tails are the wider and the test is conservative for such counts. An ``expected``
+    of 0 admits only a count of 0.
+
+    >>> round(poisson_two_sided(0, 5.0), 4), round(poisson_two_sided(5, 5.0), 4), poisson_two_sided(0, 0.0)
+    (0.0135, 1.0, 1.0)
+    """
+    if observed < 0 or int(observed) != observed:
+        raise ValueError(f"observed must be a count (a non-negative integer), got {observed}")
+    if not expected >= 0 or math.isinf(expected):
+        raise ValueError(f"expected must be finite and non-negative, got {expected}")
+    if expected == 0:
+        return 1.0 if observed == 0 else 0.0
+
+    def pmf(k: int) -> float:
+        return math.exp(k * math.log(expected) - expected - math.lgamma(k + 1))
+
+    lower = sum(pmf(k) for k in range(observed + 1))
+    upper = 1.0 - sum(pmf(k) for k in range(observed))
+    return min(1.0, 2.0 * min(lower, max(upper, 0.0)))
 
 
 def holm(p_values: Any, alpha: float) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from pydantic import Field
 from ..bundle import device_slug, imported_results, read_notes
 from ..experiments import EXPERIMENTS, experiment
 from ..resources import ExperimentSettings
-from ..runs import device_of, is_imported, materializations
+from ..runs import records
 from ..storage import DataFolder
 from ..timing import markdown_section, site_table
 from ..verdicts import ExperimentOutcome
@@ -75,9 +75,8 @@ def device_reports(
 
 def _any_imported(instance: dg.DagsterInstance, graph: Any, profile: str, label: str) -> Any:
     for key in graph.get_all_asset_keys():
-        for _, _, meta in materializations(instance, key, limit=20):
-            if is_imported(meta) and meta.get("provenance.profile") == profile and device_of(meta) == label:
-                yield meta
+        for _, _, meta in records(instance, key, profile, label, origin="imported", limit=20):
+            yield meta
 
 
 def build_report_asset(

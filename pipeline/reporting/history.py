@@ -15,7 +15,7 @@ import dagster as dg
 import polars as pl
 
 from ..experiments import EXPERIMENTS
-from ..runs import device_of, is_imported, materializations, plain
+from ..runs import plain, records
 from ..verdicts import CLAIM
 from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
@@ -49,11 +49,8 @@ def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
 def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, str, dict[str, Any]]]:
     """(timestamp, run id, metadata) of this report's materializations of ``key``, oldest first."""
     out = []
-    for r, _, meta in materializations(report.instance, key, limit=HISTORY_POINTS * 2):
-        if is_imported(meta) or meta.get("provenance.profile") != report.profile:
-            continue
-        if report.device_label is not None and device_of(meta) != report.device_label:
-            continue
+    found = records(report.instance, key, report.profile, report.device_label, "local", HISTORY_POINTS * 2)
+    for r, _, meta in found:
         out.append((r.event_log_entry.timestamp, r.event_log_entry.run_id, meta))
     return sorted(out, key=lambda x: x[0])
 

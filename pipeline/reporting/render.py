@@ -169,7 +169,7 @@ class Report:
             event = self._latest_materialization(key)
             if event is not None and event.asset_materialization is not None:
                 meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
-                if meta.get("provenance.profile") == self.profile:
+                if runs.matches(meta, self.profile):
                     record.materialized = True
                     record.timestamp = dt.datetime.fromtimestamp(event.timestamp, dt.UTC)
                     record.metadata = meta
@@ -208,13 +208,10 @@ class Report:
         with its profile and device. Local check evaluations carry neither (they follow the local
         run); imported ones carry both."""
         meta = runs.plain(metadata)
-        if runs.is_imported(meta) != self.imported:
-            return False
+        origin: runs.Origin = "imported" if self.imported else "local"
         if is_check and not self.imported:
-            return True
-        if meta.get("provenance.profile") != self.profile:
-            return False
-        return self.device_label is None or runs.device_of(meta) == self.device_label
+            return runs.matches(meta, origin=origin)
+        return runs.matches(meta, self.profile, self.device_label, origin)
 
     def _latest_materialization(self, key: dg.AssetKey) -> Any:
         """The latest materialization of ``key`` by this report's device, or the latest of all

@@ -108,6 +108,8 @@ def _summary(rows):
         "outputs_equal_round1": "yes",
         "max_ulp_vs_round1": 0,
         "kernel_hash_equal_across_cold_start": "reference (H_k0)",
+        "artifact_hash_equal_across_cold_start": "reference (H_k0)",
+        "difference_source": "none",
         "kernel_count": 2,
         "graph_breaks": 0,
         "recompiles": 0,
@@ -117,7 +119,11 @@ def _summary(rows):
 
 def test_claim_rules_on_synthetic_summaries():
     # Rules, not measurements: the verdict each table implies on any device.
-    cold = {"round": "round2_cold", "kernel_hash_equal_across_cold_start": "yes"}
+    cold = {
+        "round": "round2_cold",
+        "kernel_hash_equal_across_cold_start": "yes",
+        "artifact_hash_equal_across_cold_start": "yes",
+    }
     good = _summary([{}, cold])
     for check in (checks.one_output_hash_per_round, checks.zero_ulp_within_round):
         assert _v(check(good), "verdict") == SUPPORTED
@@ -134,6 +140,11 @@ def test_claim_rules_on_synthetic_summaries():
         _summary([{}, {**cold, "kernel_hash_equal_across_cold_start": "no"}])
     )
     assert _v(code_moved, "verdict") == CONTRADICTED
+    binary_moved = checks.cold_start_reproduces_round1(
+        _summary([{}, {**cold, "artifact_hash_equal_across_cold_start": "no"}])
+    )
+    assert _v(binary_moved, "verdict") == CONTRADICTED
+    assert _v(binary_moved, "artifact_hash_differs") == "float16/round2_cold"
     assert _v(checks.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
 
     # Another thread count changing the bits is a finding (WARN), never a contradiction.

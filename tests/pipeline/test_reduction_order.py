@@ -135,15 +135,6 @@ def test_bound_rule_arithmetic():
     assert c2_checks.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
 
 
-def test_sign_test():
-    assert c2_checks.sign_test_p(0, 0) == 1.0
-    assert c2_checks.sign_test_p(9, 0) == pytest.approx(1 / 512)
-    assert c2_checks.sign_test_p(2, 0) == 0.25 and c2_checks.sign_test_p(0, 3) == 1.0
-    assert c2_checks.sign_test_p(5, 5) == pytest.approx(
-        sum(__import__("math").comb(10, k) for k in range(5, 11)) / 1024
-    )
-
-
 def test_smoke_materialization(smoke_resources, tmp_path):
     result = dg.materialize(ASSETS, resources=smoke_resources)
     assert result.success

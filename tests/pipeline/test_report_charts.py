@@ -59,7 +59,7 @@ def test_c2_worst_row_counts_nan_margin_as_largest_and_formulas_drop_the_tile_si
     ]
 
 
-def test_a_summary_table_keeps_present_hash_columns_cut_to_16_digits():
+def test_a_summary_table_cuts_the_hash_columns_to_16_digits():
     summary = pl.DataFrame(
         {
             "dtype": ["float16"],
@@ -70,6 +70,8 @@ def test_a_summary_table_keeps_present_hash_columns_cut_to_16_digits():
             "max_ulp_diff_across_runs": [0],
             "code_sha256": ["0123456789abcdef" * 4],
             "kernel_hash_equal_across_cold_start": ["yes"],
+            "artifact_sha256": ["fedcba9876543210" * 4],
+            "artifact_hash_equal_across_cold_start": ["reference (H_k0)"],
             "outputs_equal_round1": ["yes"],
             "ms_per_run": [1.5],
             "kernel_count": [2],
@@ -77,8 +79,10 @@ def test_a_summary_table_keeps_present_hash_columns_cut_to_16_digits():
         }
     )
     table = a_report.a_summary_table(summary)
-    assert "artifact_sha256" not in table.columns
+    assert "ms_per_run" not in table.columns
     assert table["code_sha256"].item() == "0123456789abcdef"
+    assert table["artifact_sha256"].item() == "fedcba9876543210"
+    assert table["artifact_hash_equal_across_cold_start"].item() == "reference (H_k0)"
     spec = a_report.a_hashes_chart(summary).to_dict()
     assert [(r["outcome"], r["label"]) for r in _values(spec)] == [("1 hash, equal to round 1", "5 runs / 1 hash")]
 

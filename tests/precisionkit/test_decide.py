@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from precisionkit import decide
-from precisionkit.decide import holm, paired_quantile_test, sign_test
+from precisionkit.decide import holm, paired_quantile_test, poisson_two_sided, sign_test, sign_test_counts
 
 
 def test_sign_test_exact_binomial_tail():
@@ -15,6 +15,31 @@ def test_sign_test_exact_binomial_tail():
     # The margin shifts what counts as positive.
     assert sign_test([3.0, 1.5], [1.0, 1.0], margin=1.0).positive == 1
     assert sign_test([1.0], [1.0]).p_value == 1.0  # only ties
+
+
+def test_sign_test_counts_equals_the_test_on_pairs():
+    assert sign_test_counts(0, 0).p_value == 1.0
+    assert sign_test_counts(9, 0).p_value == 1 / 512
+    assert sign_test_counts(2, 0).p_value == 0.25 and sign_test_counts(0, 3).p_value == 1.0
+    assert sign_test_counts(5, 5).p_value == sum(math.comb(10, k) for k in range(5, 11)) / 1024
+    # the same counts from pairs give the same result, ties included
+    assert sign_test_counts(8, 2, ties=1) == sign_test([2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 1], [1] * 11)
+    # exact past the range of a float 2**n
+    assert sign_test_counts(1100, 0).p_value == 2.0**-1100
+    with pytest.raises(ValueError, match="negative must be a count"):
+        sign_test_counts(3, -1)
+
+
+def test_poisson_two_sided_tails():
+    # observed 0 of expected 5: lower tail e^-5, doubled
+    assert poisson_two_sided(0, 5.0) == pytest.approx(2 * math.exp(-5.0), rel=1e-12)
+    # observed 12 of expected 5: upper tail 1 - P(K <= 11), doubled
+    upper = 1.0 - sum(math.exp(-5.0) * 5.0**k / math.factorial(k) for k in range(12))
+    assert poisson_two_sided(12, 5.0) == pytest.approx(2 * upper, rel=1e-9)
+    assert poisson_two_sided(5, 5.0) == 1.0  # both tails exceed one half: capped
+    assert poisson_two_sided(0, 0.0) == 1.0 and poisson_two_sided(1, 0.0) == 0.0
+    with pytest.raises(ValueError, match="expected must be finite"):
+        poisson_two_sided(1, -1.0)
 
 
 def test_paired_quantile_test_is_deterministic_and_pairs_sets():

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+import precisionkit._order_stats as order_stats
 import precisionkit.stats as stats_module
 from precisionkit import _native, error_stats, round_to_dtype
+from precisionkit._tensors import FORMAT
 from precisionkit.stats import STAT_KEYS
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
@@ -150,7 +152,7 @@ def test_percentiles_match_numpy_linear_interpolation():
 
 def test_percentile_helper_exact_order_statistics():
     values = np.array([5.0, 1.0, 4.0, 2.0, 3.0])
-    assert stats_module._exact_percentiles(values.copy(), (0.0, 25.0, 50.0, 62.5, 100.0)) == [
+    assert order_stats._exact_percentiles(values.copy(), (0.0, 25.0, 50.0, 62.5, 100.0)) == [
         1.0,
         2.0,
         3.0,
@@ -351,7 +353,7 @@ def test_percentiles_exact_when_bins_hold_many_equal_values(monkeypatch, collect
     """Mostly exact zeros plus a few repeated values: the wanted ranks sit in bins far larger than
     the collection limit, so selection narrows by further passes down to single values."""
     monkeypatch.setattr(stats_module, "_CPU_CHUNK", 64)
-    monkeypatch.setattr(stats_module, "_COLLECT", collect)
+    monkeypatch.setattr(order_stats, "_COLLECT", collect)
     rng = np.random.default_rng(21)
     ref = rng.standard_normal(5000)
     a = ref.astype(np.float32).astype(np.float64)
@@ -419,7 +421,7 @@ def test_windows_wrong_windows_and_radix_passes_give_identical_statistics(monkey
     missed = error_stats(a, ref)
     monkeypatch.setattr(stats_module, "_sample_errors", real_sample)
     real_plan = stats_module._plan_windows
-    tiny: list[stats_module._Window] = []
+    tiny: list[order_stats._Window] = []
 
     def tiny_buffers(sample, n):  # the windows hit, but their buffers fill up after 100 errors
         windows = real_plan(sample, n)
@@ -433,7 +435,7 @@ def test_windows_wrong_windows_and_radix_passes_give_identical_statistics(monkey
     overflowed = error_stats(a, ref)
     assert any(w.buffer is None for w in tiny)  # the overflow path ran
     monkeypatch.setattr(stats_module, "_plan_windows", real_plan)
-    monkeypatch.setattr(stats_module, "_WINDOW_CAP", 0)
+    monkeypatch.setattr(order_stats, "_WINDOW_CAP", 0)
     radix = error_stats(a, ref)
     assert hit == missed == overflowed == radix
     finite = torch.isfinite(a.double()) & torch.isfinite(ref)
@@ -454,7 +456,7 @@ def test_windows_answer_in_one_pass(monkeypatch, first_pass):
     first = 0 if first_pass == "native" else a.numel() // 4096
     assert len(calls) == first
     calls.clear()
-    monkeypatch.setattr(stats_module, "_WINDOW_CAP", 0)
+    monkeypatch.setattr(order_stats, "_WINDOW_CAP", 0)
     error_stats(a, ref)
     assert len(calls) == first + a.numel() // 4096  # the radix pass computes every chunk again
 
@@ -464,7 +466,7 @@ def test_exact_fraction_at_ties_binade_edges_and_subnormals(dtype):
     """Exactness is read from the ULP error (below one half, or a tie won by the even neighbour):
     it agrees with rounding the reference correctly, on midpoints, just below powers of two,
     subnormals, zeros and the largest finite value."""
-    _, mantissa, emin = stats_module.FORMAT[dtype]
+    _, mantissa, emin = FORMAT[dtype]
     gen = torch.Generator().manual_seed(5)
     base = torch.randn(4000, generator=gen, dtype=F64).to(dtype).to(F64)
     step = torch.ldexp(torch.ones_like(base), torch.floor(torch.log2(base.abs())) - mantissa)

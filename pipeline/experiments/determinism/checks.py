@@ -6,6 +6,9 @@ validity and the thread-count finding.
 import dagster as dg
 import polars as pl
 
+from precisionkit.evidence import GRAPH_BREAK, NO_KERNEL, RECOMPILE
+
+from ...fusion_checks import unfused_rows
 from ...resources import ExperimentSettings
 from ...scalars import as_int
 from ...verdicts import (
@@ -82,8 +85,6 @@ def _rows(frame: pl.DataFrame) -> str:
 
 def _measured(frame: pl.DataFrame) -> str:
     """The measured source of every difference in ``frame``'s rows (``difference_source``)."""
-    if "difference_source" not in frame.columns:
-        return "not measured (no difference_source column)" if frame.height else "none"
     parts = [
         f"{r['dtype']}/{r['round']}: {r['difference_source']}"
         for r in frame.iter_rows(named=True)
@@ -93,8 +94,7 @@ def _measured(frame: pl.DataFrame) -> str:
 
 
 def _artifact_moved(frame: pl.DataFrame) -> pl.DataFrame:
-    if "artifact_hash_equal_across_cold_start" not in frame.columns:
-        return frame.clear()
+    """Rows whose kernel binaries differ from the first cold start's (H_k0)."""
     return frame.filter(pl.col("artifact_hash_equal_across_cold_start") != "yes")
 
 
@@ -213,8 +213,8 @@ def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: Exper
         planned["round2_cold"] = runs
         if thread_round_skipped(settings.torch_device().type) is None:
             planned["cold_threads"] = {d: min(n, THREAD_ROUND_RUNS) for d, n in runs.items()}
-    broken = determinism_summary.filter((pl.col("recompiles") != 0) | (pl.col("graph_breaks") != 0))
-    unfused = determinism_summary.filter(pl.col("kernel_count") < 1)
+    broken = unfused_rows(determinism_summary, GRAPH_BREAK, RECOMPILE)
+    unfused = unfused_rows(determinism_summary, NO_KERNEL)
     problems = []
     if broken.height:
         problems.append(f"recompiled or broken graph in {_rows(broken)}")

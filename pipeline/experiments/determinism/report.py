@@ -21,11 +21,7 @@ def deliverable(report: Report, exp: Experiment) -> str:
         pl.col("run_count").alias("run count"),
         pl.col("unique_output_hashes").alias("unique hash count"),
         pl.col("max_ulp_diff_across_runs").alias("max ULP diff"),
-        *(
-            [pl.col("artifact_hash_equal_across_cold_start").alias("kernel binary hash = H_k0")]
-            if "artifact_hash_equal_across_cold_start" in summary.columns
-            else []
-        ),
+        pl.col("artifact_hash_equal_across_cold_start").alias("kernel binary hash = H_k0"),
         pl.col("kernel_hash_equal_across_cold_start").alias("kernel source hash = round 1's"),
         pl.col("outputs_equal_round1").alias("outputs = round 1"),
     )
@@ -102,17 +98,13 @@ def a_hashes_chart(summary: pl.DataFrame) -> alt.LayerChart:
 
 
 def a_summary_table(summary: pl.DataFrame) -> pl.DataFrame:
-    """The seed's summary columns, with the hash columns present and hashes cut to 16 hex digits."""
-    hashes = [
-        c
-        for c in (
-            "code_sha256",
-            "kernel_hash_equal_across_cold_start",
-            "artifact_sha256",
-            "artifact_hash_equal_across_cold_start",
-        )
-        if c in summary.columns
-    ]
+    """The seed's summary columns, hashes cut to 16 hex digits."""
+    hashes = (
+        "code_sha256",
+        "kernel_hash_equal_across_cold_start",
+        "artifact_sha256",
+        "artifact_hash_equal_across_cold_start",
+    )
     key = summary.select(
         "dtype",
         "round",
@@ -126,4 +118,4 @@ def a_summary_table(summary: pl.DataFrame) -> pl.DataFrame:
         "recompiles",
     )
     # 16 hex digits identify a hash on the page; the stored table keeps all 64
-    return key.with_columns(pl.col(c).str.slice(0, 16) for c in ("code_sha256", "artifact_sha256") if c in hashes)
+    return key.with_columns(pl.col(c).str.slice(0, 16) for c in ("code_sha256", "artifact_sha256"))

@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from precisionkit import FusedFunction, fused
+from precisionkit.evidence import evidence_fields
 
 from ...artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
 from ...devices import synchronize
@@ -186,23 +187,28 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 _BITS_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+#: Fusion evidence in a round's record (compared across rounds by :mod:`.compare`).
+_RECORD_EVIDENCE = (
+    "code_sha256",
+    "kernel_count",
+    "kernel_names",
+    "extern_calls",
+    "graph_count",
+    "graph_breaks",
+    "recompiles",
+    "compile_seconds",
+)
+
+
 def _round_record(
     fn: FusedFunction, artifacts: list[KernelArtifact], hashes: list[str], seconds: float
 ) -> dict[str, Any]:
     """The JSON-friendly record of one dtype's round: hashes, code and artifact hashes, evidence, timings."""
-    ev = fn.evidence
     return {
         "hashes": hashes,
-        "code_sha256": ev.code_sha256,
         "artifacts": [a.record() for a in artifacts],
         "artifact_sha256": combined_sha256(artifacts),
-        "kernel_count": ev.kernel_count,
-        "kernel_names": ", ".join(ev.kernel_names),
-        "extern_calls": ", ".join(ev.extern_calls),
-        "graph_count": ev.graph_count,
-        "graph_breaks": ev.graph_breaks,
-        "recompiles": ev.recompiles,
-        "compile_seconds": ev.compile_seconds,
+        **evidence_fields(fn.evidence, _RECORD_EVIDENCE),
         "seconds_all_runs": seconds,
         "threads": torch.get_num_threads(),
         "code": fn.code,

@@ -27,6 +27,7 @@ import polars as pl
 import torch
 
 from precisionkit import fp64_reference
+from precisionkit.evidence import evidence_fields
 
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
@@ -100,13 +101,7 @@ def evidence_metadata(runs: C1Runs, evidence: pl.DataFrame, same_instructions: b
     function's fusion evidence and first-call seconds."""
     fusion_meta: dict[str, Any] = {}
     for name, (compiled, seconds) in runs.fusion.items():
-        fusion_meta.update(
-            {
-                f"fused_{name}.{k}": v
-                for k, v in compiled.evidence.as_metadata().items()
-                if isinstance(v, (int, float, str))
-            }
-        )
+        fusion_meta.update(evidence_fields(compiled.evidence, prefix=f"fused_{name}."))
         fusion_meta[f"fused_{name}.first_call_seconds"] = round(seconds, 3)
     return {
         "fused_kernels_identical_but_constants": same_instructions,

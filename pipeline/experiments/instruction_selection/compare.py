@@ -9,6 +9,7 @@ import polars as pl
 import torch
 
 from precisionkit import bit_equal, error_stats, ulp_diff
+from precisionkit.ulp import ulp_histogram
 
 #: Histogram bins of the ULP distance between two paths; the last bin collects everything above.
 HIST_MAX = 4
@@ -18,25 +19,16 @@ def ulp_row(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[dict[str, Any]
     """ULP = 0 / = 1 / >= 2 shares of one comparison, and its histogram rows."""
     d = ulp_diff(a, b).reshape(-1).cpu()
     n = d.numel()
-    counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)
+    hist = ulp_histogram(d, HIST_MAX, comparison=name)
     row = {
         "comparison": name,
         "n": n,
         "bit_equal": bool(bit_equal(a, b)),
-        "ulp0_pct": 100.0 * int(counts[0]) / n,
-        "ulp1_pct": 100.0 * int(counts[1]) / n,
-        "ulp_ge2_pct": 100.0 * int(counts[2:].sum()) / n,
+        "ulp0_pct": 100.0 * hist[0]["count"] / n,
+        "ulp1_pct": 100.0 * hist[1]["count"] / n,
+        "ulp_ge2_pct": 100.0 * sum(h["count"] for h in hist[2:]) / n,
         "ulp_max": int(d.max()),
     }
-    hist = [
-        {
-            "comparison": name,
-            "ulp": (str(k) if k < HIST_MAX else f">={HIST_MAX}"),
-            "count": int(counts[k]),
-            "fraction": int(counts[k]) / n,
-        }
-        for k in range(HIST_MAX + 1)
-    ]
     return row, hist
 
 

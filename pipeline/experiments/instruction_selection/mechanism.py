@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from precisionkit import FusedFunction, bit_equal, fused
+from precisionkit.evidence import evidence_fields
 
 from .paths import CONTROL_TARGET, CONTROLS, PATHS, ROUTE_AND_VALUE, ROUTE_CONTROLS, path_a_multiplier, rounded_scalar
 
@@ -38,12 +39,6 @@ def describe_operand(a: Any) -> str:
     if isinstance(a, float):
         return f"python float {a!r} (fp64)"
     return repr(a)
-
-
-def eager_trace(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[list[str], list[str]]:
-    """(aten overloads with operands, profiler op rows) of one eager call of ``fn``."""
-    ops, rows, _ = eager_trace_with_kernels(fn, x)
-    return ops, rows
 
 
 def eager_trace_with_kernels(
@@ -148,7 +143,7 @@ def _doc(name: str) -> str:
     return fn.__doc__.strip()
 
 
-_FUSION_EVIDENCE_KEYS = ("kernel_count", "kernel_names", "graph_count", "graph_breaks", "code_sha256")
+_FUSION_EVIDENCE_KEYS = ("graph_count", "graph_breaks", "kernel_count", "kernel_names", "code_sha256")
 
 
 def mechanism_evidence(runs: C1Runs) -> tuple[pl.DataFrame, bool]:
@@ -169,8 +164,7 @@ def mechanism_evidence(runs: C1Runs) -> tuple[pl.DataFrame, bool]:
         evidence.append({"mode": "fused", "path": name, "source": "constants", "detail": constants})
         evidence += [
             {"mode": "fused", "path": name, "source": "fusion_evidence", "detail": f"{k}={v}"}
-            for k, v in compiled.evidence.as_metadata().items()
-            if k in _FUSION_EVIDENCE_KEYS
+            for k, v in evidence_fields(compiled.evidence, _FUSION_EVIDENCE_KEYS).items()
         ]
     for name, target in CONTROL_TARGET.items():
         reproduces = bit_equal(runs.outputs[f"eager_{name}"], runs.outputs[f"eager_{target}"])

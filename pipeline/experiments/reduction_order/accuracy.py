@@ -12,7 +12,7 @@ import polars as pl
 import torch
 
 from precisionkit.decide import holm_binomial_tails
-from precisionkit.stats import spacing
+from precisionkit.ulp import spacing
 
 from ...scalars import as_int
 from ...tables import markdown_table

@@ -4,13 +4,13 @@ versions no less accurate than eager in the fp16 result, by a paired sign test) 
 each declared with its outcome kind (:mod:`pipeline.verdicts`), with the decision helpers behind them.
 """
 
-import math
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from precisionkit.decide import binomial_tail, holm
+from precisionkit.decide import holm, poisson_two_sided, sign_test_counts
+from precisionkit.evidence import fusion_defects
 
 from ...scalars import as_float, as_int
 from ...tables import markdown_table
@@ -57,7 +57,7 @@ def judge_bounds(bounds: pl.DataFrame, families: tuple[str, ...]) -> tuple[str, 
         "margin_max": as_float(fam["_m"].max(), "margin_max"),
         "margin_prob_max": as_float(fam["_mp"].max(), "margin_prob_max"),
         "rows_above_probabilistic_bound": above_prob.height,
-        "lambda": float(fam["lambda"][0]) if "lambda" in fam.columns else LAMBDA,
+        "lambda": float(fam["lambda"][0]),
         "margin_max_out16": as_float(fam.filter(pl.col("output") == "out16")["_m"].max() or 0.0, "out16 margin_max"),
         "margin_max_acc32": as_float(fam.filter(pl.col("output") == "acc32")["_m"].max() or 0.0, "acc32 margin_max"),
         "per_version": dg.MetadataValue.md(markdown_table(per_version)),
@@ -95,11 +95,6 @@ def judge_bounds(bounds: pl.DataFrame, families: tuple[str, ...]) -> tuple[str, 
         ),
         meta,
     )
-
-
-def sign_test_p(worse: int, better: int) -> float:
-    """One-sided exact sign test: P(Binomial(worse + better, 1/2) >= worse)."""
-    return binomial_tail(worse, worse + better, 0.5)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -210,12 +205,7 @@ def c2_run_valid(c2_versions: pl.DataFrame) -> dg.AssetCheckResult:
         problems.append(f"versions missing: {', '.join(missing)}")
     for r in c2_versions.iter_rows(named=True):
         if r["mode"] == "fused":
-            if not r["kernel_count"]:
-                problems.append(f"{r['version']}: no generated kernel")
-            if r["graph_breaks"]:
-                problems.append(f"{r['version']}: {r['graph_breaks']} graph break(s)")
-            if r["recompiles"]:
-                problems.append(f"{r['version']}: {r['recompiles']} recompile(s) during its runs")
+            problems += [f"{r['version']}: {words}" for words in fusion_defects(r).values()]
         if r["nonfinite_outputs"]:
             problems.append(f"{r['version']}: {r['nonfinite_outputs']} non-finite output(s)")
     fused_versions = c2_versions.filter(pl.col("mode") == "fused")
@@ -298,7 +288,7 @@ def c2_fp16_partials_less_accurate(c2_row_bounds: pl.DataFrame) -> dg.AssetCheck
             raise ValueError(f"c2_row_bounds lacks paired rows for tile {tile}")
         ea, eb = a["error"].to_numpy(), b["error"].to_numpy()
         worse, better = int((ea > eb).sum()), int((ea < eb).sum())
-        p = sign_test_p(worse, better)
+        p = sign_test_counts(worse, better).p_value
         margin16 = as_float(a["margin"].max(), f"tile{tile}_fp16_partials margin_max")
         meta.update(
             {
@@ -446,25 +436,6 @@ def c2_order_changes_accumulator(c2_ulp_matrix: pl.DataFrame, c2_versions: pl.Da
     return claim_result(verdict, ORDER_RULE, reason, meta)
 
 
-def poisson_two_sided_p(observed: int, expected: float) -> float:
-    """Twice the smaller tail of Poisson(``expected``) at ``observed`` (capped at 1): a count far above
-    or far below its prediction. A sum of independent Bernoulli counts has a variance at most its
-    mean, so the Poisson tails are the wider: the test is conservative for them.
-
-    >>> round(poisson_two_sided_p(0, 5.0), 4), round(poisson_two_sided_p(5, 5.0), 4), poisson_two_sided_p(0, 0.0)
-    (0.0135, 1.0, 1.0)
-    """
-    if expected <= 0:
-        return 1.0 if observed == 0 else 0.0
-
-    def pmf(k: int) -> float:
-        return math.exp(k * math.log(expected) - expected - math.lgamma(k + 1))
-
-    lower = sum(pmf(k) for k in range(observed + 1))
-    upper = 1.0 - sum(pmf(k) for k in range(observed))
-    return min(1.0, 2.0 * min(lower, max(upper, 0.0)))
-
-
 #: Fewest expected fp16-differing rows over every judged pair for "supported": below it the test
 #: cannot tell a hidden change of the final rounding from chance.
 MIN_EXPECTED_DIFFERENCES = 5.0
@@ -497,7 +468,7 @@ def judge_fp16_rate(matrix: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
     pairs = judged.group_by("version_a", "version_b", maintain_order=True).agg(
         pl.col("differ_rows").sum().alias("observed"), pl.col("expected_differ_rows").sum().alias("expected")
     )
-    p = [poisson_two_sided_p(int(o), float(e)) for o, e in zip(pairs["observed"], pairs["expected"], strict=True)]
+    p = [poisson_two_sided(int(o), float(e)) for o, e in zip(pairs["observed"], pairs["expected"], strict=True)]
     rejected, adjusted = holm(p, alpha=0.01)
     pairs = pairs.with_columns(pl.Series("p_holm", adjusted), pl.Series("rejected", rejected))
     expected_total = float(pairs["expected"].sum())

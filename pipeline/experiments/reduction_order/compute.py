@@ -13,6 +13,7 @@ import polars as pl
 import torch
 
 from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, ulp_diff
+from precisionkit.evidence import evidence_fields
 
 from ...artifacts import capture_modules, kernel_artifacts
 from ...progress import track
@@ -75,8 +76,7 @@ def _evidence(v: Version) -> dict[str, Any]:
     """The fusion evidence columns of a fused version (empty for an eager one)."""
     if not isinstance(v.fn, FusedFunction):
         return {}
-    meta = v.fn.evidence.as_metadata()
-    return {k: meta[k] for k in _EVIDENCE_KEYS}
+    return evidence_fields(v.fn.evidence, _EVIDENCE_KEYS)
 
 
 def finish_version(
@@ -162,7 +162,7 @@ def expected_fp16_differences(acc_a: torch.Tensor, acc_b: torch.Tensor) -> float
     >>> expected_fp16_differences(a, a + torch.tensor([2.0**-12, 0.0, 2.0**-9]))
     1.25
     """
-    from precisionkit.stats import spacing
+    from precisionkit.ulp import spacing
 
     a, b = acc_a.to(torch.float64), acc_b.to(torch.float64)
     gap = spacing(torch.maximum(a.abs(), b.abs()), torch.float16)

@@ -26,6 +26,7 @@ import polars as pl
 import torch
 
 from precisionkit import FusedFunction, bit_equal, fused
+from precisionkit.evidence import evidence_fields
 
 from ...resources import ExperimentSettings
 from .bounds import PROB_CONFIDENCE, family_lambda
@@ -123,7 +124,11 @@ def run_long(
             start = time.perf_counter()
             results[v.version] = v.fn(x).cpu()
             seconds = time.perf_counter() - start
-            ev = v.fn.evidence.as_metadata() if isinstance(v.fn, FusedFunction) else {}
+            ev = (
+                evidence_fields(v.fn.evidence, ("kernel_count", "code_sha256"))
+                if isinstance(v.fn, FusedFunction)
+                else {}
+            )
             err = (results[v.version].double() - ref).abs()
             err = torch.where(torch.isfinite(results[v.version]), err, torch.full_like(err, math.nan))
             for r in range(rows):

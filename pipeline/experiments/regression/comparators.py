@@ -258,22 +258,17 @@ def _across_groups(
     bootstrap tolerance the worse way against those that moved the better way, paired by group: an exact
     sign test, Holm over every column x statistic of the table. ERROR when rejected: the numerics moved
     the worse way across groups, more than a redraw of the inputs explains."""
-    from precisionkit.decide import holm, sign_test
+    from precisionkit.decide import holm, sign_test_counts
 
     keys = [k for k in moves if directions[k[0]] in ("lower", "higher")]
     if not keys:
         return []
-
-    def test(worse: int, better: int) -> tuple[int, int, float]:
-        if worse + better == 0:  # no group moved beyond its tolerance
-            return 0, 0, 1.0
-        t = sign_test(np.array([1.0] * worse + [-1.0] * better), np.zeros(worse + better))
-        return t.positive, t.negative, t.p_value
-
-    tests = [test(moves[k][0], moves[k][1]) for k in keys]
-    rejected, adjusted = holm([p for _, _, p in tests], alpha=ACROSS_GROUPS_ALPHA)
+    # a column x statistic where no group moved beyond its tolerance has p-value 1
+    tests = [sign_test_counts(moves[k][0], moves[k][1]) for k in keys]
+    rejected, adjusted = holm([t.p_value for t in tests], alpha=ACROSS_GROUPS_ALPHA)
     rows = []
-    for (col, stat), (worse, better, _), rej, p in zip(keys, tests, rejected, adjusted, strict=True):
+    for (col, stat), t, rej, p in zip(keys, tests, rejected, adjusted, strict=True):
+        worse, better = t.positive, t.negative
         groups = moves[(col, stat)][2]
         rows.append(
             row(

@@ -14,7 +14,8 @@ import polars as pl
 import torch
 
 from precisionkit import bit_equal, error_stats, fused, round_to_dtype, ulp_diff
-from precisionkit.stats import spacing
+from precisionkit.evidence import evidence_fields
+from precisionkit.ulp import spacing, ulp_histogram
 
 from ...resources import ExperimentSettings
 from .rules import KNOB_PATTERN, METHOD
@@ -231,21 +232,6 @@ def rounding_per_path(rounding: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _hist(label: str, d: torch.Tensor) -> list[dict[str, Any]]:
-    d = d.reshape(-1).cpu()
-    counts = torch.bincount(torch.clamp(d, max=HIST_MAX), minlength=HIST_MAX + 1)
-    n = d.numel()
-    return [
-        {
-            "comparison": label,
-            "ulp": str(k) if k < HIST_MAX else f">={HIST_MAX}",
-            "count": int(counts[k]),
-            "fraction": int(counts[k]) / n,
-        }
-        for k in range(HIST_MAX + 1)
-    ]
-
-
 #: (path, iterations, compute dtype, value before the final rounding, fp16 output)
 PathRow = tuple[str, int | None, str, torch.Tensor | None, torch.Tensor]
 
@@ -309,9 +295,9 @@ def path_table(
                 }
             )
         rows.append(row)
-        hist += _hist(f"{label}{name} vs fp64 (rounded)", d_ref)
+        hist += ulp_histogram(d_ref, HIST_MAX, comparison=f"{label}{name} vs fp64 (rounded)")
         if name != "A_eager":
-            hist += _hist(f"{label}{name} vs A_eager", ulp_diff(out, a_eager))
+            hist += ulp_histogram(ulp_diff(out, a_eager), HIST_MAX, comparison=f"{label}{name} vs A_eager")
     return pl.DataFrame(rows, infer_schema_length=None), hist, outputs
 
 
@@ -328,7 +314,7 @@ def framework_paths(
         with capture_modules() as modules:
             out = compiled(*args)
         seconds = time.perf_counter() - start
-        meta = compiled.evidence.as_metadata()
+        meta = evidence_fields(compiled.evidence)
         meta["artifact_sha256"] = combined_sha256(kernel_artifacts(modules, compiled.evidence.kernel_names))
         return out, meta, seconds
 

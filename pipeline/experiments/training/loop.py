@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from precisionkit.evidence import evidence_fields
 from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
 
 from .checkpoint import RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint, save_checkpoint
@@ -106,8 +107,7 @@ def _fused_evidence(cfg: TrainConfig, train_fn: LossFn, eval_fn: LossFn) -> dict
     for name, fn in (("train", train_fn), ("eval", eval_fn)):
         if not isinstance(fn, FusedFunction):
             raise TypeError(f"the fused path's {name} loss is a {type(fn).__name__}, not a FusedFunction")
-        ev = fn.evidence.as_metadata()
-        evidence.update({f"{name}_{k}": ev[k] for k in _FUSED_EVIDENCE_FIELDS})
+        evidence.update(evidence_fields(fn.evidence, _FUSED_EVIDENCE_FIELDS, prefix=f"{name}_"))
     evidence["backend"] = cfg.backend
     evidence["options"] = cfg.options_json
     return evidence
