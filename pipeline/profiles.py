@@ -2,8 +2,9 @@
 
 * ``smoke``: the whole graph in well under a minute (tests);
 * ``default``: the seed document's methods at reduced sizes for a 2-core CPU (minutes);
-* ``gpu``: one GPU in about ten minutes (estimated, not yet measured): the seed's shapes, with the counts that cost compiles or
-  device time cut (A's fp32 row, the fuzzer, the differential tester, M's architectures, E's steps);
+* ``gpu``: one GPU in ten minutes, the target (not yet measured, nor met by the estimate): the seed's
+  shapes, with the counts that cost compiles or device time cut (A's fp32 row, the fuzzer, the
+  differential tester, M's architectures, E's steps) to what issue 38 says the evidence needs;
 * ``seed``: the seed document's exact shapes, dtypes and counts (meant for a GPU).
 
 A profile is a name: each experiment declares its own typed sizes per profile in its folder
@@ -23,8 +24,11 @@ D compiles two shapes and the planted-bug matrix runs nine of its bugs; the fuzz
 (``diagnostics/spec.py``); M builds small configs of its architectures (``models/spec.py``), where
 compile time dominates. The smoke profile leaves out A's cold-start rounds (``determinism/spec.py``).
 The gpu profile runs the planted-bug matrix at its smoke size: the matrix is a self-test of the
-checks on the CPU, not a measurement of the GPU. ``benchmarks/gpu_budget.py`` estimates the gpu and
-seed profiles' time on an H100 and an H200 from these sizes.
+checks on the CPU, not a measurement of the GPU. On a GPU, D's combinations and M's architectures go
+to the compile pool (:mod:`pipeline.compile_pool`: one warm worker per CPU core); each of their
+``spec.py`` declares its compiles per profile. ``benchmarks/gpu_budget.py`` estimates the gpu and seed
+profiles' time on an H100 and an H200 from these sizes (:mod:`pipeline.plan`), and ``report`` prints
+the same estimate before it starts.
 
 Each profile also states its time budget: the wall time a whole ``report`` run of it should stay
 under, with the reason for that number. ``python -m pipeline.cli times`` (and the end of ``report``)
@@ -72,7 +76,8 @@ PROFILES: dict[str, Profile] = {
     ),
     "gpu": Profile(
         "gpu",
-        "the seed's shapes with fewer runs, programs and steps: one GPU in about ten minutes (estimated)",
+        "the seed's shapes with fewer runs, programs and steps: one GPU in ten minutes, the target "
+        "(benchmarks/gpu_budget.py estimates it)",
         Budget(
             10 * 60,
             "a first look at every experiment on one H100 or H200 inside a short lease; "

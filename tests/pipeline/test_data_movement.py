@@ -151,7 +151,35 @@ def test_rules_on_synthetic_tables():
     assert data_movement.implicit_computation_counterexamples(_table([{}])).metadata["findings"].value == 0
 
 
-def test_smoke_check_table(smoke_resources, tmp_path):
+def test_each_profile_declares_the_compiles_its_plan_makes():
+    for profile, sizes in SIZES.items():
+        assert len(data_movement.plan(sizes.shapes)) == sizes.compiles, profile
+    # the seed's three shapes: 6 pure graphs x 3 dtypes x 3 shapes x 2 layouts + 3 counterexamples x 3 dtypes
+    assert SIZES["seed"].compiles == 117 == SIZES["gpu"].compiles
+
+
+def _count_draws_and_compiles(monkeypatch) -> tuple[list, list]:
+    """Record every input draw (key and device) and every fused compile D makes from now on."""
+    draws, compiles = [], []
+    real_draw, real_fused = data_movement.draw_inputs, data_movement.fused
+
+    def counting_draw(key, seeds, device):
+        draws.append((key, device))
+        x, y = real_draw(key, seeds, device)
+        assert x.device == y.device == device
+        return x, y
+
+    def counting_fused(*args, **kwargs):
+        compiles.append(args[0])
+        return real_fused(*args, **kwargs)
+
+    monkeypatch.setattr(data_movement, "draw_inputs", counting_draw)
+    monkeypatch.setattr(data_movement, "fused", counting_fused)
+    return draws, compiles
+
+
+def test_smoke_check_table(smoke_resources, tmp_path, monkeypatch):
+    draws, compiles = _count_draws_and_compiles(monkeypatch)
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize(
         [toolkit.toolkit_selfcheck, data_movement.data_movement_check_table, *CHECKS],
@@ -159,26 +187,24 @@ def test_smoke_check_table(smoke_resources, tmp_path):
         instance=instance,
     )
     assert result.success
+    # Inputs drawn once per (dtype, shape, layout, salted): 3 dtypes x 2 shapes x 2 layouts for the
+    # pure graphs, 3 dtypes on one shape for the counterexamples; all on the run's device.
+    smoke_plan = data_movement.plan(SIZES["smoke"].shapes)
+    keys = [k for k, _ in draws]
+    assert len(keys) == len(set(keys)) == len({data_movement.input_key(*c) for c in smoke_plan}) == 15
+    assert {d for _, d in draws} == {smoke_resources["settings"].torch_device()}
+    # The compiles the spec declares: one fused graph per planned combination (localizations aside).
+    assert len(compiles) == SIZES["smoke"].compiles
     # The combinations loop reports progress into the run log: its first and its last combination.
-    n_combos = len(data_movement.plan(SIZES["smoke"].shapes))
+    n_combos = len(smoke_plan)
     messages = [e.user_message for e in instance.all_logs(result.run_id) if e.dagster_event is None]
     progress = [m for m in messages if m.startswith("subgraph combinations ")]
     assert progress[0].startswith(f"subgraph combinations 1/{n_combos} ")
     assert progress[-1].startswith(f"subgraph combinations {n_combos}/{n_combos} (100%)")
     table = storage.read_value(tmp_path / "smoke" / "data_movement_check_table")
-    for col in (
-        "subgraph",
-        "dtype",
-        "shape",
-        "layout",
-        "has_implicit_computation",
-        "bit_equal",
-        "ulp_max",
-        "kernel_count",
-        "notes",
-    ):
-        assert col in table.columns
-    assert table.height == len(data_movement.plan(SIZES["smoke"].shapes))
+    columns = ("subgraph", "dtype", "shape", "layout", "has_implicit_computation", "bit_equal", "ulp_max")
+    assert {*columns, "kernel_count", "notes"} <= set(table.columns)
+    assert table.height == len(smoke_plan)
     assert set(table["dtype"]) == set(data_movement.MOVEMENT_DTYPES)
     implicit = table.filter(pl.col("has_implicit_computation"))
     assert implicit.height == len(COUNTEREXAMPLES) * 3

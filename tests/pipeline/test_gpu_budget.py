@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_budget.py"
 
 
@@ -19,17 +21,23 @@ def _load():
     return module
 
 
-def test_prints_a_table_per_profile_with_totals(capsys):
+def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
+    monkeypatch.delenv("FUSION_COMPILE_WORKERS", raising=False)
     budget = _load()
     assert budget.main([]) == 0
     out = capsys.readouterr().out
     for profile in ("gpu", "seed"):
         assert f"### profile `{profile}`" in out
     assert out.count("| **total** |") == 2
-    assert "H100 min | H200 min" in out and "datasheets" in out
+    assert "| compiles | workers |" in out and "H100 min | H200 min" in out and "datasheets" in out
     # assumed figures are listed as such, apart from the peaks and the figures taken from the H200 run
     assumed = out.split("Assumed, not measured:")[1].split("From the H200 run")[0]
-    assert "s per cold Triton graph" in assumed and "us of host time" in assumed and "GB/s" in assumed
+    assert "s per cold graph of a 12-layer model" in assumed and "us of host time" in assumed and "GB/s" in assumed
+    assert "16 compile workers at most" in assumed and "13.3 s to start a compile worker" in assumed
+    # the small-subgraph compile comes from the H200 run's log: (32.4 - 10.2) / 6 seconds
+    logs = out.split("From that run's logs")[1]
+    assert "3.7 s per cold Triton graph of a small subgraph and 6.5 s more for a process's first" in logs
+    assert re.search(r"What-if, not the code: gpu at [0-9.]+ min on an H200 if the compiles of .*Diagnostics", out)
     assert re.search(r"Against each profile's stated budget .*gpu: 10 min, estimate ", out)
     for exp in ("A determinism", "B accumulated error", "D data movement", "E training", "M models", "Diagnostics"):
         assert out.count(f"| {exp} |") == 2, exp
@@ -39,10 +47,26 @@ def test_prints_a_table_per_profile_with_totals(capsys):
     assert 0 < gpu_h200 <= gpu_h100 and gpu_h200 < seed_h200  # the gpu profile is the smaller one
 
 
-def test_costs_follow_the_sizes():
+def test_costs_follow_the_sizes(monkeypatch):
+    monkeypatch.delenv("FUSION_COMPILE_WORKERS", raising=False)
     budget = _load()
-    # D compiles every subgraph x dtype x shape x layout: 117 combinations at the seed's three shapes
-    assert budget.cost_d("seed").compiles == 117 == budget.cost_d("gpu").compiles
+    from pipeline import plan
+
+    # D compiles every subgraph x dtype x shape x layout: 117 combinations at the seed's three shapes, 21
+    # pool tasks (one per input draw). A task holds up to 128 B per element of [8, 2048, 4096] (8.6 GB),
+    # so the GPU's memory sizes the pool: 0.9 x 80 GB // (8.6 GB + a 0.5 GiB context) = 7 processes on an
+    # H100, 0.9 x 141 GB // 9.1 GB = 13 on an H200 (16 cores would allow 16).
+    d = budget.cost_d("gpu")
+    assert d.compiles == 117 == budget.cost_d("seed").compiles
+    assert (d.pool["H100"][0], d.pool["H200"][0], d.workers) == (7, 13, 13)
+    # On the H200 this process takes the first task at once, the 12 workers theirs once warm; the tasks
+    # after the first 13 six-compile ones end by the second round of six compiles of a warm worker.
+    warm = plan.WORKER_START_S + plan.FIRST_COMPILE_S
+    assert d.compile_s == pytest.approx(warm + 2 * 6 * plan.COMPILE_S) == d.pool["H200"][1]
+    assert d.pool["H100"][1] > d.compile_s
+    # M: one task per architecture (both dtypes), 4 at gpu: three go to workers
+    m = budget.cost_m("gpu")
+    assert (m.compiles, m.workers) == (8, 4) and m.compile_s == pytest.approx(warm + 2 * plan.MODEL_COMPILE_S)
     # A's gpu profile runs fp32 ten times less than seed; its 16-bit rows are the same
     assert budget.cost_a("gpu").fp32_flops * 10 == budget.cost_a("seed").fp32_flops
     assert budget.cost_a("gpu").flops == budget.cost_a("seed").flops
@@ -57,3 +81,27 @@ def test_pool_sizes_come_from_the_workloads():
     # H200 run stored them: 2359297240 bytes of safetensors, its header included.
     inputs, _, dists = budget._chain_elements("seed")["attention"]
     assert 0 <= 2359297240 - 1000 * dists * inputs * (2 + 2) < 4096
+
+
+def test_pool_seconds_shares_tasks_in_order_among_the_warm_workers():
+    from pipeline import plan
+
+    warm = plan.WORKER_START_S + plan.FIRST_COMPILE_S
+    assert plan.pool_seconds([], 4) == 0.0
+    assert plan.pool_seconds([5.0, 5.0, 5.0], 1) == 15.0  # in-process: one after another
+    # two processes: this one runs the first task from 0; the worker is ready at ``warm``
+    assert plan.pool_seconds([100.0, 10.0], 2) == pytest.approx(max(100.0, warm + 10.0))
+    # three 30 s tasks on two: here 0-30, the worker warm-30+warm, the third here again 30-60
+    assert warm < 30 and plan.pool_seconds([30.0, 30.0, 30.0], 2) == pytest.approx(60.0)
+
+
+def test_bad_arguments_are_refused(capsys):
+    budget = _load()
+    for argv, message in (
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--compile-s", "0"], "--compile-s must be positive"),
+        (["--profiles", "gpu,huge"], "unknown profiles ['huge']"),
+    ):
+        with pytest.raises(SystemExit):
+            budget.main(argv)
+        assert message in capsys.readouterr().err

@@ -169,6 +169,31 @@ def test_zoo_builds_every_architecture_tiny_with_inputs_that_suit_it():
             assert inputs[0].dtype == torch.int64 and inputs[1].sum(dim=1).min() >= 4  # half the tokens kept at least
 
 
+def test_each_profile_declares_one_compile_per_architecture_and_dtype():
+    from pipeline.experiments.models.spec import SIZES
+
+    for profile, sizes in SIZES.items():
+        assert sizes.compiles == len(sizes.architectures) * len(sizes.dtypes), profile
+    assert SIZES["gpu"].compiles == 8  # issue 38: four architectures x bf16/fp16
+
+
+def test_a_model_is_built_once_and_cast_per_dtype_with_the_weights_the_locator_rebuilds():
+    seeds = compute.model_seeds("gpt2", 2, ExperimentSettings(profile="smoke", device="cpu").derived_seed)
+    assert set(seeds) == {("M", "gpt2", "weights"), ("M", "gpt2", "batch", 0), ("M", "gpt2", "batch", 1)}
+    with pytest.raises(LookupError, match=r"no seed computed for \('M', 'gpt2', 'batch', 2\)"):
+        seeds("M", "gpt2", "batch", 2)
+    w = zoo_workloads(("gpt2",), "tiny", seq_len=8, image_size=32)[0]
+    cpu = torch.device("cpu")
+    master = compute.master_module(w, cpu, seeds)
+    bf16 = compute.cast_module(master, "bfloat16")
+    first = next(iter(master.parameters()))
+    assert first.dtype == torch.float32 and next(iter(bf16.parameters())).dtype == torch.bfloat16
+    assert torch.equal(next(iter(bf16.parameters())), first.to(torch.bfloat16))
+    # the locator builds the module again: the same bits as the run's cast copy
+    again = compute.working_module(w, "bfloat16", cpu, seeds)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), bf16.state_dict().values(), strict=True))
+
+
 def _run(model, units_e, units_f, **extra):
     rec = compute.OutputRecord(
         0,
@@ -281,6 +306,34 @@ def test_planted_fault_in_m_is_contradicted_with_the_module_named(tmp_path):
 
 
 @pytest.mark.slow
+def test_smoke_run_builds_each_architecture_once_and_compiles_what_the_spec_declares(tmp_path, monkeypatch):
+    from pipeline.experiments.models.spec import SIZES
+
+    builds, compiles = [], []
+    real_master, real_fused = compute.master_module, compute.fused
+
+    def counting_master(workload, device, seed_of):
+        builds.append(workload.name)
+        return real_master(workload, device, seed_of)
+
+    def counting_fused(*args, **kwargs):
+        compiles.append(type(args[0]).__name__)
+        return real_fused(*args, **kwargs)
+
+    monkeypatch.setattr(compute, "master_module", counting_master)
+    monkeypatch.setattr(compute, "fused", counting_fused)
+    result, checks, _ = _materialize_m(tmp_path)
+    assert checks["model_runs_valid"].passed
+    verdicts = result.output_for_node("model_runs", "model_verdicts")
+    sizes = SIZES["smoke"]
+    # built once per architecture (again for each model x dtype the locator re-ran), cast per dtype
+    assert sorted(builds) == sorted([*sizes.architectures, *verdicts.filter(verdicts["located"])["model"]])
+    assert len(compiles) == sizes.compiles == verdicts.height
+    # the fusion evidence: every declared compile produced at least one graph with kernels
+    assert (verdicts["graph_count"] >= 1).all() and (verdicts["kernel_count"] >= 1).all()
+
+
+@pytest.mark.slow
 def test_healthy_m_has_no_error_over_three_seeds(tmp_path):
     for seed in (1, 2, 3):
         _, checks, _ = _materialize_m(tmp_path / str(seed), seed=seed)
@@ -350,3 +403,11 @@ def test_a_failed_step_prints_its_root_cause_and_the_report_still_builds(tmp_pat
     page = (docs / "results" / "models.md").read_text()
     assert "failed: step model_runs: RuntimeError: kernel exploded" in page
     assert "not run in this report" in (docs / "index.md").read_text()  # --only M: the others
+
+
+def test_each_profile_declares_the_compiles_its_sizes_make():
+    from pipeline.experiments.models.spec import SIZES
+
+    for profile, sizes in SIZES.items():
+        assert sizes.compiles == len(sizes.architectures) * len(sizes.dtypes), profile
+    assert (SIZES["smoke"].compiles, SIZES["gpu"].compiles) == (6, 8)

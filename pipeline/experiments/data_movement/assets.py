@@ -13,6 +13,7 @@ path), and the implicit-computation counterexamples. Reshape rows record whether
 view or a copy (``reshape_copied``, measured on the eager path).
 """
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -23,7 +24,9 @@ import torch
 
 from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
 
-from ...progress import track
+from ...compile_pool import pool_size, run_tasks
+from ...fusion_checks import unfused_rows
+from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...scalars import as_int
 from ...verdicts import (
@@ -44,6 +47,7 @@ from .movement import (
     COUNTEREXAMPLES,
     LAYOUTS,
     PURE,
+    Localization,
     MovementGraph,
     describe_localization,
     localize_bit_difference,
@@ -53,8 +57,14 @@ from .movement import (
 from .spec import GROUP, SIZES
 
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
-#: Most rows whose NaN-payload difference is localized op by op in one run (each costs a few compiles).
+#: Most rows whose NaN-payload difference keeps its op-by-op localization in one run, the first in plan
+#: order (each costs a few compiles; rows beyond it read "not localized", as an unlocalized row does).
 MAX_LOCALIZATIONS = 40
+#: Device bytes one compile-pool task holds at most, per element of its shape (an estimate from what it
+#: allocates, not measured): x and y (up to 8 B in fp32), the fp64 draw before its cast (8 B), eager and
+#: fused outputs of up to twice the inputs (16 B), and the comparison's int64 ULP distances and their
+#: temporaries over both outputs (about 64 B): 96 B, rounded up to 128 for the caching allocator.
+TASK_BYTES_PER_ELEMENT = 128
 
 
 def plan(shapes: tuple[tuple[int, ...], ...]) -> list[tuple[str, str, tuple[int, ...], str]]:
@@ -143,12 +153,50 @@ def _notes(
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
     combos = plan(SIZES[settings.profile].shapes)
+    device = settings.torch_device()
+    largest = max(math.prod(shape) for shape in SIZES[settings.profile].shapes)
+    workers = pool_size(device, len({input_key(*c) for c in combos}), task_bytes=TASK_BYTES_PER_ELEMENT * largest)
     start = time.perf_counter()
     table, localized = check_table(
-        combos, settings.derived_seed, settings.torch_device(), settings.backend, settings.options(), context.log.info
+        combos, settings.derived_seed, device, settings.backend, settings.options(), context.log.info, workers
     )
-    context.add_output_metadata(table_metadata(table, time.perf_counter() - start, localized))
+    context.add_output_metadata(
+        {**table_metadata(table, time.perf_counter() - start, localized), "compile_workers": workers}
+    )
     return table
+
+
+#: One draw of inputs: (dtype, shape, layout, salted with special values). Every subgraph of a
+#: combination with this key reads the same ``x`` and ``y``; counterexamples get unsalted inputs.
+InputKey = tuple[str, tuple[int, ...], str, bool]
+
+
+def input_key(name: str, dtype_name: str, shape: tuple[int, ...], layout: str) -> InputKey:
+    """The draw a combination reads: pure graphs get special values salted in, counterexamples not."""
+    return (dtype_name, shape, layout, not CATALOGUE[name].has_implicit_computation)
+
+
+def input_seeds(key: InputKey, derived_seed: Callable[..., int]) -> tuple[int, int]:
+    """The seeds of ``x`` and ``y`` for one key, from the run's seed."""
+    dtype_name, shape, layout, specials = key
+    x, y = (derived_seed("movement", dtype_name, shape, layout, specials, part) for part in ("x", "y"))
+    return x, y
+
+
+def draw_inputs(key: InputKey, seeds: tuple[int, int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``y`` of one key, drawn on ``device``. ``y`` is in the key's dtype when salted (pure
+    graphs read it as it is), else in fp64, which each counterexample casts once to the type it reads
+    (wider or not), as drawing it in that type would."""
+    dtype_name, shape, layout, specials = key
+    dtype = DTYPES[dtype_name]
+    x = make_input(shape, dtype, layout, seeds[0], specials=specials, device=device)
+    y = make_input(shape, dtype if specials else torch.float64, layout, seeds[1], specials=specials, device=device)
+    return x, y
+
+
+def graph_inputs(graph: MovementGraph, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs of ``graph`` from its key's draw: ``y`` in the type the graph reads."""
+    return x, y.to(graph.y_dtype(x.dtype))
 
 
 def combination_inputs(
@@ -160,28 +208,16 @@ def combination_inputs(
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The seeded ``x`` and ``y`` of one combination; pure graphs get special values salted in."""
-    dtype = DTYPES[dtype_name]
-    specials = not graph.has_implicit_computation
-    x = make_input(
-        shape,
-        dtype,
-        layout,
-        derived_seed("movement", dtype_name, shape, layout, specials, "x"),
-        specials=specials,
-        device=device,
-    )
-    y = make_input(
-        shape,
-        graph.y_dtype(dtype),
-        layout,
-        derived_seed("movement", dtype_name, shape, layout, specials, "y"),
-        specials=specials,
-        device=device,
-    )
-    return x, y
+    key = input_key(graph.name, dtype_name, shape, layout)
+    return graph_inputs(graph, *draw_inputs(key, input_seeds(key, derived_seed), device))
 
 
-def compare_combination(
+#: What one combination measured, before the run decides whether its localization is kept: the row
+#: without its notes and cause columns, the mismatch nature, the element count and the localization.
+Measured = tuple[dict[str, Any], MismatchNature, int, Localization | None]
+
+
+def measure_combination(
     name: str,
     dtype_name: str,
     shape: tuple[int, ...],
@@ -190,11 +226,10 @@ def compare_combination(
     backend: str,
     options: dict[str, Any],
     may_localize: bool,
-) -> tuple[dict[str, Any], bool]:
-    """One row of the check table: subgraph ``name`` eager and fused on ``inputs``, bit for bit. With
-    ``may_localize``, a pure row whose only mismatches are NaN payloads or signs of zero is re-run op by op to find
-    the op that changed them (``cause_*`` columns; ``None`` when not localized); the flag says
-    whether it was."""
+) -> Measured:
+    """Subgraph ``name`` eager and fused on ``inputs``, bit for bit. With ``may_localize``, a pure row
+    whose only mismatches are NaN payloads or signs of zero is re-run op by op to find the op that
+    changed them."""
     graph = CATALOGUE[name]
     x, y = inputs
     eager_out = _as_tuple(graph.fn(x, y))
@@ -211,7 +246,6 @@ def compare_combination(
     payload_only = nature["mismatched"] in (nature["nan_encoding_only"], nature["signed_zero_only"])
     if not equal and not graph.has_implicit_computation and payload_only and may_localize:
         loc = localize_bit_difference(graph.fn, (x, y), backend, options)
-    cause = describe_localization(loc) if loc is not None else ""
     row = {
         "subgraph": name,
         "dtype": dtype_name,
@@ -229,12 +263,63 @@ def compare_combination(
         "compile_seconds": round(ev.compile_seconds, 3),
         "code_sha256": ev.code_sha256,
         "reshape_copied": reshape_copied(graph, x, y),
+    }
+    return row, nature, total, loc
+
+
+def finish_row(measured: Measured, keep_localization: bool = True) -> dict[str, Any]:
+    """The check table's row of one measured combination: its cause columns (``None`` when not
+    localized, or when the run's cap on localizations dropped it) and its notes."""
+    row, nature, total, loc = measured
+    if not keep_localization:
+        loc = None
+    graph = CATALOGUE[row["subgraph"]]
+    cause = describe_localization(loc) if loc is not None else ""
+    return {
+        **row,
         "cause_op": None if loc is None else loc["op"],
         "cause_op_moves_data_only": None if loc is None else loc["op_moves_data_only"],
         "cause_path": None if loc is None else loc["departs_from_bitwise"],
-        "notes": _notes(graph, dtype_name, equal, ulp_max, nature, total, cause),
+        "notes": _notes(graph, row["dtype"], row["bit_equal"], row["ulp_max"], nature, total, cause),
     }
-    return row, loc is not None
+
+
+def compare_combination(
+    name: str,
+    dtype_name: str,
+    shape: tuple[int, ...],
+    layout: str,
+    inputs: tuple[torch.Tensor, torch.Tensor],
+    backend: str,
+    options: dict[str, Any],
+    may_localize: bool,
+) -> tuple[dict[str, Any], bool]:
+    """One row of the check table (:func:`measure_combination` then :func:`finish_row`) and whether
+    it was localized."""
+    measured = measure_combination(name, dtype_name, shape, layout, inputs, backend, options, may_localize)
+    return finish_row(measured), measured[3] is not None
+
+
+def measure_key(
+    names: list[str],
+    key: InputKey,
+    seeds: tuple[int, int],
+    device: str,
+    backend: str,
+    options: dict[str, Any],
+    plan_size: int,
+) -> list[Measured]:
+    """Every subgraph in ``names`` on one draw of ``key``'s inputs (a compile-pool task: plain
+    arguments in, picklable results out; each payload difference is localized, the run caps them)."""
+    x, y = draw_inputs(key, seeds, torch.device(device))
+    dtype_name, shape, layout, _ = key
+    # One compiled function per combination (dynamic=False): each subgraph's code object collects
+    # one dynamo cache entry per dtype/shape/layout, more than the default recompile limit of 8.
+    with torch._dynamo.config.patch(recompile_limit=plan_size + 8, accumulated_recompile_limit=4 * plan_size + 256):
+        return [
+            measure_combination(n, dtype_name, shape, layout, graph_inputs(CATALOGUE[n], x, y), backend, options, True)
+            for n in names
+        ]
 
 
 def check_table(
@@ -244,21 +329,37 @@ def check_table(
     backend: str,
     options: dict[str, Any],
     log: Callable[[str], None] | None = None,
+    workers: int = 1,
+    here: bool = True,
 ) -> tuple[pl.DataFrame, int]:
-    """Every combination's row (see :func:`compare_combination`), and how many rows were localized
-    op by op (at most :data:`MAX_LOCALIZATIONS`)."""
-    rows = []
-    localized = 0
-    # One compiled function per combination (dynamic=False): each subgraph's code object collects
-    # one dynamo cache entry per dtype/shape/layout, more than the default recompile limit of 8.
-    with torch._dynamo.config.patch(recompile_limit=len(combos) + 8, accumulated_recompile_limit=4 * len(combos) + 256):
-        for name, dtype_name, shape, layout in track(combos, log, "subgraph combinations"):
-            inputs = combination_inputs(CATALOGUE[name], dtype_name, shape, layout, derived_seed, device)
-            row, was_localized = compare_combination(
-                name, dtype_name, shape, layout, inputs, backend, options, localized < MAX_LOCALIZATIONS
-            )
-            localized += was_localized
-            rows.append(row)
+    """Every combination's row (see :func:`compare_combination`), in plan order, and how many rows
+    were localized op by op (the first :data:`MAX_LOCALIZATIONS` in plan order keep theirs).
+
+    Inputs are drawn once per :data:`InputKey` on ``device``; each key's subgraphs are one task of
+    the compile pool (``workers`` processes, ``here`` whether this one is among them: see
+    :func:`pipeline.compile_pool.run_tasks`), and the table is the same however many there are."""
+    keys: dict[InputKey, list[int]] = {}
+    for i, (name, dtype_name, shape, layout) in enumerate(combos):
+        keys.setdefault(input_key(name, dtype_name, shape, layout), []).append(i)
+    tasks = [
+        ([combos[i][0] for i in idx], key, input_seeds(key, derived_seed), str(device), backend, options, len(combos))
+        for key, idx in keys.items()
+    ]
+    progress = Progress(log, "subgraph combinations", len(combos))
+
+    def advance(_: int, out: list[Measured]) -> None:
+        for _row in out:  # one line per row at most, rate-limited, the first and last always
+            progress.advance()
+
+    results = run_tasks(measure_key, tasks, device, workers, advance, here)
+    measured: dict[int, Measured] = {}
+    for idx, out in zip(keys.values(), results, strict=True):
+        measured.update(zip(idx, out, strict=True))
+    rows, localized = [], 0
+    for i in range(len(combos)):
+        keep = measured[i][3] is not None and localized < MAX_LOCALIZATIONS
+        localized += keep
+        rows.append(finish_row(measured[i], keep))
     table = pl.DataFrame(
         rows,
         schema_overrides={
@@ -459,7 +560,7 @@ def every_movement_combination_fused(
 ) -> dg.AssetCheckResult:
     table = data_movement_check_table
     expected = len(plan(SIZES[settings.profile].shapes))
-    not_fused = table.filter((pl.col("kernel_count") < 1) | (pl.col("graph_breaks") > 0) | (pl.col("recompiles") > 0))
+    not_fused = unfused_rows(table)
     problems = []
     if table.height != expected:
         problems.append(f"{table.height} rows, planned {expected}")

@@ -475,26 +475,31 @@ def make_input(
     specials: bool,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """A seeded ``shape`` activation in ``dtype`` with the given memory layout.
+    """A seeded ``shape`` activation in ``dtype`` with the given memory layout, drawn on ``device``
+    from a generator of that device (the same device type and seed give the same bits).
 
     ``transposed_view`` is a transpose of a contiguous ``[batch, hidden, seq]`` buffer, so the
     graph reads strided memory. ``specials`` sprinkles signed zeros, infinities, subnormals and
-    NaN among the normal values (at seeded positions).
+    NaN among the normal values: one element per 64 (at least one of each value), each at a
+    ``randint`` position inside its own equal stretch of the buffer, so positions never collide
+    and no permutation of the whole buffer is needed.
     """
     if len(shape) != 3:
         raise ValueError(f"movement shapes are [batch, seq, hidden], got {shape}")
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
-    gen = torch.Generator().manual_seed(seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
     batch, seq, hidden = shape
-    base = torch.randn(
-        (batch, hidden, seq) if layout == "transposed_view" else shape, generator=gen, dtype=torch.float64
-    )
+    drawn = (batch, hidden, seq) if layout == "transposed_view" else shape
+    base = torch.randn(drawn, generator=gen, dtype=torch.float64, device=device)
     if specials:
-        values = _special_values(dtype)
+        values = _special_values(dtype).to(device)
         flat = base.view(-1)
-        count = max(len(values), flat.numel() // 64)
-        where = torch.randperm(flat.numel(), generator=gen)[:count]
-        flat[where] = values[torch.arange(count) % len(values)]
-    t = base.to(dtype).to(device)
+        count = min(flat.numel(), max(len(values), flat.numel() // 64))
+        stretch = flat.numel() // count
+        where = torch.arange(count, device=device) * stretch
+        where += torch.randint(0, stretch, (count,), generator=gen, device=device)
+        flat[where] = values[torch.arange(count, device=device) % len(values)]
+    t = base.to(dtype)
     return t.transpose(1, 2) if layout == "transposed_view" else t

@@ -20,10 +20,11 @@ from pydantic import Field
 
 from precisionkit import locate_divergence
 
+from ...compile_pool import pool_size, run_tasks
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
-from .compute import DTYPES, batch_inputs, run_model, working_module
+from .compute import DTYPES, ModelRun, batch_inputs, model_seeds, run_architecture, working_module
 from .judge import needs_locating, output_table, verdict_table
 from .spec import GROUP, SIZES
 from .workloads import WorkloadError, load_workloads, workload_dtypes
@@ -90,6 +91,31 @@ def _locate(module: Any, inputs: tuple[Any, ...], settings: ExperimentSettings) 
     return result.first_divergent_layer, table.select(keep) if keep else table
 
 
+def run_plan(
+    plan: list[tuple[Any, tuple[str, ...]]], sizes: Any, settings: ExperimentSettings, progress: Progress
+) -> list[ModelRun]:
+    """Every (workload, dtypes) of ``plan``, in plan order: one task per workload, its module built once
+    and cast per dtype (:func:`run_architecture`). M's own architectures go to the compile pool
+    (:mod:`pipeline.compile_pool`, sized to the machine); the user's workloads run in this process,
+    which imported them."""
+    device = settings.torch_device()
+
+    def task(w: Any, d: tuple[str, ...]) -> tuple[Any, ...]:
+        seeds = model_seeds(w.name, sizes.batches, settings.derived_seed)
+        return (w, d, str(device), sizes.batches, sizes.batch_size, settings.backend, settings.options(), seeds)
+
+    def advance(_: int, runs: list[ModelRun]) -> None:
+        for run in runs:
+            progress.advance(note=f"{run.model} {run.dtype}: {run.error or f'{run.seconds:.1f} s'}")
+
+    zoo = [task(w, d) for w, d in plan if getattr(w, "source", "user") != "user"]
+    user = [task(w, d) for w, d in plan if getattr(w, "source", "user") == "user"]
+    done = run_tasks(run_architecture, zoo, device, pool_size(device, len(zoo)), advance)
+    done += run_tasks(run_architecture, user, device, 1, advance)
+    by_name = {runs[0].model: runs for runs in done if runs}
+    return [run for w, _ in plan for run in by_name.get(w.name, [])]
+
+
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings: ExperimentSettings):
     """Runs every model of the profile and every registered workload, eager, fused and fp64."""
@@ -103,22 +129,8 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
     except (WorkloadError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from None
     dtypes = tuple(config.dtypes) or sizes.dtypes
-    plan = [(w, d) for w in workloads for d in workload_dtypes(w, dtypes)]
-    progress = Progress(context.log.info, "models x dtypes", len(plan))
-    runs = []
-    for w, dtype in plan:
-        run = run_model(
-            w,
-            dtype,
-            device=device,
-            batches=sizes.batches,
-            batch_size=sizes.batch_size,
-            backend=settings.backend,
-            options=settings.options(),
-            seed_of=settings.derived_seed,
-        )
-        runs.append(run)
-        progress.advance(note=f"{w.name} {dtype}: {run.error or f'{run.seconds:.1f} s'}")
+    plan = [(w, workload_dtypes(w, dtypes)) for w in workloads]
+    runs = run_plan(plan, sizes, settings, Progress(context.log.info, "models x dtypes", sum(len(d) for _, d in plan)))
     verdicts = verdict_table(runs, seed=settings.derived_seed("M", "bootstrap"))
     by_name = {w.name: w for w in workloads}
     located: dict[tuple[str, str], str | None] = {}

@@ -6,6 +6,7 @@ working dtype (so weight rounding is not counted as error), fed the working inpu
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from precisionkit import FusionError, fused
+from precisionkit.evidence import NO_GRAPH, NO_KERNEL, fusion_defects
 from precisionkit.stats import spacing
 
 from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
@@ -159,13 +161,45 @@ def compare_output(
     )
 
 
-def working_module(workload: Any, dtype_name: str, device: torch.device, seed_of: Any) -> nn.Module:
-    """The workload's module in ``dtype_name`` on ``device``, its weights from the run's seed (so the
-    same module can be built again, e.g. for the divergence locator, instead of being kept)."""
-    with torch.random.fork_rng(devices=[]):
+class Seeds(dict[tuple[object, ...], int]):
+    """Seeds by their parts, computed by the run beforehand: a picklable stand-in for the run's
+    ``derived_seed`` that a compile worker can call (see :func:`model_seeds`)."""
+
+    def __call__(self, *parts: object) -> int:
+        try:
+            return self[parts]
+        except KeyError:
+            raise LookupError(f"no seed computed for {parts}; known: {sorted(map(str, self))}") from None
+
+
+def model_seeds(name: str, batches: int, seed_of: Any) -> Seeds:
+    """Every seed one model's runs read: its weights and each input batch."""
+    parts = [("M", name, "weights"), *(("M", name, "batch", b) for b in range(batches))]
+    return Seeds({p: seed_of(*p) for p in parts})
+
+
+def master_module(workload: Any, device: torch.device, seed_of: Any) -> nn.Module:
+    """The workload's module as built (fp32 for the zoo), its weights drawn from the run's seed on
+    ``device`` itself (built there, not on the host and moved), once per architecture: each dtype's
+    module is a cast copy (:func:`cast_module`)."""
+    accelerator = device.type != "cpu"
+    forked = [device.index if device.index is not None else 0] if accelerator else []
+    with torch.random.fork_rng(devices=forked, device_type=device.type if accelerator else "cuda"):
         torch.manual_seed(seed_of("M", workload.name, "weights"))
-        module = as_module(workload.build()).eval()
-    return module.to(device=device, dtype=DTYPES[dtype_name])
+        with torch.device(device) if accelerator else contextlib.nullcontext():
+            module = as_module(workload.build()).eval()
+    return module.to(device=device)
+
+
+def cast_module(master: nn.Module, dtype_name: str) -> nn.Module:
+    """A copy of ``master`` with its floating parameters and buffers in ``dtype_name``."""
+    return copy.deepcopy(master).to(dtype=DTYPES[dtype_name])
+
+
+def working_module(workload: Any, dtype_name: str, device: torch.device, seed_of: Any) -> nn.Module:
+    """The workload's module in ``dtype_name`` on ``device``, the same weights the run used (so the
+    same module can be built again, e.g. for the divergence locator, instead of being kept)."""
+    return cast_module(master_module(workload, device, seed_of), dtype_name)
 
 
 def batch_inputs(
@@ -186,15 +220,18 @@ def run_model(
     backend: str,
     options: dict[str, Any],
     seed_of: Any,
+    working: nn.Module | None = None,
 ) -> ModelRun:
-    """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches."""
+    """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches, on
+    ``working`` (the module in that dtype; built from the seed when not given)."""
     dtype = DTYPES[dtype_name]
     # Every model runs behind the same adapter code, and Dynamo compiles one frame at most
     # ``recompile_limit`` times before it silently runs it eager: start each model afresh.
     torch._dynamo.reset()
     run = ModelRun(workload.name, getattr(workload, "source", "user"), dtype_name)
     start = time.perf_counter()
-    working = working_module(workload, dtype_name, device, seed_of)
+    if working is None:
+        working = working_module(workload, dtype_name, device, seed_of)
     run.parameters = sum(p.numel() for p in working.parameters())
     reference = copy.deepcopy(working).to(dtype=torch.float64)
     compiled = fused(working, backend=backend, options=options, require_fusion=False)
@@ -231,9 +268,42 @@ def run_model(
             "compile_seconds": ev.compile_seconds,
             "code_sha256": ev.code_sha256,
         }
-        if ev.graph_count == 0:
+        defects = fusion_defects(ev)
+        if NO_GRAPH in defects:
             run.error = "compiled no graph: the fused path fell back to eager"
-        elif ev.kernel_count == 0:
+        elif NO_KERNEL in defects:
             run.error = "generated no fused kernel"
     run.seconds = time.perf_counter() - start
     return run
+
+
+def run_architecture(
+    workload: Any,
+    dtypes: tuple[str, ...],
+    device: str,
+    batches: int,
+    batch_size: int,
+    backend: str,
+    options: dict[str, Any],
+    seeds: Seeds,
+) -> list[ModelRun]:
+    """:func:`run_model` in every dtype of ``dtypes``, the module initialised once and cast per dtype (a
+    compile-pool task: plain arguments in, picklable runs out)."""
+    where = torch.device(device)
+    master = master_module(workload, where, seeds)
+    runs = []
+    for dtype_name in dtypes:
+        runs.append(
+            run_model(
+                workload,
+                dtype_name,
+                device=where,
+                batches=batches,
+                batch_size=batch_size,
+                backend=backend,
+                options=options,
+                seed_of=seeds,
+                working=cast_module(master, dtype_name),
+            )
+        )
+    return runs

@@ -8,6 +8,11 @@ Sizes: ``smoke`` builds three architectures tiny (two layers, width 32) for the 
 builds them small enough that the default profile stays within its 20-minute budget on a CPU
 without native 16-bit matmul (compile time dominates: one compile per architecture and dtype);
 ``seed`` builds the real sizes (GPT-2 small, BERT-base, ResNet-50, ViT-B/16, ...) for a GPU.
+
+Each architecture is initialised once, on the run's device, and cast per dtype; the architectures are
+independent tasks of the compile pool (:mod:`pipeline.compile_pool`). ``compiles`` declares the fused
+models a profile compiles (architectures x dtypes, the user's workloads aside); a test checks the
+smoke run's fusion evidence against it and ``benchmarks/gpu_budget.py`` reads it.
 """
 
 from dataclasses import dataclass
@@ -24,6 +29,7 @@ class ModelSizes:
     batch_size: int
     seq_len: int  # tokens per sequence (language models)
     image_size: int  # pixels per side (vision models)
+    compiles: int  # fused models compiled: one per architecture x dtype (``assets.run_plan``)
 
 
 ALL = ("gpt2", "bert", "llama", "t5", "resnet50", "vit", "convnext")
@@ -38,6 +44,7 @@ SIZES = {
         batch_size=2,
         seq_len=12,
         image_size=32,
+        compiles=3 * 2,
     ),
     "default": ModelSizes(
         scale="small",
@@ -47,6 +54,7 @@ SIZES = {
         batch_size=2,
         seq_len=32,
         image_size=64,
+        compiles=7 * 3,
     ),
     # Four real-size architectures (a decoder, an encoder, a CNN, a vision transformer) in the two 16-bit
     # dtypes: compile time is the cost (benchmarks/gpu_budget.py).
@@ -58,6 +66,7 @@ SIZES = {
         batch_size=4,
         seq_len=128,
         image_size=224,
+        compiles=4 * 2,
     ),
     "seed": ModelSizes(
         scale="real",
@@ -67,5 +76,6 @@ SIZES = {
         batch_size=4,
         seq_len=128,
         image_size=224,
+        compiles=7 * 3,
     ),
 }

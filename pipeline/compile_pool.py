@@ -1,0 +1,315 @@
+"""Independent compiles several at a time, in warm worker processes.
+
+An experiment whose work splits into independent tasks that each compile their own graphs (D's
+inputs per dtype, shape and layout; M's architectures) hands them to :func:`run_tasks`. With one
+worker the tasks run here, one after the other, exactly as a plain loop would. With more, this
+process and ``workers - 1`` fresh interpreters (``python -m pipeline.compile_pool``) each take the
+next task as they become free. A worker imports torch and the task's module once and, on an
+accelerator, creates its device context once, then runs task after task: those one-off costs are
+paid per worker, not per task.
+
+Which process ran a task changes nothing in its result: a worker has this process's environment
+(so the same Inductor cache folder), CPU thread count and device, and a task gets everything it
+uses (seeds included) as arguments. Results come back in task order. A task is a module-level
+function and picklable arguments; its result must pickle too.
+
+:func:`pool_size` says how many workers a run uses: ``FUSION_COMPILE_WORKERS`` when set, else one
+per CPU core on an accelerator (fewer where the tasks' device memory would not fit) and one on a CPU
+(see its text for why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+#: Overrides the number of workers (an integer >= 1); unset, :func:`pool_size` decides.
+WORKERS_ENV = "FUSION_COMPILE_WORKERS"
+
+
+#: Device memory one worker holds besides its tasks' tensors: its CUDA context and the caching
+#: allocator's slack, about half a GiB on recent drivers (CUDA's lazy module loading keeps it there).
+CONTEXT_BYTES = 512 * 2**20
+
+
+def pool_size(
+    device: torch.device,
+    tasks: int,
+    requested: int | None = None,
+    cores: int | None = None,
+    task_bytes: int | None = None,
+    device_bytes: int | None = None,
+) -> int:
+    """Processes that run ``tasks`` independent compile tasks on ``device`` (this one included).
+
+    ``requested`` (else ``FUSION_COMPILE_WORKERS``) wins when given, capped by the task count. Otherwise:
+
+    * on an accelerator, one per CPU core: a Triton compile is single-threaded host work (Python,
+      LLVM, ptxas) while the device sits idle, so compiles scale with the cores, and each worker holds
+      one device context;
+    * on a CPU, one. A CPU run's kernels already use every core through torch's intra-op threads,
+      and Inductor builds its C++ with a parallel compiler pool of its own, so a second process only
+      contends with them, and a fresh interpreter must first import torch and the experiment
+      (13 s measured on a loaded 2-core CPU: :class:`Worker` to ready) before it has saved anything.
+
+    On an accelerator, ``task_bytes`` (the most device memory one task holds at once) caps the count
+    so that every worker's tasks and context fit in ``device_bytes`` (default: the device's free
+    memory now), nine tenths of it, the rest left to the allocator's fragmentation.
+    """
+    if tasks < 0:
+        raise ValueError(f"task count must be >= 0, got {tasks}")
+    if requested is None:
+        text = os.environ.get(WORKERS_ENV, "").strip()
+        if text:
+            try:
+                requested = int(text)
+            except ValueError:
+                raise ValueError(f"{WORKERS_ENV} must be an integer >= 1, got {text!r}") from None
+    if requested is not None and requested < 1:
+        raise ValueError(f"compile workers must be at least 1, got {requested}")
+    if requested is None:
+        requested = (cores or os.cpu_count() or 1) if device.type != "cpu" else 1
+        if device.type != "cpu" and task_bytes is not None:
+            free = device_bytes if device_bytes is not None else _free_device_bytes(device)
+            requested = min(requested, int(0.9 * free) // (task_bytes + CONTEXT_BYTES))
+    return max(1, min(requested, tasks))
+
+
+def _free_device_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    raise ValueError(f"no free-memory query for {device}; pass device_bytes")
+
+
+def _reference(fn: Callable[..., Any]) -> tuple[str, str]:
+    """``fn`` as (module, name) a worker can import; a nested function or lambda is refused."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or not name or "<" in name or "." in name:
+        raise ValueError(f"a compile-pool task must be a module-level function, got {fn!r}")
+    if module == "__main__":
+        raise ValueError(f"a compile-pool task must live in an importable module, not __main__: {name}")
+    return module, name
+
+
+class Worker:
+    """One warm interpreter that runs tasks on request over a socket pair (a subprocess rather than
+    multiprocessing, which would re-import the caller's main module)."""
+
+    def __init__(self, device: torch.device, threads: int) -> None:
+        here, there = multiprocessing.Pipe()
+        cmd = [sys.executable, "-m", "pipeline.compile_pool", "--fd", str(there.fileno())]
+        cmd += ["--threads", str(threads), "--device", str(device)]
+        # The pool is the parallelism: Inductor's own compile subprocesses per worker would multiply it.
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", **os.environ}
+        from .resources import REPO_ROOT
+
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, pass_fds=(there.fileno(),), env=env)
+        there.close()
+        self.conn = here
+
+    def _receive(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.wait()
+            raise RuntimeError(f"compile worker (pid {self.proc.pid}) exited with status {code}") from None
+
+    def ready(self) -> None:
+        status, detail = self._receive()
+        if status != "ready":
+            raise RuntimeError(f"compile worker failed to start: {detail}")
+
+    def call(self, ref: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        self.conn.send((ref, args))
+        status, value = self._receive()
+        if status != "ok":
+            raise RuntimeError(f"compile task {ref[0]}.{ref[1]} failed in worker {self.proc.pid}:\n{value}")
+        return value
+
+    def close(self, kill: bool = False) -> None:
+        if kill:
+            self.proc.kill()
+        else:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+
+def run_tasks(
+    fn: Callable[..., Any],
+    tasks: Sequence[tuple[Any, ...]],
+    device: torch.device,
+    workers: int = 1,
+    on_result: Callable[[int, Any], None] | None = None,
+    here: bool = True,
+) -> list[Any]:
+    """``[fn(*t) for t in tasks]``, ``workers`` processes at a time: this one and ``workers - 1``
+    workers, or with ``here=False`` ``workers`` workers and none here (the tests use it to be sure a
+    worker ran the tasks).
+
+    ``on_result(i, result)`` is called in this thread in task order (task ``i`` once ``0..i`` are
+    done), so logs read the same however the tasks were shared out. A task that raises stops the
+    rest and its error is raised here; the workers are stopped either way."""
+    if workers < 1:
+        raise ValueError(f"compile workers must be at least 1, got {workers}")
+    ref = _reference(fn)
+    n_workers = min(workers, len(tasks)) - (1 if here else 0) if os.name == "posix" else 0
+    if n_workers < 1:
+        out = []
+        for i, t in enumerate(tasks):
+            out.append(fn(*t))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+    return _run_pooled(fn if here else None, ref, list(tasks), device, n_workers, on_result)
+
+
+def _run_pooled(
+    fn: Callable[..., Any] | None,
+    ref: tuple[str, str],
+    tasks: list[tuple[Any, ...]],
+    device: torch.device,
+    n_workers: int,
+    on_result: Callable[[int, Any], None] | None,
+) -> list[Any]:
+    pending = deque(enumerate(tasks))
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+    lock = threading.Condition()
+    reported = 0
+
+    def take() -> tuple[int, tuple[Any, ...]] | None:
+        with lock:
+            return pending.popleft() if pending and not errors else None
+
+    def store(i: int, value: Any) -> None:
+        with lock:
+            results[i] = value
+            lock.notify_all()
+
+    def report() -> None:
+        nonlocal reported
+        while reported in results:
+            if on_result is not None:
+                on_result(reported, results[reported])
+            reported += 1
+
+    def feed(worker: Worker) -> None:
+        try:
+            worker.ready()
+            while (item := take()) is not None:
+                store(item[0], worker.call(ref, item[1]))
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            with lock:
+                errors.append(exc)
+                lock.notify_all()
+
+    pool = [Worker(device, torch.get_num_threads()) for _ in range(n_workers)]
+    feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+    for t in feeders:
+        t.start()
+    try:
+        while fn is not None and (item := take()) is not None:
+            store(item[0], fn(*item[1]))
+            report()
+        while True:
+            with lock:
+                done = len(results) == len(tasks) or bool(errors) or not any(t.is_alive() for t in feeders)
+                if not done:
+                    lock.wait(timeout=1.0)
+            report()
+            if done:
+                break
+    except BaseException as exc:
+        with lock:
+            errors.append(exc)
+        raise
+    finally:
+        for w in pool:
+            w.close(kill=bool(errors))
+        for t in feeders:
+            t.join()
+    if errors:
+        raise errors[0]
+    missing = [i for i in range(len(tasks)) if i not in results]
+    if missing:
+        raise RuntimeError(f"compile tasks never finished: {missing}")
+    report()
+    return [results[i] for i in range(len(tasks))]
+
+
+def _serve(conn: Connection, device: torch.device) -> int:
+    """Answer ``((module, name), args)`` requests with ``("ok", result)`` or ``("error", traceback)``
+    until ``None`` arrives or the parent goes away."""
+    functions: dict[tuple[str, str], Callable[..., Any]] = {}
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return 0
+        if request is None:
+            return 0
+        ref, args = request
+        try:
+            if ref not in functions:
+                functions[ref] = getattr(importlib.import_module(ref[0]), ref[1])
+            reply: tuple[str, Any] = ("ok", functions[ref](*args))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+            reply = ("error", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except OSError:
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a warm compile worker (started by pipeline.compile_pool)")
+    parser.add_argument("--fd", type=int, required=True, help="this end of the socket pair")
+    parser.add_argument("--threads", type=int, required=True, help="torch CPU threads")
+    parser.add_argument("--device", required=True, help="the run's torch device")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    conn = Connection(args.fd)
+    from .interrupts import exit_with_parent
+
+    exit_with_parent()  # a stopped run never leaves a worker compiling
+    try:
+        torch.set_num_threads(args.threads)
+        device = torch.device(args.device)
+        if device.type != "cpu":
+            torch.empty(1, device=device)  # the device context, once per worker
+        from .experiments.regression.planted_bugs import register_planted_backends
+
+        register_planted_backends()  # a fresh interpreter knows only torch's own backends
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+        return 1
+    conn.send(("ready", os.getpid()))
+    return _serve(conn, device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
