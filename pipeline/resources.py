@@ -3,12 +3,13 @@
 import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from .backends import ensure_registered, known_backends
 from .devices import DeviceError, available_devices, check_device, cpu_model, device_name, device_versions
@@ -47,13 +48,22 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class ExperimentSettings(dg.ConfigurableResource):
-    """Profile, compute device, fused backend and base seed of a run."""
+    """Profile, compute device, fused backend and base seed of a run.
+
+    Every field that can be wrong is checked by one validator (:meth:`_usable`), which asks the
+    field's own problem function (:data:`FIELD_PROBLEMS`) and raises its one line: a bad profile,
+    device, backend or options string gives one message each, whether the settings are built by the
+    CLI (:func:`settings_problems`), a test, or a run building the resource."""
 
     # An enum in the config schema: the launchpad rejects an unknown profile before a run starts.
+    # Built in Python, :meth:`_usable` explains a bad profile before pydantic's enum check is reached.
     profile: Literal[PROFILE_NAMES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_PROFILE", "default"),
+        validate_default=True,
         description="smoke | default | gpu | seed: sizes and counts only (default from FUSION_PROFILE)",
     )
+    # The default is not validated: a FUSION_DEVICE this machine lacks still loads the code location,
+    # and a run with it is refused, with the reason, when it builds the settings.
     device: Literal[DEVICE_CHOICES] = Field(  # type: ignore[valid-type]
         default_factory=lambda: os.environ.get("FUSION_DEVICE", "auto"),
         description="auto (the first accelerator torch reports, else cpu) or a device torch reports on the "
@@ -68,6 +78,7 @@ class ExperimentSettings(dg.ConfigurableResource):
     # test's) must stay usable; a name torch does not know is refused when the run builds the settings.
     backend: str = Field(
         default_factory=lambda: os.environ.get("FUSION_BACKEND", "inductor"),
+        validate_default=True,
         description="torch.compile backend of the fused path, by registered name, or a planted-bug backend "
         "(default from FUSION_BACKEND); an unknown name is refused with the list of registered ones",
     )
@@ -81,24 +92,15 @@ class ExperimentSettings(dg.ConfigurableResource):
         "FUSION_WORKLOADS); each is checked when M's step starts, and a bad one fails it with one line",
     )
 
-    # Built in Python (CLI, tests, the planted-bug harness) the settings explain a bad device in
-    # their own words before pydantic's enum check would only list the choices. This is the
-    # resource's one device check; the model check below covers everything else.
-    @field_validator("device", mode="before")
+    # Before pydantic's own type checks, so each problem reads in the settings' words; every field is
+    # validated separately, so settings with several problems name each of them once.
+    @field_validator("profile", "device", "backend", "backend_options", mode="before")
     @classmethod
-    def _device_is_here(cls, value: Any) -> Any:
-        if isinstance(value, str) and (why := device_problem(value)) is not None:
+    def _usable(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = FIELD_PROBLEMS[str(info.field_name)]
+        if isinstance(value, str) and (why := problem(value)) is not None:
             raise ValueError(why)
         return value
-
-    @model_validator(mode="after")
-    def _settings_are_usable(self) -> "ExperimentSettings":
-        # Runs when a run builds the resource, before any asset step: one clear error instead of
-        # every step failing on an unknown profile, an unregistered backend or unreadable options.
-        problems = settings_problems(self.profile, None, self.backend, self.backend_options)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # A run that asks for a planted-bug backend (from the launchpad or the CLI) registers the
@@ -119,13 +121,8 @@ class ExperimentSettings(dg.ConfigurableResource):
         return self.device_label.strip() or device_name(self.torch_device())
 
     def options(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.backend_options)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"backend_options is not valid JSON: {self.backend_options!r} ({exc})") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"backend_options must be a JSON object, got {self.backend_options!r}")
-        return value
+        """The compiler options, parsed from ``backend_options`` (validated when the settings were built)."""
+        return parse_backend_options(self.backend_options)
 
     def derived_seed(self, *parts: object) -> int:
         """A stable seed for one named stream (e.g. ``("pool", "softmax", "normal")``)."""
@@ -160,7 +157,7 @@ def resolve_device(device: str) -> torch.device:
 
 def device_problem(device: str) -> str | None:
     """Why ``device`` cannot run here, or None. The one place that decides device availability
-    (settings validation and the CLI both call it)."""
+    (the settings' validator asks it, :data:`FIELD_PROBLEMS`; the CLI reaches it through :func:`settings_problems`)."""
     try:
         resolve_device(device)
     except (DeviceError, ValueError) as exc:
@@ -177,26 +174,67 @@ def backend_problem(backend: str) -> str | None:
     return f"unknown torch.compile backend {backend!r}; registered: {', '.join(sorted(known))}"
 
 
-def settings_problems(profile: str, device: str | None, backend: str, backend_options: str = "{}") -> list[str]:
-    """Every reason the settings cannot run, each one line (empty when they can): the one validation
-    the CLI (before anything runs) and the settings resource (when a run builds it) share. ``device``
-    None: already checked (the resource checks it on its own field, before pydantic's enum check)."""
-    from .profiles import PROFILES
+def profile_problem(profile: str) -> str | None:
+    """Why ``profile`` is not a profile, or None."""
+    if profile in PROFILES:
+        return None
+    return f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}"
 
-    problems = []
-    if profile not in PROFILES:
-        problems.append(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
-    if device is not None and (why := device_problem(device)) is not None:
-        problems.append(why)
-    if (why := backend_problem(backend)) is not None:
-        problems.append(why)
+
+def parse_backend_options(text: str) -> dict[str, Any]:
+    """``backend_options`` as a dict; a ValueError with the one line that says what is wrong with it."""
     try:
-        options = json.loads(backend_options)
-        if not isinstance(options, dict):
-            problems.append(f"backend_options must be a JSON object, got {backend_options!r}")
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        problems.append(f"backend_options is not valid JSON: {backend_options!r} ({exc})")
-    return problems
+        raise ValueError(f"backend_options is not valid JSON: {text!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"backend_options must be a JSON object, got {text!r}")
+    return value
+
+
+def backend_options_problem(text: str) -> str | None:
+    """Why ``text`` is not a JSON object of compiler options, or None."""
+    try:
+        parse_backend_options(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: The one check of each settings field that can be wrong, by field name (:meth:`ExperimentSettings._usable`).
+FIELD_PROBLEMS: dict[str, Callable[[str], str | None]] = {
+    "profile": profile_problem,
+    "device": device_problem,
+    "backend": backend_problem,
+    "backend_options": backend_options_problem,
+}
+
+
+def validation_messages(exc: ValidationError) -> list[str]:
+    """One line per problem of a settings validation error: the field's own message, or pydantic's
+    (a value of the wrong type) prefixed with the field's name."""
+    out = []
+    for error in exc.errors():
+        cause = (error.get("ctx") or {}).get("error")
+        if error["type"] == "value_error" and cause is not None:
+            out.append(str(cause))
+        else:
+            out.append(f"{'.'.join(map(str, error['loc']))}: {error['msg']}")
+    return out
+
+
+def settings_problems(profile: str, device: str | None, backend: str, backend_options: str = "{}") -> list[str]:
+    """Every reason the settings cannot run, each one line (empty when they can), from building them:
+    the CLI asks this before anything runs, and a run building the resource gets the same lines.
+    ``device`` None: not checked (the environment's default is used and left for the run)."""
+    fields: dict[str, Any] = {"profile": profile, "backend": backend, "backend_options": backend_options}
+    if device is not None:
+        fields["device"] = device
+    try:
+        ExperimentSettings(**fields)
+    except ValidationError as exc:
+        return validation_messages(exc)
+    return []
 
 
 @functools.cache

@@ -89,14 +89,17 @@ def test_terminal_lines_show_steps_and_asset_messages_but_not_debug():
 # --- settings ---------------------------------------------------------------------------------
 
 
-def test_settings_problems_name_each_bad_setting():
+def test_settings_problems_name_each_bad_setting_once():
     assert settings_problems("smoke", "cpu", "inductor", "{}") == []
     problems = settings_problems("huge", "cpu", "nosuch", "[1]")
+    assert len(problems) == 3  # each problem once, in field order, however many checks could see it
     assert problems[0] == "unknown profile 'huge'; expected one of smoke, default, gpu, seed"
     assert problems[1].startswith("unknown torch.compile backend 'nosuch'; registered: ")
     assert problems[2] == "backend_options must be a JSON object, got '[1]'"
     assert "planted_drop_channel" in problems[1]  # planted bugs count as registered
     assert settings_problems("smoke", "cpu", "planted_drop_channel") == []
+    (bad_json,) = settings_problems("smoke", "cpu", "inductor", "{")
+    assert bad_json.startswith("backend_options is not valid JSON: '{' (Expecting property name")
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
@@ -105,13 +108,52 @@ def test_unavailable_device_is_a_settings_problem():
     assert problem.startswith("device 'cuda' requested but torch reports no cuda backend")
 
 
-def test_settings_resource_refuses_bad_values_before_any_step():
-    with pytest.raises(ValueError, match=r"profile[\s\S]*'smoke', 'default', 'gpu' or 'seed'[\s\S]*'huge'"):
-        ExperimentSettings(profile="huge", device="cpu")
-    with pytest.raises(ValueError, match=r"unknown torch\.compile backend 'nosuch'"):
-        ExperimentSettings(profile="smoke", device="cpu", backend="nosuch")
-    with pytest.raises(ValueError, match="backend_options is not valid JSON"):
-        ExperimentSettings(profile="smoke", device="cpu", backend_options="{")
+def _one_problem(**fields) -> str:
+    """The one line building the settings from ``fields`` fails with."""
+    with pytest.raises(ValueError) as raised:
+        ExperimentSettings(**fields)
+    (problem,) = resources.validation_messages(raised.value)
+    return problem
+
+
+def test_settings_resource_refuses_bad_values_before_any_step_with_one_message_each():
+    assert _one_problem(profile="huge", device="cpu") == (
+        "unknown profile 'huge'; expected one of smoke, default, gpu, seed"
+    )
+    assert _one_problem(profile="smoke", device="cpu", backend="nosuch").startswith(
+        "unknown torch.compile backend 'nosuch'; registered: "
+    )
+    assert _one_problem(profile="smoke", device="cpu", backend_options="{").startswith(
+        "backend_options is not valid JSON: '{'"
+    )
+    assert _one_problem(profile="smoke", device="cpu", backend_options="3") == (
+        "backend_options must be a JSON object, got '3'"
+    )
+    # a value of the wrong type keeps pydantic's words, named by its field
+    assert _one_problem(profile=3, device="cpu").startswith("profile: Input should be 'smoke', 'default'")
+    # a default from the environment is checked the same way
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FUSION_PROFILE", "huge")
+        assert _one_problem(device="cpu") == "unknown profile 'huge'; expected one of smoke, default, gpu, seed"
+    # the options parse once, with the same message a run would see
+    assert ExperimentSettings(profile="smoke", device="cpu", backend_options='{"a": 1}').options() == {"a": 1}
+    with pytest.raises(ValueError, match=r"^backend_options is not valid JSON: '\[' "):
+        resources.parse_backend_options("[")
+
+
+def test_cli_bad_profile_or_options_exit_2_with_one_clear_line(capsys):
+    assert cli.main(["report", "--profile", "huge", "--device", "cpu"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == "report: invalid settings: unknown profile 'huge'; expected one of smoke, default, gpu, seed"
+    assert cli.main(["report", "--profile", "smoke", "--device", "cpu", "--backend-options", "{"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("report: invalid settings: backend_options is not valid JSON: '{'")
+    # the commands that build no settings refuse a bad profile in the same words
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["times", "--profile", "huge"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("argument --profile: unknown profile 'huge'; expected one of smoke, default, gpu, seed")
 
 
 def test_gpu_profile_is_a_setting_like_the_others(capsys):

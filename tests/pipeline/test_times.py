@@ -186,7 +186,7 @@ def test_table_of_a_run_from_the_event_log_and_the_last_run_of_a_profile():
 def test_cli_times_prints_the_last_run_and_fails_clearly_without_one(monkeypatch, capsys):
     with dg.DagsterInstance.ephemeral() as instance:
         run_id = _run(instance, "smoke")
-        monkeypatch.setattr(cli, "_instance", lambda: instance)
+        monkeypatch.setattr(cli.local, "local_instance", lambda: instance)
         assert cli.main(["times", "--profile", "smoke"]) == 0
         out = capsys.readouterr().out.splitlines()
         assert out[0].startswith(f"where the time went: run {run_id} (profile smoke), ")

@@ -4,13 +4,20 @@ E_training assets in smoke size."""
 import itertools
 import math
 import os
+from types import SimpleNamespace
 
 import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
 import torch
+from _stored_only import (  # tests/pipeline is on sys.path (pytest rootdir import mode)
+    page_without_judges,
+    patch_to_raise,
+)
 
+from pipeline.definitions import build_resources
+from pipeline.experiments import experiment
 from pipeline.experiments.regression.comparators import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
@@ -25,6 +32,7 @@ from pipeline.experiments.training.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
+from precisionkit import decide
 
 
 @pytest.fixture(scope="module")
@@ -307,30 +315,49 @@ def test_error_rates_are_summarized_per_noise_level():
 # --- the assets in smoke size -------------------------------------------------------------------
 
 
-def test_training_assets_smoke(smoke_resources, tmp_path):
-    """Replicates, fused and control train a few smoke steps through the assets: curves, evidence,
-    final table, deviation frame, and the three kinds of check."""
-    assets = [
-        toolkit.toolkit_selfcheck,
-        training.training_curves,
-        training.training_final_metrics,
-        training.training_deviation,
-    ]
-    checks = [
-        training.training_runs_valid,
-        training.fused_learns_like_eager,
-        training.fused_deviation_vs_rounding_control,
-    ]
-    # Every E check declares its outcome kind, and the claim its rule, before any data.
-    for check, kind in zip(checks, (VALIDITY, CLAIM, FINDING), strict=False):
+E_ASSETS = [
+    toolkit.toolkit_selfcheck,
+    training.training_curves,
+    training.training_final_metrics,
+    training.training_deviation,
+]
+E_CHECKS = [
+    training.training_runs_valid,
+    training.fused_learns_like_eager,
+    training.fused_deviation_vs_rounding_control,
+]
+
+
+@pytest.fixture(scope="module")
+def e_smoke(tmp_path_factory):
+    """Replicates, fused and control trained a few smoke steps through E's assets and checks, once
+    for the tests below: the data folder, the instance that recorded them and the run's result."""
+    root = tmp_path_factory.mktemp("e_smoke")
+    settings = ExperimentSettings(profile="smoke", device=os.environ.get("FUSION_DEVICE", "cpu"))
+    instance = dg.DagsterInstance.ephemeral()
+    resources = build_resources(settings, base_dir=str(root))
+    result = dg.materialize([*E_ASSETS, *E_CHECKS], resources=resources, instance=instance)
+    assert result.success
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    defs = dg.Definitions(assets=E_ASSETS, asset_checks=E_CHECKS, resources=resources)
+    return SimpleNamespace(data=root / "smoke", instance=instance, defs=defs, evaluations=evaluations)
+
+
+def _plain(evaluation) -> dict:
+    return {k: getattr(v, "value", v) for k, v in evaluation.metadata.items()}
+
+
+def test_training_checks_declare_their_kind_and_rule_before_any_data():
+    for check, kind in zip(E_CHECKS, (VALIDITY, CLAIM, FINDING), strict=True):
         (spec,) = check.check_specs
         assert spec.metadata["outcome"] == kind
     (claim_spec,) = training.fused_learns_like_eager.check_specs
     assert {k: v for k, v in claim_spec.metadata.items() if k.startswith("rule.")} == rules.RULE.metadata()
-    result = dg.materialize([*assets, *checks], resources=smoke_resources)
-    assert result.success
 
-    curves = read_value(tmp_path / "smoke" / "training_curves")
+
+def test_training_curves_smoke(e_smoke):
+    """Curves of every planned run: seeds, device, learning, fusion evidence; no checkpoint left."""
+    curves = read_value(e_smoke.data / "training_curves")
     assert set(curves["run"].unique()) == {
         f("bfloat16", o) for o in rules.REPLICATE_ORDERS for f in (runs.replicate_run, runs.fused_run, runs.control_run)
     }
@@ -364,8 +391,13 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
         curves.filter(pl.col("path") == "eager")["fwd_kernels"].null_count()
         == curves.filter(pl.col("path") == "eager").height
     )
+    assert not list((e_smoke.data / "checkpoints").rglob("*.pt"))
 
-    final = read_value(tmp_path / "smoke" / "training_final_metrics")
+
+def test_training_final_metrics_and_deviation_smoke(e_smoke):
+    curves = read_value(e_smoke.data / "training_curves")
+    steps = SIZES["smoke"].steps
+    final = read_value(e_smoke.data / "training_final_metrics")
     assert set(final["metric"]) == {"train_loss", "eval_loss", "perplexity", "grad_norm", "wall_seconds"}
     ev = final.filter(pl.col("metric") == "eval_loss").row(0, named=True)
     assert ev["fused_minus_eager"] == pytest.approx(ev["fused"] - ev["eager"])
@@ -374,37 +406,72 @@ def test_training_assets_smoke(smoke_resources, tmp_path):
     rep_final = last.filter(pl.col("role") == "replicate")["eval_loss"]
     assert ev["replicate_spread"] == pytest.approx(rep_final.max() - rep_final.min()) and ev["replicate_spread"] > 0
 
-    dev = read_value(tmp_path / "smoke" / "training_deviation")
+    dev = read_value(e_smoke.data / "training_deviation")
     assert set(dev["metric"]) == set(curve_tables.DEVIATION_METRICS)
     judged = dev.filter(pl.col("judged") & (pl.col("metric") == "eval_loss"))
     assert judged.height == steps // 5
-    last = judged.sort("step").row(judged.height - 1, named=True)
-    diffs = [last[f"fused_{o}"] - last[f"replicate_{o}"] for o in rules.REPLICATE_ORDERS]
-    assert last["paired_mean_diff"] == pytest.approx(sum(diffs) / len(diffs))
+    last_point = judged.sort("step").row(judged.height - 1, named=True)
+    diffs = [last_point[f"fused_{o}"] - last_point[f"replicate_{o}"] for o in rules.REPLICATE_ORDERS]
+    assert last_point["paired_mean_diff"] == pytest.approx(sum(diffs) / len(diffs))
     assert (judged["replicate_spread"] > 0).all()
+    meta = _plain(e_smoke.evaluations["fused_learns_like_eager"])
+    assert meta["eval_loss.final.mean_fused_minus_eager"] == pytest.approx(sum(diffs) / len(diffs))
 
-    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+def test_training_checks_smoke(e_smoke):
+    """The three kinds of check on the smoke run: valid, the claim with its tests and the rule's
+    simulated error rates stored, and the control finding."""
+    evaluations = e_smoke.evaluations
     assert evaluations["training_runs_valid"].passed
     claim = evaluations["fused_learns_like_eager"]
-    meta = {k: getattr(v, "value", v) for k, v in claim.metadata.items()}
+    meta = _plain(claim)
+    steps = SIZES["smoke"].steps
     assert meta["outcome"] == CLAIM and meta["verdict"] in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
     assert {k: v for k, v in meta.items() if k.startswith("rule.")} == rules.RULE.metadata()
     assert meta["judged_points"] == steps // 5 and meta["orders"] == len(rules.REPLICATE_ORDERS)
-    judgement = curve_tables.judge_frame(dev, "bfloat16")
+    judgement = curve_tables.judge_frame(read_value(e_smoke.data / "training_deviation"), "bfloat16")
     assert meta["verdict"] == judgement.verdict and len(judgement.tests) == 9
     assert all(t.control_orders == len(rules.REPLICATE_ORDERS) for t in judgement.tests)
     # the rule's simulated error rates are computed here and stored with the claim for the report
     assert "P(" not in meta["error_rates"] and "p_contradicted" in meta["error_rates"]
     assert meta["error_rates.sd_0.5_margin.false_alarm_below_margin"] <= rules.MAX_ERROR_RATE
     assert meta["error_rates.this_run.false_alarm_below_margin"] <= rules.MAX_ERROR_RATE
-    assert meta["eval_loss.final.mean_fused_minus_eager"] == pytest.approx(sum(diffs) / len(diffs))
     assert claim.passed == (meta["verdict"] == SUPPORTED)
     finding = evaluations["fused_deviation_vs_rounding_control"]
-    fmeta = {k: getattr(v, "value", v) for k, v in finding.metadata.items()}
+    fmeta = _plain(finding)
     assert fmeta["outcome"] == FINDING and fmeta["orders"] == len(rules.REPLICATE_ORDERS)
     assert finding.passed
     assert (fmeta["findings"] == 0) == (fmeta["rank_p"] > 0.05)
-    assert not list((tmp_path / "smoke" / "checkpoints").rglob("*.pt"))
+
+
+def test_a_judge_patched_to_raise_raises_wherever_it_was_imported(monkeypatch):
+    patched = patch_to_raise(monkeypatch, [curve_tables])
+    assert "pipeline.experiments.training.curves.judge_frame" in patched
+    with pytest.raises(AssertionError, match=r"curves\.judge_frame was called while the page rendered"):
+        training.judge_frame(pl.DataFrame(), "bfloat16")  # the check's own binding (``from .curves import``)
+
+
+def test_training_page_formats_the_stored_judgments_only(e_smoke, tmp_path, monkeypatch):
+    """E's page shows the claim's stored tests and simulated error rates, and reads the same when the
+    rule's code (the judge, the frame judge and the statistics they call) raises if called."""
+    before, after, patched = page_without_judges(
+        monkeypatch,
+        e_smoke.instance,
+        e_smoke.defs,
+        e_smoke.data,
+        tmp_path / "docs",
+        experiment("E"),
+        [judging, curve_tables, decide],
+    )
+    assert {"judge_training", "rule_error_rates", "simulate_rule", "judge_frame", "paired_margin_test"} <= {
+        name.rsplit(".", 1)[1] for name in patched
+    }
+    assert after == before
+    meta = _plain(e_smoke.evaluations["fused_learns_like_eager"])
+    orders, points = len(rules.REPLICATE_ORDERS), SIZES["smoke"].steps // 5
+    assert f"## Paired tests ({orders} data orders, {points} judged eval points)" in after
+    assert meta["tests"] in after and meta["error_rates"] in after
+    assert f"{meta['error_rates.draws']} draws" in after and f"seed {meta['error_rates.seed']}" in after
 
 
 def test_invalid_runs_are_named():

@@ -6,6 +6,7 @@ import polars as pl
 from ...experiment import Experiment
 from ...reporting.blocks import opening
 from ...reporting.render import Report, fmt, markdown_table
+from ...reporting.repro_page import publish_repro
 
 
 def _ulp_text(value: int | None) -> str:
@@ -30,7 +31,6 @@ def deliverable(report: Report, exp: Experiment) -> str:
     bad = table.filter(~pl.col("bit_equal"))
     pure_bad = bad.filter(~pl.col("has_implicit_computation")).height
     # A list, not a table: each counterexample's explanation is prose.
-    from ..diagnostics.report import publish_repro
     from ..diagnostics.reproducers import d_repro_id
 
     def repro_link(row: dict) -> str:
@@ -60,7 +60,6 @@ def details(report: Report, exp: Experiment) -> str:
     table = report.table("data_movement_check_table")
     if table is None:
         return ""
-    cause = [c for c in ("cause_op", "cause_path") if c in table.columns]
     notes = table.filter(~pl.col("bit_equal")).select(
         "subgraph",
         "dtype",
@@ -69,22 +68,19 @@ def details(report: Report, exp: Experiment) -> str:
         "ulp_max",
         "mismatched_elements",
         "nan_encoding_mismatches",
-        *[c for c in ("signed_zero_mismatches",) if c in table.columns],
-        *cause,
+        "signed_zero_mismatches",
+        "cause_op",
+        "cause_path",
         "notes",
     )
-    reshape = ""
-    if "reshape_copied" in table.columns:
-        rs = table.filter(pl.col("reshape_copied").is_not_null())
-        reshape = (
-            "\n## Reshape rows\n\n`reshape_copied`: whether the eager reshape returned a copy (a non-contiguous input) "
-            "rather than a view, measured on the storage.\n\n"
-            + markdown_table(
-                rs.select(
-                    "subgraph", "dtype", "shape", "layout", "reshape_copied", "bit_equal", "ulp_max", "kernel_count"
-                )
-            )
+    rs = table.filter(pl.col("reshape_copied").is_not_null())
+    reshape = (
+        "\n## Reshape rows\n\n`reshape_copied`: whether the eager reshape returned a copy (a non-contiguous input) "
+        "rather than a view, measured on the storage.\n\n"
+        + markdown_table(
+            rs.select("subgraph", "dtype", "shape", "layout", "reshape_copied", "bit_equal", "ulp_max", "kernel_count")
         )
+    )
     return (
         report.chart(
             exp.slug, "check-table", d_bit_exact_chart(table), "Share of bit-exact rows per subgraph and dtype"

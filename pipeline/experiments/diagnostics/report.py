@@ -6,6 +6,7 @@ import polars as pl
 from ...experiment import Experiment
 from ...reporting.blocks import error_scale
 from ...reporting.render import Report, markdown_table
+from ...reporting.repro_page import publish_repro
 from ...scalars import as_number
 
 
@@ -82,22 +83,6 @@ def difftest_section(diff: pl.DataFrame) -> str:
         + markdown_table(counts)
         + ("\n" + markdown_table(bad) if bad.height else "\nEvery program agreed with eager and fp64.\n")
     )
-
-
-def publish_repro(report: Report, repro_id: str) -> str | None:
-    """Copy one reproducer's ``repro.py`` and ``report.md`` into the site; the folder's link
-    relative to a page under ``results/`` (None when the reproducer's files are not here)."""
-    import shutil
-
-    src = report.data_dir / "repros" / repro_id
-    if not (src / "repro.py").exists():
-        return None
-    dest = report.docs_dir / "results" / "repros" / repro_id
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("repro.py", "report.md"):
-        if (src / name).exists():
-            shutil.copyfile(src / name, dest / name)
-    return f"repros/{repro_id}"
 
 
 def reproducers_section(report: Report, found: pl.DataFrame) -> str:

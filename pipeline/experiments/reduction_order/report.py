@@ -307,19 +307,20 @@ def c2_error_chart(errors: pl.DataFrame) -> alt.Chart:
 def c2_accuracy_section(report: Report, exp: Experiment) -> str:
     """The paired test of the framework's versions against eager and the order thesis, as their checks
     stored them (verdict, reason and the per-version table from the check's metadata; nothing re-judged)."""
-    from .accuracy import ACCURACY_ALPHA  # at render time: reading the registry loads no check module
-
     checks = {c.name: c for c in report.checks_of(exp.group) if c.state != "not yet run"}
     parts = []
     accuracy = checks.get("c2_fused_not_less_accurate_than_eager")
     if accuracy is not None:
         m = accuracy.metadata
+        # The rule's level as the claim stored it with its verdict (the page loads no check module).
+        confidence = m.get("rule.confidence")
+        level = f"{1 - confidence:g}" if isinstance(confidence, float) else "the rule's level"
         parts.append(
             "## The framework's versions against eager, row by row\n\n"
             f"**{accuracy.label}**: {m.get('reason', '')}\n\n"
             "Per fused version, paired with eager on the same rows: rows where its fp16 sum is farther from the fp64 "
             "sum than eager's (worse), closer (better) or equally far (tied), the exact one-sided sign test and its "
-            f"Holm adjustment over the versions (contradicted at {ACCURACY_ALPHA:g}). `median_ulp` and `max_ulp` are the version's "
+            f"Holm adjustment over the versions (contradicted at {level}). `median_ulp` and `max_ulp` are the version's "
             "errors in fp16 ULPs of the fp64 sum; `bound_ulp_median` is the median derived bound in the same units "
             f"(eager's median error: {m.get('eager_median_ulp', float('nan')):.3g} ULP, its bound's median: "
             f"{m.get('bound_ulp_median', float('nan')):.3g} ULP), which is why the bound alone cannot see a version "

@@ -99,6 +99,78 @@ class MatrixWorker:
         self.conn.close()
 
 
+class _SharedPlan:
+    """The runs of a plan not yet taken, the results in by index, and the first error, shared
+    between this thread and the threads feeding the workers; results are handed to ``on_result``
+    in plan order, in the thread that calls :meth:`report`."""
+
+    def __init__(self, plan: list[PlannedRun], on_result: Callable[[int, MatrixRun], None] | None) -> None:
+        self.plan = plan
+        self.pending = deque(enumerate(plan))
+        self.results: dict[int, MatrixRun] = {}
+        self.errors: list[BaseException] = []
+        self.lock = threading.Condition()
+        self.on_result = on_result
+        self.reported = 0
+
+    def take(self) -> tuple[int, PlannedRun] | None:
+        """The next run to do; None when none is left or a run has failed."""
+        with self.lock:
+            return self.pending.popleft() if self.pending and not self.errors else None
+
+    def store(self, i: int, out: MatrixRun) -> None:
+        with self.lock:
+            self.results[i] = out
+            self.lock.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+            self.lock.notify_all()
+
+    def report(self) -> None:
+        """Hand every result whose predecessors are all in to ``on_result``, in plan order."""
+        while self.reported in self.results:
+            if self.on_result is not None:
+                self.on_result(self.reported, self.results[self.reported])
+            self.reported += 1
+
+    def wait_for_workers(self, feeders: list[threading.Thread]) -> None:
+        """Report results as they come until every run is in, a run failed or no feeder is left."""
+        while True:
+            with self.lock:
+                done = (
+                    len(self.results) == len(self.plan) or bool(self.errors) or not any(t.is_alive() for t in feeders)
+                )
+                if not done:
+                    self.lock.wait(timeout=1.0)
+            self.report()
+            if done:
+                return
+
+    def outcome(self) -> list[MatrixRun]:
+        """The results in plan order; the first error raised, or a RuntimeError naming runs that never finished."""
+        if self.errors:
+            raise self.errors[0]
+        missing = [self.plan[i].label for i in range(len(self.plan)) if i not in self.results]
+        if missing:
+            raise RuntimeError(f"matrix runs never finished: {', '.join(missing)}")
+        self.report()
+        return [self.results[i] for i in range(len(self.plan))]
+
+
+def _feed(shared: _SharedPlan, worker: MatrixWorker, work_dir: Path, plain: dict[str, Any], prune: bool) -> None:
+    """Give ``worker`` the plan's next run until none is left (in a thread of its own); an error is
+    handed to the calling thread through ``shared``."""
+    try:
+        worker.ready()  # loaded before it takes a run: this process keeps taking runs meanwhile
+        while (item := shared.take()) is not None:
+            i, run = item
+            shared.store(i, worker.run(run, work_dir / run.label, plain, prune))
+    except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+        shared.fail(exc)
+
+
 def run_plan(
     plan: list[PlannedRun],
     experiments: list[str],
@@ -117,15 +189,7 @@ def run_plan(
     in plan order (run ``i`` once runs ``0..i`` are finished), so logs read the same however the
     runs were shared out. A run that raises (here or in a worker) stops the plan and its error is
     raised; the workers are stopped either way."""
-    results: dict[int, MatrixRun] = {}
-    reported = 0
-
-    def report() -> None:
-        nonlocal reported
-        while reported in results:
-            if on_result is not None:
-                on_result(reported, results[reported])
-            reported += 1
+    shared = _SharedPlan(plan, on_result)
 
     def run_here(run: PlannedRun) -> MatrixRun:
         return run_experiments(run.backend, defs, work_dir / run.label, like, seed=run.seed, prune=prune)
@@ -133,13 +197,9 @@ def run_plan(
     workers = min(parallel, len(plan)) - 1 if os.name == "posix" else 0
     if workers < 1:
         for i, run in enumerate(plan):
-            results[i] = run_here(run)
-            report()
-        return [results[i] for i in range(len(plan))]
-
-    pending = deque(enumerate(plan))
-    lock = threading.Condition()
-    errors: list[BaseException] = []
+            shared.store(i, run_here(run))
+            shared.report()
+        return shared.outcome()
     plain = {
         "profile": MATRIX_PROFILE,
         "device": MATRIX_DEVICE,
@@ -147,54 +207,25 @@ def run_plan(
         "backend_options": like.backend_options,
         "seed": like.seed,
     }
-
-    def take() -> tuple[int, PlannedRun] | None:
-        with lock:
-            return pending.popleft() if pending and not errors else None
-
-    def store(i: int, out: MatrixRun) -> None:
-        with lock:
-            results[i] = out
-            lock.notify_all()
-
-    def feed(worker: MatrixWorker) -> None:
-        try:
-            worker.ready()  # loaded before it takes a run: this process keeps taking runs meanwhile
-            while (item := take()) is not None:
-                i, run = item
-                store(i, worker.run(run, work_dir / run.label, plain, prune))
-        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
-            with lock:
-                errors.append(exc)
-                lock.notify_all()
-
     import torch
 
     pool = [MatrixWorker(experiments, torch.get_num_threads()) for _ in range(workers)]
-    feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in pool]
+    feeders = [threading.Thread(target=_feed, args=(shared, w, work_dir, plain, prune), daemon=True) for w in pool]
     for t in feeders:
         t.start()
     failed = False
     try:
-        while (item := take()) is not None:
+        while (item := shared.take()) is not None:
             i, run = item
-            store(i, run_here(run))
-            report()
-        while True:
-            with lock:
-                done = len(results) == len(plan) or bool(errors) or not any(t.is_alive() for t in feeders)
-                if not done:
-                    lock.wait(timeout=1.0)
-            report()
-            if done:
-                break
+            shared.store(i, run_here(run))
+            shared.report()
+        shared.wait_for_workers(feeders)
     except BaseException as exc:
         failed = True
-        with lock:
-            errors.append(exc)
+        shared.fail(exc)
         raise
     finally:
-        failed = failed or bool(errors)
+        failed = failed or bool(shared.errors)
         for w in pool:
             if failed:
                 w.close(kill=True)
@@ -203,10 +234,4 @@ def run_plan(
         for w in pool:
             if not failed:
                 w.close(wait=False)
-    if errors:
-        raise errors[0]
-    missing = [plan[i].label for i in range(len(plan)) if i not in results]
-    if missing:
-        raise RuntimeError(f"matrix runs never finished: {', '.join(missing)}")
-    report()
-    return [results[i] for i in range(len(plan))]
+    return shared.outcome()

@@ -1,0 +1,97 @@
+"""Command line: ``python -m pipeline.cli report --profile default`` materializes every asset
+into the local Dagster instance (so the runs show in the UI) and prints what was produced.
+
+The parts: :mod:`.parser` (arguments), :mod:`.run_report` (``report``: settings, selection, run,
+outcome), :mod:`.staleness` (what is missing or stale), :mod:`.local` (the instance and the runs
+this command started), :mod:`.results` (baselines and bundles), :mod:`.repro_command` (``repros``)."""
+
+import argparse
+import sys
+
+from ..resources import REPO_ROOT
+from ..run_summary import outcome_table
+from . import local
+from .parser import build_parser
+from .repro_command import repro_case, repros
+from .results import export_bundle, import_bundle, promote_baseline
+from .run_report import report
+from .staleness import assets_to_run, latest_evaluations, selection_for, stored_for_profile
+
+# The names the tests of bundles and reproducers use (they predate the split into modules).
+_stored_for_profile, _latest_evaluations, _repro_case = stored_for_profile, latest_evaluations, repro_case
+
+__all__ = [
+    "REPO_ROOT",
+    "assets_to_run",
+    "export_bundle",
+    "import_bundle",
+    "latest_evaluations",
+    "main",
+    "outcome_table",
+    "promote_baseline",
+    "report",
+    "repro_case",
+    "repros",
+    "selection_for",
+    "stored_for_profile",
+]
+
+
+def _data_dir_problem(command: str, data_dir: str | None) -> str | None:
+    """Why a command that reads and writes files under the data folder itself (baselines, bundles,
+    reproducers) cannot use ``data_dir``: an object-store data folder holds only the values the IO
+    manager stores."""
+    from ..storage import default_data_root, is_url
+
+    folder = data_dir or default_data_root()
+    if not is_url(folder):
+        return None
+    return (
+        f"{command}: the data folder {folder!r} is a URL; this command needs a local or mounted "
+        "folder (--data-dir or FUSION_DATA_DIR set to a path)"
+    )
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "repros":
+        return repros(
+            args.profile, args.data_dir, args.planted, args.make, args.python, args.backend, not args.no_knobs
+        )
+    if args.command == "export-bundle":
+        return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
+    if args.command == "import-bundle":
+        return import_bundle(args.path, args.data_dir, args.replace, args.if_new)
+    if args.command == "promote-baseline":
+        return promote_baseline(
+            args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note, args.include_imported
+        )
+    raise ValueError(f"no command {args.command!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (the process's arguments when None) and run the subcommand; its exit status."""
+    from ..interrupts import terminate_as_interrupt
+
+    terminate_as_interrupt()  # a scheduler's SIGTERM stops a run as Ctrl-C does
+    args = build_parser().parse_args(argv)
+    if args.command == "times":
+        from ..timing import print_times
+
+        return print_times(local.local_instance(), args.profile)
+    if args.command == "report":
+        only = [s.strip() for s in args.only.split(",") if s.strip()]
+        return report(
+            args.profile,
+            args.device,
+            args.backend,
+            args.backend_options,
+            args.verbose,
+            args.everything,
+            only,
+            args.workloads,
+        )
+    why = _data_dir_problem(args.command, args.data_dir)
+    if why is not None:
+        print(why, file=sys.stderr)
+        return 2
+    return _dispatch(args)

@@ -1,0 +1,86 @@
+"""``repros``: build reproducers (planted bugs, rows of D, fuzzer and differential-tester seeds)
+and list every reproducer of a profile with its status."""
+
+import sys
+from pathlib import Path
+
+from precisionkit.repro import Case
+
+
+def repro_case(spec: str, backend: str) -> Case:
+    """A case from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``, ``fuzz/<seed>[/<dtype>]`` or
+    ``difftest/<generator>/<seed>[/<dtype>]``."""
+    from ..repros import d_case, difftest_case, fuzz_case
+
+    parts = spec.strip("/").split("/")
+    if parts[0] == "d" and len(parts) == 5:
+        try:
+            shape = tuple(int(d) for d in parts[3].split("x"))
+        except ValueError:
+            raise ValueError(f"shape {parts[3]!r} is not BxSxH (e.g. 4x128x256)") from None
+        return d_case(parts[1], parts[2], shape, parts[4], backend)
+    if parts[0] == "fuzz" and len(parts) in (2, 3) and parts[1].isdigit():
+        return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None)
+    if parts[0] == "difftest" and len(parts) in (3, 4) and parts[2].isdigit():
+        return difftest_case(parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, backend)
+    raise ValueError(
+        f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D), fuzz/<seed>[/<dtype>] "
+        "or difftest/<generator>/<seed>[/<dtype>]"
+    )
+
+
+def _build_planted(planted: list[str], root: Path, knobs: bool) -> int:
+    """Build a reproducer of each planted bug named (none named: every one); 2 for an unknown name."""
+    from ..experiments.regression.planted_bugs import PLANTED_BUGS
+    from ..repros import build, planted_case
+
+    unknown = [b for b in planted if b not in PLANTED_BUGS and f"planted_{b}" not in PLANTED_BUGS]
+    if unknown:
+        print(f"repros: unknown planted bug(s) {', '.join(unknown)}; known: {', '.join(PLANTED_BUGS)}", file=sys.stderr)
+        return 2
+    for bug in [b if b in PLANTED_BUGS else f"planted_{b}" for b in planted] or list(PLANTED_BUGS):
+        case, tried = planted_case(bug, log=print)
+        if case is None:
+            print(f"{bug}: no probe shows it ({tried} probes tried)")
+            continue
+        meta = build(case, root, control="inductor", knobs=knobs, log=print)
+        print(f"{bug}: {meta['ops_before']} -> {meta['ops_after']} ops, at fault: {meta['layer_at_fault']}")
+    return 0
+
+
+def repros(
+    profile: str,
+    data_dir: str | None,
+    planted: list[str] | None,
+    make: list[str],
+    python: str | None,
+    backend: str,
+    knobs: bool,
+) -> int:
+    """Build reproducers (planted bugs, D rows, fuzzer seeds), then list every reproducer of the
+    profile with its status, each re-run in a fresh interpreter (``python``: another torch)."""
+    from ..repros import build, rerun, torch_version_of
+    from ..storage import DataFolder, default_data_root
+
+    root = DataFolder(root=data_dir or default_data_root()).profile_dir(profile) / "repros"
+    if python:
+        try:
+            torch_version_of(python)
+        except (OSError, ValueError) as exc:
+            print(f"repros: --python {python}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        cases = [repro_case(spec, backend) for spec in make]
+    except ValueError as exc:
+        print(f"repros: {exc}", file=sys.stderr)
+        return 2
+    if planted is not None and _build_planted(planted, root, knobs) != 0:
+        return 2
+    for case in cases:
+        meta = build(case, root, knobs=knobs, log=print)
+        print(f"{meta['id']}: {meta['status']}, at fault: {meta['layer_at_fault']}; workaround: {meta['workaround']}")
+    print(f"reproducers in {root}:")
+    rows = rerun(root, python, log=print)
+    if not rows:
+        print("  none (build some with --planted, --make, or run the report: contradictions get one each)")
+    return 0

@@ -1,0 +1,228 @@
+"""``report``: check the settings, choose what is missing or stale, run it in the local instance,
+and print what came of it (a failed step still gets the report built from what was stored)."""
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from ..resources import REPO_ROOT
+from ..run_summary import failed_experiments, interrupted, outcome_table, step_failures
+from . import local
+from .staleness import assets_to_run, latest_evaluations, selection_for
+
+REPORT_SITE = dg.AssetKey("report_site")
+
+
+def _only_problem(only: Sequence[str]) -> str | None:
+    """Why ``--only`` names something that is not an experiment, or None."""
+    from ..experiments import BY_ID
+
+    unknown = [i for i in only if i not in BY_ID]
+    if unknown:
+        return f"--only: no experiment {', '.join(map(repr, unknown))}; known: {', '.join(BY_ID)}"
+    return None
+
+
+def _workloads_problem(workloads: str, device: str) -> str | None:
+    """The one line a bad workload spec gets (each workload is imported, built and asked for inputs), or None."""
+    if not workloads.strip():
+        return None
+    from ..experiments.models.workloads import WorkloadError, load_workloads
+    from ..resources import resolve_device
+
+    try:
+        load_workloads(workloads, resolve_device(device))
+    except WorkloadError as exc:
+        return str(exc)
+    return None
+
+
+def request_problems(settings: dict[str, str], only: Sequence[str]) -> list[str]:
+    """Every reason the request cannot run, one line each: the settings (:func:`settings_problems`,
+    the settings' own validation), then ``--only`` and the workloads (only once the settings hold,
+    since loading a workload needs the device)."""
+    from ..resources import settings_problems
+
+    problems = settings_problems(
+        settings["profile"], settings["device"], settings["backend"], settings["backend_options"]
+    )
+    if not problems:
+        problems += [
+            p for p in (_only_problem(only), _workloads_problem(settings["workloads"], settings["device"])) if p
+        ]
+    return problems
+
+
+def run_config_for(settings: dict[str, str], verbose: bool, only: Sequence[str], skip: set[dg.AssetKey]) -> dict:
+    """The run's config: the settings resource, the console loggers, ``--only`` for the report."""
+    loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
+    run_config: dict[str, Any] = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
+    if only and not skip:
+        run_config["ops"] = {"report_site": {"config": {"only": list(only)}}}
+    return run_config
+
+
+def job_to_run(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    settings: dict[str, str],
+    everything: bool,
+    only: Sequence[str],
+    skip: set[dg.AssetKey],
+) -> dg.JobDefinition:
+    """The job subset to run: what is missing or stale for the profile and ``same`` settings (all of
+    it with ``everything``), within ``only``'s selection, without ``skip``; prints what it chose."""
+    from ..resources import resolve_device
+
+    profile = settings["profile"]
+    # Only M records which workloads it ran (provenance.workloads); an asset without that record
+    # matches any value, so a change of FUSION_WORKLOADS makes M (and what reads it) stale, nothing else.
+    same = {
+        "device": str(resolve_device(settings["device"])),
+        **{k: settings[k] for k in ("backend", "backend_options", "workloads")},
+    }
+    job = defs.resolve_job_def("all_assets_job")
+    graph = defs.resolve_asset_graph()
+    chosen_assets, chosen_checks = selection_for(defs, only) if only else (None, None)
+    if not everything:
+        assets, checks = assets_to_run(defs, instance, profile, same)
+        if chosen_assets is not None and chosen_checks is not None:
+            assets = [a for a in assets if a in chosen_assets]
+            checks = [c for c in checks if c in chosen_checks]
+        n_assets = len(chosen_assets) if chosen_assets is not None else len(graph.get_all_asset_keys())
+        assets = [a for a in assets if a not in skip]
+        n_checks = len(chosen_checks) if chosen_checks is not None else len(graph.asset_check_keys)
+        scope = "selected " if only else ""
+        print(
+            f"profile {profile}: {len(assets)} of {n_assets} {scope}assets missing or stale "
+            f"(the rest are stored), {len(checks)} of {n_checks} {scope}checks to run; "
+            "--all re-runs everything"
+        )
+        return job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
+    if chosen_assets is not None and chosen_checks is not None:
+        return job.get_subset(asset_selection=chosen_assets - skip, asset_check_selection=chosen_checks)
+    if skip:
+        return job.get_subset(
+            asset_selection=set(graph.get_all_asset_keys()) - skip, asset_check_selection=set(graph.asset_check_keys)
+        )
+    return job
+
+
+def report(
+    profile: str,
+    device: str,
+    backend: str,
+    backend_options: str = "{}",
+    verbose: bool = False,
+    everything: bool = False,
+    only: Sequence[str] = (),
+    workloads: str | None = None,
+) -> int:
+    """Materialize what is missing or stale for the settings (``everything``: all of it) and print
+    the outcome; exit status 2 for bad settings, 130 when interrupted, 1 when a step failed."""
+    from .. import experiments  # noqa: F401 - the registry offers its on-demand backends (planted bugs) to the check
+
+    settings = {
+        "profile": profile,
+        "device": device,
+        "backend": backend,
+        "backend_options": backend_options,
+        "workloads": os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads,
+    }
+    problems = request_problems(settings, only)
+    if problems:
+        print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    from ..plan import announce
+    from ..resources import resolve_device
+    from ..storage import default_data_root
+
+    # The plan-time estimate, and a one-line refusal when the data folder's disk cannot hold the run.
+    refused = announce(profile, resolve_device(device), Path(default_data_root()), only or None)
+    if refused is not None:
+        return refused
+    from ..definitions import defs
+    from ..reporting.site import site_skipped
+
+    # Where the site packages are missing (a GPU node), everything but the site runs: one line says so.
+    no_site = site_skipped(profile)
+    if no_site is not None:
+        print(no_site)
+    skip = {REPORT_SITE} if no_site is not None else set()
+    run_config = run_config_for(settings, verbose, only, skip)
+    instance = local.local_instance()
+    for run_id in local.release_interrupted_runs(instance):
+        print(f"run {run_id} was interrupted: marked failed, its pool slots released")
+    job = job_to_run(defs, instance, settings, everything, only, skip)
+    if only:
+        print(f"only {', '.join(only)}: their assets, what they need upstream, and the report")
+    start = time.perf_counter()
+    result = job.execute_in_process(
+        instance=instance, run_config=run_config, raise_on_error=False, tags=local.run_tags()
+    )
+    return after_run(defs, instance, result, run_config, only, built_site=not skip, seconds=time.perf_counter() - start)
+
+
+def after_run(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    result: Any,
+    run_config: dict,
+    only: Sequence[str],
+    built_site: bool,
+    seconds: float,
+) -> int:
+    """Print what the run did and the outcome table; build the report alone when a failed step
+    skipped it. The exit status: 130 interrupted, 0 success, else 1."""
+    profile = run_config["resources"]["settings"]["config"]["profile"]
+    evaluated = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    # A step failure always names its step.
+    failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key]
+    materialized = result.get_asset_materialization_events()
+    print(
+        f"profile {profile}: {len(materialized)} assets materialized, {len(evaluated)} checks in {seconds:.1f} s; "
+        f"run {result.run_id}"
+    )
+    causes = step_failures(result)
+    for step, cause in causes.items():
+        print(f"failed step {step}: {cause.text()}")
+    stopped = interrupted(causes)
+    if stopped:
+        # Interrupted (Ctrl-C, or SIGTERM from a scheduler): stop now, build nothing more. The run is
+        # marked failed; what it stored stays stored, and the next report resumes from there.
+        print(
+            f"interrupted during {', '.join(stopped)}: run {result.run_id} marked failed; "
+            "run the same command again to resume (what was stored is kept)",
+            file=sys.stderr,
+        )
+        return 130
+    reported = any(e.asset_key == REPORT_SITE for e in materialized if e.asset_key is not None)
+    if causes and not reported and built_site:
+        # A failed step skips everything downstream of it, the report included: build the report
+        # alone from what was materialized, each failed experiment shown with its reason.
+        failed = failed_experiments(causes)
+        print(f"building the report from what was materialized ({', '.join(failed)} failed)")
+        config = {**run_config, "ops": {"report_site": {"config": {"only": list(only), "failed": failed}}}}
+        report_job = defs.resolve_job_def("all_assets_job").get_subset(asset_selection={REPORT_SITE})
+        report_job.execute_in_process(instance=instance, run_config=config, raise_on_error=False)
+    print(outcome_table(defs, latest_evaluations(defs, instance), failed_steps))
+    site = REPO_ROOT / "site" / "build" / "index.html"
+    if site.exists():
+        print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
+    print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
+    _print_time_table(instance, result.run_id, profile)
+    return 0 if result.success else 1
+
+
+def _print_time_table(instance: dg.DagsterInstance, run_id: str, profile: str) -> None:
+    """Where the run's time went, against the profile's budget (``times`` prints it again later)."""
+    from ..timing import table_for_run, text_table
+
+    table = table_for_run(instance, run_id, profile)
+    if table is not None:
+        print(text_table(table))

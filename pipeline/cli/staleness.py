@@ -1,0 +1,101 @@
+"""What a resumed ``report`` runs: the assets missing or stale for a profile and its settings,
+the checks never evaluated, and the selection ``--only`` names."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from ..runs import is_imported, records
+from ..runs import plain as runs_plain
+
+
+def stored_for_profile(
+    instance: dg.DagsterInstance, key: dg.AssetKey, profile: str, same: dict[str, str] | None = None
+) -> float | None:
+    """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
+    exists, or None; None as well when that materialization's provenance differs from ``same``
+    (device, backend, options: the stored value was computed under other settings)."""
+    from ..storage import stored_exists
+
+    # this profile's records made here (another machine's, imported from a bundle, do not count)
+    for record, _, meta in records(instance, key, profile, origin="local", limit=50):
+        path = meta.get("path")
+        if path is not None and not stored_exists(str(path)):
+            return None
+        if any(str(meta.get(f"provenance.{k}", v)) != v for k, v in (same or {}).items()):
+            return None
+        return record.timestamp
+    return None
+
+
+def latest_local_record(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> Any:
+    """The check's newest execution record made here: evaluations imported from a results bundle
+    (another machine's) are skipped; None when there is none."""
+    for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50):
+        event = record.event.dagster_event if record.event is not None else None
+        data = event.event_specific_data if event is not None else None
+        if isinstance(data, dg.AssetCheckEvaluation) and is_imported(runs_plain(data.metadata)):
+            continue
+        return record
+    return None
+
+
+def _local_evaluation(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey) -> dg.AssetCheckEvaluation | None:
+    """The check's latest local result; None when there is none or the latest record is only
+    "planned" by a run that stopped before the check ran."""
+    latest = latest_local_record(instance, check_key)
+    event = latest.event.dagster_event if latest is not None and latest.event is not None else None
+    data = event.event_specific_data if event is not None else None
+    return data if isinstance(data, dg.AssetCheckEvaluation) else None
+
+
+def latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
+    """Every check's latest local result (checks never evaluated are left out: not yet run)."""
+    found = (_local_evaluation(instance, c) for c in defs.resolve_asset_graph().asset_check_keys)
+    return [e for e in found if e is not None]
+
+
+def assets_to_run(
+    defs: dg.Definitions, instance: dg.DagsterInstance, profile: str, same: dict[str, str] | None = None
+) -> tuple[list[dg.AssetKey], list[dg.AssetCheckKey]]:
+    """What a resumed run does. Assets: those missing for ``profile`` (never materialized, stored
+    file gone, or computed under other ``same`` settings), those older than an upstream asset,
+    everything downstream of those, and the report. Checks: every check of those assets, and the
+    checks of stored assets that never produced a result (e.g. a run stopped before them); those
+    run against the stored values without materializing their asset again."""
+    graph = defs.resolve_asset_graph()
+    keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
+    stamps = {k: stored_for_profile(instance, k, profile, same) for k in keys}
+    stored = {k: t for k, t in stamps.items() if t is not None}
+    todo = {k for k in keys if k not in stored}
+    for key in keys:
+        node = graph.get(key)
+        if key not in todo and any(p in stored and stored[p] > stored[key] for p in node.parent_keys):
+            todo.add(key)
+    frontier = list(todo)
+    while frontier:
+        for child in graph.get(frontier.pop()).child_keys:
+            if child not in todo:
+                todo.add(child)
+                frontier.append(child)
+    todo |= {k for k in keys if graph.get(k).group_name == "report"}
+    # A multi-asset that cannot be subset runs whole: take its other outputs along.
+    todo = set(dg.AssetSelection.assets(*todo).required_multi_asset_neighbors().resolve(graph))
+    checks = {c for c in graph.asset_check_keys if c.asset_key in todo or _local_evaluation(instance, c) is None}
+    return (
+        sorted(todo, key=lambda k: k.to_user_string()),
+        sorted(checks, key=lambda c: (c.asset_key.to_user_string(), c.name)),
+    )
+
+
+def selection_for(defs: dg.Definitions, only: Sequence[str]) -> tuple[set[dg.AssetKey], set[dg.AssetCheckKey]]:
+    """The assets of the experiments ``only`` names, everything upstream of them and the report;
+    the checks of those assets."""
+    from ..experiments import experiment
+
+    graph = defs.resolve_asset_graph()
+    keys = {k for i in only for a in experiment(i).assets() for k in a.keys}
+    chosen = set(dg.AssetSelection.assets(*keys).upstream().resolve(graph)) | {dg.AssetKey("report_site")}
+    chosen = set(dg.AssetSelection.assets(*chosen).required_multi_asset_neighbors().resolve(graph))
+    return chosen, {c for c in graph.asset_check_keys if c.asset_key in chosen}
