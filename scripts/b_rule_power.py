@@ -1,13 +1,16 @@
 """Power and false alarms of B's rule, by simulation with B's own functions at the judged size.
 
-Part 1 runs every fault of ``pipeline.experiments.accumulated_error.faults.FAULTS`` as the fused path
-on freshly drawn sets of its chain, distribution and dtype, once per seed, and judges it as one row
-of B's whole table: the detection rate over seeds (figures from the first seed). Part 2 runs the healthy fused path (``torch.compile`` with the chosen backend) on every row of
-B's table for several seeds and counts the rows any part of the rule contradicts: the false alarms.
-Prints markdown tables; asserts nothing.
+Part 1 runs every fault of ``pipeline.experiments.accumulated_error.faults.FAULTS`` (and every legitimate
+variant of ``HEALTHY_VARIANTS``) as the fused path on freshly drawn sets of its chain, distribution and
+dtype, once per seed, and judges it as one row of B's whole table: the detection rate over seeds (figures
+from the first seed), beside the false-alarm rate of the healthy fused path (``torch.compile`` with the
+chosen backend) on the same row and seeds. Part 2 runs the healthy fused path on every row of B's table
+for several seeds and counts the rows any part of the rule contradicts, with the smallest Holm p-value of
+each test. Prints markdown tables; asserts nothing.
 
     .venv/bin/python scripts/b_rule_power.py                       # 1000 sets, seeds 0 1 2
     .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 --skip-healthy
+    .venv/bin/python scripts/b_rule_power.py --chains attention attention_masked --threads 1
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 from typing import Any
+
+import torch
 
 from pipeline.experiments.accumulated_error import faults
 from pipeline.experiments.accumulated_error.rules import DTYPES_B
@@ -37,73 +42,102 @@ def _figures(row: dict[str, Any]) -> str:
 _TESTS = (("tail", "p_holm"), ("bias", "bias_p_holm"), ("element", "element_p_holm"))
 
 
-def fault_table(sets: int, seeds: list[int]) -> None:
+class Healthy:
+    """The healthy fused path per chain x dtype, compiled once, and its judged rows per row x seed."""
+
+    def __init__(self, backend: str, sets: int) -> None:
+        self.backend, self.sets = backend, sets
+        self._fns: dict[tuple[str, str], FusedFunction] = {}
+        self._rows: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+
+    def row(self, chain: str, dist: str, dtype: str, seed: int) -> dict[str, Any]:
+        key = (chain, dist, dtype, seed)
+        if key not in self._rows:
+            fn = self._fns.setdefault((chain, dtype), fused(WORKLOADS[chain].fn, backend=self.backend))
+            fn(*faults.draw(WORKLOADS[chain], dist, dtype, 1, seed)[0])  # compiles; the evidence then says what fused
+            ev = fn.evidence
+            whole = not (ev.extern_calls or ev.fused_library_calls)
+            self._rows[key] = faults.simulate(
+                chain, dist, dtype, lambda args, i: fn(*args), sets=self.sets, seed=seed, whole_chain=whole
+            )[1]
+        return self._rows[key]
+
+
+def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> None:
     print(
-        f"## Faults ({sets} sets each, seeds {', '.join(map(str, seeds))}; each judged as one row of a table of "
-        f"{faults.TABLE_FAMILY} tests)\n"
+        f"## Faults ({sets} sets each, seeds {', '.join(map(str, seeds))}, {torch.get_num_threads()} threads; each "
+        f"judged as one row of a table of {faults.TABLE_FAMILY} tests)\n"
     )
     print(
-        "| fault | row | what it does | designed part | contradicted | caught by (all seeds) | P99 diff (sULP) "
-        "| gross sets | bias diff (sULP) | sets misrounding a decisive element / decisive elements |"
+        "| fault | row | what it does | designed part | contradicted | caught by (all seeds) | healthy fused "
+        "contradicted | harmless | most of the bound used (fault / healthy) | P99 diff (sULP) | gross sets | bias diff "
+        "(sULP) | sets failing the element test / elements judged |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for f in faults.FAULTS:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for f in (*faults.FAULTS, *faults.HEALTHY_VARIANTS):
+        if f.chain not in chains:
+            continue
         rows = [
             faults.simulate(f.chain, f.distribution, f.dtype, f.make(WORKLOADS[f.chain]), sets=sets, seed=seed)[1]
             for seed in seeds
         ]
+        base = [healthy.row(f.chain, f.distribution, f.dtype, seed) for seed in seeds]
         hits = sum(r["verdict"] == "contradicted" for r in rows)
+        alarms = sum(r["verdict"] == "contradicted" for r in base)
         parts = sorted({p for r in rows for p in faults.caught_by(r)})
+        use = f"{_g(_most(rows, 'bound_use_max'))} / {_g(_most(base, 'bound_use_max'))}"
         print(
             f"| {f.name} | {f.chain}/{f.distribution}/{f.dtype} | {f.description} | {f.designed} | {hits}/{len(rows)} "
-            f"| {', '.join(parts) or '-'} | {_figures(rows[0])} |",
+            f"| {', '.join(parts) or '-'} | {alarms}/{len(base)} | {'yes' if f.harmless else '-'} | {use} "
+            f"| {_figures(rows[0])} |",
             flush=True,
         )
 
 
-def _as_fault(fn: FusedFunction) -> faults.FaultFn:
-    """The compiled chain as a simulation's fused path (it ignores the set index)."""
-    return lambda args, i: fn(*args)
+def _headroom(rows: list[dict[str, Any]]) -> str:
+    """The largest worst-set headroom (fused's worst minus eager's worst, sULP) and the row it is on."""
+    known = [r for r in rows if r["worst_over_eager_worst"] is not None]
+    if not known:
+        return "-"
+    top = max(known, key=lambda r: r["worst_over_eager_worst"])
+    return f"{top['worst_over_eager_worst']:+.3f} ({top['chain']}/{top['distribution']}/{top['dtype']})"
 
 
-def healthy_table(sets: int, seeds: list[int], backend: str) -> None:
-    print(f"\n## Healthy fused path ({backend}), {sets} sets per row, every row of B's table\n")
-    compiled = {}
-    for chain in CHAINS:
-        for dtype in DTYPES_B:
-            compiled[chain, dtype] = fused(WORKLOADS[chain].fn, backend=backend)
+def _most(rows: list[dict[str, Any]], column: str) -> float | None:
+    values = [r[column] for r in rows if r.get(column) is not None]
+    return max(values) if values else None
+
+
+def healthy_table(seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> None:
+    print(
+        f"\n## Healthy fused path ({healthy.backend}), {healthy.sets} sets per row, {torch.get_num_threads()} threads, "
+        f"every row of B's table ({', '.join(chains)})\n"
+    )
     print(
         "| seed | rows | supported | inconclusive | contradicted | contradicted rows (by) | smallest Holm p "
-        "(tail, bias, element) | largest worst - eager worst (sULP) | seconds |"
+        "(tail, bias, element) | largest worst - eager worst (sULP) | most of a library bound used | seconds |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for seed in seeds:
         smallest = dict.fromkeys((name for name, _ in _TESTS), 1.0)
-        headroom = -float("inf")
         t0 = time.perf_counter()
         counts = {"supported": 0, "inconclusive": 0, "contradicted": 0}
-        alarms = []
-        for chain in CHAINS:
+        alarms, judged = [], []
+        for chain in chains:
             for dist in WORKLOADS[chain].distributions:
                 for dtype in DTYPES_B:
-                    fn = compiled[chain, dtype]
-                    first = faults.draw(WORKLOADS[chain], dist, dtype, 1, seed)[0]
-                    fn(*first)  # compiles on first use; the evidence then says whether it fused every op
-                    ev = fn.evidence
-                    whole = not (ev.extern_calls or ev.fused_library_calls)
-                    _, row = faults.simulate(chain, dist, dtype, _as_fault(fn), sets=sets, seed=seed, whole_chain=whole)
+                    row = healthy.row(chain, dist, dtype, seed)
+                    judged.append(row)
                     counts[row["verdict"]] += 1
                     for name, column in _TESTS:
                         if row[column] is not None:
                             smallest[name] = min(smallest[name], row[column])
-                    if row["worst_over_eager_worst"] is not None:
-                        headroom = max(headroom, row["worst_over_eager_worst"])
                     if row["verdict"] == "contradicted":
                         alarms.append(f"{chain}/{dist}/{dtype} ({', '.join(faults.caught_by(row))})")
-        rows = sum(counts.values())
         print(
-            f"| {seed} | {rows} | {counts['supported']} | {counts['inconclusive']} | {counts['contradicted']} "
-            f"| {'; '.join(alarms) or '-'} | {', '.join(f'{v:.2g}' for v in smallest.values())} | {headroom:+.3f} "
+            f"| {seed} | {len(judged)} | {counts['supported']} | {counts['inconclusive']} | {counts['contradicted']} "
+            f"| {'; '.join(alarms) or '-'} | {', '.join(f'{v:.2g}' for v in smallest.values())} "
+            f"| {_headroom(judged)} | {_g(_most(judged, 'bound_use_max'))} "
             f"| {time.perf_counter() - t0:.0f} |",
             flush=True,
         )
@@ -114,15 +148,26 @@ def main() -> None:
     parser.add_argument("--sets", type=int, default=1000, help="input sets per row (default: the judged size, 1000)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the healthy runs")
     parser.add_argument("--backend", default="inductor", help="torch.compile backend of the healthy path")
+    parser.add_argument("--chains", nargs="+", default=list(CHAINS), help="only these chains' faults and rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads before anything runs")
     parser.add_argument("--skip-faults", action="store_true")
     parser.add_argument("--skip-healthy", action="store_true")
     args = parser.parse_args()
     if args.sets < 2:
         parser.error(f"--sets must be at least 2, got {args.sets}")
+    unknown = sorted(set(args.chains) - set(CHAINS))
+    if unknown:
+        parser.error(f"unknown chains {', '.join(unknown)}; expected some of {', '.join(CHAINS)}")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    healthy = Healthy(args.backend, args.sets)
+    chains = tuple(c for c in CHAINS if c in args.chains)
     if not args.skip_faults:
-        fault_table(args.sets, args.seeds)
+        fault_table(args.sets, args.seeds, chains, healthy)
     if not args.skip_healthy:
-        healthy_table(args.sets, args.seeds, args.backend)
+        healthy_table(args.seeds, chains, healthy)
 
 
 if __name__ == "__main__":

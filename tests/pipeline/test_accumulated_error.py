@@ -15,6 +15,7 @@ from pipeline.experiments.accumulated_error import runs as b_runs
 from pipeline.experiments.accumulated_error import summary as b_summary
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
+from pipeline.tables import markdown_table
 from pipeline.workloads import CHAIN_STAGES, CHAINS, WORKLOADS, set_args
 from precisionkit import error_stats, fused
 from precisionkit.batched import error_stats_per_set
@@ -27,7 +28,12 @@ B_ASSETS = [
     b.fusion_switch_list,
     b.accumulated_error_distributions,
 ]
-B_CHECKS = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid, b_checks.fused_worse_within_rule]
+B_CHECKS = [
+    *b_checks.chain_checks,
+    b_checks.accumulated_error_run_valid,
+    b_checks.fused_worse_within_rule,
+    b_checks.fully_masked_rows_answer_defined,
+]
 UPSTREAM = [
     a
     for a in [*toolkit.input_pools, *toolkit.fp64_references]
@@ -171,7 +177,17 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     assert set(checks) == {f"fused_not_worse_than_eager_{c}" for c in CHAINS} | {
         "accumulated_error_run_valid",
         "fused_worse_within_rule",
+        "fully_masked_rows_answer_defined",
     }
+    # Every fully masked row (every set of fully_masked, both dtypes, both fused paths) answers as fp64 does.
+    masked = checks["fully_masked_rows_answer_defined"]
+    heads, seq, _ = POOL_SIZES["smoke"].attention
+    assert masked.passed and masked.metadata["verdict"].value == "supported"
+    assert masked.metadata["fully_masked_rows"].value == 2 * 2 * POOL_SIZES["smoke"].chain_sets * heads * seq
+    # The library chains are judged against their absolute bound, and the healthy compiled path stays inside it.
+    library = summary.filter(pl.col("chain").is_in(["matmul_add_layernorm", "attention", "attention_masked"]))
+    assert (library["fused_element_test"] == "absolute").all() and (library["fused_misrounded_elements"] == 0).all()
+    assert (library["fused_bound_use_max"] < 1).all() and (library["fused_bound_half_ulps_median"] > 1).all()
     assert checks["accumulated_error_run_valid"].passed, checks["accumulated_error_run_valid"].metadata
     for chain in CHAINS:
         ev = checks[f"fused_not_worse_than_eager_{chain}"]
@@ -187,6 +203,10 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
 
     table = outcome_table(defs, result.get_asset_check_evaluations(), []).splitlines()
     b_row = next(line for line in table if line.startswith("B "))
+    # The page prints the verdict table the summary stored, not one it derives again.
+    stored = next(iter(result.asset_materializations_for_node("accumulated_error_summary"))).metadata
+    assert stored["verdicts"].value == markdown_table(b_rules.verdict_table(summary))
+    assert "attention_masked" in stored["element_bounds"].value
     assert checks["fused_worse_within_rule"].passed  # a finding is an observation, not a failure
     findings = checks["fused_worse_within_rule"].metadata["findings"].value
     assert b_row.split()[1:] == ["valid", "inconclusive", str(int(findings > 0))]
@@ -632,3 +652,87 @@ def test_sign_test_is_exact_past_a_thousand_pairs():
     assert r.positive == 1500 and r.p_value < 1e-300
     balanced = sign_test(np.r_[np.ones(750), -np.ones(750)], np.zeros(1500))
     assert 0.5 < balanced.p_value < 0.52
+
+
+def test_fully_masked_rows_exist_at_smoke_and_default_sizes_and_their_answer_is_finite():
+    from pipeline.experiments.accumulated_error.library_bounds import fully_masked_rows, row_classes
+
+    wl = WORKLOADS["attention_masked"]
+    for profile in ("smoke", "default"):
+        heads, seq, _ = POOL_SIZES[profile].attention
+        for dist, expected in (("fully_masked", True), ("normal", False)):
+            drawn = wl.sample(POOL_SIZES[profile], dist, 1, 3)
+            args = tuple(drawn[a][0].to(torch.bfloat16) for a in wl.arg_names)
+            rows = fully_masked_rows("attention_masked", args)
+            assert rows is not None and rows.shape == (heads * seq,) and bool(rows.all()) is expected
+    # the chain as written adds -1e4 to every score of the row, which softmax ignores: eager and fp64 answer
+    # with a finite, non-zero average (class 0), where a kernel that skips the row answers zeros or NaN
+    ref = wl.fn(*(a.to(torch.float64) for a in args))
+    assert (row_classes(wl.fn(*args), heads * seq) == 0).all() and (row_classes(ref, heads * seq) == 0).all()
+    odd = torch.ones(3, 4)
+    odd[1] = 0.0
+    odd[2, 1] = float("nan")
+    assert row_classes(odd, 3).tolist() == [0, 1, 2]
+    assert fully_masked_rows("attention", args[:3]) is None
+
+
+def test_masked_row_check_contradicts_zeros_and_supports_the_defined_answer():
+    def summary(wrong: int) -> pl.DataFrame:
+        return pl.DataFrame(
+            [
+                {
+                    "chain": "attention_masked",
+                    "distribution": "fully_masked",
+                    "dtype": "bfloat16",
+                    "fused_masked_rows": 64,
+                    "fused_masked_wrong_rows": wrong,
+                    "emulate_masked_rows": 64,
+                    "emulate_masked_wrong_rows": 0,
+                }
+            ]
+        )
+
+    bad = b_checks.fully_masked_rows_answer_defined(summary(64))
+    assert not bad.passed and bad.metadata["verdict"].value == "contradicted"
+    assert "64 of 64 fully masked rows" in bad.metadata["reason"].value
+    good = b_checks.fully_masked_rows_answer_defined(summary(0))
+    assert good.passed and good.metadata["fully_masked_rows"].value == 128
+
+
+def test_library_bound_covers_each_legitimate_boundary_and_not_two_ulps_of_the_row():
+    """matmul -> add -> layernorm: the library's bf16 output then the fp32 layer norm stays inside the
+    absolute bound; moving an element by 2 ULPs of the row's largest value leaves it."""
+    from pipeline.experiments.accumulated_error.library_bounds import absolute_bound, gamma
+
+    wl = WORKLOADS["matmul_add_layernorm"]
+    drawn = wl.sample(POOL_SIZES["default"], "normal", 1, 11)
+    x, w, b = (drawn[a][0].to(torch.bfloat16) for a in wl.arg_names)
+    ref = wl.fn(x.double(), w.double(), b.double())
+    bound = absolute_bound("matmul_add_layernorm", (x, w, b))
+    assert bound is not None and bound.shape == ref.shape
+    y = (x.float() @ w.float() + b.float()).to(torch.bfloat16).float()
+    library = torch.nn.functional.layer_norm(y, y.shape[-1:]).to(torch.bfloat16).double()
+    assert ((library - ref).abs() <= bound).all()
+    assert ((wl.fn(x, w, b).double() - ref).abs() <= bound).all()  # eager takes the same boundary
+    step = 2 * torch.finfo(torch.bfloat16).eps * 2.0 ** torch.floor(torch.log2(ref.abs().amax(-1, keepdim=True)))
+    assert ((library + step - ref).abs() > bound).any()
+    assert gamma(128) == pytest.approx(128 * 2.0**-24, rel=1e-5)
+
+
+def test_b_page_prints_the_verdict_and_bound_tables_the_summary_stored():
+    from types import SimpleNamespace
+
+    from pipeline.experiments import experiment
+    from pipeline.experiments.accumulated_error import report as b_report
+
+    stored = {"verdicts": "| v |\n|---|\n| 1 |\n", "element_bounds": "| w |\n|---|\n| 2 |\n"}
+    record = SimpleNamespace(key="accumulated_error_summary", metadata=stored)
+    page = SimpleNamespace(assets_of=lambda group: [record])
+    exp = experiment("B")
+    assert b_report._stored(page, exp, "verdicts") == stored["verdicts"]  # type: ignore[arg-type]
+    section = b_report._library_bounds(page, exp)  # type: ignore[arg-type]
+    assert section.endswith(stored["element_bounds"]) and "gamma_K sum_k |a_ik||b_kj|" in section
+    # the page module derives no verdict: it has no verdict_table to call
+    assert not hasattr(b_report, "verdict_table") and not hasattr(b_report, "element_bounds_table")
+    record.metadata = {}
+    assert "rematerialize B" in b_report._stored(page, exp, "verdicts")  # type: ignore[arg-type]

@@ -32,10 +32,11 @@ from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS
 from ..toolkit.assets import pool_set_seed
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
-from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, verdict_table
+from .explanations import explain
+from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
 from .runs import EVIDENCE_SCHEMA, fused_ops, run_chain
 from .spec import GROUP
-from .summary import explain, is_counterexample, summarize
+from .summary import is_counterexample, summarize
 
 # --- the runs --------------------------------------------------------------------------------
 
@@ -128,7 +129,9 @@ def accumulated_error_summary(
             "emulate_contradicted_rows": int((wide["emulate_verdict"] == CONTRADICTED).sum()),
             "nonfinite_sets_fused": int(wide["fused_nonfinite_sets"].sum()),
             **RULE.metadata(),
+            # the judgment as the page shows it: the page reads these, it does not re-derive them
             "verdicts": dg.MetadataValue.md(markdown_table(table)),
+            "element_bounds": dg.MetadataValue.md(markdown_table(element_bounds_table(wide))),
         }
     )
     return wide

@@ -25,8 +25,8 @@ roundoff ``u = 2^-24``:
   than the result, and so is the bound.
 
 A library call (a matmul or attention kernel outside the fused code) rounds its output to the 16-bit
-dtype, which no fp32 bound covers: those chains have no bound here (None) and are not judged per
-element.
+dtype, which no fp32 rounding bound covers: those chains have no bound here (None); they are judged per
+element against an absolute bound instead (:mod:`.library_bounds`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ rows where fused is worse but within the rule (a finding)."""
 import dagster as dg
 import polars as pl
 
+from precisionkit.evidence import GRAPH_BREAK, NO_KERNEL, RECOMPILE
+
+from ...fusion_checks import unfused_rows
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import (
@@ -21,7 +24,7 @@ from ...verdicts import (
 from ...workloads import CHAINS, WORKLOADS
 from ..toolkit.spec import SIZES as POOL_SIZES
 from .rules import DTYPES_B, FUSED_PATHS, GROUP_KEYS, MATERIALITY_SULP, PATHS, RULE
-from .summary import is_counterexample, reason
+from .summary import SUMMARY_VERDICT_COLUMNS, is_counterexample, reason
 
 
 @validity_check(
@@ -63,13 +66,9 @@ def accumulated_error_run_valid(
     if counts.height != expected_groups:
         problems.append(f"{counts.height} groups in the per-set table, expected {expected_groups}")
     fused_ev = evidence.filter(pl.col("path").is_in(list(FUSED_PATHS)) & pl.col("unavailable").is_null())
-    for name, bad in (
-        ("graph breaks", pl.col("graph_breaks") > 0),
-        ("recompiles", pl.col("recompiles") > 0),
-        # a chain rewritten into one fused attention kernel generates none of its own and is fused
-        ("no generated kernel", (pl.col("kernel_count") < 1) & (pl.col("fused_library_calls").fill_null("") == "")),
-    ):
-        hit = fused_ev.filter(bad)
+    # a chain rewritten into one fused attention kernel generates none of its own and is fused
+    for name, kind in (("graph breaks", GRAPH_BREAK), ("recompiles", RECOMPILE), ("no generated kernel", NO_KERNEL)):
+        hit = unfused_rows(fused_ev, kind, library_calls_fuse=True)
         if hit.height:
             problems.append(
                 f"{name}: " + ", ".join(f"{r['chain']}/{r['dtype']}/{r['path']}" for r in hit.iter_rows(named=True))
@@ -107,6 +106,8 @@ def _chain_check(chain: str) -> dg.AssetChecksDefinition:
         rows = accumulated_error_summary.filter(pl.col("chain") == chain)
         judged = [
             {
+                # every verdict figure of the path, so the reason names the part of the rule that decided
+                **{v: r.get(f"{label}_{v.removeprefix('fused_')}") for v in SUMMARY_VERDICT_COLUMNS},
                 **{k: r[k] for k in GROUP_KEYS},
                 "path": p,
                 "sets": r[f"{label}_paired_sets"],
@@ -179,3 +180,53 @@ def fused_worse_within_rule(accumulated_error_summary: pl.DataFrame) -> dg.Asset
         for r in rows
     ]
     return finding_result(findings, {"rows_compared": accumulated_error_summary.height})
+
+
+@claim_check(
+    rule=RULE,
+    asset="accumulated_error_summary",
+    name="fully_masked_rows_answer_defined",
+    description="§3.2 for the rows a mask masks entirely (attention_masked, fully_masked inputs): the chain adds "
+    "-1e4 to every score of such a row, which softmax ignores, so its defined answer is the finite softmax-weighted "
+    "average of the values that fp64 and eager return. Each fused path must answer every such row with the same "
+    "class (finite, not all zero): NaN, zeros or an infinity on any fully masked row contradicts, without statistics.",
+)
+def fully_masked_rows_answer_defined(accumulated_error_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    summary = accumulated_error_summary
+    if "fused_masked_rows" not in summary.columns:
+        return claim_result(
+            INCONCLUSIVE, RULE, "the stored summary predates the fully-masked-row test: rematerialize B"
+        )
+    judged = [
+        {
+            **{k: r[k] for k in GROUP_KEYS},
+            "path": path,
+            "masked_rows": r[f"{label}_masked_rows"] or 0,
+            "wrong_rows": r[f"{label}_masked_wrong_rows"] or 0,
+        }
+        for r in summary.iter_rows(named=True)
+        for path, label in (("fused", "fused"), ("fused_emulate", "emulate"))
+        if (r[f"{label}_masked_rows"] or 0) > 0
+    ]
+    if not judged:
+        return claim_result(INCONCLUSIVE, RULE, "no input set has a fully masked row: the defined answer is not tested")
+    wrong = [j for j in judged if j["wrong_rows"] > 0]
+    verdict = CONTRADICTED if wrong else SUPPORTED
+    reason_text = (
+        "; ".join(
+            f"{j['chain']}/{j['distribution']}/{j['dtype']} ({j['path']}): {j['wrong_rows']} of {j['masked_rows']} "
+            "fully masked rows answer NaN, zeros or infinity where the chain defines a finite average"
+            for j in wrong
+        )
+        if wrong
+        else f"every one of {sum(j['masked_rows'] for j in judged)} fully masked rows over {len(judged)} judged rows "
+        "answers with the finite average fp64 defines"
+    )
+    meta = {
+        "rows_judged": len(judged),
+        "fully_masked_rows": sum(j["masked_rows"] for j in judged),
+        "rows_with_another_answer": sum(j["wrong_rows"] for j in judged),
+        "defined_answer": "finite, not all zero (softmax ignores the -1e4 added to every score of the row)",
+        "rows": dg.MetadataValue.md(markdown_table(pl.DataFrame(judged))),
+    }
+    return claim_result(verdict, RULE, reason_text, meta)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,56 +27,19 @@ from precisionkit.stats import round_to_dtype, spacing
 
 from ...workloads import RMS_EPS, WORKLOADS, Workload
 from ..toolkit.spec import SIZES
+from .fault_kinds import Fault, FaultFn, amplified, fp32, on_output, rounded_once
+from .library_faults import LIBRARY_FAULTS, LIBRARY_HEALTHY
 from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, DTYPES_B, JUDGED_PATHS
-from .runs import SINGLE_ROUNDING, batch_bound, per_set_rows, single_rounding
+from .runs import SINGLE_ROUNDING, batch_bound, batch_masked_rows, has_element_test, per_set_rows, single_rounding
+from .summary import judge
 
 __all__ = ["FAULTS", "Fault", "FaultFn", "caught_by", "draw", "simulate", "single_rounding"]
-from .summary import judge
 
 #: The tests B's whole table adjusts over: every row (chain x distribution x dtype) x judged path x
 #: three tests (tail, bias, per element).
 TABLE_FAMILY = (
     sum(len(w.distributions) for w in WORKLOADS.values() if w.name != "ffn") * len(DTYPES_B) * len(JUDGED_PATHS) * 3
 )
-
-#: A fused output for one set: ``(args, set index) -> output`` in the args' dtype.
-FaultFn = Callable[[tuple[torch.Tensor, ...], int], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Fault:
-    name: str
-    chain: str
-    distribution: str
-    dtype: str
-    description: str
-    #: The part of B's rule built to catch it: "tail", "bias", "element", "gross" or "nonfinite"; "healthy"
-    #: for a legitimate computation the rule must not contradict.
-    designed: str
-    make: Callable[[Workload], FaultFn]
-    #: Why the fault is numerically harmless at B's sizes, with the numbers ("" when it must be caught):
-    #: its effect lies within the chain's fp32 error bound, so no computation-order-independent rule can
-    #: tell it from a legitimate reduction order.
-    harmless: str = ""
-
-
-def _fp32(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return tuple(a.to(torch.float32) for a in args)
-
-
-def _rounded_once(fn: Callable[..., torch.Tensor]) -> Callable[[Workload], FaultFn]:
-    """A fault computed in fp32 by ``fn`` and rounded once to the inputs' dtype."""
-    return lambda wl: lambda args, i: fn(*_fp32(args)).to(args[0].dtype)
-
-
-def _on_output(change: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Workload], FaultFn]:
-    """The chain's healthy single rounding with ``change`` applied to its rounded output."""
-
-    def make(wl: Workload) -> FaultFn:
-        healthy = single_rounding(wl.fn)
-        return lambda args, i: change(healthy(*args)).to(args[0].dtype)
-
-    return make
 
 
 def _gelu_tanh(x, scale, shift, gate):
@@ -125,20 +87,6 @@ def _attention_scale(q, k, v):
     """Scores scaled by 1.01 / sqrt(d): a constant 1% off."""
     scores = (q @ k.transpose(-2, -1)) * (1.01 / math.sqrt(q.shape[-1]))
     return torch.softmax(scores, dim=-1) @ v
-
-
-def _amplified(factor: float) -> Callable[[Workload], FaultFn]:
-    """The healthy fp32 result's own error against fp64 made ``factor`` times larger."""
-
-    def make(wl: Workload) -> FaultFn:
-        def run(args, i):
-            ref = fp64_reference(wl.fn, args)
-            healthy = single_rounding(wl.fn)(*args).to(torch.float64)
-            return round_to_dtype(ref + factor * (healthy - ref), args[0].dtype)
-
-        return run
-
-    return make
 
 
 #: The sets a rare-input fault garbles: five, in a simulation of 200 sets or of 1000.
@@ -199,7 +147,7 @@ def _round_toward_zero(wl: Workload) -> FaultFn:
     """The chain in fp32, its result rounded toward zero instead of to nearest."""
 
     def run(args, i):
-        y = wl.fn(*_fp32(args)).to(torch.float64)
+        y = wl.fn(*fp32(args)).to(torch.float64)
         near = round_to_dtype(y, args[0].dtype)
         toward = torch.nextafter(near, torch.zeros_like(near))  # one step toward zero, in the dtype
         overshot = near.to(torch.float64).abs() > y.abs()
@@ -247,7 +195,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "GELU by its tanh approximation",
         "element",
-        _rounded_once(_gelu_tanh),
+        rounded_once(_gelu_tanh),
     ),
     Fault(
         "gelu_tanh",
@@ -256,7 +204,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "GELU by its tanh approximation",
         "element",
-        _rounded_once(_gelu_tanh),
+        rounded_once(_gelu_tanh),
     ),
     Fault(
         "flush_subnormals",
@@ -265,7 +213,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "fp16 subnormal outputs flushed to zero",
         "element",
-        _on_output(_flush_subnormals),
+        on_output(_flush_subnormals),
     ),
     Fault(
         "flush_subnormals",
@@ -274,7 +222,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "fp16 subnormal outputs flushed to zero",
         "element",
-        _on_output(_flush_subnormals),
+        on_output(_flush_subnormals),
     ),
     Fault(
         "zero_below_1e-2",
@@ -283,7 +231,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "outputs below 1e-2 set to zero",
         "element",
-        _on_output(lambda o: torch.where(o.abs() < 1e-2, torch.zeros_like(o), o)),
+        on_output(lambda o: torch.where(o.abs() < 1e-2, torch.zeros_like(o), o)),
     ),
     Fault(
         "unbiased_variance",
@@ -292,7 +240,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "layer norm divides the variance by n - 1",
         "element",
-        _rounded_once(_layernorm_unbiased),
+        rounded_once(_layernorm_unbiased),
     ),
     Fault(
         "unbiased_variance",
@@ -301,7 +249,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "layer norm divides the variance by n - 1 (16,384 wide: a 3e-5 relative change)",
         "element",
-        _rounded_once(_layernorm_unbiased),
+        rounded_once(_layernorm_unbiased),
         harmless="n / (n - 1) moves each output by 3.05e-5 of its size; the fp32 computation's own bound over "
         "16,384 terms is 2.3e-5 of the size plus 3.7e-5 of the row's spread (lambda 6), so for |y| < 4.9 spreads "
         "(every element of normal data) the change is within what a legitimate reduction order may do",
@@ -313,7 +261,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "layer norm with epsilon 1e-3 instead of 1e-5",
         "element",
-        _rounded_once(_layernorm_eps),
+        rounded_once(_layernorm_eps),
     ),
     Fault(
         "error_times_6",
@@ -322,7 +270,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "fused's own error against fp64 six times larger",
         "element",
-        _amplified(6.0),
+        amplified(6.0),
     ),
     Fault(
         "approx_exp",
@@ -331,7 +279,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "exp with a relative error within 2^-12",
         "element",
-        _rounded_once(_softmax_approx_exp),
+        rounded_once(_softmax_approx_exp),
     ),
     Fault(
         "approx_exp",
@@ -340,7 +288,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "exp with a relative error within 2^-12",
         "element",
-        _rounded_once(_softmax_approx_exp),
+        rounded_once(_softmax_approx_exp),
     ),
     Fault(
         "no_upcast",
@@ -358,7 +306,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "attention scores scaled by 1.01 / sqrt(d)",
         "tail",
-        _rounded_once(_attention_scale),
+        rounded_once(_attention_scale),
     ),
     Fault(
         "unsafe_softmax",
@@ -367,7 +315,7 @@ FAULTS: tuple[Fault, ...] = (
         "float16",
         "softmax without its max subtraction",
         "nonfinite",
-        _rounded_once(_softmax_unsafe),
+        rounded_once(_softmax_unsafe),
     ),
     Fault(
         "rare_sets",
@@ -394,7 +342,7 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "GELU by its tanh approximation on 40% of the sets",
         "element",
-        _on_some_sets(_rounded_once(_gelu_tanh)),
+        _on_some_sets(rounded_once(_gelu_tanh)),
     ),
     Fault(
         "toward_zero_some_sets",
@@ -412,8 +360,9 @@ FAULTS: tuple[Fault, ...] = (
         "bfloat16",
         "layer norm with epsilon 1e-3 on 40% of the sets",
         "element",
-        _on_some_sets(_rounded_once(_layernorm_eps)),
+        _on_some_sets(rounded_once(_layernorm_eps)),
     ),
+    *LIBRARY_FAULTS,
 )
 
 #: Legitimate fp32 computations B's rule must not contradict: sums taken one term at a time, the order of
@@ -426,7 +375,7 @@ HEALTHY_VARIANTS: tuple[Fault, ...] = (
         "float16",
         "layer norm with mean and variance summed sequentially in fp32 over 16,384 near-cancelling values",
         "healthy",
-        _rounded_once(_layernorm_sequential),
+        rounded_once(_layernorm_sequential),
     ),
     Fault(
         "sequential_rmsnorm",
@@ -435,7 +384,7 @@ HEALTHY_VARIANTS: tuple[Fault, ...] = (
         "bfloat16",
         "RMSNorm with the mean square summed sequentially in fp32 over 16,384 values",
         "healthy",
-        _rounded_once(_rmsnorm_sequential),
+        rounded_once(_rmsnorm_sequential),
     ),
     Fault(
         "rmsnorm_cast_honoured",
@@ -446,12 +395,13 @@ HEALTHY_VARIANTS: tuple[Fault, ...] = (
         "healthy",
         _rmsnorm_honouring_cast,
     ),
+    *LIBRARY_HEALTHY,
 )
 
 
 #: Chains whose fused code leaves a matmul or attention to a library call on the CPU (the fusion
-#: evidence of a default run shows it): B runs no single-rounding prediction for them, so the per-element
-#: test does not apply, and the simulation leaves it out in the same way.
+#: evidence of a default run shows it): B judges them per element by their absolute bound
+#: (:mod:`.library_bounds`), not by the rounding test, and the simulation does the same.
 LIBRARY_CHAINS = frozenset({"matmul_add_layernorm", "attention", "attention_masked"})
 
 
@@ -477,9 +427,10 @@ def simulate(
     resamples: int = BOOTSTRAP_RESAMPLES,
     whole_chain: bool | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Eager, ``fused_fn`` as the fused path and (``whole_chain``: fused code computes every op; by
-    default unless the chain is in :data:`LIBRARY_CHAINS`) the fp32 single rounding on ``sets`` drawn
-    sets, judged by B's rule as one row of a table of ``family`` tests: the per-set rows and the fused row."""
+    """Eager, ``fused_fn`` as the fused path and, where the chain has a per-element bound, the fp32 single
+    rounding as its check, on ``sets`` drawn sets, judged by B's rule as one row of a table of ``family``
+    tests: the per-set rows and the fused row. ``whole_chain``: fused code computes every op (the rounding
+    test), by default unless the chain is in :data:`LIBRARY_CHAINS` (the absolute bound)."""
     wl = WORKLOADS[chain]
     inputs = draw(wl, distribution, dtype, sets, seed)
     ref = torch.stack([fp64_reference(wl.fn, args) for args in inputs])
@@ -487,12 +438,14 @@ def simulate(
         "eager": torch.stack([wl.fn(*args) for args in inputs]),
         "fused": torch.stack([fused_fn(args, i) for i, args in enumerate(inputs)]),
     }
-    bound = None
-    if chain not in LIBRARY_CHAINS if whole_chain is None else whole_chain:
+    bound, absolute = None, False
+    whole = chain not in LIBRARY_CHAINS if whole_chain is None else whole_chain
+    if has_element_test(chain, whole):
         predict = single_rounding(wl.fn)
         outputs[SINGLE_ROUNDING] = torch.stack([predict(*args) for args in inputs])
-        bound = batch_bound(chain, inputs)
-    rows, _ = per_set_rows(chain, distribution, dtype, 0, outputs, ref, bound)
+        bound, absolute = batch_bound(chain, inputs, whole_chain=whole)
+    masked = batch_masked_rows(chain, inputs)
+    rows, _ = per_set_rows(chain, distribution, dtype, 0, outputs, ref, bound, absolute=absolute, masked=masked)
     per_set = pl.DataFrame(rows, infer_schema_length=None)
     verdicts = judge(per_set, paths=("fused",), family=family, resamples=resamples)
     return per_set, verdicts.row(0, named=True)
@@ -511,4 +464,6 @@ def caught_by(row: dict[str, Any]) -> list[str]:
         parts.append("bias")
     if row["element_contradicts"]:
         parts.append("element")
+    if row["masked_contradicts"]:
+        parts.append("masked")
     return parts

@@ -10,7 +10,7 @@ from ...reporting.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, 
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
 from ...verdicts import combine
-from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, verdict_table
+from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -84,8 +84,9 @@ def details(report: Report, exp: Experiment) -> str:
             "of the chain is run as the bound's own check: where it misrounds a decisive element the bound does not "
             "hold on this machine, and the row is not judged per element. The rule is stated in full under *Decision "
             "rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
-            + markdown_table(verdict_table(summary))
+            + _stored(report, exp, "verdicts")
         )
+        parts.append(_library_bounds(report, exp))
         if "emulate_unavailable" in summary.columns:
             why = sorted(set(summary["emulate_unavailable"].drop_nulls().to_list()))
             if why:
@@ -119,6 +120,38 @@ def details(report: Report, exp: Experiment) -> str:
     if switch is not None:
         parts.append(b_switch_list(switch))
     return "\n".join(parts)
+
+
+def _stored(report: Report, exp: Experiment, key: str) -> str:
+    """A table the summary asset stored with its judgment (the page reads it, never re-derives it)."""
+    record = next((a for a in report.assets_of(exp.group) if a.key == "accumulated_error_summary"), None)
+    text = None if record is None else record.metadata.get(key)
+    return str(text) if text else f"_(the stored summary has no `{key}` table: rematerialize B)_\n"
+
+
+def _library_bounds(report: Report, exp: Experiment) -> str:
+    """The absolute bound of the library chains, stated; its figures are the stored ones."""
+    from .library_bounds import LIBRARY_BOUNDS
+
+    return (
+        "### Library chains: an absolute bound against fp64\n\n"
+        f"The chains that leave a matmul or attention to a library call ({', '.join(LIBRARY_BOUNDS)}) get their "
+        "output rounded to the 16-bit dtype at the library's boundary, so no element has to be correctly rounded. "
+        "They are judged instead against an absolute bound per element, derived for any legitimate computation: the "
+        "library matmul within gamma_K sum_k |a_ik||b_kj| (deterministic, any summation order; gamma_K = K u / "
+        "(1 - K u), u = 2^-24), its output and a fused attention kernel's probabilities each rounded to the dtype "
+        "once (u16 of their size: 2^-11 for fp16, 2^-8 for bf16), the fp32 epilogue (bias add, scale, mask, layer "
+        "norm or softmax, each propagated to first order with its own fp32 rounding bound), the second matmul, and "
+        "the final rounding (half a ULP of the output). An element beyond it is something no fp32-accumulating "
+        "library produces; the epilogue's reductions are probabilistic as above, so the binomial test judges the "
+        "sets with such an element. Fully masked rows (every key masked by the additive -1e4) have a defined answer, "
+        "the finite softmax average fp64 and eager give: NaN, zeros or an infinity there contradicts. Admitting "
+        "every legitimate 16-bit boundary costs width: the median bound below is that many half-ULPs of each "
+        "element's own output, so a fault smaller than a 16-bit rounding of the scores or probabilities (an exp "
+        "error below u16, an error three times the rounded result's, a stochastic final rounding) stays inside it; "
+        "`scripts/b_rule_power.py` reports which faults it catches and which it declares harmless, with numbers.\n\n"
+        + _stored(report, exp, "element_bounds")
+    )
 
 
 def b_fused_vs_eager_chart(summary: pl.DataFrame, materiality: float) -> alt.LayerChart:

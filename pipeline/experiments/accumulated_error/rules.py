@@ -71,16 +71,21 @@ RULE = Rule(
     "paired fused vs eager on the same set; statistic: P99 across sets of fused minus P99 of eager; the count of "
     "sets where fused is non-finite where eager is finite; the count of gross sets (fused beyond twice eager's worst "
     "set plus one unit); per set the magnitude bias (mean of sign(ref) * error in sULP over the set's elements), "
-    "paired as |fused| - |eager|; and, where fused's own code computes the whole chain, per set the decisive elements "
+    "paired as |fused| - |eager|; where fused's own code computes the whole chain, per set the decisive elements "
     "(every fp32 computation within the chain's derived error bound rounds to the same 16-bit value) fused does not "
-    "hold as the correctly rounded fp64 result",
+    "hold as the correctly rounded fp64 result; for a chain with a library call (matmul, attention), per set the "
+    "elements beyond the chain's derived absolute bound against fp64 (library matmul gamma_K sum |a||b|, its "
+    "legitimate 16-bit boundaries, the fp32 epilogue, the final rounding); and the fully masked rows whose answer is "
+    "of another class (NaN, zeros, infinity) than fp64's",
     decision=(
-        f"contradicted when any set has a non-finite fused output where eager's is finite; when any set is gross "
+        f"contradicted when any set has a non-finite fused output where eager's is finite; when any fully masked row "
+        f"answers NaN, zeros or infinity where the chain defines a finite average; when any set is gross "
         f"(beyond {GROSS_FACTOR:g} x eager's worst set plus one unit); or when, after one Holm adjustment over every "
         f"test of every judged row (family-wise confidence {CONFIDENCE:g}), the bootstrap test rejects 'P99(fused) - "
         f"P99(eager) <= {MATERIALITY_SULP:g}', the exact sign test finds fused's per-set bias larger in size than "
         f"eager's with a mean excess of at least {BIAS_MARGIN_SULP:g} sULP, or the binomial test rejects 'the sets "
-        f"with a misrounded decisive element are no more than the bound's failure rate explains'; supported when the "
+        f"with a misrounded decisive element (a library chain: an element beyond its absolute bound) are no more than "
+        f"the bound's failure rate explains'; supported when the "
         f"row has at least {MIN_SETS_FOR_SUPPORTED} sets, the one-sided {CONFIDENCE:g} upper bound of the P99 "
         f"difference is at most {MATERIALITY_SULP:g}, the mean bias excess is under {BIAS_MARGIN_SULP:g} sULP, no "
         f"decisive element is misrounded and no set is gross; inconclusive otherwise"
@@ -97,7 +102,10 @@ RULE = Rule(
     "judged per element in absolute terms: it keeps intermediates in fp32 and rounds once, so wherever the "
     "chain's fp32 error bound (derived per element, probabilistic for reductions: Azuma-Hoeffding with lambda 6) "
     "cannot reach a rounding midpoint it must return the correctly rounded value, whatever its reduction order or "
-    "thread count. A fault in one set in a thousand moves no quantile, so a set beyond twice eager's worst is a "
+    "thread count. A library call rounds its output to the 16-bit dtype, so those chains are judged against an "
+    "absolute bound instead, derived the same way: no fp32-accumulating library and fp32 epilogue can leave it. "
+    "A fully masked row has a defined finite answer (softmax ignores a shift common to the row). A fault in one "
+    "set in a thousand moves no quantile, so a set beyond twice eager's worst is a "
     "contradiction on its own. Pairing removes the input-to-input variation; one Holm family over every test "
     "keeps the healthy backend's chance of any false 'contradicted' across the whole table at most 1 - confidence.",
 )
@@ -105,6 +113,26 @@ RULE = Rule(
 
 #: Sets per counterexample the ablation re-runs: those where fused is worst relative to eager.
 ABLATION_SETS = 32
+
+
+def element_bounds_table(summary: pl.DataFrame) -> pl.DataFrame:
+    """Per row of a library chain (judged against its absolute bound): the bound's median width in half-ULPs
+    of the output at each element's own reference, the most of it fused used, the elements beyond it and
+    the fully masked rows with their wrong answers. Empty for a summary stored before the absolute bound."""
+    if "fused_element_test" not in summary.columns:
+        return pl.DataFrame()
+    return summary.filter(pl.col("fused_element_test") == "absolute").select(
+        *GROUP_KEYS,
+        pl.col("fused_paired_sets").alias("sets"),
+        pl.col("fused_bound_half_ulps_median").round(2).alias("bound (median, half-ULPs)"),
+        pl.col("fused_bound_use_max").round(3).alias("most of the bound fused used"),
+        pl.col("fused_decisive_elements").alias("elements judged"),
+        pl.col("fused_misrounded_elements").alias("elements beyond the bound"),
+        pl.col("fused_element_p_holm").round(4).alias("element Holm p"),
+        pl.col("fused_masked_rows").alias("fully masked rows"),
+        pl.col("fused_masked_wrong_rows").alias("with another answer"),
+        pl.col("fused_verdict").alias("verdict"),
+    )
 
 
 def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:

@@ -4,6 +4,7 @@ at a time. Computation only; the asset that stores the results is
 :func:`.assets.accumulated_error_runs`.
 """
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,13 +16,14 @@ import torch
 
 from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
-from precisionkit.stats import round_to_dtype, scaled_spacing
+from precisionkit.stats import round_to_dtype, scaled_spacing, spacing
 
 from ...devices import synchronize
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...workloads import CHAIN_STAGES, Workload
-from .bounds import decisive, element_bound, reductions_per_set
+from .bounds import BOUNDS, decisive, element_bound, reductions_per_set
+from .library_bounds import LIBRARY_BOUNDS, absolute_bound, fully_masked_rows, library_reductions_per_set, row_classes
 from .rules import DTYPES_B, FUSED_PATHS, PATHS
 
 #: Elements of one path's outputs held at once: batches keep memory flat whatever the set count.
@@ -108,27 +110,72 @@ def single_rounding(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tens
 
 
 def element_reference(
-    ref: torch.Tensor, bound: torch.Tensor | None, out_dtype: torch.dtype
+    ref: torch.Tensor, bound: torch.Tensor | None, out_dtype: torch.dtype, *, absolute: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per set (leading axis, flattened): the decisive elements (every fp32 computation within
-    ``bound`` of the fp64 ``ref`` rounds to the same ``out_dtype`` value there, see :mod:`.bounds`;
-    none where ``bound`` is None) and the correctly rounded reference. Both depend on the reference
-    and the inputs alone: computed once per batch for every path."""
+    """Per set (leading axis, flattened): the elements the per-element test judges and what it compares
+    them with. The rounding form (see :mod:`.bounds`): the decisive elements (every fp32 computation within
+    ``bound`` of the fp64 ``ref`` rounds to the same ``out_dtype`` value there) and the correctly rounded
+    reference. The ``absolute`` form (a library chain, see :mod:`.library_bounds`): every element with a
+    finite reference and bound, and the fp64 reference itself. None judged where ``bound`` is None. Both
+    depend on the reference and the inputs alone: computed once per batch for every path."""
     n = ref.shape[0]
     r = ref.to(torch.float64).reshape(n, -1)
     safe = torch.where(torch.isfinite(r), r, 0.0)
     if bound is None:
-        mask = torch.zeros_like(r, dtype=torch.bool)
-    else:
-        mask = decisive(r, bound.to(torch.float64).reshape(n, -1).to(r.device), out_dtype)
-    return mask, round_to_dtype(safe, out_dtype).to(torch.float64)
+        return torch.zeros_like(r, dtype=torch.bool), round_to_dtype(safe, out_dtype).to(torch.float64)
+    b = bound.to(torch.float64).reshape(n, -1).to(r.device)
+    if absolute:
+        return torch.isfinite(r) & torch.isfinite(b), safe
+    return decisive(r, b, out_dtype), round_to_dtype(safe, out_dtype).to(torch.float64)
 
 
-def misrounded(out: torch.Tensor, judged: torch.Tensor, rounded: torch.Tensor) -> np.ndarray:
-    """Per set, the decisive elements ``out`` does not hold as the correctly rounded reference (a
-    non-finite output counts as misrounded)."""
+def misrounded(
+    out: torch.Tensor, judged: torch.Tensor, rounded: torch.Tensor, bound: torch.Tensor | None = None
+) -> np.ndarray:
+    """Per set, the judged elements ``out`` fails: (rounding form) does not hold as the correctly rounded
+    reference, or (``bound`` given: the absolute form) lies farther than ``bound`` from the fp64 reference.
+    A non-finite output fails either way."""
     o = out.to(torch.float64).reshape(judged.shape).to(judged.device)
-    return (judged & ~(o == rounded)).sum(dim=1).cpu().numpy()
+    if bound is None:
+        ok = o == rounded
+    else:
+        ok = (o - rounded).abs() <= bound.to(torch.float64).reshape(judged.shape).to(judged.device)
+    return (judged & ~ok).sum(dim=1).cpu().numpy()
+
+
+def bound_use(out: torch.Tensor, judged: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> np.ndarray:
+    """Per set, the largest ``|out - ref| / bound`` over the judged elements (NaN where none is judged;
+    inf for a non-finite output): how much of the bound a path uses."""
+    b = bound.to(torch.float64).reshape(judged.shape).to(judged.device)
+    o = out.to(torch.float64).reshape(judged.shape).to(judged.device)
+    ratio = torch.where(judged, torch.nan_to_num((o - ref).abs() / b, nan=torch.inf), -torch.inf)
+    worst = ratio.amax(dim=1)
+    return torch.where(judged.any(dim=1), worst, torch.nan).cpu().numpy()
+
+
+def bound_half_ulps(judged: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    """Per set, the median over the judged elements of the bound in half-ULPs of the output dtype at the
+    element's own reference (1 would be the final rounding alone); NaN where none is judged."""
+    b = bound.to(torch.float64).reshape(judged.shape).to(judged.device)
+    ratio = torch.where(judged, b / (spacing(ref.abs(), dtype) / 2.0), torch.nan)
+    return ratio.nanmedian(dim=1).values.cpu().numpy()
+
+
+def masked_row_failures(
+    out: torch.Tensor, ref: torch.Tensor, masked: torch.Tensor | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per set: the fully masked rows (``masked``: per set and output row), and those where ``out``'s answer
+    is of another class than the fp64 reference's (finite, all zero, NaN, infinite; see
+    :func:`.library_bounds.row_classes`). Zeros where the chain has no mask."""
+    n = ref.shape[0]
+    if masked is None:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    m = masked.reshape(n, -1).to(ref.device)
+    rows = m.shape[1]
+    wrong = torch.stack(
+        [(row_classes(out[j].to(ref.device), rows) != row_classes(ref[j], rows)) & m[j] for j in range(n)]
+    )
+    return m.sum(dim=1).cpu().numpy(), wrong.sum(dim=1).cpu().numpy()
 
 
 def per_set_rows(
@@ -139,23 +186,27 @@ def per_set_rows(
     outputs: Mapping[str, torch.Tensor],
     ref: torch.Tensor,
     bound: torch.Tensor | None = None,
+    *,
+    absolute: bool = False,
+    masked: torch.Tensor | None = None,
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """Error rows of a batch of input sets (numbered from ``first_set``), path by path in
-    :data:`PATHS` order, each output judged against the fp64 ``ref`` (and, where ``bound`` gives the
-    fp32 computation's error bound per element, on its decisive elements); and per set the fused
-    path's scale-aware max error minus eager's (+inf where fused is non-finite and eager is finite),
-    which picks the reproducer set."""
+    :data:`PATHS` order, each output judged against the fp64 ``ref``; where ``bound`` is given, on the
+    elements the per-element test judges (its rounding form, or with ``absolute`` a library chain's
+    absolute bound: :func:`element_reference`); where ``masked`` marks the fully masked rows (per set and
+    output row), on their answer's class. Also per set the fused path's scale-aware max error minus
+    eager's (+inf where fused is non-finite and eager is finite), which picks the reproducer set."""
     n = ref.shape[0]
     eager_finite = torch.isfinite(outputs["eager"]).reshape(n, -1)
     ref_finite = torch.isfinite(ref).reshape(n, -1).to(eager_finite.device)
     ran = [p for p in PATHS if p in outputs]  # a path this torch cannot compile has no outputs
     all_stats = {p: error_stats_per_set(outputs[p], ref) for p in ran}
-    judged_mask, rounded = element_reference(ref, bound, outputs["eager"].dtype)
-    judged = judged_mask.sum(dim=1).cpu().numpy()
-    reductions = reductions_per_set(chain, tuple(ref.shape[1:])) if bound is not None else 0
+    out_dtype = outputs["eager"].dtype
+    judged_mask, rounded = element_reference(ref, bound, out_dtype, absolute=absolute)
+    element = _ElementTest(chain, ref, bound, absolute, judged_mask, rounded, out_dtype)
     predicted = None
-    if SINGLE_ROUNDING in outputs and bound is not None:  # only where fused computes the whole chain
-        predicted = misrounded(outputs[SINGLE_ROUNDING], judged_mask, rounded)
+    if SINGLE_ROUNDING in outputs and bound is not None:  # the bound's own check
+        predicted = element.failures(outputs[SINGLE_ROUNDING])
     rows: list[dict[str, Any]] = []
     fused_gap = np.full(n, -np.inf)
     for p in ran:
@@ -165,7 +216,8 @@ def per_set_rows(
         nonfinite = ~torch.isfinite(outputs[p]).reshape(n, -1)
         nonfinite_vs_eager = (nonfinite & eager_finite).sum(dim=1).cpu().numpy()
         nonfinite_vs_ref = (nonfinite & ref_finite).sum(dim=1).cpu().numpy()
-        wrong = misrounded(outputs[p], judged_mask, rounded)
+        wrong, use = element.failures(outputs[p]), element.use(outputs[p])
+        masked_rows, masked_wrong = masked_row_failures(outputs[p], ref, masked)
         if p == "fused":
             gap = np.nan_to_num(stats["sulp_max"] - all_stats["eager"]["sulp_max"], nan=-np.inf)
             fused_gap = np.where(nonfinite_vs_eager > 0, np.inf, gap)
@@ -184,16 +236,60 @@ def per_set_rows(
                     "nonfinite_vs_eager": int(nonfinite_vs_eager[j]),
                     "nonfinite_vs_ref": int(nonfinite_vs_ref[j]),
                     "max_ulp_vs_eager": int(vs_eager[j]),
-                    "decisive_elements": int(judged[j]),
-                    "decisive_misrounded": int(wrong[j]),
-                    # reductions of the set's fp32 computation, each beyond its bound with a known chance
-                    "bound_reductions": reductions,
-                    # decisive elements the fp32 single-rounding computation misrounds (the bound's own
-                    # check: 0 unless the bound is wrong); None where not run
-                    "single_rounding_misrounded": None if predicted is None else int(predicted[j]),
+                    **element.row(j, wrong, use, predicted),
+                    "fully_masked_rows": int(masked_rows[j]),
+                    "fully_masked_wrong": int(masked_wrong[j]),
                 }
             )
     return rows, fused_gap
+
+
+@dataclass
+class _ElementTest:
+    """The per-element test of one batch: which elements it judges and against what (see
+    :func:`element_reference`), in its rounding or absolute form."""
+
+    chain: str
+    ref: torch.Tensor
+    bound: torch.Tensor | None
+    absolute: bool
+    judged: torch.Tensor
+    rounded: torch.Tensor
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.ref.shape[1:])
+        n = self.ref.shape[0]
+        none = self.bound is None
+        self.form = None if none else ("absolute" if self.absolute else "rounding")
+        # reductions of the set's fp32 computation, each beyond its bound with a known chance
+        self.reductions = (
+            0 if none else (library_reductions_per_set if self.absolute else reductions_per_set)(self.chain, shape)
+        )
+        self.width = np.full(n, np.nan)
+        if self.bound is not None and self.absolute:  # the absolute bound's width, in half-ULPs of the output
+            self.width = bound_half_ulps(self.judged, self.rounded, self.bound, self.dtype)
+
+    def failures(self, out: torch.Tensor) -> np.ndarray:
+        return misrounded(out, self.judged, self.rounded, self.bound if self.absolute else None)
+
+    def use(self, out: torch.Tensor) -> np.ndarray:
+        if self.bound is None or not self.absolute:
+            return np.full(self.ref.shape[0], np.nan)
+        return bound_use(out, self.judged, self.rounded, self.bound)
+
+    def row(self, j: int, wrong: np.ndarray, use: np.ndarray, predicted: np.ndarray | None) -> dict[str, Any]:
+        return {
+            "element_test": self.form,
+            "decisive_elements": int(self.judged[j].sum()),
+            "decisive_misrounded": int(wrong[j]),
+            "bound_reductions": self.reductions,
+            # judged elements the fp32 single rounding fails (the bound's own check: 0 unless the bound
+            # is wrong); None where not run
+            "single_rounding_misrounded": None if predicted is None else int(predicted[j]),
+            "bound_use_max": None if math.isnan(use[j]) else float(use[j]),
+            "bound_half_ulps_p50": None if math.isnan(self.width[j]) else float(self.width[j]),
+        }
 
 
 #: Per-set statistics of :func:`precisionkit.batched.error_stats_per_set` stored as floats, in column order.
@@ -221,6 +317,7 @@ def _run_distribution(
     device: torch.device,
     progress: Progress,
     predict: Callable[..., torch.Tensor] | None = None,
+    whole_chain: bool = True,
 ) -> tuple[list[dict[str, Any]], np.ndarray, dict[str, float]]:
     """Every path on every set of one distribution, a batch of sets at a time: the error rows, the
     per-set fused-minus-eager gap and the seconds each path spent executing."""
@@ -239,25 +336,53 @@ def _run_distribution(
             outputs[p] = torch.stack([paths[p](*one) for one in sets])
             synchronize(device)
             seconds[p] += time.perf_counter() - t0
-        bound = None
+        bound, absolute = None, False
         if predict is not None:
             outputs[SINGLE_ROUNDING] = torch.stack([predict(*one) for one in sets])
-            bound = batch_bound(workload.name, sets)
+            bound, absolute = batch_bound(workload.name, sets, whole_chain=whole_chain)
         batch_rows, fused_gap[start:stop] = per_set_rows(
-            workload.name, dist, dtype, start, outputs, ref[start:stop], bound
+            workload.name,
+            dist,
+            dtype,
+            start,
+            outputs,
+            ref[start:stop],
+            bound,
+            absolute=absolute,
+            masked=batch_masked_rows(workload.name, sets),
         )
         rows.extend(batch_rows)
         progress.advance(stop - start)
     return rows, fused_gap, seconds
 
 
-def batch_bound(chain: str, sets: list[tuple[torch.Tensor, ...]]) -> torch.Tensor | None:
-    """The per-element error bound of ``chain``'s fp32 computation for each set (stacked), on the sets'
-    device; None for a chain without one (:func:`.bounds.element_bound`)."""
-    bounds = [element_bound(chain, one) for one in sets]
+def batch_bound(
+    chain: str, sets: list[tuple[torch.Tensor, ...]], *, whole_chain: bool = True
+) -> tuple[torch.Tensor | None, bool]:
+    """The per-element test's bound for each set (stacked, on the sets' device) and whether it is absolute:
+    the fp32 rounding bound (:func:`.bounds.element_bound`) where fused code computes the whole chain and the
+    chain has one; otherwise a library chain's absolute bound (:func:`.library_bounds.absolute_bound`, which
+    admits every legitimate library boundary, so it holds for a whole-chain kernel too); (None, False) for
+    a chain with neither."""
+    absolute = not (whole_chain and chain in BOUNDS)
+    bound_of = absolute_bound if absolute else element_bound
+    bounds = [bound_of(chain, one) for one in sets]
     if any(b is None for b in bounds):
+        return None, False
+    return torch.stack([b for b in bounds if b is not None]), absolute
+
+
+def has_element_test(chain: str, whole_chain: bool) -> bool:
+    """Whether :func:`batch_bound` gives ``chain`` a bound (then the fp32 single rounding runs as its check)."""
+    return (whole_chain and chain in BOUNDS) or chain in LIBRARY_BOUNDS
+
+
+def batch_masked_rows(chain: str, sets: list[tuple[torch.Tensor, ...]]) -> torch.Tensor | None:
+    """Per set and output row, whether the chain's mask masks every key (None for a chain without a mask)."""
+    rows = [fully_masked_rows(chain, one) for one in sets]
+    if any(m is None for m in rows):
         return None
-    return torch.stack([b for b in bounds if b is not None])
+    return torch.stack([m for m in rows if m is not None])
 
 
 def _worst_set(
@@ -356,9 +481,11 @@ def _run_dtype(
             if log:
                 log(f"{workload.name}/{dtype}: {p} not run: {unavailable[p]}")
     # Where fused's own code computes the whole chain (no library call rounds an intermediate to the
-    # dtype), its outputs should be the fp32 computation rounded once: run that too, as the prediction.
+    # dtype), its outputs should be the fp32 computation rounded once; a library chain's are within its
+    # absolute bound. The fp32 single rounding runs as the bound's own check wherever there is a bound.
     ev = paths["fused"].evidence  # type: ignore[attr-defined]
-    predict = None if ev.extern_calls or ev.fused_library_calls else single_rounding(workload.fn)
+    whole = not (ev.extern_calls or ev.fused_library_calls)
+    predict = single_rounding(workload.fn) if has_element_test(workload.name, whole) else None
     total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
     progress = Progress(log, f"{workload.name} {dtype} input sets", total)
     out, seconds = ChainRun(), dict.fromkeys(paths, 0.0)
@@ -366,7 +493,7 @@ def _run_dtype(
         stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
         ref = refs[f"{dist}/{dtype}"]
         rows, fused_gap, spent = _run_distribution(
-            workload, dist, dtype, paths, stacked, ref, device, progress, predict
+            workload, dist, dtype, paths, stacked, ref, device, progress, predict, whole
         )
         out.rows.extend(rows)
         seconds = {p: seconds[p] + spent[p] for p in paths}

@@ -125,6 +125,9 @@ def element_statistics(
 
 
 _ELEMENT_COLUMNS = (
+    "element_test",
+    "bound_use_max",
+    "bound_half_ulps_median",
     "decisive_elements",
     "misrounded_elements",
     "misrounded_sets",
@@ -150,6 +153,123 @@ def gross_statistics(f: np.ndarray, e: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _eager_side(per_set: pl.DataFrame) -> pl.DataFrame:
+    """Eager's per-set error (and bias) under the names the judged paths are paired with."""
+    bias_cols = [pl.col("sulp_bias").alias("eager_bias_set")] if "sulp_bias" in per_set.columns else []
+    return per_set.filter(pl.col("path") == "eager").select(
+        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"), *bias_cols
+    )
+
+
+def _floats(grp: pl.DataFrame, column: str) -> np.ndarray:
+    return grp[column].to_numpy().astype(np.float64)
+
+
+def _element_row(grp: pl.DataFrame, path: str) -> dict[str, Any]:
+    """The per-element test's figures of one row (only for fused: fused_emulate rounds intermediates by
+    design), in its rounding or absolute form; empty figures where the row has no bound or no check."""
+    predicted = grp["single_rounding_misrounded"] if "single_rounding_misrounded" in grp.columns else None
+    if path != "fused" or predicted is None or predicted.null_count() > 0:
+        return {**dict.fromkeys(_ELEMENT_COLUMNS), "element_p_value": 1.0}
+    out = {**dict.fromkeys(("element_test", "bound_use_max", "bound_half_ulps_median"))}
+    out |= element_statistics(
+        _floats(grp, "decisive_misrounded"),
+        _floats(grp, "single_rounding_misrounded"),
+        _floats(grp, "decisive_elements"),
+        _floats(grp, "bound_reductions"),
+    )
+    if "element_test" in grp.columns:
+        use, width = grp["bound_use_max"].drop_nulls(), grp["bound_half_ulps_p50"].drop_nulls()
+        out["element_test"] = grp["element_test"][0]
+        out["bound_use_max"] = float(use.max()) if use.len() else None  # type: ignore[arg-type]
+        out["bound_half_ulps_median"] = float(width.median()) if width.len() else None  # type: ignore[arg-type]
+    return out
+
+
+def _masked_row(grp: pl.DataFrame) -> dict[str, Any]:
+    """Fully masked rows of one judged row and those whose answer is of another class than fp64's."""
+    if "fully_masked_rows" not in grp.columns:
+        return {"masked_rows": 0, "masked_wrong_rows": 0}
+    return {
+        "masked_rows": int(grp["fully_masked_rows"].sum()),
+        "masked_wrong_rows": int(grp["fully_masked_wrong"].sum()),
+    }
+
+
+def _judge_row(key: tuple, grp: pl.DataFrame, path: str, **test: Any) -> dict[str, Any]:
+    """Every statistic of one chain x distribution x dtype x path from its sets paired with eager's."""
+    chain, dist, dtype = key
+    f, e = _floats(grp, "sulp_max"), _floats(grp, "eager")
+    ok = np.isfinite(f) & np.isfinite(e)
+    row: dict[str, Any] = {
+        "chain": chain,
+        "distribution": dist,
+        "dtype": dtype,
+        "path": path,
+        "sets": grp.height,
+        "paired_sets": int(ok.sum()),
+        "unpaired_sets": int((~ok).sum()),
+        "nonfinite_sets": int((grp["nonfinite_vs_eager"] > 0).sum()),
+        "nonfinite_elements": int(grp["nonfinite_vs_eager"].sum()),
+    }
+    seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
+    row.update(paired_statistics(f[ok], e[ok], seed, **test))
+    if "eager_bias_set" in grp.columns:
+        fb, eb = _floats(grp, "sulp_bias"), _floats(grp, "eager_bias_set")
+        both = np.isfinite(fb) & np.isfinite(eb)
+        row.update(bias_statistics(fb[both], eb[both]))
+    else:
+        row.update({"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0})
+    row.update(gross_statistics(f[ok], e[ok]))
+    row.update(_element_row(grp, path))
+    row.update(_masked_row(grp))
+    return row
+
+
+#: The tests of one Holm family, per row: the P99 test, the bias test and the per-element test.
+_HOLM_TESTS = ("p_value", "bias_p_value", "element_p_value")
+
+
+def _verdicts(
+    table: pl.DataFrame, *, confidence: float, family: int | None, margin: float, min_sets: int, bias_margin: float
+) -> pl.DataFrame:
+    """``table`` with one Holm adjustment over every test of every row and each row's verdict."""
+    n = table.height
+    p_values = np.concatenate([table[t].to_numpy() for t in _HOLM_TESTS])
+    if family is not None and family > p_values.size:  # the rest of the family: tests of other rows
+        p_values = np.concatenate([p_values, np.ones(family - p_values.size)])
+    rejected, adjusted = holm(p_values, alpha=1.0 - confidence)
+    table = table.with_columns(
+        *[pl.Series(t.replace("p_value", "p_holm"), adjusted[i * n : (i + 1) * n]) for i, t in enumerate(_HOLM_TESTS)],
+        *[pl.Series(f"_rejected_{i}", rejected[i * n : (i + 1) * n]) for i in range(len(_HOLM_TESTS))],
+    )
+    material_bias = pl.col("bias_difference").fill_null(0.0) >= bias_margin
+    biased = pl.col("_rejected_1") & material_bias
+    elements = pl.col("_rejected_2")
+    gross = pl.col("gross_sets") >= pl.col("gross_sets_needed").fill_null(1 << 62)
+    masked = pl.col("masked_wrong_rows") > 0  # a class of answer no rounding explains: no statistics needed
+    verdict = (
+        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected_0") | biased | elements | gross | masked)
+        .then(pl.lit(CONTRADICTED))
+        .when(
+            (pl.col("paired_sets") >= min_sets)
+            & (pl.col("ci_upper") <= margin)
+            & ~material_bias
+            & (pl.col("misrounded_sets").fill_null(0) == 0)
+            & (pl.col("gross_sets") == 0)
+        )
+        .then(pl.lit(SUPPORTED))
+        .otherwise(pl.lit(INCONCLUSIVE))
+    )
+    return table.with_columns(
+        verdict.alias("verdict"),
+        biased.alias("bias_contradicts"),
+        elements.alias("element_contradicts"),
+        gross.alias("gross_contradicts"),
+        masked.alias("masked_contradicts"),
+    ).drop([f"_rejected_{i}" for i in range(len(_HOLM_TESTS))])
+
+
 def judge(
     per_set: pl.DataFrame,
     *,
@@ -167,101 +287,27 @@ def judge(
     Pairs each path's per-set ``sulp_max`` with eager's on the same ``set_index``; sets where
     either side has no finite element to compare are counted (``unpaired_sets``) and left out of
     the bootstrap; sets where the path is non-finite where eager is finite contradict the claim
-    outright. Deterministic: each row's bootstrap is seeded from its key. ``family``: the number of
-    tests Holm adjusts over when this table is a part of a larger one (a simulation of a few rows
-    judged as B's whole table is); the default is every test of these rows.
+    outright, and so does a fully masked row whose answer is of another class than fp64's (NaN or zeros
+    where the chain defines a finite average). Deterministic: each row's bootstrap is seeded from its
+    key. ``family``: the number of tests Holm adjusts over when this table is a part of a larger one (a
+    simulation of a few rows judged as B's whole table is); the default is every test of these rows.
     """
-    has_bias = "sulp_bias" in per_set.columns
-    has_elements = "single_rounding_misrounded" in per_set.columns
-    bias_cols = [pl.col("sulp_bias").alias("eager_bias_set")] if has_bias else []
-    eager = per_set.filter(pl.col("path") == "eager").select(
-        *GROUP_KEYS, "set_index", pl.col("sulp_max").alias("eager"), *bias_cols
-    )
+    eager = _eager_side(per_set)
+    test = {"q": q, "margin": margin, "confidence": confidence, "resamples": resamples}
     rows: list[dict[str, Any]] = []
     for path in paths:
         pair = per_set.filter(pl.col("path") == path).join(eager, on=[*GROUP_KEYS, "set_index"])
         for key, grp in pair.group_by(GROUP_KEYS, maintain_order=True):
-            chain, dist, dtype = key
-            f = grp["sulp_max"].to_numpy().astype(np.float64)
-            e = grp["eager"].to_numpy().astype(np.float64)
-            nonfinite_sets = int((grp["nonfinite_vs_eager"] > 0).sum())
-            ok = np.isfinite(f) & np.isfinite(e)
-            row: dict[str, Any] = {
-                "chain": chain,
-                "distribution": dist,
-                "dtype": dtype,
-                "path": path,
-                "sets": grp.height,
-                "paired_sets": int(ok.sum()),
-                "unpaired_sets": int((~ok).sum()),
-                "nonfinite_sets": nonfinite_sets,
-                "nonfinite_elements": int(grp["nonfinite_vs_eager"].sum()),
-            }
-            seed = int.from_bytes(f"{chain}/{dist}/{dtype}/{path}".encode()[:8].ljust(8, b"\0"), "little")
-            row.update(
-                paired_statistics(f[ok], e[ok], seed, q=q, margin=margin, confidence=confidence, resamples=resamples)
-            )
-            if has_bias:
-                fb = grp["sulp_bias"].to_numpy().astype(np.float64)
-                eb = grp["eager_bias_set"].to_numpy().astype(np.float64)
-                both = np.isfinite(fb) & np.isfinite(eb)
-                row.update(bias_statistics(fb[both], eb[both]))
-            else:
-                row.update({"eager_bias": None, "fused_bias": None, "bias_difference": None, "bias_p_value": 1.0})
-            row.update(gross_statistics(f[ok], e[ok]))
-            predicted = grp["single_rounding_misrounded"] if has_elements else None
-            if path == "fused" and predicted is not None and predicted.null_count() == 0:
-                row.update(
-                    element_statistics(
-                        grp["decisive_misrounded"].to_numpy().astype(np.float64),
-                        predicted.to_numpy().astype(np.float64),
-                        grp["decisive_elements"].to_numpy().astype(np.float64),
-                        grp["bound_reductions"].to_numpy().astype(np.float64),
-                    )
-                )
-            else:  # fused_emulate rounds intermediates by design; a library call rounds them too
-                row.update({**dict.fromkeys(_ELEMENT_COLUMNS), "element_p_value": 1.0})
-            rows.append(row)
+            rows.append(_judge_row(key, grp, path, **test))
     table = pl.DataFrame(rows, schema=JUDGE_SCHEMA)
     if table.height == 0:
         return table.with_columns(
             *[pl.lit(None, pl.Float64).alias(c) for c in ("p_holm", "bias_p_holm", "element_p_holm")],
             pl.lit(None, pl.String).alias("verdict"),
         )
-    # One Holm family over every test of every row: the P99 test, the bias test and the per-element test.
-    tests = ("p_value", "bias_p_value", "element_p_value")
-    n = table.height
-    p_values = np.concatenate([table[t].to_numpy() for t in tests])
-    if family is not None and family > p_values.size:  # the rest of the family: tests of other rows
-        p_values = np.concatenate([p_values, np.ones(family - p_values.size)])
-    rejected, adjusted = holm(p_values, alpha=1.0 - confidence)
-    table = table.with_columns(
-        *[pl.Series(t.replace("p_value", "p_holm"), adjusted[i * n : (i + 1) * n]) for i, t in enumerate(tests)],
-        *[pl.Series(f"_rejected_{i}", rejected[i * n : (i + 1) * n]) for i in range(len(tests))],
+    return _verdicts(
+        table, confidence=confidence, family=family, margin=margin, min_sets=min_sets, bias_margin=bias_margin
     )
-    material_bias = pl.col("bias_difference").fill_null(0.0) >= bias_margin
-    biased = pl.col("_rejected_1") & material_bias
-    elements = pl.col("_rejected_2")
-    gross = pl.col("gross_sets") >= pl.col("gross_sets_needed").fill_null(1 << 62)
-    verdict = (
-        pl.when((pl.col("nonfinite_sets") > 0) | pl.col("_rejected_0") | biased | elements | gross)
-        .then(pl.lit(CONTRADICTED))
-        .when(
-            (pl.col("paired_sets") >= min_sets)
-            & (pl.col("ci_upper") <= margin)
-            & ~material_bias
-            & (pl.col("misrounded_sets").fill_null(0) == 0)
-            & (pl.col("gross_sets") == 0)
-        )
-        .then(pl.lit(SUPPORTED))
-        .otherwise(pl.lit(INCONCLUSIVE))
-    )
-    return table.with_columns(
-        verdict.alias("verdict"),
-        biased.alias("bias_contradicts"),
-        elements.alias("element_contradicts"),
-        gross.alias("gross_contradicts"),
-    ).drop([f"_rejected_{i}" for i in range(len(tests))])
 
 
 JUDGE_SCHEMA = {
@@ -300,6 +346,11 @@ JUDGE_SCHEMA = {
     "bound_violated": pl.Boolean,
     "set_failure_rate": pl.Float64,
     "element_p_value": pl.Float64,
+    "element_test": pl.String,
+    "bound_use_max": pl.Float64,
+    "bound_half_ulps_median": pl.Float64,
+    "masked_rows": pl.Int64,
+    "masked_wrong_rows": pl.Int64,
 }
 
 
@@ -318,6 +369,19 @@ def reason(row: dict[str, Any]) -> str:
         return (
             f"{where}: {row['gross_sets']} of {row['paired_sets']} sets have errors beyond {row['gross_threshold']:.3g} "
             f"sULP (twice eager's worst set plus one unit; {row['gross_sets_needed']} contradict): {row['verdict']}"
+        )
+    if row.get("masked_contradicts"):
+        return (
+            f"{where}: {row['masked_wrong_rows']} of {row['masked_rows']} fully masked rows answer with another "
+            f"class (NaN, zeros, infinity) than the chain's defined finite answer: {row['verdict']}"
+        )
+    if row.get("element_contradicts") and row.get("element_test") == "absolute":
+        return (
+            f"{where}: {row['misrounded_elements']} of {row['decisive_elements']} elements lie beyond the chain's "
+            f"absolute bound (any fp32-accumulating library with its 16-bit boundaries and the fp32 epilogue stays "
+            f"within it; fused used up to {row['bound_use_max']:.3g} of it) in {row['misrounded_sets']} of "
+            f"{row['sets']} sets; the bound allows a set {row['set_failure_rate']:.2g} (Holm p "
+            f"{row['element_p_holm']:.2g}): {row['verdict']}"
         )
     if row.get("element_contradicts"):
         return (
@@ -361,7 +425,7 @@ def _path_aggregates(per_set: pl.DataFrame) -> pl.DataFrame:
 
 
 #: Columns of :func:`judge` carried into the summary per judged path (prefixed ``fused_`` / ``emulate_``).
-_SUMMARY_VERDICT_COLUMNS = (
+SUMMARY_VERDICT_COLUMNS = (
     "verdict",
     "p99_difference",
     "ci_lower",
@@ -392,6 +456,12 @@ _SUMMARY_VERDICT_COLUMNS = (
     "set_failure_rate",
     "element_p_holm",
     "element_contradicts",
+    "element_test",
+    "bound_use_max",
+    "bound_half_ulps_median",
+    "masked_rows",
+    "masked_wrong_rows",
+    "masked_contradicts",
 )
 #: Columns of the fusion evidence carried into the summary per fused path.
 _SUMMARY_EVIDENCE_COLUMNS = (
@@ -431,7 +501,7 @@ def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.D
         v = verdicts.filter(pl.col("path") == p).select(
             *GROUP_KEYS,
             # the judged path's own bias is "<label>_bias"; eager's is "<label>_eager_bias"
-            *[pl.col(c).alias(f"{label}_{c.removeprefix('fused_')}") for c in _SUMMARY_VERDICT_COLUMNS],
+            *[pl.col(c).alias(f"{label}_{c.removeprefix('fused_')}") for c in SUMMARY_VERDICT_COLUMNS],
         )
         wide = wide.join(v, on=GROUP_KEYS, how="left")
         # Per set, by scale-aware error: is this path strictly better / equal / worse than eager on the same inputs?
@@ -493,39 +563,3 @@ def is_counterexample(row: dict[str, Any]) -> bool:
     return bool(
         row["fused_sulp_max_p99"] > row["eager_sulp_max_p99"] or row["fused_sulp_max_max"] > row["eager_sulp_max_max"]
     )
-
-
-def explain(row: dict[str, Any], fused_ops: list[str]) -> str:
-    """A counterexample row of the summary in words: the rule's figures, what emulate_precision_casts
-    shows, and which op types the fused code covers."""
-    dtype = row["dtype"]
-    verdict = row["fused_verdict"]
-    parts = [
-        f"Fused P99 of per-set scale-aware error {row['fused_sulp_max_p99']:.3g} vs eager {row['eager_sulp_max_p99']:.3g} "
-        f"(difference {row['fused_p99_difference']:+.3g} sULP, one-sided {CONFIDENCE:g} interval "
-        f"[{row['fused_ci_lower']:+.3g}, {row['fused_ci_upper']:+.3g}]); non-finite sets {row['fused_nonfinite_sets']}; "
-        f"verdict {verdict} under B's rule (materiality {MATERIALITY_SULP:g} sULP). Fused is worse than eager on "
-        f"{row['fused_worse_fraction']:.1%} of sets, better on {row['fused_better_fraction']:.1%}, bit-identical to "
-        f"eager on {row['fused_bit_equal_eager_fraction']:.1%}."
-    ]
-    if row.get("emulate_unavailable"):
-        parts.append(f"fused with emulate_precision_casts was not run: {row['emulate_unavailable']}.")
-    elif row["emulate_same_code_as_fused"]:
-        parts.append(
-            "emulate_precision_casts generated the same code as plain fusion here, so it cannot separate "
-            "intermediate precision from the fused kernel's own arithmetic."
-        )
-    elif row["emulate_verdict"] != CONTRADICTED and (row["fused_emulate_sulp_max_p99"] or 0) <= (
-        row["eager_sulp_max_p99"] or 0
-    ):
-        parts.append(
-            f"With emulate_precision_casts (intermediates rounded to {dtype} as eager rounds them) fused is "
-            "no worse than eager: the difference comes from the precision fused intermediates are kept in."
-        )
-    else:
-        parts.append("emulate_precision_casts does not remove it, so it is not only intermediate rounding.")
-    parts.append(
-        f"Fused code covers: {', '.join(fused_ops) or 'none'}; the ablation table names the op whose removal "
-        "from the fused region measurably reduces the error."
-    )
-    return " ".join(parts)
