@@ -476,7 +476,9 @@ def test_a_failed_worker_run_stops_the_plan_and_raises(thread_workers, tmp_path)
     assert thread_workers.instances[0].closed_with is True
 
 
-@pytest.mark.slow  # two fresh interpreters that import the matrix's experiments
+# Two fresh interpreters that import the matrix's experiments: make test-all. make test keeps a real worker's
+# start and exit (test_run_control) and the plan's scheduling through thread workers (above).
+@pytest.mark.heavy
 def test_worker_process_runs_like_this_one_and_reports_a_bad_start(tmp_path):
     """A run in a worker process gives the outcomes and failures the same run gives here, and a
     worker that cannot load its experiments says why."""

@@ -241,7 +241,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # make test keeps the SIGTERM resume below: the same resume path after a softer stop
 def test_killed_run_resumes_with_only_what_is_missing_and_the_report_builds(tmp_path):
     env = _env(tmp_path)
     # One cheap experiment (C3) and what it needs upstream: resuming is the same for every asset, and the
@@ -517,7 +517,11 @@ time.sleep(600)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize(
+    # make test keeps SIGKILL, where no handler of the parent's runs and only the worker's poll can notice
+    "sig",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.heavy), signal.SIGKILL],
+)
 def test_a_planted_bug_matrix_worker_exits_when_its_parent_is_stopped(tmp_path, sig):
     parent = subprocess.Popen(
         [sys.executable, "-c", _WORKER_PARENT], cwd=REPO, env=_env(tmp_path), stdout=subprocess.PIPE, text=True

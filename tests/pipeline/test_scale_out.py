@@ -26,6 +26,9 @@ def _run_config(name: str) -> dict:
     return yaml.safe_load((DEPLOY / name).read_text())
 
 
+# make test-all: steps in processes of their own are what make test-cluster runs in CI too, through Celery
+# workers on the same slice (tests/cluster/test_celery.py); make test keeps the run config's validation below.
+@pytest.mark.heavy
 def test_s_assets_run_with_the_multiprocess_executor(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSION_DATA_DIR", str(tmp_path / "data"))
     run_config = _run_config("run_config.multiprocess.yaml")

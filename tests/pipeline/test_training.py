@@ -16,7 +16,6 @@ from _stored_only import (  # tests/pipeline is on sys.path (pytest rootdir impo
     patch_to_raise,
 )
 
-from pipeline.definitions import build_resources
 from pipeline.experiments import experiment
 from pipeline.experiments.regression.comparators import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
@@ -329,18 +328,23 @@ E_CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def e_smoke(tmp_path_factory):
-    """Replicates, fused and control trained a few smoke steps through E's assets and checks, once
-    for the tests below: the data folder, the instance that recorded them and the run's result."""
-    root = tmp_path_factory.mktemp("e_smoke")
-    settings = ExperimentSettings(profile="smoke", device=os.environ.get("FUSION_DEVICE", "cpu"))
-    instance = dg.DagsterInstance.ephemeral()
-    resources = build_resources(settings, base_dir=str(root))
-    result = dg.materialize([*E_ASSETS, *E_CHECKS], resources=resources, instance=instance)
-    assert result.success
-    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    defs = dg.Definitions(assets=E_ASSETS, asset_checks=E_CHECKS, resources=resources)
-    return SimpleNamespace(data=root / "smoke", instance=instance, defs=defs, evaluations=evaluations)
+def e_smoke(smoke_everything):
+    """Replicates, fused and control trained a few smoke steps through E's assets and checks, read from
+    the session's smoke run of every experiment (tests/conftest.py): the data folder, the instance that
+    recorded them, E's definitions on the run's resources and E's check evaluations."""
+    from _smoke_run import failed_steps
+
+    steps = {a.op.name for a in E_ASSETS} | {c.op.name for c in E_CHECKS}
+    assert [s for s in failed_steps(smoke_everything) if s in steps] == []
+    names = {spec.name for c in E_CHECKS for spec in c.check_specs}
+    evaluations = {
+        e.check_name: e for e in smoke_everything["result"].get_asset_check_evaluations() if e.check_name in names
+    }
+    assert set(evaluations) == names
+    defs = dg.Definitions(assets=E_ASSETS, asset_checks=E_CHECKS, resources=smoke_everything["resources"])
+    return SimpleNamespace(
+        data=smoke_everything["data"], instance=smoke_everything["instance"], defs=defs, evaluations=evaluations
+    )
 
 
 def _plain(evaluation) -> dict:
