@@ -8,6 +8,12 @@ Each one is a folder ``<data>/<profile>/repros/<id>/``:
   the bisection table, the layer at fault and the workaround, an excerpt of the generated kernel;
 * ``case.json`` (the case before and after minimization) and ``meta.json`` (the numbers).
 
+A case runs on its own device (``Case.device``: the device the finding was made on). On CUDA the
+report's environment adds the GPU, its compute capability, the driver, CUDA and Triton versions,
+the kernel excerpt is the generated Triton code, the bisection's toolchain layer is Triton/PTX
+(:func:`precisionkit.bisect.knob_sets`), and a reproducer that crashed is offered a
+``compute-sanitizer`` command line where the tool is installed.
+
 Sources of cases: :func:`planted_case` (a planted bug of the regression matrix, found by probing
 small graphs until one shows the fault while healthy Inductor stays clean), :func:`d_case`
 (a row of D's check table), :func:`fuzz_case` (a fuzzer seed).
@@ -31,9 +37,9 @@ import torch
 
 from precisionkit import bisect as pk_bisect
 from precisionkit import minimize as pk_minimize
-from precisionkit.repro import Case, Input, lines_of, render, reproduces, run_script, write
+from precisionkit.repro import Case, Input, lines_of, render, reproduces, run_script, sanitizer_command, write
 
-from .devices import cpu_model
+from .devices import cpu_model, device_name, device_versions
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PLANTED_SETUP = (
@@ -70,9 +76,35 @@ def native_march(cxx: str = "") -> str:
     return "unknown"
 
 
-def environment() -> dict[str, str]:
+def triton_version() -> str:
+    """The installed Triton's version ("not installed" where there is none)."""
+    from importlib import metadata
+
+    for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm"):  # how wheels and nightlies name it
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def gpu_environment(device: torch.device) -> dict[str, str]:
+    """What a GPU report adds: the GPU's name, compute capability, driver, CUDA and Triton versions."""
+    versions = device_versions(device)
+    return {
+        "gpu": device_name(device),
+        "compute_capability": versions["compute_capability"] or "unknown",
+        "driver": versions["driver"] or "unknown",
+        "cuda": versions["cuda_runtime"] or "unknown",
+        "triton": triton_version(),
+    }
+
+
+def environment(device: str | torch.device = "cpu") -> dict[str, str]:
     """What a compiler bug report needs to name: torch, CPU, ATen capability, Inductor's vector ISA,
-    the C++ compiler and what ``-march=native`` means to it, the device."""
+    the C++ compiler and what ``-march=native`` means to it, the device (the case's: on CUDA also
+    the GPU, its compute capability, the driver, CUDA and Triton)."""
+    dev = torch.device(device)
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 
@@ -88,11 +120,12 @@ def environment() -> dict[str, str]:
         "inductor_vec_isa": isa,
         "cxx": f"{cxx}: {_first_line([cxx, '--version'])}",
         "march_native": native_march(cxx),
-        "device": "cpu",
+        "device": str(dev),
         "isa_variables": ", ".join(
             f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
         )
         or "none set",
+        **(gpu_environment(dev) if dev.type == "cuda" else {}),
     }
 
 
@@ -145,9 +178,11 @@ def planted_case(bug: str, log: Log | None = None) -> tuple[Case | None, int]:
     return None, tried
 
 
-def d_case(subgraph: str, dtype: str, shape: tuple[int, ...], layout: str, backend: str = "inductor") -> Case:
-    """A row of D's check table as a case: the subgraph traced to plain code, ``x`` and ``y`` in
-    the row's dtype, shape and layout, judged bit for bit against eager."""
+def d_case(
+    subgraph: str, dtype: str, shape: tuple[int, ...], layout: str, backend: str = "inductor", device: str = "cpu"
+) -> Case:
+    """A row of D's check table as a case on ``device`` (the run's): the subgraph traced to plain
+    code, ``x`` and ``y`` in the row's dtype, shape and layout, judged bit for bit against eager."""
     from .experiments.data_movement.movement import CATALOGUE, LAYOUTS
 
     if subgraph not in CATALOGUE:
@@ -172,10 +207,11 @@ def d_case(subgraph: str, dtype: str, shape: tuple[int, ...], layout: str, backe
         rule="bitwise",
         title=f"D: {graph.title} ({dtype}, {'x'.join(map(str, shape))}, {layout}) is not bit-exact",
         origin="D data-movement check table",
+        device=device,
     )
 
 
-def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None) -> Case:
+def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None, device: str = "cpu") -> Case:
     """A fuzzer seed's graph as a case, judged by the fuzzer's own tolerance rule against fp64."""
     from precisionkit import fuzz
 
@@ -192,14 +228,17 @@ def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None) ->
         rtol=tol.rtol,
         title=f"fuzzer seed {seed} ({graph.dtype}): {graph.op_list()}",
         origin="differential graph fuzzer",
+        device=device,
     )
 
 
-def difftest_case(generator: str, seed: int, dtype: str | None = None, backend: str = "inductor") -> Case:
-    """A program of the differential tester as a case (its own ``diff`` rule)."""
+def difftest_case(
+    generator: str, seed: int, dtype: str | None = None, backend: str = "inductor", device: str = "cpu"
+) -> Case:
+    """A program of the differential tester on ``device`` as a case (its own ``diff`` rule)."""
     from precisionkit import difftest
 
-    case = difftest.generate(seed, generator, dtype)
+    case = difftest.generate(seed, generator, dtype, device=device)
     return case.with_(backend=backend)
 
 
@@ -246,7 +285,7 @@ def build(
         start = time.perf_counter()
         bis = pk_bisect.bisect(script, small, python=python, cwd=PROJECT_ROOT, env=_script_env(), knobs=knobs, log=say)
         bisect_seconds = time.perf_counter() - start
-        env = environment()
+        env = environment(small.device)
         meta: dict[str, Any] = {
             "id": case.id,
             "title": case.title,
@@ -270,6 +309,8 @@ def build(
             "bisection": bis.summary(),
             "environment": env,
             "versions": {env["torch"]: fresh.status},
+            "device": small.device,
+            "sanitizer": sanitizer_for(script, fresh.status, small.device, python),
         }
         _write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
         _write_text(staging / "report.md", report_md(meta, small, bis))
@@ -281,6 +322,15 @@ def build(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def sanitizer_for(script: Path, status: str, device: str, python: str | None = None, which: Any = None) -> str:
+    """The ``compute-sanitizer`` command offered for a reproducer that crashed (status ``error``)
+    on a CUDA device, where the tool is installed; "" otherwise."""
+    if status != "error" or torch.device(device).type != "cuda":
+        return ""
+    cmd = sanitizer_command(script.name, python, which)
+    return " ".join(cmd) if cmd else ""
 
 
 def _expected(rule: str, slack: int) -> str:
@@ -300,11 +350,18 @@ def report_md(meta: dict[str, Any], case: Case, bis: pk_bisect.Bisection) -> str
     env = meta["environment"]
     env_rows = "\n".join(f"| {k} | `{v}` |" for k, v in env.items())
     excerpt = (
-        "## Generated kernel (excerpt)\n\n```cpp\n" + bis.kernel_excerpt.strip() + "\n```\n"
+        f"## Generated kernel (excerpt)\n\n```{'python' if '@triton.jit' in bis.kernel_excerpt else 'cpp'}\n"
+        + bis.kernel_excerpt.strip()
+        + "\n```\n"
         if bis.kernel_excerpt
         else ""
     )
     skipped = "".join(f"- not tried: {s}\n" for s in bis.skipped)
+    sanitizer = (
+        f"## Sanitizer\n\nThe reproducer crashed; run it under compute-sanitizer: `{meta['sanitizer']}`\n\n"
+        if meta.get("sanitizer")
+        else ""
+    )
     return (
         f"# {meta['title'] or meta['id']}\n\n"
         f"Found by: {meta['origin']}. Backend `{meta['backend']}`; rule `{meta['rule']}`.\n\n"
@@ -318,7 +375,8 @@ def report_md(meta: dict[str, Any], case: Case, bis: pk_bisect.Bisection) -> str
         f"{meta['shapes_before']} to {meta['shapes_after']} ({meta['minimize_checks']} candidates, "
         f"{meta['minimize_seconds']} s).\n\n```python\n" + render(case) + "```\n\n"
         f"## Observed\n\n```\n{meta['observed']}\n```\n\n"
-        f"## Expected\n\n{_expected(case.rule, case.slack)}.\n\n"
+        + sanitizer
+        + f"## Expected\n\n{_expected(case.rule, case.slack)}.\n\n"
         "## Bisection\n\nEach row is a fresh interpreter with an Inductor cache of its own. A toolchain row "
         "rebuilds Inductor's generated C++ with one more flag (or another compiler); the same sha256 means the "
         "same generated source.\n\n"

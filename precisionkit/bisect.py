@@ -20,6 +20,12 @@ Inductor cache of its own, so nothing compiled under one variant is loaded by an
    that flag is the workaround. Otherwise a knob that removes it names Inductor's lowering or
    code generation, and is the workaround.
 
+On CUDA (the case's ``device``) the same path runs with the GPU's knob sets (:func:`knob_sets`):
+the Inductor knobs add the Triton code generator's own (``split_reductions``,
+``triton.persistent_reductions``, ``triton.cudagraphs``, autotuning), and the toolchain layer is
+Triton/PTX: the same generated Triton kernel (its sha256 recorded) launched with other
+``num_warps`` / ``num_stages``, or with FMA contraction off (``TRITON_DEFAULT_FP_FUSION=0``).
+
 The ``compiled`` rule (no kernel generated) only makes sense for Inductor and the case's backend,
 so only those two layers run for it.
 """
@@ -88,6 +94,67 @@ TOOLCHAIN_KNOBS: tuple[Knob, ...] = (
 )
 
 
+def _triton_launch(num_warps: int | None = None, num_stages: int | None = None) -> str:
+    """A prelude that launches every Triton kernel Inductor generates with these ``num_warps`` /
+    ``num_stages`` (the kernel's source is unchanged: only its compilation for the GPU differs).
+    Compiles run in this interpreter (``compile_threads = 1``) so the patched heuristics apply."""
+    sets = "".join(
+        f"    c.{k} = {v}\n" for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None
+    )
+    return (
+        "import torch._inductor.config as ic\nic.compile_threads = 1\n"
+        "import torch._inductor.runtime.triton_heuristics as h\n"
+        "def _fixed(make):\n"
+        "    def wrapped(*a, **k):\n"
+        "        c = make(*a, **k)\n" + sets.replace("    c.", "        c.") + "        return c\n"
+        "    return wrapped\n"
+        "for _name in ('triton_config', 'triton_config_reduction', 'triton_config_tiled_reduction'):\n"
+        "    if hasattr(h, _name):\n"
+        "        setattr(h, _name, _fixed(getattr(h, _name)))\n"
+    )
+
+
+#: The Triton/PTX toolchain on CUDA: the same generated kernel compiled for the GPU another way.
+TRITON_KNOBS: tuple[Knob, ...] = (
+    Knob("num_warps=2", "toolchain", _triton_launch(num_warps=2)),
+    Knob("num_warps=8", "toolchain", _triton_launch(num_warps=8)),
+    Knob("num_stages=1", "toolchain", _triton_launch(num_stages=1)),
+    Knob("fast math off (TRITON_DEFAULT_FP_FUSION=0)", "toolchain", env={"TRITON_DEFAULT_FP_FUSION": "0"}),
+)
+
+#: Inductor knobs on CUDA: the CPU set's lowering knobs plus the Triton code generator's own.
+CUDA_INDUCTOR_KNOBS: tuple[Knob, ...] = (
+    Knob("max_fusion_size=1 (fusion off)", "inductor", _config("max_fusion_size = 1")),
+    Knob("epilogue_fusion=False", "inductor", _config("epilogue_fusion = False")),
+    Knob("pattern_matcher=False", "inductor", _config("pattern_matcher = False")),
+    Knob("emulate_precision_casts=True", "inductor", _config("emulate_precision_casts = True")),
+    Knob("split_reductions=False", "inductor", _config("split_reductions = False")),
+    Knob("triton.persistent_reductions=False", "inductor", _config("triton.persistent_reductions = False")),
+    Knob("triton.cudagraphs=False", "inductor", _config("triton.cudagraphs = False")),
+    Knob("max_autotune=False", "inductor", _config("max_autotune = False")),
+    Knob("coordinate_descent_tuning=False", "inductor", _config("coordinate_descent_tuning = False")),
+)
+
+
+def torch_device_type(device: str) -> str:
+    """``cuda`` for ``cuda:1``; a bad device string is a ValueError naming it."""
+    import torch
+
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ValueError(f"not a torch device: {device!r}") from None
+
+
+def knob_sets(device: str) -> tuple[tuple[Knob, ...], tuple[Knob, ...]]:
+    """(toolchain knobs, Inductor knobs) the bisection tries on ``device``: on CUDA the Triton/PTX
+    layer and the Triton knobs; elsewhere the C++ toolchain and the CPU knobs. One code path
+    (:func:`bisect`) chooses among them, so the CPU runs test the path the GPU takes."""
+    if torch_device_type(device) == "cuda":
+        return TRITON_KNOBS, CUDA_INDUCTOR_KNOBS
+    return TOOLCHAIN_KNOBS, INDUCTOR_KNOBS
+
+
 @dataclass
 class Variant:
     """One row of the bisection table."""
@@ -119,7 +186,10 @@ class Bisection:
     pytorch_bisector: str = ""
 
     def table_md(self) -> str:
-        head = "| step | variant | backend | result | what it printed | C++ (sha256) | seconds |\n|---|---|---|---|---|---|---|\n"
+        head = (
+            "| step | variant | backend | result | what it printed | kernel source (sha256) | seconds |\n"
+            "|---|---|---|---|---|---|---|\n"
+        )
         body = "".join(
             f"| {v.step} | {v.name} | `{v.backend}` | **{v.status}** | {v.message.replace('|', '/')} | "
             f"{v.cpp_sha256[:12] or '-'} | {v.seconds:.1f} |\n"
@@ -164,6 +234,33 @@ def generated_cpp(cache: Path) -> tuple[str, str]:
     return digest, excerpt
 
 
+def generated_triton(cache: Path) -> tuple[str, str]:
+    """(sha256 over the generated Triton kernels under an Inductor cache folder, excerpt of the
+    first): the Python files that define an ``@triton.jit`` function, with the cache's path taken
+    out, so the same program in two caches hashes alike."""
+    texts = []
+    roots = {str(cache), str(cache.resolve())}
+    for path in sorted(p for p in cache.rglob("*.py") if p.is_file()):
+        text = path.read_text(errors="replace")
+        if "@triton.jit" not in text:
+            continue
+        for root in roots:
+            text = text.replace(root, "<cache>")
+        texts.append(text)
+    texts.sort()
+    if not texts:
+        return "", ""
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
+    first = texts[0]
+    start = first.find("@triton.jit")
+    return digest, "\n".join(first[start:].splitlines()[:40])
+
+
+def generated_code(cache: Path, device: str) -> tuple[str, str]:
+    """The generated kernels' (sha256, excerpt) for ``device``: Triton on CUDA, C++ elsewhere."""
+    return generated_triton(cache) if torch_device_type(device) == "cuda" else generated_cpp(cache)
+
+
 def _wrapper(folder: Path, flags: Sequence[str], compiler: str) -> Path:
     """A compiler named ``g++`` (so Inductor treats it as GCC) that runs ``compiler`` (the one
     Inductor would use) with ``flags`` appended: a later ``-O2`` overrides Inductor's ``-O3``, a
@@ -184,6 +281,107 @@ def _status_message(run: ScriptRun) -> str:
     return line.split(": ", 1)[1] if line.startswith(("REPRODUCES: ", "clean: ")) else line[:240]
 
 
+class _Runner:
+    """Runs the variants of one bisection: each a fresh interpreter with an Inductor cache of its own."""
+
+    def __init__(
+        self,
+        script: str | os.PathLike[str],
+        work: Path,
+        *,
+        python: str | None,
+        cwd: str | os.PathLike[str] | None,
+        env: dict[str, str],
+        timeout: float,
+        device: str,
+        log: Callable[[str], None] | None,
+    ) -> None:
+        self.script, self.work, self.python, self.cwd = script, work, python, cwd
+        self.env, self.timeout, self.device, self.log = env, timeout, device, log
+        self.variants: list[Variant] = []
+        self.excerpts: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def _variant_env(self, knob: Knob | None) -> tuple[dict[str, str], str, Path]:
+        cache = Path(tempfile.mkdtemp(prefix="cache-", dir=self.work))
+        var_env = {**self.env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        if knob is None:
+            return var_env, "", cache
+        var_env.update(knob.env)
+        if knob.cxx_flags:
+            compiler = self.env.get("CXX") or os.environ.get("CXX", "g++")
+            folder = Path(tempfile.mkdtemp(prefix="cxx-", dir=self.work))
+            var_env["CXX"] = str(_wrapper(folder, knob.cxx_flags, compiler))
+        if knob.cxx:
+            var_env["CXX"] = knob.cxx
+        return var_env, knob.prelude, cache
+
+    def run(self, step: str, name: str, backend: str, knob: Knob | None = None) -> Variant:
+        var_env, prelude, cache = self._variant_env(knob)
+        result = run_script(
+            self.script, [backend], python=self.python, env=var_env, prelude=prelude, cwd=self.cwd, timeout=self.timeout
+        )
+        sha, excerpt = generated_code(cache, self.device)
+        shown = {k: v for k, v in var_env.items() if k != "TORCHINDUCTOR_CACHE_DIR" and k not in self.env}
+        v = Variant(step, name, backend, result.status, _status_message(result), result.seconds, sha, shown)
+        with self.lock:
+            self.excerpts[name] = excerpt
+            self.variants.append(v)
+        if self.log:
+            self.log(f"  {step:9s} {name:45s} {v.status}")
+        return v
+
+
+def _layers(case: Case) -> list[tuple[str, str]]:
+    layers = list(LAYERS)
+    if case.backend not in {b for _, b in LAYERS}:
+        layers.append((f"the backend {case.backend!r} (wraps the layers above)", case.backend))
+    if case.rule == "compiled":
+        layers = [(n, b) for n, b in layers if b not in ("eager", "aot_eager", "aot_eager_decomp_partition")]
+    return layers
+
+
+def _knob_todo(device: str, skipped: list[str]) -> list[tuple[str, Knob]]:
+    """The toolchain variants (installed ones) then the Inductor knobs of the device's knob set."""
+    toolchain, inductor = knob_sets(device)
+    todo: list[tuple[str, Knob]] = []
+    for knob in toolchain:
+        if knob.cxx and shutil.which(knob.cxx) is None:
+            skipped.append(f"{knob.name}: not installed")
+            continue
+        todo.append(("toolchain", knob))
+    if torch_device_type(device) == "cuda":
+        skipped.append("another Triton version: only the installed one is tried")
+    return todo + [("inductor", knob) for knob in inductor]
+
+
+def _verdict(
+    runner: _Runner, first: str, todo: list[tuple[str, Knob]], done: list[Variant], base: Variant
+) -> tuple[str, str]:
+    """(layer at fault, workaround) from the knob variants: a toolchain variant that compiled the
+    same generated source and runs clean blames the toolchain; else the first clean Inductor knob."""
+    toolchain_fix = inductor_fix = None
+    for (step, knob), v in zip(todo, done, strict=True):
+        if step == "toolchain":
+            if v.status == "clean" and v.cpp_sha256 and v.cpp_sha256 == base.cpp_sha256 and toolchain_fix is None:
+                toolchain_fix = knob.name
+        elif v.status == "clean" and inductor_fix is None:
+            inductor_fix = knob.name
+    if toolchain_fix:
+        if torch_device_type(runner.device) == "cuda":
+            return (
+                f"Triton/PTX toolchain: the same generated Triton kernel is correct when compiled with {toolchain_fix}",
+                f"compile Inductor's Triton kernels with {toolchain_fix}",
+            )
+        return (
+            f"native toolchain (C++ compiler): the same generated C++ is correct when built with {toolchain_fix}",
+            f"build Inductor's kernels with {toolchain_fix} (e.g. CXX set to a wrapper adding it)",
+        )
+    if inductor_fix:
+        return f"{first} (removed by {inductor_fix})", f"set {inductor_fix}"
+    return f"{first} (no knob tried removes it)", ""
+
+
 def bisect(
     script: str | os.PathLike[str],
     case: Case,
@@ -196,98 +394,38 @@ def bisect(
     timeout: float = 600.0,
     workers: int = 2,
 ) -> Bisection:
-    """Run the bisection of one reproducer file (see the module docstring). ``workers``: knob and
-    toolchain variants run at once (each a fresh interpreter with its own cache); the table keeps
-    their declared order."""
-    variants: list[Variant] = []
-    lock = threading.Lock()
-    base_env = dict(env or {})
+    """Run the bisection of one reproducer file (see the module docstring) on the case's device.
+    ``workers``: knob and toolchain variants run at once (each a fresh interpreter with its own
+    cache); the table keeps their declared order."""
     work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
+    base_env = dict(env or {})
     try:
-
-        def run(step: str, name: str, backend: str, knob: Knob | None = None) -> Variant:
-            cache = Path(tempfile.mkdtemp(prefix="cache-", dir=work))
-            var_env = {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-            prelude = ""
-            if knob is not None:
-                var_env.update(knob.env)
-                prelude = knob.prelude
-                if knob.cxx_flags:
-                    compiler = base_env.get("CXX") or os.environ.get("CXX", "g++")
-                    folder = Path(tempfile.mkdtemp(prefix="cxx-", dir=work))
-                    var_env["CXX"] = str(_wrapper(folder, knob.cxx_flags, compiler))
-                if knob.cxx:
-                    var_env["CXX"] = knob.cxx
-            result = run_script(
-                script, [backend], python=python, env=var_env, prelude=prelude, cwd=cwd, timeout=timeout
-            )
-            sha, excerpt = generated_cpp(cache)
-            shown = {k: v for k, v in var_env.items() if k != "TORCHINDUCTOR_CACHE_DIR" and k not in base_env}
-            v = Variant(step, name, backend, result.status, _status_message(result), result.seconds, sha, shown)
-            with lock:
-                v_excerpt[name] = excerpt
-                variants.append(v)
-            if log:
-                log(f"  {step:9s} {name:45s} {v.status}")
-            return v
-
-        v_excerpt: dict[str, str] = {}
-        layers = list(LAYERS)
-        if case.backend not in {b for _, b in LAYERS}:
-            layers.append((f"the backend {case.backend!r} (wraps the layers above)", case.backend))
-        if case.rule == "compiled":
-            layers = [(n, b) for n, b in layers if b not in ("eager", "aot_eager", "aot_eager_decomp_partition")]
-        first = ""
-        for name, backend in layers:
-            if run("layer", name, backend).status == "reproduces":
-                first = name
-                break
-        skipped: list[str] = []
+        runner = _Runner(
+            script, work, python=python, cwd=cwd, env=base_env, timeout=timeout, device=case.device, log=log
+        )
+        layers = _layers(case)
+        first = next(
+            (name for name, backend in layers if runner.run("layer", name, backend).status == "reproduces"), ""
+        )
         if not first:
-            return Bisection(variants, "", "does not reproduce here", "", skipped=skipped)
-        first_backend = dict(layers)[first]
-        if first_backend != "inductor":
-            return Bisection(variants, first, first, f"use the layer before it: {_before(layers, first)}")
-        base = variants[-1]
-        excerpt = v_excerpt.get(base.name, "")
+            return Bisection(runner.variants, "", "does not reproduce here", "")
+        if dict(layers)[first] != "inductor":
+            return Bisection(runner.variants, first, first, f"use the layer before it: {_before(layers, first)}")
+        base = runner.variants[-1]
+        excerpt = runner.excerpts.get(base.name, "")
         if not knobs:
-            return Bisection(variants, first, first, "", excerpt)
+            return Bisection(runner.variants, first, first, "", excerpt)
         theirs = pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
         if log:
             log(f"  torch._inductor.compiler_bisector: {theirs}")
-        toolchain_fix = inductor_fix = None
-        todo: list[tuple[str, Knob]] = []
-        for knob in TOOLCHAIN_KNOBS:
-            if knob.cxx and shutil.which(knob.cxx) is None:
-                skipped.append(f"{knob.name}: not installed")
-                continue
-            todo.append(("toolchain", knob))
-        todo += [("inductor", knob) for knob in INDUCTOR_KNOBS]
+        skipped: list[str] = []
+        todo = _knob_todo(case.device, skipped)
         # Each variant is its own interpreter compiling on one core: run them side by side, judge in order.
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            done = list(pool.map(lambda item: run(item[0], item[1].name, "inductor", item[1]), todo))
-        variants[len(variants) - len(done) :] = done  # the declared order, whatever finished first
-        for (step, knob), v in zip(todo, done, strict=True):
-            if step == "toolchain":
-                if v.status == "clean" and v.cpp_sha256 and v.cpp_sha256 == base.cpp_sha256 and toolchain_fix is None:
-                    toolchain_fix = knob.name
-            elif v.status == "clean" and inductor_fix is None:
-                inductor_fix = knob.name
-        if toolchain_fix:
-            return Bisection(
-                variants,
-                first,
-                f"native toolchain (C++ compiler): the same generated C++ is correct when built with {toolchain_fix}",
-                f"build Inductor's kernels with {toolchain_fix} (e.g. CXX set to a wrapper adding it)",
-                excerpt,
-                skipped,
-                theirs,
-            )
-        if inductor_fix:
-            return Bisection(
-                variants, first, f"{first} (removed by {inductor_fix})", f"set {inductor_fix}", excerpt, skipped, theirs
-            )
-        return Bisection(variants, first, f"{first} (no knob tried removes it)", "", excerpt, skipped, theirs)
+            done = list(pool.map(lambda item: runner.run(item[0], item[1].name, "inductor", item[1]), todo))
+        runner.variants[len(runner.variants) - len(done) :] = done  # the declared order, whatever finished first
+        fault, workaround = _verdict(runner, first, todo, done, base)
+        return Bisection(runner.variants, first, fault, workaround, excerpt, skipped, theirs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

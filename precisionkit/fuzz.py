@@ -5,7 +5,9 @@ layernorm, softmax, transpose, reshape, concat) over seeded inputs. The same see
 the same op list, the same printed source and the same input values (each input draws from a
 generator of its own seed, so dropping one input while shrinking leaves the others' values
 alone). :meth:`FuzzGraph.source` prints the graph as a standalone Python function, which is both
-what runs (via ``exec``) and what a reproducer script contains.
+what runs (via ``exec``) and what a reproducer script contains. A run takes its device
+(``device=``): inputs are drawn there from their seeds, every path runs there, and the fp64
+reference too where the device has the ops in fp64 (on the host otherwise).
 
 Classification of one graph (first that applies):
 
@@ -53,13 +55,27 @@ _MAX_LAST = 128
 
 # Shared verbatim by the in-process fuzzer and every reproducer script, so both judge alike.
 _RUNTIME_SRC = '''
-def make_inputs(specs, dtype):
-    """Inputs in float64 from one generator per input (name, shape, scale, seed), cast to dtype."""
+def make_inputs(specs, dtype, device="cpu"):
+    """Inputs in float64 from one generator per input (name, shape, scale, seed), cast to dtype, on
+    device (drawn there where torch has a generator for it, so the seed decides the values there)."""
     out = []
+    draw = device if torch.device(device).type in ("cpu", "cuda", "xpu", "mps") else "cpu"
     for _name, shape, scale, seed in specs:
-        g = torch.Generator().manual_seed(seed)
-        out.append((torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype))
+        g = torch.Generator(draw).manual_seed(seed)
+        out.append((torch.randn(shape, generator=g, dtype=torch.float64, device=draw) * scale).to(device, dtype))
     return out
+
+
+def reference(fn, inputs):
+    """fp64 on the inputs' device, on the host where that device lacks the op in fp64: (out, where)."""
+    up = [t.to(torch.float64) for t in inputs]
+    where = str(up[0].device) if up else "cpu"
+    try:
+        return fn(*up), where
+    except (RuntimeError, NotImplementedError, TypeError):
+        if where == "cpu":
+            raise
+        return fn(*[t.cpu() for t in up]), "cpu"
 
 
 def tol_ratio(out, ref, atol, rtol):
@@ -163,9 +179,9 @@ class FuzzGraph:
         graph: Callable[..., torch.Tensor] = scope["graph"]
         return graph
 
-    def make_inputs(self) -> list[torch.Tensor]:
-        """The graph's inputs in its dtype (same values on every call and in reproducers)."""
-        inputs: list[torch.Tensor] = _RUNTIME["make_inputs"](self.inputs, getattr(torch, self.dtype))
+    def make_inputs(self, device: str = "cpu") -> list[torch.Tensor]:
+        """The graph's inputs in its dtype on ``device`` (same values on every call and in reproducers)."""
+        inputs: list[torch.Tensor] = _RUNTIME["make_inputs"](self.inputs, getattr(torch, self.dtype), device)
         return inputs
 
     def tolerance(self) -> tuple[Tolerance, str, int]:
@@ -340,16 +356,21 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
-def run_graph(graph: FuzzGraph, backend: str = "inductor", options: dict[str, Any] | None = None) -> FuzzOutcome:
-    """Run ``graph`` eager, fused (``backend``, ``options``) and in fp64, and classify it."""
+def run_graph(
+    graph: FuzzGraph, backend: str = "inductor", options: dict[str, Any] | None = None, device: str = "cpu"
+) -> FuzzOutcome:
+    """Run ``graph`` on ``device`` eager, fused (``backend``, ``options``) and in fp64 (on the
+    device where it has the ops in fp64, on the host otherwise: ``extra["reference_device"]``), and
+    classify it."""
     tol, op_class, k = graph.tolerance()
     out = FuzzOutcome(graph, "ok", atol=tol.atol, rtol=tol.rtol, op_class=op_class, reduction_size=k)
+    out.extra["device"] = device
     fn = graph.function()
-    inputs = graph.make_inputs()
+    inputs = graph.make_inputs(device)
     try:
         with torch.no_grad():
             eager = fn(*inputs)
-            ref = fn(*[t.to(torch.float64) for t in inputs])
+            ref, out.extra["reference_device"] = _RUNTIME["reference"](fn, inputs)
     except Exception as exc:  # noqa: BLE001
         out.klass, out.detail = "invalid", f"eager: {_short(exc)}"
         return out
@@ -400,6 +421,7 @@ def shrink(
     options: dict[str, Any] | None = None,
     *,
     max_checks: int = 24,
+    device: str = "cpu",
 ) -> tuple[FuzzGraph, int]:
     """Greedy delta debugging: the smallest graph found that still fails with ``klass``, and the
     number of candidate runs spent (at most ``max_checks``; each is one compile)."""
@@ -416,14 +438,14 @@ def shrink(
             if checks >= max_checks:
                 break
             checks += 1
-            if run_graph(cand, backend, options).klass == klass:
+            if run_graph(cand, backend, options, device).klass == klass:
                 current, improved = cand, True
                 break
     return current, checks
 
 
 def reproducer_script(
-    graph: FuzzGraph, outcome: FuzzOutcome, backend: str, options: dict[str, Any] | None = None
+    graph: FuzzGraph, outcome: FuzzOutcome, backend: str, options: dict[str, Any] | None = None, device: str = "cpu"
 ) -> str:
     """A standalone script (imports torch only) that exits 1 while the failure reproduces."""
     tol, _, _ = graph.tolerance()
@@ -446,6 +468,7 @@ import torch.nn.functional as F
 BACKEND = {backend!r}
 OPTIONS = {dict(options or {})!r}
 DTYPE = torch.{graph.dtype}
+DEVICE = {device!r}
 EXPECTED = {outcome.klass!r}
 ATOL, RTOL, EAGER_MARGIN = {tol.atol!r}, {tol.rtol!r}, {EAGER_MARGIN!r}
 INPUTS = {list(graph.inputs)!r}
@@ -473,10 +496,10 @@ def main():
                 return inner(gm, example_inputs)
         return inner(gm, example_inputs)
 
-    inputs = make_inputs(INPUTS, DTYPE)
+    inputs = make_inputs(INPUTS, DTYPE, DEVICE)
     with torch.no_grad():
         eager = graph(*inputs)
-        ref = graph(*[t.to(torch.float64) for t in inputs])
+        ref, _where = reference(graph, inputs)
         try:
             fused_out = torch.compile(graph, backend=counting)(*inputs)
         except Exception as exc:
@@ -505,21 +528,22 @@ def fuzz(
     shrink_failures: bool = True,
     max_shrink_checks: int = 24,
     log: Callable[[str], None] | None = None,
+    device: str = "cpu",
 ) -> list[FuzzOutcome]:
-    """Generate, run and classify one graph per seed; shrink failures and (with ``out_dir``)
-    save each shrunk reproducer as ``out_dir/repro_seed<seed>.py``."""
+    """Generate, run and classify one graph per seed on ``device``; shrink failures and (with
+    ``out_dir``) save each shrunk reproducer as ``out_dir/repro_seed<seed>.py``."""
     outcomes = []
     for seed in seeds:
         graph = generate(seed)
-        outcome = run_graph(graph, backend, options)
+        outcome = run_graph(graph, backend, options, device)
         if outcome.klass not in ("ok", "invalid") and shrink_failures:
-            small, checks = shrink(graph, outcome.klass, backend, options, max_checks=max_shrink_checks)
+            small, checks = shrink(graph, outcome.klass, backend, options, max_checks=max_shrink_checks, device=device)
             outcome.shrunk = small
             outcome.extra["shrink_checks"] = checks
             if out_dir is not None:
                 path = Path(out_dir) / f"repro_seed{seed}.py"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(reproducer_script(small, outcome, backend, options))
+                path.write_text(reproducer_script(small, outcome, backend, options, device))
                 outcome.reproducer = str(path)
         if log:
             log(f"seed {seed}: {outcome.klass} ({graph.dtype}; {graph.op_list()})")

@@ -3,7 +3,8 @@
 Method (why it is built this way):
 
 1. The caller's model is never touched. Two private copies are made with ``copy.deepcopy``: a
-   *working* copy in the requested dtype, and an *fp64* copy of the working copy on the CPU (its
+   *working* copy in the requested dtype on the run's device, and an *fp64* copy of the working
+   copy on the same device where it has fp64 (on the CPU otherwise) (its
    parameters are the working ones upcast exactly, so weight rounding is not counted as error).
    Nothing is monkey-patched; forward pre-hooks and forward hooks are registered on the copies
    and removed in ``try/finally``.
@@ -64,6 +65,7 @@ from .reference import _float64_defaults
 
 #: Sigmas of the measured noise band, and the factor turning a median absolute value into sigma.
 NOISE_SIGMAS = 3.0
+_HOST = torch.device("cpu")
 MAD_TO_SIGMA = 1.4826
 
 
@@ -114,8 +116,25 @@ def _snapshot(value: Any) -> Any:
     return _map(value, lambda t: t.detach().clone())
 
 
-def _to64(value: Any) -> Any:
-    return _map(value, lambda t: t.detach().to("cpu", torch.float64 if t.is_floating_point() else t.dtype, copy=True))
+def _to64(value: Any, device: str | torch.device = "cpu") -> Any:
+    return _map(value, lambda t: t.detach().to(device, torch.float64 if t.is_floating_point() else t.dtype, copy=True))
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    return _map(value, lambda t: t.to(device))
+
+
+def reference_device(device: torch.device) -> torch.device:
+    """Where the fp64 copies run: on ``device`` itself where it computes in fp64 (CPU, CUDA, XPU),
+    on the host where it has no fp64 (MPS)."""
+    return torch.device("cpu") if device.type in ("mps", "meta") else device
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (the host for a model without either)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return _HOST
 
 
 def _cast_inputs(value: Any, dtype: torch.dtype | None) -> Any:
@@ -268,23 +287,31 @@ class _Recorded:
     seconds: float
 
 
-def _record(model: nn.Module, args: tuple[Any, ...], dtype: torch.dtype | None, modules: Any) -> _Recorded:
-    """Copy ``model`` (working dtype and fp64), run both once with hooks on the selected submodules,
-    and pair their calls (steps 1 and 2 of the method)."""
-    work = copy.deepcopy(model)
+def _record(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    dtype: torch.dtype | None,
+    modules: Any,
+    devices: tuple[torch.device, torch.device] = (_HOST, _HOST),
+) -> _Recorded:
+    """Copy ``model`` (working dtype on ``devices[0]``, fp64 on ``devices[1]``), run both once with
+    hooks on the selected submodules, and pair their calls (steps 1 and 2 of the method)."""
+    work = copy.deepcopy(model).to(devices[0])
     if dtype is not None:
         work = work.to(dtype)
     work.eval()
     # The reference upcasts the *working* copy's parameters (exactly), so it computes with the
     # very weights eager and fused use: errors are arithmetic, not the rounding of the weights.
-    ref = copy.deepcopy(work).to("cpu", torch.float64).eval()
+    ref = copy.deepcopy(work).to(devices[1], torch.float64).eval()
     work_names = _select(work, modules)
     ref_index = dict(ref.named_modules())
     ref_names = [(n, ref_index[n]) for n, _ in work_names]
 
     start = time.perf_counter()
     calls, _ = _run_recorded(work, work_names, args, keep_inputs=True, fp64=False)
-    ref_calls, _ = _run_recorded(ref, ref_names, tuple(_to64(a) for a in args), keep_inputs=False, fp64=True)
+    ref_calls, _ = _run_recorded(
+        ref, ref_names, tuple(_to64(a, devices[1]) for a in args), keep_inputs=False, fp64=True
+    )
     if [(c["name"], c["call"]) for c in calls] != [(c["name"], c["call"]) for c in ref_calls]:
         raise RuntimeError(
             "the fp64 copy called the submodules in a different order than the working copy; "
@@ -335,7 +362,12 @@ def _evidence_columns(fn: Any) -> dict[str, Any]:
 
 
 def _call_row(
-    index: int, call: dict[str, Any], ref_call: dict[str, Any], local_module: nn.Module, fn: Callable[..., Any]
+    index: int,
+    call: dict[str, Any],
+    ref_call: dict[str, Any],
+    local_module: nn.Module,
+    fn: Callable[..., Any],
+    ref_device: torch.device = _HOST,
 ) -> dict[str, Any]:
     """The table row of one call: what was called, its errors against the propagated and local fp64
     references on both paths (step 3 of the method) and the fused submodule's evidence."""
@@ -353,7 +385,7 @@ def _call_row(
     }
     fused_out, error = _run_fused(fn, call, eager_leaves)
     with torch.no_grad(), _float64_defaults():
-        local_ref = local_module(*_to64(call["args"]), **_to64(call["kwargs"]))
+        local_ref = local_module(*_to64(call["args"], ref_device), **_to64(call["kwargs"], ref_device))
     row.update(
         _compare(
             eager_leaves,
@@ -405,6 +437,7 @@ def locate_divergence(
     options: dict[str, Any] | None = None,
     noise: float | str = "auto",
     modules: Any = None,
+    device: str | torch.device | None = None,
 ) -> DivergenceResult:
     """Run ``model`` eager, fused (per submodule) and in fp64 side by side and tabulate the error
     of every submodule call; see the module docstring for the method, the noise rule and limits.
@@ -414,13 +447,18 @@ def locate_divergence(
     ``options``: the fused path, as in :func:`precisionkit.fused`. ``noise``: ``"auto"`` (measured)
     or a float threshold on ``excess``. ``modules``: ``None``/``"all"`` (every submodule and the
     root), ``"leaves"``, a list of qualified names, or a predicate ``(name, module) -> bool``.
+    ``device``: where the working copy, its inputs and the fused path run (default: where the
+    model's parameters are); the fp64 copies run there too where it has fp64
+    (:func:`reference_device`), and ``meta`` records both.
     The caller's model, its parameters, buffers and hooks are left exactly as they were.
     """
     _check_arguments(model, noise, dtype)
+    run_on = torch.device(device) if device is not None else model_device(model)
+    ref_on = reference_device(run_on)
     args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     # Own copies: a model that writes into its inputs must not change the caller's tensors.
-    args = tuple(_snapshot(_cast_inputs(a, dtype)) for a in args)
-    recorded = _record(model, args, dtype, modules)
+    args = tuple(_snapshot(_to_device(_cast_inputs(a, dtype), run_on)) for a in args)
+    recorded = _record(model, args, dtype, modules, (run_on, ref_on))
 
     compiled: dict[str, Callable[..., Any]] = {}
     rows: list[dict[str, Any]] = []
@@ -429,7 +467,7 @@ def locate_divergence(
         if name not in compiled:
             target = call["module"]
             compiled[name] = fused(lambda *a, _m=target, **k: _m(*a, **k), backend, options, require_fusion=False)
-        rows.append(_call_row(index, call, ref_call, recorded.ref_index[name], compiled[name]))
+        rows.append(_call_row(index, call, ref_call, recorded.ref_index[name], compiled[name], ref_on))
 
     out_dtype = next((leaves[0].dtype for c in recorded.calls if (leaves := _float_leaves(c["output"]))), None)
     work_dtype = out_dtype or dtype or torch.float32
@@ -445,6 +483,8 @@ def locate_divergence(
             "calls": len(rows),
             "compiled_submodules": len(compiled),
             "recorded_pass_seconds": recorded.seconds,
+            "device": str(run_on),
+            "reference_device": str(ref_on),
         },
     )
 

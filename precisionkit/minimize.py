@@ -14,10 +14,14 @@ a readable function. Candidates, tried greedily until none is accepted (or the b
 A candidate is accepted when ``predicate(candidate)`` holds; :func:`predicate_for` builds the
 usual one: the case reproduces with its backend AND a healthy control backend stays clean, so a
 smaller graph never trades the defect for a legitimate difference.
+
+Every candidate keeps the case's device (:attr:`~precisionkit.repro.Case.device`) and Inductor
+options: a defect found on CUDA is minimized on CUDA, through the same Triton code path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 import time
@@ -51,12 +55,14 @@ def count_ops(gm: torch.fx.GraphModule) -> int:
 
 
 def trace(case: Case) -> torch.fx.GraphModule:
-    """The case's graph traced by ``torch.fx`` with shapes and dtypes recorded on every node."""
+    """The case's graph traced by ``torch.fx`` with shapes and dtypes recorded on every node, its
+    inputs made on the case's device (factory calls in the graph too)."""
     scope = namespace(case)
-    gm = torch.fx.symbolic_trace(scope["graph"])
     from torch.fx.passes.shape_prop import ShapeProp
 
-    ShapeProp(gm).propagate(*scope["make"]())
+    with contextlib.nullcontext() if case.device == "cpu" else torch.device(case.device):
+        gm = torch.fx.symbolic_trace(scope["graph"])  # constants it folds are made on the device too
+        ShapeProp(gm).propagate(*scope["make"]())
     return gm
 
 

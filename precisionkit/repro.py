@@ -6,6 +6,13 @@ an fp64 reference where the rule needs one), prints the comparison and exits 1 w
 reproduces, 0 once it does not. ``python repro.py BACKEND`` runs it with another backend, which is
 how :mod:`precisionkit.bisect` walks the compiler's layers.
 
+A case carries its device (``device``): the file draws its inputs there from their seeds (on the
+device's own generator where torch has one), runs eager and the fused path there (on CUDA,
+Inductor's Triton code), and the fp64 reference too where the device has the op in fp64 (on the
+host otherwise); comparisons are made on the host. Inductor ``options`` of the case are patched in
+while the fused path compiles and runs. A CPU case draws the same values and compiles the same
+way as before cases had a device.
+
 The rule that decides "reproduces" is one small function (``check``) whose source is both pasted
 into the file and executed in-process by :func:`reproduces`, so the minimizer and the file judge
 alike:
@@ -46,8 +53,9 @@ import torch
 
 RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
 #: how an input is laid out in memory: its own storage, its last two dims swapped, a size-1 row
-#: expanded (stride 0), a view at storage offset 7, every other element of a wider last dim
-LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided")
+#: expanded (stride 0), a view at storage offset 7, every other element of a wider last dim, a 4-D
+#: tensor stored channels last (NHWC strides)
+LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided", "channels_last")
 #: how its values are drawn: ``normal`` (randn * scale), ``edge`` (normal with one element in four
 #: replaced by 0, -0, +-inf, NaN, +-1, 0.5, a subnormal or half the largest finite value of the
 #: dtype), ``grid`` (randn * scale rounded to a multiple of 0.1 in fp64, then to the dtype: small
@@ -115,7 +123,8 @@ def check(graph, args, backend):
     sign = lambda a, b: torch.where(neg, a, b)
     return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r):
+def wrong(e, f, r):  # judged on the host, whatever device ran the paths
+    e, f, r = e.cpu(), f.cpu(), r.cpu()
     if not f.is_floating_point():
         return f != e
     rk = kind(r.to(f.dtype))
@@ -135,9 +144,21 @@ def wrong(e, f, r):
     zero_or_finite = lambda k: k <= 2
     by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
     return ((kf != ke) & (ke == rk) & ~by_value) | value
+def reference(graph, args):  # fp64 where the inputs are, on the host where that device lacks an fp64 kernel
+    up = [a.double() if a.is_floating_point() else a for a in args]
+    where = str(up[0].device) if up else "cpu"
+    try:
+        out = outs(graph(*up))
+    except (RuntimeError, NotImplementedError, TypeError):
+        if where == "cpu":
+            raise
+        out, where = outs(graph(*[a.cpu() for a in up])), "cpu"
+    REFERENCE["device"] = where
+    return out
+REFERENCE = {"device": ""}
 def check(graph, args, backend):
     with torch.no_grad():
-        ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
+        ref = reference(graph, args)
         eager = outs(graph(*make()))
         fused = outs(torch.compile(graph, backend=backend)(*make()))
     shapes = lambda ts: [(tuple(t.shape), str(t.dtype)) for t in ts]
@@ -186,6 +207,8 @@ class Input:
             raise ValueError(f"input {self.name!r}: values must be one of {', '.join(VALUES)}, got {self.values!r}")
         if self.layout in ("transposed", "broadcast") and len(self.shape) < 2:
             raise ValueError(f"input {self.name!r}: a {self.layout} input needs at least 2 dims, got {self.shape}")
+        if self.layout == "channels_last" and len(self.shape) != 4:
+            raise ValueError(f"input {self.name!r}: a channels_last input needs 4 dims, got {self.shape}")
         if self.layout == "strided" and len(self.shape) < 1:
             raise ValueError(f"input {self.name!r}: a strided input needs at least 1 dim")
         dtype = getattr(torch, self.dtype, None)
@@ -217,8 +240,19 @@ class Case:
     slack: int = 0
     #: free-form facts about the case (the ``diff`` rule reads ``reduction``: its longest reduction)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: the torch device every path runs on: inputs are drawn there from their seeds, eager and the
+    #: fused path run there, fp64 too where the device has the op in fp64 (on the host otherwise)
+    device: str = "cpu"
+    #: Inductor options (``(name, value)`` pairs) patched in while the fused path compiles and runs
+    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"case {self.id!r}: {self.device!r} is not a torch device ({exc})") from None
+        if any(not (isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)) for o in self.options):
+            raise ValueError(f"case {self.id!r}: options must be (name, value) pairs, got {self.options!r}")
         if self.rule not in RULES:
             raise ValueError(f"case {self.id!r}: rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if "def graph(" not in self.source:
@@ -235,10 +269,31 @@ class Case:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         inputs = tuple(Input(**{**i, "shape": tuple(i["shape"])}) for i in data["inputs"])
-        return cls(**{**data, "inputs": inputs})
+        options = tuple((str(k), v) for k, v in data.get("options", ()))
+        return cls(**{**data, "inputs": inputs, "options": options})
 
 
-def _inputs_src(inputs: Sequence[Input]) -> str:
+def generator_device(device: str) -> str:
+    """Where a case's inputs are drawn: on the device itself where torch has a random generator
+    for it (cpu, cuda, xpu, mps), so the program's seed decides the values there; elsewhere (e.g.
+    ``meta``) on the host, then moved."""
+    kind = torch.device(device).type
+    return device if kind in ("cpu", "cuda", "xpu", "mps") else "cpu"
+
+
+def _on_device(src: str) -> str:
+    """``make``'s source drawing on ``GEN_DEVICE`` and returning tensors on ``DEVICE``."""
+    src = src.replace("torch.Generator()", "torch.Generator(GEN_DEVICE)").replace(
+        "generator=g", "generator=g, device=GEN_DEVICE"
+    )
+    src = src.replace("dtype=torch.float64).to(d)", "dtype=torch.float64, device=GEN_DEVICE).to(DEVICE, d)")
+    src = src.replace("], dtype=torch.float64)", "], dtype=torch.float64, device=GEN_DEVICE)")
+    return src.replace("        t = t.reshape(base)\n", "        t = t.to(DEVICE).reshape(base)\n")
+
+
+def _inputs_src(inputs: Sequence[Input], device: str = "cpu") -> str:
+    if device != "cpu":
+        return _on_device(_inputs_src(inputs))
     specs = [(tuple(i.shape), f"torch.{i.dtype}", i.seed, i.layout, i.scale, i.values) for i in inputs]
     simple = all(i.layout == "contiguous" and i.scale == 1.0 and i.values == "normal" for i in inputs)
     if simple:
@@ -286,9 +341,51 @@ _MAKE_SRC = """def make():
             t = t.expand(shape)
         elif layout == "strided":
             t = t[..., ::2]
+        elif layout == "channels_last":
+            t = t.contiguous(memory_format=torch.channels_last)
         out.append(t)
     return out
 """
+
+
+def _device_constants(case: Case) -> str:
+    out = ""
+    if case.device != "cpu":
+        out += f"DEVICE, GEN_DEVICE = {case.device!r}, {generator_device(case.device)!r}\n"
+    if case.options:
+        out += f"OPTIONS = {dict(case.options)!r}  # Inductor options of the fused path\n"
+    return out
+
+
+#: The fused path with the case's Inductor options patched in (``config.patch`` also reaches a
+#: backend that wraps Inductor, which ``torch.compile(options=...)`` does not).
+_OPTIONS_SRC = """def compiled(graph, backend):
+    import torch._inductor.config as config
+    fn = torch.compile(graph, backend=backend)
+    return lambda *a: config.patch(OPTIONS)(fn)(*a)
+"""
+
+
+def _check_src(case: Case) -> str:
+    """The rule's check, run on the case's device (factory calls in the graph included) and with its options."""
+    src = _CHECKS[case.rule]
+    if case.options:
+        src = _OPTIONS_SRC + src.replace("torch.compile(graph, backend=backend)", "compiled(graph, backend)")
+    if case.device != "cpu":
+        src = src.replace("with torch.no_grad():", "with torch.no_grad(), torch.device(DEVICE):")
+    return src
+
+
+def sanitizer_command(script: str | os.PathLike[str], python: str | None = None, which: Any = None) -> list[str] | None:
+    """The command that runs a reproducer under NVIDIA's ``compute-sanitizer`` (memcheck: out-of-bounds
+    and misaligned accesses of the kernels), or None where the tool is not installed. ``which``:
+    how the tool is looked up (``shutil.which`` by default)."""
+    import shutil
+
+    tool = (which or shutil.which)("compute-sanitizer")
+    if not tool:
+        return None
+    return [str(tool), "--tool", "memcheck", "--error-exitcode", "3", python or sys.executable, str(script)]
 
 
 def _constants(case: Case) -> str:
@@ -306,12 +403,19 @@ def render(case: Case) -> str:
     what = case.title or case.id
     setup = (case.setup.strip() + "\n") if case.setup.strip() else ""
     functional = "import torch.nn.functional as F\n" if "F." in case.source else ""
+    where = f" on {case.device}" if case.device != "cpu" else ""
+    sanitizer = (
+        ". A crash: compute-sanitizer --tool memcheck python repro.py"
+        if torch.device(case.device).type == "cuda"
+        else ""
+    )
     parts = [
-        f'"""{what}: rule {case.rule!r}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]"""\n'
-        "import sys\nimport torch\n" + functional + setup + _constants(case),
+        f'"""{what}: rule {case.rule!r}{where}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]'
+        f'{sanitizer}"""\n'
+        "import sys\nimport torch\n" + functional + setup + _constants(case) + _device_constants(case),
         case.source.strip() + "\n",
-        _inputs_src(case.inputs),
-        _CHECKS[case.rule],
+        _inputs_src(case.inputs, case.device),
+        _check_src(case),
         "if __name__ == '__main__':\n"
         f"    reproduces, message = check(graph, make(), sys.argv[1] if len(sys.argv) > 1 else {case.backend!r})\n"
         "    print(('REPRODUCES: ' if reproduces else 'clean: ') + message)\n"

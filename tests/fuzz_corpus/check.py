@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python -m tests.fuzz_corpus.check            # every case
     python -m tests.fuzz_corpus.check --ids a,b  # only the named cases
+    python -m tests.fuzz_corpus.check --cuda     # the CUDA corpus (needs a GPU)
 
 Prints one line per case (id, issue, status, summary) and, last, how many cases reproduce under
 the torch version in use. A case "reproduces" when compiled and eager results differ under the
@@ -152,8 +153,15 @@ def run_case(case: CorpusCase) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ids", help="comma-separated case ids (default: all)")
+    parser.add_argument("--cuda", action="store_true", help="the CUDA corpus (cuda_cases.py; needs a GPU)")
     args = parser.parse_args(argv)
-    if args.ids:
+    if args.cuda:
+        from tests.fuzz_corpus.cuda_cases import CUDA_CASES
+
+        if not torch.cuda.is_available():
+            parser.error("the CUDA corpus needs a GPU; torch reports none")
+        cases = list(CUDA_CASES)
+    elif args.ids:
         wanted = [name.strip() for name in args.ids.split(",") if name.strip()]
         unknown = [name for name in wanted if name not in BY_ID]
         if unknown:

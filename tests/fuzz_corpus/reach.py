@@ -2,7 +2,7 @@
 
 Usage (from the repository root)::
 
-    python -m tests.fuzz_corpus.reach [--programs 240] [--base 0] [--json out.json]
+    python -m tests.fuzz_corpus.reach [--programs 240] [--base 0] [--json out.json] [--device cuda]
 
 1. Runs the corpus (:mod:`tests.fuzz_corpus.check`) under the torch in use: which bugs reproduce.
 2. Runs ``precisionkit.difftest`` on ``difftest.plan(--programs, --base)``: an eighth of the
@@ -71,17 +71,36 @@ SIGNATURES: dict[str, frozenset[str] | None] = {
 }
 
 
-def _corpus() -> dict[str, str]:
+#: The CUDA corpus's signatures (:mod:`tests.fuzz_corpus.cuda_cases`), in the same vocabulary.
+#: ``None``: an op or operand kind no generator writes (interpolation, grid generation, a 0-dim
+#: float64 tensor as an operand).
+CUDA_SIGNATURES: dict[str, frozenset[str] | None] = {
+    "cuda_mean_floored_transpose_output_order": frozenset({"reduction", "transpose_input", "fp16_bf16"}),
+    "cuda_argmax_with_intermediate_output": frozenset({"argmin_argmax"}),
+    "cuda_add_of_row_sum_beside_matmul": frozenset({"reduction", "matmul", "fp16_bf16"}),
+    "cuda_lt_against_expanded_beside_matmul": frozenset({"expanded_view", "matmul", "bool_dtype"}),
+    "cuda_argmax_int16_ties": frozenset({"argmin_argmax", "integer_dtype"}),
+    "cuda_cumsum_down_long_rows": frozenset({"cumulative"}),  # a scan: Triton's for every cumulative op
+    "cuda_scatter_sum_unmasked_atomic": frozenset({"atomic_scatter", "duplicate_indices"}),
+    "cuda_gather_reads_before_scatter_add": frozenset({"atomic_scatter", "scatter_gather", "duplicate_indices"}),
+    "cuda_bf16_plus_0dim_double": None,
+    "cuda_bf16_quotient_ties_with_max": frozenset({"fp16_bf16", "bool_dtype", "reduction"}),
+    "cuda_affine_grid_half": None,
+    "cuda_nearest_upsample_bf16": None,
+}
+
+
+def _corpus(cases: Any = CASES) -> dict[str, str]:
     status = {}
-    for case in CASES:
+    for case in cases:
         torch._dynamo.reset()
         status[case.id] = run_case(case)[0]
     torch._dynamo.reset()
     return status
 
 
-def _row(case: Any, corpus: dict[str, str], found: list[dict[str, Any]]) -> dict[str, Any]:
-    sig = SIGNATURES.get(case.id)
+def _row(case: Any, corpus: dict[str, str], found: list[dict[str, Any]], signatures: Any = None) -> dict[str, Any]:
+    sig = (SIGNATURES if signatures is None else signatures).get(case.id)
     hit = None if sig is None else next((f for f in found if sig <= set(f["features"])), None)
     return {
         "id": case.id,
@@ -93,18 +112,38 @@ def _row(case: Any, corpus: dict[str, str], found: list[dict[str, Any]]) -> dict
     }
 
 
+def _reproducing(device: str, log: Any) -> tuple[Any, dict[str, frozenset[str] | None], dict[str, str], list[Any]]:
+    """The device's corpus (CUDA's on cuda), its signatures, each case's status here, and the
+    reproducing cases within the generators' vocabulary."""
+    if torch.device(device).type == "cuda":
+        from tests.fuzz_corpus.cuda_cases import CUDA_CASES
+
+        cases: Any = CUDA_CASES
+        signatures = CUDA_SIGNATURES
+    else:
+        cases, signatures = CASES, SIGNATURES
+    corpus = _corpus(cases)
+    log(f"corpus: {sum(s == REPRODUCES for s in corpus.values())}/{len(corpus)} reproduce on torch {torch.__version__}")
+    wanted = [c for c in cases if corpus[c.id] == REPRODUCES and signatures.get(c.id) is not None]
+    return cases, signatures, corpus, wanted
+
+
 def measure(
-    programs: int, base: int, max_checks: int = 60, log: Any = print, stop_when_caught: bool = False
+    programs: int,
+    base: int,
+    max_checks: int = 60,
+    log: Any = print,
+    stop_when_caught: bool = False,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """The whole measurement as one record (see the module docstring). ``stop_when_caught``: end
     the campaign once every reproducing case within the rule is caught (the test of reach).
     Programs and minimizations run in a worker interpreter (:class:`difftest.Isolated`): compiled
-    code that crashes or hangs costs that program (class ``crash``), not the measurement."""
+    code that crashes or hangs costs that program (class ``crash``), not the measurement.
+    ``device="cuda"``: the CUDA corpus (:data:`CUDA_SIGNATURES`) against a CUDA campaign."""
     start = time.perf_counter()
-    corpus = _corpus()
-    log(f"corpus: {sum(s == REPRODUCES for s in corpus.values())}/{len(corpus)} reproduce on torch {torch.__version__}")
-    wanted = [c for c in CASES if corpus[c.id] == REPRODUCES and SIGNATURES.get(c.id) is not None]
-    plan = difftest.plan(programs, base)
+    cases, signatures, corpus, wanted = _reproducing(device, log)
+    plan = difftest.plan(programs, base, device)
     fuzz_seconds = 0.0
     counts: Counter[str] = Counter()
     found: list[dict[str, Any]] = []
@@ -114,7 +153,8 @@ def measure(
     try:
         for k, (gen, seed) in enumerate(plan):
             t0 = time.perf_counter()
-            out = worker.run(difftest.generate(seed, gen), threads=difftest.threads_for(gen, seed))
+            case = difftest.generate(seed, gen, device=device)
+            out = worker.run(case, threads=difftest.threads_for(gen, seed))
             fuzz_seconds += time.perf_counter() - t0
             counts[out.klass] += 1
             ran = k + 1
@@ -127,7 +167,7 @@ def measure(
             # Minimizing only removes source features; the rule's message may add signed_zero or
             # nan_inf. A mismatch that cannot cover a signature not yet caught is kept unminimized.
             could = difftest.features_of(case, out.message) | {"signed_zero", "nan_inf"}
-            open_sigs = [SIGNATURES[c.id] for c in wanted if not _row(c, corpus, found)["caught"]]
+            open_sigs = [signatures[c.id] for c in wanted if not _row(c, corpus, found, signatures)["caught"]]
             small, said = case, out.message
             if any(sig is not None and sig <= could for sig in open_sigs):
                 done = worker.minimize(case, max_checks)
@@ -148,7 +188,7 @@ def measure(
                 }
             )
             log(f"{case.id}: mismatch -> {', '.join(feats)}: {said[:160]}")
-            if stop_when_caught and all(_row(c, corpus, found)["caught"] for c in wanted):
+            if stop_when_caught and all(_row(c, corpus, found, signatures)["caught"] for c in wanted):
                 break
     finally:
         worker.close()
@@ -162,7 +202,8 @@ def measure(
         "fuzz_seconds": fuzz_seconds,
         "seconds": time.perf_counter() - start,
         "mismatches": found,
-        "cases": [_row(c, corpus, found) for c in CASES],
+        "device": device,
+        "cases": [_row(c, corpus, found, signatures) for c in cases],
     }
 
 
@@ -173,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--base", type=int, default=0, help="first seed")
     ap.add_argument("--json", default=None, help="write the record here")
+    ap.add_argument("--device", default="cpu", help="cuda: the CUDA corpus against a CUDA campaign")
     ns = ap.parse_args(argv)
-    rec = measure(ns.programs, ns.base)
+    rec = measure(ns.programs, ns.base, device=ns.device)
     live = [r for r in rec["cases"] if r["reproduces_here"]]
     judged = [r for r in live if r["signature"] != "out of the rule"]
     print(f"\ntorch {rec['torch']}: {rec['graphs']} programs in {rec['fuzz_seconds']:.0f} s; classes {rec['classes']}")

@@ -87,10 +87,15 @@ def test_only_contradictions_and_mismatches_get_reproducers() -> None:
         "differential tester",
     ]
     assert d_repro_id(d_contradictions(table).row(0, named=True)) == built[0][1].id
+    assert {c.device for _, c in built} == {"cpu"}
+    # the fuzzers' cases run on the device they were found on: the row's where it has one, else the run's
+    on_cuda = cases_to_build(table, fuzz, diff.with_columns(device=pl.lit("cuda:1")), "inductor", cap=2, device="cuda")
+    assert [c.device for _, c in on_cuda] == ["cuda", "cuda", "cuda:1", "cuda:1"]
 
 
 def test_environment_names_what_a_compiler_bug_report_needs() -> None:
     env = repros.environment()
+    assert env["device"] == "cpu" and repros.environment("meta")["device"] == "meta"  # the case's, not a constant
     assert set(env) >= {"torch", "cpu_model", "aten_cpu_capability", "inductor_vec_isa", "cxx", "march_native"}
     assert env["aten_cpu_capability"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", "NO AVX")
     assert env["cxx"].split(":")[0]

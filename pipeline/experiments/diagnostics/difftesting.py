@@ -6,7 +6,8 @@ RMSNorm, GELU) and long reductions on one thread and on all of them. Each is run
 in fp64 and judged by the ``diff`` rule: integer and bool outputs exactly, float outputs by their
 class (NaN, +-inf, +-0) and by an error against fp64 beyond rounding noise and eager's own error.
 A mismatch is a real defect of the fused path (or of what it wraps); the reproducers asset turns
-the first of them into standalone reproducers. Feeds §6.1.
+the first of them into standalone reproducers. Every program runs on the run's device (on CUDA,
+Inductor's Triton code; a third of the programs from the ``gpu`` generator). Feeds §6.1.
 """
 
 import time
@@ -41,6 +42,9 @@ SCHEMA = {
     "n_lines": pl.Int64,
     "seconds": pl.Float64,
     "threads": pl.Int64,
+    "device": pl.String,
+    "reference_device": pl.String,
+    "control": pl.String,
 }
 
 
@@ -52,8 +56,13 @@ _WORKER_SETUP = (
 
 
 def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
-    """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base seed."""
-    return difftest.plan(SIZES[settings.profile].difftest_programs, settings.derived_seed("difftest") % 1_000_000)
+    """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base
+    seed, for the run's device (on CUDA a third from the ``gpu`` generator)."""
+    return difftest.plan(
+        SIZES[settings.profile].difftest_programs,
+        settings.derived_seed("difftest") % 1_000_000,
+        str(settings.torch_device()),
+    )
 
 
 @dg.asset(
@@ -81,6 +90,7 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}"),
         isolated=True,
         setup=_WORKER_SETUP,
+        device=str(settings.torch_device()),
     )
     rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
     seconds = time.perf_counter() - start
@@ -89,6 +99,7 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     context.add_output_metadata(
         {
             "programs": table.height,
+            "device": str(settings.torch_device()),
             **{f"class.{k}": counts.get(k, 0) for k in difftest.CLASSES},
             "wall_seconds": seconds,
             "programs_per_minute": 60.0 * table.height / max(seconds, 1e-9),

@@ -98,6 +98,7 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         out_dir=folder,
         max_shrink_checks=MAX_SHRINK_CHECKS,
         log=log,
+        device=str(settings.torch_device()),
     )
     seconds = time.perf_counter() - start
     table = pl.DataFrame([o.row() for o in outcomes], schema=SCHEMA)

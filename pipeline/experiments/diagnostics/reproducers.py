@@ -62,21 +62,24 @@ def cases_to_build(
     backend: str,
     cap: int,
     d_cap: int = 3,
+    device: str = "cpu",
 ) -> list[tuple[str, Case]]:
     """(source, case) for D's contradictions (one per subgraph and dtype, at most ``d_cap``), then
-    the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester)."""
+    the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester), the
+    fuzzers' cases on the ``device`` they ran on."""
     out: list[tuple[str, Case]] = []
     d_rows = d_contradictions(data_movement_check_table).unique(
         ["subgraph", "dtype"], keep="first", maintain_order=True
     )
     for r in d_rows.head(d_cap).iter_rows(named=True):
         shape = tuple(int(d) for d in r["shape"].split("x"))
-        out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend)))
+        out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend, device)))
     for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(cap).iter_rows(named=True):
-        out.append(("fuzzer", repros.fuzz_case(int(r["seed"]), backend, r["dtype"])))
+        out.append(("fuzzer", repros.fuzz_case(int(r["seed"]), backend, r["dtype"], device)))
     mismatches = difftest_outcomes.filter(pl.col("class") == "mismatch").unique("features", maintain_order=True)
     for r in mismatches.head(cap).iter_rows(named=True):
-        out.append(("differential tester", repros.difftest_case(r["generator"], int(r["seed"]), r["dtype"], backend)))
+        case = repros.difftest_case(r["generator"], int(r["seed"]), r["dtype"], backend, r.get("device") or device)
+        out.append(("differential tester", case))
     return out
 
 
@@ -88,7 +91,8 @@ def cases_to_build(
         "Minimal standalone reproducers (feeds §6.1): for every D contradiction and the first fuzzer and differential-"
         "tester mismatches (up to the profile's cap), the graph "
         "minimized over ops and dims, run in a fresh interpreter, and bisected to the layer at fault (Dynamo, "
-        "AOTAutograd, decompositions, Inductor, the native toolchain) with a workaround; files under "
+        "AOTAutograd, decompositions, Inductor, the native toolchain: C++ on the CPU, Triton/PTX on CUDA) with a "
+        "workaround, on the run's device; files under "
         "<data>/<profile>/repros/<id>/."
     ),
     kinds={"pytorch", "polars"},
@@ -103,7 +107,15 @@ def reproducers(
     data: DataFolder = context.resources.data
     root = data.profile_dir(settings.profile) / "repros"
     cap, d_cap = SIZES[settings.profile].repro_cap, SIZES[settings.profile].d_repro_cap
-    todo = cases_to_build(data_movement_check_table, fuzz_outcomes, difftest_outcomes, settings.backend, cap, d_cap)
+    todo = cases_to_build(
+        data_movement_check_table,
+        fuzz_outcomes,
+        difftest_outcomes,
+        settings.backend,
+        cap,
+        d_cap,
+        str(settings.torch_device()),
+    )
     start = time.perf_counter()
     rows = []
     for source, case in todo:
@@ -146,7 +158,7 @@ def reproducers(
             ),
             "reproducing": int((table["status"] == "reproduces").sum()),
             "wall_seconds": time.perf_counter() - start,
-            "environment": dg.MetadataValue.json(repros.environment()),
+            "environment": dg.MetadataValue.json(repros.environment(settings.torch_device())),
         }
     )
     return table

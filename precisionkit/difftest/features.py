@@ -1,0 +1,97 @@
+"""What a program shows, in the vocabulary of the bug corpus (``tests/fuzz_corpus``)."""
+
+from __future__ import annotations
+
+from ..repro import Case
+
+#: What a program's source (and its inputs) show, in the vocabulary of the bug corpus: the
+#: features of a *minimized* mismatch say which class of defect it is.
+_FEATURE_PATTERNS = {
+    "argmin_argmax": r"\.arg(?:min|max)\(|torch\.arg(?:min|max)\(|\.indices\b",
+    "min_max_signed_zero": r"torch\.(?:minimum|maximum|clamp)\(|torch\.(?:min|max)\([^)]*dim=",
+    "cast": r"\.to\(",
+    "floor_divide": r"floor_divide|//",
+    "rounding": r"torch\.(?:ceil|floor|round|trunc|frac|remainder|fmod|floor_divide)\(",
+    "pow_exp_log": r"torch\.(?:exp|log|sqrt|rsqrt|pow)\(|\*\* ",
+    "nan_inf": r"nan_to_num|reciprocal|torch\.(?:log|sqrt|rsqrt)\(| / ",
+    "index_put": r"\]\s*=\s|index_put",
+    "index_add": r"index_add",
+    "scatter_gather": r"gather|scatter",
+    "cumulative": r"cumsum|cumprod",
+    "output_dtype": r"cum(?:sum|prod)\([^)]*dtype=",
+    "reduction": r"\.(?:sum|mean|amax|amin|logsumexp|arg(?:min|max))\(|torch\.(?:sum|mean|amax|logsumexp|arg(?:min|max))\(",
+    "flip_roll": r"flip|roll",
+    "as_strided": r"as_strided",
+    "shift_bitwise": r"<<|>>| \^ | & ",
+    "in_place_view": r"\.\w+_\(|\]\s*=\s",
+    "expanded_view": r"\.expand\(",
+    "transpose_input": r"\.t\(\)|transpose|permute",
+    "duplicate_indices": r"% \d|index_add\(0",
+    "add_zero": r"\+ torch\.zeros_like\(|torch\.zeros_like\([^)]*\) \+ |\+ -?0\.0\b",  # x + 0 is not x at -0.0
+    "signed_zero": r"^$",  # from the rule's message, not the source (see features_of)
+    # the GPU vocabulary (:mod:`.gpu`)
+    "matmul": r" @ |torch\.(?:matmul|mm|bmm|addmm)\(",
+    "welford": r"torch\.var(?:_mean)?\(|\.std\(|\.var\(|layer_norm|group_norm|batch_norm",
+    "atomic_scatter": r"accumulate=True|scatter_add|index_add",
+    "where_fill_reduction": r"(?:torch\.where|masked_fill)\(.*\)\.(?:amax|sum|max)\(|softmax\((?:torch\.where|[^)]*masked_fill)",
+    "large_index": r"^$",  # from the case's recorded features (see features_of)
+}
+#: features a program's generator recorded that its source alone cannot show (sizes, strategies)
+_RECORDED = (
+    "large_index",
+    "long_reduction",
+    "persistent_reduction",
+    "looped_reduction",
+    "split_reduction",
+    "masked_tail",
+)
+
+
+def features_of(case: Case, message: str = "") -> set[str]:
+    """The corpus vocabulary features of a program: from its source, from the dtypes, layouts and
+    values of the inputs it reads as data (a ``transposed`` input counts as ``transpose_input``;
+    an input read only for its ``.dtype`` counts for nothing) and, given the ``diff`` rule's
+    ``message`` about it, from what went wrong: ``signed_zero`` when eager and fused are zeros of
+    opposite sign, ``nan_inf`` when either is NaN or infinite."""
+    import re
+
+    from ..minimize import single_output
+
+    wrong = re.match(r"output (\d+):", message)
+    if wrong:  # only the lines the wrong output depends on say what the defect is
+        case = single_output(case, int(wrong.group(1))) or case
+    src = case.source
+    found = {name for name, pat in _FEATURE_PATTERNS.items() if re.search(pat, src)}
+    found.discard("signed_zero")
+    found.discard("large_index")
+    found.update(f for f in case.extra.get("features", ()) if f in _RECORDED)
+    body = src.split("\n", 1)[1] if "\n" in src else ""
+    for i in case.inputs:
+        if not re.search(rf"\b{re.escape(i.name)}\b(?!\.dtype)", body):
+            continue  # read for its dtype only: its layout and values do not reach the result
+        if i.dtype in ("float16", "bfloat16") or re.search(r"float16|bfloat16", src):
+            found.add("fp16_bf16")
+        if i.values in ("int", "index") or re.search(r"int(?:8|16|32|64)\b|torch\.long", src):
+            found.add("integer_dtype")
+        if i.values == "bool" or re.search(r"torch\.bool| (?:[<>]=?|[=!]=) ", src):
+            found.add("bool_dtype")
+        if i.values == "edge":
+            found.add("special_values")
+        if i.layout == "transposed":
+            found.add("transpose_input")
+        if i.layout == "broadcast":
+            found.add("expanded_view")
+        if i.layout == "channels_last":
+            found.add("channels_last_input")
+        if i.layout == "strided":
+            found.add("strided_input")
+        if i.values == "index":
+            found.add("duplicate_indices")
+    got = re.search(r"eager (\S+), fused \([^)]*\) (\S+),", message)
+    if got:
+        e, f = got.groups()
+        if {e.strip("-"), f.strip("-")} == {"0.0"} and e != f:
+            found.add("signed_zero")
+        if any(v.strip("-") in ("nan", "inf") for v in (e, f)):
+            found.add("nan_inf")
+    return found

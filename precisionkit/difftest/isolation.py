@@ -1,0 +1,122 @@
+"""Worker interpreters: a program whose compiled code crashes, hangs or faults the device costs one
+program, not the campaign."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from ..repro import Case
+from .runner import Outcome
+
+
+class Isolated:
+    """A worker interpreter (``python -m precisionkit._isolated``) that runs programs and minimizes
+    mismatches on request: generated programs reach compiled code that reads out of bounds (a real
+    defect class), and a crash or hang there must cost one program, not the process that runs the
+    campaign. A warm worker pays for its CUDA context once, over all the programs it runs. The
+    worker is restarted after each crash; ``setup`` (Python source) runs first in
+    every worker, e.g. to register a backend this process registered."""
+
+    def __init__(self, setup: str = "", timeout: float = 600.0) -> None:
+        self.setup, self.timeout = setup, timeout
+        self.proc: Any = None
+        self.conn: Any = None
+        self.crashes = 0
+
+    def _start(self) -> None:
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        here, there = socket.socketpair()
+        cmd = [sys.executable, "-m", "precisionkit._isolated", "--fd", str(there.fileno())]
+        self.proc = subprocess.Popen(cmd, pass_fds=(there.fileno(),))
+        there.close()
+        self.conn = Connection(here.detach())
+        kind, payload = self._call(("setup", self.setup))[:2]
+        if kind != "ok":
+            self.close()
+            raise RuntimeError(f"the difftest worker could not start: {payload}")
+
+    def _call(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
+        """Send ``request``; the reply's kind and payload and the last stage the worker reported.
+        Kind ``died`` (payload: how) when the worker exited or ran past the timeout."""
+        stage = ""
+        try:
+            self.conn.send(request)
+            while True:
+                if not self.conn.poll(self.timeout):
+                    self.proc.kill()
+                    self.proc.wait()
+                    return "died", f"no result within {self.timeout:g} s (killed)", stage
+                kind, payload = self.conn.recv()
+                if kind == "stage":
+                    stage = payload
+                    continue
+                return kind, payload, stage
+        except (EOFError, OSError):
+            import signal
+
+            code = self.proc.wait()
+            known = code < 0 and -code in signal.Signals._value2member_map_
+            how = signal.Signals(-code).name if known else f"exit status {code}"
+            return "died", f"the interpreter died ({how})", stage
+
+    def _request(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
+        if self.proc is None:
+            self._start()
+        kind, payload, stage = self._call(request)
+        if kind == "died":
+            self.crashes += 1
+            self.close()  # the next request starts a fresh worker
+        return kind, payload, stage
+
+    def run(self, case: Case, backend: str = "inductor", threads: int | None = None) -> Outcome:
+        """:func:`run` in the worker; a worker that dies or hangs gives ``crash`` (in the fused run)
+        or ``invalid`` (before it: eager or the fp64 reference). A device fault the worker survived
+        (a CUDA error raised in the fused run) is a ``crash`` too, and the worker is replaced."""
+        start = time.perf_counter()
+        kind, payload, stage = self._request(("run", case, backend, threads))
+        if kind == "ok":
+            if payload.fault:  # the device's context is unusable after a fault: a fresh worker next
+                self.crashes += 1
+                self.close()
+            return payload  # type: ignore[no-any-return]
+        if kind == "died":
+            klass = "crash" if stage == "fused" else "invalid"
+            where = "fused run" if stage == "fused" else "eager or fp64 run"
+            return Outcome(case, klass, f"{where}: {payload}", time.perf_counter() - start, threads or 0)
+        raise RuntimeError(f"difftest worker failed on {case.id}: {payload}")
+
+    def minimize(self, case: Case, max_checks: int = 60) -> tuple[Case, str] | None:
+        """The minimized case and what the rule says about it; None when a candidate crashed the
+        worker (the case is then kept as found)."""
+        kind, payload, _ = self._request(("minimize", case, max_checks))
+        if kind == "ok":
+            return payload  # type: ignore[no-any-return]
+        if kind == "died":
+            return None
+        raise RuntimeError(f"difftest worker failed minimizing {case.id}: {payload}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a worker that does not exit is killed
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> Isolated:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
