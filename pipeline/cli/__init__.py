@@ -55,7 +55,14 @@ def _data_dir_problem(command: str, data_dir: str | None) -> str | None:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "repros":
         return repros(
-            args.profile, args.data_dir, args.planted, args.make, args.python, args.backend, not args.no_knobs
+            args.profile,
+            args.data_dir,
+            args.planted,
+            args.make,
+            args.python,
+            args.backend,
+            not args.no_knobs,
+            args.device,
         )
     if args.command == "export-bundle":
         return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)

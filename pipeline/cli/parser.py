@@ -97,6 +97,7 @@ def _add_repros(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         "or fuzz/<seed>[/<dtype>] or difftest/<generator>/<seed>[/<dtype>]; repeatable",
     )
     rp.add_argument("--backend", default="inductor", help="backend of the --make cases")
+    rp.add_argument("--device", default="auto", help="device of the --make cases (auto: the accelerator if any)")
     rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")
     rp.add_argument("--no-knobs", action="store_true", help="bisect the layers only (no Inductor knobs, no toolchain)")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from precisionkit.repro import Case
 
 
-def repro_case(spec: str, backend: str) -> Case:
-    """A case from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``, ``fuzz/<seed>[/<dtype>]`` or
+def repro_case(spec: str, backend: str, device: str = "cpu") -> Case:
+    """A case on ``device`` from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``, ``fuzz/<seed>[/<dtype>]`` or
     ``difftest/<generator>/<seed>[/<dtype>]``."""
     from ..repros import d_case, difftest_case, fuzz_case
 
@@ -18,11 +18,11 @@ def repro_case(spec: str, backend: str) -> Case:
             shape = tuple(int(d) for d in parts[3].split("x"))
         except ValueError:
             raise ValueError(f"shape {parts[3]!r} is not BxSxH (e.g. 4x128x256)") from None
-        return d_case(parts[1], parts[2], shape, parts[4], backend)
+        return d_case(parts[1], parts[2], shape, parts[4], backend, device=device)
     if parts[0] == "fuzz" and len(parts) in (2, 3) and parts[1].isdigit():
-        return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None)
+        return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None, device=device)
     if parts[0] == "difftest" and len(parts) in (3, 4) and parts[2].isdigit():
-        return difftest_case(parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, backend)
+        return difftest_case(parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, backend, device=device)
     raise ValueError(
         f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D), fuzz/<seed>[/<dtype>] "
         "or difftest/<generator>/<seed>[/<dtype>]"
@@ -56,10 +56,13 @@ def repros(
     python: str | None,
     backend: str,
     knobs: bool,
+    device: str = "cpu",
 ) -> int:
     """Build reproducers (planted bugs, D rows, fuzzer seeds), then list every reproducer of the
-    profile with its status, each re-run in a fresh interpreter (``python``: another torch)."""
+    profile with its status, each re-run in a fresh interpreter (``python``: another torch). The
+    ``--make`` cases run on ``device`` (``auto``: the accelerator where there is one)."""
     from ..repros import build, rerun, torch_version_of
+    from ..resources import device_problem, resolve_device
     from ..storage import DataFolder, default_data_root
 
     root = DataFolder(root=data_dir or default_data_root()).profile_dir(profile) / "repros"
@@ -69,8 +72,12 @@ def repros(
         except (OSError, ValueError) as exc:
             print(f"repros: --python {python}: {exc}", file=sys.stderr)
             return 2
+    problem = device_problem(device)
+    if problem is not None:
+        print(f"repros: --device {device}: {problem}", file=sys.stderr)
+        return 2
     try:
-        cases = [repro_case(spec, backend) for spec in make]
+        cases = [repro_case(spec, backend, str(resolve_device(device))) for spec in make]
     except ValueError as exc:
         print(f"repros: {exc}", file=sys.stderr)
         return 2
