@@ -9,6 +9,7 @@ is imported, which the code location and the CLI do before they check settings.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 
 _OFFERED: dict[str, Callable[[], object]] = {}
@@ -37,3 +38,19 @@ def ensure_registered(name: str) -> None:
 
     if name in _OFFERED and name not in list_backends(exclude_tags=()):
         _OFFERED[name]()
+
+
+def registrar(name: str) -> str | None:
+    """Where a fresh process finds the function that registers offered backend ``name``, as
+    ``module:function`` (None for a backend that is not offered): a worker started without the
+    registry of experiments registers it by :func:`register_by`, knowing nothing of who offered it."""
+    register = _OFFERED.get(name)
+    return None if register is None else f"{register.__module__}:{register.__qualname__}"
+
+
+def register_by(spec: str) -> None:
+    """Call the registering function :func:`registrar` named (``module:function``)."""
+    module, sep, function = spec.partition(":")
+    if not sep or not module or not function or "." in function:
+        raise ValueError(f"a backend registrar is module:function, got {spec!r}")
+    getattr(importlib.import_module(module), function)()

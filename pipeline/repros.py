@@ -40,6 +40,7 @@ from precisionkit import minimize as pk_minimize
 from precisionkit.repro import Case, Input, lines_of, render, reproduces, run_script, sanitizer_command, write
 
 from .devices import cpu_model, device_name, device_versions
+from .experiments.data_movement.spec import repro_id as d_repro_id
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PLANTED_SETUP = (
@@ -200,7 +201,7 @@ def d_case(
     inputs = (Input("x", tuple(shape), dtype, 1, lay), Input("y", tuple(shape), y_dtype, 2, lay))
     source = pk_minimize.graph_source(torch.fx.symbolic_trace(graph.fn))
     return Case(
-        f"d-{subgraph}-{dtype}-{'x'.join(map(str, shape))}-{layout}",
+        d_repro_id(subgraph, dtype, "x".join(map(str, shape)), layout),
         source,
         inputs,
         backend=backend,

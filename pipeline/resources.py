@@ -131,6 +131,11 @@ class ExperimentSettings(dg.ConfigurableResource):
         digest = hashlib.sha256(":".join(map(str, (self.seed, *parts))).encode()).digest()
         return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
+    def pool_set_seed(self, workload: str, distribution: str, index: int) -> int:
+        """The seed of input set ``index`` of ``workload``'s ``distribution`` in S's pools: any set can be
+        redrawn alone, by S that draws the pools and by an experiment that reads them (B)."""
+        return self.derived_seed("pool", workload, distribution, index)
+
     def provenance(self) -> dict[str, Any]:
         """Where and how a materialization was produced. What describes the machine and the source
         (:func:`machine_provenance`) is computed once per process and device; only the settings'

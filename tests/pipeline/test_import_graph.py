@@ -131,3 +131,60 @@ def test_reporting_never_imports_an_experiments_assets():
         for t in targets:
             if t.startswith("pipeline.experiments."):
                 assert t.count(".") == 2 or t.rsplit(".", 1)[1] in readable, f"{module} imports {t}"
+
+
+#: The instruments judge the experiments (the planted-bug matrix and baseline, the fuzzer, the differential
+#: tester, the locator and the reproducers): they may read an experiment; no experiment reads them.
+INSTRUMENTS = {"regression", "diagnostics"}
+#: S's declarations (its pools' sizes): every experiment of the plan builds on S (S -> A/B/D/E), so reading
+#: S's spec is the one cross-experiment edge allowed; S's asset code is not.
+SHARED_DECLARATIONS = {"pipeline.experiments.toolkit.spec"}
+
+
+def _folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["pipeline", "experiments"] else None
+
+
+def experiment_import_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of an experiment module that reaches another experiment or an instrument."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        own = _folder(module)
+        if own is None or own in INSTRUMENTS:
+            continue
+        for t in sorted(targets):
+            other = _folder(t)
+            if other is not None and other != own and t not in SHARED_DECLARATIONS:
+                bad.append(f"{module} -> {t}")
+    return bad
+
+
+def test_no_experiment_imports_another_experiment_or_an_instrument():
+    assert experiment_import_violations(_pipeline_graph()) == []
+
+
+def test_the_experiment_import_rule_sees_a_crossing(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "experiments/__init__.py": "",
+            "experiments/a/__init__.py": "",
+            "experiments/a/assets.py": "from ..b.assets import f\nfrom ..toolkit.spec import SIZES\n",
+            "experiments/b/__init__.py": "",
+            "experiments/b/assets.py": "def f():\n    from ..regression.matrix import run\n",
+            "experiments/regression/__init__.py": "",
+            "experiments/regression/matrix.py": "from ..a.assets import x\n",
+            "experiments/toolkit/__init__.py": "",
+            "experiments/toolkit/spec.py": "",
+        },
+    )
+    graph = {
+        m.replace("pkg.", "pipeline.", 1): {t.replace("pkg.", "pipeline.", 1) for t in ts}
+        for m, ts in import_cycles.import_graph(root).items()
+    }
+    # a reads b (a violation) and S's spec (allowed); b reads an instrument; the instrument may read a
+    assert experiment_import_violations(graph) == [
+        "pipeline.experiments.a.assets -> pipeline.experiments.b.assets",
+        "pipeline.experiments.b.assets -> pipeline.experiments.regression.matrix",
+    ]

@@ -160,6 +160,18 @@ def test_cli_specs_name_d_rows_fuzzer_seeds_and_tester_programs() -> None:
             _repro_case(bad, "inductor")
     with pytest.raises(ValueError, match="generator must be one of"):
         _repro_case("difftest/conv/3", "inductor")
+    # every kind of case carries the device the command names (a fake device: no GPU needed to see it)
+    for spec in ("d/transpose_concat/bfloat16/2x7x24/transposed_view", "fuzz/9/float16", "difftest/norm/4/float32"):
+        assert _repro_case(spec, "inductor", "meta").device == "meta"
+    assert _repro_case("fuzz/9/float16", "inductor").device == "cpu"
+
+
+def test_repros_command_refuses_a_device_this_machine_lacks_in_one_line(capsys) -> None:
+    from pipeline import cli
+
+    code = cli.main(["repros", "--device", "tpu9", "--make", "fuzz/9/float16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("repros: --device tpu9: ")
 
 
 def test_every_rule_has_an_expected_outcome_for_the_report() -> None:

@@ -90,7 +90,7 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     # Each set has its own seed: set 3 redrawn alone equals the stored set 3 (inputs are reproducible
     # without drawing the sets before it), and the whole pool is the sets drawn one by one.
     settings = ExperimentSettings(profile="smoke")
-    seed3 = toolkit.pool_set_seed(settings, "softmax", "normal", 3)
+    seed3 = settings.pool_set_seed("softmax", "normal", 3)
     assert seed3 == settings.derived_seed("pool", "softmax", "normal", 3)
     again = wl.sample(sizes, "normal", 1, seed3)
     assert bit_equal(again["x"][0].to(torch.float16), pool["normal/float16/x"][3])

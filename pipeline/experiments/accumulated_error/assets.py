@@ -30,7 +30,6 @@ from ...storage import DataFolder, save_tensors
 from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS
-from ..toolkit.assets import pool_set_seed
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
 from .explanations import explain
 from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
@@ -206,7 +205,7 @@ def accumulated_error_counterexamples(
         tensors["fp64_reference"] = worst_sets[f"{prefix}/fp64_reference"]
         tensors["set_index"] = worst_sets[f"{prefix}/set_index"]
         # The worst set's own seed, derived exactly as input_pool_<chain> derives it: redraws that set alone.
-        seed = pool_set_seed(settings, chain, dist, int(tensors["set_index"][0]))
+        seed = settings.pool_set_seed(chain, dist, int(tensors["set_index"][0]))
         tensors["pool_seed"] = torch.tensor([seed], dtype=torch.int64)
         path = folder / f"{chain}__{dist}__{dtype}.safetensors"
         save_tensors(tensors, path)

@@ -7,6 +7,7 @@ from ...experiment import Experiment
 from ...reporting.blocks import opening
 from ...reporting.render import Report, fmt, markdown_table
 from ...reporting.repro_page import publish_repro
+from .spec import repro_id
 
 
 def _ulp_text(value: int | None) -> str:
@@ -30,11 +31,10 @@ def deliverable(report: Report, exp: Experiment) -> str:
     check = cells.pivot(on="dtype", index=["subgraph", "kind"], values="bit-exact", aggregate_function="first")
     bad = table.filter(~pl.col("bit_equal"))
     pure_bad = bad.filter(~pl.col("has_implicit_computation")).height
-    # A list, not a table: each counterexample's explanation is prose.
-    from ..diagnostics.reproducers import d_repro_id
 
+    # A list, not a table: each counterexample's explanation is prose.
     def repro_link(row: dict) -> str:
-        link = publish_repro(report, d_repro_id(row))
+        link = publish_repro(report, repro_id(row["subgraph"], row["dtype"], row["shape"], row["layout"]))
         return f" [Reproducer and report]({link}/report.md) ([repro.py]({link}/repro.py))." if link else ""
 
     items = [

@@ -30,3 +30,9 @@ SIZES = {
     "gpu": MovementSizes(shapes=((8, 2048, 4096), (4, 1023, 768), (1, 4097, 128)), compiles=117),
     "seed": MovementSizes(shapes=((8, 2048, 4096), (4, 1023, 768), (1, 4097, 128)), compiles=117),
 }
+
+
+def repro_id(subgraph: str, dtype: str, shape: str, layout: str) -> str:
+    """The reproducer id of one row of D's check table (``shape`` as the table writes it, ``BxSxH``):
+    D declares it; the reproducers' instrument and D's page both read it from here."""
+    return f"d-{subgraph}-{dtype}-{shape}-{layout}"

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ...backends import registrar
 from ...progress import Progress
 from ...resources import REPO_ROOT, ExperimentSettings
 from ...workloads import WORKLOADS
@@ -73,6 +74,8 @@ def _fresh_round(
         settings.backend,
         "--options",
         json.dumps(settings.options()),
+        "--register",
+        registrar(settings.backend) or "",
     ]
     start = time.perf_counter()
     proc = subprocess.run(

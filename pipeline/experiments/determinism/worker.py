@@ -32,6 +32,7 @@ from precisionkit import FusedFunction, fused
 from precisionkit.evidence import evidence_fields
 
 from ...artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
+from ...backends import ensure_registered, register_by
 from ...devices import synchronize
 from ...workloads import DTYPES, WORKLOADS
 
@@ -91,10 +92,7 @@ def run_round(
     for dtype in dtypes:
         n_runs = counts[dtype]
         args = _dtype_args(inputs, dtype, device)
-        if backend.startswith("planted_"):  # a fresh process knows only the built-in backends
-            from ..regression.planted_bugs import register_planted_backends
-
-            register_planted_backends()
+        ensure_registered(backend)  # an offered backend (a fresh process: main registered it by --register)
         fn = fused(WORKLOADS["ffn"].fn, backend, options, dynamic=False)
         start = time.perf_counter()
         with capture_modules() as modules:  # the compile happens in the first call
@@ -253,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--options", default="{}", help="JSON object of Inductor options")
+    parser.add_argument(
+        "--register", default="", help="module:function that registers an offered backend (pipeline.backends.registrar)"
+    )
     args = parser.parse_args(argv)
 
     if args.threads < 0:
@@ -269,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
 
     inductor_config.fx_graph_cache = False
     inductor_config.autotune_local_cache = False
+    if args.register:
+        register_by(args.register)
     facts = _cache_facts()
     inputs = load_file(args.inputs)
     records, distinct = run_round(

@@ -18,6 +18,7 @@ from ... import repros
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
+from ..data_movement.spec import repro_id
 from .spec import GROUP, SIZES
 
 SCHEMA = {
@@ -51,8 +52,8 @@ def d_contradictions(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def d_repro_id(row: dict) -> str:
-    """The reproducer id of one D row (the same id :func:`pipeline.repros.d_case` gives)."""
-    return f"d-{row['subgraph']}-{row['dtype']}-{row['shape']}-{row['layout']}"
+    """The reproducer id of one D row, as D declares it (:func:`data_movement.spec.repro_id`)."""
+    return repro_id(row["subgraph"], row["dtype"], row["shape"], row["layout"])
 
 
 def cases_to_build(

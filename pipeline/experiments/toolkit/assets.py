@@ -4,7 +4,7 @@ Every later experiment (A, B, D, E) reads its inputs from these assets, so S sit
 them in the asset graph.
 
 Pools and references stream: set ``i`` of a pool is drawn from its own seed
-(:func:`pool_set_seed`), and both are written a chunk of sets at a time (:class:`SetStream`)
+(:meth:`ExperimentSettings.pool_set_seed`), and both are written a chunk of sets at a time (:class:`SetStream`)
 and read back lazily, so memory holds one chunk whatever the set count (the seed profile's
 pools are tens of GB in fp64).
 """
@@ -44,11 +44,6 @@ def pool_key(distribution: str, dtype: str, arg: str | None = None) -> str:
 CHUNK_BYTES = 64 << 20
 
 
-def pool_set_seed(settings: ExperimentSettings, workload: str, distribution: str, index: int) -> int:
-    """The seed of input set ``index`` of ``workload``'s ``distribution``: any set can be redrawn alone."""
-    return settings.derived_seed("pool", workload, distribution, index)
-
-
 def draw_sets(
     workload: Workload,
     settings: ExperimentSettings,
@@ -61,7 +56,7 @@ def draw_sets(
     (``dtype``: the dtype a distribution set in its spacing's units is drawn for)."""
     sizes = SIZES[settings.profile]
     drawn = [
-        workload.sample(sizes, distribution, 1, pool_set_seed(settings, workload.name, distribution, i), dtype)
+        workload.sample(sizes, distribution, 1, settings.pool_set_seed(workload.name, distribution, i), dtype)
         for i in range(start, stop)
     ]
     return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
