@@ -84,12 +84,15 @@ def test_the_triton_launch_prelude_fixes_warps_and_stages_of_every_config(monkey
     import torch._inductor.config as ic
     import torch._inductor.runtime.triton_heuristics as h
 
-    monkeypatch.setattr(ic, "compile_threads", ic.compile_threads)  # restored after the test
     for name in ("triton_config", "triton_config_reduction"):
         monkeypatch.setattr(h, name, lambda *a, **k: types.SimpleNamespace(num_warps=4, num_stages=3), raising=False)
-    exec(compile(pk_bisect._triton_launch(num_warps=2, num_stages=1), "<prelude>", "exec"), {})
-    cfg = h.triton_config({"x": 64}, 32)
-    assert (cfg.num_warps, cfg.num_stages) == (2, 1) and ic.compile_threads == 1
+    # Inductor's own patch restores the option; monkeypatch's undo deletes a config option (every later
+    # compile in the process then fails on a missing compile_threads).
+    with ic.patch(compile_threads=ic.compile_threads):
+        exec(compile(pk_bisect._triton_launch(num_warps=2, num_stages=1), "<prelude>", "exec"), {})
+        cfg = h.triton_config({"x": 64}, 32)
+        assert (cfg.num_warps, cfg.num_stages) == (2, 1) and ic.compile_threads == 1
+    assert hasattr(ic, "compile_threads")
     assert h.triton_config_reduction({"x": 64}, 32, 32).num_warps == 2
 
 
