@@ -11,7 +11,7 @@ import pytest
 from pipeline import storage
 from pipeline.cli import main as cli_main
 from pipeline.experiment import BaselineTable, Experiment
-from pipeline.experiments.regression import baseline, comparators, matrix_runs
+from pipeline.experiments.regression import baseline, comparators, curves_compare, matrix_runs
 from pipeline.experiments.regression import drift as regression
 
 
@@ -442,9 +442,9 @@ def test_every_declared_baseline_method_has_a_comparator():
 def test_the_curve_tolerance_is_the_spread_of_every_data_order_replicate():
     """Four replicates: the band is max - min over all of them (widest within +-1 point), not one
     pair's difference; replicates on other steps are left out."""
-    band = comparators.noise_band([[3.0, 2.8, 2.6], [3.02, 2.79, 2.6], [2.97, 2.85, 2.6], [3.0, 2.8, None]])
+    band = curves_compare.noise_band([[3.0, 2.8, 2.6], [3.02, 2.79, 2.6], [2.97, 2.85, 2.6], [3.0, 2.8, None]])
     assert band == pytest.approx([0.06, 0.06, 0.06])
-    assert comparators.noise_band([[1.0, 2.0]]) == [None, None]
+    assert curves_compare.noise_band([[1.0, 2.0]]) == [None, None]
     steps = [5, 10, 15]
     curves = {
         "bfloat16_eager": [3.0, 2.8, 2.6],
@@ -456,10 +456,10 @@ def test_the_curve_tolerance_is_the_spread_of_every_data_order_replicate():
     df = pl.DataFrame(
         [{"run": r, "step": s, "eval_loss": v} for r, vals in curves.items() for s, v in zip(steps, vals, strict=True)]
     )
-    band, replicates = comparators._band_of(df)
+    band, replicates = curves_compare._band_of(df)
     assert replicates == 4 and band == pytest.approx({5: 0.11, 10: 0.11, 15: 0.04})
     # one pair alone (the old rule) would have said 0.01 at step 5
-    assert comparators._band_of(df.filter(pl.col("run").is_in(["bfloat16_eager", "bfloat16_eager_order_B"])))[
+    assert curves_compare._band_of(df.filter(pl.col("run").is_in(["bfloat16_eager", "bfloat16_eager_order_B"])))[
         0
     ] == pytest.approx({5: 0.01, 10: 0.01, 15: 0.0})
 
@@ -540,7 +540,7 @@ def test_same_inputs_on_cpu_compare_e_curves_bit_for_bit():
     """A deterministic +0.03 nats drift of fused's loss is well inside the data-order band (0.08 nats), so the
     band alone lets it through; with the same seed on a CPU every eval point must be bit-identical: ERROR."""
     table = BaselineTable("training_curves", method="curves")
-    drifted = comparators.compare_curves("E", table, _e_curves(), _e_curves(fused_drift=0.03), same_inputs=True)
+    drifted = curves_compare.compare_curves("E", table, _e_curves(), _e_curves(fused_drift=0.03), same_inputs=True)
     moved = {r["item"]: r for r in drifted if r["moved"] == "yes"}
     assert set(moved) == {"bfloat16_fused/eval_loss/bit_exact", "bfloat16_fused/train_loss/bit_exact"}
     loss = moved["bfloat16_fused/eval_loss/bit_exact"]
@@ -549,7 +549,7 @@ def test_same_inputs_on_cpu_compare_e_curves_bit_for_bit():
     (band,) = [r for r in drifted if r["item"] == "bfloat16_fused/final_eval_loss@20"]
     assert band["moved"] == "no" and band["tolerance"] == pytest.approx(0.08)  # what the band alone says
     # unchanged curves: every run compared bit for bit, nothing moved
-    same = comparators.compare_curves("E", table, _e_curves(), _e_curves(), same_inputs=True)
+    same = curves_compare.compare_curves("E", table, _e_curves(), _e_curves(), same_inputs=True)
     exact = [r for r in same if r["item"].endswith("/bit_exact")]
     assert len(exact) == 4 * 3 and not [r for r in same if r["moved"] == "yes"]
     # a last-bit change is a change too
@@ -559,7 +559,7 @@ def test_same_inputs_on_cpu_compare_e_curves_bit_for_bit():
         .otherwise(pl.col("grad_norm"))
         .alias("grad_norm")
     )
-    (nudged,) = [r for r in comparators.compare_curves("E", table, _e_curves(), tiny, True) if r["moved"] == "yes"]
+    (nudged,) = [r for r in curves_compare.compare_curves("E", table, _e_curves(), tiny, True) if r["moved"] == "yes"]
     assert nudged["item"] == "bfloat16_eager/grad_norm/bit_exact" and nudged["severity"] == "ERROR"
 
 
@@ -572,8 +572,8 @@ def test_e_curves_fall_back_to_the_band_when_bit_for_bit_is_not_owed():
         "seeds differ": (_e_curves(), _e_curves(fused_drift=0.03).with_columns(pl.col("data_seed") + 100), True),
     }
     for why, (base, cur, same_inputs) in cases.items():
-        rows = comparators.compare_curves("E", table, base, cur, same_inputs)
+        rows = curves_compare.compare_curves("E", table, base, cur, same_inputs)
         assert not [r for r in rows if r["item"].endswith("/bit_exact")], why
         (band,) = [r for r in rows if r["item"] == "bfloat16_fused/final_eval_loss@20"]
         assert band["moved"] == "no" and why in band["tolerance_source"], why
-    assert comparators.curves_exact_reason(_e_curves(), _e_curves(), True) is None
+    assert curves_compare.curves_exact_reason(_e_curves(), _e_curves(), True) is None

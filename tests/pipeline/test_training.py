@@ -17,7 +17,7 @@ from _stored_only import (  # tests/pipeline is on sys.path (pytest rootdir impo
 )
 
 from pipeline.experiments import experiment
-from pipeline.experiments.regression.comparators import curves_exact_reason
+from pipeline.experiments.regression.curves_compare import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
 from pipeline.experiments.training import curves as curve_tables

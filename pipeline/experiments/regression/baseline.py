@@ -6,7 +6,7 @@ provenance each table was produced under) and points ``<data>/baselines/<profile
 it. Versions are never overwritten: every promotion makes a new folder, older ones stay.
 
 :func:`compare` turns a baseline version and the current stored tables into one row per compared
-item (see :data:`~.comparators.COLUMNS`). What an experiment's baseline holds and how each value
+item (see :data:`~.rows.COLUMNS`). What an experiment's baseline holds and how each value
 is compared is the experiment's own declaration (its ``Experiment.baseline``: bit-exact columns
 and tensors, per-set distributions against a bootstrap tolerance, training curves against their
 noise band); :mod:`.comparators` holds one comparator per declared method. The experiments come
@@ -30,7 +30,8 @@ import polars as pl
 
 from ...experiment import Experiment, catalogue
 from ...storage import atomic_path, file_sha256, read_value
-from .comparators import COLUMNS, COMPARATORS, compare_tables, row
+from .comparators import COMPARATORS, compare_tables
+from .rows import COLUMNS, row
 
 #: The experiments that declare a baseline, by id.
 _RECORDS: dict[str, Experiment] = {e.id: e for e in sorted(catalogue(), key=lambda e: e.id) if e.baseline}
