@@ -21,11 +21,8 @@ per CPU core on an accelerator (fewer where the tasks' device memory would not f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import multiprocessing
 import os
-import subprocess
 import sys
 import threading
 import traceback
@@ -35,6 +32,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
+
+from .backends import offered, register_by, registrar
+from .pipe_worker import PipeWorker, serve
 
 #: Overrides the number of workers (an integer >= 1); unset, :func:`pool_size` decides.
 WORKERS_ENV = "FUSION_COMPILE_WORKERS"
@@ -105,56 +105,24 @@ def _reference(fn: Callable[..., Any]) -> tuple[str, str]:
     return module, name
 
 
-class Worker:
-    """One warm interpreter that runs tasks on request over a socket pair (a subprocess rather than
-    multiprocessing, which would re-import the caller's main module)."""
+class Worker(PipeWorker):
+    """One warm interpreter (``python -m pipeline.compile_pool``) that runs tasks on request."""
 
     def __init__(self, device: torch.device, threads: int) -> None:
-        here, there = multiprocessing.Pipe()
-        cmd = [sys.executable, "-m", "pipeline.compile_pool", "--fd", str(there.fileno())]
-        cmd += ["--threads", str(threads), "--device", str(device)]
         # The pool is the parallelism: Inductor's own compile subprocesses per worker would multiply it.
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", **os.environ}
-        from .resources import REPO_ROOT
-
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, pass_fds=(there.fileno(),), env=env)
-        there.close()
-        self.conn = here
-
-    def _receive(self) -> Any:
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            code = self.proc.wait()
-            raise RuntimeError(f"compile worker (pid {self.proc.pid}) exited with status {code}") from None
-
-    def ready(self) -> None:
-        status, detail = self._receive()
-        if status != "ready":
-            raise RuntimeError(f"compile worker failed to start: {detail}")
+        # every offered backend (planted bugs) registered as the parent has them, named by its registrar
+        registrars = sorted({r for name in offered() if (r := registrar(name)) is not None})
+        args = ["--threads", str(threads), "--device", str(device)]
+        super().__init__(
+            "pipeline.compile_pool", [*args, *(f"--register={r}" for r in registrars)], "compile worker", env
+        )
 
     def call(self, ref: tuple[str, str], args: tuple[Any, ...]) -> Any:
-        self.conn.send((ref, args))
-        status, value = self._receive()
+        status, value = self.request((ref, args))
         if status != "ok":
             raise RuntimeError(f"compile task {ref[0]}.{ref[1]} failed in worker {self.proc.pid}:\n{value}")
         return value
-
-    def close(self, kill: bool = False) -> None:
-        if kill:
-            self.proc.kill()
-        else:
-            with contextlib.suppress(OSError):
-                self.conn.send(None)
-        threading.Thread(target=self._reap, daemon=True).start()
-
-    def _reap(self) -> None:
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
 
 
 def run_tasks(
@@ -248,7 +216,7 @@ def _run_pooled(
         raise
     finally:
         for w in pool:
-            w.close(kill=bool(errors))
+            w.close(kill=bool(errors), wait=False)  # reaped in the background: nothing waits on it
         for t in feeders:
             t.join()
     if errors:
@@ -260,28 +228,17 @@ def _run_pooled(
     return [results[i] for i in range(len(tasks))]
 
 
-def _serve(conn: Connection, device: torch.device) -> int:
-    """Answer ``((module, name), args)`` requests with ``("ok", result)`` or ``("error", traceback)``
-    until ``None`` arrives or the parent goes away."""
+def _task_runner() -> Callable[[tuple[tuple[str, str], tuple[Any, ...]]], Any]:
+    """Run a ``((module, name), args)`` request, importing each task's function once."""
     functions: dict[tuple[str, str], Callable[..., Any]] = {}
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            return 0
-        if request is None:
-            return 0
+
+    def run(request: tuple[tuple[str, str], tuple[Any, ...]]) -> Any:
         ref, args = request
-        try:
-            if ref not in functions:
-                functions[ref] = getattr(importlib.import_module(ref[0]), ref[1])
-            reply: tuple[str, Any] = ("ok", functions[ref](*args))
-        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            reply = ("error", traceback.format_exc())
-        try:
-            conn.send(reply)
-        except OSError:
-            return 0
+        if ref not in functions:
+            functions[ref] = getattr(importlib.import_module(ref[0]), ref[1])
+        return functions[ref](*args)
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this end of the socket pair")
     parser.add_argument("--threads", type=int, required=True, help="torch CPU threads")
     parser.add_argument("--device", required=True, help="the run's torch device")
+    parser.add_argument(
+        "--register", action="append", default=[], help="module:function registering offered backends (repeatable)"
+    )
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
@@ -301,14 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device(args.device)
         if device.type != "cpu":
             torch.empty(1, device=device)  # the device context, once per worker
-        from .experiments.regression.planted_bugs import register_planted_backends
-
-        register_planted_backends()  # a fresh interpreter knows only torch's own backends
+        for spec in args.register:  # a fresh interpreter knows only torch's own backends
+            register_by(spec)
     except Exception:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
         return 1
     conn.send(("ready", os.getpid()))
-    return _serve(conn, device)
+    return serve(conn, _task_runner())
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -55,12 +56,10 @@ def _handle(conn: Connection, request: tuple[Any, ...]) -> Any:
     raise ValueError(f"unknown request {kind!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fd", type=int, required=True)
-    args = parser.parse_args(argv)
-    conn = Connection(args.fd)
-    exit_with_parent()
+def serve(conn: Connection, handle: Callable[[Any], Any]) -> int:
+    """A worker's side of its socket pair: answer each request with ``("ok", handle(request))`` or
+    ``("error", traceback)`` until ``None`` arrives or the parent goes away (a stopped run: nobody
+    waits for the result); the worker's exit status. The pipeline's workers serve the same way."""
     while True:
         try:
             request = conn.recv()
@@ -69,13 +68,22 @@ def main(argv: list[str] | None = None) -> int:
         if request is None:
             return 0
         try:
-            reply: tuple[str, Any] = ("ok", _handle(conn, request))
-        except Exception:  # noqa: BLE001 - reported to the parent
+            reply: tuple[str, Any] = ("ok", handle(request))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
             reply = ("error", traceback.format_exc())
         try:
             conn.send(reply)
         except OSError:
             return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    conn = Connection(args.fd)
+    exit_with_parent()
+    return serve(conn, lambda request: _handle(conn, request))
 
 
 if __name__ == "__main__":

@@ -8,18 +8,15 @@ changes nothing in it; results come back in plan order.
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import os
-import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...resources import REPO_ROOT, ExperimentSettings
+from ...pipe_worker import PipeWorker
+from ...resources import ExperimentSettings
 from .matrix_runs import HEALTHY_BACKEND, MATRIX_DEVICE, MATRIX_PROFILE, MatrixRun, PlannedRun, run_experiments
 
 
@@ -31,72 +28,25 @@ def parallel_runs_here(requested: int) -> int:
     return max(1, min(requested, os.cpu_count() or 1))
 
 
-class MatrixWorker:
+class MatrixWorker(PipeWorker):
     """A fresh interpreter (``python -m pipeline.experiments.regression.matrix_worker``) that loads the matrix's
-    definitions once and then runs whole matrix runs on request, over a socket pair. It inherits
-    this process's environment (so the same Inductor cache folder) and CPU thread count, so a run
-    gives the same numbers whichever process runs it. A subprocess, not multiprocessing: that
-    would re-import the caller's main module, which a script need not guard."""
+    definitions once and then runs whole matrix runs on request (:class:`pipeline.pipe_worker.PipeWorker`).
+    It inherits this process's environment (so the same Inductor cache folder) and CPU thread count, so a
+    run gives the same numbers whichever process runs it."""
 
     def __init__(self, experiments: list[str], threads: int) -> None:
-        here, there = multiprocessing.Pipe()  # a socket pair on POSIX
-        cmd = [
-            sys.executable,
-            "-m",
+        super().__init__(
             "pipeline.experiments.regression.matrix_worker",
-            "--fd",
-            str(there.fileno()),
-            "--threads",
-            str(threads),
-            "--experiments",
-            ",".join(experiments),
-        ]
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, pass_fds=(there.fileno(),))
-        there.close()
-        self.conn = here
-
-    def _receive(self) -> Any:
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            code = self.proc.wait()
-            raise RuntimeError(f"planted-bug matrix worker (pid {self.proc.pid}) exited with status {code}") from None
-
-    def ready(self) -> None:
-        """Wait until the worker has loaded the definitions."""
-        status, detail = self._receive()
-        if status != "ready":
-            raise RuntimeError(f"planted-bug matrix worker failed to start: {detail}")
+            ["--threads", str(threads), "--experiments", ",".join(experiments)],
+            "planted-bug matrix worker",
+        )
 
     def run(self, run: PlannedRun, base_dir: Path, like: dict[str, Any], prune: bool) -> MatrixRun:
-        self.conn.send((tuple(run), str(base_dir), like, prune))
-        status, value = self._receive()
+        status, value = self.request((tuple(run), str(base_dir), like, prune))
         if status != "ok":
             raise RuntimeError(f"matrix run {run.label} failed in the worker: {value}")
         out: MatrixRun = value
         return out
-
-    def close(self, kill: bool = False, wait: bool = True) -> None:
-        """Stop the worker: ask it to exit (``kill``: kill it), then wait for it to exit, or with
-        ``wait=False`` leave that to a background thread (an interpreter that has used Inductor
-        takes a second or two to shut down, and nothing depends on it any more)."""
-        if kill:
-            self.proc.kill()
-        else:
-            with contextlib.suppress(OSError):  # already gone: nothing to tell it
-                self.conn.send(None)
-        if wait:
-            self._reap()
-        else:
-            threading.Thread(target=self._reap, daemon=True).start()
-
-    def _reap(self) -> None:
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
 
 
 class _SharedPlan:

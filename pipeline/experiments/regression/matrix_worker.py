@@ -19,6 +19,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ...pipe_worker import serve
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,26 +48,15 @@ def main(argv: list[str] | None = None) -> int:
         conn.send(("error", traceback.format_exc()))
         return 1
     conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            return 0
-        if request is None:
-            return 0
+
+    def run(request: tuple[tuple[Any, ...], str, dict[str, Any], bool]) -> Any:
         fields, base_dir, like, prune = request
-        run = PlannedRun(*fields)
-        try:
-            out = run_experiments(
-                run.backend, defs, Path(base_dir), ExperimentSettings(**like), seed=run.seed, prune=prune
-            )
-            reply: tuple[str, Any] = ("ok", out)
-        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            reply = ("error", traceback.format_exc())
-        try:
-            conn.send(reply)
-        except OSError:  # the parent is gone (a stopped run): nobody waits for the result
-            return 0
+        planned = PlannedRun(*fields)
+        return run_experiments(
+            planned.backend, defs, Path(base_dir), ExperimentSettings(**like), seed=planned.seed, prune=prune
+        )
+
+    return serve(conn, run)
 
 
 if __name__ == "__main__":
