@@ -212,48 +212,41 @@ def _cpp_files(cache: Path) -> list[Path]:
     return sorted(p for p in cache.rglob("*.cpp") if p.is_file())
 
 
-def generated_cpp(cache: Path) -> tuple[str, str]:
-    """(sha256 over the generated kernels' C++ under an Inductor cache folder, excerpt of the first).
-    Only files that define an ``extern "C"`` kernel count (not the ISA probe); the cache folder's
-    own path is taken out of the text first, so the same program in two caches hashes alike."""
-    texts = []
+def _kernel_sources(cache: Path, paths: list[Path], keep: Callable[[str], bool], marker: str) -> tuple[str, str]:
+    """(sha256 over the texts of ``paths`` that ``keep`` accepts, with the cache folder's path taken
+    out so the same program in two caches hashes alike; the first text's 40 lines from ``marker``)."""
     roots = {str(cache), str(cache.resolve())}
-    for path in _cpp_files(cache):
+    texts = []
+    for path in paths:
         text = path.read_text(errors="replace")
         for root in roots:  # torch before 2.8 includes its header by its path inside the cache
             text = text.replace(root, "<cache>")
-        if 'extern "C"' in text and "kernel" in text and "_chk_kernel" not in text:
+        if keep(text):
             texts.append(text)
     texts.sort()
     if not texts:
         return "", ""
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
     first = texts[0]
-    start = first.find('extern "C"')
-    excerpt = "\n".join(first[start:].splitlines()[:40])
-    return digest, excerpt
+    return digest, "\n".join(first[first.find(marker) :].splitlines()[:40])
+
+
+def generated_cpp(cache: Path) -> tuple[str, str]:
+    """(sha256 over the generated kernels' C++ under an Inductor cache folder, excerpt of the first).
+    Only files that define an ``extern "C"`` kernel count (not the ISA probe)."""
+    return _kernel_sources(
+        cache,
+        _cpp_files(cache),
+        lambda t: 'extern "C"' in t and "kernel" in t and "_chk_kernel" not in t,
+        'extern "C"',
+    )
 
 
 def generated_triton(cache: Path) -> tuple[str, str]:
     """(sha256 over the generated Triton kernels under an Inductor cache folder, excerpt of the
-    first): the Python files that define an ``@triton.jit`` function, with the cache's path taken
-    out, so the same program in two caches hashes alike."""
-    texts = []
-    roots = {str(cache), str(cache.resolve())}
-    for path in sorted(p for p in cache.rglob("*.py") if p.is_file()):
-        text = path.read_text(errors="replace")
-        if "@triton.jit" not in text:
-            continue
-        for root in roots:
-            text = text.replace(root, "<cache>")
-        texts.append(text)
-    texts.sort()
-    if not texts:
-        return "", ""
-    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
-    first = texts[0]
-    start = first.find("@triton.jit")
-    return digest, "\n".join(first[start:].splitlines()[:40])
+    first): the Python files that define an ``@triton.jit`` function."""
+    files = sorted(p for p in cache.rglob("*.py") if p.is_file())
+    return _kernel_sources(cache, files, lambda t: "@triton.jit" in t, "@triton.jit")
 
 
 def generated_code(cache: Path, device: str) -> tuple[str, str]:
