@@ -10,7 +10,9 @@ generated program text is the same; the artifacts say whether the machine code t
   they hold the build folder's path, so a recompile in another cache folder changes the file but
   not the code; the whole-file hash is kept beside it (``file_sha256``);
 * CUDA (Triton): the cubin (hsaco on ROCm) and the PTX of the launcher the run uses, and the
-  autotuning choice (the ``triton.Config`` that won: block sizes, warps, stages).
+  autotuning choice (the ``triton.Config`` that won: block sizes, warps, stages). A cubin is ELF
+  too, and its debug sections hold the kernel's cache path, so its hash covers the loaded sections
+  as well (on the H200 run of 2026-11-27 a cold recompile changed only unloaded sections).
 
 :func:`capture_modules` records the wrapper modules Inductor loads while a compile happens;
 :func:`kernel_artifacts` reads each kernel of those modules after the first call (so autotuning
@@ -144,23 +146,41 @@ def artifact_of(name: str, obj: Any) -> KernelArtifact:
         ptx_sha = _sha("".join(texts).encode()) if any(texts) else "none"
         kind = f"triton_{fmt}" if data else "triton_unavailable"
         detail = f"{len(chosen)} launcher(s) of {len(getattr(obj, 'configs', []) or [])} config(s); ptx sha256 {ptx_sha[:16]}"
-        return KernelArtifact(name, kind, _sha(data), len(data), " | ".join(choices), detail, data)
+        # A cubin is an ELF file whose debug sections (the PTX text, line tables) name the cache file
+        # the kernel was compiled from, so a recompile in another folder changes the file but not the
+        # code: as for a shared object, the hash covers what the loader maps (one launcher's cubin).
+        loaded = loaded_sha256(data) if len(blobs) == 1 else ""
+        return KernelArtifact(
+            name, kind, loaded or _sha(data), len(data), " | ".join(choices), detail, data, _sha(data)
+        )
     return KernelArtifact(
         name, "unknown", _sha(b""), 0, "", f"no compiled artifact found on a {type(obj).__name__}", b""
     )
 
 
 def kernel_artifacts(modules: list[ModuleType], kernel_names: tuple[str, ...] | list[str]) -> list[KernelArtifact]:
-    """Every named kernel's artifact, found in the first captured module that defines it; a
-    kernel found nowhere is kept with kind ``not_found`` (so the record stays complete)."""
+    """Every named kernel's artifact, read from the first captured module that defines it and holds
+    its binary (else the first that defines it); a kernel found nowhere is kept with kind
+    ``not_found`` (so the record stays complete)."""
     out = []
     for name in kernel_names:
-        holder = next((m for m in modules if hasattr(m, name)), None)
-        if holder is None:
+        found = [artifact_of(name, getattr(m, name)) for m in modules if hasattr(m, name)]
+        if not found:
             out.append(KernelArtifact(name, "not_found", _sha(b""), 0, "", "no loaded wrapper module defines it", b""))
         else:
-            out.append(artifact_of(name, getattr(holder, name)))
+            # Several loaded modules can define a kernel of that name (one graph per dtype, each with
+            # its ``..._0``); the one whose kernel ran holds the binary, the others none yet.
+            out.append(next((a for a in found if a.kind not in UNREADABLE_KINDS), found[0]))
     return out
+
+
+#: Artifact kinds whose bytes could not be read: comparing them says nothing about the code that ran.
+UNREADABLE_KINDS = ("triton_unavailable", "not_found", "unknown")
+
+
+def readable(artifacts: list[dict[str, Any]]) -> bool:
+    """Whether every kernel's compiled artifact of a round was read (records, as stored)."""
+    return bool(artifacts) and all(a["kind"] not in UNREADABLE_KINDS for a in artifacts)
 
 
 def combined_sha256(artifacts: list[KernelArtifact] | list[dict[str, Any]]) -> str:

@@ -38,9 +38,22 @@ _FUSED_LIBRARY_CALL = re.compile(
 )
 # AOTAutograd's label of a graph in its generated code: ``# AOT ID: ['0_forward']``.
 _AOT_KIND = re.compile(r"^# AOT ID: \['\d+_(\w+)'\]", re.MULTILINE)
-# Lines that differ between processes or machines but not in the generated computation.
-_VOLATILE_LINES = re.compile(r"^# (AOT ID|Topologically Sorted Source Nodes|Source node to ATen).*$", re.MULTILINE)
+# Lines that differ between processes or machines but not in the generated computation (on CUDA,
+# ``# kernel path:`` names the cache file each Triton kernel was written to).
+_VOLATILE_LINES = re.compile(
+    r"^\s*# (AOT ID|Topologically Sorted Source Nodes|Source node to ATen|kernel path:).*$", re.MULTILINE
+)
 _QUOTED_PATH = re.compile(r"(['\"])/[^'\"\n]*(['\"])")
+# Entries of a Triton kernel's ``inductor_meta`` that record how the compiler's caches were set up
+# (a cold start disables them by design) and the fingerprint of the Triton build and its environment,
+# not what the kernel computes: the Triton source, block sizes and the other entries stay hashed.
+_CACHE_META = re.compile(
+    r"'(backend_hash|autotune_local_cache|autotune_remote_cache|force_disable_caches)': "
+    r"(?:'[^']*'|True|False|None)"
+)
+# The benchmark harness at the end of a generated module passes the compiled function's name, which
+# is the caller's label, not part of the program.
+_HARNESS_NAME = re.compile(r"compiled_module_main\('[^']*'")
 
 
 class FusionError(RuntimeError):
@@ -82,8 +95,19 @@ class FusionEvidence:
 
 
 def normalize_code(code: str) -> str:
-    """Generated code with per-process ids and absolute paths removed (what the hash covers)."""
+    """Generated code with per-process ids, absolute paths, cache settings and the harness's label
+    removed (what the hash covers).
+
+    >>> a = "# kernel path: /tmp/a/x.py\\nk = 1  # inductor_meta={'backend_hash': 'AB12', 'max_autotune': False}"
+    >>> b = "# kernel path: /tmp/b/y.py\\nk = 1  # inductor_meta={'backend_hash': 'CD34', 'max_autotune': False}"
+    >>> normalize_code(a) == normalize_code(b)
+    True
+    >>> normalize_code(a) == normalize_code(a.replace("'max_autotune': False", "'max_autotune': True"))
+    False
+    """
     code = _VOLATILE_LINES.sub("", code)
+    code = _CACHE_META.sub(r"'\1': <cache setting>", code)
+    code = _HARNESS_NAME.sub("compiled_module_main(<name>", code)
     return _QUOTED_PATH.sub(r"\1<path>\2", code)
 
 

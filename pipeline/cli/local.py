@@ -12,12 +12,34 @@ from ..resources import REPO_ROOT
 CLI_PID_TAG, CLI_HOST_TAG = "fusion/cli_pid", "fusion/cli_host"
 
 
+#: The project's instance settings: telemetry off, one heavy step and one run at a time.
+PROJECT_INSTANCE_YAML = REPO_ROOT / ".dagster_home" / "dagster.yaml"
+
+
 def local_instance() -> dg.DagsterInstance:
     """The instance under ``$DAGSTER_HOME`` (``<repo>/.dagster_home`` when unset), so the runs show in the UI."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home"))
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    settle_instance_yaml(home / "dagster.yaml")
     return dg.DagsterInstance.get()
+
+
+def settle_instance_yaml(path: Path) -> None:
+    """Telemetry stays off in any instance this command uses: Dagster reads it from ``dagster.yaml``
+    alone (the environment variable only stops uploads). A missing or empty file gets the project's
+    settings (telemetry off, the one-step-at-a-time pools); a file of someone's own settings that
+    says nothing of telemetry gets ``telemetry: enabled: false`` appended; one that does is kept."""
+    text = path.read_text() if path.is_file() else ""
+    if not text.strip():
+        if path.resolve() != PROJECT_INSTANCE_YAML.resolve():
+            path.write_text(PROJECT_INSTANCE_YAML.read_text())
+    elif not any(line.startswith("telemetry:") for line in text.splitlines()):
+        path.write_text(
+            text.rstrip("\n")
+            + "\n\n# Added by the pipeline's CLI: no usage statistics leave this machine.\ntelemetry:\n  enabled: false\n"
+        )
 
 
 def run_tags() -> dict[str, str]:

@@ -145,6 +145,11 @@ def test_claim_rules_on_synthetic_summaries():
     )
     assert _v(binary_moved, "verdict") == CONTRADICTED
     assert _v(binary_moved, "artifact_hash_differs") == "float16/round2_cold"
+    # A kernel binary that could not be read is not compared: neither a contradiction nor support.
+    unread = checks.cold_start_reproduces_round1(
+        _summary([{}, {**cold, "artifact_hash_equal_across_cold_start": "unknown: kernel binary not read: round 1: k"}])
+    )
+    assert _v(unread, "verdict") == INCONCLUSIVE and _v(unread, "artifact_not_compared") == "float16/round2_cold"
     assert _v(checks.cold_start_reproduces_round1(_summary([{}])), "verdict") == INCONCLUSIVE
 
     # Another thread count changing the bits is a finding (WARN), never a contradiction.
@@ -348,3 +353,18 @@ def test_hash_runs_compares_bits_on_the_device_and_hashes_each_distinct_output_o
     assert len(set(hashes)) == 3 and len(hashed) == 3 and len(kept) == 3
     assert worker.same_bits(nan, nan.clone()) and not worker.same_bits(nan, other_nan)
     assert not worker.same_bits(torch.zeros(2), -torch.zeros(2)) and not worker.same_bits(nan, nan.double())
+
+
+def test_artifact_state_compares_only_binaries_that_were_read():
+    artifact_state = compare.artifact_state
+    art = {"kernel": "triton_k", "kind": "triton_cubin", "sha256": "a", "autotune_choice": "XBLOCK=1"}
+    r1 = {"artifacts": [art], "artifact_sha256": "h0"}
+    assert artifact_state({"artifacts": [art], "artifact_sha256": "h0"}, r1) == "yes"
+    assert artifact_state({"artifacts": [art], "artifact_sha256": "h1"}, r1) == "no"
+    # As the H200's bf16 round 1 (2026-11-27): its kernel held no binary when it was read.
+    empty = {"artifacts": [{**art, "kind": "triton_unavailable"}], "artifact_sha256": "h2"}
+    assert artifact_state(r1, empty) == "unknown: kernel binary not read: round 1: triton_k (triton_unavailable)"
+    # A program without generated kernels on both sides compares its (empty) records.
+    assert (
+        artifact_state({"artifacts": [], "artifact_sha256": "h3"}, {"artifacts": [], "artifact_sha256": "h3"}) == "yes"
+    )

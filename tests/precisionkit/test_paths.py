@@ -312,3 +312,33 @@ def test_a_graph_rewritten_into_a_fused_attention_kernel_counts_as_fused():
     ev = fn.evidence
     assert any(c.startswith("_scaled_dot_product") for c in ev.fused_library_calls), ev
     assert ev.as_metadata()["fused_library_calls"] == ", ".join(ev.fused_library_calls)
+
+
+def test_triton_wrapper_cache_paths_and_settings_are_not_hashed():
+    # Lines of the FFN's wrapper as Inductor wrote them on the H200 (2026-11-27), round 1 against a
+    # cold start: another cache file, caches disabled, another build fingerprint, the harness's label.
+    meta = (
+        "    inductor_meta={{'grid_type': 'Grid1D', 'kernel_name': 'triton_red_fused_gelu_0', 'backend_hash': '{h}', "
+        "'autotune_local_cache': {local}, 'autotune_pointwise': True, 'autotune_remote_cache': {remote}, "
+        "'force_disable_caches': {off}, 'max_autotune': False, 'tiling_scores': {{'x': 0, 'r0_': 1610645504}}}}"
+    )
+    round1 = "\n".join(
+        [
+            "# kernel path: /tmp/gpu-inductor/mb/cmbog3eph.py",
+            meta.format(h="91D1D116", local=True, remote=None, off=False),
+            "    tmp0 = tl.load(in_ptr0 + (r0_1), r0_mask, other=0.0)",
+            "    compiled_module_main('A', lambda times, repeat: benchmark_compiled_module(args))",
+        ]
+    )
+    cold = (
+        round1.replace("/tmp/gpu-inductor/mb/cmbog3eph.py", "/tmp/determinism_eb/inductor_cold_6o/nb/cnbx7.py")
+        .replace("'91D1D116'", "'B0102098'")
+        .replace("'autotune_local_cache': True", "'autotune_local_cache': False")
+        .replace("'autotune_remote_cache': None", "'autotune_remote_cache': False")
+        .replace("'force_disable_caches': False", "'force_disable_caches': True")
+        .replace("compiled_module_main('A'", "compiled_module_main('None'")
+    )
+    assert cold != round1 and normalize_code(cold) == normalize_code(round1)
+    # What the kernel computes stays hashed: another load, another tiling score.
+    assert normalize_code(round1.replace("other=0.0", "other=1.0")) != normalize_code(round1)
+    assert normalize_code(round1.replace("1610645504", "3221291008")) != normalize_code(round1)

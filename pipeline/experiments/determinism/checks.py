@@ -64,12 +64,12 @@ RULE_ZERO_ULP = Rule(
 RULE_COLD_START = Rule(
     claim="§3.3: a cold start (fresh process, empty and disabled compiler caches, same threads) recompiles to the "
     "same kernel binaries (artifact hash H_k0) and reproduces round 1's output bits",
-    metric="per dtype: sha256 of the compiled artifacts of the cold round vs H_k0 (round 1: CPU shared objects; "
-    "Triton cubins and autotuning choices on CUDA), sha256 of the normalized generated source vs round 1's, and "
-    "the output hash set vs round 1's",
+    metric="per dtype: sha256 of the loaded sections of the compiled artifacts of the cold round vs H_k0 (round 1: "
+    "CPU shared objects; Triton cubins and autotuning choices on CUDA), sha256 of the normalized generated source "
+    "(cache paths and cache settings removed) vs round 1's, and the output hash set vs round 1's",
     decision="contradicted when, for any dtype, the cold round's artifact hash differs from H_k0, its source hash "
-    "differs from round 1's, or its outputs differ from round 1's; inconclusive when there is no cold round row; "
-    "supported otherwise",
+    "differs from round 1's, or its outputs differ from round 1's; inconclusive when there is no cold round row, "
+    "or when nothing differs but a kernel binary of either round could not be read; supported otherwise",
     threshold=0,
     unit="dtypes whose code hash or output bits changed across the cold start",
     confidence=None,
@@ -95,7 +95,12 @@ def _measured(frame: pl.DataFrame) -> str:
 
 def _artifact_moved(frame: pl.DataFrame) -> pl.DataFrame:
     """Rows whose kernel binaries differ from the first cold start's (H_k0)."""
-    return frame.filter(pl.col("artifact_hash_equal_across_cold_start") != "yes")
+    return frame.filter(pl.col("artifact_hash_equal_across_cold_start") == "no")
+
+
+def _artifact_unread(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose kernel binaries (of this round or round 1) could not be read: not compared."""
+    return frame.filter(pl.col("artifact_hash_equal_across_cold_start").str.starts_with("unknown"))
 
 
 @claim_check(
@@ -171,6 +176,7 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
     code_bad = cold.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
     artifact_bad = _artifact_moved(cold)
     out_bad = cold.filter(pl.col("outputs_equal_round1") != "yes")
+    unread = _artifact_unread(cold)
     if cold.height == 0:
         verdict, reason = INCONCLUSIVE, "no cold-start round in the summary"
     elif code_bad.height or artifact_bad.height or out_bad.height:
@@ -180,6 +186,13 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
                 f"artifact hash differs from H_k0: {_rows(artifact_bad)}; source hash differs from "
                 f"round 1: {_rows(code_bad)}; outputs differ from round 1: {_rows(out_bad)}"
             ),
+        )
+    elif unread.height:
+        # Source and outputs reproduced, but a kernel binary was not read: H_k0 is not compared.
+        verdict, reason = (
+            INCONCLUSIVE,
+            f"round 1's source hash and output bits reproduced for {cold.height} dtypes, but the kernel binaries "
+            f"could not be compared for {_rows(unread)}",
         )
     else:
         verdict, reason = (
@@ -193,6 +206,7 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
         {
             "cold_rows": cold.height,
             "artifact_hash_differs": _rows(artifact_bad),
+            "artifact_not_compared": _rows(unread),
             "code_hash_differs": _rows(code_bad),
             "outputs_differ": _rows(out_bad),
             "measured_source": _measured(cold),

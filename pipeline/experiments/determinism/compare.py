@@ -14,7 +14,7 @@ import torch
 
 from precisionkit import ulp_diff
 
-from ...artifacts import describe_byte_difference
+from ...artifacts import describe_byte_difference, readable
 from ...tables import markdown_table
 from .rounds import DETERMINISM_DTYPES, Round
 
@@ -55,6 +55,20 @@ _SUMMARY_COLUMNS = [
 def _artifact_bytes(folder: Path, dtype: str, kernel: str) -> bytes | None:
     path = folder / dtype / f"{kernel}.bin"
     return path.read_bytes() if path.is_file() else None
+
+
+def artifact_state(rec: dict[str, Any], r1_rec: dict[str, Any]) -> str:
+    """``yes`` or ``no``: whether a round's compiled artifacts equal round 1's (H_k0); ``unknown``
+    with the reason where either round's kernel binaries could not be read, so nothing is compared."""
+    unread = [
+        f"{who}: {a['kernel']} ({a['kind']})"
+        for who, r in (("round 1", r1_rec), ("this round", rec))
+        for a in r["artifacts"]
+        if not readable([a])
+    ]
+    if unread:
+        return "unknown: kernel binary not read: " + ", ".join(unread)
+    return "yes" if rec["artifact_sha256"] == r1_rec["artifact_sha256"] else "no"
 
 
 def artifact_difference(
@@ -152,11 +166,14 @@ def _run_rows(
     return rows, ulps_round, ulps_r1
 
 
-def _output_change(dtype: str, rnd: Round, r1: Round, program_equal: bool) -> str:
-    """How the outputs of ``rnd`` differ from round 1's, and whether the compiled program changed."""
+def _output_change(dtype: str, rnd: Round, r1: Round, program_equal: bool | None) -> str:
+    """How the outputs of ``rnd`` differ from round 1's, and whether the compiled program changed
+    (``None``: the source is the same but a kernel binary was not read)."""
     rec, r1_rec = rnd.records[dtype], r1.records[dtype]
     extern = f"extern calls: {rec['extern_calls'] or 'none'}"
-    if not program_equal:
+    if program_equal is None:
+        cause = "with the same source (the kernel binaries were not compared)"
+    elif not program_equal:
         cause = "after the compiled program changed"
     elif rec["threads"] != r1_rec["threads"]:
         threads = f"thread count {rec['threads']} vs {r1_rec['threads']}"
@@ -187,18 +204,22 @@ def difference_sources(name: str, dtype: str, rnd: Round, r1: Round) -> tuple[li
     if name == "round1":
         return sources, None
     code_equal = rec["code_sha256"] == r1_rec["code_sha256"]
-    artifact_equal = rec["artifact_sha256"] == r1_rec["artifact_sha256"]
+    state = artifact_state(rec, r1_rec)
+    artifact_equal = state == "yes"
     code_diff = None
     if not code_equal:
         code_diff = _code_diff(r1_rec["code"], rec["code"])
         sources.append("generated source differs from round 1: " + code_diff.replace("\n", " | "))
-    if not artifact_equal:
+    if state.startswith("unknown"):
+        sources.append("compiled artifact not compared with round 1's: " + state.removeprefix("unknown: "))
+    elif not artifact_equal:
         sources.append(
             "compiled artifact differs from round 1: "
             + artifact_difference(r1_rec["artifacts"], rec["artifacts"], r1.artifacts, rnd.artifacts, dtype)
         )
     if set(hashes) != {r1_rec["hashes"][0]}:
-        sources.append(_output_change(dtype, rnd, r1, code_equal and artifact_equal))
+        unread = state.startswith("unknown")
+        sources.append(_output_change(dtype, rnd, r1, None if code_equal and unread else code_equal and artifact_equal))
     return sources, code_diff
 
 
@@ -263,9 +284,7 @@ def _summary_row(
         if reference
         else ("yes" if rec["code_sha256"] == r1_rec["code_sha256"] else "no"),
         "artifact_sha256": rec["artifact_sha256"],
-        "artifact_hash_equal_across_cold_start": "reference (H_k0)"
-        if reference
-        else ("yes" if rec["artifact_sha256"] == r1_rec["artifact_sha256"] else "no"),
+        "artifact_hash_equal_across_cold_start": "reference (H_k0)" if reference else artifact_state(rec, r1_rec),
         "artifact_kinds": ", ".join(sorted({a["kind"] for a in rec["artifacts"]})) or "none",
         "autotune_choice": " | ".join(a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"])
         or "none (no autotuning)",
