@@ -46,7 +46,13 @@ MANIFEST = "bundle.json"
 #: part of the manifest's hashed files, is copied in with an import and shown on the devices page.
 NOTES = "NOTES.json"
 #: The fields a notes file may hold, each with its JSON type.
-NOTES_FIELDS: dict[str, type] = {"title": str, "summary": str, "did_not_finish": dict, "provenance_corrections": dict}
+NOTES_FIELDS: dict[str, type] = {
+    "title": str,
+    "summary": str,
+    "did_not_finish": dict,
+    "verdict_notes": dict,
+    "provenance_corrections": dict,
+}
 #: Tensor files (input pools, references, raw outputs) above this size stay out of a bundle by default.
 DEFAULT_MAX_TENSOR_BYTES = 8 << 20
 #: Provenance every bundle must carry.
@@ -404,8 +410,10 @@ def read_notes(folder: Path | str) -> dict[str, Any]:
     """The notes file (:data:`NOTES`) of a bundle or an imported device folder ({} when there is none).
 
     Fields, all optional: ``title`` and ``summary`` (text); ``did_not_finish``, experiment id -> why
-    it has no result from that machine; ``provenance_corrections``, provenance field -> ``recorded``
-    (the value the bundle carries), ``actual`` and ``why``. Raises :class:`BundleError` on anything else."""
+    it has no result from that machine; ``verdict_notes``, experiment id -> what a reader must know
+    about a stored verdict (one later code judges differently, say: stored judgments are not
+    re-judged); ``provenance_corrections``, provenance field -> ``recorded`` (the value the bundle
+    carries), ``actual`` and ``why``. Raises :class:`BundleError` on anything else."""
     path = Path(folder) / NOTES
     if not path.is_file():
         return {}
@@ -416,8 +424,9 @@ def read_notes(folder: Path | str) -> dict[str, Any]:
             raise BundleError(f"{path}: unknown field {key!r} (expected {', '.join(NOTES_FIELDS)})")
         if not isinstance(value, kind):
             raise BundleError(f"{path}: {key} must be a JSON {'object' if kind is dict else 'string'}")
-    if not all(isinstance(v, str) for v in notes.get("did_not_finish", {}).values()):
-        raise BundleError(f"{path}: did_not_finish maps experiment ids to reasons (text)")
+    for field in ("did_not_finish", "verdict_notes"):
+        if not all(isinstance(v, str) for v in notes.get(field, {}).values()):
+            raise BundleError(f"{path}: {field} maps experiment ids to text")
     for field, fix in notes.get("provenance_corrections", {}).items():
         if not isinstance(fix, dict) or not isinstance(fix.get("actual"), str) or not fix["actual"]:
             raise BundleError(f"{path}: provenance_corrections.{field} needs an 'actual' value (text)")

@@ -113,6 +113,8 @@ def experiment_header(report: Report, exp: Experiment) -> str:
             f"`{report.profile}` profile. Materialize group `{exp.group}` in the Dagster UI, then "
             "re-materialize `report_site`.\n"
         )
+    elif note := report.notes.get("verdict_notes", {}).get(exp.id):
+        lines.append(f'!!! warning "Read this verdict with a note"\n    {note}\n')
     return "\n".join(lines)
 
 

@@ -172,6 +172,11 @@ def device_notes(report: Report, column: str) -> str:
         lines.append(f"Did not finish on {column}, so there is no verdict from it:\n")
         lines += [f"- **{exp_id}**: {why}" for exp_id, why in unfinished.items()]
         lines.append("")
+    reviewed = notes.get("verdict_notes", {})
+    if reviewed:
+        lines.append(f"Verdicts from {column} to read with a note (stored judgments are not re-judged):\n")
+        lines += [f"- **{exp_id}**: {note}" for exp_id, note in reviewed.items()]
+        lines.append("")
     for key, fix in notes.get("provenance_corrections", {}).items():
         recorded = fix.get("recorded") or "—"
         why = f" {fix['why']}" if fix.get("why") else ""
@@ -244,6 +249,8 @@ def other_devices_section(report: Report, exp: Experiment) -> str:
         if exp.group in o.failed:
             verdict, findings = "did not finish", "—"
         lines.append(f"| [{o.device_label or o.device}]({page}) | {o.profile} | {validity} | {verdict} | {findings} |")
+    notes = [(o, o.notes.get("verdict_notes", {}).get(exp.id)) for o in others]
+    lines += [f"\n**Note on {o.device_label or o.device} ({o.profile}):** {note}" for o, note in notes if note]
     return "\n".join(lines) + "\n"
 
 

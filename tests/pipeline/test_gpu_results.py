@@ -114,3 +114,40 @@ def test_report_without_site_packages_runs_the_rest_and_says_so_once(tmp_path):
     assert len(skipped) == 1 and "vl-convert-python" in skipped[0]
     assert "Traceback" not in out and "report_site" not in out
     assert (tmp_path / "data" / "smoke").is_dir()  # the experiments ran and stored their values
+
+
+H200_GPU = REPO / "results" / "bundles" / "2026-11-27-h200-gpu"
+
+
+def test_the_gpu_profile_bundle_shows_its_verdicts_with_their_notes(tmp_path):
+    manifest = read_manifest(H200_GPU)
+    assert manifest["profile"] == "gpu" and manifest["provenance"]["device_label"] == "NVIDIA H200"
+    # Exported from a source copy with a SOURCE_COMMIT stamp: the recorded commit is the project's.
+    assert manifest["provenance"]["commit_origin"] == "SOURCE_COMMIT file"
+    assert manifest["provenance"]["git_commit"].startswith("ed50613")
+    notes = read_notes(H200_GPU)
+    assert set(notes["verdict_notes"]) == {"A", "D"} and set(notes["did_not_finish"]) >= {"B", "E"}
+    graph = defs.resolve_asset_graph()
+    data = tmp_path / "data"
+    with dg.DagsterInstance.ephemeral() as instance:
+        import_bundle(instance, H200_GPU, data, graph)
+        here = Report(instance, graph, data / "default", tmp_path / "docs", "default", "", "cpu", device_label="cpu")
+        here.other_devices = device_reports(instance, graph, data, tmp_path / "docs", "default", "")
+        (h200,) = here.other_devices
+        assert h200.page_suffix == "--nvidia-h200--gpu"
+        a, m = experiment("A"), experiment("M")
+        own = experiment_page(h200, a)
+        assert "Read this verdict with a note" in own and "false alarm" in own
+        assert "Note on NVIDIA H200 (gpu):" in experiment_page(here, a)
+        assert "Read this verdict with a note" not in experiment_page(h200, m)
+        page = devices_page([here, h200])
+        assert "to read with a note" in page and "**D**: A real difference" in page
+
+
+def test_every_committed_bundle_and_its_notes_read_cleanly():
+    bundles = sorted(p for p in (REPO / "results" / "bundles").iterdir() if (p / "bundle.json").is_file())
+    assert {b.name for b in bundles} >= {"2026-11-27-h200-seed", "2026-11-27-h200-gpu", "2026-11-27-h200-smoke"}
+    for bundle in bundles:
+        assert read_manifest(bundle)["provenance"]["device_label"], bundle
+        assert read_notes(bundle).get("title"), bundle
+        assert sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) < 4 << 20, bundle
