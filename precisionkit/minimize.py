@@ -13,7 +13,10 @@ a readable function. Candidates, tried greedily until none is accepted (or the b
 
 A candidate is accepted when ``predicate(candidate)`` holds; :func:`predicate_for` builds the
 usual one: the case reproduces with its backend AND a healthy control backend stays clean, so a
-smaller graph never trades the defect for a legitimate difference.
+smaller graph never trades the defect for a legitimate difference. It also keeps the failure the
+search started from (:class:`Signature`: the op producing the failing output, that output's dtype,
+and the class of the difference), so a program holding two defects does not slide from the one it
+was given to the other, smaller one.
 
 Every candidate keeps the case's device (:attr:`~precisionkit.repro.Case.device`) and Inductor
 options: a defect found on CUDA is minimized on CUDA, through the same Triton code path.
@@ -22,6 +25,7 @@ options: a defect found on CUDA is minimized on CUDA, through the same Triton co
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import re
 import time
@@ -305,8 +309,12 @@ def _numel(case: Case) -> int:
 
 def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int = 40) -> Minimized:
     """Greedy delta debugging over ops, then dims, then ops again, until no candidate is accepted
-    or ``max_checks`` candidates were tried. ``case`` itself is assumed to satisfy ``predicate``."""
+    or ``max_checks`` candidates were tried. ``case`` itself is assumed to satisfy ``predicate``;
+    a predicate with an ``anchor`` method (:func:`predicate_for`'s) is shown ``case`` first."""
     start = time.perf_counter()
+    anchor = getattr(predicate, "anchor", None)
+    if anchor is not None:
+        anchor(case)
     current, checks, steps = case, 0, []
     seen: set[tuple[str, tuple[Input, ...]]] = {(case.source, case.inputs)}
     progress = True
@@ -344,12 +352,178 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
     return Minimized(current, case, checks, time.perf_counter() - start, steps)
 
 
-def predicate_for(control: str | None) -> Callable[[Case], bool]:
-    """Reproduces with the case's backend, and (with ``control``) not with the healthy control."""
+# --- the failure a minimization keeps ------------------------------------------------------------
 
-    def pred(case: Case) -> bool:
-        if not reproduces(case)[0]:
+_OUTPUT = re.compile(r"^output (\d+): ")
+_VALUES = re.compile(r"at \([^)]*\): eager (?P<e>\S+), fused \([^)]*\) (?P<f>\S+), fp64 (?P<r>\S+)$")
+
+
+#: Ops whose result combines several elements (reductions, scans, contractions, normalizations,
+#: selections): a defect in one is a defect of that op, so a smaller program must keep it. Any other
+#: op producing the failing output (elementwise, movement) counts as one family: a defect that shows
+#: in every elementwise op (a wrong vector tail, say) may end in any of them.
+COMBINING_OPS = frozenset(
+    [
+        "argmin",
+        "argmax",
+        "min",
+        "max",
+        "amin",
+        "amax",
+        "aminmax",
+        "sum",
+        "nansum",
+        "mean",
+        "nanmean",
+        "prod",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+        "norm",
+        "logsumexp",
+        "softmax",
+        "log_softmax",
+        "cumsum",
+        "cumprod",
+        "cummax",
+        "cummin",
+        "logcumsumexp",
+        "matmul",
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "linear",
+        "einsum",
+        "layer_norm",
+        "group_norm",
+        "rms_norm",
+        "batch_norm",
+        "any",
+        "all",
+        "topk",
+        "sort",
+        "argsort",
+        "median",
+        "nanmedian",
+        "mode",
+        "kthvalue",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a failure is, as far as a smaller program must keep it: the op producing the failing
+    output (its name where it is in :data:`COMBINING_OPS`, else ``elementwise or movement``;
+    ``None`` where the graph cannot be traced), the dtypes of that output and of the op's first
+    tensor input, and the class of the difference (``integer``, ``value``, ``sign of zero``,
+    ``class finite -> nan``, ``shape or dtype``; ``other`` for rules whose message names no element)."""
+
+    op: str | None
+    dtypes: tuple[str, ...] | None
+    kind: str
+
+    def kept_by(self, other: Signature) -> bool:
+        """Whether ``other`` is the same failure (op and dtypes compared where both are known)."""
+        if self.kind != other.kind:
             return False
-        return control is None or not reproduces(case, control)[0]
+        known = self.op is not None and other.op is not None
+        return not known or (self.op, self.dtypes) == (other.op, other.dtypes)
 
-    return pred
+
+def _value_class(text: str) -> str:
+    if text in ("True", "False"):
+        return "integer"
+    try:
+        int(text)
+        return "integer"
+    except ValueError:
+        pass
+    try:
+        v = float(text)
+    except ValueError:
+        return "unknown"
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf"
+    return "zero" if v == 0 else "finite"
+
+
+def difference_kind(message: str) -> str:
+    """The class of the difference a check's message reports (see :class:`Signature`).
+
+    >>> difference_kind("output 0: 1 of 8 elements wrong; at (3,): eager 32, fused (inductor) 23, fp64 32")
+    'integer'
+    >>> difference_kind("output 1: 4 of 8 elements wrong; at (0,): eager -0.0, fused (inductor) 0.0, fp64 -0.0")
+    'sign of zero'
+    """
+    if "shape or dtype differs" in message:
+        return "shape or dtype"
+    m = _VALUES.search(message.strip())
+    if m is None:
+        return "other"
+    e, f = _value_class(m["e"]), _value_class(m["f"])
+    if f == "integer":
+        return "integer"
+    if e == f == "zero":
+        return "sign of zero" if m["e"].startswith("-") != m["f"].startswith("-") else "value"
+    return "value" if e == f else f"class {e} -> {f}"
+
+
+def _op_family(node: object) -> str | None:
+    if not isinstance(node, torch.fx.Node) or node.op not in ("call_method", "call_function", "placeholder"):
+        return None
+    name = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+    return name if node.op != "placeholder" and name in COMBINING_OPS else "elementwise or movement"
+
+
+def _dtype_names(node: object) -> tuple[str, ...] | None:
+    out = _meta(node)
+    if out is None or not isinstance(node, torch.fx.Node):
+        return None
+    first = next((m for m in map(_meta, node.args) if m is not None), None)
+    return tuple(str(m[1]).removeprefix("torch.") for m in (out, first) if m is not None)
+
+
+def signature(case: Case, message: str) -> Signature:
+    """The failure ``message`` (the case's check reported it) describes, in ``case``'s graph."""
+    m = _OUTPUT.match(message.strip())
+    k = int(m.group(1)) if m else 0
+    op: str | None = None
+    dtypes: tuple[str, ...] | None = None
+    with contextlib.suppress(Exception):  # an untraceable graph: the class of the difference alone
+        gm = trace(case)
+        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        node = outs[k] if k < len(outs) else None
+        op, dtypes = _op_family(node), _dtype_names(node)
+    return Signature(op, dtypes, difference_kind(message))
+
+
+class KeepsFailure:
+    """The usual predicate: the candidate reproduces with the case's backend, the same failure as
+    the case it started from (:meth:`anchor` records it), and (with ``control``) not with the
+    healthy control backend."""
+
+    def __init__(self, control: str | None) -> None:
+        self.control = control
+        self.kept: Signature | None = None
+
+    def anchor(self, case: Case) -> None:
+        hit, message = reproduces(case)
+        self.kept = signature(case, message) if hit else None
+
+    def __call__(self, case: Case) -> bool:
+        hit, message = reproduces(case)
+        if not hit or (self.kept is not None and not self.kept.kept_by(signature(case, message))):
+            return False
+        return self.control is None or not reproduces(case, self.control)[0]
+
+
+def predicate_for(control: str | None) -> KeepsFailure:
+    """Reproduces the same failure with the case's backend, and (with ``control``) not with the
+    healthy control (see :class:`KeepsFailure`)."""
+    return KeepsFailure(control)

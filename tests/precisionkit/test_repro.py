@@ -261,3 +261,41 @@ def test_generated_cpp_hash_ignores_the_cache_folder_path(tmp_path: Path) -> Non
     assert shas[0] == shas[1] and shas[0][0]
     assert shas[0][1].startswith('extern "C" void kernel()')
     assert generated_cpp(tmp_path / "empty") == ("", "")
+
+
+def _int_and_zero_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """Two defects at once: integer outputs one too large, and every +0 of a float output made -0."""
+
+    def run(*args: object) -> object:
+        out = gm(*args)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        fixed = [torch.where(o == 0, torch.full_like(o, -0.0), o) if o.is_floating_point() else o + 1 for o in outs]
+        return type(out)(fixed) if isinstance(out, (tuple, list)) else fixed[0]
+
+    return run
+
+
+TWO_DEFECTS = "def graph(x, y):\n    b = y * 0.0\n    a = torch.argmin(torch.exp(x) * 2.0, dim=-1)\n    return a, b\n"
+
+
+def test_minimize_keeps_the_failure_it_started_from() -> None:
+    from torch._dynamo import list_backends, register_backend
+
+    from precisionkit.minimize import difference_kind, signature
+
+    if "pk_test_int_and_zero" not in list_backends(exclude_tags=()):
+        register_backend(compiler_fn=_int_and_zero_backend, name="pk_test_int_and_zero")
+    inputs = (Input("x", (4, 8), "float32", 1), Input("y", (4, 8), "float32", 2))
+    c = case(source=TWO_DEFECTS, inputs=inputs, rule="diff", backend="pk_test_int_and_zero")
+    hit, message = reproduces(c)
+    assert hit and message.startswith("output 0:") and difference_kind(message) == "integer"
+    started = signature(c, message)
+    assert (started.op, started.dtypes, started.kind) == ("argmin", ("int64", "float32"), "integer")
+    # Any mismatch will do: the search slides to the other, smaller defect (the sign of a zero).
+    slid = minimize(c, lambda cand: reproduces(cand)[0])
+    assert "argmin" not in slid.case.source and difference_kind(reproduces(slid.case)[1]) == "sign of zero"
+    # The usual predicate keeps the integer defect it was given, and still cuts what it does not need.
+    kept = minimize(c, predicate_for("eager"))
+    assert "argmin" in kept.case.source and "y * 0.0" not in kept.case.source
+    assert kept.ops_after < kept.ops_before and kept.original == c
+    assert signature(kept.case, reproduces(kept.case)[1]).kept_by(started)
