@@ -180,10 +180,20 @@ def planted_case(bug: str, log: Log | None = None) -> tuple[Case | None, int]:
 
 
 def d_case(
-    subgraph: str, dtype: str, shape: tuple[int, ...], layout: str, backend: str = "inductor", device: str = "cpu"
+    subgraph: str,
+    dtype: str,
+    shape: tuple[int, ...],
+    layout: str,
+    backend: str = "inductor",
+    device: str = "cpu",
+    derived_seed: Callable[..., int] | None = None,
 ) -> Case:
     """A row of D's check table as a case on ``device`` (the run's): the subgraph traced to plain
-    code, ``x`` and ``y`` in the row's dtype, shape and layout, judged bit for bit against eager."""
+    code, judged bit for bit against eager, on the row's own inputs: ``x`` and ``y`` from the seeds
+    D derives for the row (``derived_seed``: the run's, by default that of a run with the default
+    base seed), salted with special values where D salts them (pure graphs: ``y`` then in the row's
+    dtype) and drawn as D draws them, so the file reproduces what the check table saw."""
+    from .experiments.data_movement.assets import input_key, input_seeds
     from .experiments.data_movement.movement import CATALOGUE, LAYOUTS
 
     if subgraph not in CATALOGUE:
@@ -196,9 +206,18 @@ def d_case(
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r}")
+    key = input_key(subgraph, dtype, tuple(shape), layout)
+    x_seed, y_seed = input_seeds(key, derived_seed or _default_derived_seed())
+    salted = key[3]
+    # D draws a salted y in the row's dtype and an unsalted one in fp64, cast to the type the graph reads
     y_dtype = str(graph.y_dtype(torch_dtype)).removeprefix("torch.")
-    lay = "transposed" if layout == "transposed_view" else "contiguous"
-    inputs = (Input("x", tuple(shape), dtype, 1, lay), Input("y", tuple(shape), y_dtype, 2, lay))
+    if salted and y_dtype != dtype:
+        raise ValueError(f"D subgraph {subgraph!r} salts y in {dtype} but reads it as {y_dtype}")
+    lay, values = "transposed" if layout == "transposed_view" else "contiguous", "specials" if salted else "normal"
+    inputs = (
+        Input("x", tuple(shape), dtype, x_seed, lay, values=values),
+        Input("y", tuple(shape), y_dtype, y_seed, lay, values=values),
+    )
     source = pk_minimize.graph_source(torch.fx.symbolic_trace(graph.fn))
     return Case(
         d_repro_id(subgraph, dtype, "x".join(map(str, shape)), layout),
@@ -210,6 +229,13 @@ def d_case(
         origin="D data-movement check table",
         device=device,
     )
+
+
+def _default_derived_seed() -> Callable[..., int]:
+    """The seed derivation of a run with the default base seed (settings' other fields play no part)."""
+    from .resources import ExperimentSettings
+
+    return ExperimentSettings(device="cpu", backend="inductor").derived_seed
 
 
 def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None, device: str = "cpu") -> Case:

@@ -51,6 +51,8 @@ from typing import Any
 
 import torch
 
+from . import specials
+
 RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
 #: how an input is laid out in memory: its own storage, its last two dims swapped, a size-1 row
 #: expanded (stride 0), a view at storage offset 7, every other element of a wider last dim, a 4-D
@@ -60,8 +62,11 @@ LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided", "channe
 #: replaced by 0, -0, +-inf, NaN, +-1, 0.5, a subnormal or half the largest finite value of the
 #: dtype), ``grid`` (randn * scale rounded to a multiple of 0.1 in fp64, then to the dtype: small
 #: integers and decimal fractions, whose quotients and roundings land on or next to integers),
-#: ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
-VALUES = ("normal", "edge", "grid", "int", "index", "bool")
+#: ``specials`` (normal with one element in 64, at least seven, set to +-0, +-inf, +-the smallest
+#: subnormal of the dtype or NaN, from the same generator: :func:`precisionkit.specials.salt_specials`,
+#: pasted into the file), ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)),
+#: ``bool``
+VALUES = ("normal", "edge", "grid", "specials", "int", "index", "bool")
 
 _BITS = (
     "def bits(t):\n"
@@ -189,8 +194,9 @@ def check(graph, args, backend):
 
 @dataclass(frozen=True)
 class Input:
-    """One seeded input: ``randn(shape) * scale`` drawn in fp64 from its own generator, cast to
-    ``dtype``; ``transposed`` stores it with its last two dims swapped (a non-contiguous view)."""
+    """One seeded input: ``randn(shape) * scale`` drawn in fp64 from its own generator (``values``
+    alters or replaces the draw, see :data:`VALUES`), cast to ``dtype``; ``transposed`` stores it
+    with its last two dims swapped (a non-contiguous view)."""
 
     name: str
     shape: tuple[int, ...]
@@ -214,7 +220,7 @@ class Input:
         dtype = getattr(torch, self.dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"input {self.name!r}: {self.dtype!r} is not a torch dtype")
-        if self.values in ("normal", "edge", "grid") and not dtype.is_floating_point:
+        if self.values in ("normal", "edge", "grid", "specials") and not dtype.is_floating_point:
             raise ValueError(f"input {self.name!r}: {self.values} values need a floating dtype, not {self.dtype}")
         if self.values == "bool" and dtype != torch.bool:
             raise ValueError(f"input {self.name!r}: bool values need dtype bool, not {self.dtype}")
@@ -292,8 +298,15 @@ def _on_device(src: str) -> str:
 
 
 def _inputs_src(inputs: Sequence[Input], device: str = "cpu") -> str:
+    """``SPECS`` and ``make``; the salting functions first where an input has ``specials`` values
+    (left out of the device rewrite: they allocate on their buffer's device)."""
+    salted = any(i.values == "specials" for i in inputs)
+    return (specials.SOURCE + "\n" if salted else "") + _make_src(inputs, device)
+
+
+def _make_src(inputs: Sequence[Input], device: str) -> str:
     if device != "cpu":
-        return _on_device(_inputs_src(inputs))
+        return _on_device(_make_src(inputs, "cpu"))
     specs = [(tuple(i.shape), f"torch.{i.dtype}", i.seed, i.layout, i.scale, i.values) for i in inputs]
     simple = all(i.layout == "contiguous" and i.scale == 1.0 and i.values == "normal" for i in inputs)
     if simple:
@@ -333,6 +346,8 @@ _MAKE_SRC = """def make():
                                      fi.smallest_normal / 4, fi.max / 2], dtype=torch.float64)
                 pick = torch.randint(0, 4 * len(edge), (n,), generator=g)
                 t = torch.where(pick < len(edge), edge[pick.clamp(max=len(edge) - 1)], t)
+            elif values == "specials":
+                salt_specials(t, dtype, g)
         t = t.to(dtype)[7:] if layout == "offset" else t.to(dtype)
         t = t.reshape(base)
         if layout == "transposed":

@@ -15,6 +15,8 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from precisionkit.specials import salt_specials
+
 LAYOUTS = ("contiguous", "transposed_view")
 
 
@@ -459,13 +461,6 @@ def get_graph(name: str) -> MovementGraph:
         raise ValueError(f"unknown movement subgraph {name!r}; expected one of {', '.join(CATALOGUE)}") from None
 
 
-def _special_values(dtype: torch.dtype) -> torch.Tensor:
-    """Values a copy must keep bit for bit: signed zeros, infinities, the smallest subnormal, NaN."""
-    info = torch.finfo(dtype)
-    tiny = info.smallest_normal * info.eps  # eps = 2**-mantissa_bits
-    return torch.tensor([0.0, -0.0, float("inf"), float("-inf"), tiny, -tiny, float("nan")], dtype=torch.float64)
-
-
 def make_input(
     shape: tuple[int, ...],
     dtype: torch.dtype,
@@ -482,7 +477,9 @@ def make_input(
     graph reads strided memory. ``specials`` sprinkles signed zeros, infinities, subnormals and
     NaN among the normal values: one element per 64 (at least one of each value), each at a
     ``randint`` position inside its own equal stretch of the buffer, so positions never collide
-    and no permutation of the whole buffer is needed.
+    and no permutation of the whole buffer is needed. The salting is
+    :func:`precisionkit.specials.salt_specials`, which D's reproducers paste into their files
+    (values ``specials`` of :class:`precisionkit.repro.Input`), so they draw these very bits.
     """
     if len(shape) != 3:
         raise ValueError(f"movement shapes are [batch, seq, hidden], got {shape}")
@@ -494,12 +491,6 @@ def make_input(
     drawn = (batch, hidden, seq) if layout == "transposed_view" else shape
     base = torch.randn(drawn, generator=gen, dtype=torch.float64, device=device)
     if specials:
-        values = _special_values(dtype).to(device)
-        flat = base.view(-1)
-        count = min(flat.numel(), max(len(values), flat.numel() // 64))
-        stretch = flat.numel() // count
-        where = torch.arange(count, device=device) * stretch
-        where += torch.randint(0, stretch, (count,), generator=gen, device=device)
-        flat[where] = values[torch.arange(count, device=device) % len(values)]
+        salt_specials(base.view(-1), dtype, gen)
     t = base.to(dtype)
     return t.transpose(1, 2) if layout == "transposed_view" else t

@@ -8,6 +8,7 @@ to its reproducer. A healthy run has nothing to reproduce, so the asset is then 
 """
 
 import time
+from collections.abc import Callable
 
 import dagster as dg
 import polars as pl
@@ -64,17 +65,20 @@ def cases_to_build(
     cap: int,
     d_cap: int = 3,
     device: str = "cpu",
+    derived_seed: Callable[..., int] | None = None,
 ) -> list[tuple[str, Case]]:
     """(source, case) for D's contradictions (one per subgraph and dtype, at most ``d_cap``), then
     the fuzzers' mismatches (at most ``cap`` each, one per feature set for the tester), the
-    fuzzers' cases on the ``device`` they ran on."""
+    fuzzers' cases on the ``device`` they ran on. D's cases draw the row's own inputs from the
+    run's ``derived_seed``."""
     out: list[tuple[str, Case]] = []
     d_rows = d_contradictions(data_movement_check_table).unique(
         ["subgraph", "dtype"], keep="first", maintain_order=True
     )
     for r in d_rows.head(d_cap).iter_rows(named=True):
         shape = tuple(int(d) for d in r["shape"].split("x"))
-        out.append(("D", repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend, device)))
+        case = repros.d_case(r["subgraph"], r["dtype"], shape, r["layout"], backend, device, derived_seed)
+        out.append(("D", case))
     for r in fuzz_outcomes.filter(pl.col("class") == "mismatch").head(cap).iter_rows(named=True):
         out.append(("fuzzer", repros.fuzz_case(int(r["seed"]), backend, r["dtype"], device)))
     mismatches = difftest_outcomes.filter(pl.col("class") == "mismatch").unique("features", maintain_order=True)
@@ -116,6 +120,7 @@ def reproducers(
         cap,
         d_cap,
         str(settings.torch_device()),
+        settings.derived_seed,
     )
     start = time.perf_counter()
     rows = []
