@@ -5,8 +5,10 @@
 Prints, per profile and experiment, what :mod:`pipeline.plan` estimates (its text describes the
 model): compiles and the workers compiling them at once, FLOPs, host and disk bytes, and minutes on
 an H100 and an H200, which term dominates each row, every assumption with its source, and each total
-against the profile's budget. A last line per profile is a what-if, not the code: the minutes if the
-experiments whose independent compiles still run one after another used the compile pool too.
+against the profile's budget. Then the calibration: per step timed on the H200 run of 2026-11-27, the
+measured seconds beside the model's estimate now and before that run recalibrated it. A last line per
+profile is a what-if, not the code: the minutes if the experiments whose independent compiles still run
+one after another used the compile pool too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pipeline import plan as model
 from pipeline.compile_pool import WORKERS_ENV
 from pipeline.plan import (
     GPUS,
-    MEASURED_S,
+    H200_MEASURED,
     _chain_elements,
     cost_a,
     cost_b,
@@ -32,6 +34,7 @@ from pipeline.plan import (
     cost_m,
     costs,
     pooled,
+    step_estimate,
     workers_text,
 )
 from pipeline.profiles import PROFILES
@@ -100,37 +103,42 @@ def serial_compiles_pooled(profile: str) -> tuple[list[str], float]:
 
 def assumptions() -> str:
     """What the estimate rests on, in three groups: datasheet peaks, assumed figures nobody measured for
-    this project, and figures taken from the one H200 run (2026-11-27)."""
+    this project, and figures taken from the H200 run of 2026-11-27."""
     gpus = "; ".join(
         f"{g.name} {g.tensor_flops / 1e12:.0f} TFLOP/s fp16/bf16 dense, {g.fp32_flops / 1e12:.0f} TFLOP/s fp32, "
         f"HBM {g.hbm_bytes_s / 1e12:.2f} TB/s"
         for g in GPUS
     )
     assumed = [
-        f"{model.ACHIEVED_FLOPS:.0%} of peak FLOP/s and {model.ACHIEVED_HBM:.0%} of peak HBM bandwidth achieved",
-        f"{model.MODEL_COMPILE_S:.0f} s per cold graph of a 12-layer model (E's and M's), never measured on a GPU",
+        f"{model.ACHIEVED_FLOPS:.0%} of peak FLOP/s (the H200's fp16 FFN call: model 4.5 ms, measured 4.6 ms) and "
+        f"{model.ACHIEVED_HBM:.0%} of peak HBM bandwidth achieved",
         f"{model.GPU_HOST_CORES} CPU cores on the GPU host, so {model.GPU_HOST_CORES} compile workers at most "
         "(pipeline.compile_pool.pool_size: one per core on an accelerator, capped by the tasks; "
         "FUSION_COMPILE_WORKERS overrides it); the lent H100/H200 machines have 16",
-        f"{model.WORKER_START_S:.1f} s to start a compile worker on the GPU host, as measured on the 2-core development "
-        "CPU (pipeline.compile_pool.Worker to ready, 2026-11-27)",
-        f"{model.FRESH_PROCESS_S:.0f} s per fresh interpreter, {model.REPRO_S / 60:.0f} min per reproducer",
         f"{model.LAUNCH_S * 1e6:.0f} us of host time per compiled-graph call; PCIe gen5 x16 at "
         f"{model.PCIE_BYTES_S / 1e9:.0f} GB/s; disk writes at {model.DISK_BYTES_S / 1e9:.0f} GB/s",
-        "per-experiment counts modelled in this script (kernel launches per eager call, passes over D's tensors, "
-        "C2's versions, M's parameter count, D's read-backs); compiles take as long on either GPU; a fuzzer graph "
-        "or tester program costs one small-subgraph compile",
-        f"C1-C3 take as long on an H100 as on the H200; input pools drawn and written at {model.POOL_BYTES_S / 1e6:.0f} "
-        "MB/s, within the 24 to 120 MB/s reported for the H200 run",
+        f"B's chain pools drawn at {model.POOL_BYTES_S / 1e6:.0f} MB/s (an earlier H200 run: 24 to 120 MB/s); "
+        "B, E and the regression matrix never ran on a GPU at these sizes: E's graphs cost what one of M's "
+        f"model x dtype did ({model.MODEL_COMPILE_S:.1f} s), the matrix {model.MATRIX_RUN_S:.0f} s per CPU run",
+        f"M locates the divergence of {model.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
+        "the outcome); C1-C3 and compiles take as long on an H100 as on the H200",
     ]
-    taken = ", ".join(f"{exp} {secs:.1f} s" for exp, secs in MEASURED_S.items())
-    from_log = (
-        f"{model.COMPILE_S:.1f} s per cold Triton graph of a small subgraph and {model.FIRST_COMPILE_S:.1f} s more for a "
-        "process's first (log-seed.txt: D's first combination at 10.2 s, the seventh at 32.4 s; the old host-side "
-        "draws included, so an upper bound; --compile-s changes it); the differential tester's first smoke "
-        f"program took {model.DIFFTEST_FIRST_PROGRAM_S:.0f} s (log-smoke.txt; one program, a mismatch, warm-up included: "
-        "not used, but if it is typical the Diagnostics rows are far larger)"
-    )
+    measured = [
+        f"{model.REPORT_START_S:.1f} s per report invocation before its first step, "
+        f"{model.FIRST_GPU_S:.1f} s for its process's first GPU work",
+        f"{model.COMPILE_S:.2f} s per warm small-subgraph compile, {model.D_TASK_S:.2f} s per D pool task, "
+        f"{model.WORKER_READY_S:.0f} s until a compile worker takes its first task",
+        f"tester {model.DIFFTEST_WARMUP_S:.1f} s warm-up + {model.DIFFTEST_PROGRAM_S:.2f} s per program, fuzzer "
+        f"{model.FUZZ_GRAPH_S:.2f} s per graph, {model.DIVERGENCE_PER_LAYER_S:.1f} s per-layer divergence, "
+        f"{model.REPRO_S:.0f} s per reproducer",
+        f"{model.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
+        f"{model.MODEL_WORKER_READY_S:.1f} s, {model.LOCATE_S:.1f} s per row located",
+        f"A: {model.A_SETUP_S:.1f} s setup + {model.A_COMPILE_S:.1f} s compile per dtype, "
+        f"{model.FRESH_PROCESS_S:.1f} s for the cold round's fresh process; A's FFN pool drawn at "
+        f"{model.FFN_POOL_BYTES_S / 1e6:.0f} MB/s",
+        f"B {model.B_GRAPH_S:.2f} s per graph (smoke); C1-C3 per step: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in model.C_STEP_S["gpu"].items()),
+    ]
     return "\n".join(
         [
             f"Peaks (NVIDIA H100 / H200 Tensor Core GPU datasheets, SXM): {gpus}.",
@@ -138,10 +146,51 @@ def assumptions() -> str:
             "Assumed, not measured:",
             *(f"* {a}" for a in assumed),
             "",
-            f"From the H200 run of 2026-11-27 at seed sizes (not recorded in its results bundle): {taken}.",
-            f"From that run's logs (../shared/gpu-runs/2026-11-27-h200/): {from_log}.",
+            "From the H200 run of 2026-11-27 (logs /work/gpurun-2026-11-27/call1 and call2; pipeline/plan.py "
+            "says which line gives each):",
+            *(f"* {m}" for m in measured),
         ]
     )
+
+
+#: What the model gave each measured step before the H200 run recalibrated it (commit ed50613, H200 row),
+#: None where it had no term for the step; C2 was one 54.0 s figure for both its steps.
+OLD_ESTIMATE_S = {
+    ("input_pool_ffn", "gpu"): 21.5,
+    ("determinism", "gpu"): 71.6,
+    ("data_movement_check_table", "gpu"): 64.2,
+    ("model_runs", "gpu"): 199.9,
+    ("c1_instruction_selection", "gpu"): 52.6,
+    ("c3_rsqrt_iterations", "gpu"): 5.9,
+    ("difftest_outcomes", "smoke"): 37.0,
+    ("fuzz_outcomes", "smoke"): 22.2,
+    ("accumulated_error_runs", "smoke"): 177.7,
+    ("data_movement_check_table", "smoke"): 42.0,
+    ("reproducers (one of D's)", "smoke"): 300.0,
+}
+
+
+def calibration() -> str:
+    """Per step timed on the H200 run, measured seconds beside the model's estimate now and before."""
+    h200 = GPUS[1]
+    lines = [
+        "### measured vs estimated: the H200 run of 2026-11-27",
+        "",
+        "| step | profile | log | measured s | estimate s | estimate / measured | old estimate s |",
+        "|" + "---|" * 7,
+    ]
+    for m in H200_MEASURED:
+        new, old = step_estimate(m, h200), OLD_ESTIMATE_S.get((m.step, m.profile))
+        lines.append(
+            f"| {m.step} | {m.profile} | {m.log} | {m.seconds:.1f} | {new:.1f} | {new / m.seconds:.2f} | "
+            f"{'-' if old is None else f'{old:.1f}'} |"
+        )
+    lines.append("")
+    lines.append(
+        "Cold steps (the first GPU step of their process) include the run's first GPU work "
+        f"({model.FIRST_GPU_S:.1f} s), which a whole run pays once in its start-up row."
+    )
+    return "\n".join(lines)
 
 
 def report(profiles: list[str]) -> None:
@@ -158,6 +207,7 @@ def report(profiles: list[str]) -> None:
             worst = max(totals.values())
             verdict = "within" if worst <= budget.seconds / 60 else f"{worst / (budget.seconds / 60):.1f}x over"
             against.append(f"{profile}: {budget.seconds / 60:.0f} min, estimate {verdict}")
+    print(calibration() + "\n")
     print("Totals: " + "; ".join(summary))
     if against:
         print("Against each profile's stated budget (pipeline/profiles.py): " + "; ".join(against))
@@ -174,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", default="gpu,seed", help="comma-separated profile names")
     parser.add_argument(
-        "--compile-s", type=float, default=model.COMPILE_S, help="seconds per cold Triton graph of a small subgraph"
+        "--compile-s",
+        type=float,
+        default=model.COMPILE_S,
+        help="seconds per warm small-subgraph compile in D's pool tasks",
     )
     parser.add_argument("--workers", type=int, default=None, help="compile workers (default: as the pool sizes them)")
     args = parser.parse_args(argv)

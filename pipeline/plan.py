@@ -1,22 +1,18 @@
 """What a run of a profile will cost on one H100 or H200, planned from each experiment's sizes before it starts.
 
-Per experiment: compiles (graphs Inductor compiles with Triton) and the processes compiling them at once
-(:mod:`pipeline.compile_pool`), FLOPs of the device work, bytes over PCIe (inputs up, read-backs down),
-bytes written to disk, and the estimated minutes on each GPU. Every figure comes from the experiment's
-sizes in its ``spec.py`` (D's plan from its own code) and the constants below; nothing is measured here.
-An estimate is the sum of five terms:
+Per experiment (S per pool, C2 per step): compiles and the processes compiling them at once
+(:mod:`pipeline.compile_pool`), FLOPs, bytes over PCIe, bytes written, and the estimated minutes on each
+GPU, as the sum of five terms: compile (warm compiles, per-task and worker start-up, on the pool where the
+code uses it: :func:`pool_seconds`), device (``FLOPs / (peak x achieved)`` or ``bytes / (HBM x
+achieved)``, whichever is larger, plus a launch cost per call), pcie, disk, and fixed (measured step
+seconds, fresh processes, reproducers). A run adds its start-up once (:func:`cost_start`).
 
-* compile: the compiles' wall time, one after another or on the compile pool (:func:`pool_seconds`);
-* device: ``FLOPs / (peak x achieved fraction)`` or ``bytes / (HBM bandwidth x achieved fraction)``,
-  whichever is larger, plus a launch cost per kernel call;
-* pcie: host bytes at the effective PCIe bandwidth;
-* disk: bytes written; S's input pools at the host's rate of drawing seeded inputs and writing them;
-* fixed: measured seconds (C1, C2 and C3 were timed on an H200 at seed sizes, the same in gpu), fresh
-  interpreters and reproducers.
-
-``benchmarks/gpu_budget.py`` prints the table per profile with the assumptions and their sources;
-:func:`plan_estimate` gives ``report`` its plan-time lines and refuses a run the data folder's disk
-cannot hold.
+The per-compile, per-program, per-process and per-step figures come from the H200 run of 2026-11-27
+(:data:`H200_MEASURED` holds its step times; the constants below say which log line gives each); the
+device terms rest on the datasheets where nothing was measured. Unmeasured on a GPU: B's chain pools at
+seed/gpu sizes, B at those sizes, E, and the regression matrix. ``benchmarks/gpu_budget.py`` prints the
+table and the measured-vs-estimated calibration; :func:`plan_estimate` gives ``report`` its plan line
+and refuses a run the data folder's disk cannot hold.
 """
 
 from __future__ import annotations
@@ -63,35 +59,76 @@ GPUS = (
 )
 
 #: Assumptions (not datasheet figures): what a run achieves of the peaks, and the host side.
-ACHIEVED_FLOPS = 0.5  # of peak, for the large matmuls of A's FFN and E's and M's models
-ACHIEVED_HBM = 0.7  # of peak bandwidth, for memory-bound kernels
+#: of peak FLOP/s: A's fp16 FFN call took (6.6 - 2.0) s / 999 = 4.6 ms on the H200 (call1), this gives 4.5 ms;
+#: its fp32 call took (8.2 - 3.8) s / 99 = 44 ms, this gives 66 ms (fp32 reaches about 75% of its peak)
+ACHIEVED_FLOPS = 0.5
+ACHIEVED_HBM = 0.7  # of peak bandwidth, for memory-bound kernels (never measured)
 PCIE_BYTES_S = 55e9  # PCIe gen5 x16: 64 GB/s per direction on paper, about 55 GB/s in practice
 LAUNCH_S = 20e-6  # host cost of one compiled-graph call (Python, guards, kernel launches)
 DISK_BYTES_S = 1e9  # writing computed tables and references to a local NVMe disk
-POOL_BYTES_S = 50e6  # host rate of drawing and writing input pools: the 2026-11-27 H200 run wrote its
-# pools (1.07 to 3.54 GB each) at 24 to 120 MB/s, CPU-bound fp64 sampling
-#: One cold Triton graph of a small subgraph, from the H200 run's log (log-seed.txt): D's combinations 2 to 7
-#: took 22.2 s (10.2 s elapsed at 1/117, 32.4 s at 7/117), each a distinct cold compile (dynamic=False) with
-#: the old host-side input draws included, so an upper bound. The first took 10.2 s: a process's first
-#: compile costs FIRST_COMPILE_S more. --compile-s changes it.
-COMPILE_S = (32.4 - 10.2) / 6
-FIRST_COMPILE_S = 10.2 - COMPILE_S
-MODEL_COMPILE_S = 90.0  # one cold graph of a 12-layer model (forward or backward): assumed, never measured
+
+# --- figures from the H200 run of 2026-11-27 (commit ed50613, torch 2.11.0+cu130, Triton 3.6.0, 16 CPU
+# threads, cold Inductor cache); logs /work/gpurun-2026-11-27/call1/log.txt and call2/log.txt ----------
+
+#: One ``report`` invocation's start, plan and staleness scan before its first step: the invocation's wall
+#: time minus its run's (call1: 113 - 90.4, 58 - 34.3, 145 - 123.9; call2: 47 - 29.6 s), their mean.
+REPORT_START_S = (22.6 + 23.7 + 21.1 + 17.4) / 4
+#: The first GPU work of the report's process (CUDA context, Inductor's first compile): D's first combination
+#: took 11.4 s in a cold process (call1) and 4.0 s in a warm one (call2's smoke D). Paid once per run.
+FIRST_GPU_S = 11.4 - 4.0
+#: A fuzzer graph and a tester program, each compiled and run warm: the fuzzer's graphs after the first,
+#: (3.5 - 0.4) / 5 s, the tester's after the first, (26.2 - 18.4) / 9 s (call2, smoke); the tester's first
+#: took 18.4 s, its warm-up the rest beyond one program. A warm small-subgraph compile: their mean.
+FUZZ_GRAPH_S = (3.5 - 0.4) / 5
+DIFFTEST_PROGRAM_S = (26.2 - 18.4) / 9
+DIFFTEST_WARMUP_S = 18.4 - DIFFTEST_PROGRAM_S
+COMPILE_S = (FUZZ_GRAPH_S + DIFFTEST_PROGRAM_S) / 2
+#: Per D pool task (one input draw on the device, then its compiles): the warm first combination's 4.0 s
+#: (call2) less one compile.
+D_TASK_S = 4.0 - COMPILE_S
+#: A compile worker from its start until it takes its first task on the GPU host: 14 s makes the pool model
+#: give 36.8 s for gpu D (measured 33.1 s, call1, cold process) and 21.7 s for smoke D (measured 24.4 s,
+#: call2), 11% off each way: the whole second with the smaller worst relative error of the two (13 s: 15%).
+WORKER_READY_S = 14.0
+#: divergence_per_layer at smoke sizes (call2), the only measurement; used for every profile.
+DIVERGENCE_PER_LAYER_S = 11.6
+#: One D reproducer: minimizing (26 s), then four bisection layers each in a fresh process (11-55 s),
+#: from 1m40s to 4m04s in call2's smoke Diagnostics run.
+REPRO_S = 244.0 - 100.0
+#: One model x dtype of M (a real model's compile and its batches): gpt2 bf16 14.1 s, resnet50 bf16 16.9 s,
+#: vit fp16 15.0 s (call1, gpu), their mean; E's graphs are taken to cost as much (E never ran on a GPU).
+MODEL_COMPILE_S = (14.1 + 16.9 + 15.0) / 3
+#: M's workers until their first task (they build the models too): the last of 4 architecture tasks of two
+#: dtypes each ended at 55.8 s (call1), so 55.8 - 2 x MODEL_COMPILE_S.
+MODEL_WORKER_READY_S = 55.8 - 2 * MODEL_COMPILE_S
+#: Locating the divergence of one model x dtype row: 65 s for two rows (call1, gpu). Which rows need it
+#: depends on the outcome; the run located 2 of its 8, taken as the share for every profile.
+LOCATE_S = 65.0 / 2
+LOCATED_SHARE = 2 / 8
+#: A's per-dtype setup (inputs cast and moved) before each dtype's first run: the gaps of 2.4 s and 2.8 s
+#: between fp16's end and bf16's start and bf16's end and fp32's start (call1), their mean. A's FFN compile
+#: with its first run: fp16 2.0 s, bf16 1.9 s, fp32 3.8 s (call1), their mean.
+A_SETUP_S = (2.4 + 2.8) / 2
+A_COMPILE_S = (2.0 + 1.9 + 3.8) / 3
+#: B's graphs (chain x dtype x fused, fused_emulate, prediction) with their small-set runs: 48 in 15.8 s
+#: (call2, smoke). B at gpu or seed sizes never ran on a GPU: its device term is the datasheet's.
+B_GRAPH_S = 15.8 / 48
+#: Drawing A's FFN input pool on the host: 1.07 GB drawn and written in 5.8 s (call1, gpu sizes), less the
+#: disk term's writing of it at DISK_BYTES_S.
+FFN_POOL_BYTES_S = 1.07e9 / (5.8 - 1.07e9 / DISK_BYTES_S)
+#: B's chain pools never ran at seed or gpu sizes since; an earlier H200 run (before ed50613) wrote its
+#: pools (1.07 to 3.54 GB each) at 24 to 120 MB/s, CPU-bound fp64 sampling: 50 MB/s assumed.
+POOL_BYTES_S = 50e6
 #: Compile workers on the GPU machine: pipeline.compile_pool.pool_size on a CUDA device gives one per CPU
-#: core, and the lent H100/H200 machines have 16 (the 2026-11-27 H200 run: 16 CPU threads).
+#: core, and the lent H100/H200 machines have 16 (the H200 run: 16 CPU threads).
 GPU_HOST_CORES = 16
-#: Start of one warm compile worker until it takes a task: 13.3 s measured on the 2-core development CPU
-#: (pipeline.compile_pool.Worker to ready, 2026-11-27, loaded); assumed the same on the GPU host, where it
-#: also creates its CUDA context. Its first compile then pays FIRST_COMPILE_S.
-WORKER_START_S = 13.3
-#: The one measurement of a differential-tester program on a GPU: the first smoke program took 67 s on the
-#: H200 (log-smoke.txt, a mismatch, process warm-up included). Shown beside the estimate, not used in it.
-DIFFTEST_FIRST_PROGRAM_S = 67.0
-FRESH_PROCESS_S = 15.0  # start of a fresh interpreter (A's cold round), before its compiles
-REPRO_S = 300.0  # one reproducer: minimization and bisection, each step a fresh interpreter compiling cold
-#: C1, C2 and C3 at their seed sizes on the H200 (2026-11-27), seconds; gpu uses the same sizes. Not
-#: recorded in results/bundles/2026-11-27-h200-seed; the H100 is assumed to take as long.
-MEASURED_S = {"C1": 52.6, "C2": 54.0, "C3": 5.9}
+#: C1, C2 and C3 per step, measured (seconds; call2): at gpu sizes (the seed's sizes too) and smoke. Smoke
+#: ran no c2_long_reductions: its gpu figure stands in. The H100 is assumed to take as long.
+C_STEP_S = {
+    "gpu": {"C1": 6.1, "C2 long reductions": 5.5, "C2 reduction order": 9.6, "C3": 6.4},
+    "smoke": {"C1": 5.2, "C2 long reductions": 5.5, "C2 reduction order": 3.5, "C3": 3.4},
+}
+C_STEP_S["seed"] = C_STEP_S["default"] = C_STEP_S["gpu"]  # default: never measured, gpu's figures
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 A_DTYPES = ("float16", "bfloat16", "float32")
@@ -99,7 +136,7 @@ A_DTYPES = ("float16", "bfloat16", "float32")
 
 @dataclass
 class Cost:
-    """One experiment's estimate: counts from the sizes, and fixed seconds (measured or per step)."""
+    """One experiment's (or step's) estimate: counts from the sizes, and fixed seconds (measured or per step)."""
 
     experiment: str
     compiles: int = 0
@@ -115,6 +152,9 @@ class Cost:
     workers: int = 1  # processes compiling at once (the compile pool's; 1: compiles one after another)
     #: per GPU name, (workers, compile seconds) where the pool's size depends on the GPU's memory
     pool: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: the assets this row materializes where it is a part of its experiment (S's pools, C2's two steps);
+    #: empty: all of the experiment's (its id is the name's first word)
+    assets: frozenset[str] = frozenset()
 
     def terms(self, gpu: Gpu) -> dict[str, float]:
         device = max(
@@ -125,29 +165,31 @@ class Cost:
             "compile": self.pool[gpu.name][1] if gpu.name in self.pool else self.compile_s,
             "device": device + self.calls * LAUNCH_S,
             "pcie": self.host_bytes / PCIE_BYTES_S,
-            "disk": 0.0 if self.experiment == "S pools" else self.disk_bytes / DISK_BYTES_S,
+            "disk": self.disk_bytes / DISK_BYTES_S,
             "fixed": self.fixed_s,
         }
 
+    def seconds(self, gpu: Gpu) -> float:
+        return sum(self.terms(gpu).values())
+
     def minutes(self, gpu: Gpu) -> float:
-        return sum(self.terms(gpu).values()) / 60
+        return self.seconds(gpu) / 60
 
 
 # --- the compile pool ---------------------------------------------------------------------------------
 
 
 def pool_workers(tasks: int, task_bytes: int | None = None, gpu: Gpu | None = None) -> int:
-    """Processes :func:`pipeline.compile_pool.pool_size` gives ``tasks`` tasks on a CUDA device of the GPU
-    host, each holding ``task_bytes`` of ``gpu``'s memory (all of it free at the start)."""
+    """:func:`pipeline.compile_pool.pool_size` of ``tasks`` on the GPU host, each ``task_bytes`` of ``gpu``."""
     memory = None if gpu is None else int(gpu.memory_bytes)
     return pool_size(torch.device("cuda"), tasks, cores=GPU_HOST_CORES, task_bytes=task_bytes, device_bytes=memory)
 
 
-def pool_seconds(task_seconds: list[float], workers: int) -> float:
-    """Wall seconds of compile tasks on the pool, as :func:`pipeline.compile_pool.run_tasks` shares them:
-    this process takes tasks from the start, each worker once started and warmed up (WORKER_START_S +
-    FIRST_COMPILE_S); whoever is free takes the next task in order. The last task's end."""
-    free = [0.0] + [WORKER_START_S + FIRST_COMPILE_S] * (workers - 1)
+def pool_seconds(task_seconds: list[float], workers: int, ready: float | None = None) -> float:
+    """Wall seconds of tasks on the pool, as :func:`pipeline.compile_pool.run_tasks` shares them: this
+    process takes tasks from the start, each worker once ready (``ready`` seconds after the pool starts,
+    WORKER_READY_S by default); whoever is free takes the next task in order. The last task's end."""
+    free = [0.0] + [WORKER_READY_S if ready is None else ready] * (workers - 1)
     heapq.heapify(free)
     end = 0.0
     for seconds in task_seconds:
@@ -157,12 +199,12 @@ def pool_seconds(task_seconds: list[float], workers: int) -> float:
     return end
 
 
-def pooled(c: Cost, task_seconds: list[float], task_bytes: int | None = None) -> Cost:
+def pooled(c: Cost, task_seconds: list[float], task_bytes: int | None = None, ready: float | None = None) -> Cost:
     """``c`` with its compiles run as ``task_seconds`` on the pool sized for them (on each GPU, where
     ``task_bytes`` of device memory per task caps the pool)."""
     for gpu in GPUS:
         workers = pool_workers(len(task_seconds), task_bytes, gpu if task_bytes is not None else None)
-        c.pool[gpu.name] = (workers, pool_seconds(task_seconds, workers))
+        c.pool[gpu.name] = (workers, pool_seconds(task_seconds, workers, ready))
     c.workers, c.compile_s = c.pool[GPUS[-1].name]
     return c
 
@@ -189,37 +231,49 @@ def _chain_elements(profile: str) -> dict[str, tuple[int, int, int]]:
     return elements
 
 
-def _pool_bytes(profile: str) -> tuple[float, float, dict[str, float]]:
-    """Bytes S writes: A's FFN pool (fp64, one set), the inputs B's chains are drawn into (every set in
-    each of B's dtypes) and, per chain, those inputs plus the fp64 reference per distribution and dtype."""
+def _pool_bytes(profile: str) -> tuple[float, dict[str, tuple[float, float]]]:
+    """Bytes S writes: A's FFN pool (fp64, one set) and, per chain of B, (its inputs: every set in each
+    of B's dtypes, its fp64 references per distribution and dtype)."""
     n = POOL_SIZES[profile].chain_sets
     in_bytes = sum(DTYPE_BYTES[d] for d in DTYPES_B)
-    elements = _chain_elements(profile)
-    chains = {c: float(n * dists * (i * in_bytes + o * len(DTYPES_B) * 8)) for c, (i, o, dists) in elements.items()}
-    inputs = float(sum(n * dists * i * in_bytes for i, _, dists in elements.values()))
+    chains = {
+        c: (float(n * dists * i * in_bytes), float(n * dists * o * len(DTYPES_B) * 8))
+        for c, (i, o, dists) in _chain_elements(profile).items()
+    }
     ffn_shapes = WORKLOADS["ffn"].shapes(POOL_SIZES[profile])
-    ffn = float(sum(math.prod(shape) for shape in ffn_shapes.values()) * 8)  # 1.07 GB at seed sizes
-    return ffn, inputs, chains
+    ffn = float(sum(math.prod(shape) for shape in ffn_shapes.values()) * 8)  # 1.07 GB at seed and gpu sizes
+    return ffn, chains
 
 
-def cost_s(profile: str) -> Cost:
-    ffn, chain_inputs, chains = _pool_bytes(profile)
-    inputs = ffn + chain_inputs  # drawn on the host
-    written = ffn + sum(chains.values())
-    return Cost(
-        "S pools",
-        disk_bytes=written,
-        fixed_s=inputs / POOL_BYTES_S + (written - inputs) / DISK_BYTES_S,
-        note="inputs drawn on the host; fp64 references computed on the device and written",
-    )
+def cost_s(profile: str) -> list[Cost]:
+    """S's pools, one row per asset group: A's FFN pool, and per chain its inputs and fp64 references; the
+    inputs drawn on the host (fixed), everything written (the disk term)."""
+    ffn, chains = _pool_bytes(profile)
+    parts = {"ffn": (ffn, ffn / FFN_POOL_BYTES_S, frozenset({"input_pool_ffn"}))} | {
+        c: (i + r, i / POOL_BYTES_S, frozenset({f"input_pool_{c}", f"fp64_reference_{c}"}))
+        for c, (i, r) in chains.items()
+    }
+    notes = {"ffn": "drawn at the rate measured on the H200"} | dict.fromkeys(chains, "drawing rate assumed")
+    return [
+        Cost(f"S pool {name}", disk_bytes=nbytes, fixed_s=secs, assets=assets, note=notes[name])
+        for name, (nbytes, secs, assets) in parts.items()
+    ]
 
 
-def cost_a(profile: str) -> Cost:
+def _a_round_s(profile: str, gpu: Gpu) -> float:
+    """Seconds of one of A's rounds on ``gpu`` apart from a fresh process's start: per dtype its setup,
+    its compile with the first run, and its runs (the device term of :func:`cost_a`'s one round)."""
+    one = cost_a(profile, rounds=1)
+    return len(A_DTYPES) * (A_SETUP_S + A_COMPILE_S) + one.terms(gpu)["device"]
+
+
+def cost_a(profile: str, rounds: int | None = None) -> Cost:
     sizes, pool = A_SIZES[profile], POOL_SIZES[profile]
     batch, seq, hidden = pool.ffn_shape
     tokens, wide = batch * seq, 4 * hidden
-    rounds = 2 if sizes.cold_start else 1  # round 1 and the cold round; the thread round runs on CPUs only
-    c = Cost("A determinism", note="per run: compare with the first output on the device, 1 byte read back")
+    # round 1 and the cold round; the thread round runs on CPUs only
+    rounds = (2 if sizes.cold_start else 1) if rounds is None else rounds
+    c = Cost("A determinism", note="per dtype: setup, compile, runs; the cold round in a fresh process")
     for dtype in A_DTYPES:
         runs = sizes.runs_for(dtype)
         flops = 2 * tokens * hidden * wide * runs * rounds
@@ -234,14 +288,15 @@ def cost_a(profile: str) -> Cost:
         inputs = (tokens * hidden + hidden * wide + wide) * DTYPE_BYTES[dtype]
         c.host_bytes += rounds * (inputs + 2 * out + runs)  # inputs up; first output hashed and kept
         c.compiles += rounds
-        c.compile_s += rounds * COMPILE_S
+        c.compile_s += rounds * (A_SETUP_S + A_COMPILE_S)
         c.disk_bytes += (rounds - 1) * (inputs + out)  # the cold round's inputs and kept output
-    c.fixed_s += (rounds - 1) * FRESH_PROCESS_S
+    c.fixed_s += (rounds - 1) * FRESH_PROCESS_S if rounds > 1 else 0.0  # not yet defined while it is derived
     return c
 
 
 def cost_b(profile: str) -> Cost:
-    _, _, chains = _pool_bytes(profile)
+    _, chains = _pool_bytes(profile)
+    pools = sum(i + r for i, r in chains.values())
     n_sets, dtypes = POOL_SIZES[profile].chain_sets, len(DTYPES_B)
     paths = 4  # eager (several ops), fused, fused_emulate, the fp32 single-rounding prediction
     dists = sum(d for _, _, d in _chain_elements(profile).values())
@@ -250,16 +305,25 @@ def cost_b(profile: str) -> Cost:
     return Cost(
         "B accumulated error",
         compiles=graphs,
-        compile_s=graphs * COMPILE_S,
-        device_bytes=sum(chains.values()) * paths,
+        compile_s=graphs * B_GRAPH_S,
+        device_bytes=pools * paths,
         calls=calls,
-        host_bytes=sum(chains.values()),  # every pool to the device once, per-set errors back (small)
-        note="one call per input set and path",
+        host_bytes=pools,  # every pool to the device once, per-set errors back (small)
+        note="one call per input set and path; measured at smoke only",
     )
 
 
-def cost_measured(exp: str) -> Cost:
-    return Cost(exp, fixed_s=MEASURED_S[exp], note="timed on the H200 at seed sizes (2026-11-27)")
+#: C2's assets other than its long reductions: the reduction-order step's (the Diagnostics need these only).
+C2_ORDER_ASSETS = frozenset({"c2_version_outputs", "c2_versions", "c2_ulp_matrix", "c2_row_bounds", "c2_error_vs_fp64"})
+
+
+def cost_c(profile: str) -> list[Cost]:
+    """C1, C2's two steps and C3: their measured seconds (:data:`C_STEP_S`), not modelled."""
+    parts = {"C2 long reductions": frozenset({"c2_long_reductions"}), "C2 reduction order": C2_ORDER_ASSETS}
+    return [
+        Cost(name, fixed_s=secs, assets=parts.get(name, frozenset()), note="measured on the H200 (2026-11-27)")
+        for name, secs in C_STEP_S[profile].items()
+    ]
 
 
 #: Device reads back per D combination: the comparison's counts and maxima (about a dozen 8-byte scalars).
@@ -283,7 +347,7 @@ def cost_d(profile: str) -> Cost:
         host_bytes=len(combos) * D_READBACK_BYTES,
     )
     task_bytes = TASK_BYTES_PER_ELEMENT * max(elems.values())
-    pooled(c, [n * COMPILE_S for n in per_key.values()], task_bytes)
+    pooled(c, [D_TASK_S + n * COMPILE_S for n in per_key.values()], task_bytes)
     c.note = (
         f"{len(per_key)} input draws on the device, one pool task each, on {workers_text(c)} workers "
         f"(each task up to {task_bytes / 1e9:.1f} GB of device memory)"
@@ -305,39 +369,52 @@ def cost_e(profile: str) -> Cost:
         flops=runs * s.steps * per_step + evals,
         calls=runs * s.steps * 3 * s.layers * 10,  # eager runs launch per op
         host_bytes=runs * s.steps * 64,  # the loss and grad norm per step
-        note=f"{runs} runs x {s.steps} steps, {s.layers} layers x {s.width} wide, context {s.context}",
+        note=f"{runs} runs x {s.steps} steps, {s.layers} layers x {s.width} wide, context {s.context}; unmeasured",
     )
 
 
 def cost_m(profile: str) -> Cost:
-    """M: one pool task per architecture (built once, compiled per dtype)."""
+    """M: one pool task per architecture (built once, compiled and run per dtype), then the divergence
+    located for the share of rows where fused is worse."""
     s = M_SIZES[profile]
     graphs = len(s.architectures) * len(s.dtypes)
     per_sample = 2 * 100e6 * (s.seq_len if s.scale == "real" else 1)  # ~100M-parameter models
+    located = math.ceil(graphs * LOCATED_SHARE)
     c = Cost(
         "M models",
         compiles=graphs,
         flops=graphs * s.batches * s.batch_size * per_sample * 2,  # eager and fused
         calls=graphs * s.batches * 200,
+        fixed_s=located * LOCATE_S,
     )
-    pooled(c, [len(s.dtypes) * MODEL_COMPILE_S] * len(s.architectures))
+    pooled(c, [len(s.dtypes) * MODEL_COMPILE_S] * len(s.architectures), ready=MODEL_WORKER_READY_S)
     c.note = (
         f"{len(s.architectures)} architectures x {len(s.dtypes)} dtypes ({s.scale}), one pool task per "
-        f"architecture, on {c.workers} workers"
+        f"architecture, on {c.workers} workers; {located} rows located"
     )
     return c
 
 
-def cost_diagnostics(profile: str) -> Cost:
+def diagnostics_steps(profile: str) -> dict[str, float]:
+    """Seconds of each Diagnostics step: the tester's warm-up and programs, the fuzzer's graphs, the
+    per-layer divergence and the reproducers at their cap (D's, the fuzzer's and the tester's)."""
     s = DIAG_SIZES[profile]
-    programs = s.fuzz_graphs + s.difftest_programs
-    repros = s.d_repro_cap + 2 * s.repro_cap  # at most: D's, the fuzzer's and the tester's
+    return {
+        "difftest_outcomes": DIFFTEST_WARMUP_S + s.difftest_programs * DIFFTEST_PROGRAM_S,
+        "fuzz_outcomes": s.fuzz_graphs * FUZZ_GRAPH_S,
+        "divergence_per_layer": DIVERGENCE_PER_LAYER_S,
+        "reproducers": (s.d_repro_cap + 2 * s.repro_cap) * REPRO_S,
+    }
+
+
+def cost_diagnostics(profile: str) -> Cost:
+    s, steps = DIAG_SIZES[profile], diagnostics_steps(profile)
+    programs, repros = s.fuzz_graphs + s.difftest_programs, s.d_repro_cap + 2 * s.repro_cap
     return Cost(
         "Diagnostics",
         compiles=programs,
-        compile_s=programs * COMPILE_S,
-        calls=programs * 4,
-        fixed_s=repros * REPRO_S,
+        compile_s=steps["difftest_outcomes"] + steps["fuzz_outcomes"],
+        fixed_s=steps["divergence_per_layer"] + steps["reproducers"],
         note=f"{s.fuzz_graphs} fuzzer graphs, {s.difftest_programs} tester programs, up to {repros} reproducers",
     )
 
@@ -351,29 +428,68 @@ def cost_matrix(profile: str) -> Cost:
     s = MATRIX_SIZES[profile]
     bugs = len(s.planted_bugs or PLANTED_BACKENDS)  # none named: every planted bug
     runs = bugs + s.healthy_seeds
-    smoke_pool = sum(_pool_bytes("smoke")[2].values())
+    smoke_pool = sum(i + r for i, r in _pool_bytes("smoke")[1].values())
     return Cost(
         "Regression matrix",
         disk_bytes=runs * smoke_pool,
         fixed_s=runs * MATRIX_RUN_S,
-        note=f"{runs} smoke runs of B, C2 and D on the CPU, about {MATRIX_RUN_S:g} s each (no GPU work)",
+        note=f"{runs} smoke runs of B, C2 and D on the CPU, about {MATRIX_RUN_S:g} s each (no GPU work); unmeasured",
     )
 
 
+#: The row every run has, whatever it selects: the report's start and its process's first GPU work.
+START_UP = "start-up"
+
+
 def costs(profile: str) -> list[Cost]:
-    return [
-        cost_s(profile),
-        cost_a(profile),
-        cost_b(profile),
-        cost_measured("C1"),
-        cost_measured("C2"),
-        cost_measured("C3"),
-        cost_d(profile),
-        cost_e(profile),
-        cost_m(profile),
-        cost_diagnostics(profile),
-        cost_matrix(profile),
-    ]
+    start = Cost(START_UP, fixed_s=REPORT_START_S + FIRST_GPU_S, note="report's start, plan, first GPU work")
+    rest = (cost_d, cost_e, cost_m, cost_diagnostics, cost_matrix)
+    return [start, *cost_s(profile), cost_a(profile), cost_b(profile), *cost_c(profile), *(f(profile) for f in rest)]
+
+
+#: A's fresh process of the cold round: its 49.4 s (call1, one round of three dtypes) less what the model
+#: gives that round's setups, compiles and runs at gpu sizes on the H200.
+FRESH_PROCESS_S = 49.4 - _a_round_s("gpu", GPUS[1])
+
+
+# --- the calibration: step times of the H200 run of 2026-11-27 beside the model's ----------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    step: str  # the report's step name, as its "done <step> in Xs" line gives it
+    row: str  # the row of :func:`costs` that models it, or the key of :func:`diagnostics_steps`
+    profile: str
+    seconds: float
+    cold: bool  # the first GPU step of its process: the model adds FIRST_GPU_S (once per run) to compare
+    log: str  # which log under /work/gpurun-2026-11-27/ and which invocation
+
+
+_A, _D, _M, _C, _DIAG = "call1 --only A", "call1 --only D", "call1 --only M", "call2 --only C1,C2,C3", "call2 smoke"
+H200_MEASURED = (
+    Measured("input_pool_ffn", "S pool ffn", "gpu", 5.8, False, _A),
+    Measured("determinism", "A determinism", "gpu", 84.0, True, _A),
+    Measured("data_movement_check_table", "D data movement", "gpu", 33.1, True, _D),
+    Measured("model_runs", "M models", "gpu", 123.0, True, _M),
+    Measured("c1_instruction_selection", "C1", "gpu", 6.1, False, _C),
+    Measured("c2_long_reductions", "C2 long reductions", "gpu", 5.5, False, _C),
+    Measured("c2_reduction_order", "C2 reduction order", "gpu", 9.6, False, _C),
+    Measured("c3_rsqrt_iterations", "C3", "gpu", 6.4, False, _C),
+    Measured("difftest_outcomes", "difftest_outcomes", "smoke", 29.3, False, _DIAG),
+    Measured("fuzz_outcomes", "fuzz_outcomes", "smoke", 3.5, False, _DIAG),
+    Measured("divergence_per_layer", "divergence_per_layer", "smoke", 11.6, False, _DIAG),
+    Measured("accumulated_error_runs", "B accumulated error", "smoke", 15.8, False, _DIAG),
+    Measured("data_movement_check_table", "D data movement", "smoke", 24.4, False, _DIAG),
+    Measured("reproducers (one of D's)", "one reproducer", "smoke", 144.0, False, _DIAG + " 1m40s-4m04s"),
+)
+
+
+def step_estimate(m: Measured, gpu: Gpu) -> float:
+    """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
+    steps = {**diagnostics_steps(m.profile), "one reproducer": REPRO_S}
+    rows = {c.experiment: c for c in costs(m.profile)}
+    secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
+    return secs + (FIRST_GPU_S if m.cold else 0.0)
 
 
 # --- the plan-time estimate of a run -----------------------------------------------------------------
@@ -407,15 +523,33 @@ class PlanEstimate:
     gpu: str | None
 
 
-#: Experiments that read S's input pools: selecting one of them (``report --only A``) stores the pools too.
-POOL_READERS = frozenset({"A", "B"})
+def selected_assets(experiments: Collection[str]) -> frozenset[str]:
+    """The assets a ``report --only`` run of ``experiments`` materializes: theirs and what they need
+    upstream, by the CLI's own selection (:func:`pipeline.cli.staleness.selection_for`)."""
+    from .cli.staleness import selection_for
+    from .definitions import defs
+
+    chosen, _ = selection_for(defs, list(experiments))
+    return frozenset(k.to_user_string() for k in chosen)
+
+
+def selected_costs(profile: str, experiments: Collection[str] | None = None) -> list[Cost]:
+    """The rows of :func:`costs` a run computes: all, or (``experiments`` given) the start-up and the rows
+    whose assets the selection materializes (``--only A`` stores A's FFN pool, not B's chain pools)."""
+    rows = costs(profile)
+    if experiments is None:
+        return rows
+    from .experiments import experiment
+
+    chosen, ids = selected_assets(experiments), {c.experiment.split()[0] for c in rows if not c.assets} - {START_UP}
+    owned = {e: frozenset(k.to_user_string() for a in experiment(e).assets() for k in a.keys) for e in ids}
+    return [c for c in rows if c.experiment == START_UP or (c.assets or owned[c.experiment.split()[0]]) & chosen]
 
 
 def plan_estimate(profile: str, device: torch.device, experiments: Collection[str] | None = None) -> PlanEstimate:
     """The estimate of a ``profile`` run on ``device``: every experiment, or those in ``experiments``
-    (ids such as ``B`` or ``Diagnostics``; S's pools come with A and B, which read them)."""
-    chosen = None if experiments is None else set(experiments) | ({"S"} if POOL_READERS & set(experiments) else set())
-    rows = [c for c in costs(profile) if chosen is None or c.experiment.split()[0] in chosen]
+    (ids such as ``B`` or ``Diagnostics``) with what they need upstream."""
+    rows = selected_costs(profile, experiments)
     gpu = gpu_of(device)
     return PlanEstimate(
         profile,
@@ -448,7 +582,7 @@ def announce(
     else None."""
     est = plan_estimate(profile, device, experiments)
     if est.minutes is not None:
-        when = f"about {est.minutes:.0f} min on this {est.gpu} (from its datasheet peaks; benchmarks/gpu_budget.py)"
+        when = f"about {est.minutes:.0f} min on this {est.gpu} (datasheet peaks and the H200 run of 2026-11-27; benchmarks/gpu_budget.py)"
     else:
         when = f"no peak figures for {device}, so no minutes (the {profile} profile's budget applies)"
     out(

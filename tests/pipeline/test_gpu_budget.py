@@ -32,11 +32,21 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     assert "| compiles | workers |" in out and "H100 min | H200 min" in out and "datasheets" in out
     # assumed figures are listed as such, apart from the peaks and the figures taken from the H200 run
     assumed = out.split("Assumed, not measured:")[1].split("From the H200 run")[0]
-    assert "s per cold graph of a 12-layer model" in assumed and "us of host time" in assumed and "GB/s" in assumed
-    assert "16 compile workers at most" in assumed and "13.3 s to start a compile worker" in assumed
-    # the small-subgraph compile comes from the H200 run's log: (32.4 - 10.2) / 6 seconds
-    logs = out.split("From that run's logs")[1]
-    assert "3.7 s per cold Triton graph of a small subgraph and 6.5 s more for a process's first" in logs
+    assert "us of host time" in assumed and "GB/s" in assumed and "16 compile workers at most" in assumed
+    assert (
+        "B, E and the regression matrix never ran on a GPU" in assumed and "B's chain pools drawn at 50 MB/s" in assumed
+    )
+    # the per-compile, per-program and per-process figures come from the H200 run's logs
+    logs = out.split("From the H200 run of 2026-11-27")[1]
+    assert "21.2 s per report invocation before its first step, 7.4 s for its process's first GPU work" in logs
+    assert (
+        "tester 17.5 s warm-up + 0.87 s per program, fuzzer 0.62 s per graph" in logs and "144 s per reproducer" in logs
+    )
+    # the calibration table: every step the H200 run timed, measured beside the new and old estimates
+    calib = out.split("### measured vs estimated: the H200 run of 2026-11-27")[1].split("Totals:")[0]
+    assert "| determinism | gpu | call1 --only A | 84.0 | 91.2 | 1.09 | 71.6 |" in calib
+    assert "| accumulated_error_runs | smoke | call2 smoke | 15.8 | 15.9 | 1.00 | 177.7 |" in calib
+    assert calib.count("| gpu |") == 8 and calib.count("| smoke |") == 6
     assert re.search(r"What-if, not the code: gpu at [0-9.]+ min on an H200 if the compiles of .*Diagnostics", out)
     assert re.search(r"Against each profile's stated budget .*gpu: 10 min, estimate ", out)
     for exp in ("A determinism", "B accumulated error", "D data movement", "E training", "M models", "Diagnostics"):
@@ -45,6 +55,11 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     assert totals is not None
     gpu_h100, gpu_h200, seed_h200 = (float(x) for x in totals.groups())
     assert 0 < gpu_h200 <= gpu_h100 and gpu_h200 < seed_h200  # the gpu profile is the smaller one
+    # the gpu profile's H200 total is the model's sum over its rows, the start-up included
+    from pipeline import plan
+
+    assert gpu_h200 == round(sum(c.minutes(plan.GPUS[1]) for c in plan.costs("gpu")), 1)
+    assert "| start-up | 0 | 1 |" in out
 
 
 def test_costs_follow_the_sizes(monkeypatch):
@@ -59,14 +74,16 @@ def test_costs_follow_the_sizes(monkeypatch):
     d = budget.cost_d("gpu")
     assert d.compiles == 117 == budget.cost_d("seed").compiles
     assert (d.pool["H100"][0], d.pool["H200"][0], d.workers) == (7, 13, 13)
-    # On the H200 this process takes the first task at once, the 12 workers theirs once warm; the tasks
-    # after the first 13 six-compile ones end by the second round of six compiles of a warm worker.
-    warm = plan.WORKER_START_S + plan.FIRST_COMPILE_S
-    assert d.compile_s == pytest.approx(warm + 2 * 6 * plan.COMPILE_S) == d.pool["H200"][1]
+    # On the H200 this process takes two tasks before the 12 workers are ready, they take the next 12 and
+    # end the last tasks in their second round: a task is its draw and six compiles.
+    task = plan.D_TASK_S + 6 * plan.COMPILE_S
+    assert 2 * task > plan.WORKER_READY_S > task
+    assert d.compile_s == pytest.approx(plan.WORKER_READY_S + 2 * task) == d.pool["H200"][1]
     assert d.pool["H100"][1] > d.compile_s
     # M: one task per architecture (both dtypes), 4 at gpu: three go to workers
     m = budget.cost_m("gpu")
-    assert (m.compiles, m.workers) == (8, 4) and m.compile_s == pytest.approx(warm + 2 * plan.MODEL_COMPILE_S)
+    assert (m.compiles, m.workers) == (8, 4)
+    assert m.compile_s == pytest.approx(plan.MODEL_WORKER_READY_S + 2 * plan.MODEL_COMPILE_S) == pytest.approx(55.8)
     # A's gpu profile runs fp32 ten times less than seed; its 16-bit rows are the same
     assert budget.cost_a("gpu").fp32_flops * 10 == budget.cost_a("seed").fp32_flops
     assert budget.cost_a("gpu").flops == budget.cost_a("seed").flops
@@ -86,7 +103,7 @@ def test_pool_sizes_come_from_the_workloads():
 def test_pool_seconds_shares_tasks_in_order_among_the_warm_workers():
     from pipeline import plan
 
-    warm = plan.WORKER_START_S + plan.FIRST_COMPILE_S
+    warm = plan.WORKER_READY_S
     assert plan.pool_seconds([], 4) == 0.0
     assert plan.pool_seconds([5.0, 5.0, 5.0], 1) == 15.0  # in-process: one after another
     # two processes: this one runs the first task from 0; the worker is ready at ``warm``
