@@ -33,7 +33,7 @@ from .matrix_parallel import parallel_runs_here
 from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
 from .rules import BUG_ROW, FALSE_ALARM_RULE, HEALTHY_ROW, MIN_HEALTHY_SEEDS, MUTATION_RULE, SCORING
-from .spec import GROUP, SIZES
+from .spec import GROUP, PARALLEL_RUNS, SIZES
 
 
 class PlantedBugMatrixConfig(dg.Config):
@@ -48,7 +48,7 @@ class PlantedBugMatrixConfig(dg.Config):
     skip_finding_only_assets: bool = True
     #: Runs at a time: this process and parallel_runs - 1 worker processes (at most one per CPU
     #: core). Each run is the same whichever process runs it; 1 runs them one after another here.
-    parallel_runs: int = 2
+    parallel_runs: int = PARALLEL_RUNS
 
 
 def matrix_metadata(

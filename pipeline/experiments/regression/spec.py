@@ -23,6 +23,11 @@ PLANTED_BACKENDS = (
 )
 
 
+#: Matrix runs at a time by default (the run's process and one worker; the config's
+#: ``parallel_runs`` changes it, capped at one per CPU core).
+PARALLEL_RUNS = 2
+
+
 @dataclass(frozen=True)
 class MatrixSizes:
     #: The bugs the matrix runs when its config names none (empty: every planted bug). Each bug is a
