@@ -28,7 +28,9 @@ alike:
   changes a few elements at random is seen even on one element).
 * ``compiled``: the fused path generated no kernel (it ran eagerly).
 * ``diff``: the differential tester's rule (:mod:`precisionkit.difftest`), each path on fresh
-  inputs (programs may write to them): integer and bool outputs must equal eager's exactly; a
+  inputs (programs may write to them): an integer or bool output element is wrong where it
+  differs from eager's and from the fp64 reference's (an index that picks the fp64 optimum among
+  16-bit ties, or a comparison made exact by wider arithmetic, is not a wrong result); a
   float element is wrong when its class (NaN, +-inf, +-0, finite) differs from eager's where
   eager has the fp64 reference's class (a zero against a finite nonzero value is left to the
   value test: a remainder of 0 or of one ULP is rounding), or when its error against fp64
@@ -130,8 +132,8 @@ def check(graph, args, backend):
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
 def wrong(e, f, r):  # judged on the host, whatever device ran the paths
     e, f, r = e.cpu(), f.cpu(), r.cpu()
-    if not f.is_floating_point():
-        return f != e
+    if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
+        return (f != e) & (f != r.to(f.dtype))
     rk = kind(r.to(f.dtype))
     r = r.to(torch.float64)
     fin = torch.isfinite(r) & torch.isfinite(f) & torch.isfinite(e)

@@ -236,3 +236,34 @@ def test_the_diff_rule_measures_eager_noise_over_the_row() -> None:
     eager = torch.tensor([[0.0913, 0.53]], dtype=torch.bfloat16)
     assert wrong(eager, torch.tensor([[0.0245, 0.53]], dtype=torch.bfloat16), ref).tolist() == [[False, False]]
     assert wrong(eager, torch.tensor([[1.0986, 0.53]], dtype=torch.bfloat16), ref).tolist() == [[True, False]]
+
+
+def _bf16_math_in_fp32(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A healthy fused kernel's habit: 16-bit inputs loaded, the arithmetic done in fp32."""
+
+    def run(*args: object) -> object:
+        return gm(*[a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 else a for a in args])
+
+    return run
+
+
+def test_an_index_that_picks_the_fp64_optimum_among_16bit_ties_is_not_a_mismatch() -> None:
+    from torch._dynamo import list_backends, register_backend
+
+    if "pk_test_bf16_in_fp32" not in list_backends(exclude_tags=()):
+        register_backend(compiler_fn=_bf16_math_in_fp32, name="pk_test_bf16_in_fp32")
+    # Near 1000 bf16 is 4 apart, so eager's x + 1000 ties many elements and argmax takes the first;
+    # fp32 arithmetic keeps them apart and finds fp64's maximum.
+    source = "def graph(x):\n    return torch.argmax(x + 1000.0, dim=-1)\n"
+    x = Input("x", (8, 64), "bfloat16", 3)
+    args = namespace(diff_case(source, x))["make"]()
+    eager = torch.argmax(args[0] + 1000.0, dim=-1)
+    fp64 = torch.argmax(args[0].double() + 1000.0, dim=-1)
+    assert bool((eager != fp64).any())  # the ties are there: the rule is tested on them
+    assert reproduces(diff_case(source, x, backend="pk_test_bf16_in_fp32")) == (
+        False,
+        "every output agrees with eager and fp64 (pk_test_bf16_in_fp32)",
+    )
+    # An index that matches neither eager nor fp64 is still wrong.
+    hit, msg = reproduces(diff_case(source, x, backend="pk_test_int_off_by_one"))
+    assert hit and msg.startswith("output 0: 8 of 8 elements wrong")
