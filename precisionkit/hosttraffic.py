@@ -42,6 +42,7 @@ Call a plain ``torch.compile`` function inside ``with suspended():`` for the sam
 from __future__ import annotations
 
 import contextlib
+import inspect
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -107,6 +108,20 @@ class HostRead:
     bytes: int
     device: str
     emulated: bool
+    #: The code that made it: ``module:line`` of the innermost frame outside this counter (a library's
+    #: own read names the library, e.g. ``torch.optim.adam:...``); ``""`` when no frame is found.
+    where: str = ""
+
+
+def _caller() -> str:
+    """``module:line`` of the innermost frame outside this module and the function-mode machinery."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module not in (__name__, "torch.overrides", "torch.utils._python_dispatch", "contextlib"):
+            return f"{module}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -196,7 +211,7 @@ class HostTraffic(TorchFunctionMode):
         on_cpu = source.device.type == "cpu"
         if (on_cpu and not self.count_cpu) or self._is_host_copy(source):
             return False
-        self.reads.append(HostRead(op, nbytes, str(source.device), on_cpu))
+        self.reads.append(HostRead(op, nbytes, str(source.device), on_cpu, _caller()))
         return True
 
     def _is_host_copy(self, t: torch.Tensor) -> bool:

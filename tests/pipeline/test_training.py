@@ -538,8 +538,37 @@ def test_grad_norm_of_a_curve_point_leaves_out_skipped_steps():
     # GradScaler skips a step whose unscaled gradient overflowed: its norm is inf and no update was
     # applied, so it must not make the point's mean inf (it did on CUDA fp16 at the first steps).
 
-    stats = _StepStats().add(5.0, float("inf"), True).add(4.0, 2.0, False).add(3.0, 4.0, False)
-    assert stats.steps == 3 and stats.skipped == 1
-    assert stats.mean_norm() == 3.0
-    assert stats.loss == 12.0
-    assert _StepStats().add(5.0, float("nan"), True).mean_norm() is None
+    def stats_of(*steps: tuple[float, float, bool]) -> _StepStats:
+        stats = _StepStats(torch.device("cpu"))
+        for loss, norm, skipped in steps:
+            stats.add(torch.tensor(loss), torch.tensor(norm), torch.tensor(skipped))
+        return stats
+
+    stats = stats_of((5.0, float("inf"), True), (4.0, 2.0, False), (3.0, 4.0, False))
+    assert stats.steps == 3 and stats.read() == (4.0, 3.0, 1)
+    assert stats_of((5.0, float("nan"), True)).read() == (5.0, None, 1)
+
+
+def test_a_training_step_reads_nothing_back_between_curve_points(corpus):
+    """Loss, gradient norm and the skipped flag stay on the device between curve points: a run's
+    reads grow with its curve points, not with its steps (on a GPU a read per step stalls the host
+    on every step). Counted on the CPU as the transfers they would be on an accelerator; the
+    optimizer's own step counter lives on the host on every device, so its reads are left out."""
+    from precisionkit import HostTraffic
+
+    syncs = {"item", "__float__", "__int__", "__bool__", "tolist", "numpy"}
+
+    def reads(steps: int) -> int:
+        cfg = smoke_config(corpus, steps=steps, eval_every=10)
+        with HostTraffic() as traffic:
+            train(cfg, corpus)
+        # The loop's own reads into Python (the batches' uploads and the optimizer's host-side step
+        # counters are not read-backs on an accelerator).
+        return sum(
+            1 for r in traffic.reads if r.op in syncs and r.where.startswith("pipeline.experiments.training.loop:")
+        )
+
+    # 20 more steps are 2 more curve points, each reading its eval losses (one per eval batch) and its
+    # three sums (loss, norm, skipped count), and nothing per step (the old loop read 2 per step).
+    per_point = SIZES["smoke"].eval_batches + 3
+    assert reads(30) - reads(10) == 2 * per_point

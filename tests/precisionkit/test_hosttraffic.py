@@ -27,7 +27,12 @@ def test_whole_tensor_reads_count_their_bytes():
         x.to(torch.empty(0))  # the device of another (CPU) tensor
     assert t.by_op() == {"cpu": (1, 96), "numpy": (1, 96), "tolist": (1, 96), "__array__": (1, 96), "to": (4, 384)}
     assert (t.count, t.bytes) == (8, 8 * 96)
-    assert t.reads[0] == HostRead("cpu", 96, "cpu", emulated=True)
+    assert t.reads[0] == HostRead("cpu", 96, "cpu", emulated=True, where="test_hosttraffic:20")
+    # Each read names the line that made it; a library's read names the library (NumPy's asarray
+    # reads through torch's own __array__).
+    wheres = [r.where for r in t.reads[:5]]
+    assert wheres[:3] == ["test_hosttraffic:20", "test_hosttraffic:21", "test_hosttraffic:22"]
+    assert wheres[3].startswith("torch._tensor:") and wheres[4] == "test_hosttraffic:24"
 
 
 def test_scalar_reads_count_one_element():

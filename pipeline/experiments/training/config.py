@@ -50,6 +50,10 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    #: Fewest steps between two checkpoints (written at curve points; 0: at every curve point but the
+    #: last). A GPT-2-small checkpoint with its optimizer state is about 1.5 GB, so GPU sizes keep
+    #: them at least 250 steps apart.
+    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
         if self.path not in ("eager", "fused"):
@@ -69,7 +73,8 @@ class TrainConfig:
         if missing:
             raise ValueError(f"profile train settings lack {', '.join(missing)}")
         lr = 6e-4 if train["width"] >= 768 else 1e-3
-        return cls(**{**{k: int(train[k]) for k in needed}, "lr": lr, **kwargs})
+        spacing = {"checkpoint_every": int(train["checkpoint_every"])} if "checkpoint_every" in train else {}
+        return cls(**{**{k: int(train[k]) for k in needed}, "lr": lr, **spacing, **kwargs})
 
     @property
     def warmup(self) -> int:

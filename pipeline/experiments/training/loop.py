@@ -113,33 +113,41 @@ def _fused_evidence(cfg: TrainConfig, train_fn: LossFn, eval_fn: LossFn) -> dict
     return evidence
 
 
-@dataclass
 class _StepStats:
-    """Sums over the optimizer steps since the last curve point. The gradient norm of a step that
-    GradScaler skipped is inf or NaN by definition (that is why it was skipped) and its update was
-    never applied, so the norm is summed over the applied steps only."""
+    """Sums over the optimizer steps since the last curve point, kept on the training device so that
+    a step reads nothing back (the host waits for the device only at curve points, :meth:`read`).
+    The gradient norm of a step that GradScaler skipped is inf or NaN by definition (that is why it
+    was skipped) and its update was never applied, so the norm is summed over the applied steps only.
+    The sums are float64 where the device has it, added one step at a time, so they equal the
+    Python float sums of the per-step values."""
 
-    loss: float = 0.0
-    norm: float = 0.0
-    steps: int = 0
-    skipped: int = 0
+    def __init__(self, device: torch.device) -> None:
+        dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        self.loss = torch.zeros((), dtype=dtype, device=device)
+        self.norm = torch.zeros((), dtype=dtype, device=device)
+        self.skipped = torch.zeros((), dtype=torch.int64, device=device)
+        self.steps = 0
 
-    def add(self, loss: float, norm: float, skipped: bool) -> "_StepStats":
-        return _StepStats(
-            self.loss + loss, self.norm + (0.0 if skipped else norm), self.steps + 1, self.skipped + int(skipped)
-        )
+    def add(self, loss: torch.Tensor, norm: torch.Tensor, skipped: torch.Tensor) -> None:
+        self.loss += loss.to(self.loss.dtype)
+        self.norm += torch.where(skipped, 0.0, norm.to(self.norm.dtype))
+        self.skipped += skipped.to(torch.int64)
+        self.steps += 1
 
-    def mean_norm(self) -> float | None:
-        """Mean gradient norm over the applied steps; None when every step was skipped."""
-        applied = self.steps - self.skipped
-        return self.norm / applied if applied else None
+    def read(self) -> tuple[float, float | None, int]:
+        """Mean loss, mean gradient norm over the applied steps (None when every step was skipped)
+        and the skipped count: the one read-back of a curve point."""
+        skipped = int(self.skipped)
+        applied = self.steps - skipped
+        return float(self.loss) / self.steps, (float(self.norm) / applied if applied else None), skipped
 
 
 def _optimizer_step(
     cfg: TrainConfig, trainer: Trainer, train_fn: LossFn, x: torch.Tensor, y: torch.Tensor, evidence: dict[str, Any]
-) -> tuple[float, float, bool]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One training step (forward, scaled backward, clip, optimizer and schedule step); returns the
-    loss, the gradient norm before clipping and whether GradScaler skipped the update. The first
+    loss, the gradient norm before clipping and whether GradScaler skipped the update, as tensors on
+    the training device (nothing is read back). The first
     fused step adds the backward graph's generated-code evidence to ``evidence``."""
     scaler, opt = trainer.scaler, trainer.opt
     # The backward graph's code arrives at the first backward() when compiled, or with the
@@ -153,13 +161,14 @@ def _optimizer_step(
         evidence.update(_code_evidence("bwd", captured.of_kind("backward")))
     scaler.unscale_(opt)
     norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), cfg.grad_clip)
-    scale_before = scaler.get_scale() if scaler.is_enabled() else 1.0
+    # GradScaler skips the update exactly when an unscaled gradient is inf or NaN, and then so is
+    # the total norm: decided on the device, with no read-back (its own get_scale() would sync).
+    skipped = ~torch.isfinite(norm) if scaler.is_enabled() else torch.zeros((), dtype=torch.bool, device=norm.device)
     scaler.step(opt)
     scaler.update()
-    skipped = scaler.is_enabled() and scaler.get_scale() < scale_before  # inf/nan: the update was skipped
     opt.zero_grad(set_to_none=True)
     trainer.sched.step()
-    return loss.detach().item(), norm.item(), skipped
+    return loss.detach(), norm.detach(), skipped
 
 
 def train(
@@ -202,24 +211,26 @@ def train(
     start = time.perf_counter()
     if progress.step == 0 and not rows:
         rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
-    stats = _StepStats()
+    stats = _StepStats(device)
+    saved_at = progress.step
     while progress.step < cfg.steps:
         x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
-        loss, norm, skipped = _optimizer_step(cfg, trainer, train_fn, x, y, evidence)
+        stats.add(*_optimizer_step(cfg, trainer, train_fn, x, y, evidence))
         progress.step += 1
-        stats = stats.add(loss, norm, skipped)
         step = progress.step
         if step % cfg.eval_every == 0 or step == cfg.steps:
             eval_loss = evaluate()
             lr = float(trainer.sched.get_last_lr()[0])
-            rows.append(_row(step, stats.loss / stats.steps, eval_loss, stats.mean_norm(), lr, stats.skipped, cfg))
-            stats = _StepStats()
+            train_loss, mean_norm, skipped = stats.read()
+            rows.append(_row(step, train_loss, eval_loss, mean_norm, lr, skipped, cfg))
+            stats = _StepStats(device)
             if log:
                 log(
                     f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
                 )
-            if ckpt is not None:
+            if ckpt is not None and step - saved_at >= cfg.checkpoint_every and step < cfg.steps:
                 save_checkpoint(ckpt, cfg, trainer, progress, progress.elapsed + (time.perf_counter() - start))
+                saved_at = step
         if stop_after is not None and step >= stop_after and step < cfg.steps:
             raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
 

@@ -31,6 +31,11 @@ class TrainSizes:
     fp32_control: int  # 1: also train an fp32 control run beside the autocast runs
     #: Autocast precision of the main runs on CPU (float32: no autocast). CUDA uses fp16.
     cpu_precision: str = "bfloat16"
+    #: Fewest steps between checkpoints (0: at every curve point). The small CPU models checkpoint at
+    #: every curve point (a resume loses at most one interval); a 12-layer model's checkpoint is about
+    #: 1.5 GB with its optimizer state, so the GPU sizes write one at most every 250 steps (the gpu
+    #: profile's 200-step runs none: a lost run costs seconds there).
+    checkpoint_every: int = 0
 
     def model(self) -> dict[str, int]:
         """The model and schedule fields (what ``TrainConfig.from_profile`` reads)."""
@@ -49,9 +54,27 @@ SIZES = {
     # The seed's model at a quarter of its context, 200 steps on each data order, no fp32 control: one GPU in
     # minutes (benchmarks/gpu_budget.py).
     "gpu": TrainSizes(
-        layers=12, heads=12, width=768, context=256, batch=8, steps=200, eval_every=20, eval_batches=4, fp32_control=0
+        layers=12,
+        heads=12,
+        width=768,
+        context=256,
+        batch=8,
+        steps=200,
+        eval_every=20,
+        eval_batches=4,
+        fp32_control=0,
+        checkpoint_every=250,
     ),
     "seed": TrainSizes(
-        layers=12, heads=12, width=768, context=1024, batch=8, steps=1000, eval_every=50, eval_batches=8, fp32_control=1
+        layers=12,
+        heads=12,
+        width=768,
+        context=1024,
+        batch=8,
+        steps=1000,
+        eval_every=50,
+        eval_batches=8,
+        fp32_control=1,
+        checkpoint_every=250,
     ),
 }
