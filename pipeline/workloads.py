@@ -200,11 +200,18 @@ def chain_without_fusing(chain: str, index: int) -> Callable[..., torch.Tensor]:
 
 # --- input distributions ---------------------------------------------------------------------
 
+#: A distribution: every tensor drawn from ``gen`` on ``gen.device`` (the generator's device is the draw's).
 Sampler = Callable[[dict[str, tuple[int, ...]], torch.Generator], dict[str, torch.Tensor]]
 
 
+def seeded_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    """The generator one input draw takes its values from: ``device``'s own, seeded with ``seed``
+    (the same device type and seed give the same bits; on the CPU, those of ``torch.Generator()``)."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def _normal(shapes, gen, scale=1.0):
-    return {k: torch.randn(s, generator=gen, dtype=torch.float64) * scale for k, s in shapes.items()}
+    return {k: torch.randn(s, generator=gen, dtype=torch.float64, device=gen.device) * scale for k, s in shapes.items()}
 
 
 def _wide_range(shapes, gen):
@@ -212,7 +219,9 @@ def _wide_range(shapes, gen):
     stresses rounding of large/small mixes. Only ``x`` is spread, so every chain's exact result
     stays far inside fp16's finite range (the plan's inputs are finite; overflow is not the point)."""
     out = _normal(shapes, gen)
-    out["x"] = out["x"] * torch.pow(10.0, torch.rand(shapes["x"], generator=gen, dtype=torch.float64) * 4 - 2)
+    out["x"] = out["x"] * torch.pow(
+        10.0, torch.rand(shapes["x"], generator=gen, dtype=torch.float64, device=gen.device) * 4 - 2
+    )
     return out
 
 
@@ -312,8 +321,8 @@ def _padding_mask(sampler: Sampler) -> Sampler:
         out = sampler(shapes, gen)
         shape = shapes["attn_mask"]
         sets, seq = shape[0], shape[-1]
-        pad = torch.randint(1, max(seq // 4, 1) + 1, (sets,), generator=gen)
-        padded = torch.arange(seq) >= (seq - pad)[:, None]
+        pad = torch.randint(1, max(seq // 4, 1) + 1, (sets,), generator=gen, device=gen.device)
+        padded = torch.arange(seq, device=gen.device) >= (seq - pad).unsqueeze(-1)
         out["attn_mask"] = torch.where(padded, MASKED, 0.0).to(torch.float64).reshape(shape)
         return out
 
@@ -326,7 +335,7 @@ def _fully_masked(shapes, gen):
     type next to -1e4 keep almost none of their digits. What a kernel does with a row that masks
     everything: average the values, not return NaN or zeros."""
     out = _normal(shapes, gen)
-    out["attn_mask"] = torch.full(shapes["attn_mask"], MASKED, dtype=torch.float64)
+    out["attn_mask"] = torch.full(shapes["attn_mask"], MASKED, dtype=torch.float64, device=gen.device)
     return out
 
 
@@ -373,16 +382,24 @@ class Workload:
         return isinstance(self.distributions[distribution], InDtypeUnits)
 
     def sample(
-        self, profile: PoolShapes, distribution: str, n_sets: int, seed: int, dtype: str | None = None
+        self,
+        profile: PoolShapes,
+        distribution: str,
+        n_sets: int,
+        seed: int,
+        dtype: str | None = None,
+        *,
+        device: torch.device | str = "cpu",
     ) -> dict[str, torch.Tensor]:
-        """``n_sets`` input sets drawn in float64, stacked on a leading set dimension. A distribution
-        set in units of the dtype's spacing (:meth:`in_dtype_units`) needs the ``dtype`` it is drawn for."""
+        """``n_sets`` input sets drawn in float64 on ``device`` by its own generator
+        (:func:`seeded_generator`), stacked on a leading set dimension. A distribution set in units of
+        the dtype's spacing (:meth:`in_dtype_units`) needs the ``dtype`` it is drawn for."""
         if distribution not in self.distributions:
             raise ValueError(
                 f"workload {self.name!r} has no distribution {distribution!r}; "
                 f"expected one of {', '.join(self.distributions)}"
             )
-        gen = torch.Generator().manual_seed(seed)
+        gen = seeded_generator(device, seed)
         shapes = {k: (n_sets, *s) for k, s in self.shapes(profile).items()}
         sampler = self.distributions[distribution]
         if isinstance(sampler, InDtypeUnits):

@@ -149,3 +149,33 @@ def test_runs_without_autograd_and_without_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = fp64_reference(lambda x: x @ x.T, torch.ones(2, 2))
     assert out.dtype == torch.float64
+
+
+def test_the_reference_runs_on_the_inputs_device_or_the_one_named():
+    x = torch.tensor([0.1, 3.0], dtype=torch.float16)
+    assert fp64_reference(lambda v: v * 3, x).device.type == "cpu"  # CPU inputs: the CPU, as always
+    # "meta" stands in for an accelerator (this build has none): the graph runs where it is told,
+    # and inputs already there stay there.
+    on_meta = fp64_reference(lambda v: v * 3, x, device="meta")
+    assert (on_meta.device.type, on_meta.dtype, on_meta.shape) == ("meta", torch.float64, x.shape)
+    meta_in = torch.empty(2, 8, dtype=torch.float16, device="meta")
+    model = _small_model(torch.float16)
+    out = fp64_reference(model, meta_in)  # the module's copy follows the inputs; the caller's stays
+    assert (out.device.type, out.dtype, out.shape) == ("meta", torch.float64, (2, 16))
+    assert next(model.parameters()).device.type == "cpu" and next(model.parameters()).dtype == torch.float16
+
+
+def test_inputs_on_several_devices_need_the_device_named():
+    cpu, meta = torch.ones(2), torch.empty(2, device="meta")
+    with pytest.raises(ValueError, match=r"several devices \(cpu, meta\); pass device="):
+        fp64_reference(lambda a, b: a + b, (cpu, meta))
+    assert fp64_reference(lambda a, b: a + b, (cpu, meta), device="meta").device.type == "meta"
+
+
+def test_tensors_the_graph_builds_are_on_the_reference_device():
+    def f(x):
+        return x + torch.ones(2) * torch.tensor(0.1) + torch.arange(2.0)
+
+    out = fp64_reference(f, torch.empty(2, dtype=torch.float16, device="meta"))
+    assert (out.device.type, out.dtype) == ("meta", torch.float64)
+    assert torch.ones(1).device.type == "cpu"  # torch's default device is back

@@ -6,7 +6,11 @@ them in the asset graph.
 Pools and references stream: set ``i`` of a pool is drawn from its own seed
 (:meth:`ExperimentSettings.pool_set_seed`), and both are written a chunk of sets at a time (:class:`SetStream`)
 and read back lazily, so memory holds one chunk whatever the set count (the seed profile's
-pools are tens of GB in fp64).
+pools are tens of GB in fp64). Both are computed on the run's device (a generator of that device
+draws the pools; the references run there a chunk at a time); only writing them moves a chunk to the host.
+
+fp64 references exist for B's chains, the only reader of references; A judges its FFN by
+run-to-run bits, so the FFN has a pool and no reference.
 """
 
 import math
@@ -24,7 +28,7 @@ from ...experiment import flat_sizes
 from ...resources import ExperimentSettings
 from ...storage import SetStream, SetTensor
 from ...verdicts import validity_check, validity_result
-from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload, set_args
+from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload
 from .spec import GROUP, SIZES
 
 #: dtypes stored per workload: the FFN feeds A (fp16 headline, bf16/fp32 extra rows); chains feed B.
@@ -52,11 +56,14 @@ def draw_sets(
     stop: int,
     dtype: str | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Input sets ``start..stop-1`` in float64, each from its own seed, stacked on a leading axis
-    (``dtype``: the dtype a distribution set in its spacing's units is drawn for)."""
-    sizes = SIZES[settings.profile]
+    """Input sets ``start..stop-1`` in float64, each from its own seed by a generator of the run's
+    device and on it, stacked on a leading axis (``dtype``: the dtype a distribution set in its
+    spacing's units is drawn for)."""
+    sizes, device = SIZES[settings.profile], settings.torch_device()
     drawn = [
-        workload.sample(sizes, distribution, 1, settings.pool_set_seed(workload.name, distribution, i), dtype)
+        workload.sample(
+            sizes, distribution, 1, settings.pool_set_seed(workload.name, distribution, i), dtype, device=device
+        )
         for i in range(start, stop)
     ]
     return {a: torch.cat([d[a] for d in drawn]) for a in workload.arg_names}
@@ -68,7 +75,8 @@ def chunk_sets(set_bytes: int) -> int:
 
 
 def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
-    """The input pool of ``workload`` as a stream of sets: distribution x dtype x argument."""
+    """The input pool of ``workload`` as a stream of sets: distribution x dtype x argument, each
+    chunk drawn and rounded to its dtypes on the run's device."""
     shapes = workload.shapes(SIZES[settings.profile])
     dtypes = POOL_DTYPES[workload.name]
     entries = {
@@ -91,8 +99,12 @@ def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
     return SetStream(entries, pool_sets(workload, settings), produce, chunk_sets(fp64_set_bytes))
 
 
-def reference_stream(workload: Workload, pool: Mapping[str, Any]) -> SetStream:
-    """fp64 references of every set of ``pool``, one per distribution x dtype, computed a chunk at a time."""
+def reference_stream(workload: Workload, pool: Mapping[str, Any], device: torch.device | str = "cpu") -> SetStream:
+    """fp64 references of every set of ``pool``, one per distribution x dtype, computed on ``device`` a
+    chunk at a time: a chunk's inputs go to the device in one copy per argument, and each set is
+    re-executed there by :func:`fp64_reference` on its own, so a reference is that of its set alone
+    (one ``torch.func.vmap`` call per chunk was measured to change layer norm's fp64 bits on the CPU,
+    at the smoke and default sizes, against the per-set call; the other chains kept theirs)."""
     first_arg = workload.arg_names[0]
     groups = sorted(k.rsplit("/", 1)[0] for k in pool if k.endswith(f"/{first_arg}"))
     if not groups:
@@ -108,9 +120,9 @@ def reference_stream(workload: Workload, pool: Mapping[str, Any]) -> SetStream:
     def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
         out = {}
         for g in groups:
-            subset = {a: pool[f"{g}/{a}"][start:stop] for a in workload.arg_names}
+            chunk = [pool[f"{g}/{a}"][start:stop].to(device) for a in workload.arg_names]
             out[g] = torch.stack(
-                [fp64_reference(workload.fn, set_args(subset, workload, i)) for i in range(stop - start)]
+                [fp64_reference(workload.fn, args, device) for args in zip(*(c.unbind() for c in chunk), strict=True)]
             )
         return out
 
@@ -136,7 +148,7 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
         kinds={"pytorch", "safetensors"},
     )
     def input_pool(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> SetStream:
-        sizes = SIZES[settings.profile]
+        sizes, device = SIZES[settings.profile], settings.torch_device()
         stream = pool_stream(workload, settings)
         context.add_output_metadata(
             {
@@ -144,6 +156,9 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
                 "sets_per_chunk": stream.chunk_sets,
                 "bytes_per_set": stream.set_bytes(),
                 "set_seeds": f"derived_seed('pool', {workload.name!r}, <distribution>, <set index>)",
+                "generator": f"torch.Generator({device.type}) per set, seed = "
+                f"settings.pool_set_seed({workload.name!r}, <distribution>, <set index>)",
+                "draw_device": str(device),
                 "distributions": ", ".join(workload.distributions),
                 "dtypes": ", ".join(POOL_DTYPES[workload.name]),
                 "arg_shapes": str({k: list(v) for k, v in workload.shapes(sizes).items()}),
@@ -161,13 +176,20 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
         group_name=GROUP,
         pool="compute_device",
         ins={"pool": dg.AssetIn(f"input_pool_{workload.name}")},
-        description=f"fp64 CPU re-execution of {workload.title} on every input set (the judge for eager and fused).",
+        description=f"fp64 re-execution of {workload.title} on every input set, on the run's device "
+        "(the judge for eager and fused).",
         kinds={"pytorch", "safetensors"},
     )
-    def reference(context: dg.AssetExecutionContext, pool: Any) -> SetStream:
-        stream = reference_stream(workload, pool)
+    def reference(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any) -> SetStream:
+        device = settings.torch_device()
+        stream = reference_stream(workload, pool, device)
         context.add_output_metadata(
-            {"entries": len(stream.entries), "sets": stream.n_sets, "sets_per_chunk": stream.chunk_sets}
+            {
+                "entries": len(stream.entries),
+                "sets": stream.n_sets,
+                "sets_per_chunk": stream.chunk_sets,
+                "reference_device": str(device),
+            }
         )
         return stream
 
@@ -175,7 +197,7 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
 
 
 input_pools = [_input_pool_asset(w) for w in WORKLOADS.values()]
-fp64_references = [_reference_asset(w) for w in WORKLOADS.values()]
+fp64_references = [_reference_asset(WORKLOADS[c]) for c in CHAINS]
 
 
 def _reference_check(workload: Workload) -> dg.AssetChecksDefinition:
@@ -212,7 +234,7 @@ def _reference_check(workload: Workload) -> dg.AssetChecksDefinition:
     return check
 
 
-reference_checks = [_reference_check(w) for w in WORKLOADS.values()]
+reference_checks = [_reference_check(WORKLOADS[c]) for c in CHAINS]
 
 
 @dg.asset(
