@@ -24,7 +24,6 @@ from pipeline import plan as model
 from pipeline.compile_pool import WORKERS_ENV
 from pipeline.plan import (
     GPUS,
-    H200_MEASURED,
     _chain_elements,
     cost_a,
     cost_b,
@@ -34,9 +33,9 @@ from pipeline.plan import (
     cost_m,
     costs,
     pooled,
-    step_estimate,
     workers_text,
 )
+from pipeline.plan_calibration import H200_MEASURED, step_estimate
 from pipeline.profiles import PROFILES
 
 __all__ = ["_chain_elements", "cost_a", "cost_b", "cost_d", "cost_diagnostics", "cost_e", "cost_m", "main"]
@@ -117,7 +116,7 @@ def assumptions() -> str:
         "FUSION_COMPILE_WORKERS overrides it); the lent H100/H200 machines have 16",
         f"{model.LAUNCH_S * 1e6:.0f} us of host time per compiled-graph call; PCIe gen5 x16 at "
         f"{model.PCIE_BYTES_S / 1e9:.0f} GB/s; disk writes at {model.DISK_BYTES_S / 1e9:.0f} GB/s",
-        f"B's chain pools drawn at {model.POOL_BYTES_S / 1e6:.0f} MB/s (an earlier H200 run: 24 to 120 MB/s); "
+        f"pools drawn on the device, about {model.REFERENCE_KERNELS} kernels per fp64 reference call; "
         "B, E and the regression matrix never ran on a GPU at these sizes: E's graphs cost what one of M's "
         f"model x dtype did ({model.MODEL_COMPILE_S:.1f} s), the matrix {model.MATRIX_RUN_S:.0f} s per CPU run",
         f"M locates the divergence of {model.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
@@ -134,8 +133,8 @@ def assumptions() -> str:
         f"{model.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
         f"{model.MODEL_WORKER_READY_S:.1f} s, {model.LOCATE_S:.1f} s per row located",
         f"A: {model.A_SETUP_S:.1f} s setup + {model.A_COMPILE_S:.1f} s compile per dtype, "
-        f"{model.FRESH_PROCESS_S:.1f} s for the cold round's fresh process; A's FFN pool drawn at "
-        f"{model.FFN_POOL_BYTES_S / 1e6:.0f} MB/s",
+        f"{model.FRESH_PROCESS_S:.1f} s for the cold round's fresh process; a pool stored at "
+        f"{model.POOL_BYTES_S / 1e6:.0f} MB/s (A's FFN pool, then drawn on the host: an upper bound)",
         f"B {model.B_GRAPH_S:.2f} s per graph (smoke); C1-C3 per step: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in model.C_STEP_S["gpu"].items()),
     ]
@@ -146,7 +145,7 @@ def assumptions() -> str:
             "Assumed, not measured:",
             *(f"* {a}" for a in assumed),
             "",
-            "From the H200 run of 2026-11-27 (logs /work/gpurun-2026-11-27/call1 and call2; pipeline/plan.py "
+            "From the H200 run of 2026-11-27 (logs results/gpu-logs/2026-11-27-h200-gpu/; pipeline/plan.py "
             "says which line gives each):",
             *(f"* {m}" for m in measured),
         ]

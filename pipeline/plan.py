@@ -69,7 +69,7 @@ LAUNCH_S = 20e-6  # host cost of one compiled-graph call (Python, guards, kernel
 DISK_BYTES_S = 1e9  # writing computed tables and references to a local NVMe disk
 
 # --- figures from the H200 run of 2026-11-27 (commit ed50613, torch 2.11.0+cu130, Triton 3.6.0, 16 CPU
-# threads, cold Inductor cache); logs /work/gpurun-2026-11-27/call1/log.txt and call2/log.txt ----------
+# threads, cold Inductor cache); logs results/gpu-logs/2026-11-27-h200-gpu/call1-log.txt and call2-log.txt ----------
 
 #: One ``report`` invocation's start, plan and staleness scan before its first step: the invocation's wall
 #: time minus its run's (call1: 113 - 90.4, 58 - 34.3, 145 - 123.9; call2: 47 - 29.6 s), their mean.
@@ -114,12 +114,12 @@ A_COMPILE_S = (2.0 + 1.9 + 3.8) / 3
 #: B's graphs (chain x dtype x fused, fused_emulate, prediction) with their small-set runs: 48 in 15.8 s
 #: (call2, smoke). B at gpu or seed sizes never ran on a GPU: its device term is the datasheet's.
 B_GRAPH_S = 15.8 / 48
-#: Drawing A's FFN input pool on the host: 1.07 GB drawn and written in 5.8 s (call1, gpu sizes), less the
-#: disk term's writing of it at DISK_BYTES_S.
-FFN_POOL_BYTES_S = 1.07e9 / (5.8 - 1.07e9 / DISK_BYTES_S)
-#: B's chain pools never ran at seed or gpu sizes since; an earlier H200 run (before ed50613) wrote its
-#: pools (1.07 to 3.54 GB each) at 24 to 120 MB/s, CPU-bound fp64 sampling: 50 MB/s assumed.
-POOL_BYTES_S = 50e6
+#: Storing a pool drawn on the device: A's FFN pool, drawn on the host then, took 5.8 s for 1.07 GB
+#: (call1, gpu sizes); since f85aeaa every pool is drawn on the device, so what is left is its copy to
+#: the host and its serialization, taken at that measured rate (an upper bound: it included the draw).
+POOL_BYTES_S = 1.07e9 / 5.8
+#: fp64 reference calls, one per set, distribution and dtype: each an eager chain of about 10 kernels.
+REFERENCE_KERNELS = 10
 #: Compile workers on the GPU machine: pipeline.compile_pool.pool_size on a CUDA device gives one per CPU
 #: core, and the lent H100/H200 machines have 16 (the H200 run: 16 CPU threads).
 GPU_HOST_CORES = 16
@@ -247,17 +247,30 @@ def _pool_bytes(profile: str) -> tuple[float, dict[str, tuple[float, float]]]:
 
 
 def cost_s(profile: str) -> list[Cost]:
-    """S's pools, one row per asset group: A's FFN pool, and per chain its inputs and fp64 references; the
-    inputs drawn on the host (fixed), everything written (the disk term)."""
+    """S's pools, one row per asset group: A's FFN pool, and per chain its inputs and fp64 references;
+    drawn and referenced on the device (one reference call per set, distribution and dtype), copied
+    to the host and stored at :data:`POOL_BYTES_S` (fixed), everything written (the disk term)."""
     ffn, chains = _pool_bytes(profile)
-    parts = {"ffn": (ffn, ffn / FFN_POOL_BYTES_S, frozenset({"input_pool_ffn"}))} | {
-        c: (i + r, i / POOL_BYTES_S, frozenset({f"input_pool_{c}", f"fp64_reference_{c}"}))
+    calls = {
+        c: POOL_SIZES[profile].chain_sets * dists * len(DTYPES_B)
+        for c, (_, _, dists) in _chain_elements(profile).items()
+    }
+    parts = {"ffn": (ffn, 0, frozenset({"input_pool_ffn"}))} | {
+        c: (i + r, calls[c] * REFERENCE_KERNELS, frozenset({f"input_pool_{c}", f"fp64_reference_{c}"}))
         for c, (i, r) in chains.items()
     }
-    notes = {"ffn": "drawn at the rate measured on the H200"} | dict.fromkeys(chains, "drawing rate assumed")
     return [
-        Cost(f"S pool {name}", disk_bytes=nbytes, fixed_s=secs, assets=assets, note=notes[name])
-        for name, (nbytes, secs, assets) in parts.items()
+        Cost(
+            f"S pool {name}",
+            device_bytes=nbytes,
+            calls=kernels,
+            host_bytes=nbytes,
+            disk_bytes=nbytes,
+            fixed_s=nbytes / POOL_BYTES_S,
+            assets=assets,
+            note="drawn on the device; stored at the rate measured for the FFN pool on the H200",
+        )
+        for name, (nbytes, kernels, assets) in parts.items()
     ]
 
 
@@ -451,46 +464,6 @@ def costs(profile: str) -> list[Cost]:
 #: A's fresh process of the cold round: its 49.4 s (call1, one round of three dtypes) less what the model
 #: gives that round's setups, compiles and runs at gpu sizes on the H200.
 FRESH_PROCESS_S = 49.4 - _a_round_s("gpu", GPUS[1])
-
-
-# --- the calibration: step times of the H200 run of 2026-11-27 beside the model's ----------------------
-
-
-@dataclass(frozen=True)
-class Measured:
-    step: str  # the report's step name, as its "done <step> in Xs" line gives it
-    row: str  # the row of :func:`costs` that models it, or the key of :func:`diagnostics_steps`
-    profile: str
-    seconds: float
-    cold: bool  # the first GPU step of its process: the model adds FIRST_GPU_S (once per run) to compare
-    log: str  # which log under /work/gpurun-2026-11-27/ and which invocation
-
-
-_A, _D, _M, _C, _DIAG = "call1 --only A", "call1 --only D", "call1 --only M", "call2 --only C1,C2,C3", "call2 smoke"
-H200_MEASURED = (
-    Measured("input_pool_ffn", "S pool ffn", "gpu", 5.8, False, _A),
-    Measured("determinism", "A determinism", "gpu", 84.0, True, _A),
-    Measured("data_movement_check_table", "D data movement", "gpu", 33.1, True, _D),
-    Measured("model_runs", "M models", "gpu", 123.0, True, _M),
-    Measured("c1_instruction_selection", "C1", "gpu", 6.1, False, _C),
-    Measured("c2_long_reductions", "C2 long reductions", "gpu", 5.5, False, _C),
-    Measured("c2_reduction_order", "C2 reduction order", "gpu", 9.6, False, _C),
-    Measured("c3_rsqrt_iterations", "C3", "gpu", 6.4, False, _C),
-    Measured("difftest_outcomes", "difftest_outcomes", "smoke", 29.3, False, _DIAG),
-    Measured("fuzz_outcomes", "fuzz_outcomes", "smoke", 3.5, False, _DIAG),
-    Measured("divergence_per_layer", "divergence_per_layer", "smoke", 11.6, False, _DIAG),
-    Measured("accumulated_error_runs", "B accumulated error", "smoke", 15.8, False, _DIAG),
-    Measured("data_movement_check_table", "D data movement", "smoke", 24.4, False, _DIAG),
-    Measured("reproducers (one of D's)", "one reproducer", "smoke", 144.0, False, _DIAG + " 1m40s-4m04s"),
-)
-
-
-def step_estimate(m: Measured, gpu: Gpu) -> float:
-    """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
-    steps = {**diagnostics_steps(m.profile), "one reproducer": REPRO_S}
-    rows = {c.experiment: c for c in costs(m.profile)}
-    secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
-    return secs + (FIRST_GPU_S if m.cold else 0.0)
 
 
 # --- the plan-time estimate of a run -----------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline import plan
+from pipeline import plan, plan_calibration
 from pipeline.experiments.data_movement.spec import SIZES as D_SIZES
 from pipeline.experiments.models.spec import SIZES as M_SIZES
 
@@ -74,9 +74,9 @@ CALIBRATION_FACTOR = 1.5
 
 def test_the_calibrated_model_is_near_each_step_the_h200_run_timed():
     h200 = plan.GPUS[1]
-    assert len(plan.H200_MEASURED) == 14
-    for m in plan.H200_MEASURED:
-        ratio = plan.step_estimate(m, h200) / m.seconds
+    assert len(plan_calibration.H200_MEASURED) == 14
+    for m in plan_calibration.H200_MEASURED:
+        ratio = plan_calibration.step_estimate(m, h200) / m.seconds
         assert 1 / CALIBRATION_FACTOR <= ratio <= CALIBRATION_FACTOR, (m.step, m.profile, ratio)
     # the figures derived from the logs
     assert pytest.approx(21.2) == plan.REPORT_START_S and pytest.approx(7.4) == plan.FIRST_GPU_S
