@@ -310,7 +310,16 @@ def build(
         fresh = run_script(script, python=python, env=_script_env(), cwd=PROJECT_ROOT)
         say(f"{case.id}: {mini.ops_before} -> {mini.ops_after} ops in {mini.seconds:.0f} s; fresh run: {fresh.status}")
         start = time.perf_counter()
-        bis = pk_bisect.bisect(script, small, python=python, cwd=PROJECT_ROOT, env=_script_env(), knobs=knobs, log=say)
+        bis = pk_bisect.bisect(
+            script,
+            small,
+            python=python,
+            cwd=PROJECT_ROOT,
+            env=_script_env(),
+            knobs=knobs,
+            log=say,
+            workers=bisect_workers(small.device),
+        )
         bisect_seconds = time.perf_counter() - start
         env = environment(small.device)
         meta: dict[str, Any] = {
@@ -349,6 +358,15 @@ def build(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def bisect_workers(device: str) -> int:
+    """Bisection variants run at once: two on the CPU (each compiles on a core of its own while the
+    run's other work waits); on an accelerator, one per host core up to 8 (the layers then run at
+    once too: the H200 run of 2026-11-27 spent 11 to 55 s per layer, one after another)."""
+    if torch.device(device).type == "cpu":
+        return 2
+    return max(2, min(8, os.cpu_count() or 2))
 
 
 def sanitizer_for(script: Path, status: str, device: str, python: str | None = None, which: Any = None) -> str:

@@ -386,10 +386,13 @@ def bisect(
     log: Callable[[str], None] | None = None,
     timeout: float = 600.0,
     workers: int = 2,
+    parallel_layers: bool | None = None,
 ) -> Bisection:
     """Run the bisection of one reproducer file (see the module docstring) on the case's device.
     ``workers``: knob and toolchain variants run at once (each a fresh interpreter with its own
-    cache); the table keeps their declared order."""
+    cache); the table keeps their declared order. ``parallel_layers``: the layers run at once too
+    (default: on an accelerator, where the host's cores are idle; on the CPU they run one at a time
+    and stop at the first that reproduces). Either way the table and the verdict are the same."""
     work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
     base_env = dict(env or {})
     try:
@@ -397,9 +400,9 @@ def bisect(
             script, work, python=python, cwd=cwd, env=base_env, timeout=timeout, device=case.device, log=log
         )
         layers = _layers(case)
-        first = next(
-            (name for name, backend in layers if runner.run("layer", name, backend).status == "reproduces"), ""
-        )
+        if parallel_layers is None:
+            parallel_layers = torch_device_type(case.device) != "cpu"
+        first = _first_layer(runner, layers, workers if parallel_layers else 1)
         if not first:
             return Bisection(runner.variants, "", "does not reproduce here", "")
         if dict(layers)[first] != "inductor":
@@ -421,6 +424,19 @@ def bisect(
         return Bisection(runner.variants, first, fault, workaround, excerpt, skipped, theirs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _first_layer(runner: _Runner, layers: list[tuple[str, str]], workers: int) -> str:
+    """The first layer, in order, whose variant reproduces ("" when none does): one at a time,
+    stopping there; or (``workers`` > 1) all at once, the variants after it dropped from the table,
+    so that the table is the one a run one at a time gives."""
+    if workers <= 1:
+        return next((name for name, backend in layers if runner.run("layer", name, backend).status == "reproduces"), "")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        done = list(pool.map(lambda layer: runner.run("layer", *layer), layers))
+    k = next((i for i, v in enumerate(done) if v.status == "reproduces"), None)
+    runner.variants[:] = done if k is None else done[: k + 1]
+    return "" if k is None else layers[k][0]
 
 
 _BISECTOR = """

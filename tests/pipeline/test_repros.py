@@ -192,3 +192,11 @@ def test_every_rule_has_an_expected_outcome_for_the_report() -> None:
     assert set(phrase) == set(RULES)
     for rule, words in phrase.items():
         assert words in repros._expected(rule, 2)
+
+
+def test_bisection_variants_run_side_by_side_on_an_accelerator_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert repros.bisect_workers("cpu") == 2  # the run's other work keeps the CPU's cores
+    assert repros.bisect_workers("cuda") == 8 and repros.bisect_workers("cuda:1") == 8
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert repros.bisect_workers("cuda") == 2

@@ -299,3 +299,19 @@ def test_minimize_keeps_the_failure_it_started_from() -> None:
     assert "argmin" in kept.case.source and "y * 0.0" not in kept.case.source
     assert kept.ops_after < kept.ops_before and kept.original == c
     assert signature(kept.case, reproduces(kept.case)[1]).kept_by(started)
+
+
+@pytest.mark.slow
+def test_bisect_gives_the_same_table_with_its_layers_run_at_once(tmp_path: Path) -> None:
+    # As on an accelerator host: every layer starts at once; the table and the verdict are those of
+    # layers run one at a time (the variants after the first reproducing layer are dropped).
+    c = case(inputs=(Input("x", (1, 3), "float32", 1),))
+    b = bisect(write(c, tmp_path), c, knobs=False, workers=3, parallel_layers=True)
+    assert [(v.backend, v.status) for v in b.variants] == [
+        ("eager", "clean"),
+        ("aot_eager", "clean"),
+        ("aot_eager_decomp_partition", "clean"),
+        ("inductor", "clean"),
+        ("pk_test_one_ulp", "reproduces"),
+    ]
+    assert b.workaround == "use the layer before it: backend='inductor'"
