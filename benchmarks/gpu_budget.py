@@ -129,7 +129,8 @@ def assumptions() -> str:
         f"{model.WORKER_READY_S:.0f} s until a compile worker takes its first task",
         f"tester {model.DIFFTEST_WARMUP_S:.1f} s warm-up + {model.DIFFTEST_PROGRAM_S:.2f} s per program, fuzzer "
         f"{model.FUZZ_GRAPH_S:.2f} s per graph, {model.DIVERGENCE_PER_LAYER_S:.1f} s per-layer divergence, "
-        f"{model.REPRO_S:.0f} s per reproducer",
+        f"{model.REPRO_MEASURED_S:.0f} s per reproducer with its layers one after another "
+        f"({model.REPRO_S:.0f} s modelled with them at once)",
         f"{model.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
         f"{model.MODEL_WORKER_READY_S:.1f} s, {model.LOCATE_S:.1f} s per row located",
         f"A: {model.A_SETUP_S:.1f} s setup + {model.A_COMPILE_S:.1f} s compile per dtype, "
