@@ -145,7 +145,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
         )
         assert np.allclose(total.to_numpy(), 1.0)
     assert (summary["fused_recompiles"] == 0).all() and (summary["emulate_recompiles"] == 0).all()
-    # Smoke has 6 sets per row, below the rule's minimum for "supported": no row can be supported.
+    # Smoke has 16 sets per row, below the rule's minimum for "supported": no row can be supported.
     assert (summary["fused_paired_sets"] == POOL_SIZES["smoke"].chain_sets).all()
     assert not (summary["fused_verdict"] == "supported").any()
     # Exactly the rows where fused is above eager at all are listed, each with a reproducer on disk.

@@ -73,7 +73,9 @@ SAMPLE_DIGESTS = {
     ("rmsnorm_long", "normal", None): "5609920c8371a357",
 }
 
-#: workload -> digest of its whole smoke pool (`pool_stream(...).produce(0, n_sets)`), every entry as stored.
+#: Sets per pool when the digests were recorded (the smoke profile's size then).
+RECORDED_SETS = 6
+#: workload -> digest of its first RECORDED_SETS smoke sets (`pool_stream(...).produce(0, 6)`), every entry as stored.
 POOL_DIGESTS = {
     "ffn": "79c85e099c3bef75",
     "mul_add_gelu_mul": "346dae4f2460e29b",
@@ -124,7 +126,8 @@ def test_cpu_pools_and_references_have_the_bits_they_had_before():
     settings = ExperimentSettings(profile="smoke", device="cpu")
     for name, wl in WORKLOADS.items():
         stream = toolkit.pool_stream(wl, settings)
-        pool = stream.produce(0, stream.n_sets)
+        # Each set has its own seed, so the first sets keep their bits whatever the pool's size.
+        pool = stream.produce(0, min(RECORDED_SETS, stream.n_sets))
         assert digest(pool) == POOL_DIGESTS[name], name
         if name in CHAINS:
             refs = toolkit.reference_stream(wl, pool, settings.torch_device())
