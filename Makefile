@@ -132,6 +132,7 @@ test-fast: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/bench_toolkit.py
 	$(BIN)/python benchmarks/bench_difftest.py
+	$(BIN)/python benchmarks/difftest_features.py
 	$(BIN)/python benchmarks/report_time.py
 
 report-time: $(STAMP)

@@ -95,3 +95,36 @@ def features_of(case: Case, message: str = "") -> set[str]:
         if any(v.strip("-") in ("nan", "inf") for v in (e, f)):
             found.add("nan_inf")
     return found
+
+
+#: Features no generated program shows before it runs: read from the rule's message about a mismatch.
+FROM_MESSAGE = frozenset({"signed_zero"})
+#: Features only the GPU generator writes (:mod:`.gpu`): a CPU campaign never draws them.
+GPU_ONLY = frozenset(
+    {
+        "where_fill_reduction",
+        "channels_last_input",
+        "persistent_reduction",
+        "looped_reduction",
+        "split_reduction",
+        "masked_tail",
+    }
+)
+#: Features a campaign draws only when asked (``large_index``: billions of elements, with
+#: ``PK_DIFFTEST_LARGE=1`` on CUDA; see :mod:`.gpu`).
+OPT_IN = frozenset({"large_index"})
+
+
+def feature_frequencies(programs: int = 1000, device: str = "cpu", start: int = 0) -> dict[str, float]:
+    """How often each vocabulary feature appears per 1000 programs of a campaign's plan on ``device``
+    (:func:`~precisionkit.difftest.generator.plan`: the same generators and seeds a campaign draws;
+    generating compiles nothing and needs no device). Every feature of :data:`_FEATURE_PATTERNS`,
+    also those at 0, and those the generators record."""
+    from .generator import generate, plan
+
+    todo = plan(programs, start, device=device)
+    counts = dict.fromkeys([*_FEATURE_PATTERNS, *_RECORDED, *sorted(GPU_ONLY)], 0)
+    for generator, seed in todo:
+        for feature in features_of(generate(seed, generator, device=device)):
+            counts[feature] = counts.get(feature, 0) + 1
+    return {f: 1000 * n / len(todo) for f, n in counts.items()}
