@@ -34,7 +34,8 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     assumed = out.split("Assumed, not measured:")[1].split("From the H200 run")[0]
     assert "us of host time" in assumed and "GB/s" in assumed and "16 compile workers at most" in assumed
     assert (
-        "B, E and the regression matrix never ran on a GPU" in assumed and "pools drawn on the device, about 10 kernels per fp64 reference call" in assumed
+        "B, E and the regression matrix never ran on a GPU" in assumed
+        and "pools drawn on the device, about 10 kernels per fp64 reference call" in assumed
     )
     # the per-compile, per-program and per-process figures come from the H200 run's logs
     logs = out.split("From the H200 run of 2026-11-27")[1]

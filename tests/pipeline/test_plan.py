@@ -80,7 +80,12 @@ def test_the_calibrated_model_is_near_each_step_the_h200_run_timed():
         assert 1 / CALIBRATION_FACTOR <= ratio <= CALIBRATION_FACTOR, (m.step, m.profile, ratio)
     # the figures derived from the logs
     assert pytest.approx(21.2) == plan.REPORT_START_S and pytest.approx(7.4) == plan.FIRST_GPU_S
-    assert plan.REPRO_MEASURED_S == 144.0 and plan.REPRO_S == 107.0 and plan.LOCATE_S == 32.5 and pytest.approx(15.8) == plan.B_GRAPH_S * 48
+    assert (
+        plan.REPRO_MEASURED_S == 144.0
+        and plan.REPRO_S == 107.0
+        and plan.LOCATE_S == 32.5
+        and pytest.approx(15.8) == plan.B_GRAPH_S * 48
+    )
     # A's cold round: the fresh process plus the model's round at gpu sizes is the measured 49.4 s
     one_round = plan.cost_a("gpu", rounds=1)
     assert plan.FRESH_PROCESS_S + one_round.compile_s + one_round.terms(h200)["device"] == pytest.approx(49.4)
