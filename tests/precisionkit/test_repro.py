@@ -301,7 +301,31 @@ def test_minimize_keeps_the_failure_it_started_from() -> None:
     assert signature(kept.case, reproduces(kept.case)[1]).kept_by(started)
 
 
-@pytest.mark.slow
+def test_layers_run_at_once_give_the_table_of_layers_run_one_at_a_time() -> None:
+    import threading
+    import time
+
+    from precisionkit.bisect import Variant, _first_layer
+
+    class Runner:  # stands in for the fresh interpreters: later layers finish first
+        def __init__(self, reproducing: set[str]) -> None:
+            self.reproducing, self.variants, self.lock = reproducing, [], threading.Lock()
+
+        def run(self, step: str, name: str, backend: str) -> Variant:
+            time.sleep(0.01 * (5 - int(name[-1])))
+            v = Variant(step, name, backend, "reproduces" if name in self.reproducing else "clean", "", 0.0)
+            with self.lock:
+                self.variants.append(v)
+            return v
+
+    layers = [(f"layer{i}", f"backend{i}") for i in range(5)]
+    for reproducing, first, kept in (({"layer2", "layer3", "layer4"}, "layer2", 3), (set(), "", 5)):
+        alone, together = Runner(reproducing), Runner(reproducing)
+        assert _first_layer(alone, layers, 1) == _first_layer(together, layers, 5) == first
+        assert together.variants == alone.variants and len(alone.variants) == kept
+
+
+@pytest.mark.heavy
 def test_bisect_gives_the_same_table_with_its_layers_run_at_once(tmp_path: Path) -> None:
     # As on an accelerator host: every layer starts at once; the table and the verdict are those of
     # layers run one at a time (the variants after the first reproducing layer are dropped).
