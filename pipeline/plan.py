@@ -412,12 +412,15 @@ def cost_m(profile: str) -> Cost:
     return c
 
 
-def diagnostics_steps(profile: str) -> dict[str, float]:
-    """Seconds of each Diagnostics step: the tester's warm-up and programs, the fuzzer's graphs, the
-    per-layer divergence and the reproducers at their cap (D's, the fuzzer's and the tester's)."""
+def diagnostics_steps(profile: str, tester_workers: int | None = None) -> dict[str, float]:
+    """Seconds of each Diagnostics step: the tester's warm-up and programs (on ``tester_workers``
+    worker interpreters side by side, each warming up at once; default: as many as the compile pool
+    gives the GPU host, as the tester runs since it took workers), the fuzzer's graphs, the per-layer
+    divergence and the reproducers at their cap (D's, the fuzzer's and the tester's)."""
     s = DIAG_SIZES[profile]
+    workers = tester_workers or pool_workers(s.difftest_programs)
     return {
-        "difftest_outcomes": DIFFTEST_WARMUP_S + s.difftest_programs * DIFFTEST_PROGRAM_S,
+        "difftest_outcomes": DIFFTEST_WARMUP_S + math.ceil(s.difftest_programs / workers) * DIFFTEST_PROGRAM_S,
         "fuzz_outcomes": s.fuzz_graphs * FUZZ_GRAPH_S,
         "divergence_per_layer": DIVERGENCE_PER_LAYER_S,
         "reproducers": (s.d_repro_cap + 2 * s.repro_cap) * REPRO_S,

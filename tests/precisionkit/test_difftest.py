@@ -267,3 +267,17 @@ def test_an_index_that_picks_the_fp64_optimum_among_16bit_ties_is_not_a_mismatch
     # An index that matches neither eager nor fp64 is still wrong.
     hit, msg = reproduces(diff_case(source, x, backend="pk_test_int_off_by_one"))
     assert hit and msg.startswith("output 0: 8 of 8 elements wrong")
+
+
+@pytest.mark.slow
+def test_a_campaign_on_two_workers_gives_the_outcomes_of_one() -> None:
+    """Side by side (as on an accelerator host, one worker interpreter per core) the outcomes and
+    their log come in the plan's order and equal a single worker's."""
+    todo = difftest.plan(4)
+    seen: list[str] = []
+    one = difftest.fuzz(todo, isolated=True)
+    two = difftest.fuzz(todo, isolated=True, workers=2, log=lambda o: seen.append(o.case.id))
+    assert [(o.case.id, o.klass, o.message) for o in two] == [(o.case.id, o.klass, o.message) for o in one]
+    assert seen == [o.case.id for o in one]
+    with pytest.raises(ValueError, match="needs isolated=True"):
+        difftest.fuzz(todo, workers=2)

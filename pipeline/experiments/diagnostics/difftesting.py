@@ -20,6 +20,7 @@ import polars as pl
 
 from precisionkit import difftest
 
+from ...compile_pool import pool_size
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...verdicts import (
@@ -85,6 +86,9 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     start = time.perf_counter()
     # In a worker interpreter: a program whose compiled code crashes or hangs is a "crash" outcome,
     # not the end of this step (or of the run, under the in-process executor).
+    # On an accelerator, one worker interpreter per core (a program's cost is its compile, host work);
+    # on the CPU one, as for every compile pool (pipeline.compile_pool.pool_size says why).
+    workers = pool_size(settings.torch_device(), len(todo))
     outcomes = difftest.fuzz(
         todo,
         backend=settings.backend,
@@ -92,6 +96,7 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         isolated=True,
         setup=_WORKER_SETUP,
         device=str(settings.torch_device()),
+        workers=workers,
     )
     rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
     seconds = time.perf_counter() - start
@@ -101,6 +106,7 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         {
             "programs": table.height,
             "device": str(settings.torch_device()),
+            "workers": workers,
             **{f"class.{k}": counts.get(k, 0) for k in difftest.CLASSES},
             "wall_seconds": seconds,
             "programs_per_minute": 60.0 * table.height / max(seconds, 1e-9),
