@@ -83,9 +83,10 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
 
 
 #: Experiments whose compiles are independent of each other but still run one after another in their
-#: owners' code: B's chain x dtype x path graphs and the Diagnostics' fuzzer graphs and tester programs.
-#: (A's compiles are one per round, each in its own process; E's are one model's forward and backward.)
-INDEPENDENT_SERIAL = ("B accumulated error", "Diagnostics")
+#: owners' code: B's chain x dtype x path graphs (the Diagnostics' fuzzer graphs and tester programs run
+#: on workers since a694907; A's compiles are one per round, each in its own process; E's are one
+#: model's forward and backward).
+INDEPENDENT_SERIAL = ("B accumulated error",)
 
 
 def serial_compiles_pooled(profile: str) -> tuple[list[str], float]:

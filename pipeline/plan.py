@@ -412,16 +412,16 @@ def cost_m(profile: str) -> Cost:
     return c
 
 
-def diagnostics_steps(profile: str, tester_workers: int | None = None) -> dict[str, float]:
-    """Seconds of each Diagnostics step: the tester's warm-up and programs (on ``tester_workers``
-    worker interpreters side by side, each warming up at once; default: as many as the compile pool
-    gives the GPU host, as the tester runs since it took workers), the fuzzer's graphs, the per-layer
+def diagnostics_steps(profile: str, workers: int | None = None) -> dict[str, float]:
+    """Seconds of each Diagnostics step: the tester's warm-up and programs and the fuzzer's graphs,
+    each on ``workers`` processes side by side (default: as many as the compile pool gives the GPU
+    host, as both run since they took workers; the fuzzer's pool workers start first), the per-layer
     divergence and the reproducers at their cap (D's, the fuzzer's and the tester's)."""
     s = DIAG_SIZES[profile]
-    workers = tester_workers or pool_workers(s.difftest_programs)
+    tester, fuzzer = (workers or pool_workers(n) for n in (s.difftest_programs, s.fuzz_graphs))
     return {
-        "difftest_outcomes": DIFFTEST_WARMUP_S + math.ceil(s.difftest_programs / workers) * DIFFTEST_PROGRAM_S,
-        "fuzz_outcomes": s.fuzz_graphs * FUZZ_GRAPH_S,
+        "difftest_outcomes": DIFFTEST_WARMUP_S + math.ceil(s.difftest_programs / tester) * DIFFTEST_PROGRAM_S,
+        "fuzz_outcomes": math.ceil(s.fuzz_graphs / fuzzer) * FUZZ_GRAPH_S + (WORKER_READY_S if fuzzer > 1 else 0.0),
         "divergence_per_layer": DIVERGENCE_PER_LAYER_S,
         "reproducers": (s.d_repro_cap + 2 * s.repro_cap) * REPRO_S,
     }

@@ -41,8 +41,8 @@ H200_MEASURED = (
 
 def step_estimate(m: Measured, gpu: Gpu) -> float:
     """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
-    # The H200 run's tester ran on one worker interpreter (it runs one per core since).
-    steps = {**diagnostics_steps(m.profile, tester_workers=1), "one reproducer": REPRO_S}
+    # The H200 run's tester and fuzzer ran one program at a time (they run one per core since).
+    steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S}
     rows = {c.experiment: c for c in costs(m.profile)}
     secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
     return secs + (FIRST_GPU_S if m.cold else 0.0)

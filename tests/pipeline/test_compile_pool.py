@@ -100,3 +100,15 @@ def test_an_m_architecture_gives_the_same_run_in_a_worker_as_here():
     assert len(here.outputs) == len(there.outputs) >= 1
     for a, b in zip(here.outputs, there.outputs, strict=True):
         assert np.array_equal(a.eager_units, b.eager_units) and np.array_equal(a.fused_units, b.fused_units)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="workers are POSIX subprocesses")
+def test_a_fuzzer_graph_gives_the_same_outcome_in_a_worker_as_here(tmp_path):
+    from pipeline.experiments.diagnostics.fuzzing import fuzz_one
+
+    tasks = [(seed, "inductor", {}, tmp_path, "cpu") for seed in (915256, 915257)]
+    here = run_tasks(fuzz_one, tasks, CPU, workers=1)
+    pooled = run_tasks(fuzz_one, tasks, CPU, workers=1, here=False)
+    timing = ("compile_seconds",)  # wall time, the one field that may differ
+    rows = [[{k: v for k, v in o.row().items() if k not in timing} for o in run] for run in (here, pooled)]
+    assert rows[0] == rows[1] and [r["seed"] for r in rows[0]] == [915256, 915257]

@@ -10,6 +10,7 @@ with reproducers) and the measured tolerance table.
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -17,6 +18,7 @@ import polars as pl
 
 from precisionkit import fuzz
 
+from ...compile_pool import pool_size, run_tasks
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
@@ -68,6 +70,13 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def fuzz_one(seed: int, backend: str, options: dict[str, Any], out_dir: Path, device: str) -> fuzz.FuzzOutcome:
+    """One fuzzer graph, run, classified and (if it fails) shrunk: a compile-pool task."""
+    return fuzz.fuzz(
+        [seed], backend=backend, options=options, out_dir=out_dir, max_shrink_checks=MAX_SHRINK_CHECKS, device=device
+    )[0]
+
+
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
@@ -91,14 +100,17 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         context.log.debug(line)
         progress.advance(note=line)
 
-    outcomes = fuzz.fuzz(
-        seeds,
-        backend=settings.backend,
-        options=settings.options(),
-        out_dir=folder,
-        max_shrink_checks=MAX_SHRINK_CHECKS,
-        log=log,
-        device=str(settings.torch_device()),
+    # One graph per task: on an accelerator one worker per core (a graph's cost is its compile, host
+    # work), on the CPU this process alone (pipeline.compile_pool.pool_size says why); the outcomes
+    # and the log come in seed order either way.
+    device = settings.torch_device()
+    tasks = [(seed, settings.backend, settings.options(), folder, str(device)) for seed in seeds]
+    outcomes = run_tasks(
+        fuzz_one,
+        tasks,
+        device,
+        pool_size(device, len(tasks)),
+        on_result=lambda _, o: log(f"seed {o.graph.seed}: {o.klass} ({o.graph.dtype}; {o.graph.op_list()})"),
     )
     seconds = time.perf_counter() - start
     table = pl.DataFrame([o.row() for o in outcomes], schema=SCHEMA)
