@@ -120,6 +120,8 @@ def assumptions() -> str:
         f"pools drawn on the device, about {model.REFERENCE_KERNELS} kernels per fp64 reference call; "
         "B, E and the regression matrix never ran on a GPU at these sizes: E's graphs cost what one of M's "
         f"model x dtype did ({model.MODEL_COMPILE_S:.1f} s), the matrix {model.MATRIX_RUN_S:.0f} s per CPU run",
+        f"work side by side on the {model.GPU_HOST_CORES} host cores does not slow down: the tester's and the "
+        "fuzzer's workers, and four reproducers at once, each bisecting with its own interpreters",
         f"M locates the divergence of {model.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
         "the outcome); C1-C3 and compiles take as long on an H100 as on the H200",
     ]

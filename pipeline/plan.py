@@ -416,14 +416,17 @@ def diagnostics_steps(profile: str, workers: int | None = None) -> dict[str, flo
     """Seconds of each Diagnostics step: the tester's warm-up and programs and the fuzzer's graphs,
     each on ``workers`` processes side by side (default: as many as the compile pool gives the GPU
     host, as both run since they took workers; the fuzzer's pool workers start first), the per-layer
-    divergence and the reproducers at their cap (D's, the fuzzer's and the tester's)."""
+    divergence and the reproducers at their cap (D's, the fuzzer's and the tester's), four host cores
+    each."""
     s = DIAG_SIZES[profile]
     tester, fuzzer = (workers or pool_workers(n) for n in (s.difftest_programs, s.fuzz_graphs))
+    repros = s.d_repro_cap + 2 * s.repro_cap
     return {
         "difftest_outcomes": DIFFTEST_WARMUP_S + math.ceil(s.difftest_programs / tester) * DIFFTEST_PROGRAM_S,
         "fuzz_outcomes": math.ceil(s.fuzz_graphs / fuzzer) * FUZZ_GRAPH_S + (WORKER_READY_S if fuzzer > 1 else 0.0),
         "divergence_per_layer": DIVERGENCE_PER_LAYER_S,
-        "reproducers": (s.d_repro_cap + 2 * s.repro_cap) * REPRO_S,
+        # built side by side, one per four host cores (diagnostics/reproducers.py: build_workers)
+        "reproducers": math.ceil(repros / (workers or max(1, min(repros, GPU_HOST_CORES // 4)))) * REPRO_S,
     }
 
 

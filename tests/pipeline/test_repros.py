@@ -200,3 +200,32 @@ def test_bisection_variants_run_side_by_side_on_an_accelerator_host(monkeypatch:
     assert repros.bisect_workers("cuda") == 8 and repros.bisect_workers("cuda:1") == 8
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert repros.bisect_workers("cuda") == 2
+
+
+def test_reproducers_are_built_side_by_side_only_on_an_accelerator_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from pipeline.experiments.diagnostics.reproducers import build_workers
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert build_workers(torch.device("cpu"), 23) == 1
+    assert build_workers(torch.device("cuda"), 23) == 4 and build_workers(torch.device("cuda"), 2) == 2
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert build_workers(torch.device("cuda"), 23) == 1
+
+
+@pytest.mark.heavy
+def test_a_reproducer_built_in_a_worker_is_the_one_built_here(tmp_path: Path) -> None:
+    """As on an accelerator host, where builds are compile-pool tasks: the same row (timings aside)."""
+    import torch
+
+    from pipeline.compile_pool import run_tasks
+    from pipeline.experiments.diagnostics.reproducers import build_row
+
+    case, _ = repros.planted_case("planted_off_by_one_ulp")
+    assert case is not None
+    here = build_row("fuzzer", case, tmp_path / "here")
+    (pooled,) = run_tasks(build_row, [("fuzzer", case, tmp_path / "pooled")], torch.device("cpu"), 1, here=False)
+    timing = ("minimize_seconds", "bisect_seconds", "folder")
+    assert {k: v for k, v in here.items() if k not in timing} == {k: v for k, v in pooled.items() if k not in timing}
+    assert here["status"] == "reproduces" and (tmp_path / "pooled" / here["id"] / "repro.py").is_file()

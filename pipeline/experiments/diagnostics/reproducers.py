@@ -7,15 +7,20 @@ the numbers in ``meta.json``. The site's diagnostics page lists them and D's pag
 to its reproducer. A healthy run has nothing to reproduce, so the asset is then an empty table.
 """
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
+import torch
 
 from precisionkit.repro import Case
 
 from ... import repros
+from ...compile_pool import run_tasks
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
@@ -88,6 +93,39 @@ def cases_to_build(
     return out
 
 
+def build_workers(device: torch.device, cases: int) -> int:
+    """Reproducers built at once: one on the CPU (a build's minimization compiles in its process and
+    its bisection already runs variants side by side); on an accelerator one per four host cores, as
+    each build's bisection runs several fresh interpreters of its own (pipeline.repros.bisect_workers)."""
+    if device.type == "cpu":
+        return 1
+    return max(1, min(cases, (os.cpu_count() or 1) // 4))
+
+
+def build_row(source: str, case: Case, root: Path, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Build one reproducer (:func:`pipeline.repros.build`) and its row of the table: D's contradictions
+    get the whole bisection (knobs and toolchain), the fuzzers' finds the layers. A compile-pool task."""
+    meta = repros.build(case, root, knobs=source == "D", max_checks=40 if source == "D" else 25, log=log)
+    return {
+        "id": meta["id"],
+        "source": source,
+        "title": meta["title"],
+        "backend": meta["backend"],
+        "rule": meta["rule"],
+        "ops_before": meta["ops_before"],
+        "ops_after": meta["ops_after"],
+        "shapes_after": str(meta["shapes_after"]),
+        "lines": meta["lines"],
+        "status": meta["status"],
+        "first_layer": meta["first_layer"],
+        "layer_at_fault": meta["layer_at_fault"],
+        "workaround": meta["workaround"],
+        "minimize_seconds": meta["minimize_seconds"],
+        "bisect_seconds": meta["bisect_seconds"],
+        "folder": str(Path(root) / meta["id"]),
+    }
+
+
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
@@ -123,31 +161,17 @@ def reproducers(
         settings.derived_seed,
     )
     start = time.perf_counter()
-    rows = []
-    for source, case in todo:
-        # D's contradictions get the whole bisection (knobs and toolchain); fuzzer finds the layers
-        meta = repros.build(
-            case, root, knobs=source == "D", max_checks=40 if source == "D" else 25, log=context.log.info
-        )
-        rows.append(
-            {
-                "id": meta["id"],
-                "source": source,
-                "title": meta["title"],
-                "backend": meta["backend"],
-                "rule": meta["rule"],
-                "ops_before": meta["ops_before"],
-                "ops_after": meta["ops_after"],
-                "shapes_after": str(meta["shapes_after"]),
-                "lines": meta["lines"],
-                "status": meta["status"],
-                "first_layer": meta["first_layer"],
-                "layer_at_fault": meta["layer_at_fault"],
-                "workaround": meta["workaround"],
-                "minimize_seconds": meta["minimize_seconds"],
-                "bisect_seconds": meta["bisect_seconds"],
-                "folder": str(root / meta["id"]),
-            }
+    device = settings.torch_device()
+    workers = build_workers(device, len(todo))
+    if workers == 1:
+        rows = [build_row(source, case, root, context.log.info) for source, case in todo]
+    else:  # side by side in compile-pool workers; each logs its own lines, this process one per case
+        rows = run_tasks(
+            build_row,
+            [(source, case, root) for source, case in todo],
+            device,
+            workers,
+            on_result=lambda _, r: context.log.info(f"{r['id']}: {r['status']}, fault: {r['layer_at_fault'] or '-'}"),
         )
     table = pl.DataFrame(rows, schema=SCHEMA)
     d_total = d_contradictions(data_movement_check_table).height
