@@ -572,3 +572,26 @@ def test_a_training_step_reads_nothing_back_between_curve_points(corpus):
     # three sums (loss, norm, skipped count), and nothing per step (the old loop read 2 per step).
     per_point = SIZES["smoke"].eval_batches + 3
     assert reads(30) - reads(10) == 2 * per_point
+
+
+def test_a_checkpoint_is_a_snapshot_written_off_the_training_thread(corpus, tmp_path):
+    from pipeline.experiments.training.checkpoint import CheckpointWriter, RunPosition, build_trainer
+
+    cfg = smoke_config(corpus)
+    trainer = build_trainer(cfg, torch.device("cpu"))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    writer = CheckpointWriter()
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    writer.save(ckpt, cfg, trainer, RunPosition(step=5, rows=[{"step": 5}]), 1.0)
+    with torch.no_grad():  # the next step changes the weights while the file is written
+        for p in trainer.model.parameters():
+            p.add_(1.0)
+    writer.wait()
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["step"] == 5 and saved["rows"] == [{"step": 5}]
+    assert all(torch.equal(saved["model"][k], before[k]) for k in before)
+    # A write that fails is raised in the training thread, at the next wait.
+    (tmp_path / "file").write_text("")
+    writer.save(tmp_path / "file" / "checkpoint.pt", cfg, trainer, RunPosition(step=6), 1.0)
+    with pytest.raises(OSError):
+        writer.wait()

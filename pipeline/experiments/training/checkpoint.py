@@ -4,6 +4,7 @@ checkpoints: saved after every evaluation interval, loaded only by the config th
 """
 
 import contextlib
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,54 @@ def load_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: Trainer, device: torc
     return RunPosition(state["step"], state["rows"], state["seconds"])
 
 
-def save_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: Trainer, progress: RunPosition, seconds: float) -> None:
-    """Write ``trainer``, the RNG and ``progress`` to ``ckpt`` atomically (``seconds``: time spent so far)."""
-    state = {
+def _on_host(value: Any) -> Any:
+    """``value`` with every tensor copied to the host (a snapshot the next step cannot change)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _on_host(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_host(v) for v in value)
+    return value
+
+
+class CheckpointWriter:
+    """Writes checkpoints off the training thread: :meth:`save` takes a host snapshot of the state
+    (the one part that must wait for the device) and hands the file to a writer thread, so training
+    goes on while it is serialized and written; :meth:`wait` returns once the last one is on disk
+    (before a resume point is relied on, and at the end of the run). A write that failed raises at
+    the next :meth:`save` or :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, ckpt: Path, cfg: TrainConfig, trainer: Trainer, progress: RunPosition, seconds: float) -> None:
+        self.wait()
+        state = _on_host(checkpoint_state(cfg, trainer, progress, seconds))
+
+        def write() -> None:
+            try:
+                with atomic_path(ckpt) as tmp:
+                    torch.save(state, tmp)
+            except BaseException as exc:  # noqa: BLE001 - raised in the training thread by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=write, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+def checkpoint_state(cfg: TrainConfig, trainer: Trainer, progress: RunPosition, seconds: float) -> dict[str, Any]:
+    """What a checkpoint holds: the model, optimizer, schedule and scaler, the RNG, the position."""
+    return {
         "config_key": cfg.key(),
         "config": asdict(cfg),
         "model": trainer.model.state_dict(),
@@ -92,8 +138,6 @@ def save_checkpoint(ckpt: Path, cfg: TrainConfig, trainer: Trainer, progress: Ru
         "rows": progress.rows,
         "seconds": seconds,
     }
-    with atomic_path(ckpt) as tmp:
-        torch.save(state, tmp)
 
 
 def remove_checkpoint(ckpt: Path) -> None:

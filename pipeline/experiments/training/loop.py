@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from precisionkit.evidence import evidence_fields
 from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
 
-from .checkpoint import RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint, save_checkpoint
+from .checkpoint import CheckpointWriter, RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint
 from .config import PRECISIONS, TrainConfig, eval_batches, train_batch
 from .corpus import Corpus
 from .gpt import GPT, nudge_one_ulp
@@ -179,7 +179,8 @@ def train(
     stop_after: int | None = None,
     log: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train one run; evaluate and checkpoint every ``cfg.eval_every`` steps and at the end.
+    """Train one run; evaluate every ``cfg.eval_every`` steps and at the end, and checkpoint at those
+    points at least ``cfg.checkpoint_every`` steps apart, off the training thread (:class:`CheckpointWriter`).
 
     ``checkpoint_dir`` (a folder for this run; the config key is appended) enables resuming: a
     checkpoint of the same config is loaded and training continues from its step. The checkpoint is
@@ -213,26 +214,30 @@ def train(
         rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
     stats = _StepStats(device)
     saved_at = progress.step
-    while progress.step < cfg.steps:
-        x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
-        stats.add(*_optimizer_step(cfg, trainer, train_fn, x, y, evidence))
-        progress.step += 1
-        step = progress.step
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            eval_loss = evaluate()
-            lr = float(trainer.sched.get_last_lr()[0])
-            train_loss, mean_norm, skipped = stats.read()
-            rows.append(_row(step, train_loss, eval_loss, mean_norm, lr, skipped, cfg))
-            stats = _StepStats(device)
-            if log:
-                log(
-                    f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
-                )
-            if ckpt is not None and step - saved_at >= cfg.checkpoint_every and step < cfg.steps:
-                save_checkpoint(ckpt, cfg, trainer, progress, progress.elapsed + (time.perf_counter() - start))
-                saved_at = step
-        if stop_after is not None and step >= stop_after and step < cfg.steps:
-            raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {rows[-1]['step']})")
+    writer = CheckpointWriter()  # off the training thread; waited for before the run relies on it
+    try:
+        while progress.step < cfg.steps:
+            x, y = (t.to(device) for t in train_batch(corpus, cfg, progress.step))
+            stats.add(*_optimizer_step(cfg, trainer, train_fn, x, y, evidence))
+            progress.step += 1
+            step = progress.step
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                eval_loss = evaluate()
+                lr = float(trainer.sched.get_last_lr()[0])
+                train_loss, mean_norm, skipped = stats.read()
+                rows.append(_row(step, train_loss, eval_loss, mean_norm, lr, skipped, cfg))
+                stats = _StepStats(device)
+                if log:
+                    log(
+                        f"{cfg.path}/{cfg.precision}/seed{cfg.data_seed % 1000}: step {step} train {rows[-1]['train_loss']:.4f} eval {eval_loss:.4f}"
+                    )
+                if ckpt is not None and step - saved_at >= cfg.checkpoint_every and step < cfg.steps:
+                    writer.save(ckpt, cfg, trainer, progress, progress.elapsed + (time.perf_counter() - start))
+                    saved_at = step
+            if stop_after is not None and step >= stop_after and step < cfg.steps:
+                raise TrainingInterrupted(f"stopped after {step} steps (last checkpoint at step {saved_at})")
+    finally:
+        writer.wait()
 
     seconds = progress.elapsed + (time.perf_counter() - start)
     evidence.update(_fused_evidence(cfg, train_fn, eval_fn))
