@@ -44,18 +44,17 @@ def _row_percentiles(values: torch.Tensor, counts: np.ndarray, qs: tuple[float, 
     interpolation arithmetic repeats ``stats._exact_percentiles`` operation for operation (fp64),
     so the results are bit-identical to it. Rows with no compared value give NaN.
     """
-    ordered = torch.sort(values, dim=1).values.cpu().numpy()
-    rows = np.arange(ordered.shape[0])
+    # Sorted, picked and interpolated where the values are: only the percentiles reach the host.
+    ordered = torch.sort(values, dim=1).values
     valid = counts > 0
-    n_minus_1 = np.where(valid, counts - 1, 0).astype(np.float64)
+    n_minus_1 = torch.as_tensor(np.where(valid, counts - 1, 0).astype(np.float64), device=ordered.device)
     out = []
     for q in qs:
         rank = q / 100.0 * n_minus_1
-        lo = np.floor(rank).astype(np.int64)
-        hi = np.ceil(rank).astype(np.int64)
-        v_lo, v_hi = ordered[rows, lo], ordered[rows, hi]
-        with np.errstate(invalid="ignore"):
-            value = v_lo + (v_hi - v_lo) * (rank - lo)
+        lo, hi = torch.floor(rank), torch.ceil(rank)
+        v_lo = ordered.gather(1, lo.long()[:, None])[:, 0]
+        v_hi = ordered.gather(1, hi.long()[:, None])[:, 0]
+        value = (v_lo + (v_hi - v_lo) * (rank - lo)).cpu().numpy()
         out.append(np.where(valid, value, np.nan))
     return out
 

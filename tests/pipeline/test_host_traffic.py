@@ -84,3 +84,30 @@ def test_a_round_reads_back_inputs_one_output_and_a_budget_per_run():
     print(f"round: {traffic.bytes} host bytes ({traffic.by_op()}), budget {budget}")
     assert all(len(set(r["hashes"])) == 1 and r["recompiles"] == 0 for r in records.values())
     assert traffic.bytes <= budget
+
+
+#: Bytes a B set may read back per path once judged: its per-set statistics (a few dozen scalars),
+#: a small fraction of one default-size output (16 x 128 fp16 = 4 KiB), so a judge that brings an
+#: output, an error tensor or a reference back to the host fails it.
+SET_BUDGET_BYTES = 512
+
+
+def test_b_judges_a_batch_on_the_device_and_reads_back_scalars_per_set():
+    """B's per-set judgment of a batch (every statistic, percentiles included, the element test, the
+    bias): what reaches the host per set and path. Counted reads into the host (``cpu``, ``numpy``,
+    ``item``...); ``to`` is left out (on an accelerator it uploads inputs and references), and so is
+    ulp_diff's CPU fast path (``precisionkit.bits``: numpy views of CPU tensors, taken only on a CPU)."""
+    from pipeline.experiments.accumulated_error.runs import per_set_rows
+
+    n, rows, width = 8, 16, 128
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(n, rows, width, generator=gen, dtype=torch.float64)
+    noise = {p: 1e-3 * torch.randn(n, rows, width, generator=gen, dtype=torch.float64) for p in ("eager", "fused")}
+    outputs = {p: (ref + e).half() for p, e in noise.items()}
+    with HostTraffic() as traffic:
+        batch_rows, _ = per_set_rows("layernorm", "normal", "float16", 0, outputs, ref)
+    assert len(batch_rows) == n * len(outputs)
+    read = [r for r in traffic.reads if r.op != "to" and not r.where.startswith("precisionkit.bits:")]
+    per_set = sum(r.bytes for r in read) / (n * len(outputs))
+    print(f"B: {per_set:.0f} host bytes per set and path; reads {sorted({r.where for r in read})}")
+    assert per_set <= SET_BUDGET_BYTES, f"{per_set:.0f} bytes per set and path over {SET_BUDGET_BYTES}"
