@@ -37,7 +37,7 @@ CPU generators), :mod:`.gpu` (the GPU vocabulary), :mod:`.generator` (``generate
 
 from __future__ import annotations
 
-from .features import _FEATURE_PATTERNS, features_of
+from .features import _FEATURE_PATTERNS, VOCABULARY, features_of
 from .generator import generate, plan, threads_for
 from .isolation import Isolated
 from .program import CLASSES, FLOAT_DTYPES, GENERATORS, Program
@@ -47,6 +47,7 @@ __all__ = [
     "CLASSES",
     "FLOAT_DTYPES",
     "GENERATORS",
+    "VOCABULARY",
     "_FEATURE_PATTERNS",
     "Isolated",
     "Outcome",

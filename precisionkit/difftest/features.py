@@ -47,6 +47,29 @@ _RECORDED = (
 )
 
 
+#: What an input read as data shows by its layout, and by its values.
+_LAYOUT_FEATURES = {
+    "transposed": "transpose_input",
+    "broadcast": "expanded_view",
+    "channels_last": "channels_last_input",
+    "strided": "strided_input",
+}
+_VALUE_FEATURES = {"edge": "special_values", "index": "duplicate_indices"}
+#: Every feature :func:`features_of` can name: from the source, the inputs, the generator's record
+#: and the rule's message.
+VOCABULARY = frozenset(
+    {
+        *_FEATURE_PATTERNS,
+        *_RECORDED,
+        *_LAYOUT_FEATURES.values(),
+        *_VALUE_FEATURES.values(),
+        "fp16_bf16",
+        "integer_dtype",
+        "bool_dtype",
+    }
+)
+
+
 def features_of(case: Case, message: str = "") -> set[str]:
     """The corpus vocabulary features of a program: from its source, from the dtypes, layouts and
     values of the inputs it reads as data (a ``transposed`` input counts as ``transpose_input``;
@@ -75,18 +98,7 @@ def features_of(case: Case, message: str = "") -> set[str]:
             found.add("integer_dtype")
         if i.values == "bool" or re.search(r"torch\.bool| (?:[<>]=?|[=!]=) ", src):
             found.add("bool_dtype")
-        if i.values == "edge":
-            found.add("special_values")
-        if i.layout == "transposed":
-            found.add("transpose_input")
-        if i.layout == "broadcast":
-            found.add("expanded_view")
-        if i.layout == "channels_last":
-            found.add("channels_last_input")
-        if i.layout == "strided":
-            found.add("strided_input")
-        if i.values == "index":
-            found.add("duplicate_indices")
+        found.update(f for f in (_LAYOUT_FEATURES.get(i.layout), _VALUE_FEATURES.get(i.values)) if f)
     got = re.search(r"eager (\S+), fused \([^)]*\) (\S+),", message)
     if got:
         e, f = got.groups()
@@ -118,13 +130,13 @@ OPT_IN = frozenset({"large_index"})
 def feature_frequencies(programs: int = 1000, device: str = "cpu", start: int = 0) -> dict[str, float]:
     """How often each vocabulary feature appears per 1000 programs of a campaign's plan on ``device``
     (:func:`~precisionkit.difftest.generator.plan`: the same generators and seeds a campaign draws;
-    generating compiles nothing and needs no device). Every feature of :data:`_FEATURE_PATTERNS`,
-    also those at 0, and those the generators record."""
+    generating compiles nothing and needs no device). Every feature of :data:`VOCABULARY`, also
+    those at 0."""
     from .generator import generate, plan
 
     todo = plan(programs, start, device=device)
-    counts = dict.fromkeys([*_FEATURE_PATTERNS, *_RECORDED, *sorted(GPU_ONLY)], 0)
+    counts = dict.fromkeys(sorted(VOCABULARY), 0)
     for generator, seed in todo:
         for feature in features_of(generate(seed, generator, device=device)):
-            counts[feature] = counts.get(feature, 0) + 1
+            counts[feature] += 1  # a name outside the vocabulary is a KeyError: the vocabulary is whole
     return {f: 1000 * n / len(todo) for f, n in counts.items()}

@@ -2,14 +2,14 @@
 programs (10 per 1000), so a campaign of a few hundred programs reaches each one. Generating compiles
 nothing: this reads the first 1000 programs of the CPU and GPU plans."""
 
-from precisionkit.difftest.features import FROM_MESSAGE, GPU_ONLY, OPT_IN, feature_frequencies
+from precisionkit.difftest.features import FROM_MESSAGE, GPU_ONLY, OPT_IN, VOCABULARY, feature_frequencies
 
 PER_1000 = 10  # 1 % of programs
 
 
 def test_every_listed_feature_appears_in_one_percent_of_programs():
     cpu, gpu = feature_frequencies(1000, "cpu"), feature_frequencies(1000, "cuda")
-    assert set(cpu) == set(gpu) and len(cpu) >= 30
+    assert set(cpu) == set(gpu) == VOCABULARY and len(cpu) >= 30
     listed = set(cpu) - FROM_MESSAGE - OPT_IN
     rare_cpu = {f: v for f, v in cpu.items() if f in listed - GPU_ONLY and v < PER_1000}
     rare_gpu = {f: v for f, v in gpu.items() if f in listed and v < PER_1000}

@@ -166,17 +166,21 @@ def test_minimize_keeps_a_case_whose_defect_needs_every_op() -> None:
 # --- bisection ----------------------------------------------------------------------------------
 
 
+#: The layers of a case whose custom backend adds one ULP: every layer below it is clean.
+ONE_ULP_LAYERS = [
+    ("eager", "clean"),
+    ("aot_eager", "clean"),
+    ("aot_eager_decomp_partition", "clean"),
+    ("inductor", "clean"),
+    ("pk_test_one_ulp", "reproduces"),
+]
+
+
 @pytest.mark.slow
 def test_bisect_names_the_custom_backend_when_every_layer_below_is_clean(tmp_path: Path) -> None:
     c = case(inputs=(Input("x", (1, 3), "float32", 1),))
     b = bisect(write(c, tmp_path), c, knobs=False)
-    assert [(v.backend, v.status) for v in b.variants] == [
-        ("eager", "clean"),
-        ("aot_eager", "clean"),
-        ("aot_eager_decomp_partition", "clean"),
-        ("inductor", "clean"),
-        ("pk_test_one_ulp", "reproduces"),
-    ]
+    assert [(v.backend, v.status) for v in b.variants] == ONE_ULP_LAYERS
     assert b.layer_at_fault == "the backend 'pk_test_one_ulp' (wraps the layers above)"
     assert b.workaround == "use the layer before it: backend='inductor'"
     assert b.variants[3].cpp_sha256  # Inductor's C++ was found and hashed
@@ -331,11 +335,5 @@ def test_bisect_gives_the_same_table_with_its_layers_run_at_once(tmp_path: Path)
     # layers run one at a time (the variants after the first reproducing layer are dropped).
     c = case(inputs=(Input("x", (1, 3), "float32", 1),))
     b = bisect(write(c, tmp_path), c, knobs=False, workers=3, parallel_layers=True)
-    assert [(v.backend, v.status) for v in b.variants] == [
-        ("eager", "clean"),
-        ("aot_eager", "clean"),
-        ("aot_eager_decomp_partition", "clean"),
-        ("inductor", "clean"),
-        ("pk_test_one_ulp", "reproduces"),
-    ]
+    assert [(v.backend, v.status) for v in b.variants] == ONE_ULP_LAYERS
     assert b.workaround == "use the layer before it: backend='inductor'"
