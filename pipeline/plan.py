@@ -40,6 +40,7 @@ from .experiments.regression.spec import PLANTED_BACKENDS
 from .experiments.regression.spec import SIZES as MATRIX_SIZES
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
 from .experiments.training.spec import SIZES as E_SIZES
+from .profiles import PROFILES
 from .workloads import CHAINS, WORKLOADS
 
 # --- the machines (peak figures: NVIDIA's H100 and H200 Tensor Core GPU datasheets, SXM parts) ------
@@ -249,7 +250,7 @@ def _pool_bytes(profile: str) -> tuple[float, dict[str, tuple[float, float]]]:
     return ffn, chains
 
 
-def cost_s(profile: str) -> list[Cost]:
+def cost_s(profile: str, stored: bool | None = None) -> list[Cost]:
     """S's pools, one row per asset group: A's FFN pool, and per chain its inputs and fp64 references;
     drawn and referenced on the device (one reference call per set, distribution and dtype), copied
     to the host and stored at :data:`POOL_BYTES_S` (fixed), everything written (the disk term)."""
@@ -262,6 +263,13 @@ def cost_s(profile: str) -> list[Cost]:
         c: (i + r, calls[c] * REFERENCE_KERNELS, frozenset({f"input_pool_{c}", f"fp64_reference_{c}"}))
         for c, (i, r) in chains.items()
     }
+    if not (PROFILES[profile].store_sets if stored is None else stored):
+        # A recipe is stored in place of each pool and reference: the sets are drawn and referenced again
+        # where they are read (B and the references' check pay it: :func:`cost_b`; A reads one set).
+        return [
+            Cost(f"S pool {name}", assets=assets, note="a recipe stored; drawn and referenced where read")
+            for name, (_, _, assets) in parts.items()
+        ]
     return [
         Cost(
             f"S pool {name}",
@@ -319,14 +327,26 @@ def cost_b(profile: str) -> Cost:
     dists = sum(d for _, _, d in _chain_elements(profile).values())
     calls = n_sets * dists * dtypes * paths * 4  # assumed: about 4 launches per call (eager's several ops)
     graphs = len(CHAINS) * dtypes * 3  # chains x dtypes x (fused, fused_emulate, prediction)
+    if PROFILES[profile].store_sets:
+        return Cost(
+            "B accumulated error",
+            compiles=graphs,
+            compile_s=graphs * B_GRAPH_S,
+            device_bytes=pools * paths,
+            calls=calls,
+            host_bytes=pools,  # every pool to the device once, per-set errors back (small)
+            note="one call per input set and path; measured at smoke only",
+        )
+    # Pools drawn again on the device, references computed twice (the references' check, then B)
+    references = 2 * sum(n_sets * d * dtypes * REFERENCE_KERNELS for _, _, d in _chain_elements(profile).values())
     return Cost(
         "B accumulated error",
         compiles=graphs,
         compile_s=graphs * B_GRAPH_S,
-        device_bytes=pools * paths,
-        calls=calls,
-        host_bytes=pools,  # every pool to the device once, per-set errors back (small)
-        note="one call per input set and path; measured at smoke only",
+        device_bytes=pools * (paths + 2),
+        calls=calls + references,
+        note="one call per input set and path; pools and fp64 references produced on the device where read "
+        "(not stored); measured at smoke only",
     )
 
 

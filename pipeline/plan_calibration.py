@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import FIRST_GPU_S, REPRO_S, Gpu, costs, diagnostics_steps
+from .plan import FIRST_GPU_S, REPRO_S, Gpu, cost_s, costs, diagnostics_steps
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Measured:
 
 _A, _D, _M, _C, _DIAG = "call1 --only A", "call1 --only D", "call1 --only M", "call2 --only C1,C2,C3", "call2 smoke"
 H200_MEASURED = (
+    # Stored then; the gpu profile stores a recipe since (compared with the stored model: cost_s(stored=True)).
     Measured("input_pool_ffn", "S pool ffn", "gpu", 5.8, False, _A),
     Measured("determinism", "A determinism", "gpu", 84.0, True, _A),
     Measured("data_movement_check_table", "D data movement", "gpu", 33.1, True, _D),
@@ -43,6 +44,6 @@ def step_estimate(m: Measured, gpu: Gpu) -> float:
     """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
     # The H200 run's tester and fuzzer ran one program at a time (they run one per core since).
     steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S}
-    rows = {c.experiment: c for c in costs(m.profile)}
+    rows = {c.experiment: c for c in costs(m.profile)} | {c.experiment: c for c in cost_s(m.profile, stored=True)}
     secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
     return secs + (FIRST_GPU_S if m.cold else 0.0)

@@ -54,6 +54,10 @@ class Profile:
     name: str
     description: str
     budget: Budget | None = None
+    #: Whether S stores its input pools and fp64 references (False: a small recipe is stored and the sets
+    #: are drawn and computed again, on the run's device, where they are read; at GPU sizes that is tens of
+    #: GB not written and read back). ``ExperimentSettings.keep_sets`` overrides it.
+    store_sets: bool = True
 
 
 PROFILES: dict[str, Profile] = {
@@ -84,6 +88,7 @@ PROFILES: dict[str, Profile] = {
             "a first look at every experiment on one H100 or H200 inside a short lease; "
             "benchmarks/gpu_budget.py estimates it from the sizes",
         ),
+        store_sets=False,
     ),
     "seed": Profile(
         "seed",
@@ -93,6 +98,7 @@ PROFILES: dict[str, Profile] = {
             "the test plan's exact shapes and counts on one H200 GPU; a nightly run has to finish well inside the "
             "hour to leave room for the report and a re-run",
         ),
+        store_sets=False,
     ),
 }
 

@@ -86,6 +86,12 @@ class ExperimentSettings(dg.ConfigurableResource):
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
     )
     seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+    keep_sets: bool | None = Field(
+        default_factory=lambda: {"1": True, "0": False}.get(os.environ.get("FUSION_KEEP_SETS", "")),
+        description="store S's input pools and fp64 references (true), or store a recipe and produce them again "
+        "on the device where they are read (false); unset: the profile's choice, stored for smoke and default, "
+        "regenerated for gpu and seed (default from FUSION_KEEP_SETS=1|0)",
+    )
     workloads: str = Field(
         default_factory=lambda: os.environ.get("FUSION_WORKLOADS", ""),
         description="your own workloads for experiment M: module:NAME, comma separated (default from "
@@ -130,6 +136,10 @@ class ExperimentSettings(dg.ConfigurableResource):
 
         digest = hashlib.sha256(":".join(map(str, (self.seed, *parts))).encode()).digest()
         return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+    def stores_sets(self) -> bool:
+        """Whether S stores its pools and references (:attr:`keep_sets`, else the profile's choice)."""
+        return self.keep_sets if self.keep_sets is not None else PROFILES[self.profile].store_sets
 
     def pool_set_seed(self, workload: str, distribution: str, index: int) -> int:
         """The seed of input set ``index`` of ``workload``'s ``distribution`` in S's pools: any set can be

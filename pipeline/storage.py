@@ -127,6 +127,9 @@ class SetStream:
     n_sets: int
     produce: Callable[[int, int], Mapping[str, torch.Tensor]]
     chunk_sets: int = 1
+    #: One key's sets ``start..stop-1`` alone, where that is cheaper than :attr:`produce` (a reader of
+    #: regenerated sets asks for one key at a time); None: :attr:`produce` and pick the key.
+    produce_key: Callable[[str, int, int], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if self.n_sets < 1 or self.chunk_sets < 1:
@@ -287,6 +290,113 @@ def _dtype_of(code: str) -> torch.dtype:
     raise TypeError(f"stored dtype {code!r} is not one a set stream writes")
 
 
+# --- sets regenerated where they are read, instead of stored --------------------------------
+
+#: Marks a JSON file that stands for sets that were not stored: the recipe that produces them again.
+RECIPE_KEY = "__set_recipe__"
+_RECIPES: dict[str, Callable[[Mapping[str, Any]], SetStream]] = {}
+
+
+def register_recipe(kind: str, build: Callable[[Mapping[str, Any]], SetStream]) -> None:
+    """Let stored recipes of ``kind`` be read back: ``build(params)`` returns the stream they describe."""
+    _RECIPES[kind] = build
+
+
+@dataclass(frozen=True)
+class SetRecipe:
+    """Sets that are cheaper to produce again than to store and read (pools drawn from per-set seeds on
+    a GPU, and their fp64 references): stored as a small JSON recipe, read back as
+    :class:`RegeneratedSets`, which produce only the sets a reader asks for, on the device they were
+    made for. ``params`` must be JSON; ``stream`` is the stream the recipe rebuilds (its entries and set
+    count are recorded, and a reader's rebuilt stream must match them)."""
+
+    kind: str
+    params: Mapping[str, Any]
+    stream: SetStream
+
+    def as_json(self) -> dict[str, Any]:
+        entries = {k: [list(map(int, shape)), str(dtype)] for k, (shape, dtype) in sorted(self.stream.entries.items())}
+        return {
+            RECIPE_KEY: {
+                "kind": self.kind,
+                "params": dict(self.params),
+                "n_sets": self.stream.n_sets,
+                "entries": entries,
+            }
+        }
+
+
+def save_recipe(recipe: SetRecipe, target: Path) -> None:
+    save_json(recipe.as_json(), target)
+
+
+class RegeneratedSet(SetTensor):
+    """One key of :class:`RegeneratedSets`: indexed like a :class:`SetTensor`, produced instead of read."""
+
+    def __init__(self, owner: "RegeneratedSets", key: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        super().__init__(Path(f"<regenerated {owner.kind}>"), key, shape, dtype)
+        self._owner = owner
+
+    def _read(self, start: int, stop: int) -> torch.Tensor:
+        return self._owner.read(self.key, start, stop)
+
+
+class RegeneratedSets(Mapping[str, SetTensor]):
+    """A stored :class:`SetRecipe` read back: a read-only mapping like :class:`SetTensors`, whose sets
+    are produced when indexed (the last few chunks are kept, so reading a batch's arguments one key at
+    a time produces them once)."""
+
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        self.kind = str(record["kind"])
+        if self.kind not in _RECIPES:
+            raise KeyError(
+                f"a stored recipe of kind {self.kind!r} cannot be read here: known kinds are "
+                f"{', '.join(sorted(_RECIPES)) or 'none (import the code location first)'}"
+            )
+        self.stream = _RECIPES[self.kind](record["params"])
+        recorded = {k: (tuple(shape), dtype) for k, (shape, dtype) in record["entries"].items()}
+        rebuilt = {k: (tuple(map(int, shape)), str(dtype)) for k, (shape, dtype) in self.stream.entries.items()}
+        if recorded != rebuilt or int(record["n_sets"]) != self.stream.n_sets:
+            raise ValueError(
+                f"a stored {self.kind!r} recipe no longer rebuilds what it recorded (entries or set count differ): "
+                "the code changed since it was materialized; rematerialize it"
+            )
+        self.metadata = {"layout": SET_LAYOUT, "n_sets": str(self.stream.n_sets), "regenerated": self.kind}
+        self._tensors = {
+            k: RegeneratedSet(self, k, (self.stream.n_sets, *shape), dtype)
+            for k, (shape, dtype) in self.stream.entries.items()
+        }
+        self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
+
+    @property
+    def n_sets(self) -> int:
+        return self.stream.n_sets
+
+    def read(self, key: str, start: int, stop: int) -> torch.Tensor:
+        if self.stream.produce_key is not None:
+            return self.stream.produce_key(key, start, stop)
+        if (key, start, stop) not in self._cache:
+            self._cache = {(k, start, stop): v for k, v in self.stream.produce(start, stop).items()}
+        return self._cache[(key, start, stop)]
+
+    def __getitem__(self, key: str) -> SetTensor:
+        try:
+            return self._tensors[key]
+        except KeyError:
+            raise KeyError(f"{key!r} is not in this {self.kind}; it has: {', '.join(sorted(self._tensors))}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+def _json_value(data: Any) -> Any:
+    """A stored JSON value as read back: a recipe becomes the sets it regenerates."""
+    return RegeneratedSets(data[RECIPE_KEY]) if isinstance(data, dict) and RECIPE_KEY in data else data
+
+
 def is_set_file(path: Path) -> bool:
     with safe_open(str(path), framework="pt") as f:
         return (f.metadata() or {}).get("layout") == SET_LAYOUT
@@ -308,6 +418,8 @@ def _writer(value: Any) -> tuple[str, Callable[[Any, Path], None]]:
         return ".parquet", save_table
     if isinstance(value, SetStream):
         return ".safetensors", save_set_stream
+    if isinstance(value, SetRecipe):
+        return ".json", save_recipe
     if isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
         return ".safetensors", save_tensors
     if isinstance(value, (dict, list)):
@@ -348,7 +460,7 @@ def read_value(stem: Stem) -> Any:
                 return pl.read_parquet(path)
             if ext == ".safetensors":
                 return SetTensors(path) if is_set_file(path) else load_tensors(path)
-            return json.loads(path.read_text())
+            return _json_value(json.loads(path.read_text()))
     raise FileNotFoundError(f"no stored value at {stem}.{{safetensors,parquet,json}}: materialize it first")
 
 
@@ -457,7 +569,7 @@ def _read_remote(url_stem: str) -> Any:
         if ext == ".parquet":
             return pl.read_parquet(fs.cat_file(key))
         if ext == ".json":
-            return json.loads(fs.cat_file(key))
+            return _json_value(json.loads(fs.cat_file(key)))
         (header_len,) = struct.unpack("<Q", fs.cat_file(key, start=0, end=8))
         header = json.loads(fs.cat_file(key, start=8, end=8 + header_len))
         if (header.get("__metadata__") or {}).get("layout") != SET_LAYOUT:

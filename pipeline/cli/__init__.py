@@ -6,6 +6,7 @@ outcome), :mod:`.staleness` (what is missing or stale), :mod:`.local` (the insta
 this command started), :mod:`.results` (baselines and bundles), :mod:`.repro_command` (``repros``)."""
 
 import argparse
+import os
 import sys
 
 from ..resources import REPO_ROOT
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_times(local.local_instance(), args.profile)
     if args.command == "report":
         only = [s.strip() for s in args.only.split(",") if s.strip()]
+        if args.keep_sets:
+            os.environ["FUSION_KEEP_SETS"] = "1"  # read by ExperimentSettings.keep_sets here and in step processes
         return report(
             args.profile,
             args.device,

@@ -44,6 +44,12 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         "report; the site marks the others as not run",
     )
     rep.add_argument(
+        "--keep-sets",
+        action="store_true",
+        help="store S's input pools and fp64 references even where the profile regenerates them on the device "
+        "where read (gpu, seed); same as FUSION_KEEP_SETS=1",
+    )
+    rep.add_argument(
         "--workloads",
         default=None,
         help="your own workloads for experiment M: module:NAME, comma separated (default: $FUSION_WORKLOADS)",

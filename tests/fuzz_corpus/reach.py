@@ -148,7 +148,7 @@ def measure(
     counts: Counter[str] = Counter()
     found: list[dict[str, Any]] = []
     crashed: list[str] = []
-    ran = 0
+    ran, interrupted = 0, False
     worker = difftest.Isolated()
     try:
         for k, (gen, seed) in enumerate(plan):
@@ -190,11 +190,15 @@ def measure(
             log(f"{case.id}: mismatch -> {', '.join(feats)}: {said[:160]}")
             if stop_when_caught and all(_row(c, corpus, found, signatures)["caught"] for c in wanted):
                 break
+    except KeyboardInterrupt:  # a capped run (SIGINT at its time limit) keeps what it measured
+        interrupted = True
+        log(f"interrupted after {ran} of {len(plan)} programs: the record holds those")
     finally:
         worker.close()
     return {
         "torch": torch.__version__,
         "graphs": ran,
+        "interrupted": interrupted,
         "planned": len(plan),
         "classes": dict(counts),
         "crashed": crashed,
@@ -219,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     rec = measure(ns.programs, ns.base, device=ns.device)
     live = [r for r in rec["cases"] if r["reproduces_here"]]
     judged = [r for r in live if r["signature"] != "out of the rule"]
-    print(f"\ntorch {rec['torch']}: {rec['graphs']} programs in {rec['fuzz_seconds']:.0f} s; classes {rec['classes']}")
+    cut = " (interrupted)" if rec["interrupted"] else ""
+    print(
+        f"\ntorch {rec['torch']}: {rec['graphs']} programs{cut} in {rec['fuzz_seconds']:.0f} s; classes {rec['classes']}"
+    )
     print(f"{'case':40s} {'issue':>6s}  here  {'signature':45s} caught by")
     for r in rec["cases"]:
         print(

@@ -8,6 +8,7 @@ import torch
 from pipeline import plan, plan_calibration
 from pipeline.experiments.data_movement.spec import SIZES as D_SIZES
 from pipeline.experiments.models.spec import SIZES as M_SIZES
+from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 
 CPU = torch.device("cpu")
 
@@ -27,16 +28,18 @@ def test_the_estimate_sums_the_experiments_that_run():
     assert plan.plan_estimate("smoke", CPU, {"B"}).disk_bytes == chains > 0
 
 
-def test_only_a_stores_only_the_ffn_pool_it_needs_upstream():
-    # `report --only A` at gpu sizes planned 42.2 GB (every pool and reference); A needs input_pool_ffn only:
-    # [8, 2048, 4096] inputs, a [4096, 16384] weight and a [16384] bias in fp64, and its cold round's files
+def test_only_a_plans_only_the_ffn_pool_it_needs_upstream():
+    # `report --only A` at gpu sizes planned 42.2 GB (every pool and reference); A needs input_pool_ffn only
     rows = plan.selected_costs("gpu", {"A"})
     assert [c.experiment for c in rows] == [plan.START_UP, "S pool ffn", "A determinism"]
-    ffn = (8 * 2048 * 4096 + 4096 * 16384 + 16384) * 8
-    assert rows[1].disk_bytes == ffn == 1_073_872_896
-    est = plan.plan_estimate("gpu", CPU, {"A"})
-    assert est.disk_bytes == ffn + plan.cost_a("gpu").disk_bytes
-    assert est.disk_bytes < 5e9 < 40e9 < plan.plan_estimate("gpu", CPU).disk_bytes
+    # gpu and seed store a recipe in place of each pool and reference: S writes nothing, A its cold round's files
+    assert rows[1].disk_bytes == rows[1].host_bytes == 0
+    assert plan.plan_estimate("gpu", CPU, {"A"}).disk_bytes == plan.cost_a("gpu").disk_bytes
+    assert plan.plan_estimate("gpu", CPU).disk_bytes < 5e9
+    # where pools are stored (default): the FFN's inputs, weight and bias in fp64, every value once
+    batch, seq, hidden = POOL_SIZES["default"].ffn_shape
+    ffn = (batch * seq * hidden + hidden * 4 * hidden + 4 * hidden) * 8
+    assert plan.selected_costs("default", {"A"})[1].disk_bytes == ffn
 
 
 def test_only_diagnostics_counts_what_it_needs_upstream():

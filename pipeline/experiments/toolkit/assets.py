@@ -26,7 +26,7 @@ from precisionkit.selfcheck import self_check
 
 from ...experiment import flat_sizes
 from ...resources import ExperimentSettings
-from ...storage import SetStream, SetTensor
+from ...storage import RECIPE_KEY, RegeneratedSets, SetRecipe, SetStream, SetTensor, register_recipe
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload
 from .spec import GROUP, SIZES
@@ -95,8 +95,20 @@ def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
                 out.update({pool_key(d, t, a): v.to(DTYPES[t]) for a, v in values.items()})
         return out
 
+    last: dict[tuple[str, str | None, int, int], dict[str, torch.Tensor]] = {}
+
+    def produce_key(key: str, start: int, stop: int) -> torch.Tensor:
+        # One distribution's draw serves every argument (and, outside dtype units, every dtype): keep the
+        # last one, since a reader asks for a batch's arguments one key after another.
+        d, t, a = key.split("/")
+        draw = (d, t if workload.in_dtype_units(d) else None, start, stop)
+        if draw not in last:
+            last.clear()
+            last[draw] = draw_sets(workload, settings, d, start, stop, t if draw[1] else None)
+        return last[draw][a].to(DTYPES[t])
+
     fp64_set_bytes = 8 * len(workload.distributions) * sum(math.prod(s) for s in shapes.values())
-    return SetStream(entries, pool_sets(workload, settings), produce, chunk_sets(fp64_set_bytes))
+    return SetStream(entries, pool_sets(workload, settings), produce, chunk_sets(fp64_set_bytes), produce_key)
 
 
 def reference_stream(workload: Workload, pool: Mapping[str, Any], device: torch.device | str = "cpu") -> SetStream:
@@ -117,17 +129,45 @@ def reference_stream(workload: Workload, pool: Mapping[str, Any], device: torch.
     out_shape = tuple(workload.fn(*meta).shape)
     entries = {g: (out_shape, torch.float64) for g in groups}
 
+    def produce_key(g: str, start: int, stop: int) -> torch.Tensor:
+        chunk = [pool[f"{g}/{a}"][start:stop].to(device) for a in workload.arg_names]
+        return torch.stack(
+            [fp64_reference(workload.fn, args, device) for args in zip(*(c.unbind() for c in chunk), strict=True)]
+        )
+
     def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
-        out = {}
-        for g in groups:
-            chunk = [pool[f"{g}/{a}"][start:stop].to(device) for a in workload.arg_names]
-            out[g] = torch.stack(
-                [fp64_reference(workload.fn, args, device) for args in zip(*(c.unbind() for c in chunk), strict=True)]
-            )
-        return out
+        return {g: produce_key(g, start, stop) for g in groups}
 
     set_bytes = sum(8 * math.prod(pool[f"{g}/{a}"].shape[1:]) for g in groups for a in workload.arg_names)
-    return SetStream(entries, n_sets, produce, chunk_sets(set_bytes + 8 * len(groups) * math.prod(out_shape)))
+    return SetStream(
+        entries, n_sets, produce, chunk_sets(set_bytes + 8 * len(groups) * math.prod(out_shape)), produce_key
+    )
+
+
+def _recipe_settings(params: Mapping[str, Any]) -> ExperimentSettings:
+    return ExperimentSettings(profile=params["profile"], seed=int(params["seed"]), device=params["device"])
+
+
+def _pool_recipe(params: Mapping[str, Any]) -> SetStream:
+    return pool_stream(WORKLOADS[params["workload"]], _recipe_settings(params))
+
+
+def _reference_recipe(params: Mapping[str, Any]) -> SetStream:
+    settings, workload = _recipe_settings(params), WORKLOADS[params["workload"]]
+    pool = RegeneratedSets(SetRecipe("input_pool", params, pool_stream(workload, settings)).as_json()[RECIPE_KEY])
+    return reference_stream(workload, pool, settings.torch_device())
+
+
+register_recipe("input_pool", _pool_recipe)
+register_recipe("fp64_reference", _reference_recipe)
+
+
+def as_recipe(kind: str, workload: Workload, settings: ExperimentSettings, stream: SetStream) -> SetRecipe:
+    """``stream`` (``workload``'s pool, ``kind`` "input_pool", or its references, "fp64_reference") as a
+    recipe to store in place of its sets: what a reader needs to produce the same bits again on the same
+    device type (the pool's per-set seeds follow from the profile and the base seed)."""
+    params = {"workload": workload.name, "profile": settings.profile, "seed": settings.seed, "device": settings.device}
+    return SetRecipe(kind, params, stream)
 
 
 def set_chunks(value: torch.Tensor | SetTensor, sets: int = 64) -> Iterator[torch.Tensor]:
@@ -147,7 +187,9 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
         description=f"Seeded input sets for {workload.title}: every distribution x dtype, stacked on a leading set axis.",
         kinds={"pytorch", "safetensors"},
     )
-    def input_pool(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> SetStream:
+    def input_pool(
+        context: dg.AssetExecutionContext, settings: ExperimentSettings
+    ) -> Any:  # a SetStream, or a SetRecipe in its place
         sizes, device = SIZES[settings.profile], settings.torch_device()
         stream = pool_stream(workload, settings)
         context.add_output_metadata(
@@ -163,9 +205,10 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
                 "dtypes": ", ".join(POOL_DTYPES[workload.name]),
                 "arg_shapes": str({k: list(v) for k, v in workload.shapes(sizes).items()}),
                 **flat_sizes(sizes, "profile."),
+                "stored": _stored_note(settings),
             }
         )
-        return stream
+        return stream if settings.stores_sets() else as_recipe("input_pool", workload, settings, stream)
 
     return input_pool
 
@@ -180,7 +223,9 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
         "(the judge for eager and fused).",
         kinds={"pytorch", "safetensors"},
     )
-    def reference(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any) -> SetStream:
+    def reference(
+        context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any
+    ) -> Any:  # a SetStream or SetRecipe
         device = settings.torch_device()
         stream = reference_stream(workload, pool, device)
         context.add_output_metadata(
@@ -189,11 +234,21 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
                 "sets": stream.n_sets,
                 "sets_per_chunk": stream.chunk_sets,
                 "reference_device": str(device),
+                "stored": _stored_note(settings),
             }
         )
-        return stream
+        return stream if settings.stores_sets() else as_recipe("fp64_reference", workload, settings, stream)
 
     return reference
+
+
+def _stored_note(settings: ExperimentSettings) -> str:
+    if settings.stores_sets():
+        return "every set, in a safetensors file"
+    return (
+        f"a recipe only (profile {settings.profile!r}, keep_sets unset or false): readers draw and compute the sets "
+        f"again on {settings.torch_device()} from the same seeds; set keep_sets (FUSION_KEEP_SETS=1) to store them"
+    )
 
 
 input_pools = [_input_pool_asset(w) for w in WORKLOADS.values()]
