@@ -344,7 +344,9 @@ class RegeneratedSet(SetTensor):
 class RegeneratedSets(Mapping[str, SetTensor]):
     """A stored :class:`SetRecipe` read back: a read-only mapping like :class:`SetTensors`, whose sets
     are produced when indexed (the last few chunks are kept, so reading a batch's arguments one key at
-    a time produces them once)."""
+    a time produces them once). Keys, shapes and dtypes come from the record; the stream is rebuilt at
+    the first read, so a recipe made for a device this machine lacks (a GPU run's, imported) can be
+    listed, and refuses only to produce sets."""
 
     def __init__(self, record: Mapping[str, Any]) -> None:
         self.kind = str(record["kind"])
@@ -353,30 +355,36 @@ class RegeneratedSets(Mapping[str, SetTensor]):
                 f"a stored recipe of kind {self.kind!r} cannot be read here: known kinds are "
                 f"{', '.join(sorted(_RECIPES)) or 'none (import the code location first)'}"
             )
-        self.stream = _RECIPES[self.kind](record["params"])
-        recorded = {k: (tuple(shape), dtype) for k, (shape, dtype) in record["entries"].items()}
-        rebuilt = {k: (tuple(map(int, shape)), str(dtype)) for k, (shape, dtype) in self.stream.entries.items()}
-        if recorded != rebuilt or int(record["n_sets"]) != self.stream.n_sets:
-            raise ValueError(
-                f"a stored {self.kind!r} recipe no longer rebuilds what it recorded (entries or set count differ): "
-                "the code changed since it was materialized; rematerialize it"
-            )
-        self.metadata = {"layout": SET_LAYOUT, "n_sets": str(self.stream.n_sets), "regenerated": self.kind}
+        self.record = record
+        self.n_sets = int(record["n_sets"])
+        self.metadata = {"layout": SET_LAYOUT, "n_sets": str(self.n_sets), "regenerated": self.kind}
         self._tensors = {
-            k: RegeneratedSet(self, k, (self.stream.n_sets, *shape), dtype)
-            for k, (shape, dtype) in self.stream.entries.items()
+            k: RegeneratedSet(self, k, (self.n_sets, *map(int, shape)), getattr(torch, dtype.removeprefix("torch.")))
+            for k, (shape, dtype) in record["entries"].items()
         }
+        self._stream: SetStream | None = None
         self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
 
     @property
-    def n_sets(self) -> int:
-        return self.stream.n_sets
+    def stream(self) -> SetStream:
+        """The stream the recipe describes, rebuilt once and checked against what the recipe recorded."""
+        if self._stream is None:
+            stream = _RECIPES[self.kind](self.record["params"])
+            rebuilt = {k: [list(map(int, shape)), str(dtype)] for k, (shape, dtype) in stream.entries.items()}
+            if rebuilt != dict(self.record["entries"]) or stream.n_sets != self.n_sets:
+                raise ValueError(
+                    f"a stored {self.kind!r} recipe no longer rebuilds what it recorded (entries or set count "
+                    "differ): the code changed since it was materialized; rematerialize it"
+                )
+            self._stream = stream
+        return self._stream
 
     def read(self, key: str, start: int, stop: int) -> torch.Tensor:
-        if self.stream.produce_key is not None:
-            return self.stream.produce_key(key, start, stop)
+        stream = self.stream
+        if stream.produce_key is not None:
+            return stream.produce_key(key, start, stop)
         if (key, start, stop) not in self._cache:
-            self._cache = {(k, start, stop): v for k, v in self.stream.produce(start, stop).items()}
+            self._cache = {(k, start, stop): v for k, v in stream.produce(start, stop).items()}
         return self._cache[(key, start, stop)]
 
     def __getitem__(self, key: str) -> SetTensor:

@@ -14,7 +14,7 @@ from ..run_summary import outcome_table
 from . import local
 from .parser import build_parser
 from .repro_command import repro_case, repros
-from .results import export_bundle, import_bundle, promote_baseline
+from .results import export_bundle, import_bundle, merge_bundles, promote_baseline
 from .run_report import report
 from .staleness import assets_to_run, latest_evaluations, selection_for, stored_for_profile
 
@@ -67,6 +67,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.command == "export-bundle":
         return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
+    if args.command == "merge-bundles":
+        return merge_bundles(args.out, args.paths)
     if args.command == "import-bundle":
         return import_bundle(args.path, args.data_dir, args.replace, args.if_new)
     if args.command == "promote-baseline":
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             only,
             args.workloads,
         )
-    why = _data_dir_problem(args.command, args.data_dir)
+    why = _data_dir_problem(args.command, args.data_dir) if hasattr(args, "data_dir") else None
     if why is not None:
         print(why, file=sys.stderr)
         return 2

@@ -77,6 +77,12 @@ def _add_results(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     exp.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     exp.add_argument("--no-tensors", action="store_true", help="leave every tensor file out (tables and records only)")
     exp.add_argument("--max-tensor-mib", type=float, default=8.0, help="leave out tensor files larger than this")
+    mrg = sub.add_parser(
+        "merge-bundles",
+        help="one bundle from several of one device and profile (each asset from the newest bundle holding it)",
+    )
+    mrg.add_argument("--out", required=True, help="new folder for the merged bundle")
+    mrg.add_argument("paths", nargs="+", help="the bundle folders (two or more)")
     imp = sub.add_parser("import-bundle", help="check a results bundle and add it to this instance and data folder")
     imp.add_argument("path", help="the bundle folder")
     imp.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
@@ -110,7 +116,7 @@ def _add_repros(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
 
 def build_parser() -> argparse.ArgumentParser:
     """``python -m pipeline.cli`` with its subcommands: report, promote-baseline, export-bundle,
-    import-bundle, repros, times."""
+    merge-bundles, import-bundle, repros, times."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_report(sub)

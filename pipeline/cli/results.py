@@ -94,3 +94,22 @@ def import_bundle(path: str, data_dir: str | None, replace: bool, if_new: bool =
     for warning in done.warnings:
         print(f"import-bundle: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def merge_bundles(out: str, paths: list[str]) -> int:
+    """Write one bundle from several of one device and profile (the newest bundle's asset wins)."""
+    from pathlib import Path
+
+    from ..bundle import NOTES, BundleError
+    from ..bundle_merge import merge_bundles as merge
+
+    try:
+        done = merge(paths, out)
+    except BundleError as exc:
+        print(f"merge-bundles: {exc}", file=sys.stderr)
+        return 2
+    print(f"bundle {done.folder}: {done.assets} materializations, {done.checks} check evaluations, {done.files} files")
+    noted = [p for p in paths if (Path(p) / NOTES).is_file()]
+    if noted:
+        print(f"merge-bundles: {NOTES} of {', '.join(noted)} not carried over; write one for {out} by hand")
+    return 0

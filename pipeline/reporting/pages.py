@@ -144,6 +144,23 @@ PROVENANCE_ROWS = (
 )
 
 
+def _commits(report: Report) -> str:
+    """The source commit(s) of the device's materializations: one, or (results merged from sessions on
+    different sources) each with the experiments it made, newest first."""
+    made: dict[str, tuple[str, list[str]]] = {}
+    for exp in EXPERIMENTS:
+        for a in report.assets_of(exp.group):
+            commit = str(a.metadata.get("provenance.git_commit") or "") if a.materialized else ""
+            if commit:
+                stamp, ids = made.get(commit, ("", []))
+                when = str(a.timestamp or "")  # a datetime: its ISO text sorts as it does
+                made[commit] = (max(stamp, when), ids if exp.id in ids else [*ids, exp.id])
+    if len(made) < 2:
+        return ""
+    ordered = sorted(made.items(), key=lambda kv: kv[1][0], reverse=True)
+    return ", ".join(f"{c[:12]} ({', '.join(ids)})" for c, (_, ids) in ordered)
+
+
 def device_column(report: Report, profile: str) -> str:
     """A device's column title: its label, and its profile where that is not ``profile``."""
     label = report.device_label or report.device
@@ -221,6 +238,8 @@ def devices_page(reports: list[Report]) -> str:
     provs = [_provenance(r) for r in reports]
     for key, title in PROVENANCE_ROWS:
         values = [_corrected(r, key, p.get(f"provenance.{key}")) for r, p in zip(reports, provs, strict=True)]
+        if key == "git_commit":  # a merged bundle's sessions ran different sources: name each
+            values = [_commits(r) or v for r, v in zip(reports, values, strict=True)]
         lines.append(f"| {title} | " + " | ".join(values) + " |")
     lines.append(
         "| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |"

@@ -70,8 +70,10 @@ def test_a_recipe_that_no_longer_rebuilds_what_it_recorded_is_refused(stored_and
     record = json.loads((folder / "pool_recipe.json").read_text())
     record["__set_recipe__"]["n_sets"] = 17
     (folder / "stale.json").write_text(json.dumps(record))
+    stale = read_value(folder / "stale")  # listed from the record; refused when a set is asked for
+    assert stale["normal/float16/x"].shape[0] == 17
     with pytest.raises(ValueError, match=r"no longer rebuilds what it recorded.*rematerialize it"):
-        read_value(folder / "stale")
+        stale["normal/float16/x"][0]
     record["__set_recipe__"]["kind"] = "no_such_kind"
     (folder / "unknown.json").write_text(json.dumps(record))
     with pytest.raises(KeyError, match="kind 'no_such_kind' cannot be read here: known kinds are fp64_reference"):
@@ -97,3 +99,20 @@ def test_the_profile_chooses_whether_sets_are_stored_and_keep_sets_overrides_it(
 def test_keep_sets_defaults_from_the_environment(monkeypatch, env, keep):
     monkeypatch.setenv("FUSION_KEEP_SETS", env)
     assert ExperimentSettings(profile="gpu", device="cpu").keep_sets is keep
+
+
+def test_a_recipe_made_for_a_device_this_machine_lacks_lists_its_sets_and_refuses_to_produce_them(
+    stored_and_regenerated,
+):
+    # an imported GPU run's references: pages list them; only producing a set needs the device
+    folder = stored_and_regenerated[0]
+    record = json.loads((folder / "ref_recipe.json").read_text())
+    record["__set_recipe__"]["params"]["device"] = "cuda"
+    (folder / "gpu_ref.json").write_text(json.dumps(record))
+    refs = read_value(folder / "gpu_ref")
+    assert (
+        len(refs) == 4 and refs["normal/float16"].dtype == torch.float64 and refs["normal/float16"].shape == (16, 4, 32)
+    )
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' requested but torch reports no cuda backend"):
+            refs["normal/float16"][0]
