@@ -118,6 +118,13 @@ A_COMPILE_S = (2.0 + 1.9 + 3.8) / 3
 #: B's graphs (chain x dtype x fused, fused_emulate, prediction) with their small-set runs: 48 in 15.8 s
 #: (call2, smoke). B at gpu or seed sizes never ran on a GPU: its device term is the datasheet's.
 B_GRAPH_S = 15.8 / 48
+#: B at gpu sizes on the H200 (results/gpu-logs/2026-11-27-h200-gpu-2, pools drawn where read): 36,000 set x
+#: distribution x dtype rows judged in 115.7 s of its 143 s step (every path, the regenerated pool and its
+#: fp64 reference included); the rest is the 48 compiles.
+B_SET_ROW_S, B_GPU_GRAPH_S = 115.7 / 36_000, (143.0 - 115.7) / 48
+#: E at gpu sizes on the H200 (same logs): 15 runs x 200 steps in 152.4 s, 6 s of it compiling (the fused
+#: graphs cached by the session's first, capped try); cold, the first fused run took 28 s more than eager's.
+E_GPU_STEPS_S, E_COMPILE_S = 152.4 - 6.0, 28.0
 #: Storing a pool drawn on the device: A's FFN pool, drawn on the host then, took 5.8 s for 1.07 GB
 #: (call1, gpu sizes); since f85aeaa every pool is drawn on the device, so what is left is its copy to
 #: the host and its serialization, taken at that measured rate (an upper bound: it included the draw).
@@ -337,16 +344,14 @@ def cost_b(profile: str) -> Cost:
             host_bytes=pools,  # every pool to the device once, per-set errors back (small)
             note="one call per input set and path; measured at smoke only",
         )
-    # Pools drawn again on the device, references computed twice (the references' check, then B)
-    references = 2 * sum(n_sets * d * dtypes * REFERENCE_KERNELS for _, _, d in _chain_elements(profile).values())
+    # Pools drawn and references computed on the device where read: per judged row, as measured on the H200
     return Cost(
         "B accumulated error",
         compiles=graphs,
-        compile_s=graphs * B_GRAPH_S,
-        device_bytes=pools * (paths + 2),
-        calls=calls + references,
-        note="one call per input set and path; pools and fp64 references produced on the device where read "
-        "(not stored); measured at smoke only",
+        compile_s=graphs * B_GPU_GRAPH_S,
+        fixed_s=n_sets * dists * dtypes * B_SET_ROW_S,
+        note=f"{n_sets * dists * dtypes} set rows at the H200's measured {1e3 * B_SET_ROW_S:.1f} ms each (every path, "
+        "the pool drawn and its fp64 reference computed where read)",
     )
 
 
@@ -399,15 +404,23 @@ def cost_e(profile: str) -> Cost:
     per_step = 6 * params * tokens + 12 * s.layers * s.context * s.width * tokens  # weights and attention
     runs = 5 * 3 + 2 * s.fp32_control  # five orders x (eager, fused, control); the fp32 pair
     evals = runs * (s.steps // max(1, s.eval_every)) * s.eval_batches * (2 * params * tokens)
-    return Cost(
+    flops = runs * s.steps * per_step + evals
+    c = Cost(
         "E training",
         compiles=4,  # forward and backward, autocast and fp32 control
-        compile_s=4 * MODEL_COMPILE_S,
-        flops=runs * s.steps * per_step + evals,
-        calls=runs * s.steps * 3 * s.layers * 10,  # eager runs launch per op
+        compile_s=E_COMPILE_S,
+        flops=flops,
         host_bytes=runs * s.steps * 64,  # the loss and grad norm per step
-        note=f"{runs} runs x {s.steps} steps, {s.layers} layers x {s.width} wide, context {s.context}; unmeasured",
+        note=f"{runs} runs x {s.steps} steps, {s.layers} layers x {s.width} wide, context {s.context}; a step's "
+        "overhead as measured on the H200 at gpu sizes, its FLOPs at the assumed share of peak",
     )
+    if profile != "gpu":  # per step, what the H200's measured gpu-size steps took beyond their FLOP time
+        gpu = cost_e("gpu")
+        steps = E_SIZES["gpu"].steps * 15
+        c.fixed_s = runs * s.steps * (E_GPU_STEPS_S - gpu.terms(GPUS[1])["device"]) / steps
+    else:
+        c.fixed_s = E_GPU_STEPS_S - Cost("", flops=flops).terms(GPUS[1])["device"]
+    return c
 
 
 def cost_m(profile: str) -> Cost:

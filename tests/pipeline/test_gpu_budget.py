@@ -47,7 +47,8 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     calib = out.split("### measured vs estimated: the H200 run of 2026-11-27")[1].split("Totals:")[0]
     assert "| determinism | gpu | call1 --only A | 84.0 | 91.2 | 1.09 | 71.6 |" in calib
     assert "| accumulated_error_runs | smoke | call2 smoke | 15.8 | 16.0 | 1.01 | 177.7 |" in calib
-    assert calib.count("| gpu |") == 8 and calib.count("| smoke |") == 6
+    assert calib.count("| gpu |") == 10 and calib.count("| smoke |") == 6
+    assert "| accumulated_error_runs | gpu | session 2 call1 --only B | 143.0 | 143.0 | 1.00 | - |" in calib
     assert re.search(
         r"What-if, not the code: gpu at [0-9.]+ min on an H200 if the compiles of B accumulated error", out
     )
