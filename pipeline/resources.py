@@ -17,6 +17,8 @@ from .profiles import PROFILES
 from .source import source_provenance
 
 PROFILE_NAMES = tuple(PROFILES)
+#: The base seed of every input pool unless FUSION_SEED (or ``report --seed``) names another.
+DEFAULT_SEED = 20241223
 
 
 def device_choices() -> tuple[str, ...]:
@@ -85,7 +87,10 @@ class ExperimentSettings(dg.ConfigurableResource):
     backend_options: str = Field(
         default="{}", description='JSON object of compiler options, e.g. {"emulate_precision_casts": true}'
     )
-    seed: int = Field(default=20241223, description="base seed; every input pool derives from it")
+    seed: int = Field(
+        default_factory=lambda: int(os.environ.get("FUSION_SEED") or DEFAULT_SEED),
+        description="base seed; every input pool derives from it (default from FUSION_SEED, else 20241223)",
+    )
     keep_sets: bool | None = Field(
         default_factory=lambda: {"1": True, "0": False}.get(os.environ.get("FUSION_KEEP_SETS", "")),
         description="store S's input pools and fp64 references (true), or store a recipe and produce them again "

@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_times(local.local_instance(), args.profile)
     if args.command == "report":
         only = [s.strip() for s in args.only.split(",") if s.strip()]
+        if args.seed is not None:
+            os.environ["FUSION_SEED"] = str(args.seed)  # read by ExperimentSettings.seed here and in step processes
         if args.keep_sets:
             os.environ["FUSION_KEEP_SETS"] = "1"  # read by ExperimentSettings.keep_sets here and in step processes
         return report(

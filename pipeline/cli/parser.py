@@ -44,6 +44,13 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         "report; the site marks the others as not run",
     )
     rep.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="base seed of every input pool (default: $FUSION_SEED, else 20241223); results stored under "
+        "another seed are stale for this one and are made again",
+    )
+    rep.add_argument(
         "--keep-sets",
         action="store_true",
         help="store S's input pools and fp64 references even where the profile regenerates them on the device "

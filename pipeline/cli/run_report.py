@@ -77,13 +77,14 @@ def job_to_run(
 ) -> dg.JobDefinition:
     """The job subset to run: what is missing or stale for the profile and ``same`` settings (all of
     it with ``everything``), within ``only``'s selection, without ``skip``; prints what it chose."""
-    from ..resources import resolve_device
+    from ..resources import DEFAULT_SEED, resolve_device
 
     profile = settings["profile"]
     # Only M records which workloads it ran (provenance.workloads); an asset without that record
     # matches any value, so a change of FUSION_WORKLOADS makes M (and what reads it) stale, nothing else.
     same = {
         "device": str(resolve_device(settings["device"])),
+        "seed": os.environ.get("FUSION_SEED") or str(DEFAULT_SEED),  # another seed's results are not these
         **{k: settings[k] for k in ("backend", "backend_options", "workloads")},
     }
     job = defs.resolve_job_def("all_assets_job")

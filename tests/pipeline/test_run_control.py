@@ -358,6 +358,7 @@ def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
     assert todo() == [] and checks() == []
     assert cli.assets_to_run(small, instance, "default", same) != []  # another profile: all missing
     assert todo(backend="eager") == ["down", "side", "up"]  # stored under another backend
+    assert todo(seed="20241223") == [] and todo(seed="7") == ["down", "side", "up"]  # another base seed (--seed)
     (tmp_path / "smoke" / "down.json").unlink()
     assert todo() == ["down", "side"]  # the file is gone: down, and what depends on it
     assert dg.materialize(everything, resources=resources, instance=instance).success
@@ -558,3 +559,12 @@ def test_a_nested_runs_interrupt_is_raised_and_its_own_errors_are_not() -> None:
                 {"step": "b_runs", "error": "dagster._core.errors.DagsterExecutionInterruptedError"},
             ]
         )
+
+
+def test_the_base_seed_comes_from_fusion_seed_and_the_cli_sets_it(monkeypatch):
+    monkeypatch.delenv("FUSION_SEED", raising=False)
+    assert ExperimentSettings(profile="smoke", device="cpu").seed == 20241223
+    monkeypatch.setenv("FUSION_SEED", "11")
+    assert ExperimentSettings(profile="smoke", device="cpu").seed == 11
+    args = cli.build_parser().parse_args(["report", "--seed", "5", "--keep-sets"])
+    assert (args.seed, args.keep_sets) == (5, True)
