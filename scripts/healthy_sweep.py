@@ -1,0 +1,158 @@
+"""Healthy-compiler sweep: the whole report under several seeds, thread counts and CPU ISAs, each run in its
+own data folder and Dagster home, then every experiment's verdict and every test's smallest p-value.
+
+A healthy compiler must contradict nothing at any seed, thread count or ISA; a verdict that flips with the
+thread count is a false alarm. Each run is ``python -m pipeline.cli report --profile P --seed S`` with
+``OMP_NUM_THREADS`` and, for ``--isa avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` and an
+Inductor cache of its own (shared by the runs of one ISA). Runs of one thread each go side by side, one per
+core (``--parallel``). Usage:
+
+    .venv/bin/python scripts/healthy_sweep.py --seeds 1 2 --threads 1 --isa native avx2 --out /tmp/sweep
+    .venv/bin/python scripts/healthy_sweep.py --out /tmp/sweep --summary   # the table of runs already made
+
+Prints, per run, its wall time, each experiment's validity and verdict, and per stored table every
+p-value column's minimum (``p_holm``, ``*_p_holm``, ``p_value``, ``p_*``), the evidence that nothing came
+near rejection. Records land in ``<out>/<run>/sweep.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+P_COLUMN = re.compile(r"(^|_)p(_holm|_value|_adjusted)?$|^p_")
+OUTCOME_ROW = re.compile(r"^(\S+)\s+(valid|invalid|incomplete|not yet run|failed)\s+(.+?)\s{2,}(\d+)\s*$")
+
+
+def run_name(seed: int, threads: int, isa: str) -> str:
+    return f"seed{seed}-t{threads}-{isa}"
+
+
+def run_env(out: Path, seed: int, threads: int, isa: str) -> dict[str, str]:
+    folder = out / run_name(seed, threads, isa)
+    env = {
+        **os.environ,
+        "FUSION_SEED": str(seed),
+        "OMP_NUM_THREADS": str(threads),
+        "DAGSTER_HOME": str(folder / "dagster_home"),
+        "FUSION_DATA_DIR": str(folder / "data"),
+        "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor-{isa}"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    if isa == "avx2":
+        env |= {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    return env
+
+
+def min_p_values(data: Path) -> dict[str, float]:
+    """Per stored table and p-value column (``table.column``), its smallest value."""
+    found: dict[str, float] = {}
+    for path in sorted(data.rglob("*.parquet")):
+        try:
+            table = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError):
+            continue
+        for col in table.columns:
+            if P_COLUMN.search(col) and table[col].dtype.is_numeric() and table[col].drop_nulls().len():
+                found[f"{path.stem}.{col}"] = float(table[col].drop_nulls().min())  # type: ignore[arg-type]
+    return found
+
+
+def outcomes(stdout: str) -> dict[str, dict[str, str]]:
+    """The report's closing outcome table: experiment -> validity, verdict, findings."""
+    rows = {}
+    for line in stdout.splitlines():
+        m = OUTCOME_ROW.match(line.strip())
+        if m and m.group(1) != "experiment":
+            rows[m.group(1)] = {"validity": m.group(2), "verdict": m.group(3).strip(), "findings": m.group(4)}
+    return rows
+
+
+def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout: float) -> dict[str, Any]:
+    folder = out / run_name(seed, threads, isa)
+    (folder / "dagster_home").mkdir(parents=True, exist_ok=True)
+    (folder / "dagster_home" / "dagster.yaml").touch()
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "pipeline.cli", "report", "--profile", profile, "--seed", str(seed)]
+    try:
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=run_env(out, seed, threads, isa), capture_output=True, text=True, timeout=timeout
+        )
+        log, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        log, rc = f"{exc.stdout or ''}{exc.stderr or ''}\n(stopped at {timeout:.0f} s)", -1
+    (folder / "report.log").write_text(log if isinstance(log, str) else log.decode(errors="replace"))
+    record = {
+        "run": folder.name,
+        "profile": profile,
+        "seed": seed,
+        "threads": threads,
+        "isa": isa,
+        "returncode": rc,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "outcomes": outcomes(log if isinstance(log, str) else ""),
+        "min_p": min_p_values(folder / "data" / profile),
+    }
+    (folder / "sweep.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def summary(records: list[dict[str, Any]]) -> str:
+    lines = ["| run | rc | minutes | contradicted | verdicts |", "|---|---|---|---|---|"]
+    for r in records:
+        bad = [e for e, o in r["outcomes"].items() if "contradicted" in o["verdict"]]
+        verdicts = ", ".join(f"{e} {o['verdict']}" for e, o in r["outcomes"].items())
+        lines.append(
+            f"| {r['run']} | {r['returncode']} | {r['seconds'] / 60:.1f} | {', '.join(bad) or 'none'} | {verdicts} |"
+        )
+    merged: dict[str, list[float]] = {}
+    for r in records:
+        for k, v in r["min_p"].items():
+            merged.setdefault(k, []).append(v)
+    lines += ["", "| table.column | smallest p over the runs | runs |", "|---|---|---|"]
+    lines += [f"| {k} | {min(v):.3g} | {len(v)} |" for k, v in sorted(merged.items(), key=lambda kv: min(kv[1]))]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/healthy_sweep.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for every run's data, Dagster home and log")
+    ap.add_argument("--profile", default="default")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--isa", nargs="+", choices=("native", "avx2"), default=["native"])
+    ap.add_argument("--parallel", type=int, default=0, help="runs at once (0: one per core for 1-thread runs, else 1)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    ap.add_argument("--summary", action="store_true", help="only print the table of the runs recorded under --out")
+    ns = ap.parse_args(argv)
+    if ns.summary:
+        records = [json.loads(p.read_text()) for p in sorted(ns.out.glob("*/sweep.json"))]
+        print(summary(records) if records else f"no runs recorded under {ns.out}")
+        return 0
+    plan = [(s, t, i) for i in ns.isa for t in ns.threads for s in ns.seeds]
+    width = ns.parallel or (max(1, (os.cpu_count() or 1) // max(ns.threads)))
+    with cf.ThreadPoolExecutor(width) as pool:
+        futures = [pool.submit(one_run, ns.out, ns.profile, s, t, i, ns.timeout) for s, t, i in plan]
+        records = []
+        for f in cf.as_completed(futures):
+            records.append(f.result())
+            r = records[-1]
+            print(f"{r['run']}: rc {r['returncode']} in {r['seconds'] / 60:.1f} min", flush=True)
+    print(summary(sorted(records, key=lambda r: r["run"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
