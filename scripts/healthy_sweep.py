@@ -92,8 +92,9 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
         )
         log, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        log, rc = f"{exc.stdout or ''}{exc.stderr or ''}\n(stopped at {timeout:.0f} s)", -1
-    (folder / "report.log").write_text(log if isinstance(log, str) else log.decode(errors="replace"))
+        parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
+        log, rc = "".join(parts) + f"\n(stopped at {timeout:.0f} s)", -1
+    (folder / "report.log").write_text(log)
     record = {
         "run": folder.name,
         "profile": profile,
@@ -102,7 +103,7 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
         "isa": isa,
         "returncode": rc,
         "seconds": round(time.perf_counter() - t0, 1),
-        "outcomes": outcomes(log if isinstance(log, str) else ""),
+        "outcomes": outcomes(log),
         "min_p": min_p_values(folder / "data" / profile),
     }
     (folder / "sweep.json").write_text(json.dumps(record, indent=1))
