@@ -226,3 +226,56 @@ def test_a_stored_pool_on_the_host_is_referenced_on_the_device():
     assert {k: (v.device.type, v.dtype, tuple(v.shape)) for k, v in refs.items()} == {
         f"{d}/{t}": ("meta", torch.float64, out_shape) for d in wl.distributions for t in ("float16", "bfloat16")
     }
+
+
+def test_d_draws_each_input_key_on_the_run_device(cuda_generator, monkeypatch):
+    """D draws its x and y once per (dtype, shape, layout, salted) key, on the run's device, from that
+    device's generator (a counterexample's key: unsalted, y in fp64)."""
+    from pipeline.experiments.data_movement import assets as d_assets
+    from pipeline.experiments.data_movement import movement
+
+    monkeypatch.setattr(movement, "seeded_generator", workloads.seeded_generator)  # the fake CUDA one
+    key = d_assets.input_key("scaled_add_concat", "float16", (2, 8, 16), "contiguous")
+    with FakeTensorMode(), _Devices() as ops:
+        x, y = d_assets.draw_inputs(key, (11, 12), torch.device("cuda"))
+    assert cuda_generator == ["cuda", "cuda"] and not key[3]
+    assert (x.device.type, x.dtype, tuple(x.shape)) == ("cuda", torch.float16, (2, 8, 16))
+    assert (y.device.type, y.dtype) == ("cuda", torch.float64)
+    assert ops.seen and not _off_device(ops.seen)  # drawn and rounded on the device
+
+
+class _ReportsMeta(torch.Generator):
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("meta")
+
+
+def test_d_salts_a_pure_graphs_inputs_on_the_run_device(monkeypatch):
+    """A pure movement graph's key is salted with specials in place (index writes: "meta" stands in for
+    the run's device, see the module's text), in a transposed layout, all of it where the draw is."""
+    from pipeline.experiments.data_movement import assets as d_assets
+    from pipeline.experiments.data_movement import movement
+
+    monkeypatch.setattr(movement, "seeded_generator", lambda device, seed: _ReportsMeta().manual_seed(seed))
+    key = d_assets.input_key("transpose_concat", "float16", (2, 8, 16), "transposed_view")
+    with _Devices() as ops:
+        x, y = d_assets.draw_inputs(key, (11, 12), torch.device("meta"))
+    assert key[3] and {(t.device.type, t.dtype, tuple(t.shape)) for t in (x, y)} == {
+        ("meta", torch.float16, (2, 8, 16))
+    }
+    assert x.stride() == (128, 1, 8)  # a transpose of a contiguous [batch, hidden, seq] buffer
+    assert {d for _, d in ops.seen} == {"meta"} and any("randint" in op for op, _ in ops.seen)
+
+
+def test_c2_long_rows_are_summed_in_fp64_where_they_are():
+    """C2's fp64 sums of its long rows run on the rows' device ("meta" stands in for a GPU, see the
+    module's text): only the two sums per row go to the host, where the caller reads them."""
+    from pipeline.experiments.reduction_order.long import fp64_sums
+
+    x = torch.empty(3, 5000, dtype=torch.float32, device="meta")
+    with _Devices() as ops:
+        total, abs_total = fp64_sums(x)
+    assert {(t.device.type, t.dtype, tuple(t.shape)) for t in (total, abs_total)} == {("meta", torch.float64, (3,))}
+    assert {d for _, d in ops.seen} == {"meta"}
+    rows = torch.tensor([[1.0, -2.0, 0.5], [3.0, 3.0, -7.0]])
+    assert [t.tolist() for t in fp64_sums(rows)] == [[-0.5, -1.0], [3.5, 13.0]]  # the CPU's values as before

@@ -17,6 +17,8 @@ import torch
 
 from precisionkit.specials import salt_specials
 
+from ...workloads import seeded_generator
+
 LAYOUTS = ("contiguous", "transposed_view")
 
 
@@ -486,7 +488,7 @@ def make_input(
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = seeded_generator(device, seed)
     batch, seq, hidden = shape
     drawn = (batch, hidden, seq) if layout == "transposed_view" else shape
     base = torch.randn(drawn, generator=gen, dtype=torch.float64, device=device)

@@ -59,11 +59,14 @@ def make_long_rows(distribution: str, rows: int, length: int, seed: int, device:
 
 
 def fp64_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the fp64 sum and the fp64 sum of |x|, chunk by chunk (bounded memory)."""
-    total = torch.zeros(x.shape[0], dtype=torch.float64)
-    abs_total = torch.zeros(x.shape[0], dtype=torch.float64)
+    """Per row, the fp64 sum and the fp64 sum of |x|, chunk by chunk (bounded memory), on the device
+    ``x`` is on (a device without float64, MPS, sums on the host): no row crosses to the host, only the
+    two sums per row do, where the caller reads them."""
+    where = torch.device("cpu") if x.device.type == "mps" else x.device
+    total = torch.zeros(x.shape[0], dtype=torch.float64, device=where)
+    abs_total = torch.zeros(x.shape[0], dtype=torch.float64, device=where)
     for start in range(0, x.shape[-1], _REF_CHUNK):
-        chunk = x[:, start : start + _REF_CHUNK].to(torch.float64).cpu()
+        chunk = x[:, start : start + _REF_CHUNK].to(where).to(torch.float64)
         total += chunk.sum(-1)
         abs_total += chunk.abs().sum(-1)
     return total, abs_total
@@ -117,7 +120,7 @@ def run_long(
     out: list[dict[str, Any]] = []
     for dist in LONG_DISTRIBUTIONS:
         x = make_long_rows(dist, rows, length, seed_of(dist), device)
-        ref, abs_sum = fp64_sums(x)
+        ref, abs_sum = (t.cpu() for t in fp64_sums(x))  # two fp64 values per row to the host
         det, prob = long_bounds(abs_sum, length, lam)
         results: dict[str, torch.Tensor] = {}
         for v in versions:
