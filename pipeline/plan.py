@@ -29,6 +29,7 @@ import torch
 
 from .compile_pool import pool_size
 from .experiments.accumulated_error.rules import DTYPES_B
+from .experiments.accumulated_error.spec import compiles as b_compiles
 from .experiments.data_movement.assets import TASK_BYTES_PER_ELEMENT, input_key
 from .experiments.data_movement.assets import plan as d_plan
 from .experiments.data_movement.spec import SIZES as D_SIZES
@@ -115,13 +116,13 @@ LOCATED_SHARE = 2 / 8
 #: with its first run: fp16 2.0 s, bf16 1.9 s, fp32 3.8 s (call1), their mean.
 A_SETUP_S = (2.4 + 2.8) / 2
 A_COMPILE_S = (2.0 + 1.9 + 3.8) / 3
-#: B's graphs (chain x dtype x fused, fused_emulate, prediction) with their small-set runs: 48 in 15.8 s
+#: B's graphs (chain x dtype x fused, fused_emulate) with their small-set runs: 32 in 15.8 s
 #: (call2, smoke). B at gpu or seed sizes never ran on a GPU: its device term is the datasheet's.
-B_GRAPH_S = 15.8 / 48
+B_GRAPH_S = 15.8 / 32
 #: B at gpu sizes on the H200 (results/gpu-logs/2026-11-27-h200-gpu-2, pools drawn where read): 36,000 set x
 #: distribution x dtype rows judged in 115.7 s of its 143 s step (every path, the regenerated pool and its
-#: fp64 reference included); the rest is the 48 compiles.
-B_SET_ROW_S, B_GPU_GRAPH_S = 115.7 / 36_000, (143.0 - 115.7) / 48
+#: fp64 reference included); the rest is the 32 compiles.
+B_SET_ROW_S, B_GPU_GRAPH_S = 115.7 / 36_000, (143.0 - 115.7) / 32
 #: E at gpu sizes on the H200 (same logs): 15 runs x 200 steps in 152.4 s, 6 s of it compiling (the fused
 #: graphs cached by the session's first, capped try); cold, the first fused run took 28 s more than eager's.
 E_GPU_STEPS_S, E_COMPILE_S = 152.4 - 6.0, 28.0
@@ -333,7 +334,7 @@ def cost_b(profile: str) -> Cost:
     paths = 4  # eager (several ops), fused, fused_emulate, the fp32 single-rounding prediction
     dists = sum(d for _, _, d in _chain_elements(profile).values())
     calls = n_sets * dists * dtypes * paths * 4  # assumed: about 4 launches per call (eager's several ops)
-    graphs = len(CHAINS) * dtypes * 3  # chains x dtypes x (fused, fused_emulate, prediction)
+    graphs = b_compiles(len(CHAINS), dtypes)  # B's spec: chains x dtypes x (fused, fused_emulate)
     if PROFILES[profile].store_sets:
         return Cost(
             "B accumulated error",
