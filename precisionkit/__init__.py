@@ -11,11 +11,14 @@ Public API::
     HostTraffic  # device-to-host reads (transfers and syncs) of a block, for budget tests
     locate_divergence  # per-layer divergence locator
     precisionkit.fuzz  # differential graph fuzzer
+    binomial_tail, poisson_two_sided, sign_test_counts  # count tails (from precisionkit.decide)
+    ulp_histogram  # binned integer ULP distances (from precisionkit.ulp)
     precisionkit.decide  # paired sign test, bootstrap, Holm
 """
 
 from .batched import error_stats_per_set
 from .bits import ULP_NAN, ULP_SATURATED, BitMismatch, bit_equal, bit_mismatch, ulp_diff
+from .decide import binomial_tail, poisson_two_sided, sign_test_counts
 from .hosttraffic import HostTraffic
 from .locator import locate_divergence
 from .paths import FusedFunction, FusionError, FusionEvidence, eager, fused
@@ -30,6 +33,7 @@ from .tolerance import (
     tolerance,
     tolerance_from_table,
 )
+from .ulp import ulp_histogram
 
 __all__ = [
     "ULP_NAN",
@@ -44,6 +48,7 @@ __all__ = [
     "assert_bit_equal",
     "assert_close_to_reference",
     "assert_ulp_within",
+    "binomial_tail",
     "bit_equal",
     "bit_mismatch",
     "eager",
@@ -52,9 +57,12 @@ __all__ = [
     "fp64_reference",
     "fused",
     "locate_divergence",
+    "poisson_two_sided",
     "round_to_dtype",
+    "sign_test_counts",
     "tolerance",
     "tolerance_from_table",
     "ulp_diff",
+    "ulp_histogram",
 ]
 __version__ = "0.1.0"
