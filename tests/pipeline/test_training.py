@@ -11,12 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from _stored_only import (  # tests/pipeline is on sys.path (pytest rootdir import mode)
-    page_without_judges,
-    patch_to_raise,
-)
+from _stored_only import patch_to_raise  # tests/pipeline is on sys.path (pytest rootdir import mode)
 
-from pipeline.experiments import experiment
 from pipeline.experiments.regression.curves_compare import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
@@ -31,7 +27,6 @@ from pipeline.experiments.training.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
-from precisionkit import decide
 
 
 @pytest.fixture(scope="module")
@@ -453,29 +448,6 @@ def test_a_judge_patched_to_raise_raises_wherever_it_was_imported(monkeypatch):
     assert "pipeline.experiments.training.curves.judge_frame" in patched
     with pytest.raises(AssertionError, match=r"curves\.judge_frame was called while the page rendered"):
         training.judge_frame(pl.DataFrame(), "bfloat16")  # the check's own binding (``from .curves import``)
-
-
-def test_training_page_formats_the_stored_judgments_only(e_smoke, tmp_path, monkeypatch):
-    """E's page shows the claim's stored tests and simulated error rates, and reads the same when the
-    rule's code (the judge, the frame judge and the statistics they call) raises if called."""
-    before, after, patched = page_without_judges(
-        monkeypatch,
-        e_smoke.instance,
-        e_smoke.defs,
-        e_smoke.data,
-        tmp_path / "docs",
-        experiment("E"),
-        [judging, curve_tables, decide],
-    )
-    assert {"judge_training", "rule_error_rates", "simulate_rule", "judge_frame", "paired_margin_test"} <= {
-        name.rsplit(".", 1)[1] for name in patched
-    }
-    assert after == before
-    meta = _plain(e_smoke.evaluations["fused_learns_like_eager"])
-    orders, points = len(rules.REPLICATE_ORDERS), SIZES["smoke"].steps // 5
-    assert f"## Paired tests ({orders} data orders, {points} judged eval points)" in after
-    assert meta["tests"] in after and meta["error_rates"] in after
-    assert f"{meta['error_rates.draws']} draws" in after and f"seed {meta['error_rates.seed']}" in after
 
 
 def test_invalid_runs_are_named():

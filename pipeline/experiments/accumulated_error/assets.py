@@ -28,7 +28,7 @@ from precisionkit import fused
 from ...resources import ExperimentSettings
 from ...storage import DataFolder, save_tensors
 from ...tables import markdown_table
-from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
+from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
 from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
 from .explanations import explain
@@ -131,9 +131,17 @@ def accumulated_error_summary(
             # the judgment as the page shows it: the page reads these, it does not re-derive them
             "verdicts": dg.MetadataValue.md(markdown_table(table)),
             "element_bounds": dg.MetadataValue.md(markdown_table(element_bounds_table(wide))),
+            "chain_verdicts": dg.MetadataValue.json(chain_verdicts(wide)),
         }
     )
     return wide
+
+
+def chain_verdicts(wide: pl.DataFrame) -> dict[str, str]:
+    """Per chain, its rows' fused verdicts as one (any contradicted wins, then any inconclusive): the
+    verdict column of the deliverable's one-row-per-chain table."""
+    per_chain = wide.group_by("chain", maintain_order=True).agg(pl.col("fused_verdict"))
+    return {row["chain"]: combine(row["fused_verdict"]) for row in per_chain.iter_rows(named=True)}
 
 
 # --- counterexamples, ablation and the switch list -------------------------------------------

@@ -1,5 +1,7 @@
 """B: the report page's sections, built from stored values only."""
 
+import json
+from collections import Counter
 from typing import Any
 
 import altair as alt
@@ -9,8 +11,16 @@ from ...experiment import Experiment
 from ...reporting.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, select
 from ...reporting.render import Report, markdown_table
 from ...scalars import as_number
-from ...verdicts import combine
 from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP
+
+#: How a chain's verdict cell starts when the stored summary has no per-chain verdict (stored before there
+#: were, e.g. an imported bundle): its rows' stored verdicts, counted, not combined.
+NOT_STORED = "no chain verdict stored; its rows:"
+
+
+def _rows_as_stored(verdicts: list[str]) -> str:
+    counts = Counter(verdicts)
+    return f"{NOT_STORED} " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
 
 
 def deliverable(report: Report, exp: Experiment) -> str:
@@ -25,11 +35,15 @@ def deliverable(report: Report, exp: Experiment) -> str:
         pl.col("eager_sulp_max_max").max().round(3).alias("eager max (sULP)"),
         pl.col("fused_sulp_max_max").max().round(3).alias("fused max (sULP)"),
         pl.col("fused_p99_difference").max().round(3).alias("largest P99 difference"),
-        pl.col("fused_verdict").alias("_verdicts"),
+        pl.col("fused_verdict").alias("_rows"),
     )
+    # each chain's verdict as the summary asset stored it (the page combines no verdicts itself)
+    verdicts = _stored_json(report, exp, "chain_verdicts")
     per_chain = per_chain.with_columns(
-        pl.col("_verdicts").map_elements(lambda v: combine(v.to_list()), return_dtype=pl.String).alias("verdict")
-    ).drop("_verdicts")
+        pl.struct("chain", "_rows")
+        .map_elements(lambda r: verdicts.get(r["chain"]) or _rows_as_stored(list(r["_rows"])), return_dtype=pl.String)
+        .alias("verdict")
+    ).drop("_rows")
     parts = [
         "One row per operator chain: the worst row over dtype x input distribution (scale-aware ULP, sULP: ULPs of "
         "the row's largest |fp64 reference|; see the methodology page). Every row is in the verdict table below.\n",
@@ -122,11 +136,23 @@ def details(report: Report, exp: Experiment) -> str:
     return "\n".join(parts)
 
 
+def _summary_entry(report: Report, exp: Experiment, key: str) -> Any:
+    """One metadata entry the summary asset stored with its judgment; None when it has none."""
+    record = next((a for a in report.assets_of(exp.group) if a.key == "accumulated_error_summary"), None)
+    return None if record is None else record.metadata.get(key)
+
+
 def _stored(report: Report, exp: Experiment, key: str) -> str:
     """A table the summary asset stored with its judgment (the page reads it, never re-derives it)."""
-    record = next((a for a in report.assets_of(exp.group) if a.key == "accumulated_error_summary"), None)
-    text = None if record is None else record.metadata.get(key)
+    text = _summary_entry(report, exp, key)
     return str(text) if text else f"_(the stored summary has no `{key}` table: rematerialize B)_\n"
+
+
+def _stored_json(report: Report, exp: Experiment, key: str) -> dict[str, Any]:
+    """A JSON object the summary asset stored with its judgment (the report keeps it as JSON text);
+    empty when the stored summary has none."""
+    text = _summary_entry(report, exp, key)
+    return json.loads(text) if isinstance(text, str) and text else {}
 
 
 def _library_bounds(report: Report, exp: Experiment) -> str:
