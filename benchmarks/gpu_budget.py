@@ -31,6 +31,7 @@ from pipeline.plan import (
     cost_diagnostics,
     cost_e,
     cost_m,
+    cost_matrix,
     costs,
     pooled,
     workers_text,
@@ -78,6 +79,12 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
         f"**{totals['H100']:.1f}** | **{totals['H200']:.1f}** | "
         + ", ".join(f"{k} {v:.1f}" for k, v in all_terms.items())
         + " (H200 min) | |"
+    )
+    matrix = cost_matrix(profile)
+    lines.append(
+        f"\nNot in the total: the planted-bug matrix ({matrix.minutes(GPUS[1]):.1f} min, {matrix.note}). It tests the "
+        "harness on the CPU whatever the device, so a run on an accelerator leaves it to CPU reports unless "
+        "`--only Regression` asks for it."
     )
     return "\n".join(lines), totals
 

@@ -498,9 +498,11 @@ def cost_matrix(profile: str) -> Cost:
 START_UP = "start-up"
 
 
-def costs(profile: str) -> list[Cost]:
+def costs(profile: str, self_tests: bool = False) -> list[Cost]:
+    """Every row of a run on a GPU; ``self_tests``: with the planted-bug matrix, a CPU self-test that a run on
+    an accelerator leaves to CPU reports unless ``--only Regression`` asks (``cli.run_report.CPU_SELF_TESTS``)."""
     start = Cost(START_UP, fixed_s=REPORT_START_S + FIRST_GPU_S, note="report's start, plan, first GPU work")
-    rest = (cost_d, cost_e, cost_m, cost_diagnostics, cost_matrix)
+    rest = (cost_d, cost_e, cost_m, cost_diagnostics, *((cost_matrix,) if self_tests else ()))
     return [start, *cost_s(profile), cost_a(profile), cost_b(profile), *cost_c(profile), *(f(profile) for f in rest)]
 
 
@@ -553,7 +555,7 @@ def selected_assets(experiments: Collection[str]) -> frozenset[str]:
 def selected_costs(profile: str, experiments: Collection[str] | None = None) -> list[Cost]:
     """The rows of :func:`costs` a run computes: all, or (``experiments`` given) the start-up and the rows
     whose assets the selection materializes (``--only A`` stores A's FFN pool, not B's chain pools)."""
-    rows = costs(profile)
+    rows = costs(profile, self_tests=experiments is not None and "Regression" in experiments)
     if experiments is None:
         return rows
     from .experiments import experiment

@@ -4,7 +4,7 @@ and print what came of it (a failed step still gets the report built from what w
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +58,30 @@ def request_problems(settings: dict[str, str], only: Sequence[str]) -> list[str]
     return problems
 
 
+#: Assets that test the harness itself, on the CPU whatever the run's device: a run on an accelerator leaves
+#: them to CPU reports (its lease is for the device's numerics) unless ``--only`` names their experiment.
+CPU_SELF_TESTS = {"Regression": (dg.AssetKey("planted_bug_matrix"),)}
+
+
+def self_tests_skipped(device: Any, only: Sequence[str], out: Callable[[str], None] = print) -> set[dg.AssetKey]:
+    """The CPU self-tests a run on ``device`` leaves out (none on the CPU, none that ``only`` names), said in one line."""
+    if getattr(device, "type", str(device)) == "cpu":
+        return set()
+    left = {e: keys for e, keys in CPU_SELF_TESTS.items() if e not in only}
+    for exp_id, keys in left.items():
+        names = ", ".join(k.to_user_string() for k in keys)
+        out(
+            f"{names} skipped on {device}: it tests the harness on the CPU, whatever the device, and CPU reports run "
+            f"it (--only {exp_id} runs it here)"
+        )
+    return {k for keys in left.values() for k in keys}
+
+
 def run_config_for(settings: dict[str, str], verbose: bool, only: Sequence[str], skip: set[dg.AssetKey]) -> dict:
     """The run's config: the settings resource, the console loggers, ``--only`` for the report."""
     loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
     run_config: dict[str, Any] = {"resources": {"settings": {"config": settings}}, "loggers": loggers}
-    if only and not skip:
+    if only and REPORT_SITE not in skip:
         run_config["ops"] = {"report_site": {"config": {"only": list(only)}}}
     return run_config
 
@@ -97,6 +116,7 @@ def job_to_run(
             checks = [c for c in checks if c in chosen_checks]
         n_assets = len(chosen_assets) if chosen_assets is not None else len(graph.get_all_asset_keys())
         assets = [a for a in assets if a not in skip]
+        checks = [c for c in checks if c.asset_key not in skip]
         n_checks = len(chosen_checks) if chosen_checks is not None else len(graph.asset_check_keys)
         scope = "selected " if only else ""
         print(
@@ -106,10 +126,14 @@ def job_to_run(
         )
         return job.get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
     if chosen_assets is not None and chosen_checks is not None:
-        return job.get_subset(asset_selection=chosen_assets - skip, asset_check_selection=chosen_checks)
+        return job.get_subset(
+            asset_selection=chosen_assets - skip,
+            asset_check_selection={c for c in chosen_checks if c.asset_key not in skip},
+        )
     if skip:
         return job.get_subset(
-            asset_selection=set(graph.get_all_asset_keys()) - skip, asset_check_selection=set(graph.asset_check_keys)
+            asset_selection=set(graph.get_all_asset_keys()) - skip,
+            asset_check_selection={c for c in graph.asset_check_keys if c.asset_key not in skip},
         )
     return job
 
@@ -155,6 +179,7 @@ def report(
     if no_site is not None:
         print(no_site)
     skip = {REPORT_SITE} if no_site is not None else set()
+    skip |= self_tests_skipped(resolve_device(device), only)
     run_config = run_config_for(settings, verbose, only, skip)
     instance = local.local_instance()
     for run_id in local.release_interrupted_runs(instance):
@@ -166,7 +191,15 @@ def report(
     result = job.execute_in_process(
         instance=instance, run_config=run_config, raise_on_error=False, tags=local.run_tags()
     )
-    return after_run(defs, instance, result, run_config, only, built_site=not skip, seconds=time.perf_counter() - start)
+    return after_run(
+        defs,
+        instance,
+        result,
+        run_config,
+        only,
+        built_site=REPORT_SITE not in skip,
+        seconds=time.perf_counter() - start,
+    )
 
 
 def after_run(

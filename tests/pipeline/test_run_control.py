@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import torch
 
 from pipeline import cli, resources
 from pipeline.definitions import build_resources, defs
@@ -568,3 +569,29 @@ def test_the_base_seed_comes_from_fusion_seed_and_the_cli_sets_it(monkeypatch):
     assert ExperimentSettings(profile="smoke", device="cpu").seed == 11
     args = cli.build_parser().parse_args(["report", "--seed", "5", "--keep-sets"])
     assert (args.seed, args.keep_sets) == (5, True)
+
+
+def test_a_run_on_an_accelerator_leaves_the_cpu_self_tests_to_cpu_reports():
+    from pipeline.cli.run_report import job_to_run, self_tests_skipped
+    from pipeline.definitions import defs
+
+    said: list[str] = []
+    matrix = dg.AssetKey("planted_bug_matrix")
+    assert self_tests_skipped(torch.device("cpu"), [], said.append) == set() and said == []
+    assert self_tests_skipped(torch.device("cuda"), ["Regression"], said.append) == set() and said == []
+    assert self_tests_skipped(torch.device("cuda"), ["B"], said.append) == {matrix}
+    assert said == [
+        "planted_bug_matrix skipped on cuda: it tests the harness on the CPU, whatever the device, and CPU reports "
+        "run it (--only Regression runs it here)"
+    ]
+    # the job then runs neither the matrix nor its checks, and everything else with its checks
+    settings = {"profile": "smoke", "device": "cpu", "backend": "inductor", "backend_options": "{}", "workloads": ""}
+    with dg.DagsterInstance.ephemeral() as instance:
+        job = job_to_run(defs, instance, settings, True, [], {matrix})
+    graph = defs.resolve_asset_graph()
+    selected = job.asset_layer.selected_asset_keys
+    assert matrix not in selected and dg.AssetKey("baseline_comparison") in selected
+    assert len(selected) == len(graph.get_all_asset_keys()) - 1
+    checks = job.asset_check_selection or set()
+    assert len(checks) == len(graph.asset_check_keys) - sum(c.asset_key == matrix for c in graph.asset_check_keys)
+    assert not {c for c in checks if c.asset_key == matrix}
