@@ -3,7 +3,7 @@
 * ``smoke``: the whole graph in well under a minute (tests);
 * ``default``: the seed document's methods at reduced sizes for a 2-core CPU (minutes);
 * ``gpu``: one GPU in ten minutes, the target (not yet met: A, B, C1-C3, D, E and M were measured on an H200 on
-  2026-11-27, and the estimate calibrated on them is about 15 minutes, see benchmarks/gpu_budget.py): the seed's
+  2026-11-27, and the estimate calibrated on them is about 13 minutes, see benchmarks/gpu_budget.py): the seed's
   shapes, with the counts that cost compiles or device time cut (A's fp32 row, the fuzzer, the
   differential tester, M's architectures, E's steps) to what issue 38 says the evidence needs;
 * ``seed``: the seed document's exact shapes, dtypes and counts (meant for a GPU).
