@@ -235,7 +235,8 @@ def test_verdicts_follow_the_rule():
         [
             _run("same", base, base),
             _run("worse", base, base + 5.0),
-            _run("nonfinite", base, base, fused_nonfinite_where_eager_finite=3),
+            _run("nonfinite", base, base, fused_nonfinite_where_eager_finite=3, class_wrong=3),
+            _run("overflow", base, base, fused_nonfinite_where_eager_finite=3),  # fp64 overflows the dtype too
             _run("indices", base, base, mismatched=1),
             _run("few", base[:20], base[:20]),
         ],
@@ -246,6 +247,7 @@ def test_verdicts_follow_the_rule():
         "same": "supported",
         "worse": "contradicted",
         "nonfinite": "contradicted",
+        "overflow": "supported",
         "indices": "contradicted",
         "few": "inconclusive",
     }

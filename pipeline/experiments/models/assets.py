@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 from pydantic import Field
+from torch import nn
 
 from precisionkit import locate_divergence
 
@@ -33,7 +34,8 @@ from .zoo import zoo_workloads
 OUTS = {
     "model_outputs": dg.AssetOut(
         description="M: per model x dtype x input batch x output, eager's and fused's error against the fp64 "
-        "re-execution (scale-aware ULP per unit: max and P99; RMSE), non-finite counts and integer mismatches.",
+        "re-execution (scale-aware ULP per unit: max and P99; RMSE), non-finite counts, and element by element "
+        "against fp64: integer/bool mismatches, float-class (NaN, +-inf, +-0) differences and the first one.",
         kinds={"polars"},
     ),
     "model_verdicts": dg.AssetOut(
@@ -142,6 +144,9 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
         w = by_name[row["model"]]
         # Built again from the same seed rather than kept: a model at real size is large.
         module = working_module(w, row["dtype"], device, settings.derived_seed)
+        if not isinstance(module, nn.Module):
+            context.log.info(f"{row['model']} is a plain callable: no submodules to locate a divergence in")
+            continue
         first = batch_inputs(w, 0, row["dtype"], device, sizes.batch_size, settings.derived_seed)
         name, table = _locate(module, first, settings)
         located[(row["model"], row["dtype"])] = name

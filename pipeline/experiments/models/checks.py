@@ -53,7 +53,8 @@ def model_runs_valid(context: dg.AssetCheckExecutionContext, model_verdicts: pl.
     name="fused_not_worse_than_eager_on_models",
     description="M: on real architectures (and the user's workloads), fused inference error against fp64 is no worse "
     "than eager's, per model x dtype (P99 of per-unit scale-aware ULP error, paired bootstrap, Holm over the table; "
-    "non-finite fused outputs where eager is finite, or integer outputs that differ, contradict).",
+    "float elements whose class (NaN, +-inf, +-0) differs from eager's where eager has fp64's, or integer and bool "
+    "elements that differ from eager's where fp64 does not side with fused, contradict).",
 )
 def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
     judged = model_verdicts.filter(pl.col("verdict") != INVALID)
@@ -82,6 +83,7 @@ def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.Ass
         "p_holm",
         "fused_nonfinite",
         "integer_mismatches",
+        "class_differences",
         "verdict",
         "first_divergent_module",
     )

@@ -2,6 +2,8 @@
 
 The fp64 reference is the same module with its parameters and buffers upcast exactly from the
 working dtype (so weight rounding is not counted as error), fed the working inputs upcast exactly.
+A workload's plain callable is compiled and run as it is (no module around it, nothing to cast);
+a native run (an integer or bool dtype name, :mod:`.workloads`) casts nothing.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +23,13 @@ from precisionkit import FusionError, fused
 from precisionkit.evidence import NO_GRAPH, NO_KERNEL, fusion_defects
 from precisionkit.stats import spacing
 
+from .exact import Judged, judge_exact
 from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
-from .workloads import as_module
 
+#: The float dtypes a run casts to; a native run's name (:data:`.workloads.NATIVE_DTYPES`) is not here.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: What a workload builds: a module, or a plain callable compiled as it is.
+Model = nn.Module | Callable[..., Any]
 
 
 def tensors(value: Any) -> list[torch.Tensor]:
@@ -37,9 +43,10 @@ def tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def cast_inputs(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Floating inputs to ``dtype`` (exactly, when upcasting); integer and bool inputs as they are."""
-    return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+def cast_inputs(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
+    """Floating inputs to ``dtype`` (exactly, when upcasting); integer and bool inputs as they are;
+    everything as it is when ``dtype`` is None (a native run)."""
+    return tuple(t.to(dtype) if dtype is not None and t.is_floating_point() else t for t in inputs)
 
 
 def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tuple[np.ndarray, float | None]:
@@ -70,8 +77,8 @@ class OutputRecord:
     batch: int
     output: int
     shape: str
-    kind: str  # float | integer
-    units: int
+    kind: str  # float | integer (integer and bool outputs)
+    units: int  # float: units kept for the paired test; integer: elements judged exactly
     eager_units: np.ndarray  # the units kept for the paired test
     fused_units: np.ndarray
     eager_max: float | None  # largest finite unit error over every unit (not only those kept)
@@ -79,10 +86,13 @@ class OutputRecord:
     eager_nonfinite: int  # non-finite where the fp64 reference is finite
     fused_nonfinite: int
     fused_nonfinite_where_eager_finite: int
-    mismatched: int  # integer outputs: elements that differ from eager
+    mismatched: int  # integer outputs: elements wrong under the rule (differ from eager, fp64 not with fused)
     eager_rmse: float
     fused_rmse: float
     bit_equal: bool
+    class_wrong: int = 0  # float outputs: elements whose class differs from eager's where eager has fp64's
+    fp64_sided: int = 0  # differ from eager (integer: value; float: class) where fused has fp64's
+    example: str = ""  # the first element the rule calls wrong
 
 
 @dataclass
@@ -111,32 +121,45 @@ def _same(eager_out: list[torch.Tensor], fused_out: list[torch.Tensor], ref_out:
     return bool(same(eager_out, fused_out, fp64_ref=ref_out, tol=SAME_TOL, log_error=lambda *a, **k: None))
 
 
+def _unpaired(batch: int, index: int, e: torch.Tensor, exact: Judged, bit_equal: bool) -> OutputRecord:
+    """An output without units to pair: an integer or bool output, or a float one whose shape differs
+    from eager's (wrong in every element, :func:`.exact.judge_exact`)."""
+    integer = not e.is_floating_point()
+    empty = np.zeros(0)
+    return OutputRecord(
+        batch,
+        index,
+        str(tuple(e.shape)),
+        "integer" if integer else "float",
+        e.numel() if integer else 0,  # an integer output's units: its elements, each judged exactly
+        empty,
+        empty,
+        None,
+        None,
+        0,
+        0,
+        0,
+        exact.wrong if integer else 0,
+        0.0,
+        0.0,
+        bit_equal,
+        class_wrong=0 if integer else exact.wrong,
+        fp64_sided=exact.fp64_sided,
+        example=exact.example,
+    )
+
+
 def compare_output(
-    batch: int, index: int, e: torch.Tensor, f: torch.Tensor, r: torch.Tensor, dtype: torch.dtype
+    batch: int, index: int, e: torch.Tensor, f: torch.Tensor, r: torch.Tensor, dtype: torch.dtype | None
 ) -> OutputRecord:
-    """Eager ``e`` and fused ``f`` against the fp64 ``r`` (floating outputs), or against each other (integer)."""
+    """Eager ``e`` and fused ``f`` against the fp64 ``r``: floating outputs by their scale-aware ULP
+    error (in ULPs of ``dtype``, or of the output's own dtype when None) and by class, integer and
+    bool outputs element by element (:func:`.exact.judge_exact`)."""
     bit_equal = bool(e.shape == f.shape and e.dtype == f.dtype and torch.equal(e, f))
-    if not e.is_floating_point():
-        mismatched = int((e != f).sum()) if e.shape == f.shape else int(e.numel())
-        empty = np.zeros(0)
-        return OutputRecord(
-            batch,
-            index,
-            str(tuple(e.shape)),
-            "integer",
-            0,
-            empty,
-            empty,
-            None,
-            None,
-            0,
-            0,
-            0,
-            mismatched,
-            0.0,
-            0.0,
-            bit_equal,
-        )
+    exact = judge_exact(e, f, r, index)
+    if not e.is_floating_point() or e.shape != f.shape:  # no units to pair: judged element by element
+        return _unpaired(batch, index, e, exact, bit_equal)
+    dtype = dtype if dtype is not None else e.dtype
     ref_finite = torch.isfinite(r)
     e_bad = ~torch.isfinite(e) & ref_finite
     f_bad = ~torch.isfinite(f) & ref_finite
@@ -158,6 +181,9 @@ def compare_output(
         _rmse(e, r),
         _rmse(f, r),
         bit_equal,
+        class_wrong=exact.wrong,
+        fp64_sided=exact.fp64_sided,
+        example=exact.example,
     )
 
 
@@ -178,25 +204,35 @@ def model_seeds(name: str, batches: int, seed_of: Any) -> Seeds:
     return Seeds({p: seed_of(*p) for p in parts})
 
 
-def master_module(workload: Any, device: torch.device, seed_of: Any) -> nn.Module:
+def master_module(workload: Any, device: torch.device, seed_of: Any) -> Model:
     """The workload's module as built (fp32 for the zoo), its weights drawn from the run's seed on
     ``device`` itself (built there, not on the host and moved), once per architecture: each dtype's
-    module is a cast copy (:func:`cast_module`)."""
+    module is a cast copy (:func:`cast_module`). A plain callable is returned as built."""
     accelerator = device.type != "cpu"
     forked = [device.index if device.index is not None else 0] if accelerator else []
     with torch.random.fork_rng(devices=forked, device_type=device.type if accelerator else "cuda"):
         torch.manual_seed(seed_of("M", workload.name, "weights"))
         with torch.device(device) if accelerator else contextlib.nullcontext():
-            module = as_module(workload.build()).eval()
-    return module.to(device=device)
+            built = workload.build()
+    return built.eval().to(device=device) if isinstance(built, nn.Module) else built
 
 
-def cast_module(master: nn.Module, dtype_name: str) -> nn.Module:
-    """A copy of ``master`` with its floating parameters and buffers in ``dtype_name``."""
-    return copy.deepcopy(master).to(dtype=DTYPES[dtype_name])
+def cast_module(master: Model, dtype_name: str) -> Model:
+    """A copy of ``master`` with its floating parameters and buffers in ``dtype_name`` (a plain
+    copy in a native run; a plain callable as it is: it has nothing to cast)."""
+    if not isinstance(master, nn.Module):
+        return master
+    dtype = DTYPES.get(dtype_name)
+    return copy.deepcopy(master) if dtype is None else copy.deepcopy(master).to(dtype=dtype)
 
 
-def working_module(workload: Any, dtype_name: str, device: torch.device, seed_of: Any) -> nn.Module:
+def fp64_copy(working: Model) -> Model:
+    """The fp64 re-execution's model: a module's copy with its floating parameters and buffers upcast
+    exactly; a plain callable as it is (its inputs are upcast)."""
+    return copy.deepcopy(working).to(dtype=torch.float64) if isinstance(working, nn.Module) else working
+
+
+def working_module(workload: Any, dtype_name: str, device: torch.device, seed_of: Any) -> Model:
     """The workload's module in ``dtype_name`` on ``device``, the same weights the run used (so the
     same module can be built again, e.g. for the divergence locator, instead of being kept)."""
     return cast_module(master_module(workload, device, seed_of), dtype_name)
@@ -207,7 +243,7 @@ def batch_inputs(
 ) -> tuple[torch.Tensor, ...]:
     """Input batch number ``batch``, from its own seed, floating inputs in ``dtype_name``."""
     generator = torch.Generator(device=device).manual_seed(seed_of("M", workload.name, "batch", batch))
-    return cast_inputs(tuple(workload.inputs(generator, batch_size)), DTYPES[dtype_name])
+    return cast_inputs(tuple(workload.inputs(generator, batch_size)), DTYPES.get(dtype_name))
 
 
 def run_model(
@@ -220,11 +256,11 @@ def run_model(
     backend: str,
     options: dict[str, Any],
     seed_of: Any,
-    working: nn.Module | None = None,
+    working: Model | None = None,
 ) -> ModelRun:
     """Eager, fused and fp64 runs of ``workload`` in ``dtype_name`` over ``batches`` batches, on
     ``working`` (the module in that dtype; built from the seed when not given)."""
-    dtype = DTYPES[dtype_name]
+    dtype = DTYPES.get(dtype_name)  # None: a native run, nothing cast
     # Every model runs behind the same adapter code, and Dynamo compiles one frame at most
     # ``recompile_limit`` times before it silently runs it eager: start each model afresh.
     torch._dynamo.reset()
@@ -232,8 +268,8 @@ def run_model(
     start = time.perf_counter()
     if working is None:
         working = working_module(workload, dtype_name, device, seed_of)
-    run.parameters = sum(p.numel() for p in working.parameters())
-    reference = copy.deepcopy(working).to(dtype=torch.float64)
+    run.parameters = sum(p.numel() for p in working.parameters()) if isinstance(working, nn.Module) else 0
+    reference = fp64_copy(working)
     compiled = fused(working, backend=backend, options=options, require_fusion=False)
     with torch.no_grad():
         for b in range(batches):

@@ -44,6 +44,9 @@ def output_table(runs: list[ModelRun]) -> pl.DataFrame:
             "eager_nonfinite": o.eager_nonfinite,
             "fused_nonfinite_where_eager_finite": o.fused_nonfinite_where_eager_finite,
             "integer_mismatches": o.mismatched,
+            "class_differences": o.class_wrong,
+            "fp64_sided": o.fp64_sided,
+            "first_wrong": o.example,
             "bit_equal": o.bit_equal,
         }
         for run in runs
@@ -67,6 +70,9 @@ def output_table(runs: list[ModelRun]) -> pl.DataFrame:
         "eager_nonfinite": pl.Int64,
         "fused_nonfinite_where_eager_finite": pl.Int64,
         "integer_mismatches": pl.Int64,
+        "class_differences": pl.Int64,
+        "fp64_sided": pl.Int64,
+        "first_wrong": pl.String,
         "bit_equal": pl.Boolean,
     }
     return pl.DataFrame(rows, schema=schema)
@@ -84,23 +90,65 @@ def _largest(values: Any) -> float | None:
     return max(finite) if finite else None
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
 def _why_disagree(verdict: str, same_ok: bool, row: dict[str, Any]) -> str:
     if verdict == CONTRADICTED and same_ok:
-        if row["fused_nonfinite"]:
-            return "same() passed although fused has non-finite outputs where eager is finite"
+        if row["class_differences"]:
+            return (
+                "same() passed although fused's class (NaN, +-inf, the sign of a zero) differs where eager has fp64's"
+            )
         if row["integer_mismatches"]:
-            return "same() passed although integer outputs differ"
+            return "same() passed although integer or bool outputs differ where fp64 does not side with fused"
         return (
             f"fused's P99 unit error is {row['difference']:.3g} sULP above eager's (confidence {CONFIDENCE:g}); "
-            f"same() compares whole-output RMSE (ratio {row['rmse_ratio']:.3g}, allowed 2-3x), which a tail "
+            f"same() compares whole-output RMSE (ratio {_ratio(row['rmse_ratio'])}, allowed 2-3x), which a tail "
             "confined to some rows barely moves"
         )
     if verdict == SUPPORTED and not same_ok:
+        if row["fp64_sided"]:
+            return (
+                f"same() failed: {row['fp64_sided']} element(s) differ from eager's where fp64 sides with fused (a "
+                "tie fp64 breaks as fused did, or fp64's class), and same() holds eager as the truth there"
+            )
         return (
-            f"same() failed (RMSE ratio {row['rmse_ratio']:.3g}) although fused's P99 unit error is within "
+            f"same() failed (RMSE ratio {_ratio(row['rmse_ratio'])}) although fused's P99 unit error is within "
             f"{MATERIALITY_SULP:g} sULP of eager's: an allclose / RMSE multiplier is not a statement about the tail"
         )
     return ""
+
+
+def _reason(verdict: str, row: dict[str, Any]) -> str:
+    """The row's verdict and the rule that gave it, in one line."""
+    sided = (
+        f"; {row['fp64_sided']} element(s) differ from eager where fp64 sides with fused (not counted)"
+        if row["fp64_sided"]
+        else ""
+    )
+    exact = (
+        "rule against fp64: an integer/bool element is wrong where fused differs from eager and fp64 does not side "
+        "with fused, so a tie fp64 breaks as fused did is right; a float element is wrong where its class (NaN, "
+        "+-inf, +-0) differs from eager's and eager has fp64's"
+    )
+    if verdict == INVALID:
+        return f"not judged: {row['error']}"
+    wrong = row["integer_mismatches"] + row["class_differences"]
+    if wrong:
+        return (
+            f"contradicted: {row['integer_mismatches']} integer/bool and {row['class_differences']} float-class "
+            f"element(s) wrong, e.g. {row['first_wrong']} ({exact}){sided}"
+        )
+    tail = (
+        f"P99(fused) - P99(eager) = {row['difference']:.3g} sULP, one-sided upper bound {row['ci_upper']:.3g}, "
+        f"Holm p {row['p_holm']:.3g} over {row['units']} units (materiality {MATERIALITY_SULP:g}, at least "
+        f"{MIN_UNITS_FOR_SUPPORTED} units for supported)"
+        if row["p_value"] is not None
+        else f"{row['units']} float units, too few for the paired test; {row['integer_elements']} integer/bool "
+        f"elements judged (with no float unit, supported from {MIN_UNITS_FOR_SUPPORTED})"
+    )
+    return f"{verdict}: {tail}; no integer/bool or float-class element wrong ({exact}){sided}"
 
 
 def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
@@ -127,6 +175,10 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
             "fused_nonfinite": sum(o.fused_nonfinite_where_eager_finite for o in run.outputs),
             "eager_nonfinite": sum(o.eager_nonfinite for o in run.outputs),
             "integer_mismatches": sum(o.mismatched for o in run.outputs),
+            "class_differences": sum(o.class_wrong for o in run.outputs),
+            "fp64_sided": sum(o.fp64_sided for o in run.outputs),
+            "integer_elements": sum(o.units for o in run.outputs if o.kind == "integer"),
+            "first_wrong": next((o.example for o in run.outputs if o.example), ""),
             "eager_rmse": float(np.mean([o.eager_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
             "fused_rmse": float(np.mean([o.fused_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
             "same_passed": bool(run.same_passed) and all(run.same_passed),
@@ -160,17 +212,18 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
         row["p_holm"] = adjusted[i]
         if row["error"]:
             verdict = INVALID
-        elif row["fused_nonfinite"] or row["integer_mismatches"] or rejected[i]:
+        elif row["class_differences"] or row["integer_mismatches"] or rejected[i]:
             verdict = CONTRADICTED
         elif (
             row["ci_upper"] is not None
             and row["units"] >= MIN_UNITS_FOR_SUPPORTED
             and row["ci_upper"] <= MATERIALITY_SULP
-        ):
+        ) or (row["units"] == 0 and row["integer_elements"] >= MIN_UNITS_FOR_SUPPORTED):
             verdict = SUPPORTED
         else:
             verdict = INCONCLUSIVE
         row["verdict"] = verdict
+        row["reason"] = _reason(verdict, row)
         row["same_verdict"] = "pass" if row["same_passed"] else "fail"
         row["disagreement"] = _why_disagree(verdict, row["same_passed"], row) if verdict != INVALID else ""
     return pl.DataFrame(rows, infer_schema_length=None)

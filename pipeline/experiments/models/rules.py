@@ -4,7 +4,10 @@ The rule is B's, applied to a model's outputs: each *unit* is one row of an outp
 logits or hidden state, an image's pooled features; an output with fewer than
 :data:`MIN_ROWS_AS_UNITS` rows is judged element by element), its error is the largest absolute
 error against the fp64 re-execution in ULPs of the row's largest |reference| (scale-aware ULP,
-sULP), and fused and eager are paired unit by unit on the same inputs.
+sULP), and fused and eager are paired unit by unit on the same inputs. What a ULP distance cannot
+see is judged element by element against the same fp64 re-execution with the differential
+tester's rule (:mod:`.exact`): integer and bool outputs, and the class of a float element (NaN,
++-inf, the sign of a zero).
 
 Read by M's assets, checks and report page; imports no asset code.
 """
@@ -36,14 +39,18 @@ RULE = Rule(
     "per model x dtype",
     metric="per unit (an output row: a token's logits or hidden state; per element for outputs of fewer than "
     f"{MIN_ROWS_AS_UNITS} rows): max scale-aware ULP error against fp64, paired fused vs eager on the same inputs; "
-    "statistic: P99 across units of fused minus P99 of eager; plus non-finite fused outputs where eager's are "
-    "finite, and integer or bool outputs that differ from eager's at all",
+    "statistic: P99 across units of fused minus P99 of eager; plus, element by element against fp64 (the "
+    "differential tester's rule): integer or bool elements where fused differs from eager and fp64 does not side "
+    "with fused, and float elements whose class (NaN, +-inf, +-0) differs from eager's where eager has fp64's class",
     decision=(
-        "contradicted when any fused output is non-finite where eager's is finite, when an integer or bool output "
-        f"differs from eager's, or when the bootstrap test rejects 'P99(fused) - P99(eager) <= {MATERIALITY_SULP:g}' "
+        "contradicted when any integer or bool element differs from eager's where fp64 does not side with fused (a "
+        "tie fp64 breaks as fused did is right), when any float element's class (NaN, +-inf, the sign of a zero) "
+        "differs from eager's where eager has fp64's (fused agreeing with fp64 against eager is right), or when the "
+        f"bootstrap test rejects 'P99(fused) - P99(eager) <= {MATERIALITY_SULP:g}' "
         f"after Holm's adjustment over every model x dtype row (family-wise confidence {CONFIDENCE:g}); supported "
         f"when the row has at least {MIN_UNITS_FOR_SUPPORTED} units and the one-sided {CONFIDENCE:g} upper bound of "
-        f"the difference is at most {MATERIALITY_SULP:g}; inconclusive otherwise"
+        f"the difference is at most {MATERIALITY_SULP:g}, or, with no float unit, at least "
+        f"{MIN_UNITS_FOR_SUPPORTED} integer or bool elements are judged and none is wrong; inconclusive otherwise"
     ),
     threshold=MATERIALITY_SULP,
     unit="scale-aware ULP (ULPs of the row's largest |fp64 reference|)",

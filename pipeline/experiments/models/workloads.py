@@ -7,15 +7,28 @@ workload is any object with
 * ``name``: a non-empty ``str`` (unique across the run);
 * ``build()``: returns an ``nn.Module`` or a plain callable (the module is put in eval mode; weights
   are the builder's business: seed them for a reproducible run; ``build()`` runs under a fixed torch
-  seed);
+  seed). A module is compiled as it is; a plain callable is compiled itself (``torch.compile(fn)``),
+  never wrapped in a module, so a function from a file loaded outside ``sys.modules`` compiles too;
+  a callable has no parameters to cast and no submodules for the divergence locator;
 * ``inputs(generator, batch)``: returns a tuple of tensors for one batch of ``batch`` samples, drawn
   from ``generator`` and on ``generator.device`` (the run's device);
-* optionally ``dtypes``: a tuple of dtype names (``"float32"``, ``"bfloat16"``, ``"float16"``) the
-  workload runs in (default: the profile's).
+* optionally ``dtypes``: a tuple of dtype names the workload runs in (default: the profile's), either
 
-No base class to import. Floating inputs and parameters are cast to each dtype; integer and bool
-inputs (token ids, masks) are passed as they are. Floating outputs are compared against an fp64
-re-execution; integer and bool outputs (indices, predictions) must be bit-exact between eager and fused.
+  - float names (:data:`FLOAT_DTYPES`: ``"float32"``, ``"bfloat16"``, ``"float16"``), one run per
+    name: floating inputs, parameters and buffers are cast to it; integer and bool inputs (token
+    ids, masks) are passed as they are; or
+  - one integer or bool name (:data:`NATIVE_DTYPES`: ``"bool"``, ``"uint8"``, ``"int8"``,
+    ``"int16"``, ``"int32"``, ``"int64"``), for a workload that computes on integer or bool data:
+    one run in the workload's native dtypes, nothing cast (inputs as ``inputs()`` returns them,
+    the module as ``build()`` made it). The name states the dtype of those inputs and is checked:
+    at least one input has it. Float and integer names do not mix.
+
+No base class to import. Every output may be floating, integer or bool (predictions, indices,
+masks). Floating outputs are judged against an fp64 re-execution (the working inputs and
+parameters upcast exactly; integer and bool inputs as they are) by their scale-aware ULP error, in
+ULPs of the run's dtype (of the output's own dtype in a native run), and by class (NaN, +-inf, the
+sign of a zero); integer and bool outputs are wrong only where fused differs from eager and fp64
+does not side with fused (:mod:`.exact`).
 
 :func:`load_workloads` checks every named object before anything runs and raises
 :class:`WorkloadError` with one line naming the workload and the problem.
@@ -25,14 +38,18 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 ENV = "FUSION_WORKLOADS"
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
+#: Dtype names a workload may run in with its floating inputs and parameters cast (one run each).
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+#: Integer and bool dtype names: one run in the workload's native dtypes, nothing cast.
+NATIVE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64")
+DTYPE_NAMES = FLOAT_DTYPES + NATIVE_DTYPES
 
 
 class WorkloadError(ValueError):
@@ -88,10 +105,8 @@ def check_workload(obj: Any, spec: str, device: torch.device, batch: int = 1) ->
         if not callable(getattr(obj, method, None)):
             raise WorkloadError(f"{where}: has no callable `{method}`")
     dtypes = getattr(obj, "dtypes", None)
-    if dtypes is not None and (
-        not isinstance(dtypes, (tuple, list)) or not dtypes or any(d not in DTYPE_NAMES for d in dtypes)
-    ):
-        raise WorkloadError(f"{where}: `dtypes` must be a non-empty tuple of {', '.join(DTYPE_NAMES)}, got {dtypes!r}")
+    if dtypes is not None:
+        _check_dtypes(where, dtypes)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -115,6 +130,28 @@ def check_workload(obj: Any, spec: str, device: torch.device, batch: int = 1) ->
             f"{where}: inputs(generator, batch) returned tensors on {', '.join(sorted(set(wrong)))}, expected "
             f"{device} (the generator's device)"
         )
+    native = [d for d in dtypes or () if d in NATIVE_DTYPES]
+    if dtypes and native and not any(str(t.dtype).removeprefix("torch.") == native[0] for t in inputs):
+        found = ", ".join(sorted({str(t.dtype).removeprefix("torch.") for t in inputs}))
+        raise WorkloadError(
+            f"{where}: `dtypes` {tuple(dtypes)!r} declares a native {native[0]} run, but no input is {native[0]} "
+            f"(inputs: {found}); name the inputs' integer dtype, or float dtypes to cast to"
+        )
+
+
+def _check_dtypes(where: str, dtypes: Any) -> None:
+    allowed = f"float names {', '.join(FLOAT_DTYPES)} (cast), or one of {', '.join(NATIVE_DTYPES)} (native)"
+    if not isinstance(dtypes, (tuple, list)) or not dtypes:
+        raise WorkloadError(f"{where}: `dtypes` must be a non-empty tuple of {allowed}; got {dtypes!r}")
+    bad = [d for d in dtypes if d not in DTYPE_NAMES]
+    if bad:
+        raise WorkloadError(f"{where}: `dtypes` names {', '.join(map(repr, bad))}; allowed: {allowed}")
+    native = [d for d in dtypes if d in NATIVE_DTYPES]
+    if native and len(dtypes) > 1:
+        raise WorkloadError(
+            f"{where}: `dtypes` {tuple(dtypes)!r}: an integer or bool name ({native[0]}) means one run with nothing "
+            "cast, so it stands alone; allowed: " + allowed
+        )
 
 
 def load_workloads(text: str | None, device: torch.device | str = "cpu") -> list[Any]:
@@ -134,22 +171,12 @@ def load_workloads(text: str | None, device: torch.device | str = "cpu") -> list
     return out
 
 
-class CallableModule(nn.Module):
-    """A workload's plain callable as a module, so it can be copied, cast and hooked like one."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-
-def as_module(built: Any) -> nn.Module:
-    """A workload's built model as a module (a plain callable is wrapped in :class:`CallableModule`)."""
-    return built if isinstance(built, nn.Module) else CallableModule(built)
+def is_native(dtype_name: str) -> bool:
+    """Whether a run in ``dtype_name`` casts nothing (an integer or bool name, :data:`NATIVE_DTYPES`)."""
+    return dtype_name in NATIVE_DTYPES
 
 
 def workload_dtypes(obj: Any, default: Sequence[str]) -> tuple[str, ...]:
+    """The dtypes ``obj`` declares, else ``default`` (the profile's, or the run's configured ones)."""
     dtypes = getattr(obj, "dtypes", None)
     return tuple(dtypes) if dtypes else tuple(default)
