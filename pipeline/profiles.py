@@ -101,10 +101,3 @@ PROFILES: dict[str, Profile] = {
         store_sets=False,
     ),
 }
-
-
-def get_profile(name: str) -> Profile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown profile {name!r}; expected one of {', '.join(PROFILES)}") from None

@@ -8,7 +8,6 @@ from pipeline.definitions import defs
 from pipeline.experiments import experiment
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
-from pipeline.profiles import get_profile
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import VALIDITY
 from pipeline.workloads import CHAINS, WORKLOADS, set_args
@@ -39,8 +38,8 @@ def test_profiles_differ_only_in_sizes_and_reject_unknown_names():
     assert experiment("S").sizes_for("seed").ffn_shape == (8, 2048, 4096)
     assert experiment("A").sizes_for("seed").runs == 1000
     assert POOL_SIZES["smoke"].chain_sets < POOL_SIZES["default"].chain_sets
-    with pytest.raises(ValueError, match="unknown profile 'huge'"):
-        get_profile("huge")
+    with pytest.raises(ValueError, match="unknown profile 'huge'; expected one of smoke, default, gpu, seed"):
+        ExperimentSettings(profile="huge", device="cpu")
 
 
 def test_settings_reject_bad_backend_options():
