@@ -12,7 +12,9 @@ Generators (``generate(seed, generator)``):
   exp/log/pow/rsqrt/reciprocal near their edges, rounding (ceil, floor, round, trunc, frac,
   floor_divide, remainder), integer arithmetic and bit ops, gather / scatter_add / index_select /
   index_add / index_put with duplicate indices, flip, roll, permute and views, in-place ops on
-  views of a fresh buffer, constants across many binades. Inputs come in every layout of
+  views of a fresh buffer, constants across many binades; then (:mod:`.typed_int`) integer and
+  bool reductions (argmin/argmax/min/max/amin/amax over bool, int8, uint8, int32 and int64 inputs
+  with many ties) and isinf / isnan / isfinite with ``where`` on their masks. Inputs come in every layout of
   :data:`~precisionkit.repro.LAYOUTS` and with edge values (+-0, +-inf, NaN, subnormals, huge)
   where the program tests their handling; shapes sit around vector widths (tails) and tiles.
 * ``attention``: scaled dot-product attention in the forms models write it (heads permuted from

@@ -8,12 +8,13 @@ from ..repro import Case
 #: features of a *minimized* mismatch say which class of defect it is.
 _FEATURE_PATTERNS = {
     "argmin_argmax": r"\.arg(?:min|max)\(|torch\.arg(?:min|max)\(|\.indices\b",
-    "min_max_signed_zero": r"torch\.(?:minimum|maximum|clamp)\(|torch\.(?:min|max)\([^)]*dim=",
+    # (not of an integer or bool input i<k> / b<k>: those have no signed zero)
+    "min_max_signed_zero": r"torch\.(?:minimum|maximum|clamp)\(|torch\.(?:min|max)\((?![ib]\d+\b)[^)]*dim=",
     "cast": r"\.to\(",
     "floor_divide": r"floor_divide|//",
     "rounding": r"torch\.(?:ceil|floor|round|trunc|frac|remainder|fmod|floor_divide)\(",
     "pow_exp_log": r"torch\.(?:exp|log|sqrt|rsqrt|pow)\(|\*\* ",
-    "nan_inf": r"nan_to_num|reciprocal|torch\.(?:log|sqrt|rsqrt)\(| / ",
+    "nan_inf": r"nan_to_num|reciprocal|torch\.(?:log|sqrt|rsqrt|isinf|isnan|isfinite)\(| / ",
     "index_put": r"\]\s*=\s|index_put",
     "index_add": r"index_add",
     "scatter_gather": r"gather|scatter",
@@ -27,6 +28,15 @@ _FEATURE_PATTERNS = {
     "expanded_view": r"\.expand\(",
     "transpose_input": r"\.t\(\)|transpose|permute",
     "duplicate_indices": r"% \d|index_add\(0",
+    # min / max / amin / amax / argmin / argmax of an integer or bool value: the typed generator
+    # names integer inputs i<k> and bool inputs b<k>; a bool mask is reduced as uint8 bytes
+    "integer_reduction": r"torch\.(?:argmin|argmax|amin|amax|min|max)\([ib]\d+\b|\b[ib]\d+(?:\.to\(torch\.uint8\))?\.(?:argmin|argmax|amin|amax|min|max)\(",
+    # a reduction of every element to one value or index (no dim)
+    "full_reduction": r"torch\.(?:min|max|amin|amax)\(\w+\)|\.(?:min|max|amin|amax|argmin|argmax)\(\)",
+    "amin": r"\bamin\(",
+    "isinf_isnan": r"\bis(?:inf|nan|finite)\(",
+    "where_class": r"torch\.where\(~?torch\.is(?:inf|nan|finite)\(",
+    "small_int_dtype": r"torch\.u?int(?:8|16|32)\b",  # and inputs of those dtypes (see features_of)
     "add_zero": r"\+ torch\.zeros_like\(|torch\.zeros_like\([^)]*\) \+ |\+ -?0\.0\b",  # x + 0 is not x at -0.0
     "signed_zero": r"^$",  # from the rule's message, not the source (see features_of)
     # the GPU vocabulary (:mod:`.gpu`)
@@ -54,7 +64,9 @@ _LAYOUT_FEATURES = {
     "channels_last": "channels_last_input",
     "strided": "strided_input",
 }
-_VALUE_FEATURES = {"edge": "special_values", "index": "duplicate_indices"}
+_VALUE_FEATURES = {"edge": "special_values", "specials": "special_values", "index": "duplicate_indices"}
+#: integer dtypes narrower than int64: sign extension, wrap-around and vector widths differ there
+_SMALL_INTS = ("int8", "uint8", "int16", "int32")
 #: Every feature :func:`features_of` can name: from the source, the inputs, the generator's record
 #: and the rule's message.
 VOCABULARY = frozenset(
@@ -96,6 +108,8 @@ def features_of(case: Case, message: str = "") -> set[str]:
             found.add("fp16_bf16")
         if i.values in ("int", "index") or re.search(r"int(?:8|16|32|64)\b|torch\.long", src):
             found.add("integer_dtype")
+        if i.dtype in _SMALL_INTS:
+            found.add("small_int_dtype")
         if i.values == "bool" or re.search(r"torch\.bool| (?:[<>]=?|[=!]=) ", src):
             found.add("bool_dtype")
         found.update(f for f in (_LAYOUT_FEATURES.get(i.layout), _VALUE_FEATURES.get(i.values)) if f)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ..repro import Case
 from .program import _CONSTS, _DIVISORS, _ROWS, _TAILS, Program, _layout
+from .typed_int import int_stage
 
 
 def _typed(p: Program) -> Case:
@@ -26,7 +27,10 @@ def _typed(p: Program) -> Case:
         floats, ints, bools = p.values("f", at), p.values("i", at), p.values("b", at)
         op = rng.choice(_TYPED_OPS)
         op(p, rng, at, floats, ints, bools)
-    return p.case(p.sinks() or [p.inputs[0].name], "typed")
+    outputs = p.sinks() or [p.inputs[0].name]
+    # integer / bool reductions and class tests come after, from a stream of their own: the ops
+    # above and their outputs stay those of the seed, and the new raw results are outputs too
+    return p.case(outputs + [n for n in int_stage(p, shape) if n not in outputs], "typed")
 
 
 # --- typed ops: each appends one or a few lines; (p, rng, shape, floats, ints, bools) -------------
