@@ -14,7 +14,11 @@ Generators (``generate(seed, generator)``):
   index_add / index_put with duplicate indices, flip, roll, permute and views, in-place ops on
   views of a fresh buffer, constants across many binades; then (:mod:`.typed_int`) integer and
   bool reductions (argmin/argmax/min/max/amin/amax over bool, int8, uint8, int32 and int64 inputs
-  with many ties) and isinf / isnan / isfinite with ``where`` on their masks. Inputs come in every layout of
+  with many ties) and isinf / isnan / isfinite with ``where`` on their masks; then (:mod:`.typed_wide`)
+  softmax / log_softmax over any dim, sin / cos / tan, exp and log at the ends of the exponent
+  range, inputs and constants from subnormals to 1e30, strided views (transpose of a reshape, step
+  slices, overlapping as_strided windows), cat / stack, rows of a few hundred elements with odd
+  lengths, and values of only +-0, only ties or only huge numbers. Inputs come in every layout of
   :data:`~precisionkit.repro.LAYOUTS` and with edge values (+-0, +-inf, NaN, subnormals, huge)
   where the program tests their handling; shapes sit around vector widths (tails) and tiles.
 * ``attention``: scaled dot-product attention in the forms models write it (heads permuted from
@@ -31,9 +35,9 @@ Every program carries the run's device (``device=``): inputs are drawn there fro
 seed, eager and the fused path run there (Inductor's Triton code on CUDA), and the fp64 reference
 runs there where the device has the op in fp64 (on the host otherwise; the outcome says which).
 
-The package's modules: :mod:`.program` (the builder), :mod:`.typed` and :mod:`.structured` (the
-CPU generators), :mod:`.gpu` (the GPU vocabulary), :mod:`.generator` (``generate``, ``plan``),
-:mod:`.runner` (one program, a campaign), :mod:`.isolation` (worker interpreters) and
+The package's modules: :mod:`.program` (the builder), :mod:`.typed` (with its stages
+:mod:`.typed_int` and :mod:`.typed_wide`) and :mod:`.structured` (the CPU generators), :mod:`.gpu`
+(the GPU vocabulary), :mod:`.generator` (``generate``, ``plan``), :mod:`.runner` (one program, a campaign), :mod:`.isolation` (worker interpreters) and
 :mod:`.features` (the corpus vocabulary of a program).
 """
 

@@ -45,6 +45,21 @@ _FEATURE_PATTERNS = {
     "atomic_scatter": r"accumulate=True|scatter_add|index_add",
     "where_fill_reduction": r"(?:torch\.where|masked_fill)\(.*\)\.(?:amax|sum|max)\(|softmax\((?:torch\.where|[^)]*masked_fill)",
     "large_index": r"^$",  # from the case's recorded features (see features_of)
+    # the wide vocabulary (:mod:`.typed_wide`); a softmax not preceded by ``log_``
+    "softmax": r"(?<!\w)softmax\(",
+    "log_softmax": r"log_softmax\(",
+    "trig": r"torch\.(?:sin|cos|tan)\(",
+    # exp of a value shifted by tens (to its dtype's overflow / underflow), log of a scaled |x|
+    "exp_log_extreme": r"torch\.exp\(\w+ [+-] \d{2,3}\.\d+\)|torch\.log\(\w+\.abs\(\) \* ",
+    # a constant of 1e10 or more, or 1e-10 or less (and inputs at such scales: see features_of)
+    "extreme_magnitude": r"\de[+-](?:[1-9]\d|\d{3})\b",
+    # the transpose of a reshape, a slice with a step
+    "strided_view": r"\.reshape\(\d+, \d+\)\.t\(\)|\[[^\]\n]*::\d",
+    "cat_stack": r"torch\.(?:cat|stack)\(",
+    "long_odd_row": r"^$",  # from the inputs' shapes (see features_of)
+    "zero_only_values": r"torch\.copysign\(torch\.zeros_like\(",
+    "tie_only_values": r"torch\.round\(\w+\)\.clamp\(-1\.0, 1\.0\)",
+    "huge_only_values": r"\(torch\.sign\(\w+\) \+ 2\.0\) \* ",
 }
 #: features a program's generator recorded that its source alone cannot show (sizes, strategies)
 _RECORDED = (
@@ -65,6 +80,13 @@ _LAYOUT_FEATURES = {
     "strided": "strided_input",
 }
 _VALUE_FEATURES = {"edge": "special_values", "specials": "special_values", "index": "duplicate_indices"}
+#: float inputs drawn at scales outside 2^-20 .. 2^20 show ``extreme_magnitude`` (the typed
+#: generator's usual scales are 1e-3 .. 300; :mod:`.typed_wide` draws 1e-40 .. 1e30)
+_FLOAT_VALUES = ("normal", "edge", "grid", "specials")
+_USUAL_SCALE = (2.0**-20, 2.0**20)
+#: a last dim of odd length in this range shows ``long_odd_row``: rows of a few hundred elements
+#: that end in a tail of every vector width (the reduction generator's 2^20-term rows are longer)
+LONG_ROW = (100, 1000)
 #: integer dtypes narrower than int64: sign extension, wrap-around and vector widths differ there
 _SMALL_INTS = ("int8", "uint8", "int16", "int32")
 #: Every feature :func:`features_of` can name: from the source, the inputs, the generator's record
@@ -99,6 +121,7 @@ def features_of(case: Case, message: str = "") -> set[str]:
     found = {name for name, pat in _FEATURE_PATTERNS.items() if re.search(pat, src)}
     found.discard("signed_zero")
     found.discard("large_index")
+    found.discard("long_odd_row")
     found.update(f for f in case.extra.get("features", ()) if f in _RECORDED)
     body = src.split("\n", 1)[1] if "\n" in src else ""
     for i in case.inputs:
@@ -113,6 +136,10 @@ def features_of(case: Case, message: str = "") -> set[str]:
         if i.values == "bool" or re.search(r"torch\.bool| (?:[<>]=?|[=!]=) ", src):
             found.add("bool_dtype")
         found.update(f for f in (_LAYOUT_FEATURES.get(i.layout), _VALUE_FEATURES.get(i.values)) if f)
+        if i.values in _FLOAT_VALUES and not _USUAL_SCALE[0] <= i.scale <= _USUAL_SCALE[1]:
+            found.add("extreme_magnitude")
+        if i.shape and LONG_ROW[0] <= i.shape[-1] <= LONG_ROW[1] and i.shape[-1] % 2:
+            found.add("long_odd_row")
     got = re.search(r"eager (\S+), fused \([^)]*\) (\S+),", message)
     if got:
         e, f = got.groups()
