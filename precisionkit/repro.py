@@ -33,7 +33,10 @@ alike:
   16-bit ties, or a comparison made exact by wider arithmetic, is not a wrong result); a
   float element is wrong when its class (NaN, +-inf, +-0, finite) differs from eager's where
   eager has the fp64 reference's class (a zero against a finite nonzero value is left to the
-  value test: a remainder of 0 or of one ULP is rounding), or when its error against fp64
+  value test: a remainder of 0 or of one ULP is rounding), or where eager's inf or NaN is that of
+  the fp64 run rounded at the program's own conversions to float16/bfloat16 (a cast spelled
+  ``.to(x.dtype)`` is a no-op in plain fp64; 16-bit arithmetic the program does not cast is not
+  rounded, so fp32 intermediates where it does not cast stay right), or when its error against fp64
   exceeds ``rtol |ref| + afac max|ref|``
   (per dtype, widened by sqrt of the longest reduction) plus four times eager's largest error in
   the same row, so rounding noise never counts and garbage, wrong signs and lost specials always do.
@@ -130,11 +133,11 @@ def check(graph, args, backend):
     sign = lambda a, b: torch.where(neg, a, b)
     return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r):  # judged on the host, whatever device ran the paths
-    e, f, r = e.cpu(), f.cpu(), r.cpu()
+def wrong(e, f, r, c=None):  # judged on the host, whatever device ran the paths; c: r rounded at the casts
+    e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
     if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
         return (f != e) & (f != r.to(f.dtype))
-    rk = kind(r.to(f.dtype))
+    rk, ck = kind(r.to(f.dtype)), kind(c.to(f.dtype))
     r = r.to(torch.float64)
     fin = torch.isfinite(r) & torch.isfinite(f) & torch.isfinite(e)
     rtol, afac = TOL[f.dtype]
@@ -150,22 +153,49 @@ def wrong(e, f, r):  # judged on the host, whatever device ran the paths
     # rounding); a class difference (NaN, +-inf, the sign of a zero) only where eager has fp64's class
     zero_or_finite = lambda k: k <= 2
     by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
-    return ((kf != ke) & (ke == rk) & ~by_value) | value
-def reference(graph, args):  # fp64 where the inputs are, on the host where that device lacks an fp64 kernel
+    # eager's inf or NaN is trusted also where the fp64 run rounded at the program's own 16-bit casts
+    # has it: the program as written overflows there, whatever the exact value would be
+    trusted = (ke == rk) | ((ke == ck) & (ke >= 3))
+    return ((kf != ke) & trusted & ~by_value) | value
+class Casts(torch.overrides.TorchFunctionMode):
+    # records the program's conversions of a float to float16/bfloat16 (numbered among its float
+    # conversions); given them, a float64 run rounds each such result to that dtype, kept in float64
+    # (a cast spelled x.dtype or type_as is a no-op there); implicit 16-bit arithmetic is not rounded
+    def __init__(self, casts=None):
+        super().__init__()
+        self.casts, self.record, self.n = dict(casts or {}), casts is None, 0
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out, x = func(*args, **(kwargs or {})), (args[0] if args else None)
+        named = getattr(func, "__name__", "") in ("to", "type", "type_as", "half", "bfloat16")
+        if named and isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and x.is_floating_point():
+            if self.record and out.dtype in (torch.float16, torch.bfloat16) and out.dtype != x.dtype:
+                self.casts[self.n] = out.dtype
+            elif not self.record and self.n in self.casts and out.dtype == torch.float64:
+                out = out.to(self.casts[self.n]).double()
+            self.n += 1
+        return out
+    def run(self, graph, xs):
+        with self:
+            return outs(graph(*xs))
+def reference(graph, args, casts=None):  # fp64 where the inputs are, on the host where that device lacks an fp64 kernel
     up = [a.double() if a.is_floating_point() else a for a in args]
     where = str(up[0].device) if up else "cpu"
+    run = (lambda xs: outs(graph(*xs))) if casts is None else (lambda xs: Casts(casts).run(graph, xs))
     try:
-        out = outs(graph(*up))
+        out = run(up)
     except (RuntimeError, NotImplementedError, TypeError):
         if where == "cpu":
             raise
-        out, where = outs(graph(*[a.cpu() for a in up])), "cpu"
+        out, where = run([a.cpu() for a in up]), "cpu"
     REFERENCE["device"] = where
     return out
 REFERENCE = {"device": ""}
 def check(graph, args, backend):
     with torch.no_grad():
         ref = reference(graph, args)
+        casts = Casts()  # the program's 16-bit casts, from one more eager run
+        casts.run(graph, make())
+        kept = reference(graph, make(), casts.casts) if casts.casts else ref
         eager = outs(graph(*make()))
         fused = outs(torch.compile(graph, backend=backend)(*make()))
     shapes = lambda ts: [(tuple(t.shape), str(t.dtype)) for t in ts]
@@ -173,8 +203,8 @@ def check(graph, args, backend):
         k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
         return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
                       f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
-    for k, (e, f, r) in enumerate(zip(eager, fused, ref)):
-        bad = wrong(e, f, r)
+    for k, (e, f, r, c) in enumerate(zip(eager, fused, ref, kept)):
+        bad = wrong(e, f, r, c)
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "

@@ -91,6 +91,43 @@ def _nan_swallowing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     return run
 
 
+class _NoNarrowing(torch.overrides.TorchFunctionMode):
+    """Every conversion of a float32 tensor to float16 or bfloat16 left in float32."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        x = args[0] if args else None
+        if getattr(func, "__name__", "") in ("to", "half", "bfloat16", "type_as") and isinstance(x, torch.Tensor):
+            out = func(*args, **(kwargs or {}))
+            if x.dtype == torch.float32 and out.dtype in _NARROW:
+                return x
+            return out
+        return func(*args, **(kwargs or {}))
+
+
+def _keep_fp32(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """A fused kernel that never rounds to 16 bits inside: 16-bit float inputs read as float32, the
+    graph's float32 -> 16-bit casts skipped, each float output cast at the end to the dtype eager
+    gives it. An fp16 overflow of 16-bit arithmetic or at a cast inside the graph is lost, one in
+    an output is kept."""
+
+    def run(*args: Any) -> Any:
+        want = [o.dtype for o in _flat(gm(*args))]
+        wide = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _NARROW else a for a in args]
+        with _NoNarrowing():
+            got = gm(*wide)
+        out = [o.to(d) if o.is_floating_point() else o for o, d in zip(_flat(got), want, strict=True)]
+        return type(got)(out) if isinstance(got, (tuple, list)) else out[0]
+
+    return run
+
+
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _flat(out: Any) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def _crashing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     """Compiled code that kills its interpreter when it runs (as an out-of-bounds read can)."""
 
@@ -139,6 +176,7 @@ def register() -> list[str]:
         ("pk_test_crash", _crashing),
         ("pk_test_hang", _hanging),
         ("pk_test_nan_swallowing_max", _nan_swallowing),
+        ("pk_test_keep_fp32", _keep_fp32),
     )
     for name, fn in graph_level:
         if name not in known:
