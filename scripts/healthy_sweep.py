@@ -10,6 +10,8 @@ core (``--parallel``). Usage:
     .venv/bin/python scripts/healthy_sweep.py --seeds 1 2 --threads 1 --isa native avx2 --out /tmp/sweep
     .venv/bin/python scripts/healthy_sweep.py --out /tmp/sweep --summary   # the table of runs already made
 
+A run stopped before it printed its outcome table (at ``--timeout``, or killed) is still recorded: its
+outcomes are read from every check evaluation its Dagster instance holds (``outcomes_from`` says which).
 Prints, per run, its wall time, each experiment's validity and verdict, and per stored table every
 p-value column's minimum (``p_holm``, ``*_p_holm``, ``p_value``, ``p_*``), the evidence that nothing came
 near rejection. Records land in ``<out>/<run>/sweep.json``.
@@ -51,9 +53,10 @@ def run_env(out: Path, seed: int, threads: int, isa: str) -> dict[str, str]:
         "DAGSTER_DISABLE_TELEMETRY": "1",
         "PYTHONPATH": str(REPO),
     }
+    slow = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
     if isa == "avx2":
-        env |= {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
-    return env
+        return env | slow
+    return {k: v for k, v in env.items() if k not in slow}  # native: whatever the calling shell set
 
 
 def min_p_values(data: Path) -> dict[str, float]:
@@ -80,6 +83,32 @@ def outcomes(stdout: str) -> dict[str, dict[str, str]]:
     return rows
 
 
+def recorded_outcome_table(instance: Any) -> str:
+    """The outcome table of every check evaluation ``instance`` recorded (the last of each check), as the
+    report prints it: also for a run stopped before it printed its own (at the sweep's cap, or killed)."""
+    import dagster as dg
+
+    from pipeline.definitions import defs
+    from pipeline.run_summary import outcome_table
+
+    last: dict[Any, Any] = {}
+    for rec in sorted(instance.get_run_records(), key=lambda r: r.create_timestamp):
+        for entry in instance.all_logs(rec.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+            evaluation = entry.dagster_event.event_specific_data
+            last[evaluation.asset_check_key] = evaluation
+    known = defs.resolve_asset_graph().asset_check_keys  # a check renamed since the run is left out
+    return outcome_table(defs, [e for k, e in last.items() if k in known], [])
+
+
+def _collect(folder: Path, env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """A stopped run's outcomes, read from its own Dagster instance in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--collect"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    (folder / "collected.log").write_text(proc.stdout + proc.stderr)
+    return outcomes(proc.stdout)
+
+
 def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout: float) -> dict[str, Any]:
     folder = out / run_name(seed, threads, isa)
     (folder / "dagster_home").mkdir(parents=True, exist_ok=True)
@@ -95,6 +124,8 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
         parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
         log, rc = "".join(parts) + f"\n(stopped at {timeout:.0f} s)", -1
     (folder / "report.log").write_text(log)
+    found = outcomes(log)
+    stopped = not found  # no outcome table printed: stopped at the cap, or killed
     record = {
         "run": folder.name,
         "profile": profile,
@@ -103,7 +134,8 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
         "isa": isa,
         "returncode": rc,
         "seconds": round(time.perf_counter() - t0, 1),
-        "outcomes": outcomes(log),
+        "outcomes": _collect(folder, run_env(out, seed, threads, isa)) if stopped else found,
+        "outcomes_from": "the run's Dagster instance (no outcome table printed)" if stopped else "the report",
         "min_p": min_p_values(folder / "data" / profile),
     }
     (folder / "sweep.json").write_text(json.dumps(record, indent=1))
@@ -129,7 +161,7 @@ def summary(records: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/healthy_sweep.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for every run's data, Dagster home and log")
+    ap.add_argument("--out", type=Path, help="folder for every run's data, Dagster home and log")
     ap.add_argument("--profile", default="default")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -137,7 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=0, help="runs at once (0: one per core for 1-thread runs, else 1)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     ap.add_argument("--summary", action="store_true", help="only print the table of the runs recorded under --out")
+    ap.add_argument(
+        "--collect", action="store_true", help="print the outcome table recorded in $DAGSTER_HOME's instance (internal)"
+    )
     ns = ap.parse_args(argv)
+    if ns.collect:
+        from pipeline.cli import local
+
+        print(recorded_outcome_table(local.local_instance()))
+        return 0
+    if ns.out is None:
+        ap.error("--out is required")
     if ns.summary:
         records = [json.loads(p.read_text()) for p in sorted(ns.out.glob("*/sweep.json"))]
         print(summary(records) if records else f"no runs recorded under {ns.out}")
