@@ -85,9 +85,23 @@ def sign_test_counts(positive: int, negative: int, ties: int = 0) -> SignTest:
         if count < 0 or int(count) != count:
             raise ValueError(f"sign_test_counts: {name} must be a count (a non-negative integer), got {count}")
     n = int(positive) + int(negative)
-    # Integer numerator and 2**n: exact at any n (a float 2.0**n raises OverflowError past n = 1023).
-    p = sum(math.comb(n, k) for k in range(int(positive), n + 1)) / 2**n if n else 1.0
+    # Integer numerator and 2**n: exact at any n (a float 2.0**n raises OverflowError past n = 1023),
+    # and int / int rounds once, correctly.
+    p = _upper_tail_count(n, int(positive)) / 2**n if n else 1.0
     return SignTest(int(positive), int(negative), int(ties), float(p))
+
+
+def _upper_tail_count(n: int, k0: int) -> int:
+    """sum of C(n, k) for k = k0..n in exact integers, each term from the one before it
+    (C(n, k + 1) = C(n, k) (n - k) / (k + 1), an exact division): the same integer as summing
+    ``math.comb`` per term, in linear rather than quadratic work (n = 30,000 took 296 s that way)."""
+    if k0 > n:
+        return 0
+    term = total = math.comb(n, k0)
+    for k in range(k0, n):
+        term = term * (n - k) // (k + 1)
+        total += term
+    return total
 
 
 @dataclass(frozen=True)

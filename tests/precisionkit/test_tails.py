@@ -209,3 +209,10 @@ def test_ulp_histogram_gives_the_old_bins(case, old):
     assert [(r["count"], r["fraction"]) for r in rows] == old
     assert [r["ulp"] for r in rows] == [str(k) for k in range(top)] + [f">={top}"]
     assert {r["comparison"] for r in rows} == {"x"}
+
+
+@pytest.mark.parametrize(("n", "k"), [(0, 0), (1, 0), (1, 1), (5, 7), (10, 9), (100, 60), (1001, 500), (2048, 1100)])
+def test_the_sign_tests_upper_tail_count_is_the_sum_of_binomial_coefficients(n, k):
+    from precisionkit.decide import _upper_tail_count
+
+    assert _upper_tail_count(n, k) == sum(math.comb(n, i) for i in range(k, n + 1))
