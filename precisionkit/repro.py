@@ -30,7 +30,9 @@ alike:
 * ``diff``: the differential tester's rule (:mod:`precisionkit.difftest`), each path on fresh
   inputs (programs may write to them): an integer or bool output element is wrong where it
   differs from eager's and from the fp64 reference's (an index that picks the fp64 optimum among
-  16-bit ties, or a comparison made exact by wider arithmetic, is not a wrong result); a
+  16-bit ties, or a comparison made exact by wider arithmetic, is not a wrong result; for a bool,
+  the fp64 run rounded at the program's own 16-bit casts, below, where the program has any: an
+  isinf of a cast the program spelled ``.to(x.dtype)`` is true there as in eager); a
   float element is wrong when its class (NaN, +-inf, +-0, finite) differs from eager's where
   eager has the fp64 reference's class (a zero against a finite nonzero value is left to the
   value test: a remainder of 0 or of one ULP is rounding), or where eager's inf or NaN is that of
@@ -135,6 +137,8 @@ def check(graph, args, backend):
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
 def wrong(e, f, r, c=None):  # judged on the host, whatever device ran the paths; c: r rounded at the casts
     e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
+    if f.dtype == torch.bool:  # a class test: against the run rounded at the program's casts (c), where given
+        return (f != e) & (f != c.to(f.dtype))
     if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
         return (f != e) & (f != r.to(f.dtype))
     rk, ck = kind(r.to(f.dtype)), kind(c.to(f.dtype))
@@ -208,7 +212,7 @@ def check(graph, args, backend):
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
-                          f"{e[i].item()!r}, fused ({backend}) {f[i].item()!r}, fp64 {r[i].item()!r}")
+                          f"{e[i].item()!r}, fused ({backend}) {f[i].item()!r}, fp64 {(c if f.dtype == torch.bool else r)[i].item()!r}")
     return False, f"every output agrees with eager and fp64 ({backend})"
 """,
     "compiled": """def check(graph, args, backend):

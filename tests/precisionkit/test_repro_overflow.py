@@ -17,6 +17,8 @@ register()
 LITERAL = "def graph(x):\n    return (x * 1e5).to(torch.float16).isinf()\n"
 #: the same overflow reached through ``.to(x.dtype)``: a no-op in the plain fp64 run (x is fp64 there)
 SPELLED = "def graph(x):\n    return torch.sin((x.float() * 1e5).to(x.dtype))\n"
+#: the spelled cast's overflow read by a class test: a bool output, judged against the cast-rounded run
+SPELLED_ISINF = "def graph(x):\n    return torch.isinf((x.float() * 1e5).to(x.dtype))\n"
 #: fp16 arithmetic the program does not cast: float32 intermediates are the compiler's right
 IMPLICIT = "def graph(x):\n    return torch.sin(x * 1e5)\n"
 
@@ -38,6 +40,14 @@ def test_a_nan_swallowed_at_a_cast_spelled_by_dtype_is_wrong() -> None:
     hit, message = reproduces(_case(SPELLED, "float16"))
     # sin(inf) is NaN in eager; the fp32 path keeps 1e5 x finite and its sine too
     assert hit and message.startswith("output 0: 13 of 32 elements wrong; at (0, 2): eager nan, fused")
+
+
+def test_an_inf_lost_at_a_cast_spelled_by_dtype_is_wrong_in_a_bool_output() -> None:
+    hit, message = reproduces(_case(SPELLED_ISINF, "float16"))
+    assert hit
+    assert message == (
+        "output 0: 13 of 32 elements wrong; at (0, 2): eager True, fused (pk_test_keep_fp32) False, fp64 True"
+    )  # a bool output names the fp64 run it was judged by: the one rounded at the program's casts
 
 
 def test_only_the_cast_rounded_reference_sees_the_spelled_overflow() -> None:
@@ -64,7 +74,12 @@ def test_float32_intermediates_where_the_program_does_not_cast_are_right() -> No
 
 def test_inductor_rounding_at_the_casts_is_not_flagged() -> None:
     rounded = (("emulate_precision_casts", True),)
-    for source, dtype in ((LITERAL, "float32"), (SPELLED, "float16"), (IMPLICIT, "float16")):
+    for source, dtype in (
+        (LITERAL, "float32"),
+        (SPELLED, "float16"),
+        (SPELLED_ISINF, "float16"),
+        (IMPLICIT, "float16"),
+    ):
         case = _case(source, dtype, backend="inductor", options=rounded)
         assert reproduces(case) == (False, "every output agrees with eager and fp64 (inductor)"), source
 
