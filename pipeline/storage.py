@@ -343,8 +343,8 @@ class RegeneratedSet(SetTensor):
 
 class RegeneratedSets(Mapping[str, SetTensor]):
     """A stored :class:`SetRecipe` read back: a read-only mapping like :class:`SetTensors`, whose sets
-    are produced when indexed (the last few chunks are kept, so reading a batch's arguments one key at
-    a time produces them once). Keys, shapes and dtypes come from the record; the stream is rebuilt at
+    are produced when indexed (a stream's ``produce_key`` shares one draw among a batch's arguments,
+    read one key at a time). Keys, shapes and dtypes come from the record; the stream is rebuilt at
     the first read, so a recipe made for a device this machine lacks (a GPU run's, imported) can be
     listed, and refuses only to produce sets."""
 
@@ -363,7 +363,6 @@ class RegeneratedSets(Mapping[str, SetTensor]):
             for k, (shape, dtype) in record["entries"].items()
         }
         self._stream: SetStream | None = None
-        self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
 
     @property
     def stream(self) -> SetStream:
@@ -381,11 +380,9 @@ class RegeneratedSets(Mapping[str, SetTensor]):
 
     def read(self, key: str, start: int, stop: int) -> torch.Tensor:
         stream = self.stream
-        if stream.produce_key is not None:
+        if stream.produce_key is not None:  # the recipes' streams: one key's sets, their draws shared
             return stream.produce_key(key, start, stop)
-        if (key, start, stop) not in self._cache:
-            self._cache = {(k, start, stop): v for k, v in stream.produce(start, stop).items()}
-        return self._cache[(key, start, stop)]
+        return stream.produce(start, stop)[key]
 
     def __getitem__(self, key: str) -> SetTensor:
         try:
