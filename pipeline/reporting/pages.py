@@ -167,11 +167,16 @@ def device_column(report: Report, profile: str) -> str:
     return label if report.profile == profile else f"{label} ({report.profile})"
 
 
+def _fixes(report: Report, key: str) -> bool:
+    """Whether the device's notes correct its recorded ``key`` (the correction is then what is shown)."""
+    return bool(report.notes.get("provenance_corrections", {}).get(key))
+
+
 def _corrected(report: Report, key: str, recorded: Any) -> str:
     """A provenance value as shown: the notes' correction, when they have one, beside the recorded value."""
-    fix = report.notes.get("provenance_corrections", {}).get(key)
-    if not fix:
+    if not _fixes(report, key):
         return str(recorded or "—")
+    fix = report.notes["provenance_corrections"][key]
     return f"{fix['actual']} (recorded {str(fix.get('recorded') or recorded)[:12]}: wrong)"
 
 
@@ -239,7 +244,7 @@ def devices_page(reports: list[Report]) -> str:
     for key, title in PROVENANCE_ROWS:
         values = [_corrected(r, key, p.get(f"provenance.{key}")) for r, p in zip(reports, provs, strict=True)]
         if key == "git_commit":  # a merged bundle's sessions ran different sources: name each
-            values = [_commits(r) or v for r, v in zip(reports, values, strict=True)]
+            values = [v if _fixes(r, key) else _commits(r) or v for r, v in zip(reports, values, strict=True)]
         lines.append(f"| {title} | " + " | ".join(values) + " |")
     lines.append(
         "| imported from | " + " | ".join(str(p.get("bundle.imported_from", "this checkout")) for p in provs) + " |"
