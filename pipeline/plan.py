@@ -385,7 +385,7 @@ def cost_m(profile: str) -> Cost:
     """M: one pool task per architecture (built once, compiled and run per dtype), then the divergence
     located for the share of rows where fused is worse."""
     s = M_SIZES[profile]
-    graphs = len(s.architectures) * len(s.dtypes)
+    graphs = s.planned_compiles()
     per_sample = 2 * 100e6 * (s.seq_len if s.scale == "real" else 1)  # ~100M-parameter models
     located = math.ceil(graphs * LOCATED_SHARE)
     c = Cost(
@@ -395,9 +395,9 @@ def cost_m(profile: str) -> Cost:
         calls=graphs * s.batches * 200,
         fixed_s=located * LOCATE_S,
     )
-    pooled(c, [len(s.dtypes) * MODEL_COMPILE_S] * len(s.architectures), ready=MODEL_WORKER_READY_S)
+    pooled(c, [len(s.dtypes_for(a)) * MODEL_COMPILE_S for a in s.architectures], ready=MODEL_WORKER_READY_S)
     c.note = (
-        f"{len(s.architectures)} architectures x {len(s.dtypes)} dtypes ({s.scale}), one pool task per "
+        f"{len(s.architectures)} architectures, {graphs} architecture-dtype pairs ({s.scale}), one pool task per "
         f"architecture, on {c.workers} workers; {located} rows located"
     )
     return c

@@ -130,8 +130,7 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
         workloads = workloads_for(settings, config.architectures)
     except (WorkloadError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from None
-    dtypes = tuple(config.dtypes) or sizes.dtypes
-    plan = [(w, workload_dtypes(w, dtypes)) for w in workloads]
+    plan = [(w, workload_dtypes(w, tuple(config.dtypes) or sizes.dtypes_for(w.name))) for w in workloads]
     runs = run_plan(plan, sizes, settings, Progress(context.log.info, "models x dtypes", sum(len(d) for _, d in plan)))
     verdicts = verdict_table(runs, seed=settings.derived_seed("M", "bootstrap"))
     by_name = {w.name: w for w in workloads}
