@@ -21,9 +21,9 @@ So the default sizes spend the 16-bit matmul budget where the evidence needs it,
 machine: A keeps its run counts and shrinks the FFN (S's pool sizes, ``toolkit/spec.py``); E trains a
 small model (width 64) under bf16 autocast for 150 steps on five data orders, whose matmuls are small enough that a step
 costs about 0.1 s there (``training/spec.py``); A runs 100 times per dtype (``determinism/spec.py``);
-D compiles two shapes and the planted-bug matrix runs nine of its bugs; the fuzzer compiles 120 graphs
-(``diagnostics/spec.py``); M builds small configs of its architectures (``models/spec.py``), where
-compile time dominates. The smoke profile leaves out A's cold-start rounds (``determinism/spec.py``).
+D compiles two shapes and the planted-bug matrix runs nine of its bugs, each on the experiment built to
+catch it (``regression/spec.py``); the fuzzer compiles 40 graphs (``diagnostics/spec.py``); M builds small
+configs of its architectures, each in one dtype (``models/spec.py``), where compile time dominates. The smoke profile leaves out A's cold-start rounds (``determinism/spec.py``).
 The gpu profile runs the planted-bug matrix at its smoke size: the matrix is a self-test of the
 checks on the CPU, not a measurement of the GPU. On a GPU, D's combinations and M's architectures go
 to the compile pool (:mod:`pipeline.compile_pool`: one warm worker per CPU core); each of their

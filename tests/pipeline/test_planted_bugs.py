@@ -362,11 +362,53 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
 def test_matrix_plan_runs_healthy_seeds_then_bugs_at_the_first_seed():
     plan = harness.matrix_plan(["planted_a", "planted_b"], [7, 8])
     assert [tuple(r) for r in plan] == [
-        ("healthy_7", "inductor", 7),
-        ("healthy_8", "inductor", 8),
-        ("planted_a", "planted_a", 7),
-        ("planted_b", "planted_b", 7),
+        ("healthy_7", "inductor", 7, ()),
+        ("healthy_8", "inductor", 8, ()),
+        ("planted_a", "planted_a", 7, ()),
+        ("planted_b", "planted_b", 7, ()),
     ]
+
+
+def test_a_designed_only_plan_runs_each_bug_on_the_experiment_holding_its_designed_claim():
+    bugs = ["planted_layout_swap", "planted_nondeterministic_reduction", "planted_contiguous_only"]
+    plan = harness.matrix_plan([*bugs, "planted_fallback_to_eager"], [7, 8], designed_only=True)
+    assert [(r.label, r.only) for r in plan] == [
+        ("healthy_7", ()),  # a healthy seed runs every experiment: a false alarm anywhere shows
+        ("healthy_8", ()),
+        ("planted_layout_swap", ("B",)),
+        ("planted_nondeterministic_reduction", ("C2",)),
+        ("planted_contiguous_only", ("D",)),
+        ("planted_fallback_to_eager", ()),  # no generated code: any experiment's run catches it
+    ]
+    assert all(r.only == () for r in harness.matrix_plan(bugs, [7]))  # not asked: every experiment
+    # a designed experiment left out of the matrix's experiments: the bug runs every chosen one
+    assert [r.only for r in harness.matrix_plan(bugs, [7], True, ["B", "D"])[1:]] == [("B",), (), ("D",)]
+
+
+def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
+    """``designed_in`` and ``designed_catch`` say the same thing: the claim's asset is in that experiment's
+    group, so a run of that experiment alone can still catch the bug by its claim."""
+    defs, unavailable = matrix_runs.matrix_definitions(list(matrix_runs.MATRIX_EXPERIMENTS))
+    assert unavailable == []
+    group_of = {
+        k.to_user_string(): g
+        for d in defs
+        if isinstance(d, dg.AssetsDefinition) and not isinstance(d, dg.AssetChecksDefinition)
+        for k, g in d.group_names_by_key.items()
+    }
+    for bug in PLANTED_BUGS.values():
+        if bug.designed_catch.startswith("(invalid run"):
+            assert bug.designed_in == "", bug.name
+            continue
+        asset = bug.designed_catch.split(":")[0]
+        assert group_of[asset] == matrix_runs.RUNNABLE[bug.designed_in].group, bug.name
+    # and a run limited to C2 materializes C2's scored assets and S's, nothing of B or D
+    keys = {k.to_user_string() for k in matrix_runs.scored_assets(defs, ("C2",))}
+    groups = {group_of[k] for k in keys}
+    assert groups == {matrix_runs.RUNNABLE["C2"].group, matrix_runs.toolkit.EXPERIMENT.group}
+    assert "c2_row_bounds" in keys and "accumulated_error_summary" not in keys
+    assert "data_movement_check_table" not in keys
+    assert keys < {k.to_user_string() for k in matrix_runs.scored_assets(defs)}
 
 
 def test_a_matrix_run_registers_the_planted_backends_before_its_settings_name_one(monkeypatch, tmp_path):
@@ -432,7 +474,7 @@ class _ThreadWorker:
         self.closed_with = kill
 
 
-def _fake_run(backend, defs=None, base_dir=None, like=None, seed=None, prune=True, where="here"):
+def _fake_run(backend, defs=None, base_dir=None, like=None, seed=None, prune=True, only=(), where="here"):
     if where == "here":
         assert _ThreadWorker.took.wait(10), "the worker never took a run"
     return {
@@ -610,6 +652,8 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
         "data_movement_check_table",
     }
     assert [SIZES[p].healthy_seeds for p in ("smoke", "default", "seed")] == [1, 3, 3]
+    # issue 42: default runs each bug on its designed experiment alone; smoke, gpu and seed run all three
+    assert [SIZES[p].designed_only for p in ("smoke", "default", "gpu", "seed")] == [False, True, False, False]
     smoke = SIZES["smoke"].planted_bugs
     assert set(smoke) < set(PLANTED_BUGS) and len(set(smoke)) == len(smoke) == 4
     assert set(smoke) == {

@@ -195,10 +195,20 @@ def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
     return row
 
 
-def matrix_plan(bugs: list[str], seeds: list[int]) -> list[PlannedRun]:
-    """The healthy backend once per base seed, then every bug once at the first seed."""
+def matrix_plan(
+    bugs: list[str], seeds: list[int], designed_only: bool = False, experiments: list[str] | None = None
+) -> list[PlannedRun]:
+    """The healthy backend once per base seed, then every bug once at the first seed: with
+    ``designed_only``, a bug designed to be caught by one experiment's claim runs that experiment alone
+    (where ``experiments``, default all, include it; else every one of them)."""
+
+    def only(name: str) -> tuple[str, ...]:
+        designed = bug.designed_in if (bug := PLANTED_BUGS.get(name)) else ""
+        chosen = designed_only and designed and (experiments is None or designed in experiments)
+        return (designed,) if chosen else ()
+
     return [PlannedRun(f"healthy_{seed}", HEALTHY_BACKEND, seed) for seed in seeds] + [
-        PlannedRun(name, name, seeds[0]) for name in bugs
+        PlannedRun(name, name, seeds[0], only(name)) for name in bugs
     ]
 
 
@@ -211,6 +221,7 @@ def build_matrix(
     log: Callable[[str], None] | None = None,
     prune: bool = True,
     parallel: int = 1,
+    designed_only: bool = False,
 ) -> tuple[pl.DataFrame, MatrixFacts]:
     """The healthy backend once per base seed, then every bug once at the first seed (``parallel``
     runs at a time, see :func:`run_plan`); one row per healthy seed (its ERROR outcomes: false
@@ -222,7 +233,9 @@ def build_matrix(
         raise ValueError(f"unknown planted bugs {unknown}; known: {', '.join(PLANTED_BUGS)}")
     seeds = list(dict.fromkeys(healthy_seeds or default_healthy_seeds(like)))
     defs, unavailable = matrix_definitions(experiments)
-    plan = matrix_plan(bugs, seeds)
+    if designed_only and not prune:
+        raise ValueError("designed_only runs a bug's designed experiment's scored assets alone: it needs prune")
+    plan = matrix_plan(bugs, seeds, designed_only, experiments)
     progress = Progress(log, "planted-bug runs", len(bugs))
 
     def logged(i: int, out: MatrixRun) -> None:

@@ -49,6 +49,9 @@ class PlantedBugMatrixConfig(dg.Config):
     #: Runs at a time: this process and parallel_runs - 1 worker processes (at most one per CPU
     #: core). Each run is the same whichever process runs it; 1 runs them one after another here.
     parallel_runs: int = PARALLEL_RUNS
+    #: Each bug re-runs only the experiment holding the claim built to catch it (``PlantedBug.designed_in``)
+    #: instead of all of them; unset: the profile's choice (``spec.MatrixSizes.designed_only``).
+    designed_only: bool | None = None
 
 
 def matrix_metadata(
@@ -61,6 +64,7 @@ def matrix_metadata(
     pruned: bool,
     wall_seconds: float,
     parallel_runs: int = 1,
+    designed_only: bool = False,
 ) -> dict[str, Any]:
     """The asset's metadata: what ran and how (``run_profile`` is the outer run's), the bugs caught
     and missed, false alarms per healthy seed, timings and the matrix as a markdown table."""
@@ -75,6 +79,9 @@ def matrix_metadata(
         "assets_run": "only assets read by validity/claim checks (and upstream)"
         if pruned
         else "every asset of the experiments",
+        "bug_runs": "each bug: the experiment holding its designed claim (and S); healthy seeds: every experiment"
+        if designed_only
+        else "each bug: every experiment",
         "bugs": bug_rows.height,
         "bugs_caught": int((bug_rows["caught"] == "yes").sum()),
         "bugs_caught_of_total": f"{int((bug_rows['caught'] == 'yes').sum())} / {bug_rows.height}",
@@ -123,6 +130,9 @@ def planted_bug_matrix(
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_EXPERIMENTS)
     parallel = parallel_runs_here(config.parallel_runs)
+    designed_only = config.designed_only
+    if designed_only is None:  # the profile's choice, where every run is pruned to its scored assets
+        designed_only = SIZES[settings.profile].designed_only and config.skip_finding_only_assets
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
         table, facts = build_matrix(
@@ -134,6 +144,7 @@ def planted_bug_matrix(
             log=context.log.info,
             prune=config.skip_finding_only_assets,
             parallel=parallel,
+            designed_only=designed_only,
         )
     wall = time.perf_counter() - start
     context.add_output_metadata(
@@ -146,6 +157,7 @@ def planted_bug_matrix(
             pruned=config.skip_finding_only_assets,
             wall_seconds=wall,
             parallel_runs=parallel,
+            designed_only=designed_only,
         )
     )
     return table

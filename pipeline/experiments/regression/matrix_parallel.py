@@ -142,7 +142,7 @@ def run_plan(
     shared = _SharedPlan(plan, on_result)
 
     def run_here(run: PlannedRun) -> MatrixRun:
-        return run_experiments(run.backend, defs, work_dir / run.label, like, seed=run.seed, prune=prune)
+        return run_experiments(run.backend, defs, work_dir / run.label, like, seed=run.seed, prune=prune, only=run.only)
 
     workers = min(parallel, len(plan)) - 1 if os.name == "posix" else 0
     if workers < 1:

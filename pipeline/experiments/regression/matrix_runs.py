@@ -84,18 +84,23 @@ def declared_outcomes(defs: list[Any]) -> dict[str, str]:
     return out
 
 
-def scored_assets(defs: list[Any]) -> list[dg.AssetKey]:
+def scored_assets(defs: list[Any], only: tuple[str, ...] = ()) -> list[dg.AssetKey]:
     """The assets a matrix run materializes: everything a check that can reach ERROR reads (its asset
     and additional inputs), with their upstream assets and whole multi-assets. Checks declared as
     findings can never catch a bug, so assets only they (or nothing) read are skipped, e.g. B's
-    op-by-op fusion ablation, which would recompile every chain for every bug that damages it."""
+    op-by-op fusion ablation, which would recompile every chain for every bug that damages it.
+    ``only`` (experiment ids of :data:`RUNNABLE`) keeps the checks of those experiments and of S alone."""
     checks = [d for d in defs if isinstance(d, dg.AssetChecksDefinition)]
     assets = [d for d in defs if isinstance(d, dg.AssetsDefinition) and not isinstance(d, dg.AssetChecksDefinition)]
     kinds = declared_outcomes(defs)
+    groups = {RUNNABLE[e].group for e in only} | {toolkit.EXPERIMENT.group} if only else None
+    group_of = {k: g for a in assets for k, g in a.group_names_by_key.items()}
     wanted: set[dg.AssetKey] = set()
     for c in checks:
         specs = list(c.check_specs)
         if all(kinds.get(f"{s.asset_key.to_user_string()}:{s.name}") == FINDING for s in specs):
+            continue
+        if groups is not None and not any(group_of.get(s.asset_key) in groups for s in specs):
             continue
         wanted.update(s.asset_key for s in specs)
         wanted.update(c.keys_by_input_name.values())
@@ -113,12 +118,20 @@ def scored_assets(defs: list[Any]) -> list[dg.AssetKey]:
 
 
 def run_experiments(
-    backend: str, defs: list[Any], base_dir: Path, like: ExperimentSettings, seed: int | None = None, prune: bool = True
+    backend: str,
+    defs: list[Any],
+    base_dir: Path,
+    like: ExperimentSettings,
+    seed: int | None = None,
+    prune: bool = True,
+    only: tuple[str, ...] = (),
 ) -> MatrixRun:
     """Materialize ``defs`` at smoke size with ``backend`` (base seed ``seed``, default ``like``'s).
     Returns every evaluated check as a :class:`~pipeline.verdicts.CheckOutcome` (kind from its spec,
     else its result metadata) with its metadata, and every failed step. ``prune`` materializes only
-    :func:`scored_assets`."""
+    :func:`scored_assets`; ``only`` (experiment ids) limits the run to those experiments and S."""
+    if only and not prune:
+        raise ValueError("a matrix run limited to some experiments materializes only their scored assets: prune it")
     if backend in PLANTED_BUGS:
         register_planted_backends()  # in the process that compiles, before the settings name it
     settings = ExperimentSettings(
@@ -140,7 +153,7 @@ def run_experiments(
         defs,
         resources=resources,
         raise_on_error=False,
-        selection=scored_assets(defs) if prune else None,
+        selection=scored_assets(defs, only) if prune else None,
         run_config=quiet,
     )
     outcomes: dict[str, CheckOutcome] = {}
@@ -185,8 +198,10 @@ def _root_message(err: Any) -> str:
 
 
 class PlannedRun(NamedTuple):
-    """One run of a matrix: its folder name under the work folder, its backend and base seed."""
+    """One run of a matrix: its folder name under the work folder, its backend and base seed, and the
+    experiments it runs (empty: every experiment of the matrix)."""
 
     label: str
     backend: str
     seed: int
+    only: tuple[str, ...] = ()

@@ -53,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         fields, base_dir, like, prune = request
         planned = PlannedRun(*fields)
         return run_experiments(
-            planned.backend, defs, Path(base_dir), ExperimentSettings(**like), seed=planned.seed, prune=prune
+            planned.backend,
+            defs,
+            Path(base_dir),
+            ExperimentSettings(**like),
+            seed=planned.seed,
+            prune=prune,
+            only=tuple(planned.only),
         )
 
     return serve(conn, run)

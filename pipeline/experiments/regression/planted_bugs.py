@@ -78,6 +78,10 @@ class PlantedBug:
     #: (or of the invalid-run reason) that count as its catch. A catch by any other check alone is
     #: scored "not by its claim".
     designed_catch: str = ""
+    #: The experiment (B, C2 or D) that holds ``designed_catch``; empty where any experiment's run catches
+    #: the bug (no generated code at all). A profile whose matrix runs each bug only where it is designed to
+    #: be caught (``MatrixSizes.designed_only``) re-runs this experiment alone for it.
+    designed_in: str = ""
 
 
 # --- the catalogue and its registration ------------------------------------------------------
@@ -91,6 +95,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "last element of the last dim of every floating graph output set to 0",
             drop_channel_backend,
             designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
+            designed_in="B",
         ),
         PlantedBug(
             "planted_wrong_axis",
@@ -99,6 +104,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "(softmax and layer norm included, via their ATen decomposition)",
             wrong_axis_backend,
             designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
+            designed_in="B",
         ),
         PlantedBug(
             "planted_layout_swap",
@@ -106,6 +112,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "outputs of rank >= 2: the last two dims' data permuted (buffer read transposed), shape kept",
             layout_swap_backend,
             designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
+            designed_in="B",
         ),
         PlantedBug(
             "planted_fp16_accumulation",
@@ -115,6 +122,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "denominator included)",
             fp16_accumulation_backend,
             designed_catch="c2_row_bounds:c2_versions_within_fp64_band",
+            designed_in="C2",
         ),
         PlantedBug(
             "planted_off_by_one_ulp",
@@ -122,6 +130,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "every nonzero finite output moved one ULP away from zero (nextafter)",
             off_by_one_ulp_backend,
             designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
+            designed_in="D",
         ),
         PlantedBug(
             "planted_fallback_to_eager",
@@ -136,6 +145,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "outputs of graphs with a reduction or matmul get -1/0/+1 ULP per element from a per-call RNG",
             nondeterministic_reduction_backend,
             designed_catch="c2_versions:c2_versions_self_deterministic",
+            designed_in="C2",
         ),
         PlantedBug(
             "planted_long_reduction_bf16",
@@ -145,6 +155,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "order at bf16 precision; shorter reductions compile unchanged",
             long_reduction_backend,
             designed_catch="c2_row_bounds:c2_versions_within_fp64_band",
+            designed_in="C2",
         ),
         PlantedBug(
             "planted_contiguous_only",
@@ -154,6 +165,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "inputs are unaffected",
             contiguous_only_backend,
             designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
+            designed_in="D",
         ),
         PlantedBug(
             "planted_bf16_scratch",
@@ -162,6 +174,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "layer norm's mean and variance) is rounded to bf16 precision before its consumers read it",
             bf16_scratch_backend,
             designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
+            designed_in="B",
         ),
         PlantedBug(
             "planted_vector_tail",
@@ -171,6 +184,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "earlier (stale lanes of the previous full vector)",
             vector_tail_backend,
             designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
+            designed_in="D",
         ),
         PlantedBug(
             "planted_attention_mask_dropped",
@@ -179,6 +193,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "scores alone (an attention kernel substituted without its mask); every other add is unchanged",
             dropped_mask_backend,
             designed_catch="accumulated_error_summary:fused_not_worse_than_eager_attention_masked",
+            designed_in="B",
         ),
         PlantedBug(
             "planted_thread_partials_bf16",
@@ -188,6 +203,7 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "bf16 precision; shorter reductions compile unchanged",
             thread_split_backend,
             designed_catch="c2_long_reductions:c2_long_reductions_within_bound",
+            designed_in="C2",
         ),
     )
 }
