@@ -509,6 +509,44 @@ def test_parallel_runs_report_in_plan_order_whoever_ran_them(thread_workers, tmp
     assert {r["metadata"]["where"] for r in runs} == {"here", "worker"}
 
 
+def test_runs_taken_in_another_order_still_come_back_and_report_in_plan_order(tmp_path, monkeypatch):
+    taken = []
+
+    def run_here(backend, defs, base_dir, like, seed=None, prune=True, only=()):
+        taken.append(backend)
+        return {"outcomes": {}, "metadata": {"backend": backend}, "failures": [], "seed": seed, "seconds": 0.0}
+
+    monkeypatch.setattr(matrix_parallel, "run_experiments", run_here)
+    plan = harness.matrix_plan(["planted_a", "planted_b"], [1, 2])
+    like = ExperimentSettings(profile="smoke", device="cpu")
+    seen = []
+    runs = matrix_parallel.run_plan(
+        plan, ["D"], [], like, tmp_path, on_result=lambda i, r: seen.append(i), order=[3, 0, 2, 1]
+    )
+    assert taken == ["planted_b", "inductor", "planted_a", "inductor"]
+    assert seen == [0, 1, 2, 3] and [r["metadata"]["backend"] for r in runs] == [p.backend for p in plan]
+    with pytest.raises(ValueError, match="every run of the plan once"):
+        matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, order=[0, 0, 1, 2])
+
+
+def test_the_first_healthy_run_warms_the_cache_beside_the_bugs_that_compile_their_own_graphs():
+    bugs = list(SIZES["default"].planted_bugs)
+    plan = harness.matrix_plan(bugs, [4, 5, 6], designed_only=True)
+    order = [plan[i].label for i in harness.execution_order(plan)]
+    own = [b for b in bugs if PLANTED_BUGS[b].rewrites_graph]
+    assert own == [
+        "planted_bf16_scratch",
+        "planted_long_reduction_bf16",
+        "planted_attention_mask_dropped",
+        "planted_thread_partials_bf16",
+    ]
+    assert order[: 1 + len(own)] == ["healthy_4", *own]
+    assert order[1 + len(own) : 3 + len(own)] == ["healthy_5", "healthy_6"]
+    assert sorted(order) == sorted(r.label for r in plan)
+    # the output and input faults wrap Inductor's healthy compile
+    assert not any(PLANTED_BUGS[b].rewrites_graph for b in ("planted_layout_swap", "planted_contiguous_only"))
+
+
 def test_a_failed_worker_run_stops_the_plan_and_raises(thread_workers, tmp_path):
     thread_workers.fail = True
     plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1])

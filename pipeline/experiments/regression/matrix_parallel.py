@@ -54,9 +54,17 @@ class _SharedPlan:
     between this thread and the threads feeding the workers; results are handed to ``on_result``
     in plan order, in the thread that calls :meth:`report`."""
 
-    def __init__(self, plan: list[PlannedRun], on_result: Callable[[int, MatrixRun], None] | None) -> None:
+    def __init__(
+        self,
+        plan: list[PlannedRun],
+        on_result: Callable[[int, MatrixRun], None] | None,
+        order: list[int] | None = None,
+    ) -> None:
         self.plan = plan
-        self.pending = deque(enumerate(plan))
+        order = list(range(len(plan))) if order is None else order
+        if sorted(order) != list(range(len(plan))):
+            raise ValueError(f"an execution order must name every run of the plan once, got {order}")
+        self.pending = deque((i, plan[i]) for i in order)
         self.results: dict[int, MatrixRun] = {}
         self.errors: list[BaseException] = []
         self.lock = threading.Condition()
@@ -130,6 +138,7 @@ def run_plan(
     prune: bool = True,
     parallel: int = 1,
     on_result: Callable[[int, MatrixRun], None] | None = None,
+    order: list[int] | None = None,
 ) -> list[MatrixRun]:
     """Every run of ``plan`` (folder ``work_dir / label``) over ``defs``, the
     :func:`matrix_definitions` of ``experiments`` (a worker loads its own), in plan order.
@@ -138,16 +147,17 @@ def run_plan(
     take the next run as they become free. ``on_result(index, run)`` is called in this thread and
     in plan order (run ``i`` once runs ``0..i`` are finished), so logs read the same however the
     runs were shared out. A run that raises (here or in a worker) stops the plan and its error is
-    raised; the workers are stopped either way."""
-    shared = _SharedPlan(plan, on_result)
+    raised; the workers are stopped either way. ``order`` (indices into ``plan``) is the order runs are
+    taken in, where it is not the plan's; results still come back, and are reported, in plan order."""
+    shared = _SharedPlan(plan, on_result, order)
 
     def run_here(run: PlannedRun) -> MatrixRun:
         return run_experiments(run.backend, defs, work_dir / run.label, like, seed=run.seed, prune=prune, only=run.only)
 
     workers = min(parallel, len(plan)) - 1 if os.name == "posix" else 0
     if workers < 1:
-        for i, run in enumerate(plan):
-            shared.store(i, run_here(run))
+        while (item := shared.take()) is not None:
+            shared.store(item[0], run_here(item[1]))
             shared.report()
         return shared.outcome()
     plain = {

@@ -83,6 +83,13 @@ class PlantedBug:
     #: be caught (``MatrixSizes.designed_only``) re-runs this experiment alone for it.
     designed_in: str = ""
 
+    @property
+    def rewrites_graph(self) -> bool:
+        """Whether the bug rewrites the graph before Inductor compiles it (an FX pass of
+        :mod:`.planted_graph_faults`): its runs compile graphs of their own, where an output or input fault
+        compiles the healthy graphs and finds them in a warm Inductor cache."""
+        return self.compiler.__module__.endswith(".planted_graph_faults")
+
 
 # --- the catalogue and its registration ------------------------------------------------------
 
