@@ -28,15 +28,30 @@ def _runs_assets(fn) -> bool:
     return any(marker in source for marker in _RUNS_ASSETS)
 
 
+#: With ``pytest -n 2 --dist loadgroup`` (``make test``), the tests that read the session's smoke run go to
+#: one worker together, so it is made once; every other test goes with the rest of its file, so a module's
+#: fixtures are built once too.
+SMOKE_GROUP = "smoke_everything"
+
+
+def xdist_group_of(nodeid: str, fixture_names: list[str] | tuple[str, ...]) -> str:
+    """The xdist group of a test: :data:`SMOKE_GROUP` when it reads the session's smoke run (directly or
+    through a fixture), else its file."""
+    return SMOKE_GROUP if "smoke_everything" in fixture_names else nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = []
+        names: list[str] = []
         if fixtures is not None:
-            for name in fixtures.names_closure:
+            names = list(fixtures.names_closure)
+            for name in names:
                 defs += [d.func for d in fixtures.name2fixturedefs.get(name, ())]
         if _runs_assets(getattr(item, "function", None)) or any(_runs_assets(f) for f in defs):
             item.add_marker(pytest.mark.materializes)
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item.nodeid, names)))
 
 
 @pytest.fixture(scope="session")
