@@ -12,7 +12,10 @@ A profile is a name: each experiment declares its own typed sizes per profile in
 (``pipeline/experiments/<name>/spec.py``), with the reasons for them; a test checks that every
 experiment with sizes has one record per profile.
 
-The default profile's budget holds on any CPU, not only on one with fast 16-bit matmul. Where the
+The default profile's budget is meant to hold on any CPU, not only on one with fast 16-bit matmul; it does
+not yet on the slowest measured: a cold default report on an idle 2-core AMD EPYC with AVX2 only took 22 min
+20 s and 28 min 36 s (2026-11-27, seeds 5 and 4; E's identical work varied from 4.5 to 6.3 minutes between
+runs), its largest steps E's training, the planted-bug matrix and B. Where the
 CPU has no native fp16/bf16 matrix instructions (AVX2 only; reproduce with
 ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` and its own ``TORCHINDUCTOR_CACHE_DIR``, see the
 README, and check with ``make matmul-timing``), torch's fp16/bf16 matmul runs at about 0.5 GFLOP/s
