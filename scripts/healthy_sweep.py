@@ -9,6 +9,7 @@ core (``--parallel``). Usage:
 
     .venv/bin/python scripts/healthy_sweep.py --seeds 1 2 --threads 1 --isa native avx2 --out /tmp/sweep
     .venv/bin/python scripts/healthy_sweep.py --out /tmp/sweep --summary   # the table of runs already made
+    .venv/bin/python scripts/healthy_sweep.py --seeds 4 5 --threads 1 --only A,B,D,E --out /tmp/sweep-t1  # some
 
 A run stopped before it printed its outcome table (at ``--timeout``, or killed) is still recorded: its
 outcomes are read from every check evaluation its Dagster instance holds (``outcomes_from`` says which).
@@ -109,12 +110,21 @@ def _collect(folder: Path, env: dict[str, str]) -> dict[str, dict[str, str]]:
     return outcomes(proc.stdout)
 
 
-def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout: float) -> dict[str, Any]:
+def report_command(profile: str, seed: int, only: str = "") -> list[str]:
+    """The report one run makes: the whole profile, or with ``only`` (``report --only``'s comma list of
+    experiment ids) those experiments, what they need upstream and the site."""
+    cmd = [sys.executable, "-m", "pipeline.cli", "report", "--profile", profile, "--seed", str(seed)]
+    return [*cmd, "--only", only] if only else cmd
+
+
+def one_run(
+    out: Path, profile: str, seed: int, threads: int, isa: str, timeout: float, only: str = ""
+) -> dict[str, Any]:
     folder = out / run_name(seed, threads, isa)
     (folder / "dagster_home").mkdir(parents=True, exist_ok=True)
     (folder / "dagster_home" / "dagster.yaml").touch()
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "pipeline.cli", "report", "--profile", profile, "--seed", str(seed)]
+    cmd = report_command(profile, seed, only)
     try:
         proc = subprocess.run(
             cmd, cwd=REPO, env=run_env(out, seed, threads, isa), capture_output=True, text=True, timeout=timeout
@@ -129,6 +139,7 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
     record = {
         "run": folder.name,
         "profile": profile,
+        "only": only or "every experiment",
         "seed": seed,
         "threads": threads,
         "isa": isa,
@@ -143,12 +154,13 @@ def one_run(out: Path, profile: str, seed: int, threads: int, isa: str, timeout:
 
 
 def summary(records: list[dict[str, Any]]) -> str:
-    lines = ["| run | rc | minutes | contradicted | verdicts |", "|---|---|---|---|---|"]
+    lines = ["| run | experiments | rc | minutes | contradicted | verdicts |", "|---|---|---|---|---|---|"]
     for r in records:
         bad = [e for e, o in r["outcomes"].items() if "contradicted" in o["verdict"]]
         verdicts = ", ".join(f"{e} {o['verdict']}" for e, o in r["outcomes"].items())
         lines.append(
-            f"| {r['run']} | {r['returncode']} | {r['seconds'] / 60:.1f} | {', '.join(bad) or 'none'} | {verdicts} |"
+            f"| {r['run']} | {r.get('only', 'every experiment')} | {r['returncode']} | {r['seconds'] / 60:.1f} "
+            f"| {', '.join(bad) or 'none'} | {verdicts} |"
         )
     merged: dict[str, list[float]] = {}
     for r in records:
@@ -168,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isa", nargs="+", choices=("native", "avx2"), default=["native"])
     ap.add_argument("--parallel", type=int, default=0, help="runs at once (0: one per core for 1-thread runs, else 1)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
+    ap.add_argument("--only", default="", help="report --only's comma list of experiment ids (default: every one)")
     ap.add_argument("--summary", action="store_true", help="only print the table of the runs recorded under --out")
     ap.add_argument(
         "--collect", action="store_true", help="print the outcome table recorded in $DAGSTER_HOME's instance (internal)"
@@ -187,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(s, t, i) for i in ns.isa for t in ns.threads for s in ns.seeds]
     width = ns.parallel or (max(1, (os.cpu_count() or 1) // max(ns.threads)))
     with cf.ThreadPoolExecutor(width) as pool:
-        futures = [pool.submit(one_run, ns.out, ns.profile, s, t, i, ns.timeout) for s, t, i in plan]
+        futures = [pool.submit(one_run, ns.out, ns.profile, s, t, i, ns.timeout, ns.only) for s, t, i in plan]
         records = []
         for f in cf.as_completed(futures):
             records.append(f.result())

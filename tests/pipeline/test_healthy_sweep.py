@@ -32,6 +32,12 @@ def test_each_run_has_its_own_folders_seed_threads_and_on_the_slow_path_its_own_
     assert "ATEN_CPU_CAPABILITY" not in native and "ONEDNN_MAX_CPU_ISA" not in native
 
 
+def test_a_run_reports_the_whole_profile_or_only_the_experiments_asked_for():
+    whole, some = sweep.report_command("default", 4), sweep.report_command("default", 4, "A,B,D,E")
+    assert whole[1:] == ["-m", "pipeline.cli", "report", "--profile", "default", "--seed", "4"]
+    assert some == [*whole, "--only", "A,B,D,E"]
+
+
 def test_the_smallest_value_of_every_p_value_column(tmp_path):
     pl.DataFrame({"p_holm": [0.5, 0.03], "fused_sign_test_p": [1.0, 0.2], "top": [0.0, 0.0]}).write_parquet(
         tmp_path / "summary.parquet"
