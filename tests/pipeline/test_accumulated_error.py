@@ -426,6 +426,31 @@ def test_decisive_elements_are_those_no_fp32_computation_within_the_bound_rounds
     assert not judged.any()
 
 
+def test_rmsnorm_elements_whose_cast_may_round_either_way_are_not_decisive():
+    """B's rmsnorm_long row, seed 0, set 325 (1 x 16,384 bf16): the row's scale puts many normalized values
+    h on bf16 midpoints to within fp32's error (h64 = 0.2104492156 against the midpoint 0.21044921875, which
+    h32 hits exactly). RMSNorm that honours the chain's cast, eager's reading, rounds h32 and misrounded 45
+    decisive elements when decisiveness read the cast at h64; both readings are the program, so those
+    elements are not decisive, and what stays decisive is still most of the row."""
+    from pipeline.experiments.accumulated_error import faults
+    from pipeline.experiments.accumulated_error.bounds import element_bound
+
+    wl = WORKLOADS["rmsnorm_long"]
+    drawn = wl.sample(POOL_SIZES["default"], "normal", 1, 0 * 1_000_003 + 325, torch.bfloat16)
+    x, w = (drawn[a][0].to(torch.bfloat16) for a in wl.arg_names)
+    ref = wl.fn(x.double(), w.double())
+    judged, rounded = b_runs.element_reference(
+        ref.reshape(1, -1), element_bound("rmsnorm_long", (x, w)).reshape(1, -1), torch.bfloat16
+    )
+    honoured = next(f for f in faults.HEALTHY_VARIANTS if f.name == "rmsnorm_cast_honoured").make(wl)((x, w), 325)
+    eager, single = wl.fn(x, w), faults.single_rounding(wl.fn)(x, w)
+    assert b_runs.misrounded(honoured.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert b_runs.misrounded(eager.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert b_runs.misrounded(single.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert 9000 < int(judged.sum()) < 9800  # 9800 decisive before; every one of the 45 is among those dropped
+    assert int((honoured.double().reshape(1, -1) != rounded).sum()) >= 45
+
+
 def test_layernorm_bound_grows_with_cancellation_and_covers_a_sequential_fp32_sum():
     """The layer norm bound of a row with a large common offset is about the offset-to-spread ratio times
     larger than without it; a plain sequential fp32 layer norm of 16,384 near-cancelling fp16 values, the

@@ -126,10 +126,15 @@ def _rmsnorm_bound(x: torch.Tensor, weight: torch.Tensor, *, dtype: torch.dtype)
     bound = y.abs() * rel
     # The chain rounds the normalized row to the dtype before the weight (an explicit cast). A fused kernel
     # may honour that cast (as eager does) or keep the fp32 value (Inductor drops a cast whose result is
-    # upcast again unless emulate_precision_casts is set): both are the program. Where the two readings
-    # round to different values the element is not decisive.
-    literal = weight * round_to_dtype(h, dtype).to(torch.float64)
-    differs = round_to_dtype(y, dtype) != round_to_dtype(literal, dtype)
+    # upcast again unless emulate_precision_casts is set): both are the program. The cast rounds the fp32
+    # value of h, which lies within |h| * rel of the fp64 one: where h is that close to a midpoint of the
+    # dtype, the cast may round it either way (a row whose scale lands many h on midpoints did so for 45
+    # elements of one set in 16,384). Where any of these readings rounds to another value than the
+    # single rounding, the element is not decisive.
+    ry = round_to_dtype(y, dtype)
+    differs = torch.zeros_like(ry, dtype=torch.bool)
+    for h_cast in (round_to_dtype(h - h.abs() * rel, dtype), round_to_dtype(h + h.abs() * rel, dtype)):
+        differs |= round_to_dtype(weight * h_cast.to(torch.float64), dtype) != ry
     return torch.where(differs, torch.inf, bound)
 
 
