@@ -76,7 +76,7 @@ gpu-source:
 
 # Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them
 # in one group, so it is made once), every other file's tests stay together on either. On an idle 2-core
-# machine: 9 min 26 s, where one process took 11 min 58 s. TEST_WORKERS=0 runs them in this process.
+# machine: 9 min 26 s to 11 min 06 s over three runs, where one process took 11 min 58 s. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	./scripts/ensure-chromium.sh

@@ -67,7 +67,7 @@ SIZES = {
             "planted_thread_partials_bf16",
         ),
         healthy_seeds=3,
-        # A bug's run of all three experiments took 18 to 117 s (its graph faults recompile every chain) and
+        # A bug's run of all three experiments took 2.5 to 117 s (the graph faults recompile every chain) and
         # the matrix 6 min 01 s of a 30-minute default report on the slow 16-bit path (healthy sweep, seed 3,
         # 2 threads, AVX2, 2026-11-27); the other two experiments only add which further checks a bug trips.
         # make test-all's full matrix (and the seed profile) still runs every bug through every experiment.
