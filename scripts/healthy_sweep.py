@@ -50,6 +50,7 @@ def run_env(out: Path, seed: int, threads: int, isa: str) -> dict[str, str]:
         "OMP_NUM_THREADS": str(threads),
         "DAGSTER_HOME": str(folder / "dagster_home"),
         "FUSION_DATA_DIR": str(folder / "data"),
+        "FUSION_SITE_DIR": str(folder / "site"),  # runs side by side must not share the checkout's site/
         "TORCHINDUCTOR_CACHE_DIR": str(out / f"inductor-{isa}"),
         "DAGSTER_DISABLE_TELEMETRY": "1",
         "PYTHONPATH": str(REPO),

@@ -20,6 +20,16 @@ from .pages import all_pages, site_nav
 from .render import REPO_ROOT, Report
 from .site import mkdocs_build, prepare_docs_dir, site_skipped, vendor_javascript, write_page
 
+#: A folder for this report's pages and build instead of the checkout's ``site/``: reports that run at
+#: once (scripts/healthy_sweep.py) each write their own, so none reads another's half-written page.
+SITE_DIR_ENV = "FUSION_SITE_DIR"
+
+
+def site_folder(part: str) -> str:
+    """``site/<part>``, or ``$FUSION_SITE_DIR/<part>`` when that is set."""
+    root = os.environ.get(SITE_DIR_ENV, "").strip()
+    return str(Path(root) / part) if root else f"site/{part}"
+
 
 class ReportConfig(dg.Config):
     main_document_url: str = Field(
@@ -27,9 +37,14 @@ class ReportConfig(dg.Config):
         description="Base URL of the main document; claims link to its section anchors. Empty: a local page lists the sections.",
     )
     docs_dir: str = Field(
-        default="site/docs", description="where pages and chart specs are written (relative to the repo)"
+        default_factory=lambda: site_folder("docs"),
+        description="where pages and chart specs are written (relative to the repo); default site/docs, or "
+        "$FUSION_SITE_DIR/docs",
     )
-    build_dir: str = Field(default="site/build", description="where mkdocs builds the static site (git-ignored)")
+    build_dir: str = Field(
+        default_factory=lambda: site_folder("build"),
+        description="where mkdocs builds the static site (git-ignored); default site/build, or $FUSION_SITE_DIR/build",
+    )
     failed: dict[str, str] = Field(
         default_factory=dict,
         description="experiment id -> why its step failed in the run this report follows (the CLI fills it when a "

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def mkdocs_build(
 ) -> Path:
     """``mkdocs build --strict`` with the repository's mkdocs.yml, this run's folders and provenance, and
     the navigation ``nav`` (the report derives it from the registry of experiments)."""
-    config = REPO_ROOT / ".mkdocs.report.yml"
+    # One config per process: two reports building at once must not read each other's folders.
+    config = REPO_ROOT / f".mkdocs.report.{os.getpid()}.yml"
     staging = build_dir.with_name(build_dir.name + ".partial")
     if staging.exists():
         shutil.rmtree(staging)
@@ -113,12 +115,15 @@ def mkdocs_build(
         body["nav"] = nav
     with atomic_path(config) as tmp:
         tmp.write_text(json.dumps(body, indent=1))  # JSON is valid YAML
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(config)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(config)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        config.unlink(missing_ok=True)
     if proc.returncode != 0:
         raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}")
     # Swap the finished build in: a failed build never leaves a half-written site behind.

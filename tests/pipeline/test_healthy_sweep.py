@@ -27,6 +27,7 @@ def test_each_run_has_its_own_folders_seed_threads_and_on_the_slow_path_its_own_
     assert (native["FUSION_SEED"], native["OMP_NUM_THREADS"]) == ("3", "1")
     assert native["DAGSTER_HOME"] == str(tmp_path / "seed3-t1-native" / "dagster_home")
     assert slow["FUSION_DATA_DIR"] == str(tmp_path / "seed3-t1-avx2" / "data")
+    assert slow["FUSION_SITE_DIR"] == str(tmp_path / "seed3-t1-avx2" / "site")
     assert (slow["ONEDNN_MAX_CPU_ISA"], slow["ATEN_CPU_CAPABILITY"]) == ("AVX2", "avx2")
     assert native["TORCHINDUCTOR_CACHE_DIR"] != slow["TORCHINDUCTOR_CACHE_DIR"]
     assert "ATEN_CPU_CAPABILITY" not in native and "ONEDNN_MAX_CPU_ISA" not in native
@@ -61,3 +62,14 @@ def test_a_stopped_runs_outcomes_come_from_its_instance_as_the_report_prints_the
         table = sweep.recorded_outcome_table(instance)
     assert sweep.outcomes(table) == {"S": {"validity": "valid", "verdict": "no claim", "findings": "0"}}
     assert sweep.outcomes("experiment    run validity   claim verdict              findings\n") == {}
+
+
+def test_a_report_writes_its_site_under_fusion_site_dir_when_set(tmp_path, monkeypatch):
+    from pipeline.reporting.asset import ReportConfig
+
+    monkeypatch.delenv("FUSION_SITE_DIR", raising=False)
+    assert (ReportConfig().docs_dir, ReportConfig().build_dir) == ("site/docs", "site/build")
+    monkeypatch.setenv("FUSION_SITE_DIR", str(tmp_path / "run" / "site"))
+    config = ReportConfig()
+    assert config.docs_dir == str(tmp_path / "run" / "site" / "docs")
+    assert config.build_dir == str(tmp_path / "run" / "site" / "build")
