@@ -89,6 +89,49 @@ def test_interrupted_run_resumes_bit_for_bit(corpus, tmp_path):
     assert train(smoke_config(corpus, data_seed=3), corpus).rows[-1]["eval_loss"] != reference.rows[-1]["eval_loss"]
 
 
+def test_runs_go_side_by_side_one_thread_each_on_a_multicore_cpu_only():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert runs.run_lanes(cpu, 2, 15) == (2, 1)
+    assert runs.run_lanes(cpu, 4, 15) == (4, 1)
+    assert runs.run_lanes(cpu, 4, 3) == (3, 1)  # no more processes than runs
+    assert runs.run_lanes(cpu, 1, 15) == (1, 1)
+    assert runs.run_lanes(cpu, 2, 1) == (1, 2)  # one run keeps both threads
+    assert runs.run_lanes(cuda, 16, 15) == (1, 16)  # an accelerator trains one run at a time
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        runs.run_lanes(cpu, 0, 15)
+
+
+def test_lanes_take_the_first_fused_run_first_and_the_other_fused_runs_last():
+    plan = runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))
+    order = runs.execution_order(plan)
+    assert sorted(order) == list(range(len(plan)))  # every run once
+    paths = [plan[i]["path"] for i in order]
+    fused = len(rules.REPLICATE_ORDERS)
+    assert paths == ["fused"] + ["eager"] * (len(plan) - fused) + ["fused"] * (fused - 1)
+    assert plan[order[0]]["run"] == runs.fused_run("bfloat16", "A")
+
+
+def test_a_run_trained_in_a_lane_worker_matches_one_trained_here(corpus, tmp_path):
+    """E's runs go to worker processes on a multicore CPU: a worker at the same thread count gives
+    the same curve, every float identical, and leaves no checkpoint behind."""
+    from pipeline.compile_pool import run_tasks
+
+    cfg = smoke_config(corpus, steps=6, eval_every=3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (there,) = run_tasks(
+            training.train_planned, [(cfg, str(tmp_path / "lane"))], torch.device("cpu"), workers=1, here=False
+        )
+        here = train(cfg, corpus)
+    finally:
+        torch.set_num_threads(threads)
+    assert there.config == cfg
+    assert [r["step"] for r in there.rows] == [0, 3, 6]
+    assert there.rows == here.rows
+    assert not list(tmp_path.rglob("*.pt"))
+
+
 def test_fp32_eager_path_learns(corpus):
     result = train(smoke_config(corpus, precision="float32"), corpus)
     losses = [r["eval_loss"] for r in result.rows]

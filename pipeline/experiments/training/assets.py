@@ -25,12 +25,15 @@ autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fuse
 profile's ``fp32_control`` (training/spec.py) is 1 (reported, not judged).
 """
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import polars as pl
+import torch
 
+from ...compile_pool import run_tasks
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
@@ -44,7 +47,7 @@ from ...verdicts import (
     validity_result,
 )
 from .config import TrainConfig
-from .corpus import load_corpus
+from .corpus import Corpus, load_corpus
 from .curves import (
     deviation_frame,
     deviation_summary,
@@ -54,7 +57,7 @@ from .curves import (
     run_problems,
 )
 from .judge import control_rank_test, error_rate_summary, rms, rule_error_rates
-from .loop import train
+from .loop import TrainResult, train
 from .rules import (
     CONFIDENCE,
     EVAL_POINT_COLUMNS,
@@ -64,10 +67,20 @@ from .rules import (
     RULE,
     margin_text,
 )
-from .runs import curve_frame, main_precision, run_plan, run_summary, sorted_json
+from .runs import curve_frame, execution_order, main_precision, run_lanes, run_plan, run_summary, sorted_json
 from .spec import GROUP, SIZES
 
 # ------------------------------------------------------------------------------------- assets
+
+
+def train_planned(cfg: TrainConfig, checkpoint_dir: str) -> TrainResult:
+    """One planned run (a compile-pool task: here or in a worker process, see :func:`.runs.run_lanes`)."""
+    return train(cfg, _corpus(), checkpoint_dir=Path(checkpoint_dir))
+
+
+@functools.cache
+def _corpus() -> Corpus:
+    return load_corpus()
 
 
 def checkpoint_root(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> Path:
@@ -93,35 +106,59 @@ def checkpoint_root(context: dg.AssetExecutionContext, settings: ExperimentSetti
 def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
     sizes = SIZES[settings.profile]
-    corpus = load_corpus()
+    corpus = _corpus()
     device = settings.torch_device()
     ckpt_root = checkpoint_root(context, settings)
     frames, summary = [], []
     plan = run_plan(settings)
     progress = Progress(context.log.info, "training runs", len(plan), every=0.0)
+    configs = []
     for run in plan:
-        cfg = TrainConfig.from_profile(
-            sizes.model(),
-            path=run["path"],
-            precision=run["precision"],
-            device=str(device),
-            init_seed=settings.derived_seed("train", "init"),
-            data_seed=settings.derived_seed("train", "data", run["data_order"]),
-            init_ulp_nudge=run["init_ulp_nudge"],
-            backend=settings.backend,
-            options_json=sorted_json(settings.options()),
-            corpus_sha256=corpus.sha256,
+        configs.append(
+            TrainConfig.from_profile(
+                sizes.model(),
+                path=run["path"],
+                precision=run["precision"],
+                device=str(device),
+                init_seed=settings.derived_seed("train", "init"),
+                data_seed=settings.derived_seed("train", "data", run["data_order"]),
+                init_ulp_nudge=run["init_ulp_nudge"],
+                backend=settings.backend,
+                options_json=sorted_json(settings.options()),
+                corpus_sha256=corpus.sha256,
+            )
         )
-        context.log.info(f"training {run['run']} ({cfg.steps} steps, config {cfg.key()})")
-        result = train(cfg, corpus, checkpoint_dir=ckpt_root / run["run"], log=context.log.info)
-        frames.append(curve_frame(run, cfg, result))
-        summary.append({**run, **run_summary(result)})
-        progress.advance(note=f"{run['run']} done")
+    threads = torch.get_num_threads()
+    lanes, lane_threads = run_lanes(device, threads, len(plan))
+    context.log.info(
+        f"training {len(plan)} runs of {sizes.steps} steps, {lanes} at a time on {lane_threads} thread(s) each"
+    )
+
+    order = execution_order(plan) if lanes > 1 else list(range(len(plan)))
+
+    def done(k: int, result: TrainResult) -> None:
+        run = plan[order[k]]
+        progress.advance(
+            note=f"{run['run']} done (config {result.config.key()}, final eval loss "
+            f"{result.rows[-1]['eval_loss']:.4f}, {result.seconds:.1f} s)"
+        )
+
+    torch.set_num_threads(lane_threads)
+    try:
+        tasks = [(configs[i], str(ckpt_root / plan[i]["run"])) for i in order]
+        results = dict(zip(order, run_tasks(train_planned, tasks, device, workers=lanes, on_result=done), strict=True))
+    finally:
+        torch.set_num_threads(threads)
+    for i, run in enumerate(plan):
+        frames.append(curve_frame(run, configs[i], results[i]))
+        summary.append({**run, **run_summary(results[i])})
     curves = pl.concat(frames, how="vertical")
     context.add_output_metadata(
         {
             **corpus.metadata(),
             "runs": len(summary),
+            "runs_at_a_time": lanes,
+            "threads_per_run": lane_threads,
             "replicates": len(REPLICATE_ORDERS),
             "wall_seconds.total": round(sum(s["wall_seconds"] for s in summary), 2),
             **{f"wall_seconds.{s['run']}": s["wall_seconds"] for s in summary},
