@@ -4,7 +4,7 @@ import dagster as dg
 
 from .cluster import celery_jobs
 from .experiments import EXPERIMENTS
-from .experiments.regression.drift import promote_baseline_job
+from .instruments.regression.drift import promote_baseline_job
 from .progress import progress_logger
 from .reporting.asset import build_report_asset
 from .resources import ExperimentSettings

@@ -24,7 +24,7 @@ import dagster as dg
 #: and the experiment.
 ReportSection = Callable[[Any, "Experiment"], str]
 
-#: How a stored value is compared with its promoted baseline (see ``experiments/regression/comparators.py``):
+#: How a stored value is compared with its promoted baseline (see ``instruments/regression/comparators.py``):
 #: ``columns`` bit-exact column by column, rows matched on ``keys``; ``tensors`` bit-exact tensor by
 #: tensor (md5); ``distribution`` a per-group statistic against a bootstrap tolerance drawn from the
 #: baseline's own sets; ``curves`` training curves against the data-order noise band; ``kept`` promoted
@@ -114,31 +114,9 @@ def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.
     return assets, tuple(dg.load_asset_checks_from_modules(modules))
 
 
-_catalogue: list[Experiment] = []
-
-
-def catalogue() -> tuple[Experiment, ...]:
-    """Every experiment the registry lists, in its order.
-
-    For the experiments that judge the others (the regression baseline compares every experiment's
-    stored values): they cannot import the registry, which imports them. The registry fills the
-    catalogue when it is imported, and importing any module of an experiment imports the registry
-    first (it is the experiments' parent package), so the catalogue is complete whenever experiment
-    code runs.
-    """
-    if not _catalogue:
-        raise RuntimeError("the experiment registry (pipeline.experiments) has not been imported")
-    return tuple(_catalogue)
-
-
-def fill_catalogue(experiments: Sequence[Experiment]) -> None:
-    """Called once by the registry with its list."""
-    _catalogue[:] = list(experiments)
-
-
 def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
     """A typed sizes record as flat metadata (``prefix`` + field name; tuples as text)."""
     return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
-__all__ = ["BaselineTable", "Experiment", "ReportSection", "catalogue", "fill_catalogue", "flat_sizes"]
+__all__ = ["BaselineTable", "Experiment", "ReportSection", "flat_sizes"]

@@ -1,6 +1,6 @@
 """A warm worker interpreter that answers requests over a socket pair: the shared mechanism of the
 compile pool (:mod:`pipeline.compile_pool`) and the planted-bug matrix's workers
-(:mod:`pipeline.experiments.regression.matrix_parallel`).
+(:mod:`pipeline.instruments.regression.matrix_parallel`).
 
 The worker is ``python -m <module> --fd N ...``, a subprocess rather than multiprocessing (which
 would re-import the caller's main module, which a script need not guard). It inherits this process's

@@ -35,13 +35,13 @@ from .experiments.data_movement.assets import TASK_BYTES_PER_ELEMENT, input_key
 from .experiments.data_movement.assets import plan as d_plan
 from .experiments.data_movement.spec import SIZES as D_SIZES
 from .experiments.determinism.spec import SIZES as A_SIZES
-from .experiments.diagnostics.spec import SIZES as DIAG_SIZES
 from .experiments.models.spec import SIZES as M_SIZES
-from .experiments.regression.spec import PARALLEL_RUNS as MATRIX_PARALLEL_RUNS
-from .experiments.regression.spec import PLANTED_BACKENDS
-from .experiments.regression.spec import SIZES as MATRIX_SIZES
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
 from .experiments.training.spec import SIZES as E_SIZES
+from .instruments.diagnostics.spec import SIZES as DIAG_SIZES
+from .instruments.regression.spec import PARALLEL_RUNS as MATRIX_PARALLEL_RUNS
+from .instruments.regression.spec import PLANTED_BACKENDS
+from .instruments.regression.spec import SIZES as MATRIX_SIZES
 from .plan_figures import (
     A_COMPILE_S,
     A_SETUP_S,

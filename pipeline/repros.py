@@ -44,7 +44,7 @@ from .experiments.data_movement.spec import repro_id as d_repro_id
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PLANTED_SETUP = (
-    "from pipeline.experiments.regression.planted_bugs import register_planted_backends  # the planted fault\n\n"
+    "from pipeline.instruments.regression.planted_bugs import register_planted_backends  # the planted fault\n\n"
     "register_planted_backends()\n"
 )
 
@@ -157,7 +157,7 @@ def planted_probes() -> list[Case]:
 def planted_case(bug: str, log: Log | None = None) -> tuple[Case | None, int]:
     """The first probe that shows planted bug ``bug`` while healthy Inductor stays clean, and how
     many probes were run."""
-    from .experiments.regression.planted_bugs import PLANTED_BUGS, register_planted_backends
+    from .instruments.regression.planted_bugs import PLANTED_BUGS, register_planted_backends
 
     if bug not in PLANTED_BUGS:
         raise ValueError(f"unknown planted bug {bug!r}; known: {', '.join(PLANTED_BUGS)}")

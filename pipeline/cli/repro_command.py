@@ -31,7 +31,7 @@ def repro_case(spec: str, backend: str, device: str = "cpu") -> Case:
 
 def _build_planted(planted: list[str], root: Path, knobs: bool) -> int:
     """Build a reproducer of each planted bug named (none named: every one); 2 for an unknown name."""
-    from ..experiments.regression.planted_bugs import PLANTED_BUGS
+    from ..instruments.regression.planted_bugs import PLANTED_BUGS
     from ..repros import build, planted_case
 
     unknown = [b for b in planted if b not in PLANTED_BUGS and f"planted_{b}" not in PLANTED_BUGS]

@@ -17,8 +17,8 @@ def promote_baseline(
 ) -> int:
     """Promote ``<data>/<profile>`` to a new baseline version (provenance from the local instance's
     events: only those made here, unless ``include_imported``)."""
-    from ..experiments.regression.baseline import BaselineError
-    from ..experiments.regression.drift import promote_with_instance
+    from ..instruments.regression.baseline import BaselineError
+    from ..instruments.regression.drift import promote_with_instance
     from ..resources import ExperimentSettings
     from ..storage import default_data_root
 

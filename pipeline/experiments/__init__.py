@@ -1,42 +1,55 @@
 """The registry of experiments: the one list the code location, the report, the baseline, the k8s
 step list and the tests read. Each experiment is a folder of this package holding everything about
-it (see :mod:`pipeline.experiment`); adding one is a folder and a line here.
+it (see :mod:`pipeline.experiment`); adding one is a folder and a line in :data:`PACKAGES`.
 
 Importing the registry imports each experiment's record and report sections, never its asset code:
 that is loaded when the code location builds its definitions (``Experiment.assets``).
 """
 
-from ..experiment import Experiment, fill_catalogue
-from . import (
-    accumulated_error,
-    data_movement,
-    determinism,
-    diagnostics,
-    instruction_selection,
-    models,
-    reduction_order,
-    regression,
-    rsqrt_iterations,
-    toolkit,
-    training,
+import importlib
+import os
+
+from ..experiment import Experiment
+
+#: Every experiment's package, then the instruments' (:mod:`pipeline.instruments`), in the report's order:
+#: the toolkit first, then the experiments in the order of the test plan. Adding one is its folder and
+#: one line here (the package's ``EXPERIMENT`` record declares everything else).
+PACKAGES: tuple[str, ...] = (
+    "pipeline.experiments.toolkit",
+    "pipeline.experiments.determinism",
+    "pipeline.experiments.instruction_selection",
+    "pipeline.experiments.reduction_order",
+    "pipeline.experiments.rsqrt_iterations",
+    "pipeline.experiments.data_movement",
+    "pipeline.experiments.accumulated_error",
+    "pipeline.experiments.training",
+    "pipeline.experiments.models",
+    "pipeline.instruments.diagnostics",
+    "pipeline.instruments.regression",
 )
 
-#: In the report's order (the toolkit first, then the experiments in the order of the test plan).
-EXPERIMENTS: tuple[Experiment, ...] = (
-    toolkit.EXPERIMENT,
-    determinism.EXPERIMENT,
-    instruction_selection.EXPERIMENT,
-    reduction_order.EXPERIMENT,
-    rsqrt_iterations.EXPERIMENT,
-    data_movement.EXPERIMENT,
-    accumulated_error.EXPERIMENT,
-    training.EXPERIMENT,
-    models.EXPERIMENT,
-    diagnostics.EXPERIMENT,
-    regression.EXPERIMENT,
-)
+#: More packages to register after :data:`PACKAGES` (comma-separated import paths), for an experiment
+#: that lives outside this repository, such as the tests' fixture experiment.
+EXTRA_ENV = "FUSION_EXTRA_EXPERIMENTS"
 
-fill_catalogue(EXPERIMENTS)
+
+def _record(package: str) -> Experiment:
+    module = importlib.import_module(package)
+    record = getattr(module, "EXPERIMENT", None)
+    if not isinstance(record, Experiment):
+        raise TypeError(f"{package} is registered as an experiment but has no EXPERIMENT record")
+    return record
+
+
+def _packages() -> tuple[str, ...]:
+    extra = tuple(p.strip() for p in os.environ.get(EXTRA_ENV, "").split(",") if p.strip())
+    return PACKAGES + tuple(p for p in extra if p not in PACKAGES)
+
+
+EXPERIMENTS: tuple[Experiment, ...] = tuple(_record(p) for p in _packages())
+_duplicated = sorted({e.id for e in EXPERIMENTS if sum(o.id == e.id for o in EXPERIMENTS) > 1})
+if _duplicated:
+    raise ValueError(f"experiment ids registered twice: {', '.join(_duplicated)}")
 
 BY_ID: dict[str, Experiment] = {e.id: e for e in EXPERIMENTS}
 
@@ -54,4 +67,4 @@ def baseline_experiments() -> dict[str, tuple[str, ...]]:
     return {e.id: e.baseline_assets() for e in sorted(EXPERIMENTS, key=lambda e: e.id) if e.baseline}
 
 
-__all__ = ["BY_ID", "EXPERIMENTS", "Experiment", "baseline_experiments", "experiment"]
+__all__ = ["BY_ID", "EXPERIMENTS", "PACKAGES", "Experiment", "baseline_experiments", "experiment"]

@@ -119,7 +119,7 @@ def test_celery_values_and_checks_equal_the_in_process_run(cluster: Cluster, cel
 
 
 def test_history_and_baseline_read_from_postgres(cluster: Cluster, celery_run, tmp_path):
-    from pipeline.experiments.regression.drift import baseline_comparison, promote_with_instance
+    from pipeline.instruments.regression.drift import baseline_comparison, promote_with_instance
     from pipeline.reporting import history
     from pipeline.reporting.render import Report
 

@@ -34,7 +34,7 @@ def test_a_fresh_process_registers_a_planted_backend_from_its_registrar():
 
     name = sorted(backends.offered())[0]
     spec = backends.registrar(name)
-    assert spec == "pipeline.experiments.regression:_register_planted"
+    assert spec == "pipeline.instruments.regression:_register_planted"
     code = (
         "from torch._dynamo import list_backends\nfrom pipeline import backends\n"
         f"assert {name!r} not in list_backends(exclude_tags=())\n"

@@ -241,7 +241,7 @@ def test_an_import_never_stands_in_for_local_results_unless_asked(bundle, tmp_pa
     the baseline's provenance still read only what was made here; provenance from imports only on
     request."""
     from pipeline import cli
-    from pipeline.experiments.regression.drift import recorded_provenance
+    from pipeline.instruments.regression.drift import recorded_provenance
 
     home_data = tmp_path / "home_data"
     key = dg.AssetKey("toolkit_selfcheck")

@@ -104,7 +104,7 @@ def test_an_m_architecture_gives_the_same_run_in_a_worker_as_here():
 
 @pytest.mark.skipif(os.name != "posix", reason="workers are POSIX subprocesses")
 def test_a_fuzzer_graph_gives_the_same_outcome_in_a_worker_as_here(tmp_path):
-    from pipeline.experiments.diagnostics.fuzzing import fuzz_one
+    from pipeline.instruments.diagnostics.fuzzing import fuzz_one
 
     tasks = [(seed, "inductor", {}, tmp_path, "cpu") for seed in (915256, 915257)]
     here = run_tasks(fuzz_one, tasks, CPU, workers=1)

@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline.experiments.diagnostics import divergence, fuzzing, tolerances
-from pipeline.experiments.diagnostics.spec import SIZES
 from pipeline.experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
+from pipeline.instruments.diagnostics import divergence, fuzzing, tolerances
+from pipeline.instruments.diagnostics.spec import SIZES
 from pipeline.storage import read_value, write_value
 from pipeline.verdicts import CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED
 from pipeline.workloads import WORKLOADS
@@ -249,7 +249,7 @@ def _outcomes(classes):
 
 
 def test_a_genuine_difftest_mismatch_contradicts_and_a_clean_run_bounds_the_rate():
-    from pipeline.experiments.diagnostics.difftesting import MIN_PROGRAMS_FOR_SUPPORTED, judge_difftest
+    from pipeline.instruments.diagnostics.difftesting import MIN_PROGRAMS_FOR_SUPPORTED, judge_difftest
 
     verdict, reason, meta = judge_difftest(_outcomes(["ok"] * 47 + ["mismatch"]))
     assert verdict == CONTRADICTED and meta["mismatches"] == 1 and "typed-47" in reason
@@ -259,3 +259,4 @@ def test_a_genuine_difftest_mismatch_contradicts_and_a_clean_run_bounds_the_rate
     assert meta["mismatch_rate_upper_bound"] == pytest.approx(-np.log(0.01) / 100)
     verdict, _, _ = judge_difftest(_outcomes(["ok"] * (MIN_PROGRAMS_FOR_SUPPORTED - 1) + ["crash"] * 20))
     assert verdict == INCONCLUSIVE
+

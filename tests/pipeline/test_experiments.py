@@ -11,25 +11,29 @@ import pytest
 import yaml
 
 from pipeline.definitions import defs
-from pipeline.experiment import catalogue
-from pipeline.experiments import EXPERIMENTS, baseline_experiments, experiment
-from pipeline.experiments.regression import baseline
-from pipeline.experiments.regression import harness as planted_bug_harness
+from pipeline.experiments import EXPERIMENTS, PACKAGES, baseline_experiments, experiment
+from pipeline.instruments.regression import baseline
+from pipeline.instruments.regression import harness as planted_bug_harness
 from pipeline.profiles import PROFILES
 from pipeline.reporting import claims
 from pipeline.reporting.pages import site_nav
 from pipeline.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "pipeline" / "experiments"
+WINGS = ("experiments", "instruments")
 
 
-def test_every_experiment_folder_is_one_registry_entry():
-    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    registered = sorted(e.load.__module__.rsplit(".", 1)[-1] for e in EXPERIMENTS)
-    assert registered == folders
+def test_every_experiment_and_instrument_folder_is_one_registry_entry():
+    folders = sorted(
+        f"pipeline.{wing}.{p.name}"
+        for wing in WINGS
+        for p in (ROOT / "pipeline" / wing).iterdir()
+        if (p / "__init__.py").is_file()
+    )
+    assert sorted(PACKAGES) == folders
+    assert [e.load.__module__ for e in EXPERIMENTS] == list(PACKAGES)
     assert len({e.id for e in EXPERIMENTS}) == len(EXPERIMENTS)
-    assert catalogue() == EXPERIMENTS
+    assert [e.id for e in EXPERIMENTS][-2:] == ["Diagnostics", "Regression"]  # the instruments come last
     # every asset module an experiment loads lives in its own folder
     for exp in EXPERIMENTS:
         folder = exp.load.__module__

@@ -299,7 +299,7 @@ def test_user_workloads_appear_on_m_page_with_a_verdict(tmp_path, user_module, m
 
 @pytest.mark.slow
 def test_planted_fault_in_m_is_contradicted_with_the_module_named(tmp_path):
-    from pipeline.experiments.regression.planted_bugs import register_planted_backends
+    from pipeline.instruments.regression.planted_bugs import register_planted_backends
 
     register_planted_backends()
     result, checks, _ = _materialize_m(tmp_path, backend="planted_bf16_scratch", architectures=["gpt2"])

@@ -180,7 +180,7 @@ def test_a_bad_dtype_name_is_refused_in_one_line_naming_the_workload(integer_mod
 
 def _negative_zeros_backend(gm, example_inputs):
     """Inductor, then every +0 of a float output returned as -0 (a wrong sign of zero, 0 ULP away)."""
-    from pipeline.experiments.regression.planted_faults import _wrap_outputs, inductor
+    from pipeline.instruments.regression.planted_faults import _wrap_outputs, inductor
 
     return _wrap_outputs(inductor(gm, example_inputs), lambda t: torch.where(t == 0, torch.full_like(t, -0.0), t))
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from pipeline import storage
-from pipeline.experiments.regression import drift as regression
-from pipeline.experiments.regression import harness, matrix_parallel, matrix_runs, planted_bugs, rules
-from pipeline.experiments.regression import matrix as matrix_asset
-from pipeline.experiments.regression.planted_bugs import PLANTED_BUGS
-from pipeline.experiments.regression.spec import SIZES
+from pipeline.instruments.regression import drift as regression
+from pipeline.instruments.regression import harness, matrix_parallel, matrix_runs, planted_bugs, rules
+from pipeline.instruments.regression import matrix as matrix_asset
+from pipeline.instruments.regression.planted_bugs import PLANTED_BUGS
+from pipeline.instruments.regression.spec import SIZES
 from pipeline.resources import ExperimentSettings
 from pipeline.verdicts import check_outcome
 from precisionkit import FusionError, fused, ulp_diff
@@ -704,7 +704,7 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
 
 def test_settings_know_every_planted_backend_by_name_before_registration():
     from pipeline.backends import offered
-    from pipeline.experiments.regression.spec import PLANTED_BACKENDS
+    from pipeline.instruments.regression.spec import PLANTED_BACKENDS
 
     assert list(PLANTED_BACKENDS) == list(planted_bugs.PLANTED_BUGS)
     assert set(PLANTED_BACKENDS) <= offered()

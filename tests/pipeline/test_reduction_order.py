@@ -586,7 +586,7 @@ def _fp16_running_partials(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def test_accuracy_claim_contradicts_planted_fp16_partials_that_the_bound_passes(smoke_resources):
-    from pipeline.experiments.regression.planted_bugs import register_planted_backends
+    from pipeline.instruments.regression.planted_bugs import register_planted_backends
     from precisionkit import fused
 
     register_planted_backends()

@@ -11,8 +11,8 @@ import pytest
 from pipeline import storage
 from pipeline.cli import main as cli_main
 from pipeline.experiment import BaselineTable, Experiment
-from pipeline.experiments.regression import baseline, comparators, curves_compare, matrix_runs
-from pipeline.experiments.regression import drift as regression
+from pipeline.instruments.regression import baseline, comparators, curves_compare, matrix_runs
+from pipeline.instruments.regression import drift as regression
 
 
 def _b_table(shift: float = 0.0, jitter_sets: int = 0, seed: int = 0) -> pl.DataFrame:

@@ -10,9 +10,9 @@ import pytest
 from pipeline.experiments.accumulated_error import report as b_report
 from pipeline.experiments.data_movement import report as d_report
 from pipeline.experiments.determinism import report as a_report
-from pipeline.experiments.diagnostics import report as diag_report
 from pipeline.experiments.reduction_order import report as c2_report
 from pipeline.experiments.training import report as e_report
+from pipeline.instruments.diagnostics import report as diag_report
 from pipeline.reporting.history import Point, figure_chart, glance_table, run_labels, verdict_timeline
 from pipeline.scalars import as_number
 

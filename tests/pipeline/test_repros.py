@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from pipeline import repros
-from pipeline.experiments.diagnostics.reproducers import cases_to_build, d_contradictions, d_repro_id
+from pipeline.instruments.diagnostics.reproducers import cases_to_build, d_contradictions, d_repro_id
 from precisionkit import specials
 from precisionkit.repro import Case, Input, lines_of, make_inputs, render, write
 
@@ -205,7 +205,7 @@ def test_bisection_variants_run_side_by_side_on_an_accelerator_host(monkeypatch:
 def test_reproducers_are_built_side_by_side_only_on_an_accelerator_host(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from pipeline.experiments.diagnostics.reproducers import build_workers
+    from pipeline.instruments.diagnostics.reproducers import build_workers
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert build_workers(torch.device("cpu"), 23) == 1
@@ -220,7 +220,7 @@ def test_a_reproducer_built_in_a_worker_is_the_one_built_here(tmp_path: Path) ->
     import torch
 
     from pipeline.compile_pool import run_tasks
-    from pipeline.experiments.diagnostics.reproducers import build_row
+    from pipeline.instruments.diagnostics.reproducers import build_row
 
     case, _ = repros.planted_case("planted_off_by_one_ulp")
     assert case is not None

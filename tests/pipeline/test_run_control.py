@@ -509,7 +509,7 @@ def test_sigterm_stops_a_run_like_ctrl_c_and_the_next_report_resumes(tmp_path):
 _WORKER_PARENT = """
 import sys, time
 from pipeline.interrupts import terminate_as_interrupt
-from pipeline.experiments.regression.matrix_parallel import MatrixWorker
+from pipeline.instruments.regression.matrix_parallel import MatrixWorker
 terminate_as_interrupt()
 w = MatrixWorker(["C2"], 1)
 w.ready()

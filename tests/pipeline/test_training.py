@@ -13,7 +13,6 @@ import pytest
 import torch
 from _stored_only import patch_to_raise  # tests/pipeline is on sys.path (pytest rootdir import mode)
 
-from pipeline.experiments.regression.curves_compare import curves_exact_reason
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
 from pipeline.experiments.training import curves as curve_tables
@@ -24,6 +23,7 @@ from pipeline.experiments.training.corpus import EVAL_FRACTION, load_corpus
 from pipeline.experiments.training.gpt import GPT, nudge_one_ulp
 from pipeline.experiments.training.loop import TrainingInterrupted, _StepStats, train
 from pipeline.experiments.training.spec import SIZES
+from pipeline.instruments.regression.curves_compare import curves_exact_reason
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY

@@ -1,6 +1,6 @@
 """E's curves against the baseline: bit for bit where the same inputs ran on a deterministic device,
 and always against the data-order noise band of the eager replicates (the ``curves`` method of
-:mod:`pipeline.experiments.regression.comparators`)."""
+:mod:`pipeline.instruments.regression.comparators`)."""
 
 from __future__ import annotations
 

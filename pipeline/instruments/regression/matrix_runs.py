@@ -15,11 +15,11 @@ import dagster as dg
 
 from ... import runs
 from ...experiment import Experiment
+from ...experiments import accumulated_error, data_movement, reduction_order, toolkit
 from ...interrupts import raise_if_interrupted
 from ...resources import ExperimentSettings
 from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import FINDING, CheckOutcome, check_outcome
-from .. import accumulated_error, data_movement, reduction_order, toolkit
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 
 #: Experiments the planted-bug matrix runs, by id (S comes along as their upstream).

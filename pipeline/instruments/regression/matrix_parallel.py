@@ -29,14 +29,14 @@ def parallel_runs_here(requested: int) -> int:
 
 
 class MatrixWorker(PipeWorker):
-    """A fresh interpreter (``python -m pipeline.experiments.regression.matrix_worker``) that loads the matrix's
+    """A fresh interpreter (``python -m pipeline.instruments.regression.matrix_worker``) that loads the matrix's
     definitions once and then runs whole matrix runs on request (:class:`pipeline.pipe_worker.PipeWorker`).
     It inherits this process's environment (so the same Inductor cache folder) and CPU thread count, so a
     run gives the same numbers whichever process runs it."""
 
     def __init__(self, experiments: list[str], threads: int) -> None:
         super().__init__(
-            "pipeline.experiments.regression.matrix_worker",
+            "pipeline.instruments.regression.matrix_worker",
             ["--threads", str(threads), "--experiments", ",".join(experiments)],
             "planted-bug matrix worker",
         )

@@ -1,8 +1,8 @@
 """A worker process of the planted-bug matrix: runs whole matrix runs on request.
 
-Started by :class:`pipeline.experiments.regression.matrix_parallel.MatrixWorker` as::
+Started by :class:`pipeline.instruments.regression.matrix_parallel.MatrixWorker` as::
 
-    python -m pipeline.experiments.regression.matrix_worker --fd FD --threads T --experiments B,C2,D
+    python -m pipeline.instruments.regression.matrix_worker --fd FD --threads T --experiments B,C2,D
 
 ``FD`` is this process's end of a socket pair. The worker sets torch's CPU thread count, loads the
 experiments' definitions once and sends ``("ready", pid)``; then, for every request

@@ -25,14 +25,14 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
+from ...experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
+from ...experiments.toolkit.spec import SIZES as POOL_SIZES
+from ...experiments.toolkit.spec import PoolSizes
 from ...resources import ExperimentSettings
 from ...scalars import as_float
 from ...tables import markdown_table
 from ...verdicts import finding_check, finding_result
 from ...workloads import WORKLOADS
-from ..reduction_order.spec import SIZES as REDUCTION_SIZES
-from ..toolkit.spec import SIZES as POOL_SIZES
-from ..toolkit.spec import PoolSizes
 from .spec import GROUP
 
 QUANTILE = 99.9

@@ -10,8 +10,7 @@ item (see :data:`~.rows.COLUMNS`). What an experiment's baseline holds and how e
 is compared is the experiment's own declaration (its ``Experiment.baseline``: bit-exact columns
 and tensors, per-set distributions against a bootstrap tolerance, training curves against their
 noise band); :mod:`.comparators` holds one comparator per declared method. The experiments come
-from :func:`pipeline.experiment.catalogue` (the registry fills it; importing the registry here
-would be an import cycle).
+from the registry (:mod:`pipeline.experiments`): an instrument sits above the experiments it judges.
 """
 
 from __future__ import annotations
@@ -28,13 +27,14 @@ from typing import Any
 
 import polars as pl
 
-from ...experiment import Experiment, catalogue
+from ...experiment import Experiment
+from ...experiments import EXPERIMENTS as REGISTERED
 from ...storage import atomic_path, file_sha256, read_value
 from .comparators import COMPARATORS, compare_tables
 from .rows import COLUMNS, row
 
 #: The experiments that declare a baseline, by id.
-_RECORDS: dict[str, Experiment] = {e.id: e for e in sorted(catalogue(), key=lambda e: e.id) if e.baseline}
+_RECORDS: dict[str, Experiment] = {e.id: e for e in sorted(REGISTERED, key=lambda e: e.id) if e.baseline}
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
 EXPERIMENTS: dict[str, tuple[str, ...]] = {exp_id: e.baseline_assets() for exp_id, e in _RECORDS.items()}
 #: Provenance fields compared between baseline and current (all recorded ones are shown).

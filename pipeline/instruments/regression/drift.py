@@ -1,14 +1,14 @@
 """Regression: comparison with a promoted baseline, and the job that promotes one.
 
 * ``baseline_comparison`` compares every experiment's stored tables with the CURRENT baseline
-  (see :mod:`pipeline.experiments.regression.baseline`). Its checks use the three outcomes of :mod:`pipeline.verdicts`:
+  (see :mod:`pipeline.instruments.regression.baseline`). Its checks use the three outcomes of :mod:`pipeline.verdicts`:
   the claim "numerics unchanged" is contradicted by a move the worse way beyond tolerance; a
   baseline item missing now (or one that cannot be compared) makes the comparison invalid;
   improvements, generated-code changes, provenance changes (commit, torch version) and
   experiments absent on one side are findings.
 * ``promote_baseline_job`` (an op, launchable from the UI) promotes the stored tables.
 
-The planted-bug suite of the same group is :mod:`pipeline.experiments.regression.matrix`.
+The planted-bug suite of the same group is :mod:`pipeline.instruments.regression.matrix`.
 """
 
 import time

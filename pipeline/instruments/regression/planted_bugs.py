@@ -3,7 +3,7 @@
 Each backend wraps Inductor and injects one realistic *silent* numerical fault, so the fused path
 still compiles and still shows generated kernels (fusion evidence stays plausible) while its
 numbers are wrong. Running the experiments with ``settings.backend = <bug name>`` must turn at
-least one check to ERROR (a contradicted claim or an invalid run); :mod:`pipeline.experiments.regression.harness`
+least one check to ERROR (a contradicted claim or an invalid run); :mod:`pipeline.instruments.regression.harness`
 measures that (the ``planted_bug_matrix`` asset).
 
 Faults come in three kinds:

@@ -21,10 +21,10 @@ from precisionkit.repro import Case
 
 from ... import repros
 from ...compile_pool import run_tasks
+from ...experiments.data_movement.spec import repro_id
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
-from ..data_movement.spec import repro_id
 from .spec import GROUP, SIZES
 
 SCHEMA = {

@@ -56,7 +56,7 @@ MUTATION_RULE = Rule(
     threshold=1.0,
     unit="ERROR outcomes per bug run, beyond the healthy run's",
     confidence=None,
-    sample_size="one run per planted bug (every bug of pipeline.experiments.regression.planted_bugs unless configured or limited by the "
+    sample_size="one run per planted bug (every bug of pipeline.instruments.regression.planted_bugs unless configured or limited by the "
     "profile's planted_bugs: smoke runs one bug per way of being caught), at the first healthy base seed",
     derivation="A planted bug is a known wrong result: a harness that lets it through with only WARN findings or "
     "inconclusive verdicts would let the same real fault through (DESIGN principle 6: planted faults must flip a "

@@ -2,14 +2,14 @@
 
 A matrix run materializes a subset of experiments (B, C2, D and the toolkit's assets upstream) at
 smoke size in a folder of its own, once with the healthy backend per base seed and once with each
-backend of :mod:`pipeline.experiments.regression.planted_bugs` (:mod:`.matrix_runs`; several at a
+backend of :mod:`pipeline.instruments.regression.planted_bugs` (:mod:`.matrix_runs`; several at a
 time, :mod:`.matrix_parallel`). Every evaluated check becomes a
 :class:`~pipeline.verdicts.CheckOutcome` read through its declared outcome kind, so scoring needs no
 Dagster: a bug is caught only at ERROR, by a contradicted claim, an invalid run or a failed step
 that the healthy run at the same seed does not have; every ERROR of a healthy run is a false alarm
 (:data:`.rules.SCORING`).
 
-The asset ``planted_bug_matrix`` (:mod:`pipeline.experiments.regression.matrix`) wires
+The asset ``planted_bug_matrix`` (:mod:`pipeline.instruments.regression.matrix`) wires
 :func:`build_matrix` into the code location and judges its table.
 """
 

@@ -16,14 +16,14 @@ import torch
 
 from precisionkit.locator import locate_divergence
 
+from ...experiments.training.config import TrainConfig, eval_batches
+from ...experiments.training.corpus import load_corpus
+from ...experiments.training.gpt import GPT
+from ...experiments.training.spec import SIZES as TRAIN_SIZES
 from ...resources import ExperimentSettings
 from ...scalars import as_float
 from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Rule, claim_check, claim_result
-from ..training.config import TrainConfig, eval_batches
-from ..training.corpus import load_corpus
-from ..training.gpt import GPT
-from ..training.spec import SIZES as TRAIN_SIZES
 from .spec import GROUP
 
 #: Sequences of the first evaluation batch fed to the model (each of E's context length, training/spec.py).

@@ -53,7 +53,7 @@ SCHEMA = {
 #: What the tester's worker interpreter runs first: the planted-bug backends, so a matrix run's
 #: backend exists there too.
 _WORKER_SETUP = (
-    "from pipeline.experiments.regression.planted_bugs import register_planted_backends\nregister_planted_backends()\n"
+    "from pipeline.instruments.regression.planted_bugs import register_planted_backends\nregister_planted_backends()\n"
 )
 
 

@@ -1,9 +1,9 @@
 """The planted-bug suite (mutation testing of the harness) as an asset and its checks.
 
 ``planted_bug_matrix`` re-runs a subset of experiments at smoke size with the healthy backend over
-several base seeds and with each deliberately faulty backend of :mod:`pipeline.experiments.regression.planted_bugs`; the
-runs and their scoring are :mod:`pipeline.experiments.regression.harness`, its decision rules
-:mod:`pipeline.experiments.regression.rules`. A bug is caught only at ERROR: a
+several base seeds and with each deliberately faulty backend of :mod:`pipeline.instruments.regression.planted_bugs`; the
+runs and their scoring are :mod:`pipeline.instruments.regression.harness`, its decision rules
+:mod:`pipeline.instruments.regression.rules`. A bug is caught only at ERROR: a
 contradicted claim, an invalid run or a failed step that the healthy run at the same seed does not
 have. Every ERROR of a healthy run is a false alarm.
 """
@@ -117,7 +117,7 @@ def matrix_metadata(
     + ", ".join(f"{name}: {sizes.healthy_seeds}" for name, sizes in SIZES.items())
     + f"; no false alarm is supported only from {MIN_HEALTHY_SEEDS}) and "
     "with each planted-bug backend "
-    "(pipeline/experiments/regression/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
+    "(pipeline/instruments/regression/planted_bugs.py) at the first seed. Per bug: caught when its run has an ERROR outcome (claim "
     "contradicted, run invalid, step failed such as FusionError) that the healthy run lacks, and by which; per "
     "healthy seed: its ERROR outcomes (false alarms, target 0). Outcome kinds are read from each check's declared "
     "outcome through pipeline.verdicts.",
