@@ -28,6 +28,7 @@ from typing import Any
 
 import dagster as dg
 
+from .files import file_sha256
 from .runs import (
     IMPORTED_FROM,
     device_of,
@@ -37,7 +38,6 @@ from .runs import (
     provenance,
     records,
 )
-from .storage import file_sha256
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"

@@ -16,8 +16,9 @@ import dagster as dg
 import polars as pl
 
 from .. import runs
+from ..files import atomic_path
 from ..sections import SECTIONS
-from ..storage import atomic_path, read_value
+from ..storage import read_value
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
 from ..verdicts import (
     CLAIM,

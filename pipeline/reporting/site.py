@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..storage import atomic_path
+from ..files import atomic_path
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
 
 if TYPE_CHECKING:

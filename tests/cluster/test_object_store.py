@@ -13,7 +13,7 @@ import pytest
 import torch
 from _cluster_jobs import in_process_job, same_value
 
-from pipeline import storage
+from pipeline import set_storage, storage
 
 pytestmark = pytest.mark.cluster
 
@@ -75,7 +75,7 @@ def test_smoke_values_on_s3_read_back_equal_to_local_ones(bucket: str, tmp_path:
         value = storage.read_value(f"{root}/smoke/{name}")
         assert same_value(value, storage.read_value(tmp_path / "smoke" / name)), name
     pool = storage.read_value(f"{root}/smoke/input_pool_softmax")
-    assert isinstance(pool, storage.SetTensors) and pool.n_sets > 0
+    assert isinstance(pool, set_storage.SetTensors) and pool.n_sets > 0
 
 
 def _failing_stream(after_sets: int) -> storage.SetStream:
@@ -84,7 +84,7 @@ def _failing_stream(after_sets: int) -> storage.SetStream:
             raise RuntimeError("interrupted mid-write")
         return {"x": torch.full((stop - start, 4), float(start))}
 
-    return storage.SetStream({"x": ((4,), torch.float32)}, n_sets=4, produce=produce, chunk_sets=1)
+    return set_storage.SetStream({"x": ((4,), torch.float32)}, n_sets=4, produce=produce, chunk_sets=1)
 
 
 def test_an_interrupted_write_leaves_nothing_at_the_final_key(bucket: str, monkeypatch):

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import storage
+from pipeline import files, storage
 from pipeline.experiments.accumulated_error import assets as b
 from pipeline.experiments.accumulated_error import checks as b_checks
 from pipeline.experiments.accumulated_error import rules as b_rules
@@ -154,7 +154,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     )
     assert listed.select(b_rules.GROUP_KEYS).sort(pl.all()).equals(cex.select(b_rules.GROUP_KEYS).sort(pl.all()))
     for row in cex.iter_rows(named=True):
-        saved = storage.load_tensors(__import__("pathlib").Path(row["reproducer"]))
+        saved = files.load_tensors(__import__("pathlib").Path(row["reproducer"]))
         arg0 = WORKLOADS[row["chain"]].arg_names[0]
         assert saved[f"input/{arg0}"].dtype == getattr(torch, row["dtype"])
         assert int(saved["set_index"][0]) == row["worst_set_index"]

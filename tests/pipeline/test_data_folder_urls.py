@@ -12,7 +12,7 @@ import pydantic
 import pytest
 import torch
 
-from pipeline import storage
+from pipeline import set_storage, storage
 from pipeline.definitions import build_resources
 from pipeline.resources import ExperimentSettings
 from pipeline.storage import DataFolder, DataFolderError
@@ -50,7 +50,7 @@ def test_a_url_root_stores_values_under_its_profile(memory_root):
 def test_values_round_trip_through_a_url_root(memory_root):
     table = pl.DataFrame({"x": [1, 2, 3]})
     tensors = {"a": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)}
-    stream = storage.SetStream(
+    stream = set_storage.SetStream(
         {"x": ((2,), torch.float64)},
         n_sets=3,
         produce=lambda a, b: {"x": torch.arange(a, b, dtype=torch.float64)[:, None].repeat(1, 2)},
@@ -63,7 +63,7 @@ def test_values_round_trip_through_a_url_root(memory_root):
     assert torch.equal(storage.read_value(f"{memory_root}/w")["a"], tensors["a"])
     assert storage.read_value(f"{memory_root}/j") == {"k": [1, "two"]}
     sets = storage.read_value(f"{memory_root}/s")
-    assert isinstance(sets, storage.SetTensors) and sets.n_sets == 3
+    assert isinstance(sets, set_storage.SetTensors) and sets.n_sets == 3
     assert torch.equal(sets["x"][2], torch.tensor([2.0, 2.0], dtype=torch.float64))
     assert _keys(memory_root) == {"t.parquet", "w.safetensors", "j.json", "s.safetensors"}
     assert storage.stored_exists(f"{memory_root}/t.parquet") and not storage.stored_exists(f"{memory_root}/t.json")
@@ -77,7 +77,7 @@ def test_a_failed_write_leaves_the_previous_value_and_no_temporary_key(memory_ro
     def broken(start, stop):
         raise RuntimeError("stopped half-way")
 
-    failing = storage.SetStream({"x": ((1,), torch.float32)}, n_sets=2, produce=broken)
+    failing = set_storage.SetStream({"x": ((1,), torch.float32)}, n_sets=2, produce=broken)
     with pytest.raises(RuntimeError, match="half-way"):
         storage.write_value(failing, stem)
     assert storage.read_value(stem) == {"n": 1}

@@ -10,7 +10,8 @@ import torch
 from pipeline.experiments.toolkit import assets as s_assets
 from pipeline.experiments.toolkit.assets import as_recipe, pool_stream, reference_stream
 from pipeline.resources import ExperimentSettings
-from pipeline.storage import RegeneratedSets, SetTensors, read_value, write_value
+from pipeline.set_storage import RegeneratedSets, SetTensors
+from pipeline.storage import read_value, write_value
 from pipeline.workloads import WORKLOADS
 
 SMOKE = ExperimentSettings(profile="smoke", device="cpu")

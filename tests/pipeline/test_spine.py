@@ -3,7 +3,7 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import storage
+from pipeline import files, set_storage, storage
 from pipeline.definitions import defs
 from pipeline.experiments import experiment
 from pipeline.experiments.toolkit import assets as toolkit
@@ -103,8 +103,8 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     assert bit_equal(redrawn, pool["normal/float16/x"].load())
     assert not bit_equal(pool["normal/float16/x"][0], pool["normal/float16/x"][1])
     # Stored lazily: the pool is read a set at a time, and its file is standard safetensors.
-    assert isinstance(pool, storage.SetTensors) and pool.n_sets == sizes.chain_sets
-    assert bit_equal(storage.load_tensors(pool.path)["normal/float16/x"], pool["normal/float16/x"].load())
+    assert isinstance(pool, set_storage.SetTensors) and pool.n_sets == sizes.chain_sets
+    assert bit_equal(files.load_tensors(pool.path)["normal/float16/x"], pool["normal/float16/x"].load())
 
     selfcheck = storage.read_value(tmp_path / "smoke" / "toolkit_selfcheck")
     assert selfcheck.height == 4 * 5 and selfcheck["passed"].all()

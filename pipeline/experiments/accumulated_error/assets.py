@@ -25,8 +25,9 @@ import torch
 
 from precisionkit import fused
 
+from ...files import save_tensors
 from ...resources import ExperimentSettings
-from ...storage import DataFolder, save_tensors
+from ...storage import DataFolder
 from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
 from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS

@@ -26,7 +26,7 @@ from precisionkit.selfcheck import self_check
 
 from ...experiment import flat_sizes
 from ...resources import ExperimentSettings
-from ...storage import RECIPE_KEY, RegeneratedSets, SetRecipe, SetStream, SetTensor, register_recipe
+from ...set_storage import RECIPE_KEY, RegeneratedSets, SetRecipe, SetStream, SetTensor, register_recipe
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload
 from .spec import GROUP, SIZES

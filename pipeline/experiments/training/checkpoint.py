@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ...storage import atomic_path
+from ...files import atomic_path
 from .config import TrainConfig
 from .gpt import GPT
 

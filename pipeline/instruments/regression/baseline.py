@@ -29,7 +29,8 @@ import polars as pl
 
 from ...experiment import Experiment
 from ...experiments import EXPERIMENTS as REGISTERED
-from ...storage import atomic_path, file_sha256, read_value
+from ...files import atomic_path, file_sha256
+from ...storage import read_value
 from .comparators import COMPARATORS, compare_tables
 from .rows import COLUMNS, row
 
