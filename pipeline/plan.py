@@ -38,6 +38,7 @@ from .experiments.determinism.spec import SIZES as A_SIZES
 from .experiments.models.spec import SIZES as M_SIZES
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
 from .experiments.training.spec import SIZES as E_SIZES
+from .experiments.training.spec import compiles as e_compiles
 from .instruments.diagnostics.spec import SIZES as DIAG_SIZES
 from .instruments.regression.spec import PARALLEL_RUNS as MATRIX_PARALLEL_RUNS
 from .instruments.regression.spec import PLANTED_BACKENDS
@@ -365,7 +366,7 @@ def cost_e(profile: str) -> Cost:
     flops = runs * s.steps * per_step + evals
     c = Cost(
         "E training",
-        compiles=4,  # forward and backward, autocast and fp32 control
+        compiles=e_compiles(s),  # E's spec: training forward and backward and eval forward, per precision
         compile_s=E_COMPILE_S,
         flops=flops,
         host_bytes=runs * s.steps * 64,  # the loss and grad norm per step

@@ -83,6 +83,23 @@ def _corpus() -> Corpus:
     return load_corpus()
 
 
+def run_config(settings: ExperimentSettings, run: dict[str, Any], device: str, corpus_sha256: str) -> TrainConfig:
+    """The config of one planned run: the profile's model and schedule, the run's path, precision, data
+    order and nudge, the seeds derived from the run's seed, the backend and its options."""
+    return TrainConfig.from_profile(
+        SIZES[settings.profile].model(),
+        path=run["path"],
+        precision=run["precision"],
+        device=device,
+        init_seed=settings.derived_seed("train", "init"),
+        data_seed=settings.derived_seed("train", "data", run["data_order"]),
+        init_ulp_nudge=run["init_ulp_nudge"],
+        backend=settings.backend,
+        options_json=sorted_json(settings.options()),
+        corpus_sha256=corpus_sha256,
+    )
+
+
 def checkpoint_root(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> Path:
     """``<data>/<profile>/checkpoints``, next to the stored assets of the profile."""
     data: DataFolder = context.resources.data
@@ -112,22 +129,7 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     frames, summary = [], []
     plan = run_plan(settings)
     progress = Progress(context.log.info, "training runs", len(plan), every=0.0)
-    configs = []
-    for run in plan:
-        configs.append(
-            TrainConfig.from_profile(
-                sizes.model(),
-                path=run["path"],
-                precision=run["precision"],
-                device=str(device),
-                init_seed=settings.derived_seed("train", "init"),
-                data_seed=settings.derived_seed("train", "data", run["data_order"]),
-                init_ulp_nudge=run["init_ulp_nudge"],
-                backend=settings.backend,
-                options_json=sorted_json(settings.options()),
-                corpus_sha256=corpus.sha256,
-            )
-        )
+    configs = [run_config(settings, run, str(device), corpus.sha256) for run in plan]
     threads = torch.get_num_threads()
     lanes, lane_threads = run_lanes(device, threads, len(plan))
     context.log.info(

@@ -171,6 +171,18 @@ def _optimizer_step(
     return loss.detach(), norm.detach(), skipped
 
 
+def _resume(
+    ckpt: Path | None, cfg: TrainConfig, trainer: Trainer, device: torch.device, log: Callable[[str], None] | None
+) -> RunPosition:
+    """Where a run starts: the checkpoint of its config when one exists, else step 0."""
+    if ckpt is None or not ckpt.exists():
+        return RunPosition()
+    progress = load_checkpoint(ckpt, cfg, trainer, device)
+    if log:
+        log(f"resumed {cfg.path}/{cfg.precision} from step {progress.step} ({ckpt})")
+    return progress
+
+
 def train(
     cfg: TrainConfig,
     corpus: Corpus,
@@ -194,11 +206,7 @@ def train(
     # In place, before any step: the optimizer already holds these parameters (a resume overwrites them).
     nudged = nudge_one_ulp(trainer.model, cfg.init_seed) if cfg.init_ulp_nudge else 0
     ckpt = Path(checkpoint_dir) / cfg.key() / "checkpoint.pt" if checkpoint_dir is not None else None
-    progress = RunPosition()
-    if ckpt is not None and ckpt.exists():
-        progress = load_checkpoint(ckpt, cfg, trainer, device)
-        if log:
-            log(f"resumed {cfg.path}/{cfg.precision} from step {progress.step} ({ckpt})")
+    progress = _resume(ckpt, cfg, trainer, device, log)
     resumed_from, rows = progress.step, progress.rows
     train_fn, eval_fn = _loss_paths(cfg, trainer.model, device)
     evals = [(x.to(device), y.to(device)) for x, y in eval_batches(corpus, cfg)]

@@ -135,6 +135,7 @@ CURVE_SCHEMA = {
     "skipped_steps": pl.Int64,
     "wall_seconds": pl.Float64,
     "n_params": pl.Int64,
+    "graphs": pl.Int64,
     "graph_breaks": pl.Int64,
     "recompiles": pl.Int64,
     "fwd_kernels": pl.Int64,
@@ -142,6 +143,7 @@ CURVE_SCHEMA = {
     "eval_kernels": pl.Int64,
     "fwd_code_sha256": pl.String,
     "bwd_code_sha256": pl.String,
+    "eval_code_sha256": pl.String,
 }
 
 
@@ -158,6 +160,8 @@ def curve_frame(run: dict[str, Any], cfg: TrainConfig, result: TrainResult) -> p
         "wall_seconds": float(result.seconds),
         "n_params": int(result.n_params),
         # Fusion evidence of the fused runs (forward + lazily compiled backward + eval graph).
+        # Dynamo graphs of the training and the evaluation loss (each backward comes with its forward).
+        "graphs": int(ev.get("train_graph_count", 0) + ev.get("eval_graph_count", 0)) if ev else None,
         "graph_breaks": int(ev.get("train_graph_breaks", 0) + ev.get("eval_graph_breaks", 0)) if ev else None,
         "recompiles": int(ev.get("train_recompiles", 0) + ev.get("eval_recompiles", 0)) if ev else None,
         "fwd_kernels": ev.get("train_kernel_count"),
@@ -165,5 +169,6 @@ def curve_frame(run: dict[str, Any], cfg: TrainConfig, result: TrainResult) -> p
         "eval_kernels": ev.get("eval_kernel_count"),
         "fwd_code_sha256": ev.get("train_code_sha256"),
         "bwd_code_sha256": ev.get("bwd_code_sha256"),
+        "eval_code_sha256": ev.get("eval_code_sha256"),
     }
     return pl.DataFrame([{**per_run, **row} for row in result.rows], schema=CURVE_SCHEMA)

@@ -6,8 +6,10 @@ model ([2 layers, width 64, context 64, batch 8]) and its 150 steps are chosen f
 16-bit matmul, where autocast's bf16 matmuls run at about 1 GFLOP/s: measured on an AVX2-only
 2-core CPU, a bf16 step took about 0.1 s eager and 0.08 s fused (an fp32 step 0.013 s). The rule
 pairs fused with eager on five data orders, each with its one-ULP control: fifteen runs of 150 steps,
-which at that step time would take about three and a half minutes there (an estimate, not a
-measurement); on a 2-core Xeon with native bf16 (AVX-512, AMX-BF16) they measured 82 to 92 s.
+which took 4 min 33 s to 6 min 15 s there in three whole default reports, one run after another on two
+threads; on a 2-core Xeon with native bf16 (AVX-512, AMX-BF16) they measured 82 to 92 s. On a CPU
+with two or more threads the runs now go side by side, one thread each (:func:`.runs.run_lanes`): the
+model's matmuls are too small to use a second thread well (60 steps: 10.3 s on one thread, 8.8 s on two).
 The fp32 eager/fused pair (``fp32_control``) runs in
 the seed profile only: a full default report measured 25 minutes on that CPU with it and 300 steps,
 over the 20-minute budget.
@@ -78,3 +80,15 @@ SIZES = {
         checkpoint_every=250,
     ),
 }
+
+
+#: The graphs one fused run compiles, by what it computes: the training loss's forward and the backward
+#: AOTAutograd derives from it, and the evaluation loss's forward (a separate no-grad compile).
+FUSED_RUN_GRAPHS = ("train_forward", "train_backward", "eval_forward")
+
+
+def compiles(sizes: TrainSizes) -> int:
+    """Distinct graphs a materialization compiles: :data:`FUSED_RUN_GRAPHS` once per training precision
+    (the main one, and fp32 where ``fp32_control`` trains the fp32 pair). The other fused runs of a
+    precision compile the same graphs again from Inductor's cache (same code, counted once)."""
+    return len(FUSED_RUN_GRAPHS) * (1 + sizes.fp32_control)
