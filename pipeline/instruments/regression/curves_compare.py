@@ -139,6 +139,20 @@ def exact_curve_rows(exp: str, run: str, base: pl.DataFrame, cur: pl.DataFrame, 
     return rows
 
 
+def _missing_curve_row(exp: str, run: str, bl: list[float], cl: list[float], in_baseline: bool) -> Row:
+    """The row of a run whose curve is on one side only: new in the current run (WARN) or gone (ERROR)."""
+    return row(
+        exp,
+        f"{run}/final_eval_loss",
+        "curve",
+        bl[-1] if bl else None,
+        cl[-1] if cl else None,
+        moved=True,
+        severity="ERROR" if in_baseline else "WARN",
+        status="not in current" if in_baseline else "not in baseline",
+    )
+
+
 def _band_rows(
     exp: str,
     run: str,
@@ -154,19 +168,7 @@ def _band_rows(
     band_b, band_c, reps = bands
     rows: list[Row] = []
     if not bs or not cs:
-        rows.append(
-            row(
-                exp,
-                f"{run}/final_eval_loss",
-                "curve",
-                bl[-1] if bl else None,
-                cl[-1] if cl else None,
-                moved=True,
-                severity="WARN" if not bs else "ERROR",
-                status="not in baseline" if not bs else "not in current",
-            )
-        )
-        return rows
+        return [_missing_curve_row(exp, run, bl, cl, in_baseline=bool(bs))]
     common = [s for s in bs if s in set(cs)]
     bmap, cmap = dict(zip(bs, bl, strict=False)), dict(zip(cs, cl, strict=False))
 
