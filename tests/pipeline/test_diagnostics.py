@@ -260,3 +260,27 @@ def test_a_genuine_difftest_mismatch_contradicts_and_a_clean_run_bounds_the_rate
     verdict, _, _ = judge_difftest(_outcomes(["ok"] * (MIN_PROGRAMS_FOR_SUPPORTED - 1) + ["crash"] * 20))
     assert verdict == INCONCLUSIVE
 
+
+def test_the_testers_class_columns_come_in_one_order_whatever_group_by_returns():
+    from pipeline.instruments.diagnostics.report import difftest_section
+
+    diff = pl.DataFrame(
+        {
+            "id": [f"p{i}" for i in range(5)],
+            "generator": ["typed", "typed", "norm", "typed", "norm"],
+            "class": ["wrong_result", "ok", "ok", "error", "ok"],
+            "features": [""] * 5,
+            "message": [""] * 5,
+        }
+    )
+
+    # the counts table (the lines up to the first blank after its header) reads the same however the rows come
+    def counts(page: str) -> str:
+        start = page.index("| generator |")
+        return page[start : page.index("\n\n", start)]
+
+    tables = {counts(difftest_section(diff.sample(fraction=1.0, shuffle=True, seed=s))) for s in range(8)}
+    assert len(tables) == 1
+    page = difftest_section(diff)
+    assert "| generator | ok | error | wrong_result |" in page
+    assert "| norm | 2 | 0 | 0 |" in page and "| typed | 1 | 1 | 1 |" in page

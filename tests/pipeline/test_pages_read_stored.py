@@ -1,8 +1,10 @@
-"""E's and B's pages format what their checks and assets stored: each page is rendered from the
+"""Every page formats what its experiment's checks and assets stored: each page is rendered from the
 session's smoke run of every experiment (tests/conftest.py), then again with every function of the
-experiment's judging modules patched to raise, and must read the same, with the stored verdicts."""
+experiment's judging modules patched to raise, and must read the same, with the stored verdicts.
+E's and B's pages, whose judging is the heaviest, are also checked for the figures they show."""
 
 import json
+import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -58,7 +60,9 @@ def stored(smoke_everything):
         asset_checks=[c for exp in ran for c in exp.checks()],
         resources=smoke_everything["resources"],
     )
-    return SimpleNamespace(instance=smoke_everything["instance"], data=smoke_everything["data"], defs=defs)
+    return SimpleNamespace(
+        instance=smoke_everything["instance"], data=smoke_everything["data"], defs=defs, smoke=smoke_everything
+    )
 
 
 def _page_with_judges_raising(stored, docs: Path, monkeypatch, exp_id: str) -> tuple[str, Report]:
@@ -80,6 +84,42 @@ def _page_with_judges_raising(stored, docs: Path, monkeypatch, exp_id: str) -> t
     for c in claims:
         assert f"- `{c.name}`: " in after and str(c.metadata["reason"]) in after
     return after, report
+
+
+def _asset_and_check_modules(exp_id: str) -> list[ModuleType]:
+    """The modules an experiment's assets and checks live in (what its record loads), its judging
+    module where it has one, and the statistics they call."""
+    exp = experiment(exp_id)
+    extra = [sys.modules[name] for name in (f"{exp.load.__module__}.judge",) if name in sys.modules]
+    return [*exp.load_modules(), *extra, decide]
+
+
+#: Every experiment the session's smoke run materializes, but E and B (their own tests below).
+OTHERS = ("S", "A", "C1", "C2", "C3", "D", "M", "Diagnostics")
+
+
+@pytest.mark.parametrize("exp_id", OTHERS)
+def test_every_page_reads_the_same_with_its_asset_and_check_code_raising(stored, tmp_path, monkeypatch, exp_id):
+    exp = experiment(exp_id)
+    steps = {d.op.name for d in [*exp.assets(), *exp.checks()]}
+    assert [s for s in failed_steps(stored.smoke) if s in steps] == []
+    before, after, patched = page_without_judges(
+        monkeypatch,
+        stored.instance,
+        stored.defs,
+        stored.data,
+        tmp_path / "patched",
+        exp,
+        _asset_and_check_modules(exp_id),
+    )
+    assert len(patched) >= 3  # the asset and check code was there to patch
+    assert after == before
+    report = Report(
+        stored.instance, stored.defs.resolve_asset_graph(), stored.data, tmp_path / "read", "smoke", "", "cpu"
+    )
+    for c in report.checks_of(exp.group):
+        if c.outcome == CLAIM and c.state != "not yet run":
+            assert f"- `{c.name}`: " in after and str(c.metadata["reason"]) in after
 
 
 def test_e_page_shows_the_claims_stored_tests_and_error_rates(stored, tmp_path, monkeypatch):
