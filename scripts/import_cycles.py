@@ -4,7 +4,13 @@ The graph is read from the source with :mod:`ast`, so nothing is imported: an ed
 module ``a`` has an ``import`` statement naming ``b`` (or a name inside ``b``) anywhere, including
 inside functions, since a deferred import still ties the two modules together.
 
-    python scripts/import_cycles.py pipeline
+    python scripts/import_cycles.py pipeline            # cycles
+    python scripts/import_cycles.py pipeline --layers   # and the graph between the code's rooms
+
+``--layers`` folds the modules into rooms (each experiment's folder, each instrument's, the registry,
+the report, the CLI, the code location, the shared core) and prints which room imports which, with
+how many module imports make each edge: the architecture the tests in tests/pipeline/test_import_graph.py
+hold.
 """
 
 from __future__ import annotations
@@ -87,9 +93,52 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def room(module: str) -> str | None:
+    """The room of a ``pipeline`` module: ``experiments/<name>``, ``instruments/<name>``, ``registry``,
+    ``reporting``, ``cli``, ``definitions``, the modules that read the experiments from above (``plan``,
+    ``repros``, ``run_summary``) or ``core``; None outside ``pipeline``."""
+    parts = module.split(".")
+    if parts[0] != "pipeline":
+        return None
+    if len(parts) == 1:
+        return "core"
+    if parts[1] in ("experiments", "instruments"):
+        return "registry" if len(parts) == 2 else f"{parts[1]}/{parts[2]}"
+    if parts[1] in ("reporting", "cli", "definitions"):
+        return parts[1]
+    # modules above the experiments that read them: the cost model, the reproducer builder, the run summary
+    return {"plan": "plan", "plan_figures": "plan", "plan_calibration": "plan", "repros": "repros"}.get(
+        parts[1], "run_summary" if parts[1] == "run_summary" else "core"
+    )
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[tuple[str, str], int]:
+    """Module imports between different rooms, counted per (importer, imported) room."""
+    edges: dict[tuple[str, str], int] = {}
+    for module, targets in graph.items():
+        a = room(module)
+        for t in targets:
+            b = room(t)
+            if a is not None and b is not None and a != b:
+                edges[(a, b)] = edges.get((a, b), 0) + 1
+    return edges
+
+
+def layers_text(graph: dict[str, set[str]]) -> str:
+    """The room graph, one importing room per line: ``room -> imported (count), ...``."""
+    by_room: dict[str, list[str]] = {}
+    for (a, b), n in sorted(room_graph(graph).items()):
+        by_room.setdefault(a, []).append(f"{b} ({n})")
+    return "\n".join(f"{a} -> {', '.join(targets)}" for a, targets in sorted(by_room.items()))
+
+
 def main(argv: list[str]) -> int:
-    package = Path(argv[1] if len(argv) > 1 else "pipeline")
-    found = cycles(import_graph(package))
+    args = [a for a in argv[1:] if a != "--layers"]
+    package = Path(args[0] if args else "pipeline")
+    graph = import_graph(package)
+    if "--layers" in argv:
+        print(layers_text(graph))
+    found = cycles(graph)
     for component in found:
         print("cycle: " + " <-> ".join(component))
     if not found:

@@ -195,3 +195,19 @@ def test_the_experiment_import_rule_sees_a_crossing(tmp_path):
         "pipeline.experiments.a.assets -> pipeline.experiments.b.assets",
         "pipeline.experiments.b.assets -> pipeline.instruments.regression.matrix",
     ]
+
+
+def test_the_room_graph_is_the_layering_the_rules_above_hold():
+    """``python scripts/import_cycles.py pipeline --layers`` prints this graph: the core imports no other
+    room, an experiment imports the core, the report's rendering pieces and (B only) S's declarations."""
+    edges = import_cycles.room_graph(_pipeline_graph())
+    assert not [(a, b) for a, b in edges if a == "core"]
+    for a, b in edges:
+        if a.startswith("experiments/"):
+            assert b in ("core", "reporting") or (a, b) == ("experiments/accumulated_error", "experiments/toolkit"), (
+                a,
+                b,
+            )
+    assert edges[("registry", "core")] >= 1
+    text = import_cycles.layers_text(_pipeline_graph())
+    assert "instruments/regression -> core (" in text and "\nregistry -> core (" in text
