@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 import torch
 
-from pipeline import storage
+from pipeline import set_storage
 from pipeline.cluster import CELERY_JOB
 from pipeline.definitions import all_checks, build_resources, defs, experiment_assets
 from pipeline.resources import REPO_ROOT, ExperimentSettings
@@ -70,10 +70,10 @@ def value_differences(a, b) -> list[str]:
             for c in a.columns
             if c not in TIMING_COLUMNS and not a.select(c).equals(b.select(c))
         ]
-    if isinstance(a, (dict, storage.SetTensors)) and a and all(hasattr(v, "dtype") for v in a.values()):
+    if isinstance(a, (dict, set_storage.SetTensors)) and a and all(hasattr(v, "dtype") for v in a.values()):
         if set(a) != set(b):
             return [f"keys differ: {sorted(a)} vs {sorted(b)}"]
-        load = lambda v: v.load() if isinstance(v, storage.SetTensor) else v  # noqa: E731
+        load = lambda v: v.load() if isinstance(v, set_storage.SetTensor) else v  # noqa: E731
         return [f"tensor {k} differs" for k in a if not torch.equal(load(a[k]), load(b[k]))]
     return [] if a == b else [f"{a!r} vs {b!r}"]
 

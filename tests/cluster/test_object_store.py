@@ -78,7 +78,7 @@ def test_smoke_values_on_s3_read_back_equal_to_local_ones(bucket: str, tmp_path:
     assert isinstance(pool, set_storage.SetTensors) and pool.n_sets > 0
 
 
-def _failing_stream(after_sets: int) -> storage.SetStream:
+def _failing_stream(after_sets: int) -> set_storage.SetStream:
     def produce(start: int, stop: int) -> dict[str, torch.Tensor]:
         if start >= after_sets:
             raise RuntimeError("interrupted mid-write")
