@@ -34,7 +34,14 @@ EXTRA_ENV = "FUSION_EXTRA_EXPERIMENTS"
 
 
 def _record(package: str) -> Experiment:
-    module = importlib.import_module(package)
+    try:
+        module = importlib.import_module(package)
+    except ModuleNotFoundError as exc:
+        if package in PACKAGES or exc.name != package:
+            raise  # a module of the repository's own, or one the package imports, is missing: as it is
+        raise ModuleNotFoundError(
+            f"{EXTRA_ENV} names {package!r}, which cannot be imported (is its folder on PYTHONPATH?)", name=package
+        ) from None
     record = getattr(module, "EXPERIMENT", None)
     if not isinstance(record, Experiment):
         raise TypeError(f"{package} is registered as an experiment but has no EXPERIMENT record")

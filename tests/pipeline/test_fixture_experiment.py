@@ -86,7 +86,11 @@ def test_an_unregistered_package_or_one_without_a_record_is_refused(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     for extra, message in (
         ("not_an_experiment", "not_an_experiment is registered as an experiment but has no EXPERIMENT record"),
-        ("no_such_package_here", "No module named 'no_such_package_here'"),
+        (
+            "no_such_package_here",
+            "FUSION_EXTRA_EXPERIMENTS names 'no_such_package_here', which cannot be imported (is its folder on "
+            "PYTHONPATH?)",
+        ),
     ):
         proc = subprocess.run(
             [sys.executable, "-c", "import pipeline.experiments"],
