@@ -527,6 +527,7 @@ def _e_curves(fused_drift: float = 0.0, device: str = "cpu") -> pl.DataFrame:
                     "data_seed": data_seed,
                     "init_seed": 1,
                     "init_ulp_nudge": False,
+                    "threads": 1,
                     "step": s,
                     "eval_loss": loss,
                     "train_loss": loss + 0.1 if s else None,
@@ -570,6 +571,17 @@ def test_e_curves_fall_back_to_the_band_when_bit_for_bit_is_not_owed():
         "ran on cuda:0": (_e_curves(device="cuda:0"), _e_curves(fused_drift=0.03, device="cuda:0"), True),
         "record no device": (_e_curves().drop("device"), _e_curves(fused_drift=0.03).drop("device"), True),
         "seeds differ": (_e_curves(), _e_curves(fused_drift=0.03).with_columns(pl.col("data_seed") + 100), True),
+        # a CPU's thread count moves bits: another count, or a baseline from before runs recorded it
+        "computed on 1 thread(s) in the baseline and 2 now": (
+            _e_curves(),
+            _e_curves(fused_drift=0.03).with_columns(pl.lit(2).alias("threads")),
+            True,
+        ),
+        "the baseline curves do not record the threads": (
+            _e_curves().drop("threads"),
+            _e_curves(fused_drift=0.03),
+            True,
+        ),
     }
     for why, (base, cur, same_inputs) in cases.items():
         rows = curves_compare.compare_curves("E", table, base, cur, same_inputs)

@@ -60,6 +60,22 @@ def test_bad_config_is_rejected():
         TrainConfig(1, 1, 8, 8, 1, 0, 1, 1)
     with pytest.raises(ValueError, match="divisible"):
         GPT(1, 3, 8, 8)
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        TrainConfig(1, 1, 8, 8, 1, 1, 1, 1, threads=-1)
+
+
+def test_a_run_computes_on_the_threads_its_config_names(corpus):
+    """On a CPU the intra-op thread count moves bits, so it is part of a run's config (and checkpoint
+    key): the run pins it, records it, and leaves the process's count as it found it."""
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    cfg = smoke_config(corpus, steps=2, eval_every=2, threads=other)
+    assert cfg.key() != smoke_config(corpus, steps=2, eval_every=2).key()
+    seen = []
+    result = train(cfg, corpus, log=lambda _: seen.append(torch.get_num_threads()))
+    assert seen == [other] and result.threads == other
+    assert torch.get_num_threads() == before
+    assert train(smoke_config(corpus, steps=2, eval_every=2), corpus).threads == before  # 0: as it is
 
 
 def test_lr_schedule_warms_up_then_decays():
@@ -407,6 +423,8 @@ def test_training_curves_smoke(e_smoke):
     replicate_seeds = {r["data_seed"] for r in first.values() if r["role"] == "replicate"}
     assert len(replicate_seeds) == len(rules.REPLICATE_ORDERS)  # distinct data orders
     assert len({r["init_seed"] for r in first.values()}) == 1  # one init for every run
+    # every run records the threads it computed on, one count for the table (the lanes' count)
+    assert len(curves["threads"].unique()) == 1 and curves["threads"][0] >= 1
     # every run records its device: a CPU baseline of these curves is compared bit for bit, a GPU one is not
     device_type = torch.device(os.environ.get("FUSION_DEVICE", "cpu")).type
     assert {torch.device(d).type for d in curves["device"]} == {device_type}

@@ -54,12 +54,17 @@ class TrainConfig:
     #: last). A GPT-2-small checkpoint with its optimizer state is about 1.5 GB, so GPU sizes keep
     #: them at least 250 steps apart.
     checkpoint_every: int = 0
+    #: Intra-op CPU threads the run computes on (0: the process's count as it is). On a CPU the count
+    #: changes reduction orders and so the bits of every curve; :func:`.loop.train` pins it for the run.
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.path not in ("eager", "fused"):
             raise ValueError(f"path must be 'eager' or 'fused', got {self.path!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: as the process has it), got {self.threads}")
         for name in ("layers", "heads", "width", "context", "batch", "steps", "eval_every", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")

@@ -13,7 +13,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ class TrainResult:
     n_params: int = 0
     #: Parameter elements whose initial value the ULP nudge changed (0 without the nudge).
     nudged_elements: int = 0
+    #: Intra-op CPU threads the run computed on (``cfg.threads``, or the process's count when 0).
+    threads: int = 0
 
 
 def make_loss_fn(
@@ -199,6 +201,34 @@ def train(
     deleted once the run completes. ``stop_after`` raises :class:`TrainingInterrupted` after that
     many steps (counted from step 0), leaving the last checkpoint behind.
     """
+    with pinned_threads(cfg.threads) as threads:
+        result = _train(cfg, corpus, checkpoint_dir, stop_after, log)
+    result.threads = threads
+    return result
+
+
+@contextlib.contextmanager
+def pinned_threads(threads: int) -> Iterator[int]:
+    """Intra-op threads set to ``threads`` inside the block (0: left as they are), restored after;
+    yields the count the block computes on."""
+    before = torch.get_num_threads()
+    if threads > 0 and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _train(
+    cfg: TrainConfig,
+    corpus: Corpus,
+    checkpoint_dir: Path | None,
+    stop_after: int | None,
+    log: Callable[[str], None] | None,
+) -> TrainResult:
+    """The run of :func:`train`, on the threads it set."""
     if corpus.sha256 != cfg.corpus_sha256 and cfg.corpus_sha256:
         raise ValueError(f"config expects corpus {cfg.corpus_sha256[:12]}, got {corpus.sha256[:12]}")
     device = torch.device(cfg.device)

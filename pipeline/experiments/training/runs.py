@@ -125,6 +125,7 @@ CURVE_SCHEMA = {
     "data_seed": pl.Int64,
     "init_seed": pl.Int64,
     "nudged_elements": pl.Int64,
+    "threads": pl.Int64,
     "step": pl.Int64,
     "tokens": pl.Int64,
     "train_loss": pl.Float64,
@@ -157,6 +158,8 @@ def curve_frame(run: dict[str, Any], cfg: TrainConfig, result: TrainResult) -> p
         "data_seed": int(cfg.data_seed),
         "init_seed": int(cfg.init_seed),
         "nudged_elements": int(result.nudged_elements),
+        # Intra-op threads the run computed on: on a CPU part of what fixes its bits.
+        "threads": int(result.threads),
         "wall_seconds": float(result.seconds),
         "n_params": int(result.n_params),
         # Fusion evidence of the fused runs (forward + lazily compiled backward + eval graph).

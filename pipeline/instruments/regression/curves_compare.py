@@ -94,6 +94,20 @@ def _run_inputs(df: pl.DataFrame, run: str) -> tuple[Any, ...] | None:
     return tuple(tuple(r) for r in part.iter_rows())
 
 
+def _threads_reason(base: pl.DataFrame, cur: pl.DataFrame, run: str) -> str | None:
+    """Why ``run``'s curves need not agree bit for bit on account of intra-op threads (a CPU's thread
+    count changes reduction orders): a side that does not record them per run, or counts that differ."""
+    counts = {}
+    for side, df in (("baseline", base), ("current", cur)):
+        if "threads" not in df.columns:
+            return f"the {side} curves do not record the threads each run computed on"
+        counts[side] = sorted(df.filter(pl.col("run") == run)["threads"].unique().to_list())
+    if counts["baseline"] != counts["current"]:
+        b, c = (", ".join(str(n) for n in counts[k]) or "none" for k in ("baseline", "current"))
+        return f"this run computed on {b} thread(s) in the baseline and {c} now"
+    return None
+
+
 def _same_value(a: Any, b: Any) -> bool:
     """Equal, counting two NaNs (and two nulls) as equal."""
     if isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b):
@@ -229,8 +243,9 @@ def _band_rows(
 
 def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inputs: bool) -> list[Row]:
     """Per run: with the same inputs on a deterministic device (:func:`curves_exact_reason`), its curves
-    bit for bit (:func:`exact_curve_rows`, ERROR on any difference; a run whose recorded seeds differ
-    between the sides is left to the band); always, the eval loss at the last common step against the
+    bit for bit (:func:`exact_curve_rows`, ERROR on any difference; a run whose recorded seeds or
+    intra-op thread counts differ between the sides, or that a side ran without recording its threads,
+    is left to the band); always, the eval loss at the last common step against the
     noise band (max of the baseline's and the current band there), and how many common eval points fall
     outside the band (WARN; :func:`_band_rows`)."""
     rows = []
@@ -243,6 +258,8 @@ def compare_curves(exp: str, table: BaselineTable, base: Any, cur: Any, same_inp
         inputs = _run_inputs(base, run), _run_inputs(cur, run)
         if run_not_exact is None and None not in inputs and inputs[0] != inputs[1]:
             run_not_exact = "this run's recorded seeds differ"
+        if run_not_exact is None:
+            run_not_exact = _threads_reason(base, cur, run)
         if run_not_exact is None and base_curve[0] and cur_curve[0]:
             rows += exact_curve_rows(exp, run, base, cur, device)
         rows += _band_rows(exp, run, base_curve, cur_curve, (band_b, band_c, max(reps_b, reps_c)), run_not_exact)
