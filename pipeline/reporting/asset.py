@@ -138,7 +138,7 @@ def build_report_asset(
         report.only = tuple(experiment(i).group for i in config.only)
         report.failed = {experiment(i).group: why for i, why in config.failed.items()}
         report.time_section = markdown_section(
-            site_table(context.instance, context.run_id, settings.profile), settings.profile
+            site_table(context.instance, context.run.run_id, settings.profile), settings.profile
         )
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url
