@@ -386,7 +386,8 @@ def _expected(rule: str, slack: int) -> str:
         "repeat": "every call of the same compiled function gives the same bits",
         "compiled": "the fused path generates at least one kernel",
         "diff": "integer and bool outputs equal to eager's; float outputs of the same class (NaN, +-inf, +-0) as "
-        "eager's or fp64's, and no further from fp64 than rounding noise plus four times eager's own error",
+        "eager's or fp64's, and no further from fp64 than a tolerance plus four times the row's rounding noise "
+        "(eager's error there, or how far fp64 runs with every step jittered by a rounding move it)",
     }[rule]
 
 

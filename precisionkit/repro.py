@@ -40,8 +40,12 @@ alike:
   ``.to(x.dtype)`` is a no-op in plain fp64; 16-bit arithmetic the program does not cast is not
   rounded, so fp32 intermediates where it does not cast stay right), or when its error against fp64
   exceeds ``rtol |ref| + afac max|ref|``
-  (per dtype, widened by sqrt of the longest reduction) plus four times eager's largest error in
-  the same row, so rounding noise never counts and garbage, wrong signs and lost specials always do.
+  (per dtype, widened by sqrt of the longest reduction) plus four times the row's rounding noise:
+  eager's largest error in the same row, or, where that flags an element, the largest move of the row
+  in three fp64 runs that scale every intermediate result by a random 1 +- u (u the unit roundoff of
+  the program's narrowest dtype), so an ill-conditioned row (a softmax over near-tied logits) is not
+  judged by eager's luck; runs whose moved values reach a jump (floor, a remainder, a comparison, an
+  index) are not used. Rounding noise never counts; garbage, wrong signs and lost specials do.
 """
 
 from __future__ import annotations
@@ -135,7 +139,8 @@ def check(graph, args, backend):
     sign = lambda a, b: torch.where(neg, a, b)
     return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r, c=None):  # judged on the host, whatever device ran the paths; c: r rounded at the casts
+def wrong(e, f, r, c=None, j=None):  # judged on the host, whatever device ran the paths; c: r rounded at
+    # the casts; j: fp64 runs with every intermediate moved by a rounding's worth (Jitter)
     e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
     if f.dtype == torch.bool:  # a class test: against the run rounded at the program's casts (c), where given
         return (f != e) & (f != c.to(f.dtype))
@@ -150,6 +155,11 @@ def wrong(e, f, r, c=None):  # judged on the host, whatever device ran the paths
     # eager's rounding noise at the scale of its row: its largest error there (one lucky element of
     # a bf16 dot product can sit far closer to fp64 than its neighbours)
     ed = torch.where(fin, (e.double() - r).abs(), 0.0)
+    # and how far roundings anywhere in the program can move the row (a softmax over near-tied
+    # logits, a cancellation): where the output is that ill-conditioned, eager's luck is no yardstick
+    for t in j or ():
+        t = t.cpu().double()
+        ed = torch.maximum(ed, torch.where(fin & torch.isfinite(t), (t - r).abs(), 0.0))
     noise = ed.amax(dim=-1, keepdim=True) if ed.dim() > 0 and ed.numel() > 0 else ed
     value = fin & ((f.double() - r).abs() > tol + 4 * noise)
     kf, ke = kind(f), kind(e)
@@ -194,6 +204,55 @@ def reference(graph, args, casts=None):  # fp64 where the inputs are, on the hos
     REFERENCE["device"] = where
     return out
 REFERENCE = {"device": ""}
+class Jitter(torch.overrides.TorchFunctionMode):
+    # an fp64 run whose every new floating result is scaled by 1 + d, d uniform within +-u (u: the unit
+    # roundoff of the program's narrowest float dtype): a rounding's worth of error at every step, to
+    # see how far legitimate roundings move the outputs. Views and in-place results keep their values
+    # (the program's aliasing holds). A step that turns a moved value into a jump (floor, round, a
+    # remainder, a comparison, an index, a cast to integers) marks the run: such a jump is no measure
+    # of rounding noise, and the rule does not widen by a marked run
+    JUMPS = {"floor", "ceil", "round", "trunc", "frac", "sign", "sgn", "floor_divide", "remainder", "fmod",
+             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"}
+    EXACT = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit"}  # a factor 1 + d keeps them
+    def __init__(self, u, seed):
+        super().__init__()
+        self.u, self.seed, self.gens, self.moved, self.jumped = u, seed, {}, set(), False
+    def _moved(self, a):
+        return isinstance(a, torch.Tensor) and a.dtype == torch.float64 and a.untyped_storage().data_ptr() in self.moved
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        operands = [*args, *(kwargs or {}).values()]
+        if any(self._moved(a) for a in operands) and name not in self.EXACT and (
+            name in self.JUMPS or name.rstrip("_") in self.JUMPS
+            or (isinstance(out, torch.Tensor) and not out.is_floating_point())
+            or (isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) and not o.is_floating_point() for o in out))
+        ):
+            self.jumped = True
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or out.numel() == 0:
+            return out
+        if name.endswith("_") or any(
+            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+            for a in args
+        ):
+            return out
+        g = self.gens.setdefault(str(out.device), torch.Generator(out.device).manual_seed(self.seed))
+        d = torch.rand(out.shape, generator=g, dtype=torch.float64, device=out.device)
+        out = out * (1 + self.u * (2 * d - 1))
+        self.moved.add(out.untyped_storage().data_ptr())
+        return out
+def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none where a run jumped
+    out = []
+    for seed in range(runs):  # fresh inputs per run: the program may write into them
+        up = [a.double() if a.is_floating_point() else a.clone() for a in args]
+        mode = Jitter(u, seed)
+        with mode:
+            out.append(outs(graph(*up)))
+        if mode.jumped:
+            return [[] for _ in out[0]]
+    return [list(t) for t in zip(*out)]
+def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)
+    return max([torch.finfo(t.dtype).eps / 2 for t in ts if t.is_floating_point()] + [2.0**-53])
 def check(graph, args, backend):
     with torch.no_grad():
         ref = reference(graph, args)
@@ -207,8 +266,14 @@ def check(graph, args, backend):
         k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
         return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
                       f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
+    jit = None
     for k, (e, f, r, c) in enumerate(zip(eager, fused, ref, kept)):
         bad = wrong(e, f, r, c)
+        if bool(bad.any()) and f.is_floating_point():  # only then: three more fp64 runs
+            if jit is None:
+                xs = make()
+                jit = jittered(graph, xs, unit_roundoff(list(xs) + eager))
+            bad = wrong(e, f, r, c, jit[k])
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "

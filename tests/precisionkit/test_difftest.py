@@ -238,6 +238,85 @@ def test_the_diff_rule_measures_eager_noise_over_the_row() -> None:
     assert wrong(eager, torch.tensor([[1.0986, 0.53]], dtype=torch.bfloat16), ref).tolist() == [[True, False]]
 
 
+def test_the_diff_rule_widens_a_row_by_how_far_roundings_can_move_it() -> None:
+    """An ill-conditioned row (a softmax over near-tied logits) where eager happens to land near fp64:
+    the jittered fp64 runs move it by 11, so fused off by 11 is rounding there; off by 60 is not."""
+    from precisionkit.repro import _CHECKS
+
+    scope: dict = {"torch": torch, "REDUCTION": 1}
+    exec(_CHECKS["diff"], scope)
+    wrong = scope["wrong"]
+    ref = torch.tensor([[30.27, 1.0]], dtype=torch.float64)
+    eager = torch.tensor([[30.25, 1.0]], dtype=torch.float16)
+    fused = torch.tensor([[41.28, 1.0]], dtype=torch.float16)
+    jitter = [torch.tensor([[30.2, 1.0]], dtype=torch.float64), torch.tensor([[19.1, 1.0]], dtype=torch.float64)]
+    assert wrong(eager, fused, ref).tolist() == [[True, False]]  # eager's luck alone: a mismatch
+    assert wrong(eager, fused, ref, None, jitter).tolist() == [[False, False]]
+    far = torch.tensor([[90.0, 1.0]], dtype=torch.float16)
+    assert wrong(eager, far, ref, None, jitter).tolist() == [[True, False]]
+
+
+def test_jittered_fp64_runs_keep_the_programs_aliasing_and_leave_integers_alone() -> None:
+    """Every new float64 result moves by at most u of itself, differently per run; an in-place add
+    through a view still lands in its base, and an index stays an index. A run whose moved values
+    reach a jump (floor, comparison, index, cast to integers, floor division) is not used."""
+    from precisionkit.repro import _CHECKS
+
+    scope: dict = {"torch": torch, "REDUCTION": 1}
+    exec(_CHECKS["diff"], scope)
+
+    def graph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = x * 3.0
+        y.view(-1)[:2].add_(1.0)  # through a view into y
+        return y, torch.argmax(x, dim=-1), x.sum(-1)
+
+    x = torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 0.0]], dtype=torch.float16)
+    u = scope["unit_roundoff"]([x])
+    assert u == 2.0**-11
+    ys, idx, sums = scope["jittered"](graph, [x], u)
+    exact = torch.tensor([[4.0, 7.0, 12.0], [24.0, 48.0, 0.0]], dtype=torch.float64)
+    for y in ys:
+        assert (y - exact).abs().max() <= 2 * u * 48 and y[1, 2] == 0.0  # 1 and a zero stay put
+        assert (y[0, :2] - exact[0, :2]).abs().max() <= 1.0 + 2 * u * 7  # the add went into y
+    assert len({tuple(y.flatten().tolist()) for y in ys}) == 3  # three different runs
+    assert all(i.tolist() == [2, 1] for i in idx)  # an index of an input: no jump
+    assert all((s - torch.tensor([7.0, 24.0], dtype=torch.float64)).abs().max() <= 3 * u * 24 for s in sums)
+    # a floor, a comparison or an index of a moved value jumps: those runs measure no rounding noise
+    for jump in (
+        lambda x: torch.floor(x * 3.0),
+        lambda x: (x * 3.0) > 1.0,
+        lambda x: torch.argmax(x * 3.0, dim=-1),
+        lambda x: (x * 3.0).to(torch.int32),
+        lambda x: (x * 3.0) // 0.1,
+    ):
+        assert scope["jittered"](jump, [x], u) == [[]]
+    # a program that writes into its inputs: every run starts from the inputs as given
+    def writes(t: torch.Tensor) -> torch.Tensor:
+        t.mul_(2.0)
+        return t + 1.0
+
+    runs = scope["jittered"](writes, [x], u)[0]
+    assert all((r - (2.0 * x.double() + 1.0)).abs().max() <= 2 * u * 33 for r in runs)
+    assert x[1, 1] == 16.0  # and the caller's inputs stay as they were
+    # an exact class test of a moved value is no jump
+    assert len(scope["jittered"](lambda x: torch.isinf(x * 3.0), [x], u)[0]) == 3
+
+
+def test_a_near_tied_fp16_softmax_that_fused_rounds_differently_is_not_a_mismatch() -> None:
+    """Attention 474981 (fp16): two logits 1.5 apart at about 583, q @ k^T of magnitude 3300 rounded to
+    fp16 (ulp 2); Inductor divides that rounded product in fp32, eager rounds once more, and the output
+    moves from eager's 29.56 to fused's 41.28 (fp64 30.27). The jittered fp64 runs show the row is that
+    sensitive, so the tester's healthy runs do not call it a compiler fault."""
+    case = difftest.generate(474981, "attention", "float16")
+    scope = namespace(case)
+    args = scope["make"]()
+    fused = torch.compile(scope["graph"], backend="inductor")(*args)
+    eager, ref = scope["graph"](*args), scope["graph"](*[a.double() for a in args])
+    assert abs(float(fused[0, 5, 0]) - float(ref[0, 5, 0])) > 10 > abs(float(eager[0, 5, 0]) - float(ref[0, 5, 0]))
+    outcome = difftest.run(case)
+    assert outcome.klass == "ok", outcome.message
+
+
 def _bf16_math_in_fp32(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     """A healthy fused kernel's habit: 16-bit inputs loaded, the arithmetic done in fp32."""
 
