@@ -75,9 +75,10 @@ LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided", "channe
 #: integers and decimal fractions, whose quotients and roundings land on or next to integers),
 #: ``specials`` (normal with one element in 64, at least seven, set to +-0, +-inf, +-the smallest
 #: subnormal of the dtype or NaN, from the same generator: :func:`precisionkit.specials.salt_specials`,
-#: pasted into the file), ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)),
-#: ``bool``
-VALUES = ("normal", "edge", "grid", "specials", "int", "index", "bool")
+#: pasted into the file), ``tail`` (normal with the last element of each row in memory set to
+#: +-8 * scale, sign alternating by row: the row's extreme, where a vector loop's remainder reads it),
+#: ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
+VALUES = ("normal", "edge", "grid", "specials", "tail", "int", "index", "bool")
 
 _BITS = (
     "def bits(t):\n"
@@ -321,7 +322,7 @@ class Input:
         dtype = getattr(torch, self.dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"input {self.name!r}: {self.dtype!r} is not a torch dtype")
-        if self.values in ("normal", "edge", "grid", "specials") and not dtype.is_floating_point:
+        if self.values in ("normal", "edge", "grid", "specials", "tail") and not dtype.is_floating_point:
             raise ValueError(f"input {self.name!r}: {self.values} values need a floating dtype, not {self.dtype}")
         if self.values == "bool" and dtype != torch.bool:
             raise ValueError(f"input {self.name!r}: bool values need dtype bool, not {self.dtype}")
@@ -451,6 +452,9 @@ _MAKE_SRC = """def make():
                 salt_specials(t, dtype, g)
         t = t.to(dtype)[7:] if layout == "offset" else t.to(dtype)
         t = t.reshape(base)
+        if values == "tail" and t.dim() > 0 and t.shape[-1] > 0:
+            sign = 1 - 2 * (torch.arange(t[..., -1].numel()) % 2)
+            t[..., -1] = (8 * scale * sign).reshape(t[..., -1].shape).to(dtype)
         if layout == "transposed":
             t = t.transpose(-1, -2)
         elif layout == "broadcast":

@@ -79,10 +79,15 @@ _LAYOUT_FEATURES = {
     "channels_last": "channels_last_input",
     "strided": "strided_input",
 }
-_VALUE_FEATURES = {"edge": "special_values", "specials": "special_values", "index": "duplicate_indices"}
+_VALUE_FEATURES = {
+    "edge": "special_values",
+    "specials": "special_values",
+    "index": "duplicate_indices",
+    "tail": "extreme_in_tail",
+}
 #: float inputs drawn at scales outside 2^-20 .. 2^20 show ``extreme_magnitude`` (the typed
 #: generator's usual scales are 1e-3 .. 300; :mod:`.typed_wide` draws 1e-40 .. 1e30)
-_FLOAT_VALUES = ("normal", "edge", "grid", "specials")
+_FLOAT_VALUES = ("normal", "edge", "grid", "specials", "tail")
 _USUAL_SCALE = (2.0**-20, 2.0**20)
 #: a last dim of odd length in this range shows ``long_odd_row``: rows of a few hundred elements
 #: that end in a tail of every vector width (the reduction generator's 2^20-term rows are longer)

@@ -37,6 +37,13 @@ def _typed(p: Program) -> Case:
 # --- typed ops: each appends one or a few lines; (p, rng, shape, floats, ints, bools) -------------
 
 
+def _fill(p: Program, value: float) -> float:
+    """A fill constant the program's float dtype holds: torch refuses to fill a float16 tensor with a
+    number past its largest finite value (65504), so such a constant becomes that value, signed."""
+    top = 65504.0
+    return max(-top, min(top, value)) if p.dtype == "float16" else value
+
+
 def _pick(rng: random.Random, values: list[str]) -> str:
     """The latest value half of the time (chains of ops), else any."""
     return values[-1] if rng.random() < 0.5 else rng.choice(values)
@@ -115,7 +122,7 @@ def _compare(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str
         other = rng.choice(f)
         p.add("f", shape, f"torch.where({mask}, {x}, {other})", "where_mask")
     elif kind == "masked_fill":
-        p.add("f", shape, f"{x}.masked_fill({mask}, {rng.choice(_CONSTS)!r})", "where_mask")
+        p.add("f", shape, f"{x}.masked_fill({mask}, {_fill(p, rng.choice(_CONSTS))!r})", "where_mask")
     else:
         p.add("f", shape, f"{mask}.to({x}.dtype) * {x}", "cast", "bool_dtype")
 
@@ -314,7 +321,7 @@ def _view(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], 
         p.add("f", (c, r), f"{x}.t() + {rng.choice(_CONSTS)!r}", "transpose_input")
     elif kind == "fill_expanded_input":
         base = p.input("f", (1, c))
-        p.lines.append(f"    {base}.expand({r}, {c}).fill_({rng.choice(_CONSTS)!r})")
+        p.lines.append(f"    {base}.expand({r}, {c}).fill_({_fill(p, rng.choice(_CONSTS))!r})")
         p.add("f", shape, f"{x} + {base}", "expanded_view", "in_place_view")
     elif kind == "as_strided_slice" and c >= 2:
         full = p.add("f", (2 * r, 2 * c), f"{x}.repeat(2, 2)")
@@ -325,7 +332,7 @@ def _view(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str], 
         p.features.add("in_place_view")
     elif kind == "fill_expanded":
         buf = p.add("f", (1, c), f"torch.zeros(1, {c}, dtype={x}.dtype)")
-        p.lines.append(f"    {buf}.expand({r}, {c}).fill_({rng.choice(_CONSTS)!r})")
+        p.lines.append(f"    {buf}.expand({r}, {c}).fill_({_fill(p, rng.choice(_CONSTS))!r})")
         p.add("f", shape, f"{x} + {buf}", "expanded_view", "in_place_view")
     elif kind == "as_strided" and r * c >= 2:
         p.add(

@@ -51,6 +51,8 @@ BIG = {"float32": 8e37, "bfloat16": 8e37, "float16": 16384.0}
 #: log_softmax, is in 73 per 1000 programs of the CPU plan and 49 of the GPU plan, where typed
 #: programs are a third; the budget is 10)
 P_WIDE, P_LONG, P_PATTERN = 0.2, 0.2, 0.3
+#: chance that a long odd row holds ``tail`` values (:data:`precisionkit.repro.VALUES`)
+P_TAIL = 0.4
 
 
 def wide_stage(p: Program, shape: tuple[int, ...]) -> list[str]:
@@ -60,8 +62,8 @@ def wide_stage(p: Program, shape: tuple[int, ...]) -> list[str]:
     out: list[str] = []
     for _ in range(rng.randint(1, 3)):
         x, at, how = _operand(p, rng, shape)
-        op = rng.choice(_WIDE_OPS)
-        out += op(p, rng, x, at, how)
+        op = _tail_use if how == "tail" else rng.choice(_WIDE_OPS)
+        out += op(p, rng, x, at, "input" if how == "tail" else how)
     return out
 
 
@@ -82,7 +84,11 @@ def _operand(p: Program, rng: random.Random, shape: tuple[int, ...]) -> tuple[st
         return _fresh(p, rng, shape, rng.choice(WIDE_SCALES)), shape, "input"
     if roll < P_WIDE + P_LONG:
         long = (rng.choice((1, 2, 3, 4, 5)), rng.choice(LONG_ROWS))
-        return _fresh(p, rng, long, rng.choice((1.0, 4.0, 300.0, *WIDE_SCALES))), long, "input"
+        x = _fresh(p, rng, long, rng.choice((1.0, 4.0, 300.0, *WIDE_SCALES)))
+        if rng.random() < P_TAIL:  # the row's extreme last in memory, in a vector loop's remainder
+            p.inputs[-1] = replace(p.inputs[-1], values="tail")
+            return x, long, "tail"
+        return x, long, "input"
     floats = [n for n in p.values("f") if len(p.kinds[n][1]) == 2]
     if roll >= P_WIDE + P_LONG + P_PATTERN:
         x = rng.choice(floats) if floats else _fresh(p, rng, shape, 1.0)
@@ -182,9 +188,13 @@ def _cat_stack(p: Program, rng: random.Random, x: str, at: tuple[int, ...], how:
 
 def _pattern_use(p: Program, rng: random.Random, x: str, at: tuple[int, ...], how: str) -> list[str]:
     """What only zeros, ties or huge values test: first index among ties, a sum or running sum,
-    the reciprocal (+-inf by the zero's sign), the root (-0 stays -0)."""
-    kind = rng.choice(("argmax", "argmin", "sum", "cumsum", "reciprocal", "sqrt"))
+    the reciprocal (+-inf by the zero's sign), the root (-0 stays -0); of any other value also the
+    smallest element along a dim (over a long odd row, one whose minimum may sit in a vector loop's
+    remainder)."""
+    kind = rng.choice(("argmax", "argmin", "sum", "cumsum", "reciprocal", "sqrt", "amin"))
     dim = rng.choice((0, 1))
+    if kind == "amin" and how == "pattern":
+        kind = "argmin"  # the smallest of +0 and -0 depends on the order they are taken in
     if kind in ("sum", "cumsum") and how != "pattern" and at[dim] > 16:
         # the program's longest reduction (the rule's tolerance for every output) stays as it
         # was: a long sum of signed values is left to the patterns (exact, or huge and positive);
@@ -193,12 +203,26 @@ def _pattern_use(p: Program, rng: random.Random, x: str, at: tuple[int, ...], ho
     if kind in ("argmax", "argmin"):
         red = (1, at[1]) if dim == 0 else (at[0], 1)
         return [p.add("n", red, f"torch.{kind}({x}, dim={dim}, keepdim=True)", "argmin_argmax")]
+    if kind == "amin":
+        red = (1, at[1]) if dim == 0 else (at[0], 1)
+        return [p.add("f", red, f"torch.amin({x}, dim={dim}, keepdim=True)", "reduction")]
     if kind == "sum":
         red = (1, at[1]) if dim == 0 else (at[0], 1)
         return [p.add("f", red, f"{x}.sum(dim={dim}, keepdim=True)", "reduction")]
     if kind == "cumsum":
         return [p.add("f", at, f"torch.cumsum({x}, dim={dim})", "cumulative")]
     return [p.add("f", at, f"torch.{kind}({x})", "nan_inf")]
+
+
+def _tail_use(p: Program, rng: random.Random, x: str, at: tuple[int, ...], how: str) -> list[str]:
+    """A reduction along a long odd row whose extreme is its last element: the smallest or largest
+    value, or its index, which only a loop that reads its remainder gets right."""
+    kind = rng.choice(("amin", "amax", "min", "max", "argmin", "argmax"))
+    if kind in ("argmin", "argmax"):
+        return [p.add("n", (at[0], 1), f"torch.{kind}({x}, dim=-1, keepdim=True)", "argmin_argmax")]
+    if kind in ("min", "max"):
+        return [p.add("f", (at[0],), f"torch.{kind}({x}, dim=-1).values", "reduction")]
+    return [p.add("f", (at[0], 1), f"torch.{kind}({x}, dim=-1, keepdim=True)", "reduction")]
 
 
 _WIDE_OPS: tuple[Callable[..., list[str]], ...] = (_softmax, _trig, _exp_log, _strided, _cat_stack, _pattern_use)
