@@ -290,6 +290,7 @@ def test_jittered_fp64_runs_keep_the_programs_aliasing_and_leave_integers_alone(
         lambda x: (x * 3.0) // 0.1,
     ):
         assert scope["jittered"](jump, [x], u) == [[]]
+
     # a program that writes into its inputs: every run starts from the inputs as given
     def writes(t: torch.Tensor) -> torch.Tensor:
         t.mul_(2.0)
