@@ -128,6 +128,103 @@ def _flat(out: Any) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+class _OpFault(torch.fx.Interpreter):
+    """Runs a graph as eager does, except that each call ``fault(target, args, kwargs)`` answers (not
+    None) replaces that op's result: a fault confined to one kind of op, as a kernel's is."""
+
+    def __init__(self, gm: torch.fx.GraphModule, fault: Any) -> None:
+        super().__init__(gm)
+        self.fault = fault
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        out = self.fault(target, args, kwargs)
+        return super().call_function(target, args, kwargs) if out is None else out
+
+    def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        out = self.fault(target, args, kwargs)
+        return super().call_method(target, args, kwargs) if out is None else out
+
+
+def _op_fault(fault: Any) -> Any:
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return lambda *args: _OpFault(gm, fault).run(*args)
+
+    return backend
+
+
+def _named(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+def _dim_of(args: Any, kwargs: Any) -> Any:
+    return kwargs.get("dim", args[1] if len(args) > 1 else None)
+
+
+def _last_tie_index(target: Any, args: Any, kwargs: Any) -> Any:
+    """argmin / argmax over a bool, int8 or uint8 input give the last optimum, not the first."""
+    x = args[0] if args else None
+    if _named(target) not in ("argmin", "argmax") or not isinstance(x, torch.Tensor):
+        return None
+    if x.dtype not in (torch.bool, torch.int8, torch.uint8) or x.numel() < 2:
+        return None
+    dim, keep = _dim_of(args, kwargs), kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+    pick = getattr(torch, _named(target))
+    v = x.to(torch.int16)  # bool has no argmin of its own on every path
+    if dim is None:
+        flat = v.reshape(-1).flip(0)
+        out = flat.numel() - 1 - pick(flat)
+        return out.reshape([1] * x.dim()) if keep else out
+    n = x.shape[dim]
+    return n - 1 - pick(v.flip(dim), dim=dim, keepdim=keep)
+
+
+def _min_without_tail(target: Any, args: Any, kwargs: Any) -> Any:
+    """min / amin over a dim longer than 8 whose length is no multiple of 8 leave out its last
+    n % 8 elements (the vector loop's remainder), as a kernel that forgets its tail loop does."""
+    x = args[0] if args else None
+    name = _named(target)
+    if name not in ("min", "amin") or not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return None
+    dim = _dim_of(args, kwargs)
+    if isinstance(dim, torch.Tensor) or (name == "min" and len(args) > 1 and isinstance(args[1], torch.Tensor)):
+        return None  # the elementwise min(a, b) is no reduction
+    if isinstance(dim, (list, tuple)):
+        if len({d % x.dim() for d in dim}) == x.dim():
+            dim = None  # every dim: the whole tensor, as one row
+        elif len(dim) == 1:
+            dim = dim[0]
+        else:
+            return None
+    keep = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+    if dim is None:
+        flat = x.reshape(-1)
+        n = flat.numel()
+        if n <= 8 or n % 8 == 0:
+            return None
+        out = getattr(torch, name)(flat[: n - n % 8])
+        return out.reshape([1] * x.dim()) if keep and name == "amin" else out
+    n = x.shape[dim]
+    if n <= 8 or n % 8 == 0:
+        return None
+    head = x.narrow(dim, 0, n - n % 8)
+    if name == "amin":
+        return torch.amin(head, dim=dim, keepdim=keep)
+    values, _ = torch.min(head, dim=dim, keepdim=keep)
+    return torch.return_types.min((values, torch.min(x, dim=dim, keepdim=keep).indices))
+
+
+def _nan_to_zero(target: Any, args: Any, kwargs: Any) -> Any:
+    """Every NaN an op makes from operands without NaN becomes 0 (inf - inf or 0 * inf after an
+    overflow, swallowed as a kernel that clamps its intermediates does); a NaN it is given passes."""
+    if _named(target) in ("getitem", "isnan", "isinf", "isfinite") or not callable(target):
+        return None
+    out = target(*args, **kwargs) if not isinstance(target, str) else getattr(args[0], target)(*args[1:], **kwargs)
+    operands = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point() or any(bool(a.isnan().any()) for a in operands):
+        return out
+    return torch.where(out.isnan(), torch.zeros_like(out), out)
+
+
 def _crashing(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     """Compiled code that kills its interpreter when it runs (as an out-of-bounds read can)."""
 
@@ -164,6 +261,17 @@ BACKENDS = {
 }
 
 
+#: Fault families the differential tester must reach (a blind campaign of at most 240 programs
+#: catches each: tests/precisionkit/test_difftest_blind.py), family -> the backend that commits it.
+FAMILIES = {
+    "wrong argmin on bool/int8 (the last of tied optima)": "pk_test_argmin_last_tie",
+    "a min that ignores the vector tail": "pk_test_min_without_tail",
+    "overflow lost to fp32 intermediates": "pk_test_keep_fp32",
+    "NaN after a huge scale swallowed": "pk_test_nan_to_zero",
+    "the sign of zero flipped": "pk_test_negative_zero",
+}
+
+
 def register() -> list[str]:
     from torch._dynamo import list_backends, register_backend
 
@@ -177,6 +285,9 @@ def register() -> list[str]:
         ("pk_test_hang", _hanging),
         ("pk_test_nan_swallowing_max", _nan_swallowing),
         ("pk_test_keep_fp32", _keep_fp32),
+        ("pk_test_argmin_last_tie", _op_fault(_last_tie_index)),
+        ("pk_test_min_without_tail", _op_fault(_min_without_tail)),
+        ("pk_test_nan_to_zero", _op_fault(_nan_to_zero)),
     )
     for name, fn in graph_level:
         if name not in known:
