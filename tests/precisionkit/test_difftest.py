@@ -42,7 +42,7 @@ def test_every_generator_writes_programs_that_run_eagerly() -> None:
         values |= {i.values for i in case.inputs}
         kinds |= set(case.extra["features"])
     assert layouts == {"contiguous", "transposed", "broadcast", "offset", "strided"}
-    assert values == {"normal", "edge", "grid", "specials", "int", "index", "bool"}
+    assert values == {"normal", "edge", "grid", "specials", "tail", "int", "index", "bool"}
     for feature in ("argmin_argmax", "cumulative", "cast", "index_put", "in_place_view", "expanded_view", "attention"):
         assert feature in kinds
 
