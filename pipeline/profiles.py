@@ -104,3 +104,12 @@ PROFILES: dict[str, Profile] = {
         store_sets=False,
     ),
 }
+
+
+def profiles_help() -> str:
+    """``--profile``'s help: each profile, what it is for and its time budget."""
+    parts = []
+    for p in PROFILES.values():
+        budget = f"; budget {p.budget.seconds / 60:g} min" if p.budget is not None else ""
+        parts.append(f"{p.name} ({p.description}{budget})")
+    return "one of: " + "; ".join(parts)

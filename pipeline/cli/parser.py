@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..profiles import PROFILES
+from ..profiles import profiles_help
 
 DATA_DIR_HELP = "data root (default: FUSION_DATA_DIR or ./data)"
 
@@ -18,13 +18,13 @@ def profile_arg(value: str) -> str:
 
 
 def _profile(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default="default", type=profile_arg, help=f"one of {', '.join(PROFILES)}")
+    parser.add_argument("--profile", default="default", type=profile_arg, help=profiles_help())
 
 
 def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     rep = sub.add_parser("report", help="materialize every asset and run every check")
     # Checked with the other settings (one line naming every problem), not by argparse.
-    rep.add_argument("--profile", default="default", help=f"one of {', '.join(PROFILES)}")
+    rep.add_argument("--profile", default="default", help=profiles_help())
     rep.add_argument("--device", default="auto")
     rep.add_argument("--backend", default="inductor")
     rep.add_argument("--backend-options", default="{}", help="JSON object of compiler options")

@@ -595,3 +595,15 @@ def test_a_run_on_an_accelerator_leaves_the_cpu_self_tests_to_cpu_reports():
     checks = job.asset_check_selection or set()
     assert len(checks) == len(graph.asset_check_keys) - sum(c.asset_key == matrix for c in graph.asset_check_keys)
     assert not {c for c in checks if c.asset_key == matrix}
+
+
+def test_report_help_says_what_each_profile_is_for_and_its_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli.parser import build_parser
+    from pipeline.profiles import PROFILES
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    for name, profile in PROFILES.items():
+        assert f"{name} ({' '.join(profile.description.split())}" in text
+    assert "budget 20 min" in text and "budget 10 min" in text
