@@ -18,17 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "precisionkit"))
 
-from repro_backends import FAMILIES, register  # type: ignore[import-not-found]  # noqa: E402
-
-from precisionkit import difftest  # noqa: E402
-
-
-def first_catch(backend: str, start: int, budget: int) -> tuple[int, str] | None:
-    for k, (gen, seed) in enumerate(difftest.plan(budget, start=start), start=1):
-        outcome = difftest.run(difftest.generate(seed, gen), backend, difftest.threads_for(gen, seed))
-        if outcome.klass == "mismatch":
-            return k, outcome.case.id
-    return None
+from repro_backends import FAMILIES, first_catch, register  # type: ignore[import-not-found]  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for seed in args.seeds:
             hit = first_catch(backend, seed, args.budget)
-            cells.append("missed" if hit is None else f"{hit[0]} ({hit[1]})")
+            cells.append("missed" if hit is None else f"{hit[0]} ({hit[1].case.id})")
         print(f"| {family} | `{backend}` | " + " | ".join(cells) + " |", flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
     return 0

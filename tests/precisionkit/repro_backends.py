@@ -272,6 +272,18 @@ FAMILIES = {
 }
 
 
+def first_catch(backend: str, start: int, budget: int = 240) -> tuple[int, Any] | None:
+    """The first program of the differential tester's campaign from ``start`` that ``backend`` gets
+    wrong (a ``mismatch``: a compile error is no catch) and its position, or None within ``budget``."""
+    from precisionkit import difftest
+
+    for k, (gen, seed) in enumerate(difftest.plan(budget, start=start), start=1):
+        outcome = difftest.run(difftest.generate(seed, gen), backend, difftest.threads_for(gen, seed))
+        if outcome.klass == "mismatch":
+            return k, outcome
+    return None
+
+
 def register() -> list[str]:
     from torch._dynamo import list_backends, register_backend
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from repro_backends import FAMILIES, register
+from repro_backends import FAMILIES, first_catch, register
 
 from precisionkit import difftest
 
@@ -16,22 +16,12 @@ SEEDS = (7001, 8002, 9003)
 BUDGET = 240
 
 
-def first_catch(backend: str, start: int) -> tuple[int, difftest.Outcome] | None:
-    """The first program of the campaign from ``start`` that ``backend`` gets wrong (a ``mismatch``:
-    a compile error is no catch), and how many programs it took."""
-    for k, (gen, seed) in enumerate(difftest.plan(BUDGET, start=start), start=1):
-        outcome = difftest.run(difftest.generate(seed, gen), backend, difftest.threads_for(gen, seed))
-        if outcome.klass == "mismatch":
-            return k, outcome
-    return None
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_blind_campaign_catches_each_planted_family_on_every_seed(family: str) -> None:
     register()
     backend = FAMILIES[family]
     for start in SEEDS:
-        hit = first_catch(backend, start)
+        hit = first_catch(backend, start, BUDGET)
         assert hit is not None, f"{family}: no mismatch in {BUDGET} programs from seed {start}"
         k, outcome = hit
         assert k <= BUDGET and backend in outcome.message
@@ -49,5 +39,5 @@ def test_a_campaign_does_not_take_a_compile_error_for_a_catch() -> None:
         for gen, seed in difftest.plan(BUDGET, start=7001)[:3]
     ]
     assert [o.klass for o in outcomes][2] == "compile_error"
-    hit = first_catch("pk_test_keep_fp32", 7001)
+    hit = first_catch("pk_test_keep_fp32", 7001, BUDGET)
     assert hit is not None and hit[0] > 3 and hit[1].klass == "mismatch"
