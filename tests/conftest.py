@@ -40,7 +40,11 @@ def xdist_group_of(nodeid: str, fixture_names: list[str] | tuple[str, ...]) -> s
     return SMOKE_GROUP if "smoke_everything" in fixture_names else nodeid.split("::")[0]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Marks each item's tier and xdist group. Runs before pytest-xdist's own hook of the same name, which
+    reads the group markers into the node ids it schedules by: run after it, the groups were never seen,
+    and each worker made the session's smoke run for itself."""
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = []

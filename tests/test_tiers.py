@@ -8,6 +8,9 @@ def test_a_test_that_reads_no_smoke_run_goes_with_its_file(request):
     groups = [m.args[0] for m in request.node.iter_markers("xdist_group")]
     assert groups == ["tests/test_tiers.py"]
     assert not list(request.node.iter_markers("materializes"))
+    if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
+        # under make test's workers: pytest-xdist saw the group (it schedules by the suffix it adds)
+        assert request.node.nodeid.endswith("@tests/test_tiers.py"), request.node.nodeid
 
 
 @pytest.fixture
