@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -185,6 +186,7 @@ def measure(
                     "was_minimized": small.source != case.source or small.inputs != case.inputs,
                     "inputs": [(i.shape, i.dtype, i.layout, i.values) for i in small.inputs],
                     "features": feats,
+                    "case": small.to_json(),
                 }
             )
             log(f"{case.id}: mismatch -> {', '.join(feats)}: {said[:160]}")
@@ -211,6 +213,47 @@ def measure(
     }
 
 
+def case_of(found: dict[str, Any], device: str = "cpu") -> Any:
+    """The program of one recorded mismatch: the case the record holds (the minimized one where it was
+    minimized), else, for a record written before cases were kept, the generator's program for its seed
+    (the unminimized program that mismatched)."""
+    from precisionkit.repro import Case
+
+    if found.get("case"):
+        return Case.from_json(found["case"])
+    return difftest.generate(int(found["seed"]), found["generator"], device=device)
+
+
+def write_repros(record: dict[str, Any], out: Path, log: Any = print) -> list[dict[str, Any]]:
+    """A standalone reproducer of every mismatch of a campaign record, each in ``out/<case id>/``
+    (``repro.py`` and ``case.json``, :func:`precisionkit.repro.write`), run once in a fresh interpreter:
+    ``reproduces`` (exit 1: the file's own rule still sees the mismatch there), ``clean`` or ``error``.
+    Writes ``out/index.json`` (one row per mismatch: id, status, the file's last line and the
+    features) and returns its rows."""
+    from precisionkit.repro import run_script, write
+
+    root = Path(__file__).resolve().parents[2]
+    rows = []
+    for found in record["mismatches"]:
+        case = case_of(found, record.get("device", "cpu"))
+        script = write(case, out / case.id)
+        ran = run_script(script, env={"PYTHONPATH": str(root)}, cwd=root, timeout=300.0)
+        rows.append(
+            {
+                "id": case.id,
+                "status": ran.status,
+                "observed": ran.last_line,
+                "message": found.get("message", ""),
+                "minimized": bool(found.get("was_minimized")) and bool(found.get("case")),
+                "features": found["features"],
+                "seconds": round(ran.seconds, 1),
+            }
+        )
+        log(f"{case.id}: {ran.status} in {ran.seconds:.0f} s: {ran.last_line[:140]}")
+    (out / "index.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz_corpus.reach")
     ap.add_argument(
@@ -219,7 +262,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=int, default=0, help="first seed")
     ap.add_argument("--json", default=None, help="write the record here")
     ap.add_argument("--device", default="cpu", help="cuda: the CUDA corpus against a CUDA campaign")
+    ap.add_argument(
+        "--repros",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a reproducer file of every mismatch under DIR and run each in a fresh interpreter",
+    )
+    ap.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="with --repros: take the mismatches from this earlier --json record instead of running a campaign",
+    )
     ns = ap.parse_args(argv)
+    if ns.record is not None:
+        if ns.repros is None:
+            ap.error("--record needs --repros (it only writes the reproducers of a recorded campaign)")
+        try:
+            recorded = json.loads(ns.record.read_text())
+        except (OSError, ValueError) as exc:
+            ap.error(f"--record {ns.record}: {exc}")
+        if not isinstance(recorded, dict) or "mismatches" not in recorded:
+            ap.error(f"--record {ns.record}: not a campaign record (no 'mismatches')")
+        return _print_repros(write_repros(recorded, ns.repros), ns.repros)
     rec = measure(ns.programs, ns.base, device=ns.device)
     live = [r for r in rec["cases"] if r["reproduces_here"]]
     judged = [r for r in live if r["signature"] != "out of the rule"]
@@ -241,6 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         with open(ns.json, "w") as fh:
             json.dump(rec, fh, indent=1, default=str)
+    if ns.repros is not None:
+        return _print_repros(write_repros(rec, ns.repros), ns.repros)
+    return 0
+
+
+def _print_repros(rows: list[dict[str, Any]], out: Path) -> int:
+    counts = Counter(r["status"] for r in rows)
+    print(f"reproducers in {out}: {len(rows)} ({', '.join(f'{n} {k}' for k, n in sorted(counts.items()))})")
     return 0
 
 

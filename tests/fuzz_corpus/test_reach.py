@@ -67,3 +67,49 @@ def test_the_generator_catches_most_reproducing_cuda_corpus_bugs_within_the_budg
     table = "\n".join(f"{r['id']:45s} {r['by'] or 'missed'}" for r in judged)
     assert len(caught) >= 0.8 * len(judged), f"caught {len(caught)} of {len(judged)}:\n{table}"
     assert rec["graphs"] <= CUDA_BUDGET
+
+
+#: torch.erf of small float32 arguments: Inductor's CPU kernel is off by thousands of ULPs near zero
+#: (relative error 4.5e-4 at 1e-4, eager 1.7e-8), first seen as typed-7098 in a blind campaign
+ERF_SOURCE = "def graph(f0):\n    return torch.erf(f0)\n"
+
+
+@pytest.mark.slow
+def test_a_campaigns_mismatches_become_files_that_reproduce_in_a_fresh_interpreter(tmp_path) -> None:
+    import json
+
+    from precisionkit.repro import Case, Input
+    from tests.fuzz_corpus.reach import write_repros
+
+    def recorded(case_id: str, source: str) -> dict:
+        case = Case(
+            id=case_id,
+            source=source,
+            inputs=(Input("f0", (16, 9), "float32", seed=5, scale=1e-3),),
+            rule="diff",
+            extra={"reduction": 1},
+        )
+        return {"generator": "typed", "seed": 0, "case": case.to_json(), "was_minimized": True, "features": ["trig"]}
+
+    record = {
+        "device": "cpu",
+        "mismatches": [recorded("erf-small", ERF_SOURCE), recorded("scaled", "def graph(f0):\n    return f0 * 2.0\n")],
+    }
+    rows = write_repros(record, tmp_path, log=lambda _line: None)
+    assert [(r["id"], r["status"]) for r in rows] == [("erf-small", "reproduces"), ("scaled", "clean")]
+    assert rows[0]["observed"].startswith("REPRODUCES: output 0:") and rows[0]["minimized"] is True
+    assert json.loads((tmp_path / "index.json").read_text()) == rows
+    assert (tmp_path / "erf-small" / "repro.py").read_text().count("torch.erf(f0)") == 1
+
+
+def test_reproducers_of_a_record_need_a_folder_and_a_campaign_record(tmp_path, capsys) -> None:
+    from tests.fuzz_corpus.reach import main
+
+    with pytest.raises(SystemExit) as no_folder:
+        main(["--record", str(tmp_path / "r.json")])
+    assert no_folder.value.code == 2 and "--record needs --repros" in capsys.readouterr().err
+    (tmp_path / "r.json").write_text('{"graphs": 3}')
+    with pytest.raises(SystemExit) as not_a_record:
+        main(["--record", str(tmp_path / "r.json"), "--repros", str(tmp_path / "out")])
+    assert not_a_record.value.code == 2 and "not a campaign record" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
