@@ -80,6 +80,10 @@ class Experiment:
     #: The name in the site's navigation ("" : the title).
     short: str = ""
 
+    def __post_init__(self) -> None:
+        if self.sizes:
+            _DECLARED_SIZES[self.id] = self
+
     def load_modules(self) -> list[ModuleType]:
         return list(self.load())
 
@@ -106,6 +110,22 @@ class Experiment:
             raise ValueError(f"experiment {self.id} has no sizes for profile {profile!r} (has {known})") from None
 
 
+#: Every record that declares sizes, by experiment id, entered as the record is built. Importing any
+#: experiment's module imports the registry first (its package's parent), which builds every record,
+#: so an asset always finds its own and the ones it reads (:func:`declared_sizes`).
+_DECLARED_SIZES: dict[str, Experiment] = {}
+
+
+def declared_sizes(experiment: str, profile: str) -> Any:
+    """The typed sizes experiment ``experiment`` (its id) declares on its record for ``profile``; read
+    through ``ExperimentSettings.sizes``, so no asset indexes a sizes table itself."""
+    record = _DECLARED_SIZES.get(experiment)
+    if record is None:
+        known = ", ".join(sorted(_DECLARED_SIZES)) or "none (no experiment record is built yet)"
+        raise ValueError(f"no experiment {experiment!r} declares sizes (those that do: {known})")
+    return record.sizes_for(profile)
+
+
 @cache
 def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.AssetChecksDefinition, ...]]:
     """The assets and checks of ``exp``'s modules, loaded once (each load makes new definition objects)."""
@@ -119,4 +139,4 @@ def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
     return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
-__all__ = ["BaselineTable", "Experiment", "ReportSection", "flat_sizes"]
+__all__ = ["BaselineTable", "Experiment", "ReportSection", "declared_sizes", "flat_sizes"]

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from .backends import ensure_registered, known_backends
 from .devices import DeviceError, available_devices, check_device, cpu_model, device_name, device_versions
+from .experiment import declared_sizes
 from .profiles import PROFILES
 from .source import source_provenance
 
@@ -134,6 +135,11 @@ class ExperimentSettings(dg.ConfigurableResource):
     def options(self) -> dict[str, Any]:
         """The compiler options, parsed from ``backend_options`` (validated when the settings were built)."""
         return parse_backend_options(self.backend_options)
+
+    def sizes(self, experiment: str) -> Any:
+        """The typed sizes of ``experiment`` (its id) under this run's profile: the one way an asset reads
+        its sizes, from the record the experiment declares them on (``Experiment.sizes``)."""
+        return declared_sizes(experiment, self.profile)
 
     def derived_seed(self, *parts: object) -> int:
         """A stable seed for one named stream (e.g. ``("pool", "softmax", "normal")``)."""

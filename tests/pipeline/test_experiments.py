@@ -83,6 +83,39 @@ def test_every_experiment_has_typed_sizes_for_every_profile_or_none():
         experiment("B").sizes_for("smoke")
 
 
+def test_an_asset_reads_its_sizes_through_the_settings_from_the_record_that_declares_them():
+    from pipeline.resources import ExperimentSettings
+
+    smoke, seed = ExperimentSettings(profile="smoke"), ExperimentSettings(profile="seed")
+    assert smoke.sizes("C2") is experiment("C2").sizes["smoke"] and smoke.sizes("C2").length == 4096
+    assert seed.sizes("A").runs == 1000 and seed.sizes("S").ffn_shape == (8, 2048, 4096)
+    with pytest.raises(ValueError, match=r"no experiment 'F' declares sizes \(those that do: A, C1, C2, C3, D, "):
+        smoke.sizes("F")
+    with pytest.raises(ValueError, match="no experiment 'B' declares sizes"):
+        smoke.sizes("B")  # B's input sets are S's pools: it declares no sizes of its own
+
+
+def test_no_experiment_or_instrument_indexes_a_sizes_table_by_the_runs_profile():
+    """Sizes come from ``settings.sizes(ID)`` (the record's declaration), never from a spec's table indexed
+    by the run's profile, nor does the template a new experiment starts from; the cost model
+    (pipeline/plan.py), which plans every profile, is not an asset."""
+    import re
+
+    indexed = re.compile(r"SIZES\[\s*\w+\.profile\s*\]")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (
+            ROOT / "pipeline" / "experiments",
+            ROOT / "pipeline" / "instruments",
+            ROOT / "tests" / "fixtures",
+        )
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if indexed.search(line)
+    ]
+    assert found == []
+
+
 def test_k8s_steps_follow_the_registry():
     """Every heavy step (the compute_device pool) of every experiment gets a GPU pod in the k8s run config."""
     script = ROOT / "scripts" / "k8s_run_config.py"

@@ -22,7 +22,7 @@ from ...verdicts import (
     validity_result,
 )
 from ...workloads import CHAINS, WORKLOADS
-from ..toolkit.spec import SIZES as POOL_SIZES
+from ..toolkit.spec import ID as POOL_ID
 from .rules import DTYPES_B, FUSED_PATHS, GROUP_KEYS, MATERIALITY_SULP, PATHS, RULE
 from .summary import SUMMARY_VERDICT_COLUMNS, is_counterexample, reason
 
@@ -46,7 +46,7 @@ def accumulated_error_run_valid(
     evidence: pl.DataFrame,
 ) -> dg.AssetCheckResult:
     settings: ExperimentSettings = context.resources.settings
-    expected_sets = POOL_SIZES[settings.profile].chain_sets
+    expected_sets = settings.sizes(POOL_ID).chain_sets
     problems = []
     counts = per_set.group_by([*GROUP_KEYS, "path"]).agg(pl.len().alias("n"))
     short = counts.filter(pl.col("n") != expected_sets)

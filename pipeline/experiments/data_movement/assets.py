@@ -54,7 +54,7 @@ from .movement import (
     make_input,
     reshape_copied,
 )
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
 #: Most rows whose NaN-payload difference keeps its op-by-op localization in one run, the first in plan
@@ -152,9 +152,9 @@ def _notes(
     kinds={"pytorch", "polars"},
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    combos = plan(SIZES[settings.profile].shapes)
+    combos = plan(settings.sizes(ID).shapes)
     device = settings.torch_device()
-    largest = max(math.prod(shape) for shape in SIZES[settings.profile].shapes)
+    largest = max(math.prod(shape) for shape in settings.sizes(ID).shapes)
     workers = pool_size(device, len({input_key(*c) for c in combos}), task_bytes=TASK_BYTES_PER_ELEMENT * largest)
     start = time.perf_counter()
     table, localized = check_table(
@@ -559,7 +559,7 @@ def every_movement_combination_fused(
     data_movement_check_table: pl.DataFrame, settings: ExperimentSettings
 ) -> dg.AssetCheckResult:
     table = data_movement_check_table
-    expected = len(plan(SIZES[settings.profile].shapes))
+    expected = len(plan(settings.sizes(ID).shapes))
     not_fused = unfused_rows(table)
     problems = []
     if table.height != expected:

@@ -32,7 +32,7 @@ from .rounds import (
     run_rounds,
     thread_round_skipped,
 )
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 
 @dg.multi_asset(
@@ -66,7 +66,7 @@ from .spec import GROUP, SIZES
 def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any):  # lazy SetTensors
     """Round 1 in process, round 2 cold in a fresh process, round 3 cold with another thread count
     (on the CPU)."""
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     runs = sizes.runs_by_dtype(DETERMINISM_DTYPES)
     inputs = determinism_inputs(pool)
     default_threads = torch.get_num_threads()

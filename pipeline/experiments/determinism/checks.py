@@ -24,7 +24,7 @@ from ...verdicts import (
     validity_result,
 )
 from .rounds import DETERMINISM_DTYPES, THREAD_ROUND_RUNS, thread_round_skipped
-from .spec import SIZES
+from .spec import ID
 
 SUMMARY = dg.AssetKey("determinism_summary")
 
@@ -220,7 +220,7 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
     "generated), with no recompilation during the runs and no graph break.",
 )
 def no_recompiles_during_runs(determinism_summary: pl.DataFrame, settings: ExperimentSettings) -> dg.AssetCheckResult:
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     runs = sizes.runs_by_dtype(DETERMINISM_DTYPES)
     planned = {"round1": runs}
     if sizes.cold_start:
@@ -271,7 +271,7 @@ def thread_count_output_comparison(
     # A profile without cold-start rounds plans no thread-count round, and neither does a run on an
     # accelerator (the round changes CPU threads only): nothing to report then.
     skipped = thread_round_skipped(settings.torch_device().type)
-    if alt.height == 0 and SIZES[settings.profile].cold_start and skipped is None:
+    if alt.height == 0 and settings.sizes(ID).cold_start and skipped is None:
         findings.append("no thread-count round in the summary")
     if differ.height:
         findings.append(f"outputs differ from round 1 with another thread count: {_rows(differ)}")

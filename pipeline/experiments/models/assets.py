@@ -27,7 +27,7 @@ from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compute import DTYPES, ModelRun, batch_inputs, model_seeds, run_architecture, working_module
 from .judge import needs_locating, output_table, verdict_table
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 from .workloads import WorkloadError, load_workloads, workload_dtypes
 from .zoo import zoo_workloads
 
@@ -76,7 +76,7 @@ class ModelsConfig(dg.Config):
 def workloads_for(settings: ExperimentSettings, architectures: list[str] | None = None) -> list[Any]:
     """The profile's architectures (or ``architectures``) and the user's workloads (checked: a bad
     spec raises its one line)."""
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     names = tuple(a for a in (architectures or sizes.architectures) if a != "none")
     zoo = zoo_workloads(names, sizes.scale, sizes.seq_len, sizes.image_size)
     user = load_workloads(settings.workloads, settings.torch_device())
@@ -121,7 +121,7 @@ def run_plan(
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings: ExperimentSettings):
     """Runs every model of the profile and every registered workload, eager, fused and fp64."""
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     device = settings.torch_device()
     bad = [d for d in config.dtypes if d not in DTYPES]
     if bad:

@@ -20,7 +20,7 @@ from ...verdicts import (
 )
 from .judge import INVALID
 from .rules import RULE
-from .spec import SIZES
+from .spec import ID
 
 
 @validity_check(
@@ -33,7 +33,7 @@ from .spec import SIZES
 )
 def model_runs_valid(context: dg.AssetCheckExecutionContext, model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
     settings: ExperimentSettings = context.resources.settings
-    batches = SIZES[settings.profile].batches
+    batches = settings.sizes(ID).batches
     problems = [f"{r['model']} {r['dtype']}: {r['error']}" for r in model_verdicts.iter_rows(named=True) if r["error"]]
     short = model_verdicts.filter((pl.col("error") == "") & (pl.col("batches") != batches))
     problems += [f"{r['model']} {r['dtype']}: {r['batches']} of {batches} batches" for r in short.iter_rows(named=True)]

@@ -44,7 +44,7 @@ from ...tables import markdown_table
 from .bounds import BAND_WORDS
 from .compute import C2Result, check_c2_shape, knob_summary, run_c2
 from .long import long_versions, run_long
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 from .versions import build_versions
 
 OUTS = {
@@ -130,7 +130,7 @@ def bounds_metadata(bounds_df: pl.DataFrame) -> dict[str, Any]:
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
 def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs every summation version on the seeded input (repeatedly) and on the row pool."""
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     device = settings.torch_device()
     length, n_pool, runs = sizes.length, sizes.pool_rows, sizes.runs
     check_c2_shape(length, runs)
@@ -160,7 +160,7 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     "sum, the derived deterministic and probabilistic bounds, margins, and bit equality with eager and with one thread.",
 )
 def c2_long_reductions(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     device = settings.torch_device()
     table = run_long(
         long_versions(settings, device),

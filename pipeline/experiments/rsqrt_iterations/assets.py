@@ -56,7 +56,7 @@ from .compute import (
     with_special_values,
 )
 from .rules import METHOD, floor_statement, knob_statement
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 
 def _rsqrt(x: torch.Tensor) -> torch.Tensor:
@@ -150,7 +150,7 @@ def rounding_metadata(rounding: pl.DataFrame) -> dict[str, Any]:
 def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs torch.rsqrt and x / y (eager, fused, under the approximate-math switches) and the
     bit-trick + N Newton steps implementations on seeded fp16 inputs."""
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     device = settings.torch_device()
     seed = settings.derived_seed("c3", "input")
     x, x_class = with_special_values(make_input(tuple(sizes.shape), seed), settings.derived_seed("c3", "specials"))

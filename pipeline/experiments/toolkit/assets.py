@@ -29,7 +29,7 @@ from ...resources import ExperimentSettings
 from ...set_storage import RECIPE_KEY, RegeneratedSets, SetRecipe, SetStream, SetTensor, register_recipe
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 #: dtypes stored per workload: the FFN feeds A (fp16 headline, bf16/fp32 extra rows); chains feed B.
 POOL_DTYPES = {name: ("float16", "bfloat16") for name in CHAINS} | {"ffn": ("float16", "bfloat16", "float32")}
@@ -37,7 +37,7 @@ POOL_DTYPES = {name: ("float16", "bfloat16") for name in CHAINS} | {"ffn": ("flo
 
 def pool_sets(workload: Workload, settings: ExperimentSettings) -> int:
     """Input sets per distribution: one fixed set for the FFN (task A), the profile's count for chains."""
-    return 1 if workload.name == "ffn" else SIZES[settings.profile].chain_sets
+    return 1 if workload.name == "ffn" else settings.sizes(ID).chain_sets
 
 
 def pool_key(distribution: str, dtype: str, arg: str | None = None) -> str:
@@ -59,7 +59,7 @@ def draw_sets(
     """Input sets ``start..stop-1`` in float64, each from its own seed by a generator of the run's
     device and on it, stacked on a leading axis (``dtype``: the dtype a distribution set in its
     spacing's units is drawn for)."""
-    sizes, device = SIZES[settings.profile], settings.torch_device()
+    sizes, device = settings.sizes(ID), settings.torch_device()
     drawn = [
         workload.sample(
             sizes, distribution, 1, settings.pool_set_seed(workload.name, distribution, i), dtype, device=device
@@ -77,7 +77,7 @@ def chunk_sets(set_bytes: int) -> int:
 def pool_stream(workload: Workload, settings: ExperimentSettings) -> SetStream:
     """The input pool of ``workload`` as a stream of sets: distribution x dtype x argument, each
     chunk drawn and rounded to its dtypes on the run's device."""
-    shapes = workload.shapes(SIZES[settings.profile])
+    shapes = workload.shapes(settings.sizes(ID))
     dtypes = POOL_DTYPES[workload.name]
     entries = {
         pool_key(d, t, a): (shapes[a], DTYPES[t])
@@ -190,7 +190,7 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
     def input_pool(
         context: dg.AssetExecutionContext, settings: ExperimentSettings
     ) -> Any:  # a SetStream, or a SetRecipe in its place
-        sizes, device = SIZES[settings.profile], settings.torch_device()
+        sizes, device = settings.sizes(ID), settings.torch_device()
         stream = pool_stream(workload, settings)
         context.add_output_metadata(
             {

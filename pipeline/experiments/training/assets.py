@@ -69,7 +69,7 @@ from .rules import (
     margin_text,
 )
 from .runs import curve_frame, execution_order, main_precision, run_lanes, run_plan, run_summary, sorted_json
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 # ------------------------------------------------------------------------------------- assets
 
@@ -91,7 +91,7 @@ def run_config(
     order and nudge, the seeds derived from the run's seed, the backend and its options, and on a CPU
     the intra-op ``threads`` it computes on (part of what fixes its bits, so of its checkpoint key)."""
     return TrainConfig.from_profile(
-        SIZES[settings.profile].model(),
+        settings.sizes(ID).model(),
         path=run["path"],
         precision=run["precision"],
         device=device,
@@ -127,7 +127,7 @@ def checkpoint_root(context: dg.AssetExecutionContext, settings: ExperimentSetti
 )
 def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
-    sizes = SIZES[settings.profile]
+    sizes = settings.sizes(ID)
     corpus = _corpus()
     device = settings.torch_device()
     ckpt_root = checkpoint_root(context, settings)

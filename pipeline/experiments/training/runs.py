@@ -11,13 +11,13 @@ from ...resources import ExperimentSettings
 from .config import TrainConfig
 from .loop import TrainResult
 from .rules import REPLICATE_ORDERS
-from .spec import SIZES
+from .spec import ID
 
 
 def main_precision(settings: ExperimentSettings) -> str:
     """fp16 on CUDA; on CPU the profile's ``cpu_precision`` (bf16 autocast in every profile; see
     training/spec.py for what it costs on CPUs without native 16-bit matmul)."""
-    return "float16" if settings.torch_device().type == "cuda" else SIZES[settings.profile].cpu_precision
+    return "float16" if settings.torch_device().type == "cuda" else settings.sizes(ID).cpu_precision
 
 
 def replicate_run(main: str, order: str) -> str:
@@ -61,7 +61,7 @@ def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
             entry(fused_run(main, o), "fused", o, "fused", False),
             entry(control_run(main, o), "eager", o, "control", True),
         ]
-    if SIZES[settings.profile].fp32_control and main != "float32":
+    if settings.sizes(ID).fp32_control and main != "float32":
         plan += [
             entry("float32_eager", "eager", "A", "fp32_pair", False, "float32"),
             entry("float32_fused", "fused", "A", "fp32_pair", False, "float32"),

@@ -30,7 +30,7 @@ from ...verdicts import (
     finding_check,
     finding_result,
 )
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 from .wrong_results import RATE_CONFIDENCE, judge_wrong_results
 
 SCHEMA = {
@@ -61,7 +61,7 @@ def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
     """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base
     seed, for the run's device (on CUDA a third from the ``gpu`` generator)."""
     return difftest.plan(
-        SIZES[settings.profile].difftest_programs,
+        settings.sizes(ID).difftest_programs,
         settings.derived_seed("difftest") % 1_000_000,
         str(settings.torch_device()),
     )

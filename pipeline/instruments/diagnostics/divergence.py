@@ -19,7 +19,7 @@ from precisionkit.locator import locate_divergence
 from ...experiments.training.config import TrainConfig, eval_batches
 from ...experiments.training.corpus import load_corpus
 from ...experiments.training.gpt import GPT
-from ...experiments.training.spec import SIZES as TRAIN_SIZES
+from ...experiments.training.spec import ID as TRAIN_ID
 from ...resources import ExperimentSettings
 from ...scalars import as_float
 from ...tables import markdown_table
@@ -70,7 +70,7 @@ def working_dtype(device: torch.device) -> torch.dtype:
 def divergence_per_layer(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
     device = settings.torch_device()
     init_seed = settings.derived_seed("train", "init")
-    cfg = TrainConfig.from_profile(TRAIN_SIZES[settings.profile].model(), device=str(device), init_seed=init_seed)
+    cfg = TrainConfig.from_profile(settings.sizes(TRAIN_ID).model(), device=str(device), init_seed=init_seed)
     torch.manual_seed(cfg.init_seed)  # the E training runs' initialization, before any step
     model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
     tokens, _ = eval_batches(load_corpus(), cfg)[0]

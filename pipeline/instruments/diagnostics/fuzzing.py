@@ -29,7 +29,7 @@ from ...verdicts import (
     finding_check,
     finding_result,
 )
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 from .wrong_results import RATE_CONFIDENCE, judge_wrong_results
 
 #: Shrinking candidates per failing graph (each one is a compile).
@@ -62,7 +62,7 @@ SCHEMA = {
 def fuzz_seeds(settings: ExperimentSettings) -> list[int]:
     """The profile's graph seeds: a contiguous block starting at a value derived from the base seed."""
     start = settings.derived_seed("fuzz") % 1_000_000
-    return list(range(start, start + SIZES[settings.profile].fuzz_graphs))
+    return list(range(start, start + settings.sizes(ID).fuzz_graphs))
 
 
 def _number(value: object) -> float:

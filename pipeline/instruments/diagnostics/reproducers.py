@@ -25,7 +25,7 @@ from ...experiments.data_movement.spec import repro_id
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...verdicts import finding_check, finding_result
-from .spec import GROUP, SIZES
+from .spec import GROUP, ID
 
 SCHEMA = {
     "id": pl.String,
@@ -149,7 +149,7 @@ def reproducers(
     settings: ExperimentSettings = context.resources.settings
     data: DataFolder = context.resources.data
     root = data.profile_dir(settings.profile) / "repros"
-    cap, d_cap = SIZES[settings.profile].repro_cap, SIZES[settings.profile].d_repro_cap
+    cap, d_cap = settings.sizes(ID).repro_cap, settings.sizes(ID).d_repro_cap
     todo = cases_to_build(
         data_movement_check_table,
         fuzz_outcomes,

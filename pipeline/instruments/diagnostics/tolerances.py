@@ -25,8 +25,8 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
-from ...experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
-from ...experiments.toolkit.spec import SIZES as POOL_SIZES
+from ...experiments.reduction_order.spec import ID as REDUCTION_ID
+from ...experiments.toolkit.spec import ID as POOL_ID
 from ...experiments.toolkit.spec import PoolSizes
 from ...resources import ExperimentSettings
 from ...scalars import as_float
@@ -204,9 +204,7 @@ def measured_tolerances(
     c3: pl.DataFrame,
     fuzzed: pl.DataFrame,
 ) -> pl.DataFrame:
-    obs = observations(
-        per_set, c1, c2, c3, fuzzed, POOL_SIZES[settings.profile], REDUCTION_SIZES[settings.profile].length
-    )
+    obs = observations(per_set, c1, c2, c3, fuzzed, settings.sizes(POOL_ID), settings.sizes(REDUCTION_ID).length)
     if not obs:
         raise ValueError("no fused-path observations in the upstream tables: nothing to measure")
     table = measure(obs)

@@ -29,7 +29,7 @@ from .matrix_parallel import run_plan
 from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 from .rules import BUG_ROW, HEALTHY_ROW
-from .spec import SIZES
+from .spec import ID
 
 
 def error_kind(outcome: CheckOutcome) -> str | None:
@@ -100,7 +100,7 @@ MATRIX_SCHEMA = {
 def default_healthy_seeds(like: ExperimentSettings) -> list[int]:
     """The run's base seed and the next ones, as many as the profile's matrix sizes say
     (``healthy_seeds``; each derives independent input streams)."""
-    return [like.seed + i for i in range(SIZES[like.profile].healthy_seeds)]
+    return [like.seed + i for i in range(like.sizes(ID).healthy_seeds)]
 
 
 class MatrixFacts(TypedDict):

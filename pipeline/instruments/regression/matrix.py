@@ -33,7 +33,7 @@ from .matrix_parallel import parallel_runs_here
 from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
 from .rules import BUG_ROW, FALSE_ALARM_RULE, HEALTHY_ROW, MIN_HEALTHY_SEEDS, MUTATION_RULE, SCORING
-from .spec import GROUP, PARALLEL_RUNS, SIZES
+from .spec import GROUP, ID, PARALLEL_RUNS, SIZES
 
 
 class PlantedBugMatrixConfig(dg.Config):
@@ -126,13 +126,13 @@ def matrix_metadata(
 def planted_bug_matrix(
     context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig
 ) -> pl.DataFrame:
-    bugs = config.bugs or list(SIZES[settings.profile].planted_bugs or PLANTED_BUGS)
+    bugs = config.bugs or list(settings.sizes(ID).planted_bugs or PLANTED_BUGS)
     not_run = [b for b in PLANTED_BUGS if b not in bugs]
     experiments = config.experiments or list(MATRIX_EXPERIMENTS)
     parallel = parallel_runs_here(config.parallel_runs)
     designed_only = config.designed_only
     if designed_only is None:  # the profile's choice, where every run is pruned to its scored assets
-        designed_only = SIZES[settings.profile].designed_only and config.skip_finding_only_assets
+        designed_only = settings.sizes(ID).designed_only and config.skip_finding_only_assets
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as tmp:
         table, facts = build_matrix(
