@@ -77,6 +77,10 @@ class Experiment:
     sizes: Mapping[str, Any] = field(default_factory=dict)
     #: Outside the test plan's task list (a page says so).
     beyond_plan: bool = False
+    #: Its part in the planted-bug matrix (``instruments/regression``): ``judged`` — the matrix re-runs it
+    #: with each planted backend and scores its checks (its claims are what the planted bugs are built to
+    #: trip); ``upstream`` — materialized beside those runs as their input (S's pools); "" — not run there.
+    matrix: Literal["", "judged", "upstream"] = ""
     #: The name in the site's navigation ("" : the title).
     short: str = ""
 

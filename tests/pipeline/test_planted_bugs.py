@@ -385,6 +385,15 @@ def test_a_designed_only_plan_runs_each_bug_on_the_experiment_holding_its_design
     assert [r.only for r in harness.matrix_plan(bugs, [7], True, ["B", "D"])[1:]] == [("B",), (), ("D",)]
 
 
+def test_the_matrix_runs_the_experiments_whose_records_declare_a_part_in_it():
+    """The matrix names no experiment: the records say which it judges and which feed those runs."""
+    assert matrix_runs.MATRIX_EXPERIMENTS == ("C2", "D", "B")  # registry order
+    assert [e.id for e in matrix_runs.UPSTREAM] == ["S"]
+    assert {b.designed_in for b in PLANTED_BUGS.values()} - {""} <= set(matrix_runs.MATRIX_EXPERIMENTS)
+    with pytest.raises(ValueError, match="experiment 'E' is not runnable in the matrix; choose from C2, D, B"):
+        matrix_runs.matrix_definitions(["E"])
+
+
 def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
     """``designed_in`` and ``designed_catch`` say the same thing: the claim's asset is in that experiment's
     group, so a run of that experiment alone can still catch the bug by its claim."""
@@ -405,7 +414,7 @@ def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
     # and a run limited to C2 materializes C2's scored assets and S's, nothing of B or D
     keys = {k.to_user_string() for k in matrix_runs.scored_assets(defs, ("C2",))}
     groups = {group_of[k] for k in keys}
-    assert groups == {matrix_runs.RUNNABLE["C2"].group, matrix_runs.toolkit.EXPERIMENT.group}
+    assert groups == {matrix_runs.RUNNABLE["C2"].group, "S_toolkit"}
     assert "c2_row_bounds" in keys and "accumulated_error_summary" not in keys
     assert "data_movement_check_table" not in keys
     assert keys < {k.to_user_string() for k in matrix_runs.scored_assets(defs)}

@@ -31,4 +31,5 @@ EXPERIMENT = Experiment(
         BaselineTable("accumulated_error_summary", method="kept"),
     ),
     short="Accumulated error",
+    matrix="judged",
 )

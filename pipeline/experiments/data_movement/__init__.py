@@ -29,4 +29,5 @@ EXPERIMENT = Experiment(
     ),
     sizes=spec.SIZES,
     short="Data movement",
+    matrix="judged",
 )

@@ -33,4 +33,5 @@ EXPERIMENT = Experiment(
     ),
     sizes=spec.SIZES,
     short="Reduction order",
+    matrix="judged",
 )

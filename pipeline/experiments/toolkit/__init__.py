@@ -22,4 +22,5 @@ EXPERIMENT = Experiment(
     details=report.details,
     sizes=spec.SIZES,
     short="Precision toolkit",
+    matrix="upstream",
 )

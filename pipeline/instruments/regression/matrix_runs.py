@@ -15,17 +15,17 @@ import dagster as dg
 
 from ... import runs
 from ...experiment import Experiment
-from ...experiments import accumulated_error, data_movement, reduction_order, toolkit
+from ...experiments import EXPERIMENTS
 from ...interrupts import raise_if_interrupted
 from ...resources import ExperimentSettings
 from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import FINDING, CheckOutcome, check_outcome
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 
-#: Experiments the planted-bug matrix runs, by id (S comes along as their upstream).
-RUNNABLE: dict[str, Experiment] = {
-    e.id: e for e in (accumulated_error.EXPERIMENT, reduction_order.EXPERIMENT, data_movement.EXPERIMENT)
-}
+#: Experiments the planted-bug matrix runs, by id: those whose record declares ``matrix="judged"``.
+RUNNABLE: dict[str, Experiment] = {e.id: e for e in EXPERIMENTS if e.matrix == "judged"}
+#: What their runs read, materialized beside them (``matrix="upstream"``: S's pools).
+UPSTREAM: tuple[Experiment, ...] = tuple(e for e in EXPERIMENTS if e.matrix == "upstream")
 MATRIX_EXPERIMENTS = tuple(RUNNABLE)
 MATRIX_PROFILE = "smoke"
 #: The matrix checks the checks, it does not measure the run's device: its runs compile for the CPU on any
@@ -57,7 +57,7 @@ class MatrixRun(TypedDict):
 def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
     """Assets and checks of the S module and the chosen experiments' modules; unavailable modules
     (an experiment still being written) are reported instead of failing the matrix."""
-    modules, unavailable = toolkit.EXPERIMENT.load_modules(), []
+    modules, unavailable = [m for e in UPSTREAM for m in e.load_modules()], []
     for exp in experiments:
         if exp not in MATRIX_EXPERIMENTS:
             raise ValueError(
@@ -93,7 +93,7 @@ def scored_assets(defs: list[Any], only: tuple[str, ...] = ()) -> list[dg.AssetK
     checks = [d for d in defs if isinstance(d, dg.AssetChecksDefinition)]
     assets = [d for d in defs if isinstance(d, dg.AssetsDefinition) and not isinstance(d, dg.AssetChecksDefinition)]
     kinds = declared_outcomes(defs)
-    groups = {RUNNABLE[e].group for e in only} | {toolkit.EXPERIMENT.group} if only else None
+    groups = {RUNNABLE[e].group for e in only} | {e.group for e in UPSTREAM} if only else None
     group_of = {k: g for a in assets for k, g in a.group_names_by_key.items()}
     wanted: set[dg.AssetKey] = set()
     for c in checks:
