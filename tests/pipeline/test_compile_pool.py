@@ -21,6 +21,11 @@ def test_pool_size_follows_the_device_the_cores_and_the_override(monkeypatch):
     monkeypatch.delenv(compile_pool.WORKERS_ENV, raising=False)
     # A CPU run compiles in-process: the kernels already use every core.
     assert pool_size(CPU, tasks=21, cores=16) == 1
+    # Compile-bound tasks (the fuzzer's, the tester's) on a CPU: a worker per core, each with ten tasks or more.
+    assert pool_size(CPU, tasks=48, cores=2, compile_bound=True) == 2
+    assert pool_size(CPU, tasks=21, cores=16, compile_bound=True) == 2
+    assert pool_size(CPU, tasks=19, cores=2, compile_bound=True) == 1  # too few to pay for a second process
+    assert pool_size(CPU, tasks=6, cores=2, compile_bound=True) == 1  # the smoke profile's fuzzer
     # An accelerator: one worker per core, never more than there are tasks.
     assert pool_size(torch.device("cuda"), tasks=21, cores=16) == 16
     assert pool_size(torch.device("cuda"), tasks=4, cores=16) == 4

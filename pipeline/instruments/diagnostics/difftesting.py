@@ -86,9 +86,9 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     start = time.perf_counter()
     # In a worker interpreter: a program whose compiled code crashes or hangs is a "crash" outcome,
     # not the end of this step (or of the run, under the in-process executor).
-    # On an accelerator, one worker interpreter per core (a program's cost is its compile, host work);
-    # on the CPU one, as for every compile pool (pipeline.compile_pool.pool_size says why).
-    workers = pool_size(settings.torch_device(), len(todo))
+    # One worker interpreter per core: a program's cost is its compile, host work, on any device
+    # (pipeline.compile_pool.pool_size).
+    workers = pool_size(settings.torch_device(), len(todo), compile_bound=True)
     outcomes = difftest.fuzz(
         todo,
         backend=settings.backend,

@@ -100,16 +100,15 @@ def fuzz_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
         context.log.debug(line)
         progress.advance(note=line)
 
-    # One graph per task: on an accelerator one worker per core (a graph's cost is its compile, host
-    # work), on the CPU this process alone (pipeline.compile_pool.pool_size says why); the outcomes
-    # and the log come in seed order either way.
+    # One graph per task, one worker per core (a graph's cost is its compile, host work, on any device:
+    # pipeline.compile_pool.pool_size); the outcomes and the log come in seed order either way.
     device = settings.torch_device()
     tasks = [(seed, settings.backend, settings.options(), folder, str(device)) for seed in seeds]
     outcomes = run_tasks(
         fuzz_one,
         tasks,
         device,
-        pool_size(device, len(tasks)),
+        pool_size(device, len(tasks), compile_bound=True),
         on_result=lambda _, o: log(f"seed {o.graph.seed}: {o.klass} ({o.graph.dtype}; {o.graph.op_list()})"),
     )
     seconds = time.perf_counter() - start
