@@ -73,6 +73,29 @@ def test_the_generator_catches_most_reproducing_cuda_corpus_bugs_within_the_budg
 #: (relative error 4.5e-4 at 1e-4, eager 1.7e-8), first seen as typed-7098 in a blind campaign
 ERF_SOURCE = "def graph(f0):\n    return torch.erf(f0)\n"
 
+#: Defects the blind campaigns found outside the corpus (no upstream report named), in their smallest form:
+#: (id, program, input dtype, input scale, input values kind), each judged by the tester's own rule.
+FOUND_OUTSIDE_THE_CORPUS = (
+    # typed-7098 (campaign 7001): erf near zero, thousands of ULPs off in float32
+    ("erf_small_float32", ERF_SOURCE, "float32", 1e-3, "normal"),
+    # typed-9094 (campaign 9003): remainder of a value near the dtype's largest, computed as a - floor(a/b)*b
+    # with a/b overflowing, gives -inf/inf (0.0 at 1e30) where eager and fp64 give a value in [0, b)
+    ("remainder_of_huge_bfloat16", "def graph(f0):\n    return torch.remainder(f0, 0.3)\n", "bfloat16", 1.0, "edge"),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("found", FOUND_OUTSIDE_THE_CORPUS, ids=lambda f: f[0])
+def test_the_defects_found_outside_the_corpus_are_wrong_results_by_the_rule(found) -> None:
+    from precisionkit.repro import Case, Input, reproduces
+
+    name, source, dtype, scale, values = found
+    inputs = (Input("f0", (16, 9), dtype, seed=5, scale=scale, values=values),)
+    case = Case(id=name, source=source, inputs=inputs, rule="diff", extra={"reduction": 1})
+    wrong, said = reproduces(case)
+    assert wrong, said
+    assert reproduces(case, backend="eager")[0] is False  # the program itself is clean under Dynamo alone
+
 
 @pytest.mark.slow
 def test_a_campaigns_mismatches_become_files_that_reproduce_in_a_fresh_interpreter(tmp_path) -> None:
