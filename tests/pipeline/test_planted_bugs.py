@@ -387,10 +387,10 @@ def test_a_designed_only_plan_runs_each_bug_on_the_experiment_holding_its_design
 
 def test_the_matrix_runs_the_experiments_whose_records_declare_a_part_in_it():
     """The matrix names no experiment: the records say which it judges and which feed those runs."""
-    assert matrix_runs.MATRIX_EXPERIMENTS == ("C2", "D", "B")  # registry order
+    assert matrix_runs.MATRIX_EXPERIMENTS == ("B", "C2", "D")
     assert [e.id for e in matrix_runs.UPSTREAM] == ["S"]
     assert {b.designed_in for b in PLANTED_BUGS.values()} - {""} <= set(matrix_runs.MATRIX_EXPERIMENTS)
-    with pytest.raises(ValueError, match="experiment 'E' is not runnable in the matrix; choose from C2, D, B"):
+    with pytest.raises(ValueError, match="experiment 'E' is not runnable in the matrix; choose from B, C2, D"):
         matrix_runs.matrix_definitions(["E"])
 
 

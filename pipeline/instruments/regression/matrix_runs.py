@@ -22,8 +22,8 @@ from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import FINDING, CheckOutcome, check_outcome
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 
-#: Experiments the planted-bug matrix runs, by id: those whose record declares ``matrix="judged"``.
-RUNNABLE: dict[str, Experiment] = {e.id: e for e in EXPERIMENTS if e.matrix == "judged"}
+#: Experiments the planted-bug matrix runs, by id (in id order): those whose record declares ``matrix="judged"``.
+RUNNABLE: dict[str, Experiment] = {e.id: e for e in sorted(EXPERIMENTS, key=lambda e: e.id) if e.matrix == "judged"}
 #: What their runs read, materialized beside them (``matrix="upstream"``: S's pools).
 UPSTREAM: tuple[Experiment, ...] = tuple(e for e in EXPERIMENTS if e.matrix == "upstream")
 MATRIX_EXPERIMENTS = tuple(RUNNABLE)
