@@ -63,8 +63,8 @@ from typing import Any
 import torch
 
 from . import specials
+from .repro_rules import CHECKS, RULES
 
-RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
 #: how an input is laid out in memory: its own storage, its last two dims swapped, a size-1 row
 #: expanded (stride 0), a view at storage offset 7, every other element of a wider last dim, a 4-D
 #: tensor stored channels last (NHWC strides)
@@ -79,219 +79,6 @@ LAYOUTS = ("contiguous", "transposed", "broadcast", "offset", "strided", "channe
 #: +-8 * scale, sign alternating by row: the row's extreme, where a vector loop's remainder reads it),
 #: ``int`` (integers in [-scale, scale]), ``index`` (integers in [0, scale)), ``bool``
 VALUES = ("normal", "edge", "grid", "specials", "tail", "int", "index", "bool")
-
-_BITS = (
-    "def bits(t):\n"
-    "    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])\n"
-)
-_OUTS = "def outs(o):\n    return list(o) if isinstance(o, (tuple, list)) else [o]\n"
-
-_CHECKS = {
-    "bitwise": _BITS
-    + _OUTS
-    + """def check(graph, args, backend):
-    with torch.no_grad():
-        eager, fused = outs(graph(*args)), outs(torch.compile(graph, backend=backend)(*args))
-    bad = [(bits(e) != bits(f)) & ~(e.isnan() & f.isnan()) if e.is_floating_point() else e != f for e, f in zip(eager, fused)]
-    n, total = sum(int(b.sum()) for b in bad), sum(b.numel() for b in bad)
-    return n > 0, f"{n} of {total} elements differ in their bits between eager and fused ({backend})"
-""",
-    "ulp": _BITS
-    + _OUTS
-    + """def ulps(t, ref):  # largest distance from ref rounded to t's dtype, in its units in the last place
-    keep = torch.isfinite(ref)
-    a, b = (bits(v).to(torch.int64)[keep] for v in (t, ref.to(t.dtype)))
-    mag = (1 << (8 * t.element_size() - 1)) - 1
-    a, b = (torch.where(v < 0, -(v & mag), v) for v in (a, b))
-    return int((a - b).abs().max()) if a.numel() else 0
-def check(graph, args, backend):
-    with torch.no_grad():
-        ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
-        eager, fused = outs(graph(*args)), outs(torch.compile(graph, backend=backend)(*args))
-    e, f = max(map(ulps, eager, ref)), max(map(ulps, fused, ref))
-    return f > e + SLACK, f"largest error against fp64: eager {e} ULP, fused ({backend}) {f} ULP (allowed: eager + {SLACK})"
-""",
-    "fp64": _OUTS
-    + """def ratio(t, ref):  # largest |t - ref| / (ATOL + RTOL |ref|) over the finite reference
-    keep = torch.isfinite(ref)
-    t, ref = t.double()[keep], ref[keep]
-    if not bool(torch.isfinite(t).all()):
-        return float("inf")
-    return float(((t - ref).abs() / (ATOL + RTOL * ref.abs())).max()) if t.numel() else 0.0
-def check(graph, args, backend):
-    with torch.no_grad():
-        ref = outs(graph(*[a.double() if a.is_floating_point() else a for a in args]))
-        eager, fused = outs(graph(*args)), outs(torch.compile(graph, backend=backend)(*args))
-    e, f = max(map(ratio, eager, ref)), max(map(ratio, fused, ref))
-    return f > 1 and f > 2 * e, f"error / tolerance against fp64: eager {e:.3g}, fused ({backend}) {f:.3g}"
-""",
-    "repeat": _BITS
-    + _OUTS
-    + """def check(graph, args, backend):
-    fn = torch.compile(graph, backend=backend)
-    with torch.no_grad():
-        runs = [outs(fn(*args)) for _ in range(8)]
-    n = max(sum(int((bits(a) != bits(b)).sum()) for a, b in zip(runs[0], r)) for r in runs[1:])
-    return n > 0, f"up to {n} elements differ between 8 calls of the same fused ({backend}) function"
-""",
-    "diff": _OUTS
-    + """def kind(t):  # 5 NaN, 4 -inf, 3 +inf, 2 -0, 1 +0, 0 finite nonzero
-    neg = torch.signbit(t)
-    sign = lambda a, b: torch.where(neg, a, b)
-    return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
-TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r, c=None, j=None):  # judged on the host, whatever device ran the paths; c: r rounded at
-    # the casts; j: fp64 runs with every intermediate moved by a rounding's worth (Jitter)
-    e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
-    if f.dtype == torch.bool:  # a class test: against the run rounded at the program's casts (c), where given
-        return (f != e) & (f != c.to(f.dtype))
-    if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
-        return (f != e) & (f != r.to(f.dtype))
-    rk, ck = kind(r.to(f.dtype)), kind(c.to(f.dtype))
-    r = r.to(torch.float64)
-    fin = torch.isfinite(r) & torch.isfinite(f) & torch.isfinite(e)
-    rtol, afac = TOL[f.dtype]
-    scale = float(r[fin].abs().max()) if bool(fin.any()) else 0.0
-    tol = (rtol * r.abs() + afac * scale) * REDUCTION**0.5
-    # eager's rounding noise at the scale of its row: its largest error there (one lucky element of
-    # a bf16 dot product can sit far closer to fp64 than its neighbours)
-    ed = torch.where(fin, (e.double() - r).abs(), 0.0)
-    # and how far roundings anywhere in the program can move the row (a softmax over near-tied
-    # logits, a cancellation): where the output is that ill-conditioned, eager's luck is no yardstick
-    for t in j or ():
-        t = t.cpu().double()
-        ed = torch.maximum(ed, torch.where(fin & torch.isfinite(t), (t - r).abs(), 0.0))
-    noise = ed.amax(dim=-1, keepdim=True) if ed.dim() > 0 and ed.numel() > 0 else ed
-    value = fin & ((f.double() - r).abs() > tol + 4 * noise)
-    kf, ke = kind(f), kind(e)
-    # a zero against a finite nonzero value is judged by value (a remainder of 0 or of one ULP is
-    # rounding); a class difference (NaN, +-inf, the sign of a zero) only where eager has fp64's class
-    zero_or_finite = lambda k: k <= 2
-    by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
-    # eager's inf or NaN is trusted also where the fp64 run rounded at the program's own 16-bit casts
-    # has it: the program as written overflows there, whatever the exact value would be
-    trusted = (ke == rk) | ((ke == ck) & (ke >= 3))
-    return ((kf != ke) & trusted & ~by_value) | value
-class Casts(torch.overrides.TorchFunctionMode):
-    # records the program's conversions of a float to float16/bfloat16 (numbered among its float
-    # conversions); given them, a float64 run rounds each such result to that dtype, kept in float64
-    # (a cast spelled x.dtype or type_as is a no-op there); implicit 16-bit arithmetic is not rounded
-    def __init__(self, casts=None):
-        super().__init__()
-        self.casts, self.record, self.n = dict(casts or {}), casts is None, 0
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out, x = func(*args, **(kwargs or {})), (args[0] if args else None)
-        named = getattr(func, "__name__", "") in ("to", "type", "type_as", "half", "bfloat16")
-        if named and isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and x.is_floating_point():
-            if self.record and out.dtype in (torch.float16, torch.bfloat16) and out.dtype != x.dtype:
-                self.casts[self.n] = out.dtype
-            elif not self.record and self.n in self.casts and out.dtype == torch.float64:
-                out = out.to(self.casts[self.n]).double()
-            self.n += 1
-        return out
-    def run(self, graph, xs):
-        with self:
-            return outs(graph(*xs))
-def reference(graph, args, casts=None):  # fp64 where the inputs are, on the host where that device lacks an fp64 kernel
-    up = [a.double() if a.is_floating_point() else a for a in args]
-    where = str(up[0].device) if up else "cpu"
-    run = (lambda xs: outs(graph(*xs))) if casts is None else (lambda xs: Casts(casts).run(graph, xs))
-    try:
-        out = run(up)
-    except (RuntimeError, NotImplementedError, TypeError):
-        if where == "cpu":
-            raise
-        out, where = run([a.cpu() for a in up]), "cpu"
-    REFERENCE["device"] = where
-    return out
-REFERENCE = {"device": ""}
-class Jitter(torch.overrides.TorchFunctionMode):
-    # an fp64 run whose every new floating result is scaled by 1 + d, d uniform within +-u (u: the unit
-    # roundoff of the program's narrowest float dtype): a rounding's worth of error at every step, to
-    # see how far legitimate roundings move the outputs. Views and in-place results keep their values
-    # (the program's aliasing holds). A step that turns a moved value into a jump (floor, round, a
-    # remainder, a comparison, an index, a cast to integers) marks the run: such a jump is no measure
-    # of rounding noise, and the rule does not widen by a marked run
-    JUMPS = {"floor", "ceil", "round", "trunc", "frac", "sign", "sgn", "floor_divide", "remainder", "fmod",
-             "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"}
-    EXACT = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit"}  # a factor 1 + d keeps them
-    def __init__(self, u, seed):
-        super().__init__()
-        self.u, self.seed, self.gens, self.moved, self.jumped = u, seed, {}, set(), False
-    def _moved(self, a):
-        return isinstance(a, torch.Tensor) and a.dtype == torch.float64 and a.untyped_storage().data_ptr() in self.moved
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = getattr(func, "__name__", "")
-        operands = [*args, *(kwargs or {}).values()]
-        if any(self._moved(a) for a in operands) and name not in self.EXACT and (
-            name in self.JUMPS or name.rstrip("_") in self.JUMPS
-            or (isinstance(out, torch.Tensor) and not out.is_floating_point())
-            or (isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) and not o.is_floating_point() for o in out))
-        ):
-            self.jumped = True
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or out.numel() == 0:
-            return out
-        if name.endswith("_") or any(
-            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-            for a in args
-        ):
-            return out
-        g = self.gens.setdefault(str(out.device), torch.Generator(out.device).manual_seed(self.seed))
-        d = torch.rand(out.shape, generator=g, dtype=torch.float64, device=out.device)
-        out = out * (1 + self.u * (2 * d - 1))
-        self.moved.add(out.untyped_storage().data_ptr())
-        return out
-def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none where a run jumped
-    out = []
-    for seed in range(runs):  # fresh inputs per run: the program may write into them
-        up = [a.double() if a.is_floating_point() else a.clone() for a in args]
-        mode = Jitter(u, seed)
-        with mode:
-            out.append(outs(graph(*up)))
-        if mode.jumped:
-            return [[] for _ in out[0]]
-    return [list(t) for t in zip(*out)]
-def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)
-    return max([torch.finfo(t.dtype).eps / 2 for t in ts if t.is_floating_point()] + [2.0**-53])
-def check(graph, args, backend):
-    with torch.no_grad():
-        ref = reference(graph, args)
-        casts = Casts()  # the program's 16-bit casts, from one more eager run
-        casts.run(graph, make())
-        kept = reference(graph, make(), casts.casts) if casts.casts else ref
-        eager = outs(graph(*make()))
-        fused = outs(torch.compile(graph, backend=backend)(*make()))
-    shapes = lambda ts: [(tuple(t.shape), str(t.dtype)) for t in ts]
-    if shapes(fused) != shapes(eager):
-        k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
-        return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
-                      f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
-    jit = None
-    for k, (e, f, r, c) in enumerate(zip(eager, fused, ref, kept)):
-        bad = wrong(e, f, r, c)
-        if bool(bad.any()) and f.is_floating_point():  # only then: three more fp64 runs
-            if jit is None:
-                xs = make()
-                jit = jittered(graph, xs, unit_roundoff(list(xs) + eager))
-            bad = wrong(e, f, r, c, jit[k])
-        if bool(bad.any()):
-            i = tuple(int(v) for v in bad.nonzero()[0])
-            return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
-                          f"{e[i].item()!r}, fused ({backend}) {f[i].item()!r}, fp64 {(c if f.dtype == torch.bool else r)[i].item()!r}")
-    return False, f"every output agrees with eager and fp64 ({backend})"
-""",
-    "compiled": """def check(graph, args, backend):
-    from torch._inductor import config, metrics
-
-    config.fx_graph_cache = False  # a cache hit generates no code either
-    before = metrics.generated_kernel_count
-    with torch.no_grad():
-        torch.compile(graph, backend=backend)(*args)
-    n = metrics.generated_kernel_count - before
-    return n == 0, f"the fused path ({backend}) generated {n} kernels"
-""",
-}
 
 
 @dataclass(frozen=True)
@@ -488,7 +275,7 @@ _OPTIONS_SRC = """def compiled(graph, backend):
 
 def _check_src(case: Case) -> str:
     """The rule's check, run on the case's device (factory calls in the graph included) and with its options."""
-    src = _CHECKS[case.rule]
+    src = CHECKS[case.rule]
     if case.options:
         src = _OPTIONS_SRC + src.replace("torch.compile(graph, backend=backend)", "compiled(graph, backend)")
     if case.device != "cpu":
