@@ -13,10 +13,11 @@ from pipeline.experiments.accumulated_error import checks as b_checks
 from pipeline.experiments.accumulated_error import rules as b_rules
 from pipeline.experiments.accumulated_error import runs as b_runs
 from pipeline.experiments.accumulated_error import summary as b_summary
+from pipeline.experiments.accumulated_error.stages import CHAIN_STAGES
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 from pipeline.tables import markdown_table
-from pipeline.workloads import CHAIN_STAGES, CHAINS, WORKLOADS, set_args
+from pipeline.workloads import CHAINS, WORKLOADS, set_args
 from precisionkit import error_stats, fused
 from precisionkit.batched import error_stats_per_set
 

@@ -12,7 +12,8 @@ import torch
 
 from precisionkit.batched import error_stats_per_set
 
-from ...workloads import CHAIN_STAGES, WORKLOADS, chain_without_fusing
+from ...workloads import WORKLOADS
+from .stages import CHAIN_STAGES, chain_without_fusing
 
 ABLATION_SCHEMA = {
     "chain": pl.String,

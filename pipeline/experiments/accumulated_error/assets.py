@@ -30,12 +30,13 @@ from ...resources import ExperimentSettings
 from ...storage import DataFolder
 from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
-from ...workloads import CHAIN_STAGES, CHAINS, WORKLOADS
+from ...workloads import CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
 from .explanations import explain
 from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
 from .runs import EVIDENCE_SCHEMA, fused_ops, run_chain
 from .spec import GROUP
+from .stages import CHAIN_STAGES
 from .summary import is_counterexample, summarize
 
 # --- the runs --------------------------------------------------------------------------------

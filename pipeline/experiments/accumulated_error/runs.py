@@ -21,10 +21,11 @@ from precisionkit.stats import round_to_dtype, scaled_spacing, spacing
 from ...devices import synchronize
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...workloads import CHAIN_STAGES, Workload
+from ...workloads import Workload
 from .bounds import BOUNDS, decisive, element_bound, reductions_per_set
 from .library_bounds import LIBRARY_BOUNDS, absolute_bound, fully_masked_rows, library_reductions_per_set, row_classes
 from .rules import DTYPES_B, FUSED_PATHS, PATHS
+from .stages import CHAIN_STAGES
 
 #: Elements of one path's outputs held at once: batches keep memory flat whatever the set count.
 BATCH_ELEMENTS = 1 << 20
