@@ -57,6 +57,27 @@ class BaselineTable:
         return self.label or self.asset
 
 
+@dataclass(frozen=True)
+class Reproducers:
+    """The reproducer cases an experiment declares: the diagnostics instrument builds a reproducer for the
+    rows of ``table`` that contradict the experiment's claim, and ``python -m pipeline.cli repros --make
+    <prefix>/...`` makes one by hand. Neither names the experiment: both read this declaration."""
+
+    table: str  # the stored table whose rows can contradict the experiment's claim
+    prefix: str  # the first part of a ``repros --make`` spec of its cases (``d``: ``d/...``)
+    #: Imports and returns the module that builds the cases (only when a reproducer is made, so reading the
+    #: registry imports no asset code). It defines ``contradictions(table)`` (the rows that contradict),
+    #: ``ONE_PER`` (columns: one reproducer per group of rows), ``row_case(row, backend, device, derived_seed)``,
+    #: ``row_id(row)`` (the case's id without building it), ``spec_case(parts, backend, device)`` (the case
+    #: of a ``--make`` spec, ``parts`` after the prefix; None when they do not have its form) and
+    #: ``SPEC_FORM`` (that form, for messages).
+    load: Callable[[], ModuleType]
+    #: The bisection also varies Inductor's knobs and the native toolchain's flags (slower; for faults that
+    #: can sit in code generation), and how many candidates the minimizer may try.
+    knobs: bool = True
+    max_checks: int = 40
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one record per experiment
 class Experiment:
     """One experiment of the report: its identity, its Dagster definitions, its page and its baseline."""
@@ -83,6 +104,8 @@ class Experiment:
     matrix: Literal["", "judged", "upstream"] = ""
     #: The name in the site's navigation ("" : the title).
     short: str = ""
+    #: Its reproducer cases (None: its claims have no row-level contradiction to reproduce).
+    reproducers: Reproducers | None = None
 
     def __post_init__(self) -> None:
         if self.sizes:
@@ -143,4 +166,4 @@ def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
     return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
-__all__ = ["BaselineTable", "Experiment", "ReportSection", "declared_sizes", "flat_sizes"]
+__all__ = ["BaselineTable", "Experiment", "ReportSection", "Reproducers", "declared_sizes", "flat_sizes"]

@@ -412,7 +412,7 @@ def diagnostics_steps(profile: str, workers: int | None = None) -> dict[str, flo
     each."""
     s = DIAG_SIZES[profile]
     tester, fuzzer = (workers or pool_workers(n) for n in (s.difftest_programs, s.fuzz_graphs))
-    repros = s.d_repro_cap + 2 * s.repro_cap
+    repros = s.contradiction_repro_cap + 2 * s.repro_cap
     return {
         "difftest_outcomes": DIFFTEST_WARMUP_S + math.ceil(s.difftest_programs / tester) * DIFFTEST_PROGRAM_S,
         "fuzz_outcomes": math.ceil(s.fuzz_graphs / fuzzer) * FUZZ_GRAPH_S + (WORKER_READY_S if fuzzer > 1 else 0.0),
@@ -424,7 +424,7 @@ def diagnostics_steps(profile: str, workers: int | None = None) -> dict[str, flo
 
 def cost_diagnostics(profile: str) -> Cost:
     s, steps = DIAG_SIZES[profile], diagnostics_steps(profile)
-    programs, repros = s.fuzz_graphs + s.difftest_programs, s.d_repro_cap + 2 * s.repro_cap
+    programs, repros = s.fuzz_graphs + s.difftest_programs, s.contradiction_repro_cap + 2 * s.repro_cap
     return Cost(
         "Diagnostics",
         compiles=programs,

@@ -3,36 +3,47 @@ and list every reproducer of a profile with its status."""
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from precisionkit.repro import Case
 
 
+def _declared_sources() -> dict[str, Any]:
+    """``--make`` prefix -> the experiment whose record declares reproducer cases under it."""
+    from ..experiments import EXPERIMENTS
+
+    return {e.reproducers.prefix: e for e in EXPERIMENTS if e.reproducers is not None}
+
+
+def _forms() -> str:
+    declared = [f"{p}/{e.reproducers.load().SPEC_FORM} (a row of {e.id})" for p, e in _declared_sources().items()]
+    return ", ".join([*declared, "fuzz/<seed>[/<dtype>]", "difftest/<generator>/<seed>[/<dtype>]"])
+
+
 def repro_case(spec: str, backend: str, device: str = "cpu") -> Case:
-    """A case on ``device`` from ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``, ``fuzz/<seed>[/<dtype>]`` or
+    """A case on ``device`` from a ``--make`` spec: ``<prefix>/...`` of an experiment that declares reproducer
+    cases (D: ``d/<subgraph>/<dtype>/<BxSxH>/<layout>``), ``fuzz/<seed>[/<dtype>]`` or
     ``difftest/<generator>/<seed>[/<dtype>]``."""
-    from ..repros import d_case, difftest_case, fuzz_case
+    from ..instruments.diagnostics.cases import difftest_case, fuzz_case
 
     parts = spec.strip("/").split("/")
-    if parts[0] == "d" and len(parts) == 5:
-        try:
-            shape = tuple(int(d) for d in parts[3].split("x"))
-        except ValueError:
-            raise ValueError(f"shape {parts[3]!r} is not BxSxH (e.g. 4x128x256)") from None
-        return d_case(parts[1], parts[2], shape, parts[4], backend, device=device)
+    source = _declared_sources().get(parts[0])
+    if source is not None:
+        made = source.reproducers.load().spec_case(parts[1:], backend, device)
+        if made is not None:
+            return made
     if parts[0] == "fuzz" and len(parts) in (2, 3) and parts[1].isdigit():
         return fuzz_case(int(parts[1]), backend, parts[2] if len(parts) == 3 else None, device=device)
     if parts[0] == "difftest" and len(parts) in (3, 4) and parts[2].isdigit():
         return difftest_case(parts[1], int(parts[2]), parts[3] if len(parts) == 4 else None, backend, device=device)
-    raise ValueError(
-        f"--make {spec!r}: expected d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D), fuzz/<seed>[/<dtype>] "
-        "or difftest/<generator>/<seed>[/<dtype>]"
-    )
+    raise ValueError(f"--make {spec!r}: expected {_forms()}")
 
 
 def _build_planted(planted: list[str], root: Path, knobs: bool) -> int:
     """Build a reproducer of each planted bug named (none named: every one); 2 for an unknown name."""
+    from ..instruments.diagnostics.repro_build import build
     from ..instruments.regression.planted_bugs import PLANTED_BUGS
-    from ..repros import build, planted_case
+    from ..instruments.regression.probes import planted_case
 
     unknown = [b for b in planted if b not in PLANTED_BUGS and f"planted_{b}" not in PLANTED_BUGS]
     if unknown:
@@ -61,7 +72,7 @@ def repros(
     """Build reproducers (planted bugs, D rows, fuzzer seeds), then list every reproducer of the
     profile with its status, each re-run in a fresh interpreter (``python``: another torch). The
     ``--make`` cases run on ``device`` (``auto``: the accelerator where there is one)."""
-    from ..repros import build, rerun, torch_version_of
+    from ..instruments.diagnostics.repro_build import build, rerun, torch_version_of
     from ..resources import device_problem, resolve_device
     from ..storage import DataFolder, default_data_root
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import repros
 from pipeline.experiments.data_movement.assets import combination_inputs
 from pipeline.experiments.data_movement.movement import CATALOGUE
+from pipeline.experiments.data_movement.repro_cases import case as d_case
 from pipeline.resources import ExperimentSettings
 from precisionkit.repro import make_inputs, reproduces, run_script, write
 
@@ -67,7 +67,7 @@ def test_d_case_draws_the_bits_d_draws_for_the_row(
     settings = ExperimentSettings(device="cpu", backend="inductor", **({} if seed is None else {"seed": seed}))
     # no derived_seed given: the default run's, which is what settings without a seed derive
     derived = None if seed is None else settings.derived_seed
-    case = repros.d_case(subgraph, dtype, shape, layout, derived_seed=derived)
+    case = d_case(subgraph, dtype, shape, layout, derived_seed=derived)
     x, y = make_inputs(case)
     d_x, d_y = combination_inputs(CATALOGUE[subgraph], dtype, shape, layout, settings.derived_seed, torch.device("cpu"))
     assert _same_tensor(x, d_x) and _same_tensor(y, d_y)
@@ -76,9 +76,9 @@ def test_d_case_draws_the_bits_d_draws_for_the_row(
 
 
 def test_another_base_seed_gives_other_inputs() -> None:
-    default = make_inputs(repros.d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous"))
+    default = make_inputs(d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous"))
     seven = ExperimentSettings(device="cpu", backend="inductor", seed=7).derived_seed
-    other = make_inputs(repros.d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous", derived_seed=seven))
+    other = make_inputs(d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous", derived_seed=seven))
     assert not torch.equal(_bits(default[0]), _bits(other[0]))
 
 
@@ -88,7 +88,7 @@ def _positive_zeros_negated(case_inputs: list[torch.Tensor]) -> int:
 
 
 def test_a_rope_row_reproduces_under_a_negation_that_loses_the_sign_of_zero(tmp_path: Path) -> None:
-    case = repros.d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous").with_(
+    case = d_case("rope_rotate_half", "float16", (2, 8, 16), "contiguous").with_(
         backend="pk_test_zero_minus_neg", setup=ZERO_MINUS_SETUP
     )
     # each +0 the graph negates is one element whose sign differs (-0 and NaN negate alike both ways)

@@ -211,3 +211,19 @@ def test_the_room_graph_is_the_layering_the_rules_above_hold():
     assert edges[("registry", "core")] >= 1
     text = import_cycles.layers_text(_pipeline_graph())
     assert "instruments/regression -> core (" in text and "\nregistry -> core (" in text
+
+
+def test_reproducers_reach_an_experiment_only_through_its_record():
+    """The reproducer instrument, its builder and the ``repros`` command read the cases an experiment declares
+    (``Experiment.reproducers``, from the registry); none imports an experiment's module by name."""
+    graph = _pipeline_graph()
+    for module in (
+        "pipeline.instruments.diagnostics.reproducers",
+        "pipeline.instruments.diagnostics.repro_build",
+        "pipeline.instruments.diagnostics.cases",
+        "pipeline.cli.repro_command",
+    ):
+        named = sorted(t for t in graph[module] if t.startswith("pipeline.experiments."))
+        assert named == [], f"{module} imports {named}"
+    assert "pipeline.experiments" in graph["pipeline.instruments.diagnostics.reproducers"]  # the registry
+    assert "pipeline.experiments" in graph["pipeline.cli.repro_command"]

@@ -1,4 +1,5 @@
-"""The pipeline's reproducers: cases from D rows, fuzzer seeds and planted bugs; folders, reports, re-runs."""
+"""The pipeline's reproducers: cases from an experiment's declared rows (D's), fuzzer seeds and planted bugs;
+folders, reports, re-runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import repros
-from pipeline.instruments.diagnostics.reproducers import cases_to_build, d_contradictions, d_repro_id
+from pipeline.experiments import experiment
+from pipeline.experiments.data_movement.repro_cases import case as d_case
+from pipeline.experiments.data_movement.repro_cases import contradictions as d_contradictions
+from pipeline.experiments.data_movement.repro_cases import row_id as d_repro_id
+from pipeline.instruments.diagnostics import repro_build as repros
+from pipeline.instruments.diagnostics.cases import fuzz_case
+from pipeline.instruments.diagnostics.reproducers import cases_to_build
+from pipeline.instruments.regression.probes import planted_case
 from precisionkit import specials
 from precisionkit.repro import Case, Input, lines_of, make_inputs, render, write
 
@@ -22,30 +29,33 @@ register()
 
 
 def test_d_case_is_the_subgraph_in_plain_code_on_the_rows_own_inputs() -> None:
-    c = repros.d_case("transpose_concat", "float16", (4, 128, 256), "contiguous")
+    c = d_case("transpose_concat", "float16", (4, 128, 256), "contiguous")
     assert c.id == "d-transpose_concat-float16-4x128x256-contiguous"
     assert c.rule == "bitwise" and c.backend == "inductor"
     assert "torch.cat([transpose, transpose_1], dim = -1)" in c.source
     # The row's salted inputs carry their drawing code (the file needs only torch); the rest stays short.
     plain = c.with_(inputs=tuple(dataclasses.replace(i, values="normal") for i in c.inputs))
     assert lines_of(plain) <= 30 and specials.SOURCE in render(c)
-    t = repros.d_case("reshape_concat", "bfloat16", (2, 7, 24), "transposed_view")
+    t = d_case("reshape_concat", "bfloat16", (2, 7, 24), "transposed_view")
     x, y = make_inputs(t)
     assert x.shape == (2, 7, 24) and not x.is_contiguous() and y.dtype.is_floating_point
     with pytest.raises(ValueError, match="unknown D subgraph 'spin'"):
-        repros.d_case("spin", "float16", (1, 2, 3), "contiguous")
+        d_case("spin", "float16", (1, 2, 3), "contiguous")
     with pytest.raises(ValueError, match="unknown D layout"):
-        repros.d_case("transpose_concat", "float16", (1, 2, 3), "diagonal")
+        d_case("transpose_concat", "float16", (1, 2, 3), "diagonal")
 
 
 def test_fuzz_case_keeps_the_fuzzers_inputs_and_tolerance() -> None:
     from precisionkit import fuzz
 
-    c = repros.fuzz_case(5)
+    c = fuzz_case(5)
     graph = fuzz.generate(5)
     assert c.rule == "fp64" and c.atol == graph.tolerance()[0].atol
     mine, theirs = make_inputs(c), graph.make_inputs()
     assert len(mine) == len(theirs) and all(a.equal(b) for a, b in zip(mine, theirs, strict=True))
+
+
+D_TABLE = "data_movement_check_table"
 
 
 def _d_table() -> pl.DataFrame:
@@ -78,23 +88,67 @@ def test_only_contradictions_and_mismatches_get_reproducers() -> None:
             "features": ["cast, fp16_bf16", "cast, fp16_bf16", "layer_norm", "argmin_argmax"],
         }
     )
-    built = cases_to_build(table, fuzz, diff, "inductor", cap=2)
+    built = cases_to_build({D_TABLE: table}, fuzz, diff, "inductor", cap=2)
     assert [(src, c.id) for src, c in built] == [
         ("D", "d-transpose_concat-float16-4x128x256-contiguous"),
         ("fuzzer", "fuzz-4-float16"),
         ("differential tester", "typed-5-float32"),  # one per feature set: seed 6 repeats seed 5's
         ("differential tester", "typed-8-bfloat16"),
     ]
-    assert [c.id for _, c in cases_to_build(table, fuzz, diff, "inductor", cap=0)] == [built[0][1].id]
-    assert [src for src, _ in cases_to_build(table, fuzz, diff, "inductor", cap=1, d_cap=0)] == [
+    assert [c.id for _, c in cases_to_build({D_TABLE: table}, fuzz, diff, "inductor", cap=0)] == [built[0][1].id]
+    assert [src for src, _ in cases_to_build({D_TABLE: table}, fuzz, diff, "inductor", cap=1, contradiction_cap=0)] == [
         "fuzzer",
         "differential tester",
     ]
     assert d_repro_id(d_contradictions(table).row(0, named=True)) == built[0][1].id
     assert {c.device for _, c in built} == {"cpu"}
     # the fuzzers' cases run on the device they were found on: the row's where it has one, else the run's
-    on_cuda = cases_to_build(table, fuzz, diff.with_columns(device=pl.lit("cuda:1")), "inductor", cap=2, device="cuda")
+    on_cuda = cases_to_build(
+        {D_TABLE: table}, fuzz, diff.with_columns(device=pl.lit("cuda:1")), "inductor", cap=2, device="cuda"
+    )
     assert [c.device for _, c in on_cuda] == ["cuda", "cuda", "cuda:1", "cuda:1"]
+
+
+def test_the_reproducers_read_what_an_experiments_record_declares() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.experiment import Experiment, Reproducers
+    from pipeline.instruments.diagnostics.reproducers import SOURCES, bisect_options, reproducers, source_metadata
+
+    d = experiment("D")
+    assert d.reproducers is not None and d.reproducers.table == D_TABLE and d.reproducers.prefix == "d"
+    assert [e.id for e in SOURCES] == ["D"]
+    # the asset's inputs are the declared tables and the fuzzers' outcomes, by name, from the records
+    assert set(reproducers.keys_by_input_name) == {D_TABLE, "fuzz_outcomes", "difftest_outcomes"}
+    assert bisect_options("D") == {"knobs": True, "max_checks": 40}
+    assert bisect_options("fuzzer") == bisect_options("differential tester") == {"knobs": False, "max_checks": 25}
+    meta = source_metadata({D_TABLE: _d_table()}, cap=0)
+    assert meta == {"d_contradicting_rows": 1, "cap_d": 0, "d_not_built": 1}
+    # another experiment's declaration is read the same way: its table, its rows, its grouping, its cases
+    cases = SimpleNamespace(
+        ONE_PER=("k",),
+        contradictions=lambda t: t.filter(pl.col("bad")),
+        row_case=lambda row, backend, device, seed: Case(
+            f"z-{row['k']}-{row['n']}",
+            "def graph(x):\n    return x\n",
+            (Input("x", (2,)),),
+            backend=backend,
+            device=device,
+        ),
+    )
+    z = Experiment(
+        id="Z",
+        title="z",
+        group="z",
+        slug="z",
+        sections=(),
+        load=lambda: (),
+        reproducers=Reproducers(table="z_table", prefix="z", load=lambda: cases, knobs=False, max_checks=5),  # type: ignore[arg-type]
+    )
+    rows = pl.DataFrame({"k": ["a", "a", "b", "c"], "n": [1, 2, 3, 4], "bad": [True, True, False, True]})
+    none = pl.DataFrame(schema={"class": pl.String, "features": pl.String})
+    made = cases_to_build({"z_table": rows}, none, none, "aot_eager", cap=0, contradiction_cap=5, sources=(z,))
+    assert [(src, c.id, c.backend) for src, c in made] == [("Z", "z-a-1", "aot_eager"), ("Z", "z-c-4", "aot_eager")]
 
 
 def test_environment_names_what_a_compiler_bug_report_needs() -> None:
@@ -144,10 +198,10 @@ def test_build_writes_a_minimized_bisected_reproducer_and_its_report(tmp_path: P
 
 @pytest.mark.slow
 def test_planted_fallback_is_found_by_the_compiled_rule_first() -> None:
-    case, tried = repros.planted_case("planted_fallback_to_eager")
+    case, tried = planted_case("planted_fallback_to_eager")
     assert case is not None and tried == 1 and case.rule == "compiled"
     with pytest.raises(ValueError, match="unknown planted bug 'planted_nothing'"):
-        repros.planted_case("planted_nothing")
+        planted_case("planted_nothing")
 
 
 def test_cli_specs_name_d_rows_fuzzer_seeds_and_tester_programs() -> None:
@@ -222,10 +276,45 @@ def test_a_reproducer_built_in_a_worker_is_the_one_built_here(tmp_path: Path) ->
     from pipeline.compile_pool import run_tasks
     from pipeline.instruments.diagnostics.reproducers import build_row
 
-    case, _ = repros.planted_case("planted_off_by_one_ulp")
+    case, _ = planted_case("planted_off_by_one_ulp")
     assert case is not None
     here = build_row("fuzzer", case, tmp_path / "here")
     (pooled,) = run_tasks(build_row, [("fuzzer", case, tmp_path / "pooled")], torch.device("cpu"), 1, here=False)
     timing = ("minimize_seconds", "bisect_seconds", "folder")
     assert {k: v for k, v in here.items() if k not in timing} == {k: v for k, v in pooled.items() if k not in timing}
     assert here["status"] == "reproduces" and (tmp_path / "pooled" / here["id"] / "repro.py").is_file()
+
+
+def test_the_asset_reads_each_declared_table_by_name_and_builds_nothing_for_a_healthy_run(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from pipeline.definitions import build_resources
+    from pipeline.instruments.diagnostics.reproducers import reproducers
+    from pipeline.resources import ExperimentSettings
+
+    clean = _d_table().with_columns(bit_equal=pl.lit(True))
+    fuzz = pl.DataFrame({"seed": [3], "dtype": ["float32"], "class": ["ok"]})
+    diff = pl.DataFrame({"generator": ["typed"], "seed": [5], "dtype": ["float32"], "class": ["ok"], "features": ["x"]})
+
+    @dg.asset(name=D_TABLE)
+    def d_table() -> pl.DataFrame:
+        return clean
+
+    @dg.asset
+    def fuzz_outcomes() -> pl.DataFrame:
+        return fuzz
+
+    @dg.asset
+    def difftest_outcomes() -> pl.DataFrame:
+        return diff
+
+    settings = ExperimentSettings(profile="smoke", device="cpu")
+    result = dg.materialize(
+        [d_table, fuzz_outcomes, difftest_outcomes, reproducers],
+        resources=build_resources(settings, base_dir=str(tmp_path)),
+    )
+    assert result.success
+    assert result.output_for_node("reproducers").height == 0
+    (mat,) = [m for m in result.asset_materializations_for_node("reproducers")]
+    meta = {k: v.value for k, v in mat.metadata.items()}
+    assert (meta["d_contradicting_rows"], meta["d_not_built"], meta["reproducers"]) == (0, 0, 0)

@@ -212,10 +212,10 @@ def test_the_diff_rule_judges_classes_only_where_eager_has_the_references_class(
     """What the rule calls wrong, element by element (float32): a zero beside eager's one-ULP
     remainder is rounding; a lost sign of zero or a NaN where eager and fp64 are finite is not;
     where eager itself overflowed (NaN against a finite reference), fused's -inf is no worse."""
-    from precisionkit.repro import _CHECKS
+    from precisionkit.repro_rules import CHECKS
 
     scope: dict = {"torch": torch, "REDUCTION": 1}
-    exec(_CHECKS["diff"], scope)
+    exec(CHECKS["diff"], scope)
     wrong = scope["wrong"]
     f32 = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
     f64 = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
@@ -227,10 +227,10 @@ def test_the_diff_rule_judges_classes_only_where_eager_has_the_references_class(
 def test_the_diff_rule_measures_eager_noise_over_the_row() -> None:
     """bf16 attention: eager's element 0 happens to be close to fp64, its neighbour is off by 0.03;
     fused off by 0.07 at element 0 is rounding at that row's scale, off by 1 is not."""
-    from precisionkit.repro import _CHECKS
+    from precisionkit.repro_rules import CHECKS
 
     scope: dict = {"torch": torch, "REDUCTION": 1}
-    exec(_CHECKS["diff"], scope)
+    exec(CHECKS["diff"], scope)
     wrong = scope["wrong"]
     ref = torch.tensor([[0.0986, 0.5]], dtype=torch.float64)
     eager = torch.tensor([[0.0913, 0.53]], dtype=torch.bfloat16)
@@ -241,10 +241,10 @@ def test_the_diff_rule_measures_eager_noise_over_the_row() -> None:
 def test_the_diff_rule_widens_a_row_by_how_far_roundings_can_move_it() -> None:
     """An ill-conditioned row (a softmax over near-tied logits) where eager happens to land near fp64:
     the jittered fp64 runs move it by 11, so fused off by 11 is rounding there; off by 60 is not."""
-    from precisionkit.repro import _CHECKS
+    from precisionkit.repro_rules import CHECKS
 
     scope: dict = {"torch": torch, "REDUCTION": 1}
-    exec(_CHECKS["diff"], scope)
+    exec(CHECKS["diff"], scope)
     wrong = scope["wrong"]
     ref = torch.tensor([[30.27, 1.0]], dtype=torch.float64)
     eager = torch.tensor([[30.25, 1.0]], dtype=torch.float16)
@@ -260,10 +260,10 @@ def test_jittered_fp64_runs_keep_the_programs_aliasing_and_leave_integers_alone(
     """Every new float64 result moves by at most u of itself, differently per run; an in-place add
     through a view still lands in its base, and an index stays an index. A run whose moved values
     reach a jump (floor, comparison, index, cast to integers, floor division) is not used."""
-    from precisionkit.repro import _CHECKS
+    from precisionkit.repro_rules import CHECKS
 
     scope: dict = {"torch": torch, "REDUCTION": 1}
-    exec(_CHECKS["diff"], scope)
+    exec(CHECKS["diff"], scope)
 
     def graph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         y = x * 3.0

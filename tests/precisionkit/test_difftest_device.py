@@ -13,7 +13,8 @@ from repro_backends import SETUP
 
 from precisionkit import difftest, fuzz
 from precisionkit.difftest import gpu
-from precisionkit.repro import _CHECKS, Case, Input, namespace, render, sanitizer_command
+from precisionkit.repro import Case, Input, namespace, render, sanitizer_command
+from precisionkit.repro_rules import CHECKS
 
 _RECORDED: list[str] = []
 
@@ -95,7 +96,7 @@ class _OnDevice:
 
 def test_the_fp64_reference_falls_back_to_the_host_and_says_so() -> None:
     scope: dict = {"torch": torch}
-    exec(_CHECKS["diff"], scope)
+    exec(CHECKS["diff"], scope)
 
     def graph(x: torch.Tensor | _OnDevice) -> torch.Tensor:
         if isinstance(x, _OnDevice):
@@ -139,7 +140,8 @@ def test_the_locator_records_where_it_ran_and_where_fp64_ran() -> None:
 
 
 def test_reproducer_environment_and_cases_take_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import repros
+    from pipeline.instruments.diagnostics import cases
+    from pipeline.instruments.diagnostics import repro_build as repros
 
     assert repros.environment("meta")["device"] == "meta" and "gpu" not in repros.environment("cpu")
     monkeypatch.setattr(repros, "device_name", lambda d: "NVIDIA H100 80GB HBM3")
@@ -151,8 +153,8 @@ def test_reproducer_environment_and_cases_take_the_device(monkeypatch: pytest.Mo
     env = repros.gpu_environment(torch.device("cuda"))
     assert env["gpu"] == "NVIDIA H100 80GB HBM3" and (env["compute_capability"], env["driver"]) == ("9.0", "550.54")
     assert env["cuda"] == "12.4" and env["triton"]
-    assert repros.difftest_case("norm", 2, device="cuda").device == "cuda"
-    assert repros.fuzz_case(4, device="cuda:0").device == "cuda:0"
+    assert cases.difftest_case("norm", 2, device="cuda").device == "cuda"
+    assert cases.fuzz_case(4, device="cuda:0").device == "cuda:0"
 
 
 # --- crashes on the device ------------------------------------------------------------------------
@@ -200,7 +202,7 @@ def test_device_faults_are_told_from_compile_errors() -> None:
 def test_a_crashing_cuda_reproducer_is_offered_compute_sanitizer(tmp_path: object) -> None:
     from pathlib import Path
 
-    from pipeline.repros import sanitizer_for
+    from pipeline.instruments.diagnostics.repro_build import sanitizer_for
 
     found = lambda name: f"/opt/cuda/bin/{name}"  # noqa: E731
     cmd = sanitizer_command("repro.py", "/usr/bin/python3", found)

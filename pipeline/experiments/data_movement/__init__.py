@@ -1,6 +1,6 @@
 """D: is pure data movement bit-exact between eager and fused?"""
 
-from ...experiment import BaselineTable, Experiment
+from ...experiment import BaselineTable, Experiment, Reproducers
 from . import report, spec
 
 
@@ -8,6 +8,12 @@ def _load():
     from . import assets
 
     return (assets,)
+
+
+def _repro_cases():
+    from . import repro_cases
+
+    return repro_cases
 
 
 EXPERIMENT = Experiment(
@@ -30,4 +36,9 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Data movement",
     matrix="judged",
+    # every contradicting row (one per subgraph and dtype) gets a reproducer bisected through Inductor's knobs
+    # and the toolchain's flags too: a data-movement fault can sit in generated code
+    reproducers=Reproducers(
+        table="data_movement_check_table", prefix="d", load=_repro_cases, knobs=True, max_checks=40
+    ),
 )

@@ -1,4 +1,4 @@
-"""Reproducers for the pipeline's contradictions, fuzzer mismatches and planted bugs.
+"""Building a reproducer folder from a case, and re-running the folders.
 
 Each one is a folder ``<data>/<profile>/repros/<id>/``:
 
@@ -14,9 +14,9 @@ the kernel excerpt is the generated Triton code, the bisection's toolchain layer
 (:func:`precisionkit.bisect.knob_sets`), and a reproducer that crashed is offered a
 ``compute-sanitizer`` command line where the tool is installed.
 
-Sources of cases: :func:`planted_case` (a planted bug of the regression matrix, found by probing
-small graphs until one shows the fault while healthy Inductor stays clean), :func:`d_case`
-(a row of D's check table), :func:`fuzz_case` (a fuzzer seed).
+Where cases come from: an experiment's contradicting rows, through the reproducer cases its record
+declares (``Experiment.reproducers``); the fuzzers' seeds (:mod:`.cases`); the planted bugs of the
+regression matrix (:mod:`pipeline.instruments.regression.probes`).
 """
 
 from __future__ import annotations
@@ -37,16 +37,11 @@ import torch
 
 from precisionkit import bisect as pk_bisect
 from precisionkit import minimize as pk_minimize
-from precisionkit.repro import Case, Input, lines_of, render, reproduces, run_script, sanitizer_command, write
+from precisionkit.repro import Case, lines_of, render, run_script, sanitizer_command, write
 
-from .devices import cpu_model, device_name, device_versions
-from .experiments.data_movement.spec import repro_id as d_repro_id
+from ...devices import cpu_model, device_name, device_versions
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PLANTED_SETUP = (
-    "from pipeline.instruments.regression.planted_bugs import register_planted_backends  # the planted fault\n\n"
-    "register_planted_backends()\n"
-)
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 Log = Callable[[str], None]
 
@@ -128,145 +123,6 @@ def environment(device: str | torch.device = "cpu") -> dict[str, str]:
         or "none set",
         **(gpu_environment(dev) if dev.type == "cuda" else {}),
     }
-
-
-# --- cases ---------------------------------------------------------------------------------------
-
-
-def _probe(name: str, source: str, inputs: tuple[Input, ...], rule: str, slack: int = 0) -> Case:
-    return Case(name, source, inputs, rule=rule, slack=slack, setup=PLANTED_SETUP)
-
-
-def planted_probes() -> list[Case]:
-    """Small graphs in the forms the experiments use, each with the rule that judges it; every
-    elementwise probe is exact in eager (scaling by 2 commutes with rounding), so any ULP of
-    error is the fused path's own. The row length 20 is not a multiple of a vector width."""
-    chain = "def graph(x):\n    y = x * 1.5\n    y = torch.relu(y)\n    return y * 2.0\n"
-    total = "def graph(x):\n    y = x * 2.0\n    return y.sum(dim=-1)\n"
-    x = (Input("x", (4, 20), "float32", 11),)
-    return [
-        _probe("chain", chain, x, "compiled"),
-        _probe("sum", total, x, "repeat"),
-        _probe("chain", chain, x, "ulp"),
-        _probe("sum", total, x, "ulp", slack=8),
-        _probe("long_sum", total, (Input("x", (2, 2048), "float32", 12),), "ulp", slack=16),
-        _probe("transposed", chain, (Input("x", (12, 20), "float32", 13, layout="transposed"),), "ulp"),
-    ]
-
-
-def planted_case(bug: str, log: Log | None = None) -> tuple[Case | None, int]:
-    """The first probe that shows planted bug ``bug`` while healthy Inductor stays clean, and how
-    many probes were run."""
-    from .instruments.regression.planted_bugs import PLANTED_BUGS, register_planted_backends
-
-    if bug not in PLANTED_BUGS:
-        raise ValueError(f"unknown planted bug {bug!r}; known: {', '.join(PLANTED_BUGS)}")
-    register_planted_backends()
-    tried = 0
-    for probe in planted_probes():
-        case = probe.with_(
-            id=bug.removeprefix("planted_"),
-            backend=bug,
-            title=f"planted bug {bug}: {PLANTED_BUGS[bug].fault_class}",
-            origin=f"planted-bug matrix, probe {probe.id!r}",
-        )
-        tried += 1
-        hit, msg = reproduces(case)
-        if log:
-            log(f"  probe {probe.id} ({probe.rule}): {'reproduces' if hit else 'clean'}: {msg}")
-        if hit and not reproduces(case, "inductor")[0]:
-            return case, tried
-    return None, tried
-
-
-def d_case(
-    subgraph: str,
-    dtype: str,
-    shape: tuple[int, ...],
-    layout: str,
-    backend: str = "inductor",
-    device: str = "cpu",
-    derived_seed: Callable[..., int] | None = None,
-) -> Case:
-    """A row of D's check table as a case on ``device`` (the run's): the subgraph traced to plain
-    code, judged bit for bit against eager, on the row's own inputs: ``x`` and ``y`` from the seeds
-    D derives for the row (``derived_seed``: the run's, by default that of a run with the default
-    base seed), salted with special values where D salts them (pure graphs: ``y`` then in the row's
-    dtype) and drawn as D draws them, so the file reproduces what the check table saw."""
-    from .experiments.data_movement.assets import input_key, input_seeds
-    from .experiments.data_movement.movement import CATALOGUE, LAYOUTS
-
-    if subgraph not in CATALOGUE:
-        raise ValueError(f"unknown D subgraph {subgraph!r}; known: {', '.join(CATALOGUE)}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown D layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    if len(shape) != 3:
-        raise ValueError(f"D's activations are [batch, seq, hidden]; got shape {shape}")
-    graph = CATALOGUE[subgraph]
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    key = input_key(subgraph, dtype, tuple(shape), layout)
-    x_seed, y_seed = input_seeds(key, derived_seed or _default_derived_seed())
-    salted = key[3]
-    # D draws a salted y in the row's dtype and an unsalted one in fp64, cast to the type the graph reads
-    y_dtype = str(graph.y_dtype(torch_dtype)).removeprefix("torch.")
-    if salted and y_dtype != dtype:
-        raise ValueError(f"D subgraph {subgraph!r} salts y in {dtype} but reads it as {y_dtype}")
-    lay, values = "transposed" if layout == "transposed_view" else "contiguous", "specials" if salted else "normal"
-    inputs = (
-        Input("x", tuple(shape), dtype, x_seed, lay, values=values),
-        Input("y", tuple(shape), y_dtype, y_seed, lay, values=values),
-    )
-    source = pk_minimize.graph_source(torch.fx.symbolic_trace(graph.fn))
-    return Case(
-        d_repro_id(subgraph, dtype, "x".join(map(str, shape)), layout),
-        source,
-        inputs,
-        backend=backend,
-        rule="bitwise",
-        title=f"D: {graph.title} ({dtype}, {'x'.join(map(str, shape))}, {layout}) is not bit-exact",
-        origin="D data-movement check table",
-        device=device,
-    )
-
-
-def _default_derived_seed() -> Callable[..., int]:
-    """The seed derivation of a run with the default base seed (settings' other fields play no part)."""
-    from .resources import ExperimentSettings
-
-    return ExperimentSettings(device="cpu", backend="inductor").derived_seed
-
-
-def fuzz_case(seed: int, backend: str = "inductor", dtype: str | None = None, device: str = "cpu") -> Case:
-    """A fuzzer seed's graph as a case, judged by the fuzzer's own tolerance rule against fp64."""
-    from precisionkit import fuzz
-
-    graph = fuzz.generate(seed, dtype=dtype)
-    tol, _, _ = graph.tolerance()
-    inputs = tuple(Input(name, tuple(shape), graph.dtype, s, scale=scale) for name, shape, scale, s in graph.inputs)
-    return Case(
-        f"fuzz-{seed}-{graph.dtype}",
-        graph.source(),
-        inputs,
-        backend=backend,
-        rule="fp64",
-        atol=tol.atol,
-        rtol=tol.rtol,
-        title=f"fuzzer seed {seed} ({graph.dtype}): {graph.op_list()}",
-        origin="differential graph fuzzer",
-        device=device,
-    )
-
-
-def difftest_case(
-    generator: str, seed: int, dtype: str | None = None, backend: str = "inductor", device: str = "cpu"
-) -> Case:
-    """A program of the differential tester on ``device`` as a case (its own ``diff`` rule)."""
-    from precisionkit import difftest
-
-    case = difftest.generate(seed, generator, dtype, device=device)
-    return case.with_(backend=backend)
 
 
 # --- building a reproducer -----------------------------------------------------------------------
