@@ -9,9 +9,9 @@ import torch
 
 from pipeline import files, storage
 from pipeline.experiments.accumulated_error import assets as b
+from pipeline.experiments.accumulated_error import chain_runs as b_runs
 from pipeline.experiments.accumulated_error import checks as b_checks
 from pipeline.experiments.accumulated_error import rules as b_rules
-from pipeline.experiments.accumulated_error import runs as b_runs
 from pipeline.experiments.accumulated_error import summary as b_summary
 from pipeline.experiments.accumulated_error.stages import CHAIN_STAGES
 from pipeline.experiments.toolkit import assets as toolkit

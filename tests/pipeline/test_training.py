@@ -17,7 +17,8 @@ from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
 from pipeline.experiments.training import curves as curve_tables
 from pipeline.experiments.training import judge as judging
-from pipeline.experiments.training import rules, runs
+from pipeline.experiments.training import rules
+from pipeline.experiments.training import run_set as runs
 from pipeline.experiments.training.config import TrainConfig
 from pipeline.experiments.training.corpus import EVAL_FRACTION, load_corpus
 from pipeline.experiments.training.gpt import GPT, nudge_one_ulp

@@ -3,7 +3,7 @@
 Every operator chain of :data:`CHAINS` runs on each stored input set three ways: eager (op by op),
 fused (``torch.compile`` with the configured backend) and fused with
 ``emulate_precision_casts`` (intermediates rounded as eager rounds them; the runs are in
-:mod:`.runs`). Each output is judged against the stored fp64 reference; per-set errors become a
+:mod:`.chain_runs`). Each output is judged against the stored fp64 reference; per-set errors become a
 table, and the table a verdict per chain x distribution x dtype (:mod:`.summary`) under
 :data:`.rules.RULE`, declared in :mod:`.rules` before any data: paired fused vs eager per set, P99
 across sets of the per-set max scale-aware ULP error, a materiality threshold of one scale-aware
@@ -32,9 +32,9 @@ from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
 from ...workloads import CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
+from .chain_runs import EVIDENCE_SCHEMA, fused_ops, run_chain
 from .explanations import explain
 from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
-from .runs import EVIDENCE_SCHEMA, fused_ops, run_chain
 from .spec import GROUP
 from .stages import CHAIN_STAGES
 from .summary import is_counterexample, summarize

@@ -68,14 +68,14 @@ from .rules import (
     RULE,
     margin_text,
 )
-from .runs import curve_frame, execution_order, main_precision, run_lanes, run_plan, run_summary, sorted_json
+from .run_set import curve_frame, execution_order, main_precision, run_lanes, run_plan, run_summary, sorted_json
 from .spec import GROUP, ID
 
 # ------------------------------------------------------------------------------------- assets
 
 
 def train_planned(cfg: TrainConfig, checkpoint_dir: str) -> TrainResult:
-    """One planned run (a compile-pool task: here or in a worker process, see :func:`.runs.run_lanes`)."""
+    """One planned run (a compile-pool task: here or in a worker process, see :func:`.run_set.run_lanes`)."""
     return train(cfg, _corpus(), checkpoint_dir=Path(checkpoint_dir))
 
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from .judge import TrainingJudgement, is_finite, judge_training, rms
 from .rules import JUDGED_METRICS, REPLICATE_ORDERS
-from .runs import control_run, fused_run, replicate_run
+from .run_set import control_run, fused_run, replicate_run
 
 #: Metrics compared between the paths; perplexity is exp(eval_loss), so it is only in the final table.
 DEVIATION_METRICS = JUDGED_METRICS

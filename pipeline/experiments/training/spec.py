@@ -8,7 +8,7 @@ model ([2 layers, width 64, context 64, batch 8]) and its 150 steps are chosen f
 pairs fused with eager on five data orders, each with its one-ULP control: fifteen runs of 150 steps,
 which took 4 min 33 s to 6 min 15 s there in three whole default reports, one run after another on two
 threads; on a 2-core Xeon with native bf16 (AVX-512, AMX-BF16) they measured 82 to 92 s. On a CPU
-with two or more threads the runs now go side by side, one thread each (:func:`.runs.run_lanes`): the
+with two or more threads the runs now go side by side, one thread each (:func:`.run_set.run_lanes`): the
 model's matmuls are too small to use a second thread well (60 steps: 10.3 s on one thread, 8.8 s on two);
 the fifteen runs then took 3 min 35 s and 3 min 41 s in two whole cold default reports there.
 The fp32 eager/fused pair (``fp32_control``) runs in

@@ -1,4 +1,4 @@
-"""E's runs: which runs one materialization trains (:func:`run_plan`), under which names, and the
+"""E's run set: which runs one materialization trains (:func:`run_plan`), under which names, and the
 stored curve table a run becomes (:data:`CURVE_SCHEMA`, :func:`curve_frame`)."""
 
 import json
