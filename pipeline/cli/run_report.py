@@ -32,7 +32,7 @@ def _workloads_problem(workloads: str, device: str) -> str | None:
     """The one line a bad workload spec gets (each workload is imported, built and asked for inputs), or None."""
     if not workloads.strip():
         return None
-    from ..experiments.models.workloads import WorkloadError, load_workloads
+    from ..experiments.models.user_workloads import WorkloadError, load_workloads
     from ..resources import resolve_device
 
     try:

@@ -11,7 +11,7 @@ from pipeline import cli
 from pipeline.definitions import build_resources, defs
 from pipeline.experiments import experiment
 from pipeline.experiments.models import compute, judge
-from pipeline.experiments.models.workloads import WorkloadError, load_workloads
+from pipeline.experiments.models.user_workloads import WorkloadError, load_workloads
 from pipeline.experiments.models.zoo import ARCHITECTURES, zoo_workloads
 from pipeline.reporting.pages import experiment_page
 from pipeline.reporting.render import Report

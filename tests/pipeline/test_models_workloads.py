@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.experiments.models import compute, judge
-from pipeline.experiments.models.workloads import WorkloadError, check_workload, load_workloads
+from pipeline.experiments.models.user_workloads import WorkloadError, check_workload, load_workloads
 
 CPU = torch.device("cpu")
 BATCHES, BATCH_SIZE = 2, 2  # M's smoke size is 3 batches of 2; two keep these compiles short

@@ -28,7 +28,7 @@ from ...tables import markdown_table
 from .compute import DTYPES, ModelRun, batch_inputs, model_seeds, run_architecture, working_module
 from .judge import needs_locating, output_table, verdict_table
 from .spec import GROUP, ID
-from .workloads import WorkloadError, load_workloads, workload_dtypes
+from .user_workloads import WorkloadError, load_workloads, workload_dtypes
 from .zoo import zoo_workloads
 
 OUTS = {
