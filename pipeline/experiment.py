@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from .fusion_checks import ExpectedFusion
+
 #: A page section of the report: markdown built from the stored values the report holds. Called with
 #: the report (``pipeline.reporting.render.Report``, not imported here: the report imports this module)
 #: and the experiment.
@@ -106,6 +108,9 @@ class Experiment:
     short: str = ""
     #: Its reproducer cases (None: its claims have no row-level contradiction to reproduce).
     reproducers: Reproducers | None = None
+    #: The stored tables that carry its fusion evidence and which of their rows are fused paths; a run-validity
+    #: check is generated from each (:func:`pipeline.fusion_checks.fusion_check`).
+    fusion: tuple[ExpectedFusion, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sizes:
@@ -123,6 +128,12 @@ class Experiment:
 
     def checks(self) -> list[dg.AssetChecksDefinition]:
         return list(_loaded(self)[1])
+
+    def generated_checks(self) -> list[dg.AssetChecksDefinition]:
+        """The checks generated from the record's declarations (new definition objects on each call)."""
+        from .fusion_checks import fusion_check
+
+        return [fusion_check(self.id, expected) for expected in self.fusion]
 
     def baseline_assets(self) -> tuple[str, ...]:
         """The stored values a baseline of this experiment holds (all must exist to promote it)."""
@@ -158,7 +169,7 @@ def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.
     """The assets and checks of ``exp``'s modules, loaded once (each load makes new definition objects)."""
     modules = exp.load_modules()
     assets = tuple(a for a in dg.load_assets_from_modules(modules) if isinstance(a, dg.AssetsDefinition))
-    return assets, tuple(dg.load_asset_checks_from_modules(modules))
+    return assets, (*dg.load_asset_checks_from_modules(modules), *exp.generated_checks())
 
 
 def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
@@ -166,4 +177,12 @@ def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
     return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
-__all__ = ["BaselineTable", "Experiment", "ReportSection", "Reproducers", "declared_sizes", "flat_sizes"]
+__all__ = [
+    "BaselineTable",
+    "ExpectedFusion",
+    "Experiment",
+    "ReportSection",
+    "Reproducers",
+    "declared_sizes",
+    "flat_sizes",
+]

@@ -1,18 +1,103 @@
-"""The rows of a stored table whose fusion evidence does not show a fused run, by
-:func:`precisionkit.evidence.fusion_defects` (the one rule the experiments' validity checks share)."""
+"""Fusion evidence as an experiment declares it, and the validity checks generated from the declarations.
+
+An experiment whose stored tables carry fusion evidence (precisionkit's columns: ``kernel_count``,
+``graph_breaks``, ``recompiles``, ``graph_count``, ``fused_library_calls``) declares, per table, which rows
+are fused paths (:class:`ExpectedFusion`, on its record). From each declaration one run-validity check is
+generated (:func:`fusion_check`), judged by the one rule the experiments share,
+:func:`precisionkit.evidence.fusion_defects`: a fused path compiled a graph, generated a kernel, and neither
+broke its graph nor recompiled. So a new experiment gets its fusion check by declaring its table, and no
+experiment writes the rule again.
+"""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
 import polars as pl
 
 from precisionkit.evidence import fusion_defects
 
+from .scalars import as_int
+from .verdicts import validity_check, validity_result
 
-def unfused_rows(table: pl.DataFrame, *kinds: str, library_calls_fuse: bool = False) -> pl.DataFrame:
-    """The rows of ``table`` (columns of :class:`precisionkit.FusionEvidence`, e.g. ``kernel_count``,
-    ``graph_breaks``, ``recompiles``) with a defect of one of ``kinds`` (any kind when none is named)."""
-    mask = [
-        any(not kinds or kind in kinds for kind in fusion_defects(row, library_calls_fuse=library_calls_fuse))
-        for row in table.iter_rows(named=True)
-    ]
-    return table.filter(pl.Series(mask, dtype=pl.Boolean))
+
+@dataclass(frozen=True)
+class ExpectedFusion:
+    """One stored table whose rows carry fusion evidence, and which of its rows must show a fused run."""
+
+    table: str  # the asset (a polars table) holding the evidence columns
+    names: tuple[str, ...]  # the columns that name a row in the check's messages
+    #: ``(column, values)`` pairs: only rows whose column holds one of the values are fused paths (an eager
+    #: or control row carries evidence too); empty: every row is one.
+    fused_where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    #: A column that, where it is not null, says why a path was not run on this machine (such rows are
+    #: not judged; "" when the table has none).
+    not_run: str = ""
+    #: A call of a fused library kernel (one attention kernel a pattern rewrite put in) counts as a fused
+    #: kernel (:func:`precisionkit.evidence.fusion_defects`).
+    library_calls_fuse: bool = False
+
+    @property
+    def check_name(self) -> str:
+        return f"{self.table}_shows_fusion"
+
+    def fused_rows(self, table: pl.DataFrame) -> pl.DataFrame:
+        """The rows that must show a fused run."""
+        missing = [c for c in (*self.names, *(c for c, _ in self.fused_where), self.not_run) if c and c not in table]
+        if missing:
+            raise ValueError(f"{self.table} has no column {', '.join(missing)} that its fusion declaration names")
+        for column, values in self.fused_where:
+            table = table.filter(pl.col(column).is_in(list(values)))
+        if self.not_run:
+            table = table.filter(pl.col(self.not_run).is_null())
+        return table
+
+    def problems(self, table: pl.DataFrame) -> list[str]:
+        """One line per fused row whose evidence does not show a fused run: its name and what is missing."""
+        out = []
+        for row in self.fused_rows(table).iter_rows(named=True):
+            defects = fusion_defects(row, library_calls_fuse=self.library_calls_fuse)
+            if defects:
+                out.append(f"{'/'.join(str(row[c]) for c in self.names)}: {', '.join(defects.values())}")
+        return out
+
+
+def fusion_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDefinition:
+    """The run-validity check generated from ``experiment``'s declaration ``expected``: ERROR naming every
+    fused row of the table whose evidence does not show a fused run."""
+    which = (
+        " and ".join(f"{c} in ({', '.join(map(str, v))})" for c, v in expected.fused_where)
+        if expected.fused_where
+        else "every row"
+    )
+    kernel = "a generated kernel" + (" (or a fused library kernel)" if expected.library_calls_fuse else "")
+    description = (
+        f"Run validity of {experiment}, generated from its declared fusion evidence: {which} of {expected.table}"
+        + (f" (rows not run on this machine, with {expected.not_run} set, aside)" if expected.not_run else "")
+        + f" shows a fused run: a compiled graph, {kernel}, no graph break, no recompile."
+    )
+
+    def check(*args: Any, **kwargs: Any) -> dg.AssetCheckResult:
+        table: pl.DataFrame = args[0] if args else kwargs[expected.table]
+        fused = expected.fused_rows(table)
+        problems = expected.problems(table)
+        kernels = as_int(fused["kernel_count"].min(), "kernel_count") if "kernel_count" in fused and fused.height else 0
+        return validity_result(
+            problems,
+            {
+                "fused_rows": fused.height,
+                "rows_not_fused": len(problems),
+                "min_kernel_count": kernels,
+                "declared_by": experiment,
+            },
+        )
+
+    check.__name__ = expected.check_name
+    # Dagster hands the checked table to the parameter named after the asset
+    check.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(expected.table, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+    return validity_check(asset=expected.table, name=expected.check_name, description=description)(check)

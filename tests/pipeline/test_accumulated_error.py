@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pipeline import files, storage
+from pipeline.experiments import experiment
 from pipeline.experiments.accumulated_error import assets as b
 from pipeline.experiments.accumulated_error import chain_runs as b_runs
 from pipeline.experiments.accumulated_error import checks as b_checks
@@ -34,6 +35,7 @@ B_CHECKS = [
     b_checks.accumulated_error_run_valid,
     b_checks.fused_worse_within_rule,
     b_checks.fully_masked_rows_answer_defined,
+    *experiment("B").generated_checks(),
 ]
 UPSTREAM = [
     a
@@ -179,6 +181,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
         "accumulated_error_run_valid",
         "fused_worse_within_rule",
         "fully_masked_rows_answer_defined",
+        "accumulated_error_fusion_evidence_shows_fusion",
     }
     # Every fully masked row (every set of fully_masked, both dtypes, both fused paths) answers as fp64 does.
     masked = checks["fully_masked_rows_answer_defined"]
@@ -190,6 +193,8 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
     assert (library["fused_element_test"] == "absolute").all() and (library["fused_misrounded_elements"] == 0).all()
     assert (library["fused_bound_use_max"] < 1).all() and (library["fused_bound_half_ulps_median"] > 1).all()
     assert checks["accumulated_error_run_valid"].passed, checks["accumulated_error_run_valid"].metadata
+    fusion = checks["accumulated_error_fusion_evidence_shows_fusion"]
+    assert fusion.passed and fusion.metadata["fused_rows"].value == 2 * len(CHAINS) * len(b_rules.DTYPES_B)
     for chain in CHAINS:
         ev = checks[f"fused_not_worse_than_eager_{chain}"]
         assert ev.metadata["outcome"].value == "claim"
@@ -541,7 +546,7 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
     resources = build_resources(
         ExperimentSettings(profile="smoke", device="cpu", backend=backend), base_dir=str(tmp_path)
     )
-    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid]
+    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid, *experiment("B").generated_checks()]
     result = dg.materialize(
         [*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks],
         resources=resources,
@@ -550,6 +555,7 @@ def test_realistic_faults_contradict_the_claim_at_error(tmp_path, backend, fault
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
     # The run itself is valid (fused with evidence, eager finite): the fault is judged as a claim.
     assert evals["accumulated_error_run_valid"].passed, evals["accumulated_error_run_valid"].metadata
+    assert evals["accumulated_error_fusion_evidence_shows_fusion"].passed
     hit = evals[f"fused_not_worse_than_eager_{expect_chain}"]
     assert not hit.passed and hit.severity == dg.AssetCheckSeverity.ERROR
     assert hit.metadata["verdict"].value == "contradicted"
@@ -589,7 +595,7 @@ def test_a_fused_path_this_torch_cannot_compile_is_inconclusive_with_its_reason(
 
     monkeypatch.setattr(b_runs, "_path_options", options)
     resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
-    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid]
+    checks = [*b_checks.chain_checks, b_checks.accumulated_error_run_valid, *experiment("B").generated_checks()]
     result = dg.materialize(
         [*UPSTREAM, b.accumulated_error_runs, b.accumulated_error_summary, *checks], resources=resources
     )
@@ -597,6 +603,9 @@ def test_a_fused_path_this_torch_cannot_compile_is_inconclusive_with_its_reason(
     evals = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert evals["accumulated_error_run_valid"].passed, evals["accumulated_error_run_valid"].metadata
     assert evals["accumulated_error_run_valid"].metadata["paths_not_run"].value == len(CHAINS) * len(b_rules.DTYPES_B)
+    # the paths not run are not judged for fusion: the compiled ones are, and fused
+    fusion = evals["accumulated_error_fusion_evidence_shows_fusion"]
+    assert fusion.passed and fusion.metadata["fused_rows"].value == len(CHAINS) * len(b_rules.DTYPES_B)
     for chain in CHAINS:
         claim = evals[f"fused_not_worse_than_eager_{chain}"]
         assert claim.metadata["verdict"].value == "inconclusive"

@@ -69,6 +69,8 @@ def test_it_is_materialized_judged_and_on_the_site(fixture_run):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     outcome = [line.split() for line in proc.stdout.splitlines() if line.startswith("F ")]
     assert outcome == [["F", "valid", "supported", "0"]]  # the run's outcome table: validity, verdict, findings
+    # its validity is the check generated from its one-line fusion declaration
+    assert "fixture_scale_ulp_shows_fusion" in proc.stdout
     base = fixture_run["base"]
     assert (base / "data" / "smoke" / "fixture_scale_ulp.parquet").is_file()
     page = (base / "site" / "docs" / "results" / "fixture-scale.md").read_text()

@@ -3,6 +3,7 @@ import polars as pl
 import pytest
 import torch
 
+from pipeline.experiments import experiment
 from pipeline.experiments.reduction_order import accuracy as c2_accuracy
 from pipeline.experiments.reduction_order import assets as c2_assets
 from pipeline.experiments.reduction_order import bounds as c2_bounds
@@ -24,10 +25,12 @@ CHECKS = [
     c2_checks.c2_probabilistic_margin,
     c2_checks.c2_fp16_differences_as_predicted,
     c2_checks.c2_fused_not_less_accurate_than_eager,
+    *experiment("C2").generated_checks(),
 ]
 ASSETS = [c2_assets.c2_reduction_order, *CHECKS]
 KINDS = {
     "c2_run_valid": VALIDITY,
+    "c2_versions_shows_fusion": VALIDITY,
     "c2_versions_self_deterministic": CLAIM,
     "c2_versions_within_fp64_band": CLAIM,
     "c2_fp16_partials_within_bound": CLAIM,

@@ -1,15 +1,11 @@
-"""pipeline.runs: the one query for "records of this profile and device", and the fused-run filter
-of stored tables (pipeline.fusion_checks)."""
+"""pipeline.runs: the one query for "records of this profile and device"."""
 
 from __future__ import annotations
 
 import dagster as dg
-import polars as pl
 import pytest
 
 from pipeline import runs
-from pipeline.fusion_checks import unfused_rows
-from precisionkit.evidence import GRAPH_BREAK, NO_KERNEL, RECOMPILE
 
 LOCAL_SMOKE = {"provenance.profile": "smoke", "provenance.device_label": "cpu-a"}
 LOCAL_SEED = {"provenance.profile": "seed", "provenance.device_label": "cpu-a"}
@@ -41,18 +37,3 @@ def test_records_filters_the_newest_materializations_newest_first():
         assert [m["i"] for *_, m in runs.records(instance, key, device="H200")] == [2]
         # the limit counts the materializations read, before the filter
         assert [m["i"] for *_, m in runs.records(instance, key, "smoke", origin="local", limit=2)] == [3]
-
-
-def test_unfused_rows_by_kind():
-    table = pl.DataFrame(
-        {
-            "name": ["ok", "no kernel", "broken", "recompiled"],
-            "kernel_count": [2, 0, 1, 3],
-            "graph_breaks": [0, 0, 1, 0],
-            "recompiles": [0, 0, 0, 2],
-        }
-    )
-    assert unfused_rows(table)["name"].to_list() == ["no kernel", "broken", "recompiled"]
-    assert unfused_rows(table, NO_KERNEL)["name"].to_list() == ["no kernel"]
-    assert unfused_rows(table, GRAPH_BREAK, RECOMPILE)["name"].to_list() == ["broken", "recompiled"]
-    assert unfused_rows(table.clear()).height == 0

@@ -32,4 +32,5 @@ EXPERIMENT = Experiment(
     ),
     short="Accumulated error",
     matrix="judged",
+    fusion=spec.FUSION,
 )

@@ -7,10 +7,24 @@ emulated precision casts (the fp32 single-rounding prediction runs eagerly). ``C
 a test checks the smoke run's fusion evidence against :func:`compiles`, and ``benchmarks/gpu_budget.py``
 reads it."""
 
+from ...fusion_checks import ExpectedFusion
+
 ID, GROUP = "B", "B_accumulated_error"
 
 #: The paths B compiles, once per chain and dtype each, in every profile.
 COMPILED_PATHS = ("fused", "fused_emulate")
+
+#: Each compiled path of each chain and dtype; a path this torch cannot compile is not run (its row says why,
+#: in ``unavailable``), and a chain rewritten into one fused attention kernel generates none of its own.
+FUSION = (
+    ExpectedFusion(
+        "accumulated_error_fusion_evidence",
+        names=("chain", "dtype", "path"),
+        fused_where=(("path", COMPILED_PATHS),),
+        not_run="unavailable",
+        library_calls_fuse=True,
+    ),
+)
 
 
 def compiles(chains: int, dtypes: int) -> int:

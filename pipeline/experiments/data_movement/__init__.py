@@ -41,4 +41,5 @@ EXPERIMENT = Experiment(
     reproducers=Reproducers(
         table="data_movement_check_table", prefix="d", load=_repro_cases, knobs=True, max_checks=40
     ),
+    fusion=spec.FUSION,
 )

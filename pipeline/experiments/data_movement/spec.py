@@ -13,7 +13,12 @@ the pure graphs and 3 for the counterexamples, 21 at the seed's three shapes.
 
 from dataclasses import dataclass
 
+from ...fusion_checks import ExpectedFusion
+
 ID, GROUP = "D", "D_data_movement"
+
+#: Every row of the check table is one compiled combination (subgraph, dtype, shape, layout).
+FUSION = (ExpectedFusion("data_movement_check_table", names=("subgraph", "dtype", "shape", "layout")),)
 
 
 @dataclass(frozen=True)

@@ -43,4 +43,5 @@ EXPERIMENT = Experiment(
     ),
     sizes=spec.SIZES,
     short="Determinism",
+    fusion=spec.FUSION,
 )

@@ -2,7 +2,12 @@
 
 from dataclasses import dataclass
 
+from ...fusion_checks import ExpectedFusion
+
 ID, GROUP = "A", "A_determinism"
+
+#: Every round of every dtype runs one fused program: its row carries that program's fusion evidence.
+FUSION = (ExpectedFusion("determinism_summary", names=("round", "dtype")),)
 
 
 @dataclass(frozen=True)

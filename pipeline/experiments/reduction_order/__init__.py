@@ -34,4 +34,5 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Reduction order",
     matrix="judged",
+    fusion=spec.FUSION,
 )

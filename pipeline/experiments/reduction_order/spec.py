@@ -2,7 +2,12 @@
 
 from dataclasses import dataclass
 
+from ...fusion_checks import ExpectedFusion
+
 ID, GROUP = "C2", "C2_reduction_order"
+
+#: The fused versions (Inductor's default, its knobs, the tilings); the eager version carries no fusion.
+FUSION = (ExpectedFusion("c2_versions", names=("version",), fused_where=(("mode", ("fused",)),)),)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
     """Assets and checks of the S module and the chosen experiments' modules; unavailable modules
     (an experiment still being written) are reported instead of failing the matrix."""
     modules, unavailable = [m for e in UPSTREAM for m in e.load_modules()], []
+    generated = [c for e in UPSTREAM for c in e.generated_checks()]
     for exp in experiments:
         if exp not in MATRIX_EXPERIMENTS:
             raise ValueError(
@@ -67,9 +68,11 @@ def matrix_definitions(experiments: list[str]) -> tuple[list[Any], list[str]]:
             modules.extend(RUNNABLE[exp].load_modules())
         except Exception as exc:  # noqa: BLE001
             unavailable.append(f"{exp}: {type(exc).__name__}: {exc}")
+        else:
+            generated.extend(RUNNABLE[exp].generated_checks())
     assets = list(dg.load_assets_from_modules(modules))
     checks = list(dg.load_asset_checks_from_modules(modules))
-    return [*assets, *checks], unavailable
+    return [*assets, *checks, *generated], unavailable
 
 
 def declared_outcomes(defs: list[Any]) -> dict[str, str]:
