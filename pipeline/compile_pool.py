@@ -58,6 +58,7 @@ def pool_size(
     task_bytes: int | None = None,
     device_bytes: int | None = None,
     compile_bound: bool = False,
+    compiles_per_task: float = 1.0,
 ) -> int:
     """Processes that run ``tasks`` independent compile tasks on ``device`` (this one included).
 
@@ -72,8 +73,8 @@ def pool_size(
       (13 s measured on a loaded 2-core CPU: :class:`Worker` to ready) before it has saved anything;
     * on a CPU, for ``compile_bound`` tasks (graphs of a few small tensors, the fuzzer's and the
       differential tester's, whose cost is Dynamo's and Inductor's Python on one core), one per core as
-      on an accelerator, as long as each has :data:`CPU_TASKS_PER_WORKER` tasks or more to pay for its
-      start: 20 fuzzer graphs, cold, took 39.2 s in this process alone and 32.0 s with one worker
+      on an accelerator, as long as each has :data:`CPU_TASKS_PER_WORKER` compiles or more to pay for its
+      start (a task is ``compiles_per_task`` compiles): 20 fuzzer graphs, cold, took 39.2 s in this process alone and 32.0 s with one worker
       beside it on an idle AVX2-only 2-core CPU, the worker's start included.
 
     On an accelerator, ``task_bytes`` (the most device memory one task holds at once) caps the count
@@ -95,7 +96,7 @@ def pool_size(
         if device.type != "cpu":
             requested = cores or os.cpu_count() or 1
         elif compile_bound:
-            requested = min(cores or os.cpu_count() or 1, tasks // CPU_TASKS_PER_WORKER)
+            requested = min(cores or os.cpu_count() or 1, int(tasks * compiles_per_task) // CPU_TASKS_PER_WORKER)
         else:
             requested = 1
         if device.type != "cpu" and task_bytes is not None:

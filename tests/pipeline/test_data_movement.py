@@ -336,3 +336,10 @@ def test_a_sign_of_zero_mismatch_is_named_and_localized_to_the_negation():
     assert "zero whose sign differs" in row["notes"]
     assert localized and row["cause_op"] == "aten.neg.default"
     assert "fused" in row["cause_path"]
+
+
+def test_d_compiles_on_a_process_per_core_where_it_runs_alone_and_on_one_beside_other_work():
+    from pipeline.experiments.data_movement.spec import SIZES
+
+    assert SIZES["default"].compile_bound  # the default report's D: 138.6 s on one process, 81.5 s on two
+    assert not SIZES["smoke"].compile_bound  # the tests and the planted-bug matrix run D beside other work

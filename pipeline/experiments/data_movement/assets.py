@@ -154,7 +154,14 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
     combos = plan(settings.sizes(ID).shapes)
     device = settings.torch_device()
     largest = max(math.prod(shape) for shape in settings.sizes(ID).shapes)
-    workers = pool_size(device, len({input_key(*c) for c in combos}), task_bytes=TASK_BYTES_PER_ELEMENT * largest)
+    keys = len({input_key(*c) for c in combos})  # a task per input draw, each several subgraphs
+    workers = pool_size(
+        device,
+        keys,
+        task_bytes=TASK_BYTES_PER_ELEMENT * largest,
+        compile_bound=settings.sizes(ID).compile_bound,
+        compiles_per_task=len(combos) / keys,
+    )
     start = time.perf_counter()
     table, localized = check_table(
         combos, settings.derived_seed, device, settings.backend, settings.options(), context.log.info, workers
