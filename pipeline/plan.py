@@ -266,18 +266,19 @@ def cost_a(profile: str, rounds: int | None = None) -> Cost:
     rounds = (2 if sizes.cold_start else 1) if rounds is None else rounds
     c = Cost("A determinism", note="per dtype: setup, compile, runs; the cold round in a fresh process")
     for dtype in A_DTYPES:
-        runs = sizes.runs_for(dtype)
-        flops = 2 * tokens * hidden * wide * runs * rounds
+        # round 1's runs, then the cold round's (fewer where the profile says so)
+        runs = sizes.runs_for(dtype) + (sizes.cold_runs_for(dtype) if rounds > 1 else 0)
+        flops = 2 * tokens * hidden * wide * runs
         if dtype == "float32":
             c.fp32_flops += flops
         else:
             c.flops += flops
         out = tokens * wide * DTYPE_BYTES[dtype]
         # matmul output written, read and written again by the fused layernorm+gelu, compared once
-        c.device_bytes += 4 * out * runs * rounds
-        c.calls += runs * rounds
+        c.device_bytes += 4 * out * runs
+        c.calls += runs
         inputs = (tokens * hidden + hidden * wide + wide) * DTYPE_BYTES[dtype]
-        c.host_bytes += rounds * (inputs + 2 * out + runs)  # inputs up; first output hashed and kept
+        c.host_bytes += rounds * (inputs + 2 * out) + runs  # inputs up; first output hashed and kept; a hash a run
         c.compiles += rounds
         c.compile_s += rounds * (A_SETUP_S + A_COMPILE_S)
         c.disk_bytes += (rounds - 1) * (inputs + out)  # the cold round's inputs and kept output

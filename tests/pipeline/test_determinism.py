@@ -169,6 +169,21 @@ def test_claim_rules_on_synthetic_summaries():
     assert _v(checks.thread_count_output_comparison(_summary([{}]), smoke), "findings") == 0
 
 
+def test_the_validity_check_plans_the_cold_rounds_runs_from_the_profile():
+    default = ExperimentSettings(profile="default", device="cpu")
+    rounds = [
+        {"dtype": d, "round": r, "run_count": n}
+        for d in DETERMINISM_DTYPES
+        for r, n in (("round1", 100), ("round2_cold", 25), ("cold_threads_1", 25))
+    ]
+    ok = checks.every_round_ran_its_planned_runs(_summary(rounds), default)
+    assert ok.passed and _v(ok, "planned_rounds") == "round1, round2_cold, cold_threads"
+    # a cold round that ran round 1's count is not what the default profile plans
+    long_cold = [{**r, "run_count": 100} if r["round"] == "round2_cold" else r for r in rounds]
+    bad = checks.every_round_ran_its_planned_runs(_summary(long_cold), default)
+    assert not bad.passed and "round2_cold: run counts [100] instead of 25" in _v(bad, "problems")
+
+
 def _pool_ffn():
     return next(a for a in toolkit.input_pools if a.key == dg.AssetKey("input_pool_ffn"))
 
@@ -288,6 +303,13 @@ def test_cold_rounds_plan():
 def test_runs_per_dtype():
     gpu = SIZES["gpu"]
     assert gpu.runs_by_dtype(DETERMINISM_DTYPES) == {"float16": 1000, "bfloat16": 1000, "float32": 100}
+    assert gpu.cold_runs_by_dtype(DETERMINISM_DTYPES) == gpu.runs_by_dtype(DETERMINISM_DTYPES)  # no cold_runs: the same
+    # the default profile's cold round runs 25 per dtype, the thread round's count; round 1 keeps its 100
+    default = SIZES["default"]
+    assert default.runs_for("float16") == 100 and default.cold_runs_by_dtype(("float16", "float32")) == {
+        "float16": 25,
+        "float32": 25,
+    }
     assert gpu.cold_start and SIZES["seed"].runs_for("float32") == 1000
     assert worker.parse_runs("7") == 7
     assert worker.parse_runs(worker.format_runs({"float16": 3, "float32": 1})) == {"float16": 3, "float32": 1}

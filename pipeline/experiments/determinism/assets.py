@@ -71,7 +71,8 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
     inputs = determinism_inputs(pool)
     default_threads = torch.get_num_threads()
     device_type = settings.torch_device().type
-    cold = cold_rounds(runs, default_threads, device_type) if sizes.cold_start else []
+    cold_runs = sizes.cold_runs_by_dtype(DETERMINISM_DTYPES)
+    cold = cold_rounds(cold_runs, default_threads, device_type) if sizes.cold_start else []
     thread_round = next((r for r in cold if r[0].startswith("cold_threads")), None)
     alt_threads = thread_round[1] if thread_round else other_thread_count(default_threads)
     thread_runs = max(thread_round[2].values()) if thread_round else 0
@@ -83,6 +84,7 @@ def determinism(context: dg.AssetExecutionContext, settings: ExperimentSettings,
             "rows": tables.runs.height,
             "runs_per_round": sizes.runs,
             "runs_per_round_by_dtype": ", ".join(f"{d}={n}" for d, n in runs.items()),
+            "cold_round_runs_by_dtype": ", ".join(f"{d}={n}" for d, n in cold_runs.items()) if cold else "not run",
             "thread_round_runs": thread_runs,
         },
         output_name="determinism_runs",

@@ -27,9 +27,10 @@ from .spec import ID
 SUMMARY = dg.AssetKey("determinism_summary")
 
 _SAMPLE = (
-    "one fixed seeded FFN input per dtype (fp16 headline, bf16 and fp32 extra rows); the profile's "
-    "the profile's runs per round and dtype (spec.py) in round 1 and in the cold round (1000 in the seed "
-    f"profile), min(runs, {THREAD_ROUND_RUNS}) in the thread-count round, which runs on the CPU only; the "
+    "one fixed seeded FFN input per dtype (fp16 headline, bf16 and fp32 extra rows); "
+    "the profile's runs per round and dtype (spec.py) in round 1 and in the cold round (1000 each in the seed "
+    f"profile; the default profile's cold round runs fewer, cold_runs), min(cold runs, {THREAD_ROUND_RUNS}) in the "
+    "thread-count round, which runs on the CPU only; the "
     "smoke profile runs no cold round (cold_start in spec.py), so there the cold-start claim is inconclusive"
 )
 
@@ -224,9 +225,10 @@ def every_round_ran_its_planned_runs(
     runs = sizes.runs_by_dtype(DETERMINISM_DTYPES)
     planned = {"round1": runs}
     if sizes.cold_start:
-        planned["round2_cold"] = runs
+        cold = sizes.cold_runs_by_dtype(DETERMINISM_DTYPES)
+        planned["round2_cold"] = cold
         if thread_round_skipped(settings.torch_device().type) is None:
-            planned["cold_threads"] = {d: min(n, THREAD_ROUND_RUNS) for d, n in runs.items()}
+            planned["cold_threads"] = {d: min(n, THREAD_ROUND_RUNS) for d, n in cold.items()}
     problems = []
     for name, counts in planned.items():
         got = determinism_summary.filter(pl.col("round").str.starts_with(name))

@@ -32,7 +32,16 @@ def deliverable(report: Report, exp: Experiment) -> str:
         else ""
     )
     ok = summary.filter((pl.col("unique_output_hashes") == 1) & (pl.col("max_ulp_diff_across_runs") == 0)).height
-    cold_run = summary.filter(pl.col("round") == "round2_cold").height > 0
+    cold_rows = summary.filter(pl.col("round") == "round2_cold")
+    cold_run = cold_rows.height > 0
+    cold_most = cold_rows["run_count"].max() if cold_run else None
+    cold_runs = 0 if cold_most is None else int(as_number(cold_most, "determinism_summary round2_cold run_count"))
+    fewer_cold = (
+        f" The cold round runs {cold_runs} per dtype: a fresh process's code and bits show in its first run, and "
+        "run-to-run determinism is round 1's question."
+        if cold_run and cold_runs < expected_runs
+        else ""
+    )
     return opening(
         exp,
         (
@@ -41,6 +50,7 @@ def deliverable(report: Report, exp: Experiment) -> str:
             f"the plan's 1000 in `seed`). **{ok} of {summary.height}** rounds show one hash and 0 ULP. `round2_cold` is a "
             "fresh process with an empty compiler cache; `cold_threads_*` changes the thread count, where a different "
             "kernel is expected."
+            + fewer_cold
             + ("" if cold_run else f" The `{report.profile}` profile runs no cold-start round.")
             + "\n\n"
             + markdown_table(rows)
