@@ -13,6 +13,7 @@ trip per set; here the whole stack is one set of tensor operations.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ BATCHED_KEYS = (
 )
 
 _PERCENTILES = (50.0, 99.0)
+#: The error measures whose statistics :func:`error_stats_per_set` gives.
+MEASURES = ("abs", "rel", "ulp", "sulp")
 
 
 def _row_percentiles(values: torch.Tensor, counts: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
@@ -59,7 +62,7 @@ def _row_percentiles(values: torch.Tensor, counts: np.ndarray, qs: tuple[float, 
     return out
 
 
-def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
+def error_stats_per_set(a: Any, ref: Any, percentiles_of: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Error statistics of each ``a[i]`` against ``ref[i]``, as arrays of length ``a.shape[0]``.
 
     ``a`` is a stack ``[n_sets, ...]`` of results in one float dtype; ``ref`` has the same shape
@@ -67,6 +70,10 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
     meaning they have in :func:`precisionkit.error_stats`; counts are int64 arrays, statistics
     float64 arrays that are NaN for sets with no finite pair to compare. Max and percentile values
     equal ``error_stats``' bit for bit; means may differ in the last bits (summation order).
+
+    The percentiles (``<measure>_p50``, ``<measure>_p99``) are given for the measures of
+    ``percentiles_of`` (default: all of :data:`MEASURES`) and left out for the others: each measure's
+    percentiles sort every row, which is most of the cost on long rows.
 
     >>> import torch
     >>> s = error_stats_per_set(
@@ -85,6 +92,12 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
     if tr.device != ta.device:
         tr = tr.to(ta.device)
     require_same(ta, tr, ("a", "ref"), dtype=False)
+    ranked = set(MEASURES if percentiles_of is None else percentiles_of)
+    unknown = sorted(ranked - set(MEASURES))
+    if unknown:
+        raise ValueError(
+            f"percentiles_of names no error measure {', '.join(unknown)} (measures: {', '.join(MEASURES)})"
+        )
     dtype = ta.dtype
     n_sets = ta.shape[0]
     a64 = ta.reshape(n_sets, -1).to(torch.float64)
@@ -127,11 +140,12 @@ def error_stats_per_set(a: Any, ref: Any) -> dict[str, np.ndarray]:
         for name, values in errors.items():
             mx = torch.where(finite, values, neg_inf).amax(dim=1).cpu().numpy()
             total = values.sum(dim=1).cpu().numpy()  # excluded positions are exactly 0
-            p50, p99 = _row_percentiles(torch.where(finite, values, pos_inf), m, _PERCENTILES)
             out[f"{name}_max"] = np.where(has, mx, np.nan)
             out[f"{name}_mean"] = np.where(has, total / np.maximum(m, 1), np.nan)
-            out[f"{name}_p50"] = p50
-            out[f"{name}_p99"] = p99
+            if name in ranked:
+                p50, p99 = _row_percentiles(torch.where(finite, values, pos_inf), m, _PERCENTILES)
+                out[f"{name}_p50"] = p50
+                out[f"{name}_p99"] = p99
         rounded = round_to_dtype(safe_r, dtype).to(torch.float64) if dtype != torch.float64 else safe_r
         exact = count(finite & (a64 == rounded))
         above, below = count(diff > 0), count(diff < 0)

@@ -82,3 +82,23 @@ def test_rejects_bad_input_with_a_clear_error():
         error_stats_per_set(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match="leading set axis"):
         error_stats_per_set(torch.tensor(1.0), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_percentiles_only_of_the_measures_asked_and_the_rest_unchanged():
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(4, 300, dtype=torch.float64, generator=gen)
+    a = (ref * (1 + 1e-3 * torch.randn(4, 300, dtype=torch.float64, generator=gen))).to(torch.float16)
+    full = error_stats_per_set(a, ref)
+    some = error_stats_per_set(a, ref, percentiles_of=("ulp", "sulp"))
+    left_out = {"abs_p50", "abs_p99", "rel_p50", "rel_p99"}
+    assert set(full) - set(some) == left_out
+    for key, values in some.items():  # every statistic given is the one the full call gives, bit for bit
+        assert np.array_equal(values, full[key], equal_nan=True), key
+    assert set(error_stats_per_set(a, ref, percentiles_of=())) == set(full) - left_out - {
+        "ulp_p50",
+        "ulp_p99",
+        "sulp_p50",
+        "sulp_p99",
+    }
+    with pytest.raises(ValueError, match="percentiles_of names no error measure ulps"):
+        error_stats_per_set(a, ref, percentiles_of=("ulps",))
