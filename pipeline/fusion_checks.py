@@ -57,8 +57,12 @@ class ExpectedFusion:
 
     def problems(self, table: pl.DataFrame) -> list[str]:
         """One line per fused row whose evidence does not show a fused run: its name and what is missing."""
+        return self.defects_of(self.fused_rows(table))
+
+    def defects_of(self, fused: pl.DataFrame) -> list[str]:
+        """:meth:`problems` of rows already chosen by :meth:`fused_rows`."""
         out = []
-        for row in self.fused_rows(table).iter_rows(named=True):
+        for row in fused.iter_rows(named=True):
             defects = fusion_defects(row, library_calls_fuse=self.library_calls_fuse)
             if defects:
                 out.append(f"{'/'.join(str(row[c]) for c in self.names)}: {', '.join(defects.values())}")
@@ -83,7 +87,7 @@ def fusion_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDef
     def check(*args: Any, **kwargs: Any) -> dg.AssetCheckResult:
         table: pl.DataFrame = args[0] if args else kwargs[expected.table]
         fused = expected.fused_rows(table)
-        problems = expected.problems(table)
+        problems = expected.defects_of(fused)
         kernels = as_int(fused["kernel_count"].min(), "kernel_count") if "kernel_count" in fused and fused.height else 0
         return validity_result(
             problems,

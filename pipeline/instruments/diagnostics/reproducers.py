@@ -65,12 +65,6 @@ SCHEMA = {
 }
 
 
-def contradictions(source: Experiment, table: pl.DataFrame) -> pl.DataFrame:
-    """The rows of ``table`` that contradict ``source``'s claim, as its record declares them."""
-    assert source.reproducers is not None
-    return source.reproducers.load().contradictions(table)
-
-
 def cases_to_build(
     tables: Mapping[str, pl.DataFrame],
     fuzz_outcomes: pl.DataFrame,
