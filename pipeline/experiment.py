@@ -70,7 +70,7 @@ class Reproducers:
     #: Imports and returns the module that builds the cases (only when a reproducer is made, so reading the
     #: registry imports no asset code). It defines ``contradictions(table)`` (the rows that contradict),
     #: ``ONE_PER`` (columns: one reproducer per group of rows), ``row_case(row, backend, device, derived_seed)``,
-    #: ``row_id(row)`` (the case's id without building it), ``spec_case(parts, backend, device)`` (the case
+    #: ``spec_case(parts, backend, device)`` (the case
     #: of a ``--make`` spec, ``parts`` after the prefix; None when they do not have its form) and
     #: ``SPEC_FORM`` (that form, for messages).
     load: Callable[[], ModuleType]
