@@ -91,8 +91,8 @@ def predicted_vec_isa() -> str:
 @functools.cache
 def probed_vec_isa() -> str:
     """The vector ISA Inductor picks for generated C++ (``pick_vec_isa``), which builds and loads a
-    test program per candidate ISA in child processes: for the provenance of CPU runs only, once
-    per process."""
+    test program per candidate ISA in child processes: for the provenance of CPU runs and of CPU
+    reproducers only, once per process."""
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 

@@ -67,6 +67,7 @@ from .plan_figures import (
     POOL_BYTES_S,
     REFERENCE_KERNELS,
     REPORT_START_S,
+    REPRO_ISA_PROBE_S,  # noqa: F401 - read as plan.REPRO_ISA_PROBE_S
     REPRO_LAYERS_S,  # noqa: F401 - read as plan.REPRO_LAYERS_S
     REPRO_MEASURED_S,  # noqa: F401 - read as plan.REPRO_MEASURED_S
     REPRO_S,

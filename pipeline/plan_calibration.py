@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import FIRST_GPU_S, REPRO_S, Gpu, cost_s, costs, diagnostics_steps
+from .plan import FIRST_GPU_S, REPRO_ISA_PROBE_S, REPRO_S, Gpu, cost_s, costs, diagnostics_steps
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ H200_MEASURED = (
     # the fused graphs cached by the session's first, capped try.
     Measured("accumulated_error_runs", "B accumulated error", "gpu", 143.0, False, "session 2 call1 --only B"),
     Measured("training_curves", "E training", "gpu", 152.4, True, "session 2 call2 --only E"),
-    # Measured with the layers one after another; the model has them at once since (see REPRO_S).
+    # Measured with the layers one after another and the CPU ISA probe in its environment record; the model
+    # has the layers at once since, and compares the probe's share as it ran then (see REPRO_S).
     Measured("reproducers (one of D's)", "one reproducer", "smoke", 144.0, False, _DIAG + " 1m40s-4m04s"),
 )
 
@@ -47,7 +48,7 @@ H200_MEASURED = (
 def step_estimate(m: Measured, gpu: Gpu) -> float:
     """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
     # The H200 run's tester and fuzzer ran one program at a time (they run one per core since).
-    steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S}
+    steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S + REPRO_ISA_PROBE_S}
     rows = {c.experiment: c for c in costs(m.profile)} | {c.experiment: c for c in cost_s(m.profile, stored=True)}
     secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
     return secs + (FIRST_GPU_S if m.cold else 0.0)

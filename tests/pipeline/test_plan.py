@@ -85,7 +85,7 @@ def test_the_calibrated_model_is_near_each_step_the_h200_run_timed():
     assert pytest.approx(21.2) == plan.REPORT_START_S and pytest.approx(7.4) == plan.FIRST_GPU_S
     assert (
         plan.REPRO_MEASURED_S == 144.0
-        and plan.REPRO_S == 107.0
+        and pytest.approx(107.0 - 29.4) == plan.REPRO_S  # the CPU ISA probe's estimated share left out
         and plan.LOCATE_S == 32.5
         and pytest.approx(15.8) == plan.B_GRAPH_S * 32
         and pytest.approx(143.0) == plan.B_SET_ROW_S * 36_000 + plan.B_GPU_GRAPH_S * 32

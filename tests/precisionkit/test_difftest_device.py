@@ -153,6 +153,14 @@ def test_reproducer_environment_and_cases_take_the_device(monkeypatch: pytest.Mo
     env = repros.gpu_environment(torch.device("cuda"))
     assert env["gpu"] == "NVIDIA H100 80GB HBM3" and (env["compute_capability"], env["driver"]) == ("9.0", "550.54")
     assert env["cuda"] == "12.4" and env["triton"]
+    # A CUDA case compiles no C++: Inductor's CPU ISA probe (a C++ build per candidate ISA) is not run for it.
+    import torch._inductor.cpu_vec_isa as vec_isa
+
+    def no_probe() -> str:
+        raise AssertionError("the CPU ISA probe ran for a CUDA case")
+
+    monkeypatch.setattr(vec_isa, "pick_vec_isa", no_probe)
+    assert repros.environment("cuda")["inductor_vec_isa"] == "not probed (cuda case)"
     assert cases.difftest_case("norm", 2, device="cuda").device == "cuda"
     assert cases.fuzz_case(4, device="cuda:0").device == "cuda:0"
 

@@ -39,6 +39,7 @@ from precisionkit import bisect as pk_bisect
 from precisionkit import minimize as pk_minimize
 from precisionkit.repro import Case, lines_of, render, run_script, sanitizer_command, write
 
+from ...compile_cache import probed_vec_isa
 from ...devices import cpu_model, device_name, device_versions
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -101,12 +102,9 @@ def environment(device: str | torch.device = "cpu") -> dict[str, str]:
     the C++ compiler and what ``-march=native`` means to it, the device (the case's: on CUDA also
     the GPU, its compute capability, the driver, CUDA and Triton)."""
     dev = torch.device(device)
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        isa = str(pick_vec_isa()) or "none (scalar code)"
-    except Exception as exc:  # noqa: BLE001
-        isa = f"unknown ({type(exc).__name__})"
+    # Inductor's ISA probe builds a test program per candidate ISA (10 s per build on an AVX2-only CPU,
+    # more candidates on a server CPU); a case on an accelerator compiles no C++, so it is not probed there.
+    isa = probed_vec_isa() if dev.type == "cpu" else f"not probed ({dev.type} case)"
     cxx = os.environ.get("CXX", "g++")
     return {
         "torch": torch.__version__,
