@@ -105,6 +105,51 @@ def pool_size(
     return max(1, min(requested, tasks))
 
 
+#: Overrides the number of lanes (an integer >= 1); unset, :func:`device_lanes` decides.
+LANES_ENV = "FUSION_DEVICE_LANES"
+#: Launch-bound loops run side by side on one accelerator (:func:`device_lanes`). Such a loop (E's training
+#: runs, B's chains over their input sets) keeps one host core busy with Python and kernel launches while
+#: the device idles through most of it: E's gpu-size step took 49 ms on the H200 where its FLOPs need
+#: about 2.4 ms at half the datasheet peak, and B's three paths took 0.2 to 0.4 ms of its 3.2 ms per judged
+#: set row (the sets-per-second lines of the 2026-11-27 runs; the rest is small judging kernels and Python). Processes sharing one GPU are time-sliced,
+#: so what four lanes gain is an estimate until a GPU run measures it (:data:`pipeline.plan.LANE_SPEEDUP`);
+#: four leave most of a 16-core host to the compiles.
+DEVICE_LANES = 4
+
+
+def device_lanes(
+    device: torch.device,
+    tasks: int,
+    *,
+    task_bytes: int | None = None,
+    device_bytes: int | None = None,
+    cores: int | None = None,
+) -> int:
+    """Processes that run ``tasks`` launch-bound tasks side by side on ``device`` (this one included).
+
+    On a CPU, one: a CPU run's kernels already use every core (a caller with its own CPU policy, such as
+    E's one-thread lanes, decides there). On an accelerator, ``FUSION_DEVICE_LANES`` when set, else
+    :data:`DEVICE_LANES`, never more than the tasks or the host's cores, and (``task_bytes``: the most
+    device memory one task holds) no more than nine tenths of ``device_bytes`` (default on CUDA: the
+    device's free memory now) hold with a context each."""
+    if tasks < 0:
+        raise ValueError(f"task count must be >= 0, got {tasks}")
+    if device.type == "cpu":
+        return 1
+    text = os.environ.get(LANES_ENV, "").strip()
+    try:
+        lanes = int(text) if text else DEVICE_LANES
+    except ValueError:
+        raise ValueError(f"{LANES_ENV} must be an integer >= 1, got {text!r}") from None
+    if lanes < 1:
+        raise ValueError(f"{LANES_ENV} must be an integer >= 1, got {text!r}")
+    lanes = min(lanes, cores or os.cpu_count() or 1)
+    if task_bytes is not None and (device_bytes is not None or device.type == "cuda"):
+        free = device_bytes if device_bytes is not None else _free_device_bytes(device)
+        lanes = min(lanes, int(0.9 * free) // (task_bytes + CONTEXT_BYTES))
+    return max(1, min(lanes, tasks))
+
+
 def _free_device_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)

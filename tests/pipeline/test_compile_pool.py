@@ -48,6 +48,24 @@ def test_pool_size_follows_the_device_the_cores_and_the_override(monkeypatch):
         pool_size(CPU, tasks=3, requested=0)
 
 
+def test_device_lanes_follow_the_device_the_cores_the_memory_and_the_override(monkeypatch):
+    monkeypatch.delenv(compile_pool.LANES_ENV, raising=False)
+    cuda, lanes = torch.device("cuda"), compile_pool.device_lanes
+    assert lanes(CPU, tasks=18, cores=16) == 1  # a CPU run's kernels use every core already
+    assert lanes(cuda, tasks=18, cores=16) == compile_pool.DEVICE_LANES == 4
+    assert lanes(cuda, tasks=3, cores=16) == 3 and lanes(cuda, tasks=0, cores=16) == 1
+    assert lanes(cuda, tasks=18, cores=2) == 2  # a lane is a host core issuing kernels
+    per_lane = 4 * 2**30 + compile_pool.CONTEXT_BYTES
+    assert lanes(cuda, tasks=18, cores=16, task_bytes=4 * 2**30, device_bytes=3 * per_lane) == 2  # nine tenths
+    assert lanes(torch.device("mps"), tasks=18, cores=16, task_bytes=2**40) == 4  # no free-memory query there
+    monkeypatch.setenv(compile_pool.LANES_ENV, "8")
+    assert lanes(cuda, tasks=18, cores=16) == 8 and lanes(CPU, tasks=18, cores=16) == 1
+    for bad in ("0", "two"):
+        monkeypatch.setenv(compile_pool.LANES_ENV, bad)
+        with pytest.raises(ValueError, match=f"FUSION_DEVICE_LANES must be an integer >= 1, got '{bad}'"):
+            lanes(cuda, tasks=18, cores=16)
+
+
 def test_in_process_runs_tasks_in_order_and_reports_each():
     seen = []
     out = run_tasks(math.pow, [(2, i) for i in range(4)], CPU, workers=1, on_result=lambda i, r: seen.append((i, r)))

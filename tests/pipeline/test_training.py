@@ -106,14 +106,28 @@ def test_interrupted_run_resumes_bit_for_bit(corpus, tmp_path):
     assert train(smoke_config(corpus, data_seed=3), corpus).rows[-1]["eval_loss"] != reference.rows[-1]["eval_loss"]
 
 
-def test_runs_go_side_by_side_one_thread_each_on_a_multicore_cpu_only():
+def test_runs_go_side_by_side_one_thread_each_on_a_multicore_cpu_and_in_lanes_on_an_accelerator(monkeypatch):
+    from pipeline import compile_pool
+
+    monkeypatch.delenv(compile_pool.LANES_ENV, raising=False)
+    monkeypatch.setattr(compile_pool.os, "cpu_count", lambda: 16)  # a GPU host's cores
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert runs.run_lanes(cpu, 2, 15) == (2, 1)
     assert runs.run_lanes(cpu, 4, 15) == (4, 1)
     assert runs.run_lanes(cpu, 4, 3) == (3, 1)  # no more processes than runs
     assert runs.run_lanes(cpu, 1, 15) == (1, 1)
     assert runs.run_lanes(cpu, 2, 1) == (1, 2)  # one run keeps both threads
-    assert runs.run_lanes(cuda, 16, 15) == (1, 16)  # an accelerator trains one run at a time
+    # An accelerator: the device's lanes, the host's threads shared among them; one run, one process.
+    assert runs.run_lanes(cuda, 16, 15) == (compile_pool.DEVICE_LANES, 16 // compile_pool.DEVICE_LANES) == (4, 4)
+    assert runs.run_lanes(cuda, 16, 1) == (1, 16)
+    # The lanes' runs must fit the device: a gpu-size run is estimated at 4.8 GiB, so 12 GiB holds two.
+    from pipeline.experiments.training.spec import SIZES
+
+    gpu_run = runs.run_device_bytes(SIZES["gpu"])
+    assert 4.7 * 2**30 < gpu_run < 4.9 * 2**30
+    assert runs.run_lanes(cuda, 16, 15, run_bytes=gpu_run, device_bytes=12 * 2**30) == (2, 8)
+    monkeypatch.setenv(compile_pool.LANES_ENV, "1")  # one at a time, as before lanes
+    assert runs.run_lanes(cuda, 16, 15) == (1, 16)
     with pytest.raises(ValueError, match="threads must be >= 1"):
         runs.run_lanes(cpu, 0, 15)
 

@@ -68,7 +68,16 @@ from .rules import (
     RULE,
     margin_text,
 )
-from .run_set import curve_frame, execution_order, main_precision, run_lanes, run_plan, run_summary, sorted_json
+from .run_set import (
+    curve_frame,
+    execution_order,
+    main_precision,
+    run_device_bytes,
+    run_lanes,
+    run_plan,
+    run_summary,
+    sorted_json,
+)
 from .spec import GROUP, ID
 
 # ------------------------------------------------------------------------------------- assets
@@ -135,7 +144,7 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     plan = run_plan(settings)
     progress = Progress(context.log.info, "training runs", len(plan), every=0.0)
     threads = torch.get_num_threads()
-    lanes, lane_threads = run_lanes(device, threads, len(plan))
+    lanes, lane_threads = run_lanes(device, threads, len(plan), run_device_bytes(sizes))
     configs = [run_config(settings, run, str(device), corpus.sha256, lane_threads) for run in plan]
     context.log.info(
         f"training {len(plan)} runs of {sizes.steps} steps, {lanes} at a time on {lane_threads} thread(s) each"

@@ -7,11 +7,13 @@ from typing import Any
 import polars as pl
 import torch
 
+from ...compile_pool import device_lanes
 from ...resources import ExperimentSettings
 from .config import TrainConfig
+from .gpt import VOCAB
 from .loop import TrainResult
 from .rules import REPLICATE_ORDERS
-from .spec import ID
+from .spec import ID, TrainSizes
 
 
 def main_precision(settings: ExperimentSettings) -> str:
@@ -69,19 +71,40 @@ def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
     return plan
 
 
-def run_lanes(device: torch.device, threads: int, runs: int) -> tuple[int, int]:
+def run_device_bytes(sizes: TrainSizes) -> int:
+    """Device memory one training run holds at its peak, estimated: 18 bytes per parameter (fp32 weights,
+    gradients and AdamW's two moments, and the 16-bit copies autocast makes) and what each transformer
+    layer keeps for its backward, 34·s·b·h + 5·a·s²·b bytes in 16-bit (Korthikanti et al., 2022, "Reducing
+    Activation Recomputation in Large Transformer Models", eq. 1), the whole doubled for the allocator."""
+    w, s, b, a = sizes.width, sizes.context, sizes.batch, sizes.heads
+    params = 12 * sizes.layers * w * w + (VOCAB + s) * w + VOCAB * w
+    activations = sizes.layers * (34 * s * b * w + 5 * a * s * s * b)
+    return 2 * (18 * params + activations)
+
+
+def run_lanes(
+    device: torch.device, threads: int, runs: int, run_bytes: int | None = None, device_bytes: int | None = None
+) -> tuple[int, int]:
     """How E trains its ``runs``: (processes at a time, intra-op threads each).
 
     On a CPU with ``threads`` >= 2, one process per thread, one thread each: the default model's
     matmuls are too small to use two threads well, so two one-thread runs side by side finish sooner
     than two two-thread runs in turn (measured on an AVX2-only 2-core CPU, 60 bf16 steps of the default
     model: 10.3 s on one thread, 8.8 s on two). Every run of one materialization gets the same thread
-    count, so the pairs the rule compares differ only in path and data order. On an accelerator, or
-    with one thread, one process.
+    count, so the pairs the rule compares differ only in path and data order. With one thread, one
+    process.
+
+    On an accelerator, the device's lanes (:func:`pipeline.compile_pool.device_lanes`: a step there is
+    bound by its host side, Python and kernel launches, which processes side by side overlap), capped so
+    that ``run_bytes`` per run fit the device's memory (``device_bytes``, default: free now); the host's
+    threads are shared among them (at least one each). A run's bits on a GPU do not depend on them.
     """
     if threads < 1 or runs < 0:
         raise ValueError(f"threads must be >= 1 and runs >= 0, got {threads} and {runs}")
-    if device.type != "cpu" or threads < 2 or runs < 2:
+    if device.type != "cpu":
+        lanes = device_lanes(device, runs, task_bytes=run_bytes, device_bytes=device_bytes)
+        return lanes, max(1, threads // lanes)
+    if threads < 2 or runs < 2:
         return 1, threads
     lanes = min(threads, runs)
     return lanes, threads // lanes
