@@ -622,6 +622,22 @@ def test_a_training_step_reads_nothing_back_between_curve_points(corpus):
     assert reads(30) - reads(10) == 2 * per_point
 
 
+def test_a_loss_scaled_step_reads_nothing_back_to_the_host(corpus):
+    """fp16 runs (CUDA's) scale the loss: GradScaler's skip of an overflowed step must be decided on the
+    device, not read back per step (the default AdamW made it read its inf flag with ``.item()``)."""
+    from pipeline.experiments.training.checkpoint import build_trainer
+    from precisionkit import HostTraffic
+
+    cfg = smoke_config(corpus, steps=10, eval_every=10, precision="float16")  # fp16 autocast runs on a CPU too
+    assert build_trainer(cfg, torch.device("cpu")).scaler.is_enabled()
+    with HostTraffic() as traffic:
+        result = train(cfg, corpus)
+    syncs = {"item", "__float__", "__int__", "__bool__", "tolist", "numpy"}
+    outside = [(r.op, r.where) for r in traffic.reads if r.op in syncs and not r.where.startswith("pipeline.")]
+    assert outside == []  # torch.amp / torch.optim read nothing back
+    assert result.rows[-1]["step"] == 10 and math.isfinite(result.rows[-1]["eval_loss"])
+
+
 def test_a_checkpoint_is_a_snapshot_written_off_the_training_thread(corpus, tmp_path):
     from pipeline.experiments.training.checkpoint import CheckpointWriter, RunPosition, build_trainer
 
