@@ -132,6 +132,11 @@ class ExperimentSettings(dg.ConfigurableResource):
         """The name this run's results are filed under when devices are compared side by side."""
         return self.device_label.strip() or device_name(self.torch_device())
 
+    def fields(self) -> dict[str, Any]:
+        """The settings as plain values, to build the same settings in another process (a lane worker):
+        ``ExperimentSettings(**settings.fields())``. The resource itself does not pickle."""
+        return {k: getattr(self, k) for k in type(self).model_fields}
+
     def options(self) -> dict[str, Any]:
         """The compiler options, parsed from ``backend_options`` (validated when the settings were built)."""
         return parse_backend_options(self.backend_options)

@@ -10,6 +10,7 @@ regenerated where they are read instead of stored (a recipe).
 :mod:`pipeline.storage` stores and reads them like any other value.
 """
 
+import importlib
 import json
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -219,11 +220,14 @@ def _dtype_of(code: str) -> torch.dtype:
 #: Marks a JSON file that stands for sets that were not stored: the recipe that produces them again.
 RECIPE_KEY = "__set_recipe__"
 _RECIPES: dict[str, Callable[[Mapping[str, Any]], SetStream]] = {}
+#: The module that registers each kind: a recipe read in another process imports it there.
+_RECIPE_MODULES: dict[str, str] = {}
 
 
 def register_recipe(kind: str, build: Callable[[Mapping[str, Any]], SetStream]) -> None:
     """Let stored recipes of ``kind`` be read back: ``build(params)`` returns the stream they describe."""
     _RECIPES[kind] = build
+    _RECIPE_MODULES[kind] = build.__module__
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,16 @@ class RegeneratedSets(Mapping[str, SetTensor]):
             for k, (shape, dtype) in record["entries"].items()
         }
         self._stream: SetStream | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What travels to another process (a lane worker): the record and the module registering its kind.
+        The stream, with whatever it drew, stays here; it is rebuilt at the first read there."""
+        return {"record": dict(self.record), "module": _RECIPE_MODULES.get(self.kind, "")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["record"]["kind"] not in _RECIPES and state["module"]:
+            importlib.import_module(state["module"])
+        self.__init__(state["record"])  # type: ignore[misc]
 
     @property
     def stream(self) -> SetStream:

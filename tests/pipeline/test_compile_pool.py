@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -138,3 +139,40 @@ def test_a_fuzzer_graph_gives_the_same_outcome_in_a_worker_as_here(tmp_path):
     timing = ("compile_seconds",)  # wall time, the one field that may differ
     rows = [[{k: v for k, v in o.row().items() if k not in timing} for o in run] for run in (here, pooled)]
     assert rows[0] == rows[1] and [r["seed"] for r in rows[0]] == [915256, 915257]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="workers are POSIX subprocesses")
+def test_b_chains_on_lanes_give_the_same_rows_and_worst_sets_as_one_after_another(tmp_path, monkeypatch):
+    """On an accelerator B's (chain, dtype) pairs run on lanes: here and in a worker, handed the settings'
+    fields and the pools and references as recipes (rebuilt there). The rows, the evidence and the worst
+    sets are those of the chain run here one dtype after the other."""
+    from pipeline.experiments.accumulated_error import chain_runs
+    from pipeline.experiments.toolkit.assets import as_recipe, pool_stream, reference_stream
+    from pipeline.set_storage import RegeneratedSets
+    from pipeline.storage import read_value, write_value
+    from pipeline.workloads import WORKLOADS
+
+    settings = ExperimentSettings(profile="smoke", device="cpu")
+    w = WORKLOADS["layernorm"]
+    write_value(as_recipe("input_pool", w, settings, pool_stream(w, settings)), tmp_path / "pool")
+    pool = read_value(tmp_path / "pool")
+    write_value(as_recipe("fp64_reference", w, settings, reference_stream(w, pool, "cpu")), tmp_path / "ref")
+    refs = read_value(tmp_path / "ref")
+    assert isinstance(pool, RegeneratedSets) and isinstance(refs, RegeneratedSets)
+    ([alone], one) = chain_runs.run_chains(settings, {"layernorm": pool}, {"layernorm": refs})  # read here first
+    lines: list[str] = []
+    monkeypatch.setattr(chain_runs, "device_lanes", lambda *a, **k: 2)  # as on an accelerator
+    # every pair in a worker (here, this process could take both before a worker is ready)
+    monkeypatch.setattr(chain_runs, "run_tasks", functools.partial(run_tasks, here=False))
+    (laned, lanes) = chain_runs.run_chains(settings, {"layernorm": pool}, {"layernorm": refs}, lines.append)
+    assert (one, lanes, len(laned)) == (1, 2, 2)  # one run per (chain, dtype) pair
+    assert len(alone.rows) == 2 * 2 * pool.n_sets * 3  # two dtypes, two distributions, three paths
+    assert pl.DataFrame([r for run in laned for r in run.rows]).equals(pl.DataFrame(alone.rows))
+    timing = ["path_seconds", "sets_per_second", "compile_seconds"]
+    evidence = pl.DataFrame([e for run in laned for e in run.evidence]).drop(timing)
+    assert evidence.equals(pl.DataFrame(alone.evidence).drop(timing))
+    worst = {k: v for run in laned for k, v in run.worst.items()}
+    assert sorted(worst) == sorted(alone.worst) and all(torch.equal(worst[k], alone.worst[k]) for k in worst)
+    # what the pairs logged comes back to the run's log: their outcome lines, not the sets' progress
+    assert lines[0] == "2 chain x dtype pairs on 2 lanes" and sum("sets/s" in line for line in lines) == 2
+    assert not any("input sets" in line for line in lines)

@@ -32,7 +32,7 @@ from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
 from ...workloads import CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
-from .chain_runs import EVIDENCE_SCHEMA, fused_ops, run_chain
+from .chain_runs import EVIDENCE_SCHEMA, fused_ops, run_chains
 from .explanations import explain
 from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
 from .spec import GROUP
@@ -70,10 +70,12 @@ from .summary import is_counterexample, summarize
 def accumulated_error_runs(context: dg.AssetExecutionContext, settings: ExperimentSettings, **inputs: Any):
     """Run every chain's input sets eager / fused / fused_emulate; compile each (chain, dtype, path) once."""
     wall = time.perf_counter()
-    runs = [
-        run_chain(settings, WORKLOADS[chain], inputs[f"pool_{chain}"], inputs[f"ref_{chain}"], context.log.info)
-        for chain in CHAINS
-    ]
+    runs, lanes = run_chains(
+        settings,
+        {c: inputs[f"pool_{c}"] for c in CHAINS},
+        {c: inputs[f"ref_{c}"] for c in CHAINS},
+        context.log.info,
+    )
     per_set = pl.DataFrame([row for run in runs for row in run.rows], infer_schema_length=None)
     ev = pl.DataFrame([row for run in runs for row in run.evidence], schema=EVIDENCE_SCHEMA)
     worst = {k: v for run in runs for k, v in run.worst.items()}
@@ -84,6 +86,7 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
     not_run = sorted(set(ev.filter(pl.col("unavailable").is_not_null())["unavailable"].to_list()))
     common = {
         "wall_seconds": round(wall, 2),
+        "lanes": lanes,
         "compile_seconds_total": round(float(ev["compile_seconds"].sum()), 2),
         **{f"sets_per_second_{p}": round(throughput[p], 1) for p in PATHS if p in throughput},
         "recompiles_total": int(ev["recompiles"].sum()),

@@ -4,6 +4,7 @@ at a time. Computation only; the asset that stores the results is
 :func:`.assets.accumulated_error_runs`.
 """
 
+import io
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -18,10 +19,11 @@ from precisionkit import FusedFunction, fused, ulp_diff
 from precisionkit.batched import error_stats_per_set
 from precisionkit.stats import round_to_dtype, scaled_spacing, spacing
 
+from ...compile_pool import device_lanes, run_tasks
 from ...devices import synchronize
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...workloads import Workload
+from ...workloads import WORKLOADS, Workload
 from .bounds import BOUNDS, decisive, element_bound, reductions_per_set
 from .library_bounds import LIBRARY_BOUNDS, absolute_bound, fully_masked_rows, library_reductions_per_set, row_classes
 from .rules import DTYPES_B, FUSED_PATHS, PATHS
@@ -461,8 +463,10 @@ def _run_dtype(
     pool: Mapping[str, Any],
     refs: Mapping[str, Any],
     log: Callable[[str], None] | None,
+    progress_log: bool = True,
 ) -> ChainRun:
-    """One chain at one dtype: every distribution's sets through eager, fused and fused_emulate."""
+    """One chain at one dtype: every distribution's sets through eager, fused and fused_emulate
+    (``progress_log`` False: ``log`` gets the outcome lines, not the sets' progress)."""
     device = settings.torch_device()
     distributions = list(workload.distributions)
     keys = [f"{d}/{dtype}/{workload.arg_names[0]}" for d in distributions]
@@ -491,7 +495,7 @@ def _run_dtype(
     whole = not (ev.extern_calls or ev.fused_library_calls)
     predict = single_rounding(workload.fn) if has_element_test(workload.name, whole) else None
     total = sum(refs[f"{d}/{dtype}"].shape[0] for d in distributions)
-    progress = Progress(log, f"{workload.name} {dtype} input sets", total)
+    progress = Progress(log if progress_log else None, f"{workload.name} {dtype} input sets", total)
     out, seconds = ChainRun(), dict.fromkeys(paths, 0.0)
     for dist in distributions:
         stacked = {a: pool[f"{dist}/{dtype}/{a}"] for a in workload.arg_names}
@@ -531,6 +535,67 @@ def run_chain(
         out.evidence.extend(part.evidence)
         out.worst.update(part.worst)
     return out
+
+
+@dataclass
+class LaneResult:
+    """One (chain, dtype) run in a lane (:func:`chain_lane`): its rows and evidence, its worst sets saved
+    as bytes (a worker's pipe carries no tensor objects) and the lines it logged."""
+
+    rows: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]
+    worst: bytes
+    lines: list[str]
+
+    def chain_run(self) -> ChainRun:
+        worst = torch.load(io.BytesIO(self.worst), weights_only=True)
+        return ChainRun(self.rows, self.evidence, worst)
+
+
+def chain_lane(
+    settings: dict[str, Any], chain: str, dtype: str, pool: Mapping[str, Any], refs: Mapping[str, Any]
+) -> LaneResult:
+    """One chain at one dtype (``settings``: :meth:`ExperimentSettings.fields`), a task for
+    :func:`pipeline.compile_pool.run_tasks`: on an accelerator the (chain, dtype) pairs run in lanes side
+    by side (a pair's loop is bound by its host side, Python and kernel launches). Its rows are those
+    :func:`run_chain` gives for the pair; which process ran it changes no bit."""
+    lines: list[str] = []
+    part = _run_dtype(ExperimentSettings(**settings), WORKLOADS[chain], dtype, pool, refs, lines.append, False)
+    buf = io.BytesIO()
+    torch.save(part.worst, buf)
+    return LaneResult(part.rows, part.evidence, buf.getvalue(), lines)
+
+
+#: The most device memory one lane's (chain, dtype) holds, an upper estimate: a batch of sets is at most
+#: 2^20 elements per path (BATCH_ELEMENTS), held with its inputs, the fp64 reference, the fp32 prediction
+#: and the judging's float64 and sorted copies: well under 1 GiB, which is taken.
+LANE_BYTES = 1 << 30
+
+
+def run_chains(
+    settings: ExperimentSettings,
+    pools: Mapping[str, Mapping[str, Any]],
+    refs: Mapping[str, Mapping[str, Any]],
+    log: Callable[[str], None] | None = None,
+) -> tuple[list[ChainRun], int]:
+    """Every chain of ``pools`` (chain name to its pool; ``refs`` likewise) and the lanes it ran on: one
+    chain after another here on a CPU (:func:`run_chain`); on an accelerator its (chain, dtype) pairs on
+    the device's lanes (:func:`chain_lane`), one run per pair, in the same order, with the same rows."""
+    pairs = [(chain, dtype) for chain in pools for dtype in DTYPES_B]
+    device = settings.torch_device()
+    lanes = device_lanes(device, len(pairs), task_bytes=LANE_BYTES)
+    if lanes == 1:
+        return [run_chain(settings, WORKLOADS[c], pools[c], refs[c], log) for c in pools], 1
+    if log:
+        log(f"{len(pairs)} chain x dtype pairs on {lanes} lanes")
+    tasks = [(settings.fields(), c, d, pools[c], refs[c]) for c, d in pairs]
+
+    def logged(_: int, lane: LaneResult) -> None:
+        for line in lane.lines:
+            if log is not None:
+                log(line)
+
+    return [r.chain_run() for r in run_tasks(chain_lane, tasks, device, lanes, on_result=logged)], lanes
 
 
 EVIDENCE_SCHEMA = {
