@@ -6,9 +6,10 @@ Prints, per profile and experiment, what :mod:`pipeline.plan` estimates (its tex
 model): compiles and the workers compiling them at once, FLOPs, host and disk bytes, and minutes on
 an H100 and an H200, which term dominates each row, every assumption with its source, and each total
 against the profile's budget. Then the calibration: per step timed on the H200 run of 2026-11-27, the
-measured seconds beside the model's estimate now and before that run recalibrated it. A last line per
-profile is a what-if, not the code: the minutes if the experiments whose independent compiles still run
-one after another used the compile pool too.
+measured seconds beside the model's estimate now and before that run recalibrated it. The last lines
+weigh the one assumption the totals lean on most, what launch-bound lanes gain on one GPU (B's chain x
+dtype pairs and E's runs side by side): each profile's minutes if the lanes gained nothing, and the
+smallest gain per lane that keeps it within its budget.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import plan as model
-from pipeline.compile_pool import WORKERS_ENV
+from pipeline.compile_pool import DEVICE_LANES, LANES_ENV, WORKERS_ENV
 from pipeline.plan import (
     GPUS,
+    Gpu,
     _chain_elements,
     cost_a,
     cost_b,
@@ -33,7 +35,6 @@ from pipeline.plan import (
     cost_m,
     cost_matrix,
     costs,
-    pooled,
     workers_text,
 )
 from pipeline.plan_calibration import H200_MEASURED, step_estimate
@@ -89,23 +90,35 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
     return "\n".join(lines), totals
 
 
-#: Experiments whose compiles are independent of each other but still run one after another in their
-#: owners' code: B's chain x dtype x path graphs (the Diagnostics' fuzzer graphs and tester programs run
-#: on workers since a694907; A's compiles are one per round, each in its own process; E's are one
-#: model's forward and backward).
-INDEPENDENT_SERIAL = ("B accumulated error",)
+def without_lane_gain(profile: str) -> float:
+    """The profile's H200 minutes if lanes gained nothing (their workers' start still paid): a what-if
+    that shows how much of the total rests on :data:`pipeline.plan.LANE_EFFICIENCY`."""
+    return _minutes_at(profile, 0.0, GPUS[1])
 
 
-def serial_compiles_pooled(profile: str) -> tuple[list[str], float]:
-    """The experiments of :data:`INDEPENDENT_SERIAL` that compile more than one graph on one worker, and
-    the profile's H200 minutes if each of their compiles were a task of the pool as well: a what-if for
-    their owners, not what the code does."""
-    rows, names = costs(profile), []
-    for c in rows:
-        if c.experiment in INDEPENDENT_SERIAL and c.workers == 1 and c.compiles > 1:
-            names.append(c.experiment)
-            pooled(c, [c.compile_s / c.compiles] * c.compiles)
-    return names, sum(c.minutes(GPUS[1]) for c in rows)
+def _minutes_at(profile: str, efficiency: float, gpu: Gpu) -> float:
+    saved = model.LANE_EFFICIENCY
+    model.LANE_EFFICIENCY = efficiency
+    try:
+        return sum(c.minutes(gpu) for c in costs(profile))
+    finally:
+        model.LANE_EFFICIENCY = saved
+
+
+def break_even_efficiency(profile: str) -> float | None:
+    """The smallest :data:`pipeline.plan.LANE_EFFICIENCY` (to 0.01) at which the profile fits its budget on
+    both GPUs; None when it fits with no gain at all or does not fit even with perfect lanes."""
+    budget = PROFILES[profile].budget
+    if budget is None:
+        return None
+    limit = budget.seconds / 60
+
+    def fits(e: float) -> bool:
+        return all(_minutes_at(profile, e, g) <= limit for g in GPUS)
+
+    if fits(0.0) or not fits(1.0):
+        return None
+    return next(e / 100 for e in range(0, 101) if fits(e / 100))
 
 
 def assumptions() -> str:
@@ -125,8 +138,10 @@ def assumptions() -> str:
         f"{model.LAUNCH_S * 1e6:.0f} us of host time per compiled-graph call; PCIe gen5 x16 at "
         f"{model.PCIE_BYTES_S / 1e9:.0f} GB/s; disk writes at {model.DISK_BYTES_S / 1e9:.0f} GB/s",
         f"pools drawn on the device, about {model.REFERENCE_KERNELS} kernels per fp64 reference call; "
-        "B, E and the regression matrix never ran on a GPU at these sizes: E's graphs cost what one of M's "
-        f"model x dtype did ({model.MODEL_COMPILE_S:.1f} s), the matrix {model.MATRIX_RUN_S:.0f} s per CPU run",
+        f"the regression matrix never ran on a GPU ({model.MATRIX_RUN_S:.0f} s per CPU run)",
+        f"launch-bound lanes on one GPU (B's chain x dtype pairs, E's runs; {DEVICE_LANES} by default, "
+        f"{LANES_ENV} overrides it): each lane beyond the first adds {model.LANE_EFFICIENCY:.0%} of one lane's "
+        "throughput, and a lane's worker starts as a compile worker does; B and E were measured one at a time",
         f"work side by side on the {model.GPU_HOST_CORES} host cores does not slow down: the tester's and the "
         "fuzzer's workers, and four reproducers at once, each bisecting with its own interpreters",
         f"M locates the divergence of {model.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
@@ -140,7 +155,8 @@ def assumptions() -> str:
         f"tester {model.DIFFTEST_WARMUP_S:.1f} s warm-up + {model.DIFFTEST_PROGRAM_S:.2f} s per program, fuzzer "
         f"{model.FUZZ_GRAPH_S:.2f} s per graph, {model.DIVERGENCE_PER_LAYER_S:.1f} s per-layer divergence, "
         f"{model.REPRO_MEASURED_S:.0f} s per reproducer with its layers one after another "
-        f"({model.REPRO_S:.0f} s modelled with them at once)",
+        f"({model.REPRO_S:.0f} s modelled with them at once and without the CPU ISA probe a CUDA case no longer "
+        "runs)",
         f"{model.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
         f"{model.MODEL_WORKER_READY_S:.1f} s, {model.LOCATE_S:.1f} s per row located",
         f"A: {model.A_SETUP_S:.1f} s setup + {model.A_COMPILE_S:.1f} s compile per dtype, "
@@ -222,12 +238,14 @@ def report(profiles: list[str]) -> None:
     if against:
         print("Against each profile's stated budget (pipeline/profiles.py): " + "; ".join(against))
     for profile in profiles:
-        names, minutes = serial_compiles_pooled(profile)
-        if names:
-            print(
-                f"What-if, not the code: {profile} at {minutes:.1f} min on an H200 if the compiles of "
-                f"{', '.join(names)} went to the compile pool too (one task per compile)"
-            )
+        line = (
+            f"What-if, not the code: {profile} at {without_lane_gain(profile):.1f} min on an H200 if lanes gained "
+            "nothing"
+        )
+        needed = break_even_efficiency(profile)
+        if needed is not None:
+            line += f"; within its budget while each extra lane adds at least {needed:.0%} of a lane"
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from .compile_pool import pool_size
+from .compile_pool import device_lanes, pool_size
+from .experiments.accumulated_error.chain_runs import LANE_BYTES as B_LANE_BYTES
 from .experiments.accumulated_error.rules import DTYPES_B
 from .experiments.accumulated_error.spec import compiles as b_compiles
 from .experiments.data_movement.assets import TASK_BYTES_PER_ELEMENT, input_key
@@ -37,6 +38,7 @@ from .experiments.data_movement.spec import SIZES as D_SIZES
 from .experiments.determinism.spec import SIZES as A_SIZES
 from .experiments.models.spec import SIZES as M_SIZES
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
+from .experiments.training.run_set import run_device_bytes
 from .experiments.training.spec import SIZES as E_SIZES
 from .experiments.training.spec import compiles as e_compiles
 from .instruments.diagnostics.spec import SIZES as DIAG_SIZES
@@ -127,18 +129,25 @@ class Cost:
     #: the assets this row materializes where it is a part of its experiment (S's pools, C2's two steps);
     #: empty: all of the experiment's (its id is the name's first word)
     assets: frozenset[str] = frozenset()
+    #: per GPU name, the lanes its launch-bound work runs on (:func:`pipeline.compile_pool.device_lanes`);
+    #: absent: one at a time
+    lanes: dict[str, int] = field(default_factory=dict)
 
     def terms(self, gpu: Gpu) -> dict[str, float]:
         device = max(
             self.flops / (gpu.tensor_flops * ACHIEVED_FLOPS) + self.fp32_flops / (gpu.fp32_flops * ACHIEVED_FLOPS),
             self.device_bytes / (gpu.hbm_bytes_s * ACHIEVED_HBM),
         )
+        compile_s = self.pool[gpu.name][1] if gpu.name in self.pool else self.compile_s
+        fixed_s, lanes = self.fixed_s, self.lanes.get(gpu.name, 1)
+        if lanes > 1:  # the host-bound compiles and steps shared out; the device's own work is not
+            compile_s, fixed_s = compile_s / lane_speedup(lanes), fixed_s / lane_speedup(lanes) + WORKER_READY_S
         return {
-            "compile": self.pool[gpu.name][1] if gpu.name in self.pool else self.compile_s,
+            "compile": compile_s,
             "device": device + self.calls * LAUNCH_S,
             "pcie": self.host_bytes / PCIE_BYTES_S,
             "disk": self.disk_bytes / DISK_BYTES_S,
-            "fixed": self.fixed_s,
+            "fixed": fixed_s,
         }
 
     def seconds(self, gpu: Gpu) -> float:
@@ -146,6 +155,33 @@ class Cost:
 
     def minutes(self, gpu: Gpu) -> float:
         return self.seconds(gpu) / 60
+
+
+# --- lanes: launch-bound loops side by side on one GPU -----------------------------------------------
+
+#: Assumed, not measured: what each lane beyond the first adds of one lane's throughput when launch-bound
+#: loops (E's runs, B's chain x dtype pairs) share one GPU as separate processes. The host side of each
+#: is its own (a core each); the GPU time-slices between the processes' contexts, and the device was idle
+#: through most of such a loop on the H200 (E: 49 ms per step for 2.4 ms of FLOPs; B: 0.2 to 0.4 ms of
+#: path calls per 3.2 ms set row), so most of a lane is taken to be gained and a quarter lost to context
+#: switches and contention. A GPU run measures it: B's and E's metadata record their lanes and wall time.
+LANE_EFFICIENCY = 0.75
+
+
+def lane_speedup(lanes: int) -> float:
+    """How many times faster ``lanes`` lanes do launch-bound work than one (:data:`LANE_EFFICIENCY`)."""
+    return 1 + LANE_EFFICIENCY * (lanes - 1)
+
+
+def gpu_lanes(tasks: int, task_bytes: int) -> dict[str, int]:
+    """Per GPU, :func:`pipeline.compile_pool.device_lanes` of ``tasks`` on the GPU host, each holding
+    ``task_bytes`` of device memory."""
+    return {
+        g.name: device_lanes(
+            torch.device("cuda"), tasks, task_bytes=task_bytes, device_bytes=int(g.memory_bytes), cores=GPU_HOST_CORES
+        )
+        for g in GPUS
+    }
 
 
 # --- the compile pool ---------------------------------------------------------------------------------
@@ -179,6 +215,12 @@ def pooled(c: Cost, task_seconds: list[float], task_bytes: int | None = None, re
         c.pool[gpu.name] = (workers, pool_seconds(task_seconds, workers, ready))
     c.workers, c.compile_s = c.pool[GPUS[-1].name]
     return c
+
+
+def lanes_text(c: Cost) -> str:
+    """The lanes: one figure, or H100's and H200's where their memory sizes them apart."""
+    sizes = [c.lanes.get(g.name, 1) for g in GPUS]
+    return " / ".join(map(str, sizes)) if len(set(sizes)) > 1 else str(sizes[0])
 
 
 def workers_text(c: Cost) -> str:
@@ -306,14 +348,20 @@ def cost_b(profile: str) -> Cost:
             note="one call per input set and path; measured at smoke only",
         )
     # Pools drawn and references computed on the device where read: per judged row, as measured on the H200
-    return Cost(
+    # (one chain x dtype pair at a time), the pairs now in lanes.
+    c = Cost(
         "B accumulated error",
         compiles=graphs,
         compile_s=graphs * B_GPU_GRAPH_S,
         fixed_s=n_sets * dists * dtypes * B_SET_ROW_S,
-        note=f"{n_sets * dists * dtypes} set rows at the H200's measured {1e3 * B_SET_ROW_S:.1f} ms each (every path, "
-        "the pool drawn and its fp64 reference computed where read)",
+        lanes=gpu_lanes(len(CHAINS) * dtypes, B_LANE_BYTES),
     )
+    c.note = (
+        f"{n_sets * dists * dtypes} set rows at the H200's measured {1e3 * B_SET_ROW_S:.1f} ms each (every path, "
+        f"the pool drawn and its fp64 reference computed where read), {len(CHAINS) * dtypes} chain x dtype pairs "
+        f"on {lanes_text(c)} lanes"
+    )
+    return c
 
 
 #: C2's assets other than its long reductions: the reduction-order step's (the Diagnostics need these only).
@@ -381,6 +429,9 @@ def cost_e(profile: str) -> Cost:
         c.fixed_s = runs * s.steps * (E_GPU_STEPS_S - gpu.terms(GPUS[1])["device"]) / steps
     else:
         c.fixed_s = E_GPU_STEPS_S - Cost("", flops=flops).terms(GPUS[1])["device"]
+    # measured one run at a time; the runs now go side by side (training/run_set.py: run_lanes)
+    c.lanes = gpu_lanes(runs, run_device_bytes(s))
+    c.note += f"; {lanes_text(c)} runs at a time"
     return c
 
 

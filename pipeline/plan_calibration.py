@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .plan import FIRST_GPU_S, REPRO_ISA_PROBE_S, REPRO_S, Gpu, cost_s, costs, diagnostics_steps
 
@@ -50,5 +50,6 @@ def step_estimate(m: Measured, gpu: Gpu) -> float:
     # The H200 run's tester and fuzzer ran one program at a time (they run one per core since).
     steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S + REPRO_ISA_PROBE_S}
     rows = {c.experiment: c for c in costs(m.profile)} | {c.experiment: c for c in cost_s(m.profile, stored=True)}
-    secs = steps[m.row] if m.row in steps else rows[m.row].seconds(gpu)
+    # Every measured step ran one chain x dtype pair and one training run at a time: no lanes.
+    secs = steps[m.row] if m.row in steps else replace(rows[m.row], lanes={}).seconds(gpu)
     return secs + (FIRST_GPU_S if m.cold else 0.0)

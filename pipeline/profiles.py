@@ -2,20 +2,21 @@
 
 * ``smoke``: the whole graph in well under a minute (tests);
 * ``default``: the seed document's methods at reduced sizes for a 2-core CPU (minutes);
-* ``gpu``: one GPU in ten minutes, the target (not yet met: A, B, C1-C3, D, E and M were measured on an H200 on
-  2026-11-27, and the estimate calibrated on them is about 13 minutes, see benchmarks/gpu_budget.py): the seed's
-  shapes, with the counts that cost compiles or device time cut (A's fp32 row, the fuzzer, the
-  differential tester, M's architectures, E's steps) to what issue 38 says the evidence needs;
+* ``gpu``: one GPU in ten minutes, the target: A, B, C1-C3, D, E and M were measured on an H200 on 2026-11-27,
+  and the estimate calibrated on them is about 9 minutes with B's chain x dtype pairs and E's runs side by
+  side on four lanes, 12.8 if those lanes gained nothing (their gain is assumed until a GPU run measures it;
+  see benchmarks/gpu_budget.py): the seed's shapes, with the counts that cost compiles or device time cut
+  (A's fp32 row, the fuzzer, the differential tester, M's architectures, E's steps) to what the evidence needs;
 * ``seed``: the seed document's exact shapes, dtypes and counts (meant for a GPU).
 
 A profile is a name: each experiment declares its own typed sizes per profile in its folder
 (``pipeline/experiments/<name>/spec.py``), with the reasons for them; a test checks that every
 experiment with sizes has one record per profile.
 
-The default profile's budget is meant to hold on any CPU, not only on one with fast 16-bit matmul; it does
-not yet on the slowest measured: a cold default report on an idle 2-core AMD EPYC with AVX2 only took 22 min
-20 s and 28 min 36 s (2026-11-27, seeds 5 and 4; E's identical work varied from 4.5 to 6.3 minutes between
-runs), its largest steps E's training, the planted-bug matrix and B. Where the
+The default profile's budget is meant to hold on any CPU, not only on one with fast 16-bit matmul: a cold
+default report on an idle 2-core AMD EPYC with AVX2 only took 19 min 34 s (2026-11-28; E's identical work
+varied from 4.5 to 6.3 minutes between runs there before its runs went side by side), its largest steps
+the planted-bug matrix, B and E. Where the
 CPU has no native fp16/bf16 matrix instructions (AVX2 only; reproduce with
 ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` and its own ``TORCHINDUCTOR_CACHE_DIR``, see the
 README, and check with ``make matmul-timing``), torch's fp16/bf16 matmul runs at about 0.5 GFLOP/s
@@ -29,7 +30,8 @@ catch it (``regression/spec.py``); the fuzzer compiles 40 graphs (``diagnostics/
 configs of its architectures, each in one dtype (``models/spec.py``), where compile time dominates. The smoke profile leaves out A's cold-start rounds (``determinism/spec.py``).
 The gpu profile runs the planted-bug matrix at its smoke size: the matrix is a self-test of the
 checks on the CPU, not a measurement of the GPU. On a GPU, D's combinations and M's architectures go
-to the compile pool (:mod:`pipeline.compile_pool`: one warm worker per CPU core); each of their
+to the compile pool (:mod:`pipeline.compile_pool`: one warm worker per CPU core), and B's chain x dtype
+pairs and E's training runs to the device's lanes (four processes side by side); each of their
 ``spec.py`` declares its compiles per profile. ``benchmarks/gpu_budget.py`` estimates the gpu and seed
 profiles' time on an H100 and an H200 from these sizes (:mod:`pipeline.plan`), and ``report`` prints
 the same estimate before it starts.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -34,9 +35,12 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     assumed = out.split("Assumed, not measured:")[1].split("From the H200 run")[0]
     assert "us of host time" in assumed and "GB/s" in assumed and "16 compile workers at most" in assumed
     assert (
-        "B, E and the regression matrix never ran on a GPU" in assumed
+        "the regression matrix never ran on a GPU" in assumed
         and "pools drawn on the device, about 10 kernels per fp64 reference call" in assumed
     )
+    # the lanes' gain is an assumption, said as one, with what the totals would be without it
+    assert "each lane beyond the first adds 75% of one lane's throughput" in assumed
+    assert "B and E were measured one at a time" in assumed
     # the per-compile, per-program and per-process figures come from the H200 run's logs
     logs = out.split("From the H200 run of 2026-11-27")[1]
     assert "21.2 s per report invocation before its first step, 7.4 s for its process's first GPU work" in logs
@@ -49,9 +53,9 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     assert "| accumulated_error_runs | smoke | call2 smoke | 15.8 | 16.0 | 1.01 | 177.7 |" in calib
     assert calib.count("| gpu |") == 10 and calib.count("| smoke |") == 6
     assert "| accumulated_error_runs | gpu | session 2 call1 --only B | 143.0 | 143.0 | 1.00 | - |" in calib
-    assert re.search(
-        r"What-if, not the code: gpu at [0-9.]+ min on an H200 if the compiles of B accumulated error", out
-    )
+    no_gain = re.search(r"What-if, not the code: gpu at ([0-9.]+) min on an H200 if lanes gained nothing", out)
+    assert no_gain is not None and float(no_gain.group(1)) > 10  # the budget rests on the lanes' gain
+    assert re.search(r"within its budget while each extra lane adds at least [0-9]+% of a lane", out)
     assert re.search(r"Against each profile's stated budget .*gpu: 10 min, estimate ", out)
     for exp in ("A determinism", "B accumulated error", "D data movement", "E training", "M models", "Diagnostics"):
         assert out.count(f"| {exp} |") == 2, exp
@@ -92,6 +96,27 @@ def test_costs_follow_the_sizes(monkeypatch):
     assert budget.cost_a("gpu").fp32_flops * 10 == budget.cost_a("seed").fp32_flops
     assert budget.cost_a("gpu").flops == budget.cost_a("seed").flops
     assert budget.cost_diagnostics("gpu").compiles == 200
+
+
+def test_b_and_e_share_their_launch_bound_work_out_on_the_device_lanes(monkeypatch):
+    monkeypatch.delenv("FUSION_DEVICE_LANES", raising=False)
+    from pipeline import plan
+
+    h100, h200 = plan.GPUS
+    b, e, e_seed = plan.cost_b("gpu"), plan.cost_e("gpu"), plan.cost_e("seed")
+    # 16 chain x dtype pairs and 15 runs on the default four lanes; a seed-size run (18.9 GiB estimated)
+    # leaves room for three on an H100's 80 GB, four on an H200's 141 GB
+    assert b.lanes == e.lanes == {"H100": 4, "H200": 4} and e_seed.lanes == {"H100": 3, "H200": 4}
+    assert plan.lane_speedup(1) == 1 and plan.lane_speedup(4) == 1 + 3 * plan.LANE_EFFICIENCY == 3.25
+    # the host-bound terms are shared out and a worker's start added; the device's own work is not shared
+    alone = plan.Cost("x", compile_s=30.0, fixed_s=120.0, flops=1e15)
+    laned = plan.Cost("x", compile_s=30.0, fixed_s=120.0, flops=1e15, lanes={"H200": 4})
+    one, four = alone.terms(h200), laned.terms(h200)
+    assert four["compile"] == pytest.approx(30.0 / 3.25) and four["device"] == one["device"] > 0
+    assert four["fixed"] == pytest.approx(120.0 / 3.25 + plan.WORKER_READY_S)
+    assert laned.terms(h100) == one  # no lanes named for this GPU: one at a time
+    # the measured B and E steps ran one at a time, and the calibration compares them so
+    assert b.seconds(h200) < 0.5 * dataclasses.replace(b, lanes={}).seconds(h200)
 
 
 def test_pool_sizes_come_from_the_workloads():
