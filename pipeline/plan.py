@@ -224,7 +224,10 @@ def lanes_text(c: Cost) -> str:
 
 
 def workers_text(c: Cost) -> str:
-    """The workers column: one figure, or H100's and H200's where their memory sizes the pool apart."""
+    """The workers column: one figure, or H100's and H200's where their memory sizes the pool apart; a row
+    whose work runs on lanes counts its lanes."""
+    if c.lanes and not c.pool:
+        return lanes_text(c)
     sizes = [c.pool[g.name][0] for g in GPUS if g.name in c.pool]
     return " / ".join(map(str, sizes)) if len(set(sizes)) > 1 else str(c.workers)
 

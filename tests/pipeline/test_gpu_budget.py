@@ -108,6 +108,7 @@ def test_b_and_e_share_their_launch_bound_work_out_on_the_device_lanes(monkeypat
     # leaves room for three on an H100's 80 GB, four on an H200's 141 GB
     assert b.lanes == e.lanes == {"H100": 4, "H200": 4} and e_seed.lanes == {"H100": 3, "H200": 4}
     assert plan.lane_speedup(1) == 1 and plan.lane_speedup(4) == 1 + 3 * plan.LANE_EFFICIENCY == 3.25
+    assert plan.workers_text(b) == "4" and plan.workers_text(e_seed) == "3 / 4"  # the table's processes
     # the host-bound terms are shared out and a worker's start added; the device's own work is not shared
     alone = plan.Cost("x", compile_s=30.0, fixed_s=120.0, flops=1e15)
     laned = plan.Cost("x", compile_s=30.0, fixed_s=120.0, flops=1e15, lanes={"H200": 4})
