@@ -100,8 +100,7 @@ def pool_size(
         else:
             requested = 1
         if device.type != "cpu" and task_bytes is not None:
-            free = device_bytes if device_bytes is not None else _free_device_bytes(device)
-            requested = min(requested, int(0.9 * free) // (task_bytes + CONTEXT_BYTES))
+            requested = min(requested, _fitting(device, task_bytes, device_bytes))
     return max(1, min(requested, tasks))
 
 
@@ -111,9 +110,9 @@ LANES_ENV = "FUSION_DEVICE_LANES"
 #: runs, B's chains over their input sets) keeps one host core busy with Python and kernel launches while
 #: the device idles through most of it: E's gpu-size step took 49 ms on the H200 where its FLOPs need
 #: about 2.4 ms at half the datasheet peak, and B's three paths took 0.2 to 0.4 ms of its 3.2 ms per judged
-#: set row (the sets-per-second lines of the 2026-11-27 runs; the rest is small judging kernels and Python). Processes sharing one GPU are time-sliced,
-#: so what four lanes gain is an estimate until a GPU run measures it (:data:`pipeline.plan.LANE_SPEEDUP`);
-#: four leave most of a 16-core host to the compiles.
+#: set row (the sets-per-second lines of the 2026-11-27 runs; the rest is small judging kernels and
+#: Python). Processes sharing one GPU are time-sliced, so what four lanes gain is an estimate until a GPU
+#: run measures it (:data:`pipeline.plan.LANE_EFFICIENCY`); four leave most of a 16-core host to compiles.
 DEVICE_LANES = 4
 
 
@@ -145,9 +144,15 @@ def device_lanes(
         raise ValueError(f"{LANES_ENV} must be an integer >= 1, got {text!r}")
     lanes = min(lanes, cores or os.cpu_count() or 1)
     if task_bytes is not None and (device_bytes is not None or device.type == "cuda"):
-        free = device_bytes if device_bytes is not None else _free_device_bytes(device)
-        lanes = min(lanes, int(0.9 * free) // (task_bytes + CONTEXT_BYTES))
+        lanes = min(lanes, _fitting(device, task_bytes, device_bytes))
     return max(1, min(lanes, tasks))
+
+
+def _fitting(device: torch.device, task_bytes: int, device_bytes: int | None) -> int:
+    """Processes whose tasks of ``task_bytes`` and contexts fit in nine tenths of ``device_bytes``
+    (default: the device's free memory now), the rest left to the allocator's fragmentation."""
+    free = device_bytes if device_bytes is not None else _free_device_bytes(device)
+    return int(0.9 * free) // (task_bytes + CONTEXT_BYTES)
 
 
 def _free_device_bytes(device: torch.device) -> int:
