@@ -309,7 +309,8 @@ class _Runner:
             var_env["CXX"] = knob.cxx
         return var_env, knob.prelude, cache
 
-    def run(self, step: str, name: str, backend: str, knob: Knob | None = None) -> Variant:
+    def run(self, step: str, name: str, backend: str, knob: Knob | None = None, keep: bool = True) -> Variant:
+        """Run one variant; ``keep`` False: not yet in the table (a variant started ahead, :meth:`keep` later)."""
         var_env, prelude, cache = self._variant_env(knob)
         result = run_script(
             self.script, [backend], python=self.python, env=var_env, prelude=prelude, cwd=self.cwd, timeout=self.timeout
@@ -319,10 +320,16 @@ class _Runner:
         v = Variant(step, name, backend, result.status, _status_message(result), result.seconds, sha, shown)
         with self.lock:
             self.excerpts[name] = excerpt
+        if keep:
+            self.keep(v)
+        return v
+
+    def keep(self, v: Variant) -> None:
+        """Put ``v`` in the table (and the log)."""
+        with self.lock:
             self.variants.append(v)
         if self.log:
-            self.log(f"  {step:9s} {name:45s} {v.status}")
-        return v
+            self.log(f"  {v.step:9s} {v.name:45s} {v.status}")
 
 
 def _layers(case: Case) -> list[tuple[str, str]]:
@@ -390,11 +397,14 @@ def bisect(
 ) -> Bisection:
     """Run the bisection of one reproducer file (see the module docstring) on the case's device.
     ``workers``: knob and toolchain variants run at once (each a fresh interpreter with its own
-    cache); the table keeps their declared order. ``parallel_layers``: the layers run at once too
-    (default: on an accelerator, where the host's cores are idle; on the CPU they run one at a time
-    and stop at the first that reproduces). Either way the table and the verdict are the same."""
+    cache); the table keeps their declared order. ``parallel_layers``: the layers run at once too, and
+    the knob variants and torch's bisector start with them (default: on an accelerator, where the
+    host's cores are idle; on the CPU the layers run one at a time and stop at the first that
+    reproduces, and the knobs run after them only when Inductor is at fault). Either way the table and
+    the verdict are the same."""
     work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
     base_env = dict(env or {})
+    ahead = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         runner = _Runner(
             script, work, python=python, cwd=cwd, env=base_env, timeout=timeout, device=case.device, log=log
@@ -402,6 +412,17 @@ def bisect(
         layers = _layers(case)
         if parallel_layers is None:
             parallel_layers = torch_device_type(case.device) != "cpu"
+        skipped: list[str] = []
+        todo = _knob_todo(case.device, skipped) if knobs else []
+        # Where the layers run at once (an accelerator host, its cores idle), the knob variants and torch's own
+        # bisector start with them: none depends on the layers' outcome. They join the table only when the
+        # layers blame Inductor, so the table and the verdict are those of a bisection run in turn.
+        early = [ahead.submit(runner.run, step, k.name, "inductor", k, False) for step, k in todo if parallel_layers]
+        theirs_early = (
+            ahead.submit(pytorch_bisector, script, python=python, cwd=cwd, env=base_env, timeout=timeout)
+            if early
+            else None
+        )
         first = _first_layer(runner, layers, workers if parallel_layers else 1)
         if not first:
             return Bisection(runner.variants, "", "does not reproduce here", "")
@@ -411,18 +432,26 @@ def bisect(
         excerpt = runner.excerpts.get(base.name, "")
         if not knobs:
             return Bisection(runner.variants, first, first, "", excerpt)
-        theirs = pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
+        theirs = (
+            theirs_early.result()
+            if theirs_early is not None
+            else pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
+        )
         if log:
             log(f"  torch._inductor.compiler_bisector: {theirs}")
-        skipped: list[str] = []
-        todo = _knob_todo(case.device, skipped)
-        # Each variant is its own interpreter compiling on one core: run them side by side, judge in order.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            done = list(pool.map(lambda item: runner.run(item[0], item[1].name, "inductor", item[1]), todo))
-        runner.variants[len(runner.variants) - len(done) :] = done  # the declared order, whatever finished first
+        if early:
+            done = [f.result() for f in early]
+            for v in done:
+                runner.keep(v)
+        else:
+            # Each variant is its own interpreter compiling on one core: run them side by side, judge in order.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                done = list(pool.map(lambda item: runner.run(item[0], item[1].name, "inductor", item[1]), todo))
+            runner.variants[len(runner.variants) - len(done) :] = done  # the declared order, whatever finished first
         fault, workaround = _verdict(runner, first, todo, done, base)
         return Bisection(runner.variants, first, fault, workaround, excerpt, skipped, theirs)
     finally:
+        ahead.shutdown(wait=True, cancel_futures=True)  # a variant started ahead writes under ``work``
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -216,8 +216,9 @@ def build(
 
 def bisect_workers(device: str) -> int:
     """Bisection variants run at once: two on the CPU (each compiles on a core of its own while the
-    run's other work waits); on an accelerator, one per host core up to 8 (the layers then run at
-    once too: the H200 run of 2026-11-27 spent 11 to 55 s per layer, one after another)."""
+    run's other work waits); on an accelerator, one per host core up to 8, in each of two pools: the
+    layers', which then run at once too (the H200 run of 2026-11-27 spent 11 to 55 s per layer, one
+    after another), and that of the knob variants started beside them."""
     if torch.device(device).type == "cpu":
         return 2
     return max(2, min(8, os.cpu_count() or 2))
