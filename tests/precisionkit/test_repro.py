@@ -199,8 +199,10 @@ def _o3_breaks_division(folder: Path) -> Path:
 
 
 @pytest.mark.heavy
-def test_bisect_blames_a_compiler_whose_O3_is_broken(tmp_path: Path) -> None:
-    """Inductor's C++ is right; the toolchain's -O3 is not: the same source built with -O2 is clean."""
+@pytest.mark.parametrize("at_once", [False, True], ids=["in-turn", "knobs-ahead"])
+def test_bisect_blames_a_compiler_whose_O3_is_broken(tmp_path: Path, at_once: bool) -> None:
+    """Inductor's C++ is right; the toolchain's -O3 is not: the same source built with -O2 is clean.
+    Alike when the knob variants start with the layers (``at_once``, as on an accelerator host)."""
     real_gxx = subprocess.run(["which", "g++"], capture_output=True, text=True).stdout.strip()
     assert real_gxx
     cxx = _o3_breaks_division(tmp_path)
@@ -212,7 +214,7 @@ def test_bisect_blames_a_compiler_whose_O3_is_broken(tmp_path: Path) -> None:
         inputs=(Input("x", (64,), "float32", 1), Input("y", (64,), "float32", 2)),
     )
     env = {"CXX": str(cxx), "PATH": os.environ["PATH"]}
-    b = bisect(write(c, tmp_path / "r"), c, env=env)
+    b = bisect(write(c, tmp_path / "r"), c, env=env, parallel_layers=at_once)
     assert b.first_layer == "Inductor lowering, fusion and code generation"
     assert b.layer_at_fault.startswith("native toolchain (C++ compiler)") and "-O2" in b.layer_at_fault
     o2 = next(v for v in b.variants if v.name == "-O2")
