@@ -30,8 +30,8 @@ DIVERGENCE_PER_LAYER_S = 11.6
 #: One D reproducer, from 1m40s to 4m04s in call2's smoke Diagnostics run (144 s): minimizing and its
 #: fresh run (26 s), four bisection layers one after another (13, 11, 13 and 26 s), then 55 s to the next
 #: case. Since 5514dcc the layers run at once on an accelerator host: the longest layer, not their sum.
-#: That case did not reproduce, so no knob variant ran; a reproducing case's knob variants and torch's
-#: bisector now start with the layers there, so they add what runs beyond the layers' wave (unmodelled).
+#: That case did not reproduce, so no knob variant ran; a reproducing case's knob variants now start with
+#: the layers there, adding what runs beyond the layers' wave, and torch's bisector after them (unmodelled).
 REPRO_LAYERS_S = (13.0, 11.0, 13.0, 26.0)
 #: Of those 55 s, the reproducer's environment record ran Inductor's CPU vector-ISA probe for the CUDA case
 #: (a C++ test build per candidate ISA, in the step's own process); a CUDA case is no longer probed. Its

@@ -398,10 +398,9 @@ def bisect(
     """Run the bisection of one reproducer file (see the module docstring) on the case's device.
     ``workers``: knob and toolchain variants run at once (each a fresh interpreter with its own
     cache); the table keeps their declared order. ``parallel_layers``: the layers run at once too, and
-    the knob variants and torch's bisector start with them (default: on an accelerator, where the
-    host's cores are idle; on the CPU the layers run one at a time and stop at the first that
-    reproduces, and the knobs run after them only when Inductor is at fault). Either way the table and
-    the verdict are the same."""
+    the knob variants start with them (default: on an accelerator, where the host's cores are idle; on
+    the CPU the layers run one at a time and stop at the first that reproduces, and the knobs run after
+    them only when Inductor is at fault). Either way the table and the verdict are the same."""
     work = Path(tempfile.mkdtemp(prefix="pk-bisect-"))
     base_env = dict(env or {})
     ahead = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers))
@@ -414,15 +413,11 @@ def bisect(
             parallel_layers = torch_device_type(case.device) != "cpu"
         skipped: list[str] = []
         todo = _knob_todo(case.device, skipped) if knobs else []
-        # Where the layers run at once (an accelerator host, its cores idle), the knob variants and torch's own
-        # bisector start with them: none depends on the layers' outcome. They join the table only when the
-        # layers blame Inductor, so the table and the verdict are those of a bisection run in turn.
+        # Where the layers run at once (an accelerator host, its cores idle), the knob variants start with them:
+        # none depends on the layers' outcome, and each costs what a layer does. They join the table only when
+        # the layers blame Inductor, so the table and the verdict are those of a bisection run in turn. Torch's
+        # bisector (many compiles, unbounded) still waits for that answer: it would delay every other verdict.
         early = [ahead.submit(runner.run, step, k.name, "inductor", k, False) for step, k in todo if parallel_layers]
-        theirs_early = (
-            ahead.submit(pytorch_bisector, script, python=python, cwd=cwd, env=base_env, timeout=timeout)
-            if early
-            else None
-        )
         first = _first_layer(runner, layers, workers if parallel_layers else 1)
         if not first:
             return Bisection(runner.variants, "", "does not reproduce here", "")
@@ -432,11 +427,7 @@ def bisect(
         excerpt = runner.excerpts.get(base.name, "")
         if not knobs:
             return Bisection(runner.variants, first, first, "", excerpt)
-        theirs = (
-            theirs_early.result()
-            if theirs_early is not None
-            else pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
-        )
+        theirs = pytorch_bisector(script, python=python, cwd=cwd, env=base_env, timeout=timeout)
         if log:
             log(f"  torch._inductor.compiler_bisector: {theirs}")
         if early:
