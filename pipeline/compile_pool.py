@@ -84,12 +84,7 @@ def pool_size(
     if tasks < 0:
         raise ValueError(f"task count must be >= 0, got {tasks}")
     if requested is None:
-        text = os.environ.get(WORKERS_ENV, "").strip()
-        if text:
-            try:
-                requested = int(text)
-            except ValueError:
-                raise ValueError(f"{WORKERS_ENV} must be an integer >= 1, got {text!r}") from None
+        requested = _count_from_env(WORKERS_ENV)
     if requested is not None and requested < 1:
         raise ValueError(f"compile workers must be at least 1, got {requested}")
     if requested is None:
@@ -135,17 +130,25 @@ def device_lanes(
         raise ValueError(f"task count must be >= 0, got {tasks}")
     if device.type == "cpu":
         return 1
-    text = os.environ.get(LANES_ENV, "").strip()
-    try:
-        lanes = int(text) if text else DEVICE_LANES
-    except ValueError:
-        raise ValueError(f"{LANES_ENV} must be an integer >= 1, got {text!r}") from None
-    if lanes < 1:
-        raise ValueError(f"{LANES_ENV} must be an integer >= 1, got {text!r}")
-    lanes = min(lanes, cores or os.cpu_count() or 1)
+    lanes = min(_count_from_env(LANES_ENV) or DEVICE_LANES, cores or os.cpu_count() or 1)
     if task_bytes is not None and (device_bytes is not None or device.type == "cuda"):
         lanes = min(lanes, _fitting(device, task_bytes, device_bytes))
     return max(1, min(lanes, tasks))
+
+
+def _count_from_env(name: str) -> int | None:
+    """A process count set in the environment variable ``name`` (None when unset); anything but an
+    integer >= 1 is refused, naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {text!r}")
+    return count
 
 
 def _fitting(device: torch.device, task_bytes: int, device_bytes: int | None) -> int:

@@ -560,7 +560,9 @@ def chain_lane(
     by side (a pair's loop is bound by its host side, Python and kernel launches). Its rows are those
     :func:`run_chain` gives for the pair; which process ran it changes no bit."""
     lines: list[str] = []
-    part = _run_dtype(ExperimentSettings(**settings), WORKLOADS[chain], dtype, pool, refs, lines.append, False)
+    part = _run_dtype(
+        ExperimentSettings(**settings), WORKLOADS[chain], dtype, pool, refs, lines.append, progress_log=False
+    )
     buf = io.BytesIO()
     torch.save(part.worst, buf)
     return LaneResult(part.rows, part.evidence, buf.getvalue(), lines)
@@ -590,12 +592,14 @@ def run_chains(
         log(f"{len(pairs)} chain x dtype pairs on {lanes} lanes")
     tasks = [(settings.fields(), c, d, pools[c], refs[c]) for c, d in pairs]
 
+    say = log or (lambda _line: None)
+
     def logged(_: int, lane: LaneResult) -> None:
         for line in lane.lines:
-            if log is not None:
-                log(line)
+            say(line)
 
-    return [r.chain_run() for r in run_tasks(chain_lane, tasks, device, lanes, on_result=logged)], lanes
+    done = run_tasks(chain_lane, tasks, device, lanes, on_result=logged)
+    return [r.chain_run() for r in done], lanes
 
 
 EVIDENCE_SCHEMA = {
