@@ -1,12 +1,14 @@
 """Execution paths: eager (op by op) and fused (``torch.compile`` with a named backend), where a
 fused run carries evidence that it really compiled and fused.
 
-A fused path that compiled no graph (fell back to eager), broke the graph, or generated no fused
-kernel raises :class:`FusionError` instead of returning numbers that silently equal eager's.
+A fused path that compiled no graph (fell back to eager), broke the graph, or shows no fusion in
+what its compiler produced raises :class:`FusionError` instead of returning numbers that silently
+equal eager's. What counts as fusion, and how it is seen, is the compiler's adapter's business
+(:mod:`precisionkit.backends`): for Inductor, at least one generated kernel.
 
-:func:`capture_generated_code` is the evidence-gathering part on its own, for code that a fused
-path compiles later than its first call (e.g. the backward graph, compiled at the first
-``backward()``).
+:func:`capture_generated_code` (Inductor's, from :mod:`precisionkit.backends.inductor`) is the
+evidence-gathering part on its own, for code that a fused path compiles later than its first call
+(e.g. the backward graph, compiled at the first ``backward()``).
 """
 
 from __future__ import annotations
@@ -14,46 +16,33 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-import re
 import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from unittest import mock
 
 import torch
 
+from .backends import adapter_for_backend
+from .backends.base import BackendAdapter, CompileCapture
+from .backends.inductor import GeneratedCode, InductorAdapter, capture_generated_code, normalize_code
 from .hosttraffic import suspended as suspended_host_traffic
 
-# Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
-_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
-_EXTERN_CALL = re.compile(r"extern_kernels\.(\w+)\(")
-#: Fused library kernels a compiled graph may call instead of generating code: attention kernels
-#: that Inductor's pattern matcher substitutes for matmul -> softmax -> matmul (CPU flash attention,
-#: CUDA flash / memory-efficient / cuDNN attention).
-_FUSED_LIBRARY_CALL = re.compile(
-    r"torch\.ops\.aten\.(_scaled_dot_product_\w*attention\w*|_flash_attention_forward|_efficient_attention_forward)\."
-)
-# AOTAutograd's label of a graph in its generated code: ``# AOT ID: ['0_forward']``.
-_AOT_KIND = re.compile(r"^# AOT ID: \['\d+_(\w+)'\]", re.MULTILINE)
-# Lines that differ between processes or machines but not in the generated computation (on CUDA,
-# ``# kernel path:`` names the cache file each Triton kernel was written to).
-_VOLATILE_LINES = re.compile(
-    r"^\s*# (AOT ID|Topologically Sorted Source Nodes|Source node to ATen|kernel path:).*$", re.MULTILINE
-)
-_QUOTED_PATH = re.compile(r"(['\"])/[^'\"\n]*(['\"])")
-# Entries of a Triton kernel's ``inductor_meta`` that record how the compiler's caches were set up
-# (a cold start disables them by design) and the fingerprint of the Triton build and its environment,
-# not what the kernel computes: the Triton source, block sizes and the other entries stay hashed.
-_CACHE_META = re.compile(
-    r"'(backend_hash|autotune_local_cache|autotune_remote_cache|force_disable_caches)': "
-    r"(?:'[^']*'|True|False|None)"
-)
-# The benchmark harness at the end of a generated module passes the compiled function's name, which
-# is the caller's label, not part of the program.
-_HARNESS_NAME = re.compile(r"compiled_module_main\('[^']*'")
+__all__ = [
+    "FusedFunction",
+    "FusionError",
+    "FusionEvidence",
+    "GeneratedCode",
+    "capture_generated_code",
+    "eager",
+    "fused",
+    "inductor_cache_dir",
+    "normalize_code",
+    "without_guard_latency_probe",
+]
 
 
 class FusionError(RuntimeError):
@@ -64,8 +53,19 @@ class FusionError(RuntimeError):
 class FusionEvidence:
     """Proof that a fused run compiled and fused: what was generated, and how it was reached.
 
-    ``code_sha256`` hashes the generated code with machine-specific paths and per-process ids
-    stripped, so equal hashes mean equal generated programs across processes and machines.
+    ``code_sha256`` hashes the compiled code with machine-specific paths and per-process ids
+    stripped, so equal hashes mean equal compiled programs across processes and machines.
+
+    ``kernel_count`` / ``kernel_names`` count and name every unit the compiler produced (Inductor:
+    its generated kernels); ``fused_units`` counts those that compute two or more source operations
+    (0 where the compiler does not say what a unit computes, as Inductor's C++ code does not).
+    ``compiler`` is the adapter's name, ``partitions`` how many subgraphs the compiler compiled,
+    ``fallback_ops`` the operations it left to eager inside a compiled graph, ``precisions`` the
+    distinct precisions its units reported running in, ``compiler_version`` its version.
+
+    >>> ev = FusionEvidence("inductor", {}, "cpu", 1, 0, 0, 1, ("k0",), (), "ab12", 0.5)
+    >>> ev.compiler, ev.partitions, ev.as_metadata()["fallback_ops"]
+    ('inductor', 0, '')
     """
 
     backend: str
@@ -82,6 +82,12 @@ class FusionEvidence:
     break_reasons: tuple[str, ...] = field(default=())
     #: Fused library kernels the code calls (an attention kernel put in by a pattern rewrite).
     fused_library_calls: tuple[str, ...] = field(default=())
+    compiler: str = "inductor"
+    partitions: int = 0
+    fused_units: int = 0
+    fallback_ops: tuple[str, ...] = field(default=())
+    precisions: tuple[str, ...] = field(default=())
+    compiler_version: str = ""
 
     def as_metadata(self) -> dict[str, Any]:
         """Flat, JSON-friendly view for asset metadata and tables."""
@@ -90,121 +96,10 @@ class FusionEvidence:
         d["extern_calls"] = ", ".join(self.extern_calls)
         d["break_reasons"] = "; ".join(self.break_reasons)
         d["fused_library_calls"] = ", ".join(self.fused_library_calls)
+        d["fallback_ops"] = ", ".join(self.fallback_ops)
+        d["precisions"] = ", ".join(self.precisions)
         d["options"] = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items())) or "(none)"
         return d
-
-
-def normalize_code(code: str) -> str:
-    """Generated code with per-process ids, absolute paths, cache settings and the harness's label
-    removed (what the hash covers).
-
-    >>> a = "# kernel path: /tmp/a/x.py\\nk = 1  # inductor_meta={'backend_hash': 'AB12', 'max_autotune': False}"
-    >>> b = "# kernel path: /tmp/b/y.py\\nk = 1  # inductor_meta={'backend_hash': 'CD34', 'max_autotune': False}"
-    >>> normalize_code(a) == normalize_code(b)
-    True
-    >>> normalize_code(a) == normalize_code(a.replace("'max_autotune': False", "'max_autotune': True"))
-    False
-    """
-    code = _VOLATILE_LINES.sub("", code)
-    code = _CACHE_META.sub(r"'\1': <cache setting>", code)
-    code = _HARNESS_NAME.sub("compiled_module_main(<name>", code)
-    return _QUOTED_PATH.sub(r"\1<path>\2", code)
-
-
-class GeneratedCode:
-    """The code Inductor generated while :func:`capture_generated_code` was active, one source per
-    compiled graph (including graphs served from Inductor's cache), and what it shows.
-
-    AOTAutograd labels each graph ``forward``, ``backward`` or ``inference`` (:attr:`kinds`);
-    :meth:`of_kind` and :meth:`excluding` select by that label.
-
-    >>> captured = GeneratedCode(["# AOT ID: ['0_forward']\\nk0 = async_compile.cpp_pybinding(['float*'], s)"])
-    >>> captured.graphs, captured.kinds, captured.kernel_names
-    (1, ('forward',), ('k0',))
-    >>> captured.of_kind("backward").graphs
-    0
-    """
-
-    def __init__(self, sources: list[str] | None = None) -> None:
-        #: Generated wrapper code as Inductor saved it, one entry per compiled graph.
-        self.sources: list[str] = list(sources or [])
-
-    @property
-    def graphs(self) -> int:
-        """How many graphs generated code."""
-        return len(self.sources)
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Per source, AOTAutograd's label (``forward``, ``backward``, ``inference``); ``""`` when
-        the code carries none."""
-        return tuple(m.group(1) if (m := _AOT_KIND.search(c)) else "" for c in self.sources)
-
-    def of_kind(self, *kinds: str) -> GeneratedCode:
-        """The sources whose label is one of ``kinds``."""
-        return GeneratedCode([c for c, k in zip(self.sources, self.kinds, strict=True) if k in kinds])
-
-    def excluding(self, *kinds: str) -> GeneratedCode:
-        """The sources whose label is none of ``kinds``."""
-        return GeneratedCode([c for c, k in zip(self.sources, self.kinds, strict=True) if k not in kinds])
-
-    @property
-    def code(self) -> str:
-        """All sources, normalized (see :func:`normalize_code`) and joined by newlines."""
-        return "\n".join(normalize_code(c) for c in self.sources)
-
-    @property
-    def kernel_names(self) -> tuple[str, ...]:
-        """Names of the kernels the code defines (``name = async_compile.<kind>(...``), in order."""
-        return tuple(name for name, _kind in _KERNEL_DEF.findall(self.code))
-
-    @property
-    def extern_calls(self) -> tuple[str, ...]:
-        """Library kernels the code calls (``extern_kernels.<name>``), sorted, each once."""
-        return tuple(sorted(set(_EXTERN_CALL.findall(self.code))))
-
-    @property
-    def fused_library_calls(self) -> tuple[str, ...]:
-        """Fused library kernels the code calls (an attention kernel a pattern rewrite put in), sorted,
-        each once."""
-        return tuple(sorted(set(_FUSED_LIBRARY_CALL.findall(self.code))))
-
-    @property
-    def sha256(self) -> str:
-        """sha256 of :attr:`code`: equal hashes mean equal generated programs."""
-        return hashlib.sha256(self.code.encode()).hexdigest()
-
-
-@contextmanager
-def capture_generated_code() -> Iterator[GeneratedCode]:
-    """Collect the code Inductor generates inside the ``with`` block.
-
-    The yielded :class:`GeneratedCode` fills up as graphs compile; read it after the block.
-    Captures nest: an outer capture also sees what an inner one collects.
-
-    When the backward graph arrives depends on the caches: compiled, it comes at the first
-    ``backward()``; served from AOTAutograd's cache, it comes with the forward at the first call.
-    To see it in either case, capture the first forward and backward together and keep
-    ``captured.of_kind("backward")``.
-
-    >>> with capture_generated_code() as captured:
-    ...     pass  # compile and run something here
-    >>> captured.graphs
-    0
-    """
-    from torch._inductor.graph import GraphLowering
-
-    captured = GeneratedCode()
-    outer = GraphLowering.save_output_code
-
-    def save(code: str) -> None:
-        captured.sources.append(code)
-        if outer is not None:
-            outer(code)
-
-    # Inductor hands every generated wrapper module to this hook (torch's own tests patch it too).
-    with mock.patch.object(GraphLowering, "save_output_code", staticmethod(save)):
-        yield captured
 
 
 @contextmanager
@@ -282,16 +177,21 @@ def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
 class FusedFunction:
     """``fn`` compiled once by ``torch.compile`` with the backend registered under ``backend``.
 
+    ``backend`` names a compiler's adapter or a ``torch.compile`` backend; the adapter
+    (:func:`precisionkit.backends.adapter_for_backend`) compiles, captures what the compiler produced
+    and judges whether it shows fusion. A backend without an adapter of its own compiles itself and
+    is judged by the Inductor code it generated.
+
     The first call compiles and records :attr:`evidence`; later calls reuse the compiled artifact
-    and any further compilation counts as a recompile (see ``evidence.recompiles``). ``options``
-    patch ``torch._inductor.config`` while the backend compiles (e.g.
-    ``{"emulate_precision_casts": True}``); they apply to Inductor-based backends.
+    and any further compilation counts as a recompile (see ``evidence.recompiles``). ``options`` go
+    to the adapter's compiler: for Inductor and the backends without an adapter, they patch
+    ``torch._inductor.config`` while the backend compiles (e.g. ``{"emulate_precision_casts": True}``).
 
     >>> import torch
     >>> fused = FusedFunction(lambda x: torch.nn.functional.gelu(x * 2 + 1))
     >>> _ = fused(torch.randn(8))
-    >>> fused.evidence.kernel_count >= 1
-    True
+    >>> fused.evidence.kernel_count >= 1, fused.evidence.compiler
+    (True, 'inductor')
     """
 
     def __init__(
@@ -303,31 +203,25 @@ class FusedFunction:
         require_fusion: bool = True,
         dynamic: bool = False,
     ) -> None:
-        from torch._dynamo import list_backends, lookup_backend
-
-        try:
-            self._compiler = lookup_backend(backend)
-        except Exception as exc:
-            raise ValueError(
-                f"unknown torch.compile backend {backend!r}; registered: {', '.join(list_backends(exclude_tags=()))}"
-            ) from exc
+        #: The compiler's adapter: it compiles, captures and judges fusion.
+        self.adapter: BackendAdapter = adapter_for_backend(backend)
         self.fn = fn
         self.backend = backend
         self.options = dict(options or {})
         self.require_fusion = require_fusion
+        self._compiler = self.adapter.compiler(self.options)
         self._graphs = 0
+        self._graph_ops = 0
         self._graphs_at_first_call: int | None = None
         self._evidence: FusionEvidence | None = None
+        #: What the adapter captured at the first call (None before it).
+        self.capture: CompileCapture | None = None
         self.code = ""
         self._compiled = torch.compile(_private_copy(fn), backend=self._counting_backend, dynamic=dynamic)
 
     def _counting_backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         self._graphs += 1
-        if self.options:
-            from torch._inductor import config as inductor_config
-
-            with inductor_config.patch(self.options):
-                return self._compiler(gm, example_inputs)
+        self._graph_ops += sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
         return self._compiler(gm, example_inputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -343,7 +237,7 @@ class FusedFunction:
 
         breaks_before = dict(counters["graph_break"])
         start = time.perf_counter()
-        with capture_generated_code() as captured, without_guard_latency_probe():
+        with self.adapter.capture() as captured, without_guard_latency_probe():
             out = self._compiled(*args, **kwargs)
         seconds = time.perf_counter() - start
         reasons = tuple(
@@ -352,11 +246,15 @@ class FusedFunction:
             if count > breaks_before.get(reason, 0)
         )
         self._graphs_at_first_call = self._graphs
-        # The evidence covers the forward: a backward served from AOTAutograd's cache arrives
-        # with it, a compiled one only at the first backward(), and the hash must not depend on that.
-        captured = captured.excluding("backward")
+        if not captured.graph_ops:
+            # The adapter did not count the source operations; the graphs Dynamo handed over did.
+            captured.graph_ops = self._graph_ops
+        self.capture = captured
         self.code = captured.code
-        kernels = captured.kernel_names
+        units = captured.units
+        # Inductor's evidence hashes its code even when there is none (today's rows keep their
+        # hash); another compiler that exposes no code has no hash.
+        hashed = bool(captured.code) or isinstance(self.adapter, InductorAdapter)
         self._evidence = FusionEvidence(
             backend=self.backend,
             options=self.options,
@@ -364,19 +262,25 @@ class FusedFunction:
             graph_count=self._graphs,
             graph_breaks=max(self._graphs - 1, len(reasons)),
             recompiles=0,
-            kernel_count=len(kernels),
-            kernel_names=kernels,
-            extern_calls=captured.extern_calls,
-            code_sha256=captured.sha256,
+            kernel_count=len(units),
+            kernel_names=tuple(u.name for u in units),
+            extern_calls=tuple(captured.extern_calls),
+            code_sha256=hashlib.sha256(captured.code.encode()).hexdigest() if hashed else "",
             compile_seconds=seconds,
             break_reasons=reasons,
-            fused_library_calls=captured.fused_library_calls,
+            fused_library_calls=tuple(captured.fused_library_calls),
+            compiler=self.adapter.name,
+            partitions=captured.partitions,
+            fused_units=sum(1 for u in units if u.fuses),
+            fallback_ops=tuple(captured.fallback_ops),
+            precisions=tuple(sorted({u.precision for u in units if u.precision})),
+            compiler_version=self.adapter.provenance().get("version", ""),
         )
         if self.require_fusion:
-            self._verify(self._evidence)
+            self._verify(self._evidence, captured)
         return out
 
-    def _verify(self, ev: FusionEvidence) -> None:
+    def _verify(self, ev: FusionEvidence, captured: CompileCapture) -> None:
         where = f"fused path (backend {self.backend!r}) for {getattr(self.fn, '__name__', self.fn)!r}"
         if ev.graph_count == 0:
             raise FusionError(f"{where} compiled no graph: it fell back to eager")
@@ -384,10 +288,9 @@ class FusedFunction:
             raise FusionError(
                 f"{where} broke the graph {ev.graph_breaks} time(s): {'; '.join(ev.break_reasons) or 'see TORCH_LOGS=graph_breaks'}"
             )
-        if ev.kernel_count == 0 and not ev.fused_library_calls:
-            # A graph rewritten into one fused library kernel (attention) generates no kernel of its
-            # own and is still fused; anything else without generated code ran op by op.
-            raise FusionError(f"{where} generated no fused kernel (no generated code was captured)")
+        problem = self.adapter.fusion_problem(captured)
+        if problem:
+            raise FusionError(f"{where} {problem}")
 
     @property
     def evidence(self) -> FusionEvidence:
@@ -397,16 +300,7 @@ class FusedFunction:
         recompiles = self._graphs - (self._graphs_at_first_call or 0)
         if recompiles == self._evidence.recompiles:
             return self._evidence
-        return FusionEvidence(
-            **{
-                **asdict(self._evidence),
-                "recompiles": recompiles,
-                "kernel_names": self._evidence.kernel_names,
-                "extern_calls": self._evidence.extern_calls,
-                "break_reasons": self._evidence.break_reasons,
-                "fused_library_calls": self._evidence.fused_library_calls,
-            }
-        )
+        return replace(self._evidence, recompiles=recompiles)
 
 
 def fused(
