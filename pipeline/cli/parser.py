@@ -5,6 +5,25 @@ import argparse
 from ..profiles import profiles_help
 
 DATA_DIR_HELP = "data root (default: FUSION_DATA_DIR or ./data)"
+BACKEND_HELP = (
+    "torch.compile backend of the fused path, by registered name (inductor, aot_eager, eager, a planted-bug "
+    "backend or your own); an unknown name is refused with the list of registered ones (default: inductor)"
+)
+
+
+def device_help(what: str = "compute device of every experiment") -> str:
+    """``--device``'s help: what it sets and the devices this machine has (``auto``: the first accelerator)."""
+    from ..resources import device_choices
+
+    here = ", ".join(d for d in device_choices() if d != "auto")
+    return (
+        f"{what}: auto (the first accelerator present, else cpu) or a device this machine has: {here} (default: auto)"
+    )
+
+
+def profile_help() -> str:
+    """``--profile``'s help: the profiles with what each is for and its budget, and the default."""
+    return f"experiment sizes and time budget, {profiles_help()} (default: default)"
 
 
 def profile_arg(value: str) -> str:
@@ -18,30 +37,37 @@ def profile_arg(value: str) -> str:
 
 
 def _profile(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default="default", type=profile_arg, help=profiles_help())
+    parser.add_argument("--profile", default="default", type=profile_arg, help=profile_help())
 
 
 def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     rep = sub.add_parser("report", help="materialize every asset and run every check")
     # Checked with the other settings (one line naming every problem), not by argparse.
-    rep.add_argument("--profile", default="default", help=profiles_help())
-    rep.add_argument("--device", default="auto")
-    rep.add_argument("--backend", default="inductor")
-    rep.add_argument("--backend-options", default="{}", help="JSON object of compiler options")
+    rep.add_argument("--profile", default="default", help=profile_help())
+    rep.add_argument("--device", default="auto", help=device_help())
+    rep.add_argument("--backend", default="inductor", help=BACKEND_HELP)
+    rep.add_argument(
+        "--backend-options",
+        default="{}",
+        help="JSON object of compiler options for the fused path, e.g. '{\"emulate_precision_casts\": true}' "
+        "(default: {}, none)",
+    )
     rep.add_argument(
         "--all",
         dest="everything",
         action="store_true",
-        help="materialize every asset, not only those missing or stale for the profile",
+        help="materialize every asset, not only those missing or stale for the profile (default: off)",
     )
     rep.add_argument(
-        "--verbose", action="store_true", help="Dagster's full console log (DEBUG) instead of progress lines"
+        "--verbose",
+        action="store_true",
+        help="Dagster's full console log (DEBUG) instead of progress lines (default: off)",
     )
     rep.add_argument(
         "--only",
         default="",
         help="comma list of experiment ids (e.g. M or B,D): materialize those, what they need upstream and the "
-        "report; the site marks the others as not run",
+        "report; the site marks the others as not run (default: every experiment)",
     )
     rep.add_argument(
         "--seed",
@@ -54,47 +80,74 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         "--keep-sets",
         action="store_true",
         help="store S's input pools and fp64 references even where the profile regenerates them on the device "
-        "where read (gpu, seed); same as FUSION_KEEP_SETS=1",
+        "where read (gpu, seed); same as FUSION_KEEP_SETS=1 (default: off, the profile's choice)",
     )
     rep.add_argument(
         "--workloads",
         default=None,
-        help="your own workloads for experiment M: module:NAME, comma separated (default: $FUSION_WORKLOADS)",
+        help="your own workloads for experiment M: module:NAME, comma separated (default: $FUSION_WORKLOADS, "
+        "else none)",
     )
 
 
 def _add_results(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     pro = sub.add_parser("promote-baseline", help="mark the stored materialization as the baseline (new version)")
     _profile(pro)
-    pro.add_argument("--device", default="auto", help="recorded as provenance where no materialization event has it")
     pro.add_argument(
-        "--backend", default="inductor", help="recorded as provenance where no materialization event has it"
+        "--device",
+        default="auto",
+        help=device_help("the device recorded as provenance where no materialization event has it"),
+    )
+    pro.add_argument(
+        "--backend",
+        default="inductor",
+        help="the torch.compile backend recorded as provenance where no materialization event has it "
+        "(default: inductor)",
     )
     pro.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    pro.add_argument("--allow-partial", action="store_true", help="promote even if some experiment is not materialized")
+    pro.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="promote even if some experiment is not materialized (default: off, refused)",
+    )
     pro.add_argument(
         "--include-imported",
         action="store_true",
-        help="also take provenance from materializations imported from results bundles (another machine's)",
+        help="also take provenance from materializations imported from results bundles (another machine's) "
+        "(default: off)",
     )
-    pro.add_argument("--note", default="", help="free text stored in the manifest")
+    pro.add_argument("--note", default="", help="free text stored in the manifest (default: none)")
     exp = sub.add_parser("export-bundle", help="write a profile's results as a portable bundle (for another checkout)")
     _profile(exp)
-    exp.add_argument("--out", required=True, help="new folder for the bundle, e.g. results/h100-seed")
+    exp.add_argument("--out", required=True, help="new folder for the bundle, e.g. results/h100-seed (required)")
     exp.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    exp.add_argument("--no-tensors", action="store_true", help="leave every tensor file out (tables and records only)")
-    exp.add_argument("--max-tensor-mib", type=float, default=8.0, help="leave out tensor files larger than this")
+    exp.add_argument(
+        "--no-tensors",
+        action="store_true",
+        help="leave every tensor file out (tables and records only) (default: off, tensors up to --max-tensor-mib)",
+    )
+    exp.add_argument(
+        "--max-tensor-mib", type=float, default=8.0, help="leave out tensor files larger than this, in MiB (default: 8)"
+    )
     mrg = sub.add_parser(
         "merge-bundles",
         help="one bundle from several of one device and profile (each asset from the newest bundle holding it)",
     )
-    mrg.add_argument("--out", required=True, help="new folder for the merged bundle")
+    mrg.add_argument("--out", required=True, help="new folder for the merged bundle (required)")
     mrg.add_argument("paths", nargs="+", help="the bundle folders (two or more)")
     imp = sub.add_parser("import-bundle", help="check a results bundle and add it to this instance and data folder")
     imp.add_argument("path", help="the bundle folder")
     imp.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    imp.add_argument("--replace", action="store_true", help="replace an earlier import of the same device and profile")
-    imp.add_argument("--if-new", action="store_true", help="pass over (exit 0) a device and profile imported before")
+    imp.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an earlier import of the same device and profile (default: off, such an import is refused)",
+    )
+    imp.add_argument(
+        "--if-new",
+        action="store_true",
+        help="pass over (exit 0) a device and profile imported before (default: off, such an import is refused)",
+    )
 
 
 def _add_repros(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -105,20 +158,36 @@ def _add_repros(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     _profile(rp)
     rp.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     rp.add_argument(
-        "--planted", nargs="*", default=None, metavar="BUG", help="planted bugs of the matrix (none named: all of them)"
+        "--planted",
+        nargs="*",
+        default=None,
+        metavar="BUG",
+        help="build reproducers of these planted bugs of the regression matrix (the option alone: all of them; "
+        "default: none)",
     )
     rp.add_argument(
         "--make",
         action="append",
         default=[],
         metavar="SPEC",
-        help="d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D, e.g. d/transpose_concat/float16/4x128x256/contiguous) "
-        "or fuzz/<seed>[/<dtype>] or difftest/<generator>/<seed>[/<dtype>]; repeatable",
+        help="build a reproducer of this case: d/<subgraph>/<dtype>/<BxSxH>/<layout> (a row of D, e.g. "
+        "d/transpose_concat/float16/4x128x256/contiguous) "
+        "or fuzz/<seed>[/<dtype>] or difftest/<generator>/<seed>[/<dtype>]; repeatable (default: none)",
     )
-    rp.add_argument("--backend", default="inductor", help="backend of the --make cases")
-    rp.add_argument("--device", default="auto", help="device of the --make cases (auto: the accelerator if any)")
-    rp.add_argument("--python", default=None, help="re-run every reproducer under this interpreter (another torch)")
-    rp.add_argument("--no-knobs", action="store_true", help="bisect the layers only (no Inductor knobs, no toolchain)")
+    rp.add_argument(
+        "--backend", default="inductor", help="torch.compile backend of the --make cases (default: inductor)"
+    )
+    rp.add_argument("--device", default="auto", help=device_help("device of the --make cases"))
+    rp.add_argument(
+        "--python",
+        default=None,
+        help="re-run every reproducer under this interpreter (another torch) (default: this interpreter)",
+    )
+    rp.add_argument(
+        "--no-knobs",
+        action="store_true",
+        help="bisect the layers only, no Inductor knobs and no toolchain (default: off, all of them)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

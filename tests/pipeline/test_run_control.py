@@ -3,6 +3,7 @@ read other assets in partial selections, and resuming after an interrupted run."
 
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import os
@@ -607,3 +608,58 @@ def test_report_help_says_what_each_profile_is_for_and_its_budget(capsys: pytest
     for name, profile in PROFILES.items():
         assert f"{name} ({' '.join(profile.description.split())}" in text
     assert "budget 20 min" in text and "budget 10 min" in text
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: sub for a in actions for name, sub in a.choices.items()}
+
+
+def test_every_option_of_every_subcommand_says_what_it_does() -> None:
+    from pipeline.cli.parser import build_parser
+
+    subs = _subparsers(build_parser())
+    assert sorted(subs) == [
+        "export-bundle",
+        "import-bundle",
+        "merge-bundles",
+        "promote-baseline",
+        "report",
+        "repros",
+        "times",
+    ]
+    missing = [
+        f"{name} {'/'.join(a.option_strings) or a.dest}"
+        for name, sub in subs.items()
+        for a in sub._actions
+        if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()
+    ]
+    assert missing == []
+    # an option with a default says what it is (a positional or a required option has none)
+    no_default = [
+        f"{name} {'/'.join(a.option_strings)}"
+        for name, sub in subs.items()
+        for a in sub._actions
+        if a.option_strings and not isinstance(a, argparse._HelpAction) and not a.required
+        if "default: " not in (a.help or "")
+    ]
+    assert no_default == []
+
+
+def test_report_help_names_the_device_and_backend_with_their_values(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli.parser import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    here = ", ".join(d for d in resources.device_choices() if d != "auto")
+    assert (
+        "--device DEVICE compute device of every experiment: auto (the first accelerator present, else cpu) or a "
+        f"device this machine has: {here} (default: auto)"
+    ) in text
+    assert here.startswith("cpu") and all(d in here for d in available_devices())
+    assert (
+        "--backend BACKEND torch.compile backend of the fused path, by registered name (inductor, aot_eager, "
+        "eager, a planted-bug backend or your own); an unknown name is refused with the list of registered ones "
+        "(default: inductor)"
+    ) in text
