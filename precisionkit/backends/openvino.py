@@ -1,0 +1,480 @@
+"""The OpenVINO adapter: Intel's inference runtime as a ``torch.compile`` backend (``"openvino"``,
+registered by ``import openvino.torch``), seen through the runtime models it compiles.
+
+How the backend works, as far as the adapter depends on it: it decomposes the FX graph dynamo hands
+it to ATen operations, and its partitioner (``Partitioner.make_partitions``) moves every run of
+operations OpenVINO supports into a ``fused_<n>`` submodule; the operations it does not support,
+and supported ones that would form a partition of a single operation, stay in the FX graph and run
+in torch. At a partition's first call the backend converts it to an OpenVINO model and compiles it
+with ``Core.compile_model``; the CPU plugin then merges operations into the nodes of its runtime
+model (an elementwise chain into one node, a GELU into the MVN before it, ...) and chooses each
+node's precision. The runtime model names, per node, the original operations it computes, so that
+model is the fusion evidence.
+
+:meth:`OpenVINOAdapter.capture` patches four places for the duration of its block and restores them
+afterwards:
+
+- ``openvino.Core.compile_model``: every compiled model, each of whose executed runtime nodes
+  becomes a :class:`~precisionkit.backends.base.FusedUnit`;
+- ``Partitioner.make_partitions``: how many operations the partitioner received and which it left
+  to torch;
+- ``OpenVINOGraphModule.__call__``: a partition whose compile or execution failed, which the backend
+  then runs in torch from that call on without saying so;
+- the backend module's ``compile_fx``: a graph the backend failed to convert, which it hands to
+  Inductor instead.
+
+Compilation happens at the first call, not at ``torch.compile``: capture around the first call of
+the compiled function. Captures nest: every capture active when a model compiles receives it.
+
+On a CPU with bf16 support (``OPTIMIZATION_CAPABILITIES`` lists ``BF16``) the CPU plugin's default
+``INFERENCE_PRECISION_HINT`` is ``bf16``, also for an fp32 graph: it runs matrix multiplications
+and convolutions in bf16 (their units report ``"bfloat16"``) and keeps normalizations and
+elementwise nodes in fp32. The knob ``INFERENCE_PRECISION_HINT=f32`` keeps every node in fp32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import operator
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .base import BackendAdapter, CompileCapture, FusedUnit
+
+#: OpenVINO element type names (as the CPU plugin writes them in a runtime node's
+#: ``runtimePrecision``) -> torch dtype names. A name not listed is reported as OpenVINO writes it.
+OV_TO_TORCH_PRECISION: dict[str, str] = {
+    "f64": "float64",
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+    "i64": "int64",
+    "i32": "int32",
+    "i16": "int16",
+    "i8": "int8",
+    "u64": "uint64",
+    "u32": "uint32",
+    "u16": "uint16",
+    "u8": "uint8",
+    "boolean": "bool",
+}
+
+# Runtime nodes that compute nothing: graph inputs and outputs and constants, by the CPU plugin's
+# ``layerType`` and by the OpenVINO operation type.
+_NOT_COMPUTING = frozenset({"Input", "Output", "Const", "Parameter", "Result", "Constant"})
+# Names OpenVINO gives nodes that have none of their own: ``<Type>_<n>`` with a per-process counter
+# (``Result_51``), between the separators of an original-names list.
+_GENERATED_NAME = re.compile(r"(^|[/,])([A-Z][A-Za-z0-9]*)_\d+(?=$|[/,])")
+# FX node kinds that compute (placeholders, get_attr and output do not).
+_CALL_OPS = frozenset({"call_function", "call_method", "call_module"})
+
+
+def _rt_text(info: Any, key: str) -> str:
+    """The value of ``key`` in a node's runtime info as text, ``""`` when absent or unreadable
+    (the values are ``OVAny`` objects)."""
+    try:
+        value = info[key]
+    except (KeyError, RuntimeError):
+        return ""
+    try:
+        return str(value.astype(str))
+    except (AttributeError, RuntimeError, TypeError):
+        return str(getattr(value, "value", value))
+
+
+def _property_text(value: Any) -> str:
+    """A compiled model's or device's property as text: an element type by its short name
+    (``bf16``), an enum member by its name (``PERFORMANCE``), a list joined by commas."""
+    if isinstance(value, list | tuple):
+        return ",".join(_property_text(v) for v in value)
+    if hasattr(value, "to_string") and hasattr(value, "is_real"):  # openvino.Type
+        return str(value.to_string())
+    if hasattr(value, "name") and type(value).__module__.startswith("openvino"):
+        return str(value.name)
+    return str(value)
+
+
+def torch_precision(ov_precision: str) -> str:
+    """An OpenVINO element type name as a torch dtype name; unknown names unchanged, ``""`` for an
+    empty or undefined one.
+
+    >>> torch_precision("bf16"), torch_precision("f32"), torch_precision("undefined")
+    ('bfloat16', 'float32', '')
+    """
+    if ov_precision in ("", "undefined", "dynamic"):
+        return ""
+    return OV_TO_TORCH_PRECISION.get(ov_precision, ov_precision)
+
+
+def normalize_name(name: str) -> str:
+    """``name`` with OpenVINO's counter-numbered names (``Result_51``) made process-independent.
+
+    >>> normalize_name("mul/aten.mul.Tensor/Multiply,Multiply_1234")
+    'mul/aten.mul.Tensor/Multiply,Multiply_#'
+    >>> normalize_name("Result_51"), normalize_name("mul_1/aten.mul.Tensor/Multiply")
+    ('Result_#', 'mul_1/aten.mul.Tensor/Multiply')
+    """
+    return _GENERATED_NAME.sub(r"\1\2_#", name)
+
+
+def _fx_label(node: torch.fx.Node) -> str:
+    """An FX node as the frontend names its operations: ``<node name>/<ATen target>``."""
+    if isinstance(node.target, str):
+        target = node.target
+    elif hasattr(node.target, "overloadpacket"):  # an ATen OpOverload: aten.mul.Tensor
+        target = str(node.target)
+    else:
+        target = getattr(node.target, "__name__", "")
+    return f"{node.name}/{target}" if target else node.name
+
+
+def _computes(node: torch.fx.Node) -> bool:
+    """Whether an FX node is an operation (not an input, a parameter, the output, or the selection
+    of one result of a multi-output operation)."""
+    return node.op in _CALL_OPS and node.target is not operator.getitem
+
+
+@dataclass
+class CompiledModelRecord:
+    """What the adapter read from one model ``Core.compile_model`` compiled."""
+
+    units: list[FusedUnit]
+    code: str
+    properties: dict[str, str]
+
+
+@dataclass
+class OpenVINOCapture(CompileCapture):
+    """A :class:`~precisionkit.backends.base.CompileCapture` with what only OpenVINO's backend does.
+
+    - ``torch_fallback_partitions``: partitions whose OpenVINO compile or execution failed, which the
+      backend runs in torch from then on (their operations are in ``fallback_ops`` too).
+    - ``inductor_graphs``: graphs the backend failed to convert and compiled with Inductor instead.
+    - ``properties``: the numerics-deciding properties of the last model compiled (see
+      :meth:`OpenVINOAdapter.provenance`).
+    - ``model_codes``: the code text of each compiled model, in order (``code`` joins them).
+    """
+
+    torch_fallback_partitions: int = 0
+    inductor_graphs: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    model_codes: list[str] = field(default_factory=list)
+
+
+def read_compiled_model(compiled: Any, source_model: Any = None) -> CompiledModelRecord:
+    """Units, code text and properties of an OpenVINO ``CompiledModel``.
+
+    One unit per node of the runtime model that computes something, in execution order: ``ops``
+    are the original layer names the plugin merged into it (``<FX node>/<ATen op>/<OpenVINO op>``),
+    ``precision`` its ``runtimePrecision`` as a torch dtype name, ``kind`` its ``layerType``.
+
+    The code text lists the compiled model's inputs and outputs and every runtime node (type,
+    implementation, runtime and output precisions, layout, original names) in execution order, with
+    counter-numbered names normalized; ``source_model``, the model handed to ``compile_model``, adds
+    a digest of its constants, so graphs that differ only in a constant differ in their code.
+    """
+    runtime = compiled.get_runtime_model()
+    rows: list[tuple[int, int, Any]] = []
+    for index, op in enumerate(runtime.get_ordered_ops()):
+        info = op.get_rt_info()
+        order = _rt_text(info, "execOrder")
+        rows.append((int(order) if order.lstrip("-").isdigit() else 1 << 30, index, op))
+    rows.sort(key=lambda row: (row[0], row[1]))
+
+    lines = [
+        "inputs: " + " ".join(_port_text(p) for p in compiled.inputs),
+        "outputs: " + " ".join(_port_text(p) for p in compiled.outputs),
+    ]
+    if source_model is not None:
+        lines.append("constants: " + _constants_digest(source_model))
+    units: list[FusedUnit] = []
+    for _order, _index, op in rows:
+        info = op.get_rt_info()
+        layer_type = _rt_text(info, "layerType")
+        runtime_precision = _rt_text(info, "runtimePrecision")
+        names = normalize_name(_rt_text(info, "originalLayersNames"))
+        lines.append(
+            " | ".join(
+                (
+                    layer_type,
+                    _rt_text(info, "primitiveType"),
+                    runtime_precision,
+                    _rt_text(info, "outputPrecisions"),
+                    _rt_text(info, "outputLayouts"),
+                    names,
+                )
+            )
+        )
+        if layer_type in _NOT_COMPUTING or op.get_type_name() in _NOT_COMPUTING:
+            continue
+        units.append(
+            FusedUnit(
+                name=normalize_name(op.get_friendly_name()),
+                ops=tuple(n for n in names.split(",") if n),
+                precision=torch_precision(runtime_precision),
+                kind=layer_type,
+            )
+        )
+    return CompiledModelRecord(units=units, code="\n".join(lines), properties=_model_properties(compiled))
+
+
+def _port_text(port: Any) -> str:
+    try:
+        return f"{port.get_element_type().to_string()}{port.get_partial_shape()}"
+    except RuntimeError:
+        return "?"
+
+
+def _constants_digest(model: Any) -> str:
+    """sha256 over the element type, shape and bytes of a model's constants, in graph order."""
+    digest = hashlib.sha256()
+    try:
+        for op in model.get_ordered_ops():
+            if op.get_type_name() == "Constant":
+                digest.update(f"{op.get_element_type().to_string()}{list(op.get_shape())}".encode())
+                digest.update(op.get_data().tobytes())
+    except (AttributeError, RuntimeError, TypeError):
+        return "unreadable"
+    return digest.hexdigest()
+
+
+#: Compiled-model properties that decide the numerics, read into provenance.
+NUMERIC_PROPERTIES = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
+
+
+def _model_properties(compiled: Any) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for key in (*NUMERIC_PROPERTIES, "EXECUTION_DEVICES"):
+        try:
+            props[key] = _property_text(compiled.get_property(key))
+        except RuntimeError:  # a device that does not report the property
+            continue
+    return props
+
+
+# The captures active now, each with the adapter it belongs to, and the originals of the patched
+# functions (installed while the list is not empty).
+_active: list[tuple[OpenVINOCapture, OpenVINOAdapter]] = []
+_restore: list[Callable[[], None]] = []
+_lock = threading.RLock()
+
+
+def _each_active() -> list[tuple[OpenVINOCapture, OpenVINOAdapter]]:
+    with _lock:
+        return list(_active)
+
+
+def _patch(owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+    original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+    setattr(owner, attr, make(getattr(owner, attr)))
+    _restore.append(lambda: setattr(owner, attr, original))
+
+
+def _install() -> None:
+    """Patch the backend's four hooks (see the module docstring); :func:`_uninstall` undoes it."""
+    import openvino
+    from openvino.frontend.pytorch.torchdynamo import backend as ov_backend
+    from openvino.frontend.pytorch.torchdynamo import execute as ov_execute
+    from openvino.frontend.pytorch.torchdynamo.partition import Partitioner
+
+    def wrap_compile_model(original: Any) -> Any:
+        def compile_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            # Digest the constants first: compiling may transform the model it is handed.
+            digest_of = model if hasattr(model, "get_ordered_ops") else None
+            compiled = original(self, model, *args, **kwargs)
+            targets = _each_active()
+            if targets:
+                record = read_compiled_model(compiled, digest_of)
+                for cap, adapter in targets:
+                    cap.units.extend(record.units)
+                    cap.partitions += 1
+                    cap.model_codes.append(record.code)
+                    cap.code = "\n\n".join(cap.model_codes)
+                    cap.properties = dict(record.properties)
+                    adapter.last_properties = dict(record.properties)
+            return compiled
+
+        return compile_model
+
+    def wrap_make_partitions(original: Any) -> Any:
+        def make_partitions(self: Any, graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+            # Labels first: fusing the partitions rewrites the graph in place.
+            labels = {n.name: _fx_label(n) for n in graph_module.graph.nodes if _computes(n)}
+            fused = original(self, graph_module, *args, **kwargs)
+            left = [labels[n.name] for n in fused.graph.nodes if _computes(n) and n.name in labels]
+            for cap, _adapter in _each_active():
+                cap.graph_ops += len(labels)
+                cap.fallback_ops.extend(left)
+            return fused
+
+        return make_partitions
+
+    def wrap_module_call(original: Any) -> Any:
+        def call(self: Any, *args: Any) -> Any:
+            before = bool(getattr(self, "perm_fallback", False))
+            result = original(self, *args)
+            if not before and getattr(self, "perm_fallback", False):
+                gm = getattr(self, "gm", None)
+                left = [_fx_label(n) for n in gm.graph.nodes if _computes(n)] if gm is not None else []
+                for cap, _adapter in _each_active():
+                    cap.torch_fallback_partitions += 1
+                    cap.fallback_ops.extend(left)
+            return result
+
+        return call
+
+    def wrap_compile_fx(original: Any) -> Any:
+        def compile_fx(*args: Any, **kwargs: Any) -> Any:
+            for cap, _adapter in _each_active():
+                cap.inductor_graphs += 1
+            return original(*args, **kwargs)
+
+        return compile_fx
+
+    _patch(openvino.Core, "compile_model", wrap_compile_model)
+    _patch(Partitioner, "make_partitions", wrap_make_partitions)
+    _patch(ov_execute.OpenVINOGraphModule, "__call__", wrap_module_call)
+    _patch(ov_backend, "compile_fx", wrap_compile_fx)
+
+
+def _uninstall() -> None:
+    while _restore:
+        _restore.pop()()
+
+
+class OpenVINOAdapter(BackendAdapter):
+    """OpenVINO through its ``torch.compile`` backend, on the device its options name (CPU unless
+    ``{"device": ...}`` says otherwise)."""
+
+    name = "openvino"
+    title = "OpenVINO"
+    dynamo_backend = "openvino"
+    extra = "openvino"
+    not_applicable: Mapping[str, str] = {
+        "C1": "OpenVINO generates no C++ source to read: its CPU plugin runs precompiled and JIT-emitted "
+        "kernels whose instructions are not visible as code.",
+        "C3": "OpenVINO generates no code in which rsqrt's Newton iterations could be counted: its "
+        "normalization runs in the CPU plugin's own MVN kernel.",
+    }
+
+    def __init__(self) -> None:
+        #: The numerics-deciding properties of the last model a capture of this adapter saw compile.
+        self.last_properties: dict[str, str] = {}
+
+    def missing(self) -> str | None:
+        """Why OpenVINO cannot run here, or None when the ``openvino`` package is importable."""
+        if importlib.util.find_spec("openvino") is None:
+            return "the openvino package is not installed: pip install 'fusion-precision[openvino]'"
+        return None
+
+    def prepare(self) -> None:
+        """Import ``openvino.torch``, which registers the ``"openvino"`` backend with torch.compile.
+
+        The import sets ``torch._dynamo.config.inline_inbuilt_nn_modules``, which torch 2.13 keeps
+        only as a deprecated no-op; the FutureWarning that touching it raises, and the
+        DeprecationWarnings of the TorchScript decorators the frontend's modules use, are silenced
+        here.
+        """
+        if (reason := self.missing()) is not None:
+            raise RuntimeError(f"{self.title}: {reason}")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*inline_inbuilt_nn_modules.*", category=FutureWarning)
+            warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*", category=DeprecationWarning)
+            import openvino.torch  # noqa: F401
+
+    @contextmanager
+    def capture(self) -> Iterator[CompileCapture]:
+        """Collect every OpenVINO model compiled inside the ``with`` block (see the module docstring
+        for what is patched); the yielded :class:`OpenVINOCapture` fills up as partitions compile
+        at their first call."""
+        self.prepare()
+        cap = OpenVINOCapture()
+        with _lock:
+            if not _active:
+                try:
+                    _install()
+                except BaseException:
+                    _uninstall()
+                    raise
+            _active.append((cap, self))
+        try:
+            yield cap
+        finally:
+            with _lock:
+                for i, (active, _adapter) in enumerate(_active):
+                    if active is cap:
+                        del _active[i]
+                        break
+                if not _active:
+                    _uninstall()
+
+    def provenance(self) -> dict[str, str]:
+        """The OpenVINO release (``version``) and build, the device, its capabilities (``BF16``
+        among them makes bf16 the default inference precision on CPU), and the numerics-deciding
+        properties of the last model a capture of this adapter saw compile, else the device's
+        defaults (``properties_from`` says which)."""
+        import openvino
+
+        props = {"version": importlib.metadata.version("openvino"), "build": str(openvino.get_version())}
+        device = "CPU"
+        if self.last_properties:
+            device = self.last_properties.get("EXECUTION_DEVICES", device) or device
+            props.update({k: v for k, v in self.last_properties.items() if k in NUMERIC_PROPERTIES})
+            props["properties_from"] = "compiled model"
+        else:
+            core = openvino.Core()
+            for key in NUMERIC_PROPERTIES:
+                try:
+                    props[key] = _property_text(core.get_property(device, key))
+                except RuntimeError:
+                    props[key] = ""
+            props["properties_from"] = f"{device} defaults"
+        props["device"] = device
+        try:
+            core = openvino.Core()
+            props["device_capabilities"] = _property_text(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+            props["device_name"] = _property_text(core.get_property(device, "FULL_DEVICE_NAME"))
+        except RuntimeError:
+            pass
+        return props
+
+    def knobs(self) -> dict[str, dict[str, Any]]:
+        """Option sets for the layer bisection, each a complete ``options`` for :meth:`compiler`.
+
+        - ``INFERENCE_PRECISION_HINT=f32``: no node runs in a lower precision than the graph's
+          (the CPU default is bf16 where the CPU supports it).
+        - ``EXECUTION_MODE_HINT=ACCURACY``: the plugin keeps the graph's precisions and skips
+          optimizations that change numerics.
+        - ``SNIPPETS_MODE=DISABLE``: no subgraph kernels generated by OpenVINO's snippets code
+          generator (an internal CPU plugin property, not in the public documentation).
+
+        OpenVINO has no property that switches off its graph transformations or the CPU plugin's
+        merging of nodes (the fusions the units show).
+        """
+        return {
+            "INFERENCE_PRECISION_HINT=f32 (no bf16/f16 execution)": {"config": {"INFERENCE_PRECISION_HINT": "f32"}},
+            "EXECUTION_MODE_HINT=ACCURACY": {"config": {"EXECUTION_MODE_HINT": "ACCURACY"}},
+            "SNIPPETS_MODE=DISABLE (no generated subgraph kernels)": {"config": {"SNIPPETS_MODE": "DISABLE"}},
+        }
+
+    def fusion_problem(self, capture: CompileCapture) -> str | None:
+        """The default rule, after two failures the backend hides: a partition it compiled but then
+        ran in torch, and a graph it handed to Inductor."""
+        fell_back = getattr(capture, "torch_fallback_partitions", 0)
+        if fell_back:
+            return f"ran {fell_back} partition(s) in torch after OpenVINO failed to compile or execute them"
+        to_inductor = getattr(capture, "inductor_graphs", 0)
+        if to_inductor:
+            return f"failed to convert {to_inductor} graph(s) and compiled them with Inductor instead"
+        return super().fusion_problem(capture)
