@@ -22,7 +22,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lock setup report test test-fast test-cluster test-cuda test-torch lint benchmark report-time matmul-timing ui clean
+.PHONY: lock setup compilers report test test-fast test-cluster test-cuda test-torch lint benchmark report-time matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ $(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The fusing compilers other than Inductor (the openvino and iree extras, about 650 MB): make test
+# installs them so that their adapters' tests run; make report stays Inductor-only without them.
+COMPILERS_STAMP := $(VENV)/.installed-compilers
+$(COMPILERS_STAMP): $(STAMP) pyproject.toml requirements/constraints.txt
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[openvino,iree]'
+	touch $(COMPILERS_STAMP)
+
+compilers: $(COMPILERS_STAMP)
 
 # Rewrite requirements/constraints.txt from what .venv holds now (after a change to pyproject.toml).
 lock: $(STAMP)
@@ -77,10 +86,13 @@ gpu-source:
 # Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them
 # in one group, so it is made once), every other file's tests stay together on either. On an idle 2-core
 # machine: 9 min 26 s to 11 min 06 s over three runs, where one process took 11 min 58 s. TEST_WORKERS=0 runs them in this process.
+# Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
+# (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) $(COMPILERS_STAMP)
 	./scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest -m "not heavy and not cluster" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	PY=$(BIN)/python ./scripts/isa-sensitive-tests.sh
 
 # The scale-out path for real, on this machine: a throwaway Postgres (Dagster's run, event-log and
 # schedule storage), Redis and two Celery workers run the code location's all_assets_celery job, and a
