@@ -211,21 +211,45 @@ def text_table(table: TimeTable) -> str:
     return "\n".join(lines)
 
 
-def markdown_section(table: TimeTable | None, profile: str) -> str:
-    """The site's "Where the time went" section (a note when no run of the profile is recorded)."""
+#: Steps the site's table shows, longest first; the others are summed in one row.
+SITE_ROWS = 10
+
+
+def markdown_section(table: TimeTable | None, profile: str, top: int = SITE_ROWS) -> str:
+    """The site's "Where the time went" section (a note when no run of the profile is recorded): the
+    ``top`` longest steps, one row for the rest, the time outside steps and the total."""
     lines = ["## Where the time went\n"]
     if table is None:
         lines.append(f"No run of profile **{profile}** is recorded in this checkout's Dagster instance.\n")
         return "\n".join(lines)
-    state = " The run was still going when this page was built." if table.in_progress else ""
+    # The report's own step builds this page, so it is always running here: only other open steps
+    # mean the run was still going.
+    running = [r.step for r in table.rows if r.status == "running"]
+    others = [s for s in running if s != REPORT_ASSET.to_user_string()]
+    if others:
+        state = f" {len(others)} step(s) besides the report's were still running when this page was built."
+    elif running:
+        state = " Every other step had ended; the report's own step is counted until this page was built."
+    else:
+        state = ""
+    steps = [r for r in table.rows if r.step != OUTSIDE_STEPS]
+    outside = [r for r in table.rows if r.step == OUTSIDE_STEPS]
+    shown, rest = steps[:top], steps[top:]
     lines.append(
-        f"Run `{table.run_id}` of profile **{table.profile}**: each step's wall time and its share of the run, "
-        f"longest first, from Dagster's event log.{state}\n"
+        f"Run `{table.run_id}` of profile **{table.profile}**: the {len(shown)} longest of its {len(steps)} steps, "
+        f"each with its wall time and its share of the run, from Dagster's event log.{state}\n"
     )
     lines += ["| step | asset(s) | wall time | share | status |", "|---|---|---:|---:|---|"]
-    for r in table.rows:
-        step = f"*{r.step}*" if r.step == OUTSIDE_STEPS else f"`{r.step}`"
-        lines.append(f"| {step} | {r.what} | {fmt_seconds(r.seconds)} | {r.share:.1f} % | {r.status} |")
+    for r in shown:
+        lines.append(f"| `{r.step}` | {r.what} | {fmt_seconds(r.seconds)} | {r.share:.1f} % | {r.status} |")
+    if rest:
+        seconds = sum(r.seconds for r in rest)
+        share = sum(r.share for r in rest)
+        failed = sum(r.status == "failed" for r in rest)
+        status = f"{failed} failed" if failed else ""
+        lines.append(f"| *the rest* | {len(rest)} more steps | {fmt_seconds(seconds)} | {share:.1f} % | {status} |")
+    for r in outside:
+        lines.append(f"| *{r.step}* | {r.what} | {fmt_seconds(r.seconds)} | {r.share:.1f} % | {r.status} |")
     lines.append(f"| **total** | | **{fmt_seconds(table.total)}** | 100 % | |\n")
     budget = table.budget_line()
     why = f" Why this budget: {table.budget.reason}." if table.budget is not None else ""

@@ -132,6 +132,27 @@ def test_markdown_section():
     assert "No run of profile **seed**" in markdown_section(None, "seed")
 
 
+def test_site_section_shows_the_longest_steps_then_the_rest_and_the_report_step_is_not_a_run_still_going():
+    events = [
+        StepEvent(k, f"s{i:02d}", T0 + i * (i + 1) / 2 + (i + 1 if k == "success" else 0))
+        for i in range(12)
+        for k in ("start", "success")
+    ]
+    events += [StepEvent("start", "report_site", T0 + 100)]  # the report's own step builds the page: open
+    table = build_table(events, "run1", "smoke", run_start=T0, now=T0 + 120)
+    text = markdown_section(table, "smoke", top=10)
+    rows = [line for line in text.splitlines() if line.startswith("| ")][1:]  # after the header
+    assert len(rows) == 10 + 3  # the ten longest of 13 steps, "the rest", the time outside steps, the total
+    assert rows[10].startswith("| *the rest* | 3 more steps | ")
+    assert rows[11].startswith("| *(outside steps)* |") and rows[12].startswith("| **total** |")
+    assert "still running" not in text and "still going" not in text
+    assert "Every other step had ended; the report's own step is counted until this page was built." in text
+    open_step = build_table(
+        [*events, StepEvent("start", "late", T0 + 110)], "run1", "smoke", run_start=T0, now=T0 + 120
+    )
+    assert "1 step(s) besides the report's were still running" in markdown_section(open_step, "smoke")
+
+
 # --- from a real (ephemeral) Dagster instance: a tiny job whose config names a profile --------------
 
 
