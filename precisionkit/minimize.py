@@ -18,6 +18,10 @@ search started from (:class:`Signature`: the op producing the failing output, th
 and the class of the difference), so a program holding two defects does not slide from the one it
 was given to the other, smaller one.
 
+The result records why the search ended (:attr:`Minimized.ended`: the budget ran out, every candidate
+was tried, or there was none to try), and :func:`outcome_text` says it in one sentence: "Minimized from N
+to M ops" only where ops were removed, else why the program could not shrink, with the counts.
+
 Every candidate keeps the case's device (:attr:`~precisionkit.repro.Case.device`) and Inductor
 options: a defect found on CUDA is minimized on CUDA, through the same Triton code path.
 """
@@ -29,8 +33,9 @@ import math
 import operator
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.fx
@@ -263,15 +268,25 @@ def _plainness(case: Case) -> int:
     return sum((i.layout != "contiguous") + (i.values in ("edge", "grid")) for i in case.inputs)
 
 
+#: Why a minimization ended (:attr:`Minimized.ended`): ``budget``: ``max_checks`` candidates were tried
+#: and more were left; ``exhausted``: every candidate was tried and none more was accepted; ``minimal``:
+#: the program had no smaller candidate to try at all.
+ENDINGS = ("budget", "exhausted", "minimal")
+
+
 @dataclass
 class Minimized:
-    """The smallest case found, and what it took."""
+    """The smallest case found, and what it took: ``checks`` candidates tried, ``accepted`` of them kept
+    (each a step of ``steps``), and why the search ended (``ended``, one of :data:`ENDINGS`) within a
+    budget of ``max_checks``."""
 
     case: Case
     original: Case
     checks: int
     seconds: float
     steps: list[str] = field(default_factory=list)
+    ended: str = "exhausted"
+    max_checks: int = 40
 
     @property
     def ops_before(self) -> int:
@@ -280,6 +295,70 @@ class Minimized:
     @property
     def ops_after(self) -> int:
         return _ops(self.case)
+
+    @property
+    def accepted(self) -> int:
+        return len(self.steps)
+
+    def outcome(self) -> dict[str, Any]:
+        """The record a reproducer's texts are written from (:func:`outcome_text`)."""
+        return {
+            "ops_before": self.ops_before,
+            "ops_after": self.ops_after,
+            "shapes_before": [list(i.shape) for i in self.original.inputs],
+            "shapes_after": [list(i.shape) for i in self.case.inputs],
+            "minimize_checks": self.checks,
+            "minimize_accepted": self.accepted,
+            "minimize_ended": self.ended,
+            "minimize_max_checks": self.max_checks,
+            "minimize_seconds": round(self.seconds, 1),
+        }
+
+
+def outcome_text(record: Mapping[str, Any]) -> str:
+    """One sentence on what minimizing did, from :meth:`Minimized.outcome`'s record (a reproducer's
+    ``meta.json`` holds it): "Minimized from N to M ops" where ops were removed; where none was, why
+    it could not shrink: its budget ran out, every candidate tried lost the failure, or the program
+    had no smaller candidate (already minimal).
+
+    >>> outcome_text(
+    ...     {
+    ...         "ops_before": 3,
+    ...         "ops_after": 3,
+    ...         "shapes_before": [[4]],
+    ...         "shapes_after": [[4]],
+    ...         "minimize_checks": 7,
+    ...         "minimize_accepted": 0,
+    ...         "minimize_ended": "exhausted",
+    ...         "minimize_seconds": 1.5,
+    ...     }
+    ... )
+    'Not minimized: could not shrink its 3 ops because every candidate removal lost the failure (7 tried in 1.5 s).'
+    """
+    before, after = record["ops_before"], record["ops_after"]
+    shapes_before, shapes_after = record["shapes_before"], record["shapes_after"]
+    checks, seconds = record["minimize_checks"], record["minimize_seconds"]
+    ended, accepted = record.get("minimize_ended"), record.get("minimize_accepted", 0)
+    budget = record.get("minimize_max_checks", checks)
+    shapes = f" and from shapes {shapes_before} to {shapes_after}" if shapes_after != shapes_before else ""
+    ops = f"{before} op{'s' if before != 1 else ''}"
+    if after < before:
+        ran_out = f"; its budget of {budget} ran out" if ended == "budget" else ""
+        return f"Minimized from {before} to {after} ops{shapes} ({checks} candidates, {seconds} s{ran_out})."
+    if ended == "budget":
+        why = f"its budget of {budget} candidates ran out ({checks} tried in {seconds} s)"
+    elif ended == "minimal":
+        why = "the program was already minimal (no smaller candidate to try)"
+    elif ended == "exhausted" and accepted == 0:
+        why = f"every candidate removal lost the failure ({checks} tried in {seconds} s)"
+    elif ended == "exhausted":
+        why = f"every op removal tried lost the failure ({checks} candidates in {seconds} s)"
+    else:  # a record written before minimizing recorded why it ended
+        return f"Kept all {ops}{shapes} ({checks} candidates, {seconds} s)."
+    if accepted:
+        plainer = f"shapes minimized from {shapes_before} to {shapes_after}" if shapes else "its inputs made plainer"
+        return f"Could not shrink its {ops} because {why}; {plainer}."
+    return f"Not minimized: could not shrink its {ops} because {why}."
 
 
 def _ops(case: Case) -> int:
@@ -317,8 +396,8 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
         anchor(case)
     current, checks, steps = case, 0, []
     seen: set[tuple[str, tuple[Input, ...]]] = {(case.source, case.inputs)}
-    progress = True
-    while progress and checks < max_checks:
+    progress, out_of_budget = True, False
+    while progress and not out_of_budget:
         progress = False
         for kind, gen in (
             ("ops", op_candidates),
@@ -339,17 +418,19 @@ def minimize(case: Case, predicate: Callable[[Case], bool], *, max_checks: int =
                 smaller = {"ops": _ops, "lines": _lines, "dims": _numel, "layout": _plainness}[kind]
                 if not smaller(cand) < smaller(current):
                     continue
-                seen.add(key)
-                if checks >= max_checks:
+                if checks >= max_checks:  # a candidate is left untried
+                    out_of_budget = True
                     break
+                seen.add(key)
                 checks += 1
                 if predicate(cand):
                     current, progress = cand, True
                     steps.append(f"{kind}: {_ops(cand)} ops, shapes {[i.shape for i in cand.inputs]}")
                     break
-            if progress:
+            if progress or out_of_budget:
                 break
-    return Minimized(current, case, checks, time.perf_counter() - start, steps)
+    ended = "budget" if out_of_budget else "exhausted" if checks else "minimal"
+    return Minimized(current, case, checks, time.perf_counter() - start, steps, ended, max_checks)
 
 
 # --- the failure a minimization keeps ------------------------------------------------------------

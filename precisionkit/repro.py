@@ -305,8 +305,9 @@ def _constants(case: Case) -> str:
     return ""
 
 
-def render(case: Case) -> str:
-    """The reproducer file's text (kept short: one blank line between its parts)."""
+def render(case: Case, note: str = "") -> str:
+    """The reproducer file's text (kept short: one blank line between its parts); ``note``, a line of
+    its docstring (what minimizing did: :func:`precisionkit.minimize.outcome_text`)."""
     what = case.title or case.id
     setup = (case.setup.strip() + "\n") if case.setup.strip() else ""
     functional = "import torch.nn.functional as F\n" if "F." in case.source else ""
@@ -318,7 +319,7 @@ def render(case: Case) -> str:
     )
     parts = [
         f'"""{what}: rule {case.rule!r}{where}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]'
-        f'{sanitizer}"""\n'
+        f"{sanitizer}" + (f"\n{note}" if note else "") + '"""\n'
         "import sys\nimport torch\n" + functional + setup + _constants(case) + _device_constants(case),
         case.source.strip() + "\n",
         _inputs_src(case.inputs, case.device),
@@ -366,11 +367,12 @@ def reproduces(case: Case, backend: str | None = None) -> tuple[bool, str]:
     return bool(result[0]), str(result[1])
 
 
-def write(case: Case, folder: str | os.PathLike[str]) -> Path:
-    """Write ``repro.py`` and ``case.json`` into ``folder`` atomically; returns the script's path."""
+def write(case: Case, folder: str | os.PathLike[str], note: str = "") -> Path:
+    """Write ``repro.py`` (``note`` in its docstring: :func:`render`) and ``case.json`` into ``folder``
+    atomically; returns the script's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("case.json", json.dumps(case.to_json(), indent=2) + "\n"), ("repro.py", render(case))):
+    for name, text in (("case.json", json.dumps(case.to_json(), indent=2) + "\n"), ("repro.py", render(case, note))):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -439,6 +441,6 @@ def run_script(
     return ScriptRun(rc, out, time.perf_counter() - start)
 
 
-def lines_of(case: Case) -> int:
+def lines_of(case: Case, note: str = "") -> int:
     """Lines of the rendered file."""
-    return len(render(case).splitlines())
+    return len(render(case, note).splitlines())

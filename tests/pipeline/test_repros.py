@@ -20,6 +20,7 @@ from pipeline.instruments.diagnostics.cases import fuzz_case
 from pipeline.instruments.diagnostics.reproducers import cases_to_build
 from pipeline.instruments.regression.probes import planted_case
 from precisionkit import specials
+from precisionkit.minimize import outcome_text
 from precisionkit.repro import Case, Input, lines_of, make_inputs, render, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "precisionkit"))
@@ -188,12 +189,23 @@ def test_build_writes_a_minimized_bisected_reproducer_and_its_report(tmp_path: P
     ]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staging folder is gone
     assert (meta["ops_before"], meta["ops_after"], meta["shapes_after"]) == (3, 1, [[1, 10]])
+    assert (meta["minimize_ended"], meta["minimize_max_checks"]) == ("exhausted", 40)
+    # the report and the file's docstring say what minimizing did from the one record (meta.json)
+    said = (
+        f"Minimized from 3 to 1 ops and from shapes [[6, 20]] to [[1, 10]] ({meta['minimize_checks']} candidates, "
+        f"{meta['minimize_seconds']} s)."
+    )
+    assert (
+        outcome_text(meta) == said and json.loads((folder / "meta.json").read_text())["minimize_ended"] == "exhausted"
+    )
+    assert (folder / "repro.py").read_text().splitlines()[1] == said + '"""'
+    assert meta["lines"] == len((folder / "repro.py").read_text().splitlines())
     assert meta["status"] == "reproduces"
     assert meta["layer_at_fault"] == "the backend 'pk_test_tail' (wraps the layers above)"
     report = (folder / "report.md").read_text()
     for part in ("## Environment", "## Reproducer", "## Observed", "## Expected", "## Bisection", "march_native"):
         assert part in report
-    assert "REPRODUCES: 2 of 10 elements differ" in report
+    assert "REPRODUCES: 2 of 10 elements differ" in report and f"\n\n{said}\n\n```python\n" in report
 
 
 @pytest.mark.slow
@@ -318,3 +330,40 @@ def test_the_asset_reads_each_declared_table_by_name_and_builds_nothing_for_a_he
     (mat,) = [m for m in result.asset_materializations_for_node("reproducers")]
     meta = {k: v.value for k, v in mat.metadata.items()}
     assert (meta["d_contradicting_rows"], meta["d_not_built"], meta["reproducers"]) == (0, 0, 0)
+
+
+def test_the_reproducers_table_of_the_site_says_why_a_case_did_not_shrink(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pipeline.instruments.diagnostics.report import reproducers_section
+    from pipeline.instruments.diagnostics.reproducers import SCHEMA
+
+    row = {
+        "id": "fuzz-7-float32",
+        "source": "fuzzer",
+        "title": "",
+        "backend": "inductor",
+        "rule": "diff",
+        "ops_before": 12,
+        "ops_after": 12,
+        "shapes_before": "[[4, 8]]",
+        "shapes_after": "[[4, 8]]",
+        "minimize_checks": 25,
+        "minimize_accepted": 0,
+        "minimize_ended": "budget",
+        "minimize_max_checks": 25,
+        "lines": 30,
+        "status": "reproduces",
+        "first_layer": "inductor",
+        "layer_at_fault": "Inductor",
+        "workaround": "",
+        "minimize_seconds": 61.5,
+        "bisect_seconds": 90.0,
+        "folder": str(tmp_path / "fuzz-7-float32"),
+    }
+    text = reproducers_section(SimpleNamespace(data_dir=tmp_path), pl.DataFrame([row], schema=SCHEMA))  # type: ignore[arg-type]
+    assert (
+        "Not minimized: could not shrink its 12 ops because its budget of 25 candidates ran out (25 tried in 61.5 s)."
+        in text
+    )
+    assert "Minimized from" not in text

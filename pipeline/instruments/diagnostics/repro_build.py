@@ -157,12 +157,15 @@ def build(
     say(f"{case.id}: minimizing ({case.rule}, backend {case.backend}, control {control or 'none'})")
     mini = pk_minimize.minimize(case, pk_minimize.predicate_for(control), max_checks=max_checks)
     small = mini.case
+    # One record of what minimizing did; the file's docstring, meta.json, report.md and the site say it from this.
+    outcome = mini.outcome()
+    minimized = pk_minimize.outcome_text(outcome)
     staging = Path(tempfile.mkdtemp(prefix=f".{case.id}.", dir=root))
     try:
-        script = write(small, staging)
+        script = write(small, staging, note=minimized)
         _write_text(staging / "case.original.json", json.dumps(case.to_json(), indent=2) + "\n")
         fresh = run_script(script, python=python, env=_script_env(), cwd=PROJECT_ROOT)
-        say(f"{case.id}: {mini.ops_before} -> {mini.ops_after} ops in {mini.seconds:.0f} s; fresh run: {fresh.status}")
+        say(f"{case.id}: {minimized} Fresh run: {fresh.status}")
         start = time.perf_counter()
         bis = pk_bisect.bisect(
             script,
@@ -183,13 +186,8 @@ def build(
             "backend": case.backend,
             "control": control or "",
             "rule": case.rule,
-            "ops_before": mini.ops_before,
-            "ops_after": mini.ops_after,
-            "shapes_before": [list(i.shape) for i in case.inputs],
-            "shapes_after": [list(i.shape) for i in small.inputs],
-            "lines": lines_of(small),
-            "minimize_checks": mini.checks,
-            "minimize_seconds": round(mini.seconds, 1),
+            **outcome,
+            "lines": lines_of(small, minimized),
             "status": fresh.status,
             "observed": fresh.last_line,
             "first_layer": bis.first_layer,
@@ -272,9 +270,7 @@ def report_md(meta: dict[str, Any], case: Case, bis: pk_bisect.Bisection) -> str
         "## Environment\n\n| | |\n|---|---|\n" + env_rows + "\n\n"
         "## Reproducer\n\n`python repro.py` exits 1 while the defect reproduces, 0 once it does not; "
         "`python repro.py BACKEND` runs it with another backend.\n\n"
-        f"Minimized from {meta['ops_before']} to {meta['ops_after']} ops and from shapes "
-        f"{meta['shapes_before']} to {meta['shapes_after']} ({meta['minimize_checks']} candidates, "
-        f"{meta['minimize_seconds']} s).\n\n```python\n" + render(case) + "```\n\n"
+        f"{pk_minimize.outcome_text(meta)}\n\n```python\n" + render(case) + "```\n\n"
         f"## Observed\n\n```\n{meta['observed']}\n```\n\n"
         + sanitizer
         + f"## Expected\n\n{_expected(case.rule, case.slack)}.\n\n"
