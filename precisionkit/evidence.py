@@ -44,7 +44,8 @@ def fusion_defects(record: FusionEvidence | Mapping[str, Any], *, library_calls_
     :data:`GRAPH_BREAK`, :data:`RECOMPILE`), each with words for a message; empty when it shows one.
 
     A fused run compiled at least one graph (checked where the record has ``graph_count``), generated
-    at least one kernel (``kernel_count``; a record without one has none), and neither broke its graph
+    at least one kernel (``kernel_count``: the units of compiled code its compiler's adapter reported,
+    Inductor's generated kernels; a record without one has none), and neither broke its graph
     (``graph_breaks``) nor recompiled (``recompiles``; a record without them is taken at its word).
     With ``library_calls_fuse``, a call of a fused library kernel (``fused_library_calls``, e.g. one
     attention kernel a pattern rewrite put in) stands in for a generated kernel.
