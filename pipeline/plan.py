@@ -36,7 +36,17 @@ from .experiments.data_movement.assets import TASK_BYTES_PER_ELEMENT, input_key
 from .experiments.data_movement.assets import plan as d_plan
 from .experiments.data_movement.spec import SIZES as D_SIZES
 from .experiments.determinism.spec import SIZES as A_SIZES
+from .experiments.instruction_selection.mechanism import planned_compiles as c1_compiles
+from .experiments.instruction_selection.mechanism import stored_tensor_bytes as c1_bytes
+from .experiments.instruction_selection.spec import SIZES as C1_SIZES
 from .experiments.models.spec import SIZES as M_SIZES
+from .experiments.reduction_order.long import planned_compiles as c2_long_compiles
+from .experiments.reduction_order.spec import SIZES as C2_SIZES
+from .experiments.reduction_order.versions import planned_compiles as c2_compiles
+from .experiments.reduction_order.versions import stored_tensor_bytes as c2_bytes
+from .experiments.rsqrt_iterations.compute import planned_compiles as c3_compiles
+from .experiments.rsqrt_iterations.compute import stored_tensor_bytes as c3_bytes
+from .experiments.rsqrt_iterations.spec import SIZES as C3_SIZES
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
 from .experiments.training.run_set import run_device_bytes
 from .experiments.training.spec import SIZES as E_SIZES
@@ -132,6 +142,8 @@ class Cost:
     #: per GPU name, the lanes its launch-bound work runs on (:func:`pipeline.compile_pool.device_lanes`);
     #: absent: one at a time
     lanes: dict[str, int] = field(default_factory=dict)
+    #: ``fixed_s`` is a measured step that includes writing ``disk_bytes`` (C's): no disk term of its own
+    disk_in_fixed: bool = False
 
     def terms(self, gpu: Gpu) -> dict[str, float]:
         device = max(
@@ -146,7 +158,7 @@ class Cost:
             "compile": compile_s,
             "device": device + self.calls * LAUNCH_S,
             "pcie": self.host_bytes / PCIE_BYTES_S,
-            "disk": self.disk_bytes / DISK_BYTES_S,
+            "disk": 0.0 if self.disk_in_fixed else self.disk_bytes / DISK_BYTES_S,
             "fixed": fixed_s,
         }
 
@@ -371,11 +383,34 @@ def cost_b(profile: str) -> Cost:
 C2_ORDER_ASSETS = frozenset({"c2_version_outputs", "c2_versions", "c2_ulp_matrix", "c2_row_bounds", "c2_error_vs_fp64"})
 
 
-def cost_c(profile: str) -> list[Cost]:
-    """C1, C2's two steps and C3: their measured seconds (:data:`C_STEP_S`), not modelled."""
+def c_compiles_and_bytes(profile: str, device_type: str = "cuda") -> dict[str, tuple[int, int]]:
+    """Per row of :func:`cost_c`, the graphs it compiles and the tensor bytes it stores on a device of
+    ``device_type``, from each step's own code and the profile's sizes (its tables add a few kB)."""
+    c1, c2, c3 = C1_SIZES[profile], C2_SIZES[profile], C3_SIZES[profile]
+    rows = 1 + c2.pool_rows  # the seed's input and the pool
+    return {
+        "C1": (c1_compiles(), c1_bytes(c1.shape)),
+        "C2 long reductions": (c2_long_compiles(device_type), 0),  # a table per row and version
+        "C2 reduction order": (c2_compiles(device_type), c2_bytes(rows, c2.length, device_type)),
+        "C3": (c3_compiles(device_type), c3_bytes(c3.shape, device_type)),
+    }
+
+
+def cost_c(profile: str, device_type: str = "cuda") -> list[Cost]:
+    """C1, C2's two steps and C3: their measured seconds (:data:`C_STEP_S`, writing included), not modelled;
+    their compiles and stored bytes counted from their code (:func:`c_compiles_and_bytes`)."""
     parts = {"C2 long reductions": frozenset({"c2_long_reductions"}), "C2 reduction order": C2_ORDER_ASSETS}
+    counts = c_compiles_and_bytes(profile, device_type)
     return [
-        Cost(name, fixed_s=secs, assets=parts.get(name, frozenset()), note="measured on the H200 (2026-11-27)")
+        Cost(
+            name,
+            compiles=counts[name][0],
+            disk_bytes=counts[name][1],
+            fixed_s=secs,
+            assets=parts.get(name, frozenset()),
+            note="measured on the H200 (2026-11-27)",
+            disk_in_fixed=True,
+        )
         for name, secs in C_STEP_S[profile].items()
     ]
 
@@ -512,12 +547,14 @@ def cost_matrix(profile: str) -> Cost:
 START_UP = "start-up"
 
 
-def costs(profile: str, self_tests: bool = False) -> list[Cost]:
+def costs(profile: str, self_tests: bool = False, device_type: str = "cuda") -> list[Cost]:
     """Every row of a run on a GPU; ``self_tests``: with the planted-bug matrix, a CPU self-test that a run on
-    an accelerator leaves to CPU reports unless ``--only Regression`` asks (``cli.run_report.CPU_SELF_TESTS``)."""
+    an accelerator leaves to CPU reports unless ``--only Regression`` asks (``cli.run_report.CPU_SELF_TESTS``);
+    ``device_type``: the run's, where a step's compiles depend on it (C's knobs and switches per device)."""
     start = Cost(START_UP, fixed_s=REPORT_START_S + FIRST_GPU_S, note="report's start, plan, first GPU work")
     rest = (cost_d, cost_e, cost_m, cost_diagnostics, *((cost_matrix,) if self_tests else ()))
-    return [start, *cost_s(profile), cost_a(profile), cost_b(profile), *cost_c(profile), *(f(profile) for f in rest)]
+    c_rows = cost_c(profile, device_type)
+    return [start, *cost_s(profile), cost_a(profile), cost_b(profile), *c_rows, *(f(profile) for f in rest)]
 
 
 #: A's fresh process of the cold round: its 49.4 s (call1, one round of three dtypes) less what the model
@@ -528,7 +565,8 @@ FRESH_PROCESS_S = 49.4 - _a_round_s("gpu", GPUS[1])
 # --- the plan-time estimate of a run -----------------------------------------------------------------
 
 
-def _bytes(n: float) -> str:
+def bytes_text(n: float) -> str:
+    """``n`` bytes in words: B, kB, MB, GB or TB (powers of 1000), one decimal above B."""
     for factor, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if n >= factor:
             return f"{n / factor:.1f} {unit}"
@@ -566,10 +604,11 @@ def selected_assets(experiments: Collection[str]) -> frozenset[str]:
     return frozenset(k.to_user_string() for k in chosen)
 
 
-def selected_costs(profile: str, experiments: Collection[str] | None = None) -> list[Cost]:
-    """The rows of :func:`costs` a run computes: all, or (``experiments`` given) the start-up and the rows
-    whose assets the selection materializes (``--only A`` stores A's FFN pool, not B's chain pools)."""
-    rows = costs(profile, self_tests=experiments is not None and "Regression" in experiments)
+def selected_costs(profile: str, experiments: Collection[str] | None = None, device_type: str = "cuda") -> list[Cost]:
+    """The rows of :func:`costs` a run on a ``device_type`` device computes: all, or (``experiments`` given)
+    the start-up and the rows whose assets the selection materializes (``--only A`` stores A's FFN pool,
+    not B's chain pools)."""
+    rows = costs(profile, experiments is not None and "Regression" in experiments, device_type)
     if experiments is None:
         return rows
     from .experiments import experiment
@@ -582,7 +621,7 @@ def selected_costs(profile: str, experiments: Collection[str] | None = None) -> 
 def plan_estimate(profile: str, device: torch.device, experiments: Collection[str] | None = None) -> PlanEstimate:
     """The estimate of a ``profile`` run on ``device``: every experiment, or those in ``experiments``
     (ids such as ``B`` or ``Diagnostics``) with what they need upstream."""
-    rows = selected_costs(profile, experiments)
+    rows = selected_costs(profile, experiments, device.type)
     gpu = gpu_of(device)
     return PlanEstimate(
         profile,
@@ -610,7 +649,8 @@ def announce(
     experiments: Collection[str] | None = None,
     out: Callable[[str], None] = print,
 ) -> int | None:
-    """Print the plan-time estimate of a run in one line; when the data folder's disk cannot hold what
+    """Print the plan-time estimate of a run in one line, saying it is one (``report`` prints what the run
+    stored when it ends: :func:`pipeline.run_summary.stored_bytes`); when the data folder's disk cannot hold what
     the run stores, print one line saying so and return 2 (the CLI's exit status for a refused run),
     else None."""
     est = plan_estimate(profile, device, experiments)
@@ -619,14 +659,15 @@ def announce(
     else:
         when = f"no peak figures for {device}, so no minutes (the {profile} profile's budget applies)"
     out(
-        f"plan: {est.compiles} compiles, {est.flops / 1e12:.1f} TFLOP, {_bytes(est.host_bytes)} between host and "
-        f"device, {_bytes(est.disk_bytes)} stored in {data_dir}; {when}"
+        f"plan (estimated from the {profile} profile's sizes before the run): {est.compiles} compiles, "
+        f"{est.flops / 1e12:.1f} TFLOP, {bytes_text(est.host_bytes)} between host and device, "
+        f"{bytes_text(est.disk_bytes)} stored in {data_dir}; {when}"
     )
     free = free_bytes(data_dir)
     if est.disk_bytes > free:
         out(
-            f"refusing to start: the {profile} run stores about {_bytes(est.disk_bytes)} in {data_dir} and its disk "
-            f"has {_bytes(free)} free"
+            f"refusing to start: the {profile} run stores about {bytes_text(est.disk_bytes)} in {data_dir} and its "
+            f"disk has {bytes_text(free)} free"
         )
         return 2
     return None

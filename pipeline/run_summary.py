@@ -80,6 +80,16 @@ def failed_experiments(causes: dict[str, RootCause]) -> dict[str, str]:
     return out
 
 
+def stored_bytes(materializations: Sequence[Any]) -> int:
+    """Bytes a run wrote to the data folder: the sum of the ``bytes`` the IO manager recorded for each
+    materialization (:class:`pipeline.storage.PrecisionIOManager`; an asset that stored no value records none)."""
+    total = 0
+    for event in materializations:  # DagsterEvents of ASSET_MATERIALIZATION
+        value = event.materialization.metadata.get("bytes")
+        total += int(getattr(value, "value", value) or 0)
+    return total
+
+
 def outcome_table(
     defs: dg.Definitions, evaluations: Sequence[dg.AssetCheckEvaluation], failed_steps: Sequence[str]
 ) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 
 from ..resources import REPO_ROOT
-from ..run_summary import failed_experiments, interrupted, outcome_table, step_failures
+from ..run_summary import failed_experiments, interrupted, outcome_table, step_failures, stored_bytes
 from . import local
 from .staleness import assets_to_run, latest_evaluations, selection_for
 
@@ -213,14 +213,17 @@ def after_run(
 ) -> int:
     """Print what the run did and the outcome table; build the report alone when a failed step
     skipped it. The exit status: 130 interrupted, 0 success, else 1."""
+    from ..plan import bytes_text
+
     profile = run_config["resources"]["settings"]["config"]["profile"]
     evaluated = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     # A step failure always names its step.
     failed_steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key]
     materialized = result.get_asset_materialization_events()
+    # What the run did (the plan line before it was an estimate): the bytes the IO manager wrote.
     print(
-        f"profile {profile}: {len(materialized)} assets materialized, {len(evaluated)} checks in {seconds:.1f} s; "
-        f"run {result.run_id}"
+        f"profile {profile}: {len(materialized)} assets materialized, {bytes_text(stored_bytes(materialized))} "
+        f"stored, {len(evaluated)} checks in {seconds:.1f} s; run {result.run_id}"
     )
     causes = step_failures(result)
     for step, cause in causes.items():

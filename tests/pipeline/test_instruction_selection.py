@@ -17,7 +17,12 @@ from pipeline.experiments.instruction_selection.compare import (
     error_table,
     ulp_tables,
 )
-from pipeline.experiments.instruction_selection.mechanism import _eager_route_row, code_constants
+from pipeline.experiments.instruction_selection.mechanism import (
+    _eager_route_row,
+    code_constants,
+    planned_compiles,
+    stored_tensor_bytes,
+)
 from pipeline.experiments.instruction_selection.paths import (
     compute_dtype,
     control_0dim_tensor,
@@ -186,6 +191,10 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     same = [rows[f"{m} A vs B"]["bit_equal"] for m in ("eager", "fused")]
     expected = CONTRADICTED if any(over) else (INCONCLUSIVE if any(same) else SUPPORTED)
     assert claim.metadata["verdict"].value == expected
+    # the cost model's plan (pipeline.plan.cost_c): one compile per fused version, the tensors stored to the byte
+    stored = read_value(tmp_path / "smoke" / "c1_path_outputs")
+    assert len([k for k in stored if k.startswith("fused_")]) == planned_compiles() == 4
+    assert sum(t.numel() * t.element_size() for t in stored.values()) == stored_tensor_bytes((64, 64))
 
     # CPU-specific from here: what this CPU backend measured (fp32 opmath for fp16 multiplies, the
     # scalar kept as a double/fp32 literal, Inductor's C++ kernels). An NPU with a true fp16 `muls`

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dagster as dg
+import polars as pl
 import pytest
 import torch
 
 from pipeline import plan, plan_calibration
 from pipeline.experiments.data_movement.spec import SIZES as D_SIZES
+from pipeline.experiments.instruction_selection.spec import SIZES as C1_SIZES
 from pipeline.experiments.models.spec import SIZES as M_SIZES
+from pipeline.experiments.reduction_order.spec import SIZES as C2_SIZES
+from pipeline.experiments.rsqrt_iterations.spec import SIZES as C3_SIZES
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 
 CPU = torch.device("cpu")
@@ -15,8 +20,8 @@ CPU = torch.device("cpu")
 
 def test_the_estimate_sums_the_experiments_that_run():
     every = plan.plan_estimate("smoke", CPU)
-    assert every.compiles == sum(c.compiles for c in plan.costs("smoke"))
-    assert every.disk_bytes == sum(c.disk_bytes for c in plan.costs("smoke")) > 0
+    assert every.compiles == sum(c.compiles for c in plan.costs("smoke", device_type="cpu"))
+    assert every.disk_bytes == sum(c.disk_bytes for c in plan.costs("smoke", device_type="cpu")) > 0
     assert every.minutes is None and every.gpu is None  # no peak figures for a CPU
     # the compiles each spec declares, for D and M alone
     only = plan.plan_estimate("smoke", CPU, {"D", "M"})
@@ -52,6 +57,60 @@ def test_only_diagnostics_counts_what_it_needs_upstream():
 
     c2 = {k.to_user_string() for a in experiment("C2").assets() for k in a.keys}
     assert plan.C2_ORDER_ASSETS | {"c2_long_reductions"} == c2
+
+
+def test_c_counts_the_graphs_it_compiles_and_the_tensors_it_stores(tmp_path):
+    # A `report --profile smoke --only C3` on the CPU planned "0 compiles, 0 B stored"; C3 compiles and stores.
+    # C3 at smoke sizes: a 64 x 64 input per op (rsqrt, division). Each op is fused with the run's options and
+    # again under each approximate-math switch of the device: one on the CPU, two on CUDA.
+    assert C3_SIZES["smoke"].shape == (64, 64)
+    rows = {c.experiment: c for c in plan.selected_costs("smoke", {"C3"}, "cpu")}
+    assert list(rows) == [plan.START_UP, "C3"] and rows["C3"].compiles == 2 * (1 + 1) == 4
+    # per element of each op: its fp16 input (2 B), the int8 class (1 B), the fp64 reference (8 B); then an fp16
+    # output (2 B) per path: A eager, A fused, A under each switch, the bit trick with N = 0..3 Newton steps in
+    # fp32 and in fp16 (11 paths of rsqrt on the CPU), and for division x * torch.reciprocal(y) too (12)
+    assert rows["C3"].disk_bytes == 64 * 64 * (2 * (2 + 1 + 8) + 2 * (11 + 12)) == 278_528
+    c3_cuda = next(c for c in plan.cost_c("smoke", "cuda") if c.experiment == "C3")
+    assert (c3_cuda.compiles, c3_cuda.disk_bytes) == (2 * (1 + 2), 64 * 64 * (2 * 11 + 2 * (12 + 13)))
+    lines: list[str] = []
+    assert plan.announce("smoke", CPU, tmp_path / "data", {"C3"}, out=lines.append) is None
+    assert lines[0].startswith(
+        "plan (estimated from the smoke profile's sizes before the run): 4 compiles, 0.0 TFLOP, 0 B between host and "
+        f"device, 278.5 kB stored in {tmp_path / 'data'}; "
+    )
+    # C1: paths A and B and the two route controls fused (4 graphs); 11 fp16 tensors of 64 x 64 stored: the input,
+    # six versions eager and four fused
+    c = {c.experiment: c for c in plan.cost_c("smoke", "cpu")}
+    assert C1_SIZES["smoke"].shape == (64, 64)
+    assert (c["C1"].compiles, c["C1"].disk_bytes) == (4, 11 * 64 * 64 * 2)
+    # C2 on the CPU: the fused default, 3 knobs, 6 framework tilings; 16 fp16 rows of 4096 stored, and for each of
+    # the 17 versions (eager, 10 fused, 6 hand-written tilings) an fp16 result and an fp32 accumulator per row
+    rows_c2, length = 1 + C2_SIZES["smoke"].pool_rows, C2_SIZES["smoke"].length
+    assert (rows_c2, length) == (16, 4096)
+    assert (c["C2 reduction order"].compiles, c["C2 reduction order"].disk_bytes) == (10, 16 * 4096 * 2 + 17 * 16 * 6)
+    assert (c["C2 long reductions"].compiles, c["C2 long reductions"].disk_bytes) == (2, 0)  # a table only
+    # the steps' seconds were measured writing their outputs: no disk term on top
+    assert c["C3"].seconds(plan.GPUS[1]) == plan.C_STEP_S["smoke"]["C3"]
+
+
+def test_report_says_what_the_run_stored(tmp_path):
+    from pipeline.definitions import build_resources
+    from pipeline.resources import ExperimentSettings
+    from pipeline.run_summary import stored_bytes
+
+    @dg.asset
+    def table():
+        return pl.DataFrame({"x": list(range(100))})
+
+    @dg.asset
+    def nothing():
+        return None
+
+    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(tmp_path))
+    result = dg.materialize([table, nothing], resources=resources)
+    events = result.get_asset_materialization_events()
+    assert len(events) == 2
+    assert stored_bytes(events) == (tmp_path / "smoke" / "table.parquet").stat().st_size > 0
 
 
 def _pretend_gpu(monkeypatch, name):
@@ -109,7 +168,9 @@ def test_announce_prints_one_line_and_lets_the_run_start(tmp_path):
     lines: list[str] = []
     assert plan.announce("smoke", CPU, tmp_path / "data", out=lines.append) is None
     compiles = plan.plan_estimate("smoke", CPU).compiles
-    assert len(lines) == 1 and lines[0].startswith(f"plan: {compiles} compiles, ")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"plan (estimated from the smoke profile's sizes before the run): {compiles} compiles, "
+    )
     assert f"stored in {tmp_path / 'data'}" in lines[0] and "no peak figures for cpu" in lines[0]
 
 
@@ -119,10 +180,10 @@ def test_announce_refuses_in_one_line_when_the_disk_is_too_small(tmp_path, monke
     lines: list[str] = []
     assert plan.announce("default", CPU, tmp_path, out=lines.append) == 2
     assert len(lines) == 2 and lines[1].startswith(
-        f"refusing to start: the default run stores about {plan._bytes(need)} in "
+        f"refusing to start: the default run stores about {plan.bytes_text(need)} in "
     )
     assert (
-        lines[1].endswith(f"and its disk has {plan._bytes(need - 1)} free") and need > 1e9
+        lines[1].endswith(f"and its disk has {plan.bytes_text(need - 1)} free") and need > 1e9
     )  # GBs: pools and references
     monkeypatch.setattr(plan, "free_bytes", lambda folder: int(need))
     assert plan.announce("default", CPU, tmp_path, out=lines.append) is None

@@ -249,6 +249,18 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
     dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3_compute.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
+    # What the cost model plans for C3 (pipeline.plan.cost_c) is what the run did: one compile per fused path of
+    # either op, and the tensors stored, to the byte (the IO manager's record adds the file's header)
+    device_type = smoke_resources["settings"].torch_device().type
+    assert len([p for p in (*table, *div) if p.startswith("A_fused")]) == c3_compute.planned_compiles(device_type)
+    planned = c3_compute.stored_tensor_bytes((64, 64), device_type)
+    assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
+    written = next(
+        e.materialization.metadata["bytes"].value
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("c3_path_outputs")
+    )
+    assert planned < written < planned + 16_000
     div_table = read_value(tmp_path / "smoke" / "c3_div_table")
     assert div_check.metadata["findings"].value == len(c3_checks.judge_iterations(div_table, "x / y")[0])
     # The search for a framework switch is recorded, not assumed; its statement is computed.

@@ -3,6 +3,7 @@ profiler traces, the fused kernel's multiply lines and constants, the mechanism 
 the route records (``c1_mechanism_evidence``, ``c1_route_records``).
 """
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -134,6 +135,18 @@ def run_paths(x: torch.Tensor, backend: str, options: dict[str, Any]) -> C1Runs:
     for name, fn in CONTROLS.items():
         outputs[f"eager_{name}"] = fn(x)
     return C1Runs(outputs, traces, fusion)
+
+
+def planned_compiles() -> int:
+    """Fused graphs C1 compiles (:func:`run_paths`): paths A and B and the two route controls, once each."""
+    return len(PATHS) + len(ROUTE_CONTROLS)
+
+
+def stored_tensor_bytes(shape: tuple[int, ...]) -> int:
+    """Bytes of the tensors ``c1_path_outputs`` stores for an input of ``shape`` (:func:`run_paths`'s
+    outputs, all fp16): the input, every path and control eager, and the paths and route controls fused."""
+    eager = len(PATHS) + len(ROUTE_CONTROLS) + len(CONTROLS)
+    return math.prod(shape) * 2 * (1 + eager + planned_compiles())
 
 
 def _doc(name: str) -> str:

@@ -106,6 +106,12 @@ def long_versions(settings: ExperimentSettings, device: torch.device) -> list[Lo
     return versions
 
 
+def planned_compiles(device_type: str) -> int:
+    """Fused versions :func:`long_versions` makes for ``device_type``, one compile each (every row of every
+    distribution has one shape): the fused default, and the one-thread version where the device has one."""
+    return 1 + bool(ONE_THREAD.get(device_type))
+
+
 def run_long(
     versions: list[LongVersion],
     rows: int,

@@ -144,6 +144,21 @@ def build_versions(settings: ExperimentSettings, device: torch.device) -> list[V
     return versions
 
 
+def planned_compiles(device_type: str) -> int:
+    """Fused versions :func:`build_versions` makes for ``device_type``, one compile each (every version runs
+    on rows of one shape, [1, length]): the fused default, the device's knobs and its framework tilings
+    (fewer where the backend rejects a tiling)."""
+    return 1 + len(KNOBS.get(device_type, {})) + len(FRAMEWORK_TILINGS.get(device_type, {}))
+
+
+def stored_tensor_bytes(rows: int, length: int, device_type: str) -> int:
+    """Bytes of the tensors ``c2_version_outputs`` stores for ``rows`` fp16 rows of ``length``: the rows,
+    and per version (eager, the fused ones, the hand-written tilings) its fp16 result and fp32
+    accumulator of each row."""
+    versions = 1 + planned_compiles(device_type) + len(TILES) * len(PARTIALS)
+    return rows * length * 2 + versions * rows * (2 + 4)
+
+
 _CASCADE = re.compile(r"CascadeSumHelper<[^>]*?, (\d+)>")
 _STEP = re.compile(
     r"for\(int64_t x0=static_cast<int64_t>\(0L\); x0<static_cast<int64_t>\((\d+)L\); x0\+=static_cast<int64_t>\((\d+)L\)\)"

@@ -375,3 +375,26 @@ def reciprocal_div_paths(xd: torch.Tensor, yd: torch.Tensor) -> list[PathRow]:
             raw = xd.to(compute) * bit_trick_reciprocal(yd, n, compute)
             paths.append((f"B_newton{n}_{tag}", n, tag, raw, raw.to(torch.float16)))
     return paths
+
+
+# --- what a run compiles and stores (the cost model's plan: pipeline.plan.cost_c) -------------------
+
+#: The ops C3 runs through its paths: torch.rsqrt(x), and x / y.
+OPS = ("rsqrt", "div")
+
+
+def planned_compiles(device_type: str) -> int:
+    """Fused graphs C3 compiles on a device of ``device_type``: each op of :data:`OPS` fused with the run's
+    options, then once more under each approximate-math switch of the device (:func:`framework_paths`)."""
+    return len(OPS) * (1 + len(APPROX_KNOBS.get(device_type, {})))
+
+
+def stored_tensor_bytes(shape: tuple[int, ...], device_type: str) -> int:
+    """Bytes of the tensors ``c3_path_outputs`` stores for inputs of ``shape`` on a device of
+    ``device_type`` (the five tables beside them hold a few rows per path): per op its fp16 input, the
+    int8 class of each element and the fp64 reference, and one fp16 output per path: A eager, A fused,
+    A under each switch, the bit trick with each Newton count in fp32 and fp16 (:func:`newton_rsqrt_paths`),
+    and for division also x * torch.reciprocal(y) (:func:`reciprocal_div_paths`)."""
+    paths = 2 + len(APPROX_KNOBS.get(device_type, {})) + 2 * len(ITERATIONS)
+    per_op = 2 + 1 + 8  # input, class, reference
+    return math.prod(shape) * (len(OPS) * per_op + 2 * (paths + paths + 1))
