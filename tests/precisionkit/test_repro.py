@@ -199,6 +199,32 @@ def test_a_case_that_cannot_shrink_says_why_with_its_counts() -> None:
     assert outcome_text(full.outcome()) == f"Minimized from 3 to 1 ops (4 candidates, {round(full.seconds, 1)} s)."
 
 
+def test_the_sentence_says_what_shrank_and_why_the_ops_did_not() -> None:
+    record = {
+        "ops_before": 3,
+        "ops_after": 3,
+        "shapes_before": [[6, 20]],
+        "shapes_after": [[1, 20]],
+        "minimize_checks": 9,
+        "minimize_accepted": 2,
+        "minimize_ended": "exhausted",
+        "minimize_max_checks": 40,
+        "minimize_seconds": 2.0,
+    }
+    assert outcome_text(record) == (
+        "Could not shrink its 3 ops because every op removal tried lost the failure (9 candidates in 2.0 s); "
+        "shapes minimized from [[6, 20]] to [[1, 20]]."
+    )
+    ran_out = {**record, "ops_after": 2, "minimize_ended": "budget", "minimize_checks": 40}
+    assert outcome_text(ran_out) == (
+        "Minimized from 3 to 2 ops and from shapes [[6, 20]] to [[1, 20]] (40 candidates, 2.0 s; its budget of 40 "
+        "ran out)."
+    )
+    # a record from before the minimizer said why it stopped claims no minimization it did not do
+    old = {k: v for k, v in record.items() if k not in ("minimize_ended", "minimize_accepted")}
+    assert outcome_text({**old, "shapes_after": [[6, 20]]}) == "Kept all 3 ops (9 candidates, 2.0 s)."
+
+
 def test_a_case_with_removable_ops_says_it_was_minimized() -> None:
     c = case(source=CHAIN, inputs=(Input("x", (6, 20), "float32", 1), Input("b", (6, 20), "float32", 2)))
     m = minimize(c.with_(backend="pk_test_tail", rule="bitwise"), predicate_for("eager"))
