@@ -16,6 +16,7 @@ from ..runs import records
 from ..storage import DataFolder
 from ..timing import markdown_section, site_table
 from ..verdicts import ExperimentOutcome
+from .answer import short_answer
 from .pages import all_pages, site_nav
 from .render import REPO_ROOT, Report
 from .site import mkdocs_build, prepare_docs_dir, site_skipped, vendor_javascript, write_page
@@ -166,7 +167,8 @@ def build_site(report: Report, build_dir: Path, provenance: dict[str, Any]) -> t
     pages = all_pages(report)
     for relative, text in pages.items():
         write_page(report.docs_dir, relative, text)
-    return mkdocs_build(report.docs_dir, build_dir, provenance, site_nav()), len(pages)
+    index = mkdocs_build(report.docs_dir, build_dir, provenance, site_nav(), answer=short_answer(report))
+    return index, len(pages)
 
 
 def outcome_metadata(outcomes: dict[str, ExperimentOutcome | None]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import polars as pl
 from ..experiments import EXPERIMENTS
 from ..runs import plain, records
 from ..verdicts import CLAIM
+from .outcomes import distinct_heading
 from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
 #: How many past evaluations of each claim the page reads.
@@ -144,6 +145,7 @@ def history_page(report: Report) -> str:
     label = report.device_label or report.device
     lines = [
         "# History of the claims\n",
+        "{verdict}",
         f"Profile **{report.profile}**, device **{label}**. Every claim's verdict and key figures over the past "
         f"materializations made in this checkout (up to {HISTORY_POINTS} each, oldest first), from Dagster's event "
         "log, with the commit and torch version of each point. A figure that changed from the previous point is "
@@ -151,6 +153,13 @@ def history_page(report: Report) -> str:
     ]
     histories = [(exp_id, key, claim_history(report, key)) for exp_id, key in _claims(report)]
     histories = [h for h in histories if h[2]]
+    latest = [points[-1].verdict for _, _, points in histories]
+    counts = ", ".join(f"{latest.count(v)} {v}" for v in dict.fromkeys(latest))
+    lines[1] = (
+        f"**Latest verdicts:** {counts}, of {len(histories)} claim check(s) with a history.\n{{: .verdict-line }}\n"
+        if histories
+        else "**Latest verdicts:** none yet: no claim has a history with this profile and device.\n{: .verdict-line }\n"
+    )
     if not histories:
         lines.append("No claim has been evaluated with this profile and device yet.\n")
         return "\n".join(lines)
@@ -169,8 +178,9 @@ def history_page(report: Report) -> str:
     if figures is not None:
         lines.append(report.chart("history", "figures", figures, "One key figure of one claim over past runs"))
     lines.append("## Every claim\n")
+    names = [key.name for _, key, _ in histories]
     for exp_id, key, points in histories:
-        lines.append(f"### {exp_id}: `{key.name}`\n")
+        lines.append(f"### {exp_id}: {distinct_heading(key.name, names)}\n")
         title = f"{len(points)} point(s); latest {points[-1].verdict}"
         lines.append(collapsed(title, _point_table(points), kind="note", open_=bool(moved(points))))
     return "\n".join(lines)

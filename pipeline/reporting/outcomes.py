@@ -63,6 +63,28 @@ def _details(c: CheckRecord) -> str:
     return text + ("; … (every entry below)" if len(shown) > 3 else "")
 
 
+def distinct_heading(name: str, names: list[str]) -> str:
+    """A heading for check ``name`` among ``names`` whose distinct part comes first, so that headings
+    that share a long prefix (B's ``fused_not_worse_than_eager_<chain>``) stay distinct when a contents
+    sidebar truncates them: ``softmax: `fused_not_worse_than_eager_softmax```."""
+    tokens = name.split("_")
+    shared = []
+    for other in names:
+        if other == name:
+            continue
+        n = 0
+        for a, b in zip(tokens, other.split("_"), strict=False):
+            if a != b:
+                break
+            n += 1
+        if n:
+            shared.append(min(n, len(tokens) - 1))
+    if not shared or min(shared) < 1:
+        return f"`{name}`"
+    rest = "_".join(tokens[min(shared) :])
+    return f"{rest}: `{name}`"
+
+
 def rules_section(report: "Report", group: str) -> str:
     """Every claim check's declared rule, parameter by parameter."""
     claims = [c for c in report.checks_of(group) if c.outcome == CLAIM]
@@ -73,8 +95,9 @@ def rules_section(report: "Report", group: str) -> str:
         "Each claim is judged by a rule declared with its check, before the data is seen (the same parameters "
         "are shown in the Dagster UI on the check's definition).\n",
     ]
+    names = [c.name for c in claims]
     for c in claims:
-        lines.append(f"### `{c.name}`\n")
+        lines.append(f"### {distinct_heading(c.name, names)}\n")
         lines.append("| parameter | value |\n|---|---|")
         for key, title in RULE_FIELDS:
             value = c.spec_metadata.get(f"rule.{key}")
@@ -91,9 +114,65 @@ def device_line(report: Report) -> str:
     return f"Device: **{label}** (`{report.device}`, {origin}); profile **{report.profile}**.\n"
 
 
+def _names(names: list[str], limit: int = 3) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def verdict_words(report: Report, exp: Experiment) -> str:
+    """The experiment's outcome in words, from its stored checks: supported / contradicted / inconclusive
+    (with its reason) / not judged / not yet run."""
+    group = exp.group
+    if group in report.failed:
+        return f"**Verdict: none**, the experiment failed: {report.failed[group]}."
+    if not report.shows(group):
+        return "**Verdict: not run** in this report (it was built for some experiments only)."
+    o = report.outcome(group)
+    if o is None:
+        return f"**Verdict: not yet run** with the `{report.profile}` profile."
+    if o.validity == "invalid":
+        return (
+            f"**Verdict: not judged**: the run is invalid ({_names(list(o.invalid_checks))} failed), so its claim "
+            "is not judged."
+        )
+    claims = [c for c in report.checks_of(group) if c.outcome == CLAIM]
+    findings = f" {o.findings} finding(s) to read." if o.findings else ""
+    if not claims:
+        return f"**No claim of its own** (a diagnostic); run validity: {o.validity}.{findings}"
+    by: dict[str, list[str]] = {}
+    for c in claims:
+        by.setdefault(c.label, []).append(c.name)
+    parts = []
+    for label in ("contradicted", "inconclusive", "not yet run", "supported"):
+        names = by.get(label, [])
+        if not names:
+            continue
+        if label == "supported" and len(names) == len(claims):
+            parts.append(f"all {len(claims)} claim check(s) supported")
+        elif label == "supported":
+            parts.append(f"{len(names)} supported")
+        else:
+            parts.append(f"{len(names)} of {len(claims)} {label} ({_names(names, 2)})")
+    text = f"**Verdict: {o.verdict}**: " + "; ".join(parts) + "."
+    unsure = next((c for c in claims if c.label in ("contradicted", "inconclusive")), None)
+    if unsure is not None:
+        reason = " ".join(fmt(unsure.metadata.get("reason", "")).split())
+        reason = reason if len(reason) <= 160 else reason[:159] + "…"
+        if reason:
+            text += f" First {unsure.label}: {reason}"
+    if o.validity == "incomplete":
+        text += " Some checks have not run yet."
+    return text + findings
+
+
+def verdict_line(report: Report, exp: Experiment) -> str:
+    """The line directly under a page's title: the claim's outcome in words."""
+    return f"{verdict_words(report, exp)}\n{{: .verdict-line }}\n"
+
+
 def experiment_header(report: Report, exp: Experiment) -> str:
-    """Title, device, the main-document sections fed, or a "not yet run" warning."""
-    lines = [f"# {exp.id}: {exp.title}\n", device_line(report)]
+    """Title, the verdict in words, device, the main-document sections fed, or a "not yet run" warning."""
+    lines = [f"# {exp.id}: {exp.title}\n", verdict_line(report, exp), device_line(report)]
     if exp.sections:
         links = ", ".join(report.section_link(s) for s in exp.sections)
         lines.append(f"Feeds the main document's {links}.\n")

@@ -4,6 +4,7 @@ from typing import Any
 
 import polars as pl
 
+from .answer import answer_section
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
 from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
@@ -20,7 +21,8 @@ def overview(report: Report) -> str:
     by_id = {e.id: e for e in EXPERIMENTS}
     lines = [
         "# Fusion precision report\n",
-        "Does automatic operator fusion change numerics, and is it worse than eager execution? "
+        answer_section(report),
+        "## Claims and evidence\n",
         "Each row below is a claim of the main document, the experiment that gives it evidence, and "
         "three separate outcomes of that experiment's latest materialization: whether the run was *valid* "
         "(it did what it claims: fused with evidence, inputs as recorded, nothing non-finite where the plan says "
@@ -46,6 +48,8 @@ def overview(report: Report) -> str:
         lines.append(
             f"Results of {len(others)} more device(s) are imported: see [devices side by side](results/devices.md).\n"
         )
+    else:
+        lines.append("The device and CPU class of every result: [devices](results/devices.md).\n")
     if not report.device.startswith("cuda") and not any(
         o.device.split(":")[0] in ("cuda", "xpu", "npu", "mps") for o in others
     ):
@@ -217,6 +221,7 @@ def devices_page(reports: list[Report]) -> str:
     mixed = any(r.profile != profile for r in reports)
     lines = [
         "# Devices side by side\n",
+        devices_verdict_line(reports, labels),
         f"Profile **{profile}**. Each column is one device's latest materialization of each experiment "
         "(run validity / claim verdict / findings), judged by the same rules; the first column is this checkout's "
         "own run, the others come from imported results bundles. Devices named: "
@@ -237,8 +242,11 @@ def devices_page(reports: list[Report]) -> str:
             if r.imported and exp.group in r.failed:
                 cells.append(f"{validity} did not finish ([why]({page}))")
             else:
-                cells.append(f"{validity} {verdict} {findings} ([page]({page}))")
-        lines.append(f"| {exp.id}: {exp.title} | " + " | ".join(cells) + " |")
+                read = f" {findings} finding(s)" if findings != "—" else ""
+                cells.append(f"[{verdict}]({page}) {validity}{read}")
+        name = exp.short or exp.title
+        lines.append(f"| {name if name.startswith(exp.id) else f'{exp.id}: {name}'} | " + " | ".join(cells) + " |")
+    lines.append(cpu_classes(reports, labels))
     lines += ["\n## Provenance\n", "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     provs = [_provenance(r) for r in reports]
     for key, title in PROVENANCE_ROWS:
@@ -252,6 +260,60 @@ def devices_page(reports: list[Report]) -> str:
     notes = [device_notes(r, label) for r, label in zip(reports, labels, strict=True) if r.notes]
     if notes:
         lines += ["\n## Notes on imported results\n", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def devices_verdict_line(reports: list[Report], labels: list[str]) -> str:
+    """The devices page's verdict line: each device's experiment verdicts, counted."""
+    parts = []
+    for r, label in zip(reports, labels, strict=True):
+        verdicts = [r.verdict(e.group) if e.group not in r.failed else "failed" for e in EXPERIMENTS]
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+        parts.append(f"{label}: {counts}")
+    return "**Verdicts by device** (experiments): " + "; ".join(parts) + ".\n{: .verdict-line }\n"
+
+
+#: Provenance entries that name a CPU class: model, ATen's CPU capability, Inductor's vector ISA.
+CPU_CLASS_KEYS = (
+    ("cpu_model", "CPU model"),
+    ("cpu_capability", "ATen CPU ISA"),
+    ("inductor_vec_isa", "Inductor vector ISA"),
+)
+
+
+def cpu_classes(reports: list[Report], labels: list[str]) -> str:
+    """Every CPU class the reports' results ran on (from each stored materialization's provenance), with
+    the device column and experiments that ran there."""
+    found: dict[tuple[str, ...], dict[str, list[str]]] = {}
+    for r, label in zip(reports, labels, strict=True):
+        for exp in EXPERIMENTS:
+            for a in r.assets_of(exp.group):
+                if not a.materialized:
+                    continue
+                meta = a.metadata
+                model = meta.get("provenance.cpu_model") or (
+                    meta.get("provenance.device_name")
+                    if str(meta.get("provenance.device", "")).startswith("cpu")
+                    else None
+                )
+                if not model:
+                    continue
+                key = (str(model), *(str(meta.get(f"provenance.{k}") or "—") for k, _ in CPU_CLASS_KEYS[1:]))
+                ids = found.setdefault(key, {}).setdefault(label, [])
+                if exp.id not in ids:
+                    ids.append(exp.id)
+    lines = ["\n## CPU classes\n"]
+    if not found:
+        lines.append("No stored result records a CPU model.\n")
+        return "\n".join(lines)
+    lines.append(
+        "Every CPU class the results above ran on, from the provenance stored with each result (the host CPU "
+        "runs the fused path's generated C++ on a CPU device, and compiles for every device).\n"
+    )
+    lines += ["| " + " | ".join(t for _, t in CPU_CLASS_KEYS) + " | results of |", "|---|---|---|---|"]
+    for key, where in found.items():
+        ran = "; ".join(f"{label}: {', '.join(ids)}" for label, ids in where.items())
+        lines.append("| " + " | ".join(key) + f" | {ran} |")
     return "\n".join(lines) + "\n"
 
 
@@ -284,8 +346,8 @@ def all_pages(report: Report) -> dict[str, str]:
         pages[f"results/{exp.slug}.md"] = experiment_page(report, exp)
     pages["results/history.md"] = history_page(report)
     others = report.other_devices
+    pages["results/devices.md"] = devices_page([report, *others])
     if others:
-        pages["results/devices.md"] = devices_page([report, *others])
         for other in others:
             for exp in EXPERIMENTS:
                 pages[f"results/{exp.slug}{other.page_suffix}.md"] = experiment_page(other, exp)
@@ -301,6 +363,7 @@ def site_nav() -> list[dict[str, Any]]:
         {"Overview": "index.md"},
         {"Experiments": [{f"{e.id}: {e.short or e.title}": f"results/{e.slug}.md"} for e in judged]},
         {"History of the claims": "results/history.md"},
+        {"Devices": "results/devices.md"},
         *({e.short or e.title: f"results/{e.slug}.md"} for e in EXPERIMENTS if e not in judged),
         {"Methodology": "methodology.md"},
         {"Main document sections": "main-document.md"},

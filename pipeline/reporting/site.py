@@ -96,10 +96,15 @@ def write_page(docs_dir: Path, relative: str, text: str) -> None:
 
 
 def mkdocs_build(
-    docs_dir: Path, build_dir: Path, provenance: dict[str, Any], nav: list[dict[str, Any]] | None = None
+    docs_dir: Path,
+    build_dir: Path,
+    provenance: dict[str, Any],
+    nav: list[dict[str, Any]] | None = None,
+    answer: str = "",
 ) -> Path:
     """``mkdocs build --strict`` with the repository's mkdocs.yml, this run's folders and provenance, and
-    the navigation ``nav`` (the report derives it from the registry of experiments)."""
+    the navigation ``nav`` (the report derives it from the registry of experiments) and the report's
+    ``answer`` in one sentence (shown under the title of the pages that have no verdict line of their own)."""
     # One config per process: two reports building at once must not read each other's folders.
     config = REPO_ROOT / f".mkdocs.report.{os.getpid()}.yml"
     staging = build_dir.with_name(build_dir.name + ".partial")
@@ -109,7 +114,7 @@ def mkdocs_build(
         "INHERIT": "mkdocs.yml",
         "docs_dir": str(docs_dir.resolve()),
         "site_dir": str(staging.resolve()),
-        "extra": {"provenance": provenance},
+        "extra": {"provenance": provenance, "answer": answer},
     }
     if nav is not None:
         body["nav"] = nav

@@ -140,12 +140,14 @@ LAYOUT_PROBE = """() => {
   const box = main.getBoundingClientRect();
   const problems = [];
   if (main.scrollWidth > main.clientWidth + 1) problems.push(`main column scrolls: ${main.scrollWidth} > ${main.clientWidth}`);
-  for (const el of main.querySelectorAll('table, figure, svg, pre, .vega-bindings, img')) {
+  // A wide table scrolls sideways inside its own box (.md-typeset__scrollwrap): the box fits the column.
+  for (const el of main.querySelectorAll('.md-typeset__scrollwrap, figure, svg, pre, .vega-bindings, img')) {
+    if (el.closest('.md-typeset__scrollwrap') && !el.matches('.md-typeset__scrollwrap')) continue;
     const r = el.getBoundingClientRect();
     if (r.width && r.right > box.right + 1) problems.push(`${el.tagName} ends at ${Math.round(r.right)} > ${Math.round(box.right)}`);
   }
-  for (const wrap of main.querySelectorAll('.md-typeset__scrollwrap, .md-typeset__table, table')) {
-    if (wrap.scrollWidth > wrap.clientWidth + 1) problems.push(`table cut off: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+  for (const table of main.querySelectorAll('table')) {
+    if (!table.closest('.md-typeset__scrollwrap')) problems.push('a table outside a scrolling box');
   }
   return problems;
 }"""
@@ -189,11 +191,8 @@ def test_every_page_fits_1280px_and_every_chart_has_marks(full_site, chromium_pa
                 assert empty == [], f"{rel}: charts without marks: {empty}"
                 charts_seen += len(marks)
                 page.screenshot(path=str(SCREENSHOTS / f"{_name(rel)}.png"), full_page=True)
-                # Measure every table: open each collapsed block, as a reader would (its toggle handler runs the
-                # same wide-table pass as below, asynchronously).
-                page.evaluate(
-                    "document.querySelectorAll('details').forEach(d => d.open = true); markWideTables(document)"
-                )
+                # Measure every table: open each collapsed block, as a reader would.
+                page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
                 layout = page.evaluate(LAYOUT_PROBE)
                 assert layout == [], f"{rel}: {layout}"
                 assert problems == [], f"{rel}: console errors {problems}"
@@ -226,3 +225,26 @@ def test_no_page_prints_raw_json(full_site):
     for page in full_site["build"].rglob("*.html"):
         text = re.sub(r"<script.*?</script>", "", page.read_text(), flags=re.S)  # chart specs are JSON by design
         assert not raw_json.search(text), f"{page.name}: {raw_json.search(text).group(0)}"
+
+
+def test_headings_that_share_a_long_prefix_lead_with_their_distinct_part():
+    from pipeline.reporting.outcomes import distinct_heading
+
+    names = [
+        "fully_masked_rows",
+        "fused_not_worse_attention",
+        "fused_not_worse_attention_masked",
+        "fused_not_worse_softmax",
+    ]
+    assert [distinct_heading(n, names) for n in names] == [
+        "`fully_masked_rows`",
+        "attention: `fused_not_worse_attention`",
+        "attention_masked: `fused_not_worse_attention_masked`",
+        "softmax: `fused_not_worse_softmax`",
+    ]
+
+
+def test_the_devices_page_is_in_the_navigation():
+    from pipeline.reporting.pages import site_nav
+
+    assert {"Devices": "results/devices.md"} in site_nav()

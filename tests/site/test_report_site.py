@@ -144,3 +144,32 @@ def test_charts_render_without_console_errors_in_chromium(built_site, chromium_p
         finally:
             browser.close()
     assert (ARTIFACTS / "site-overview.png").stat().st_size > 10_000
+
+
+def test_overview_answers_first_in_words_from_the_stored_verdicts(built_site):
+    html = (built_site["build"] / "index.html").read_text()
+    body = html[html.index("<h1") :]
+    answer = body[: body.index('id="claims-and-evidence"')]
+    assert 'class="verdict-line answer"' in answer
+    assert re.search(r"On this CPU \(.+?\), Inductor's fusion contradicts <strong>\d+ of \d+</strong>", answer)
+    # A, D, B ... were not run in this build: counted apart and said, never counted as good
+    assert "without a verdict yet" in answer and "not yet run" in answer
+    assert "claims are supported; not counted as good:" in answer
+
+
+def test_every_page_says_its_verdict_directly_under_its_title(built_site):
+    build = built_site["build"]
+    for page in _pages(build):
+        text = page.read_text()
+        after_title = text[text.index("</h1>") + len("</h1>") :].lstrip()
+        assert after_title.startswith(('<p class="verdict-line', '<div class="verdict-line')), page.name
+    c3 = (build / "results" / "rsqrt-iterations.html").read_text()
+    assert re.search(r'<p class="verdict-line"><strong>Verdict: (supported|contradicted|inconclusive)</strong>', c3)
+    training = (build / "results" / "training.html").read_text()
+    assert '<p class="verdict-line"><strong>Verdict: not yet run</strong>' in training
+
+
+def test_the_404_page_links_relative_to_itself(built_site):
+    text = (built_site["build"] / "404.html").read_text()
+    assert not re.search(r'(?:href|src)="/', text)
+    assert 'href="./index.html"' in text

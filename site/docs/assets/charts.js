@@ -8,20 +8,31 @@ document.addEventListener("DOMContentLoaded", function () {
   });
 });
 
-// A table wider than the content column wraps inside long words (see extra.css) rather than scroll.
-// Tables inside closed <details> have no width yet: they are measured when opened.
-function markWideTables(root) {
-  root.querySelectorAll("table").forEach(function (table) {
-    var box = table.closest(".md-typeset__scrollwrap") || table.parentElement;
-    if (table.offsetWidth && box && (table.offsetWidth > box.clientWidth + 1 || box.scrollWidth > box.clientWidth + 1)) {
-      table.setAttribute("data-wide", "");
+// Table cells wrap between words only: a token with a character the browser may break after (a hyphen,
+// a slash, a sign) is kept whole in a nowrap span; a table too wide for the column scrolls in its own box
+// (extra.css). Code in cells is nowrap already.
+function keepTokensWhole(root) {
+  root.querySelectorAll("td, th").forEach(function (cell) {
+    var walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    var nodes = [];
+    for (var n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!n.parentElement.closest("code, .tok") && /\S[^\sA-Za-z0-9]|[^\sA-Za-z0-9]\S/.test(n.nodeValue)) nodes.push(n);
     }
+    nodes.forEach(function (node) {
+      var parts = node.nodeValue.split(/(\s+)/);
+      var frag = document.createDocumentFragment();
+      parts.forEach(function (part) {
+        if (/^\S+$/.test(part) && /[^A-Za-z0-9]/.test(part)) {
+          var span = document.createElement("span");
+          span.className = "tok";
+          span.textContent = part;
+          frag.appendChild(span);
+        } else if (part) {
+          frag.appendChild(document.createTextNode(part));
+        }
+      });
+      node.parentNode.replaceChild(frag, node);
+    });
   });
 }
-document.addEventListener("DOMContentLoaded", function () {
-  markWideTables(document);
-  document.querySelectorAll("details").forEach(function (d) {
-    d.addEventListener("toggle", function () { if (d.open) markWideTables(d); });
-  });
-});
-window.addEventListener("load", function () { markWideTables(document); });
+document.addEventListener("DOMContentLoaded", function () { keepTokensWhole(document); });
