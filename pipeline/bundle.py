@@ -293,14 +293,6 @@ def imported_results(instance: dg.DagsterInstance, asset_graph: Any, limit: int 
     return sorted(found)
 
 
-def imported_devices(instance: dg.DagsterInstance, asset_graph: Any, profile: str, limit: int = 100) -> list[str]:
-    """Device labels of every imported bundle with materializations of ``profile`` in ``instance``."""
-    labels: set[str] = set()
-    for key in asset_graph.get_all_asset_keys():
-        labels.update(device_of(meta) for _, _, meta in records(instance, key, profile, origin="imported", limit=limit))
-    return sorted(labels)
-
-
 # --- import --------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ experiment_assets = [a for exp in EXPERIMENTS for a in exp.assets()]
 all_checks = [c for exp in EXPERIMENTS for c in exp.checks()]
 #: The report renders last: it depends on every experiment asset.
 report_site = build_report_asset(experiment_assets, all_checks)
-all_assets = [*experiment_assets, report_site]
 
 #: Materializes every asset (and runs every check): the full report.
 all_assets_job = dg.define_asset_job(

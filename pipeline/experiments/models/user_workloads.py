@@ -171,11 +171,6 @@ def load_workloads(text: str | None, device: torch.device | str = "cpu") -> list
     return out
 
 
-def is_native(dtype_name: str) -> bool:
-    """Whether a run in ``dtype_name`` casts nothing (an integer or bool name, :data:`NATIVE_DTYPES`)."""
-    return dtype_name in NATIVE_DTYPES
-
-
 def workload_dtypes(obj: Any, default: Sequence[str]) -> tuple[str, ...]:
     """The dtypes ``obj`` declares, else ``default`` (the profile's, or the run's configured ones)."""
     dtypes = getattr(obj, "dtypes", None)
