@@ -36,17 +36,11 @@ from .experiments.data_movement.assets import TASK_BYTES_PER_ELEMENT, input_key
 from .experiments.data_movement.assets import plan as d_plan
 from .experiments.data_movement.spec import SIZES as D_SIZES
 from .experiments.determinism.spec import SIZES as A_SIZES
-from .experiments.instruction_selection.mechanism import planned_compiles as c1_compiles
-from .experiments.instruction_selection.mechanism import stored_tensor_bytes as c1_bytes
-from .experiments.instruction_selection.spec import SIZES as C1_SIZES
+from .experiments.instruction_selection import mechanism as c1_code
 from .experiments.models.spec import SIZES as M_SIZES
-from .experiments.reduction_order.long import planned_compiles as c2_long_compiles
-from .experiments.reduction_order.spec import SIZES as C2_SIZES
-from .experiments.reduction_order.versions import planned_compiles as c2_compiles
-from .experiments.reduction_order.versions import stored_tensor_bytes as c2_bytes
-from .experiments.rsqrt_iterations.compute import planned_compiles as c3_compiles
-from .experiments.rsqrt_iterations.compute import stored_tensor_bytes as c3_bytes
-from .experiments.rsqrt_iterations.spec import SIZES as C3_SIZES
+from .experiments.reduction_order import long as c2_long_code
+from .experiments.reduction_order import versions as c2_code
+from .experiments.rsqrt_iterations import compute as c3_code
 from .experiments.toolkit.spec import SIZES as POOL_SIZES
 from .experiments.training.run_set import run_device_bytes
 from .experiments.training.spec import SIZES as E_SIZES
@@ -383,35 +377,25 @@ def cost_b(profile: str) -> Cost:
 C2_ORDER_ASSETS = frozenset({"c2_version_outputs", "c2_versions", "c2_ulp_matrix", "c2_row_bounds", "c2_error_vs_fp64"})
 
 
-def c_compiles_and_bytes(profile: str, device_type: str = "cuda") -> dict[str, tuple[int, int]]:
-    """Per row of :func:`cost_c`, the graphs it compiles and the tensor bytes it stores on a device of
-    ``device_type``, from each step's own code and the profile's sizes (its tables add a few kB)."""
-    c1, c2, c3 = C1_SIZES[profile], C2_SIZES[profile], C3_SIZES[profile]
-    rows = 1 + c2.pool_rows  # the seed's input and the pool
-    return {
-        "C1": (c1_compiles(), c1_bytes(c1.shape)),
-        "C2 long reductions": (c2_long_compiles(device_type), 0),  # a table per row and version
-        "C2 reduction order": (c2_compiles(device_type), c2_bytes(rows, c2.length, device_type)),
-        "C3": (c3_compiles(device_type), c3_bytes(c3.shape, device_type)),
-    }
-
-
 def cost_c(profile: str, device_type: str = "cuda") -> list[Cost]:
     """C1, C2's two steps and C3: their measured seconds (:data:`C_STEP_S`, writing included), not modelled;
-    their compiles and stored bytes counted from their code (:func:`c_compiles_and_bytes`)."""
+    the graphs each compiles and the tensor bytes it stores on a ``device_type`` device, from its own code
+    (the tables beside them add a few kB)."""
     parts = {"C2 long reductions": frozenset({"c2_long_reductions"}), "C2 reduction order": C2_ORDER_ASSETS}
-    counts = c_compiles_and_bytes(profile, device_type)
+    c2_bytes = c2_code.stored_tensor_bytes(profile, device_type)
+    counts = {
+        "C1": (c1_code.planned_compiles(), c1_code.stored_tensor_bytes(profile)),
+        "C2 long reductions": (c2_long_code.planned_compiles(device_type), 0),  # a table per row and version
+        "C2 reduction order": (c2_code.planned_compiles(device_type), c2_bytes),
+        "C3": (c3_code.planned_compiles(device_type), c3_code.stored_tensor_bytes(profile, device_type)),
+    }
+    note = "measured on the H200 (2026-11-27)"
     return [
         Cost(
-            name,
-            compiles=counts[name][0],
-            disk_bytes=counts[name][1],
-            fixed_s=secs,
-            assets=parts.get(name, frozenset()),
-            note="measured on the H200 (2026-11-27)",
-            disk_in_fixed=True,
+            name, n, disk_bytes=nbytes, fixed_s=secs, assets=parts.get(name, frozenset()), note=note, disk_in_fixed=True
         )
         for name, secs in C_STEP_S[profile].items()
+        for n, nbytes in [counts[name]]
     ]
 
 

@@ -19,8 +19,9 @@ and the class of the difference), so a program holding two defects does not slid
 was given to the other, smaller one.
 
 The result records why the search ended (:attr:`Minimized.ended`: the budget ran out, every candidate
-was tried, or there was none to try), and :func:`outcome_text` says it in one sentence: "Minimized from N
-to M ops" only where ops were removed, else why the program could not shrink, with the counts.
+was tried, or there was none to try), and :func:`~precisionkit.repro.minimization_text` says it in one
+sentence: "Minimized from N to M ops" only where ops were removed, else why the program could not
+shrink, with the counts.
 
 Every candidate keeps the case's device (:attr:`~precisionkit.repro.Case.device`) and Inductor
 options: a defect found on CUDA is minimized on CUDA, through the same Triton code path.
@@ -33,7 +34,7 @@ import math
 import operator
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -301,7 +302,7 @@ class Minimized:
         return len(self.steps)
 
     def outcome(self) -> dict[str, Any]:
-        """The record a reproducer's texts are written from (:func:`outcome_text`)."""
+        """The record a reproducer's texts are written from (:func:`~precisionkit.repro.minimization_text`)."""
         return {
             "ops_before": self.ops_before,
             "ops_after": self.ops_after,
@@ -313,52 +314,6 @@ class Minimized:
             "minimize_max_checks": self.max_checks,
             "minimize_seconds": round(self.seconds, 1),
         }
-
-
-def outcome_text(record: Mapping[str, Any]) -> str:
-    """One sentence on what minimizing did, from :meth:`Minimized.outcome`'s record (a reproducer's
-    ``meta.json`` holds it): "Minimized from N to M ops" where ops were removed; where none was, why
-    it could not shrink: its budget ran out, every candidate tried lost the failure, or the program
-    had no smaller candidate (already minimal).
-
-    >>> outcome_text(
-    ...     {
-    ...         "ops_before": 3,
-    ...         "ops_after": 3,
-    ...         "shapes_before": [[4]],
-    ...         "shapes_after": [[4]],
-    ...         "minimize_checks": 7,
-    ...         "minimize_accepted": 0,
-    ...         "minimize_ended": "exhausted",
-    ...         "minimize_seconds": 1.5,
-    ...     }
-    ... )
-    'Not minimized: could not shrink its 3 ops because every candidate removal lost the failure (7 tried in 1.5 s).'
-    """
-    before, after = record["ops_before"], record["ops_after"]
-    shapes_before, shapes_after = record["shapes_before"], record["shapes_after"]
-    checks, seconds = record["minimize_checks"], record["minimize_seconds"]
-    ended, accepted = record.get("minimize_ended"), record.get("minimize_accepted", 0)
-    budget = record.get("minimize_max_checks", checks)
-    shapes = f" and from shapes {shapes_before} to {shapes_after}" if shapes_after != shapes_before else ""
-    ops = f"{before} op{'s' if before != 1 else ''}"
-    if after < before:
-        ran_out = f"; its budget of {budget} ran out" if ended == "budget" else ""
-        return f"Minimized from {before} to {after} ops{shapes} ({checks} candidates, {seconds} s{ran_out})."
-    if ended == "budget":
-        why = f"its budget of {budget} candidates ran out ({checks} tried in {seconds} s)"
-    elif ended == "minimal":
-        why = "the program was already minimal (no smaller candidate to try)"
-    elif ended == "exhausted" and accepted == 0:
-        why = f"every candidate removal lost the failure ({checks} tried in {seconds} s)"
-    elif ended == "exhausted":
-        why = f"every op removal tried lost the failure ({checks} candidates in {seconds} s)"
-    else:  # a record written before minimizing recorded why it ended
-        return f"Kept all {ops}{shapes} ({checks} candidates, {seconds} s)."
-    if accepted:
-        plainer = f"shapes minimized from {shapes_before} to {shapes_after}" if shapes else "its inputs made plainer"
-        return f"Could not shrink its {ops} because {why}; {plainer}."
-    return f"Not minimized: could not shrink its {ops} because {why}."
 
 
 def _ops(case: Case) -> int:

@@ -55,7 +55,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -307,7 +307,7 @@ def _constants(case: Case) -> str:
 
 def render(case: Case, note: str = "") -> str:
     """The reproducer file's text (kept short: one blank line between its parts); ``note``, a line of
-    its docstring (what minimizing did: :func:`precisionkit.minimize.outcome_text`)."""
+    its docstring (what minimizing did: :func:`minimization_text`)."""
     what = case.title or case.id
     setup = (case.setup.strip() + "\n") if case.setup.strip() else ""
     functional = "import torch.nn.functional as F\n" if "F." in case.source else ""
@@ -330,6 +330,52 @@ def render(case: Case, note: str = "") -> str:
         "    sys.exit(int(reproduces))\n",
     ]
     return "\n".join(parts)
+
+
+def minimization_text(record: Mapping[str, Any]) -> str:
+    """One sentence on what minimizing did, from :meth:`precisionkit.minimize.Minimized.outcome`'s record
+    (a reproducer's ``meta.json`` holds it; :func:`render` puts it in the file's docstring): "Minimized
+    from N to M ops" where ops were removed; where none was, why it could not shrink: its budget ran
+    out, every candidate tried lost the failure, or the program had no smaller candidate (already minimal).
+
+    >>> minimization_text(
+    ...     {
+    ...         "ops_before": 3,
+    ...         "ops_after": 3,
+    ...         "shapes_before": [[4]],
+    ...         "shapes_after": [[4]],
+    ...         "minimize_checks": 7,
+    ...         "minimize_accepted": 0,
+    ...         "minimize_ended": "exhausted",
+    ...         "minimize_seconds": 1.5,
+    ...     }
+    ... )
+    'Not minimized: could not shrink its 3 ops because every candidate removal lost the failure (7 tried in 1.5 s).'
+    """
+    before, after = record["ops_before"], record["ops_after"]
+    shapes_before, shapes_after = record["shapes_before"], record["shapes_after"]
+    checks, seconds = record["minimize_checks"], record["minimize_seconds"]
+    ended, accepted = record.get("minimize_ended"), record.get("minimize_accepted", 0)
+    budget = record.get("minimize_max_checks", checks)
+    shapes = f" and from shapes {shapes_before} to {shapes_after}" if shapes_after != shapes_before else ""
+    ops = f"{before} op{'s' if before != 1 else ''}"
+    if after < before:
+        ran_out = f"; its budget of {budget} ran out" if ended == "budget" else ""
+        return f"Minimized from {before} to {after} ops{shapes} ({checks} candidates, {seconds} s{ran_out})."
+    if ended == "budget":
+        why = f"its budget of {budget} candidates ran out ({checks} tried in {seconds} s)"
+    elif ended == "minimal":
+        why = "the program was already minimal (no smaller candidate to try)"
+    elif ended == "exhausted" and accepted == 0:
+        why = f"every candidate removal lost the failure ({checks} tried in {seconds} s)"
+    elif ended == "exhausted":
+        why = f"every op removal tried lost the failure ({checks} candidates in {seconds} s)"
+    else:  # a record written before minimizing recorded why it ended
+        return f"Kept all {ops}{shapes} ({checks} candidates, {seconds} s)."
+    if accepted:
+        plainer = f"shapes minimized from {shapes_before} to {shapes_after}" if shapes else "its inputs made plainer"
+        return f"Could not shrink its {ops} because {why}; {plainer}."
+    return f"Not minimized: could not shrink its {ops} because {why}."
 
 
 def namespace(case: Case) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # the tensors stored to the byte
     if len(fw) == len(c2_version_defs.FRAMEWORK_TILINGS[device]):
         assert len([r for r in versions.values() if r["mode"] == "fused"]) == c2_version_defs.planned_compiles(device)
-        planned = c2_version_defs.stored_tensor_bytes(16, 4096, device)
+        planned = c2_version_defs.stored_tensor_bytes("smoke", device)
         assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
 
     matrix = read_value(tmp_path / "smoke" / "c2_ulp_matrix")

@@ -20,8 +20,7 @@ from pipeline.instruments.diagnostics.cases import fuzz_case
 from pipeline.instruments.diagnostics.reproducers import cases_to_build
 from pipeline.instruments.regression.probes import planted_case
 from precisionkit import specials
-from precisionkit.minimize import outcome_text
-from precisionkit.repro import Case, Input, lines_of, make_inputs, render, write
+from precisionkit.repro import Case, Input, lines_of, make_inputs, minimization_text, render, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "precisionkit"))
 from repro_backends import SETUP, register
@@ -196,7 +195,8 @@ def test_build_writes_a_minimized_bisected_reproducer_and_its_report(tmp_path: P
         f"{meta['minimize_seconds']} s)."
     )
     assert (
-        outcome_text(meta) == said and json.loads((folder / "meta.json").read_text())["minimize_ended"] == "exhausted"
+        minimization_text(meta) == said
+        and json.loads((folder / "meta.json").read_text())["minimize_ended"] == "exhausted"
     )
     assert (folder / "repro.py").read_text().splitlines()[1] == said + '"""'
     assert meta["lines"] == len((folder / "repro.py").read_text().splitlines())

@@ -253,7 +253,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # either op, and the tensors stored, to the byte (the IO manager's record adds the file's header)
     device_type = smoke_resources["settings"].torch_device().type
     assert len([p for p in (*table, *div) if p.startswith("A_fused")]) == c3_compute.planned_compiles(device_type)
-    planned = c3_compute.stored_tensor_bytes((64, 64), device_type)
+    planned = c3_compute.stored_tensor_bytes("smoke", device_type)
     assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
     written = next(
         e.materialization.metadata["bytes"].value

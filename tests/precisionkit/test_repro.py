@@ -17,8 +17,18 @@ import torch
 from repro_backends import SETUP, register
 
 from precisionkit.bisect import bisect
-from precisionkit.minimize import graph_source, minimize, outcome_text, predicate_for
-from precisionkit.repro import Case, Input, lines_of, make_inputs, render, reproduces, run_script, write
+from precisionkit.minimize import graph_source, minimize, predicate_for
+from precisionkit.repro import (
+    Case,
+    Input,
+    lines_of,
+    make_inputs,
+    minimization_text,
+    render,
+    reproduces,
+    run_script,
+    write,
+)
 
 register()
 
@@ -163,8 +173,9 @@ def test_minimize_keeps_a_case_whose_defect_needs_every_op() -> None:
     assert m.case == c and m.ops_after == 1
     # one op on a [1, 1] input: no candidate to try at all
     assert (m.checks, m.ended) == (0, "minimal")
-    assert outcome_text(m.outcome()) == (
-        "Not minimized: could not shrink its 1 op because the program was already minimal (no smaller candidate to try)."
+    assert minimization_text(m.outcome()) == (
+        "Not minimized: could not shrink its 1 op because the program was already minimal "
+        "(no smaller candidate to try)."
     )
 
 
@@ -180,7 +191,7 @@ def test_a_case_that_cannot_shrink_says_why_with_its_counts() -> None:
     assert (m.case, m.ops_before, m.ops_after, m.checks, m.accepted, m.ended) == (c, 2, 2, 1, 0, "exhausted")
     record = m.outcome()
     assert record["minimize_seconds"] == round(m.seconds, 1)
-    assert outcome_text(record) == (
+    assert minimization_text(record) == (
         "Not minimized: could not shrink its 2 ops because every candidate removal lost the failure "
         f"(1 tried in {record['minimize_seconds']} s)."
     )
@@ -189,14 +200,14 @@ def test_a_case_that_cannot_shrink_says_why_with_its_counts() -> None:
     three = c.with_(source="def graph(x):\n    y = x.sum(-1, keepdim=True)\n    return (y * 2.0).amax(-1)\n")
     short = minimize(three, predicate_for("eager"), max_checks=2)
     assert (short.case, short.ops_after, short.checks, short.ended) == (three, 3, 2, "budget")
-    assert outcome_text(short.outcome()) == (
+    assert minimization_text(short.outcome()) == (
         "Not minimized: could not shrink its 3 ops because its budget of 2 candidates ran out "
         f"(2 tried in {round(short.seconds, 1)} s)."
     )
     # with the budget it needs, the multiply and then the sum go
     full = minimize(three, predicate_for("eager"))
     assert (full.ops_after, full.checks, full.ended) == (1, 4, "exhausted")
-    assert outcome_text(full.outcome()) == f"Minimized from 3 to 1 ops (4 candidates, {round(full.seconds, 1)} s)."
+    assert minimization_text(full.outcome()) == f"Minimized from 3 to 1 ops (4 candidates, {round(full.seconds, 1)} s)."
 
 
 def test_the_sentence_says_what_shrank_and_why_the_ops_did_not() -> None:
@@ -211,31 +222,31 @@ def test_the_sentence_says_what_shrank_and_why_the_ops_did_not() -> None:
         "minimize_max_checks": 40,
         "minimize_seconds": 2.0,
     }
-    assert outcome_text(record) == (
+    assert minimization_text(record) == (
         "Could not shrink its 3 ops because every op removal tried lost the failure (9 candidates in 2.0 s); "
         "shapes minimized from [[6, 20]] to [[1, 20]]."
     )
     ran_out = {**record, "ops_after": 2, "minimize_ended": "budget", "minimize_checks": 40}
-    assert outcome_text(ran_out) == (
+    assert minimization_text(ran_out) == (
         "Minimized from 3 to 2 ops and from shapes [[6, 20]] to [[1, 20]] (40 candidates, 2.0 s; its budget of 40 "
         "ran out)."
     )
     # a record from before the minimizer said why it stopped claims no minimization it did not do
     old = {k: v for k, v in record.items() if k not in ("minimize_ended", "minimize_accepted")}
-    assert outcome_text({**old, "shapes_after": [[6, 20]]}) == "Kept all 3 ops (9 candidates, 2.0 s)."
+    assert minimization_text({**old, "shapes_after": [[6, 20]]}) == "Kept all 3 ops (9 candidates, 2.0 s)."
 
 
 def test_a_case_with_removable_ops_says_it_was_minimized() -> None:
     c = case(source=CHAIN, inputs=(Input("x", (6, 20), "float32", 1), Input("b", (6, 20), "float32", 2)))
     m = minimize(c.with_(backend="pk_test_tail", rule="bitwise"), predicate_for("eager"))
     assert (m.ops_before, m.ops_after, m.accepted, m.ended) == (5, 1, 3, "exhausted")
-    assert outcome_text(m.outcome()) == (
+    assert minimization_text(m.outcome()) == (
         "Minimized from 5 to 1 ops and from shapes [[6, 20], [6, 20]] to [[1, 10]] "
         f"({m.checks} candidates, {round(m.seconds, 1)} s)."
     )
     # the file's docstring carries the same sentence
-    text = render(m.case, outcome_text(m.outcome()))
-    assert text.splitlines()[1] == outcome_text(m.outcome()) + '"""'
+    text = render(m.case, minimization_text(m.outcome()))
+    assert text.splitlines()[1] == minimization_text(m.outcome()) + '"""'
 
 
 # --- bisection ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from precisionkit import FusedFunction, bit_equal, fused
 from precisionkit.evidence import evidence_fields
 
 from .paths import CONTROL_TARGET, CONTROLS, PATHS, ROUTE_AND_VALUE, ROUTE_CONTROLS, path_a_multiplier, rounded_scalar
+from .spec import SIZES
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -142,11 +143,11 @@ def planned_compiles() -> int:
     return len(PATHS) + len(ROUTE_CONTROLS)
 
 
-def stored_tensor_bytes(shape: tuple[int, ...]) -> int:
-    """Bytes of the tensors ``c1_path_outputs`` stores for an input of ``shape`` (:func:`run_paths`'s
+def stored_tensor_bytes(profile: str) -> int:
+    """Bytes of the tensors ``c1_path_outputs`` stores at ``profile``'s input shape (:func:`run_paths`'s
     outputs, all fp16): the input, every path and control eager, and the paths and route controls fused."""
     eager = len(PATHS) + len(ROUTE_CONTROLS) + len(CONTROLS)
-    return math.prod(shape) * 2 * (1 + eager + planned_compiles())
+    return math.prod(SIZES[profile].shape) * 2 * (1 + eager + planned_compiles())
 
 
 def _doc(name: str) -> str:

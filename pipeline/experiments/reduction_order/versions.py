@@ -16,6 +16,7 @@ import torch
 from precisionkit import FusedFunction, fused
 
 from ...resources import ExperimentSettings
+from .spec import SIZES
 
 TILES = (512, 1024, 2048)
 PARTIALS = ("fp32", "fp16")
@@ -151,10 +152,11 @@ def planned_compiles(device_type: str) -> int:
     return 1 + len(KNOBS.get(device_type, {})) + len(FRAMEWORK_TILINGS.get(device_type, {}))
 
 
-def stored_tensor_bytes(rows: int, length: int, device_type: str) -> int:
-    """Bytes of the tensors ``c2_version_outputs`` stores for ``rows`` fp16 rows of ``length``: the rows,
-    and per version (eager, the fused ones, the hand-written tilings) its fp16 result and fp32
-    accumulator of each row."""
+def stored_tensor_bytes(profile: str, device_type: str) -> int:
+    """Bytes of the tensors ``c2_version_outputs`` stores at ``profile``'s sizes: the fp16 rows (the seed's
+    input and the pool), and per version (eager, the fused ones, the hand-written tilings) its fp16
+    result and fp32 accumulator of each row."""
+    rows, length = 1 + SIZES[profile].pool_rows, SIZES[profile].length
     versions = 1 + planned_compiles(device_type) + len(TILES) * len(PARTIALS)
     return rows * length * 2 + versions * rows * (2 + 4)
 

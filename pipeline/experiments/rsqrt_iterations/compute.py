@@ -19,6 +19,7 @@ from precisionkit.ulp import spacing, ulp_histogram
 
 from ...resources import ExperimentSettings
 from .rules import KNOB_PATTERN, METHOD
+from .spec import SIZES
 
 MAGIC = 0x5F3759DF
 #: Bit-trick estimate of 1/y on the fp32 pattern (the reciprocal's counterpart of MAGIC).
@@ -389,12 +390,12 @@ def planned_compiles(device_type: str) -> int:
     return len(OPS) * (1 + len(APPROX_KNOBS.get(device_type, {})))
 
 
-def stored_tensor_bytes(shape: tuple[int, ...], device_type: str) -> int:
-    """Bytes of the tensors ``c3_path_outputs`` stores for inputs of ``shape`` on a device of
+def stored_tensor_bytes(profile: str, device_type: str) -> int:
+    """Bytes of the tensors ``c3_path_outputs`` stores at ``profile``'s input shape on a device of
     ``device_type`` (the five tables beside them hold a few rows per path): per op its fp16 input, the
     int8 class of each element and the fp64 reference, and one fp16 output per path: A eager, A fused,
     A under each switch, the bit trick with each Newton count in fp32 and fp16 (:func:`newton_rsqrt_paths`),
     and for division also x * torch.reciprocal(y) (:func:`reciprocal_div_paths`)."""
     paths = 2 + len(APPROX_KNOBS.get(device_type, {})) + 2 * len(ITERATIONS)
     per_op = 2 + 1 + 8  # input, class, reference
-    return math.prod(shape) * (len(OPS) * per_op + 2 * (paths + paths + 1))
+    return math.prod(SIZES[profile].shape) * (len(OPS) * per_op + 2 * (paths + paths + 1))

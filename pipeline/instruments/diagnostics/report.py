@@ -3,7 +3,7 @@
 import altair as alt
 import polars as pl
 
-from precisionkit.minimize import outcome_text
+from precisionkit.repro import minimization_text
 
 from ...experiment import Experiment
 from ...reporting.blocks import error_scale
@@ -112,7 +112,7 @@ def reproducers_section(report: Report, found: pl.DataFrame) -> str:
                 "ops": f"{r['ops_before']} -> {r['ops_after']}",
                 # the sentence of the reproducer's report.md and docstring (a table stored before the
                 # minimizer said why it stopped has the op counts alone)
-                "minimization": outcome_text(r) if r.get("minimize_ended") else "",
+                "minimization": minimization_text(r) if r.get("minimize_ended") else "",
                 "status": r["status"],
                 "layer at fault": r["layer_at_fault"],
                 "workaround": r["workaround"],

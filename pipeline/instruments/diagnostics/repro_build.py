@@ -37,7 +37,7 @@ import torch
 
 from precisionkit import bisect as pk_bisect
 from precisionkit import minimize as pk_minimize
-from precisionkit.repro import Case, lines_of, render, run_script, sanitizer_command, write
+from precisionkit.repro import Case, lines_of, minimization_text, render, run_script, sanitizer_command, write
 
 from ...compile_cache import probed_vec_isa
 from ...devices import cpu_model, device_name, device_versions
@@ -159,7 +159,7 @@ def build(
     small = mini.case
     # One record of what minimizing did; the file's docstring, meta.json, report.md and the site say it from this.
     outcome = mini.outcome()
-    minimized = pk_minimize.outcome_text(outcome)
+    minimized = minimization_text(outcome)
     staging = Path(tempfile.mkdtemp(prefix=f".{case.id}.", dir=root))
     try:
         script = write(small, staging, note=minimized)
@@ -270,7 +270,7 @@ def report_md(meta: dict[str, Any], case: Case, bis: pk_bisect.Bisection) -> str
         "## Environment\n\n| | |\n|---|---|\n" + env_rows + "\n\n"
         "## Reproducer\n\n`python repro.py` exits 1 while the defect reproduces, 0 once it does not; "
         "`python repro.py BACKEND` runs it with another backend.\n\n"
-        f"{pk_minimize.outcome_text(meta)}\n\n```python\n" + render(case) + "```\n\n"
+        f"{minimization_text(meta)}\n\n```python\n" + render(case) + "```\n\n"
         f"## Observed\n\n```\n{meta['observed']}\n```\n\n"
         + sanitizer
         + f"## Expected\n\n{_expected(case.rule, case.slack)}.\n\n"
