@@ -2,8 +2,8 @@
 
     python benchmarks/gpu_budget.py [--profiles gpu,seed] [--compile-s S] [--workers N]
 
-Prints, per profile and experiment, what :mod:`pipeline.plan` estimates (its text describes the
-model): compiles and the workers compiling them at once, FLOPs, host and disk bytes, and minutes on
+Prints, per profile and experiment, what :mod:`pipeline.plan` estimates from each experiment's declared
+cost (:mod:`pipeline.costmodel` describes the model): compiles and the workers compiling them at once, FLOPs, host and disk bytes, and minutes on
 an H100 and an H200, which term dominates each row, every assumption with its source, and each total
 against the profile's budget. Then the calibration: per step timed on the H200 run of 2026-11-27, the
 measured seconds beside the model's estimate now and before that run recalibrated it. The last lines
@@ -21,26 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import plan as model
+from pipeline import costmodel as model
 from pipeline.compile_pool import DEVICE_LANES, LANES_ENV, WORKERS_ENV
-from pipeline.plan import (
-    GPUS,
-    Gpu,
-    _chain_elements,
-    cost_a,
-    cost_b,
-    cost_d,
-    cost_diagnostics,
-    cost_e,
-    cost_m,
-    cost_matrix,
-    costs,
-    workers_text,
-)
+from pipeline.costmodel import GPUS, Gpu, workers_text
+from pipeline.plan import cost_of, costs
 from pipeline.plan_calibration import H200_MEASURED, step_estimate
 from pipeline.profiles import PROFILES
 
-__all__ = ["_chain_elements", "cost_a", "cost_b", "cost_d", "cost_diagnostics", "cost_e", "cost_m", "main"]
+__all__ = ["main"]
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -69,7 +57,7 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
         terms = c.terms(GPUS[1])
         dominant = max(terms, key=lambda k: terms[k])
         lines.append(
-            f"| {c.experiment} | {c.compiles} | {workers_text(c)} | {_si(c.flops + c.fp32_flops, 'FLOP')} | "
+            f"| {c.name} | {c.compiles} | {workers_text(c)} | {_si(c.flops + c.fp32_flops, 'FLOP')} | "
             f"{_si(c.host_bytes, 'B')} | "
             f"{_si(c.disk_bytes, 'B')} | {mins['H100']:.1f} | {mins['H200']:.1f} | {dominant} | {c.note} |"
         )
@@ -81,7 +69,7 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
         + ", ".join(f"{k} {v:.1f}" for k, v in all_terms.items())
         + " (H200 min) | |"
     )
-    matrix = cost_matrix(profile)
+    matrix = cost_of("Regression").cost_matrix(profile)
     lines.append(
         f"\nNot in the total: the planted-bug matrix ({matrix.minutes(GPUS[1]):.1f} min, {matrix.note}). It tests the "
         "harness on the CPU whatever the device, so a run on an accelerator leaves it to CPU reports unless "
@@ -92,7 +80,7 @@ def table(profile: str) -> tuple[str, dict[str, float]]:
 
 def without_lane_gain(profile: str) -> float:
     """The profile's H200 minutes if lanes gained nothing (their workers' start still paid): a what-if
-    that shows how much of the total rests on :data:`pipeline.plan.LANE_EFFICIENCY`."""
+    that shows how much of the total rests on :data:`pipeline.costmodel.LANE_EFFICIENCY`."""
     return _minutes_at(profile, 0.0, GPUS[1])
 
 
@@ -106,7 +94,7 @@ def _minutes_at(profile: str, efficiency: float, gpu: Gpu) -> float:
 
 
 def break_even_efficiency(profile: str) -> float | None:
-    """The smallest :data:`pipeline.plan.LANE_EFFICIENCY` (to 0.01) at which the profile fits its budget on
+    """The smallest :data:`pipeline.costmodel.LANE_EFFICIENCY` (to 0.01) at which the profile fits its budget on
     both GPUs; None when it fits with no gain at all or does not fit even with perfect lanes."""
     budget = PROFILES[profile].budget
     if budget is None:
@@ -129,6 +117,9 @@ def assumptions() -> str:
         f"HBM {g.hbm_bytes_s / 1e12:.2f} TB/s"
         for g in GPUS
     )
+    # each experiment's own figures, from the cost it declares
+    s, a, b, c1, c2, c3 = (cost_of(e) for e in ("S", "A", "B", "C1", "C2", "C3"))
+    d, m, diag, matrix = (cost_of(e) for e in ("D", "M", "Diagnostics", "Regression"))
     assumed = [
         f"{model.ACHIEVED_FLOPS:.0%} of peak FLOP/s (the H200's fp16 FFN call: model 4.5 ms, measured 4.6 ms) and "
         f"{model.ACHIEVED_HBM:.0%} of peak HBM bandwidth achieved",
@@ -137,33 +128,34 @@ def assumptions() -> str:
         "FUSION_COMPILE_WORKERS overrides it); the lent H100/H200 machines have 16",
         f"{model.LAUNCH_S * 1e6:.0f} us of host time per compiled-graph call; PCIe gen5 x16 at "
         f"{model.PCIE_BYTES_S / 1e9:.0f} GB/s; disk writes at {model.DISK_BYTES_S / 1e9:.0f} GB/s",
-        f"pools drawn on the device, about {model.REFERENCE_KERNELS} kernels per fp64 reference call; "
-        f"the regression matrix never ran on a GPU ({model.MATRIX_RUN_S:.0f} s per CPU run)",
+        f"pools drawn on the device, about {s.REFERENCE_KERNELS} kernels per fp64 reference call; "
+        f"the regression matrix never ran on a GPU ({matrix.MATRIX_RUN_S:.0f} s per CPU run)",
         f"launch-bound lanes on one GPU (B's chain x dtype pairs, E's runs; {DEVICE_LANES} by default, "
         f"{LANES_ENV} overrides it): each lane beyond the first adds {model.LANE_EFFICIENCY:.0%} of one lane's "
         "throughput, and a lane's worker starts as a compile worker does; B and E were measured one at a time",
         f"work side by side on the {model.GPU_HOST_CORES} host cores does not slow down: the tester's and the "
         "fuzzer's workers, and four reproducers at once, each bisecting with its own interpreters",
-        f"M locates the divergence of {model.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
+        f"M locates the divergence of {m.LOCATED_SHARE:.0%} of its rows (the H200 run's share; it depends on "
         "the outcome); C1-C3 and compiles take as long on an H100 as on the H200",
     ]
+    c_steps = {"C1": c1.STEP_S["gpu"], **c2.STEP_S["gpu"], "C3": c3.STEP_S["gpu"]}
     measured = [
         f"{model.REPORT_START_S:.1f} s per report invocation before its first step, "
         f"{model.FIRST_GPU_S:.1f} s for its process's first GPU work",
-        f"{model.COMPILE_S:.2f} s per warm small-subgraph compile, {model.D_TASK_S:.2f} s per D pool task, "
+        f"{model.COMPILE_S:.2f} s per warm small-subgraph compile, {d.D_TASK_S:.2f} s per D pool task, "
         f"{model.WORKER_READY_S:.0f} s until a compile worker takes its first task",
         f"tester {model.DIFFTEST_WARMUP_S:.1f} s warm-up + {model.DIFFTEST_PROGRAM_S:.2f} s per program, fuzzer "
-        f"{model.FUZZ_GRAPH_S:.2f} s per graph, {model.DIVERGENCE_PER_LAYER_S:.1f} s per-layer divergence, "
-        f"{model.REPRO_MEASURED_S:.0f} s per reproducer with its layers one after another "
-        f"({model.REPRO_S:.0f} s modelled with them at once and without the CPU ISA probe a CUDA case no longer "
+        f"{model.FUZZ_GRAPH_S:.2f} s per graph, {diag.DIVERGENCE_PER_LAYER_S:.1f} s per-layer divergence, "
+        f"{diag.REPRO_MEASURED_S:.0f} s per reproducer with its layers one after another "
+        f"({diag.REPRO_S:.0f} s modelled with them at once and without the CPU ISA probe a CUDA case no longer "
         "runs)",
-        f"{model.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
-        f"{model.MODEL_WORKER_READY_S:.1f} s, {model.LOCATE_S:.1f} s per row located",
-        f"A: {model.A_SETUP_S:.1f} s setup + {model.A_COMPILE_S:.1f} s compile per dtype, "
-        f"{model.FRESH_PROCESS_S:.1f} s for the cold round's fresh process; a pool stored at "
-        f"{model.POOL_BYTES_S / 1e6:.0f} MB/s (A's FFN pool, then drawn on the host: an upper bound)",
-        f"B {model.B_GRAPH_S:.2f} s per graph (smoke); C1-C3 per step: "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in model.C_STEP_S["gpu"].items()),
+        f"{m.MODEL_COMPILE_S:.1f} s per model x dtype of M, its workers ready after "
+        f"{m.MODEL_WORKER_READY_S:.1f} s, {m.LOCATE_S:.1f} s per row located",
+        f"A: {a.A_SETUP_S:.1f} s setup + {a.A_COMPILE_S:.1f} s compile per dtype, "
+        f"{a.FRESH_PROCESS_S:.1f} s for the cold round's fresh process; a pool stored at "
+        f"{s.POOL_BYTES_S / 1e6:.0f} MB/s (A's FFN pool, then drawn on the host: an upper bound)",
+        f"B {b.B_GRAPH_S:.2f} s per graph (smoke); C1-C3 per step: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in c_steps.items()),
     ]
     return "\n".join(
         [
@@ -172,8 +164,8 @@ def assumptions() -> str:
             "Assumed, not measured:",
             *(f"* {a}" for a in assumed),
             "",
-            "From the H200 run of 2026-11-27 (logs results/gpu-logs/2026-11-27-h200-gpu/; pipeline/plan.py "
-            "says which line gives each):",
+            "From the H200 run of 2026-11-27 (logs results/gpu-logs/2026-11-27-h200-gpu/; pipeline/costmodel.py "
+            "and each experiment's cost.py say which line gives each):",
             *(f"* {m}" for m in measured),
         ]
     )

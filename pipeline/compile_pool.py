@@ -107,7 +107,7 @@ LANES_ENV = "FUSION_DEVICE_LANES"
 #: about 2.4 ms at half the datasheet peak, and B's three paths took 0.2 to 0.4 ms of its 3.2 ms per judged
 #: set row (the sets-per-second lines of the 2026-11-27 runs; the rest is small judging kernels and
 #: Python). Processes sharing one GPU are time-sliced, so what four lanes gain is an estimate until a GPU
-#: run measures it (:data:`pipeline.plan.LANE_EFFICIENCY`); four leave most of a 16-core host to compiles.
+#: run measures it (:data:`pipeline.costmodel.LANE_EFFICIENCY`); four leave most of a 16-core host to compiles.
 DEVICE_LANES = 4
 
 

@@ -111,6 +111,11 @@ class Experiment:
     #: The stored tables that carry its fusion evidence and which of their rows are fused paths; a run-validity
     #: check is generated from each (:func:`pipeline.fusion_checks.fusion_check`).
     fusion: tuple[ExpectedFusion, ...] = ()
+    #: Imports and returns the module holding its cost (its ``cost.py``; only when a plan is made, so reading
+    #: the registry imports no cost code): ``costs(profile, device_type)`` gives its rows of a run's estimate
+    #: (:class:`pipeline.costmodel.Cost`, its id on each), ``SELF_TEST = True`` where a run leaves them out
+    #: unless asked. None: it declares no cost, and the plan's estimate says so in a row of its own.
+    cost: Callable[[], ModuleType] | None = None
 
     def __post_init__(self) -> None:
         if self.sizes:

@@ -1,12 +1,13 @@
 """The cost model's calibration: the step times of the H200 run of 2026-11-27 (logs under
-``results/gpu-logs/2026-11-27-h200-gpu/``) beside the model's estimate of each (:mod:`pipeline.plan`).
+``results/gpu-logs/2026-11-27-h200-gpu/``) beside the model's estimate of each (:mod:`pipeline.plan`, each experiment's ``cost.py``).
 ``benchmarks/gpu_budget.py`` prints them; a test holds every estimate within a stated factor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .plan import FIRST_GPU_S, REPRO_ISA_PROBE_S, REPRO_S, Gpu, cost_s, costs, diagnostics_steps
+from .costmodel import FIRST_GPU_S, Gpu
+from .plan import cost_of, costs
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,13 @@ H200_MEASURED = (
 def step_estimate(m: Measured, gpu: Gpu) -> float:
     """The model's seconds for the measured step ``m`` on ``gpu`` (with FIRST_GPU_S where ``m`` was cold)."""
     # The H200 run's tester and fuzzer ran one program at a time (they run one per core since).
-    steps = {**diagnostics_steps(m.profile, workers=1), "one reproducer": REPRO_S + REPRO_ISA_PROBE_S}
-    rows = {c.experiment: c for c in costs(m.profile)} | {c.experiment: c for c in cost_s(m.profile, stored=True)}
+    diagnostics = cost_of("Diagnostics")
+    steps = {
+        **diagnostics.diagnostics_steps(m.profile, workers=1),
+        "one reproducer": diagnostics.REPRO_S + diagnostics.REPRO_ISA_PROBE_S,
+    }
+    stored = cost_of("S").costs(m.profile, stored=True)
+    rows = {c.name: c for c in costs(m.profile)} | {c.name: c for c in stored}
     # Every measured step ran one chain x dtype pair and one training run at a time: no lanes.
     secs = steps[m.row] if m.row in steps else replace(rows[m.row], lanes={}).seconds(gpu)
     return secs + (FIRST_GPU_S if m.cold else 0.0)

@@ -107,7 +107,7 @@ def room(module: str) -> str | None:
     if parts[1] in ("reporting", "cli", "definitions"):
         return parts[1]
     # modules above the experiments that read them: the cost model and the run summary
-    return {"plan": "plan", "plan_figures": "plan", "plan_calibration": "plan"}.get(
+    return {"plan": "plan", "plan_calibration": "plan"}.get(
         parts[1], "run_summary" if parts[1] == "run_summary" else "core"
     )
 

@@ -4,7 +4,7 @@ and print what came of it (a failed step still gets the report built from what w
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,14 @@ def job_to_run(
     return job
 
 
+def selected_asset_names(only: Collection[str]) -> frozenset[str]:
+    """The assets a ``report --only`` run of ``only`` materializes, by name (:func:`selection_for`: theirs
+    and what they need upstream): what the plan's estimate counts (``pipeline.plan``'s ``select``)."""
+    from ..definitions import defs
+
+    return frozenset(k.to_user_string() for k in selection_for(defs, list(only))[0])
+
+
 def report(
     profile: str,
     device: str,
@@ -168,7 +176,9 @@ def report(
     from ..storage import default_data_root
 
     # The plan-time estimate, and a one-line refusal when the data folder's disk cannot hold the run.
-    refused = announce(profile, resolve_device(device), Path(default_data_root()), only or None)
+    refused = announce(
+        profile, resolve_device(device), Path(default_data_root()), only or None, select=selected_asset_names
+    )
     if refused is not None:
         return refused
     from ..definitions import defs

@@ -7,9 +7,10 @@ from __future__ import annotations
 import polars as pl
 from _smoke_run import failed_steps
 
-from pipeline import plan
+from pipeline.experiments.accumulated_error.cost import cost_b
 from pipeline.experiments.accumulated_error.rules import DTYPES_B
 from pipeline.experiments.accumulated_error.spec import COMPILED_PATHS, compiles
+from pipeline.experiments.training.cost import cost_e
 from pipeline.experiments.training.spec import FUSED_RUN_GRAPHS as E_GRAPHS
 from pipeline.experiments.training.spec import SIZES as E_SIZES
 from pipeline.experiments.training.spec import compiles as e_compiles
@@ -31,7 +32,7 @@ def test_b_compiles_what_its_spec_declares_once_each(smoke_everything):
 
 def test_the_cost_model_plans_the_compiles_b_declares():
     for profile in ("smoke", "default", "gpu", "seed"):
-        assert plan.cost_b(profile).compiles == compiles(len(CHAINS), len(DTYPES_B)), profile
+        assert cost_b(profile).compiles == compiles(len(CHAINS), len(DTYPES_B)), profile
 
 
 def test_e_compiles_what_its_spec_declares_once_per_precision(smoke_everything):
@@ -52,5 +53,5 @@ def test_e_compiles_what_its_spec_declares_once_per_precision(smoke_everything):
 
 def test_the_cost_model_plans_the_compiles_e_declares():
     for profile in ("smoke", "default", "gpu", "seed"):
-        assert plan.cost_e(profile).compiles == e_compiles(E_SIZES[profile]), profile
+        assert cost_e(profile).compiles == e_compiles(E_SIZES[profile]), profile
     assert e_compiles(E_SIZES["seed"]) == 6  # the seed profile also trains the fp32 pair

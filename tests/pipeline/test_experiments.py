@@ -97,8 +97,8 @@ def test_an_asset_reads_its_sizes_through_the_settings_from_the_record_that_decl
 
 def test_no_experiment_or_instrument_indexes_a_sizes_table_by_the_runs_profile():
     """Sizes come from ``settings.sizes(ID)`` (the record's declaration), never from a spec's table indexed
-    by the run's profile, nor does the template a new experiment starts from; the cost model
-    (pipeline/plan.py), which plans every profile, is not an asset."""
+    by the run's profile, nor does the template a new experiment starts from; the cost each
+    declares (its cost.py), which plans every profile, is not an asset."""
     import re
 
     indexed = re.compile(r"SIZES\[\s*\w+\.profile\s*\]")

@@ -64,46 +64,51 @@ def test_prints_a_table_per_profile_with_totals(capsys, monkeypatch):
     gpu_h100, gpu_h200, seed_h200 = (float(x) for x in totals.groups())
     assert 0 < gpu_h200 <= gpu_h100 and gpu_h200 < seed_h200  # the gpu profile is the smaller one
     # the gpu profile's H200 total is the model's sum over its rows, the start-up included
-    from pipeline import plan
+    from pipeline import costmodel, plan
 
-    assert gpu_h200 == round(sum(c.minutes(plan.GPUS[1]) for c in plan.costs("gpu")), 1)
+    assert gpu_h200 == round(sum(c.minutes(costmodel.GPUS[1]) for c in plan.costs("gpu")), 1)
     assert "| start-up | 0 | 1 |" in out
 
 
 def test_costs_follow_the_sizes(monkeypatch):
     monkeypatch.delenv("FUSION_COMPILE_WORKERS", raising=False)
-    budget = _load()
-    from pipeline import plan
+    from pipeline import costmodel as plan
+    from pipeline.experiments.data_movement.cost import D_TASK_S, cost_d
+    from pipeline.experiments.determinism.cost import cost_a
+    from pipeline.experiments.models.cost import MODEL_COMPILE_S, MODEL_WORKER_READY_S, cost_m
+    from pipeline.instruments.diagnostics.cost import cost_diagnostics
 
     # D compiles every subgraph x dtype x shape x layout: 117 combinations at the seed's three shapes, 21
     # pool tasks (one per input draw). A task holds up to 128 B per element of [8, 2048, 4096] (8.6 GB),
     # so the GPU's memory sizes the pool: 0.9 x 80 GB // (8.6 GB + a 0.5 GiB context) = 7 processes on an
     # H100, 0.9 x 141 GB // 9.1 GB = 13 on an H200 (16 cores would allow 16).
-    d = budget.cost_d("gpu")
-    assert d.compiles == 117 == budget.cost_d("seed").compiles
+    d = cost_d("gpu")
+    assert d.compiles == 117 == cost_d("seed").compiles
     assert (d.pool["H100"][0], d.pool["H200"][0], d.workers) == (7, 13, 13)
     # On the H200 this process takes two tasks before the 12 workers are ready, they take the next 12 and
     # end the last tasks in their second round: a task is its draw and six compiles.
-    task = plan.D_TASK_S + 6 * plan.COMPILE_S
+    task = D_TASK_S + 6 * plan.COMPILE_S
     assert 2 * task > plan.WORKER_READY_S > task
     assert d.compile_s == pytest.approx(plan.WORKER_READY_S + 2 * task) == d.pool["H200"][1]
     assert d.pool["H100"][1] > d.compile_s
     # M: one task per architecture (both dtypes), 4 at gpu: three go to workers
-    m = budget.cost_m("gpu")
+    m = cost_m("gpu")
     assert (m.compiles, m.workers) == (8, 4)
-    assert m.compile_s == pytest.approx(plan.MODEL_WORKER_READY_S + 2 * plan.MODEL_COMPILE_S) == pytest.approx(55.8)
+    assert m.compile_s == pytest.approx(MODEL_WORKER_READY_S + 2 * MODEL_COMPILE_S) == pytest.approx(55.8)
     # A's gpu profile runs fp32 ten times less than seed; its 16-bit rows are the same
-    assert budget.cost_a("gpu").fp32_flops * 10 == budget.cost_a("seed").fp32_flops
-    assert budget.cost_a("gpu").flops == budget.cost_a("seed").flops
-    assert budget.cost_diagnostics("gpu").compiles == 200
+    assert cost_a("gpu").fp32_flops * 10 == cost_a("seed").fp32_flops
+    assert cost_a("gpu").flops == cost_a("seed").flops
+    assert cost_diagnostics("gpu").compiles == 200
 
 
 def test_b_and_e_share_their_launch_bound_work_out_on_the_device_lanes(monkeypatch):
     monkeypatch.delenv("FUSION_DEVICE_LANES", raising=False)
-    from pipeline import plan
+    from pipeline import costmodel as plan
+    from pipeline.experiments.accumulated_error.cost import cost_b
+    from pipeline.experiments.training.cost import cost_e
 
     h100, h200 = plan.GPUS
-    b, e, e_seed = plan.cost_b("gpu"), plan.cost_e("gpu"), plan.cost_e("seed")
+    b, e, e_seed = cost_b("gpu"), cost_e("gpu"), cost_e("seed")
     # 16 chain x dtype pairs and 15 runs on the default four lanes; a seed-size run (18.9 GiB estimated)
     # leaves room for three on an H100's 80 GB, four on an H200's 141 GB
     assert b.lanes == e.lanes == {"H100": 4, "H200": 4} and e_seed.lanes == {"H100": 3, "H200": 4}
@@ -121,17 +126,19 @@ def test_b_and_e_share_their_launch_bound_work_out_on_the_device_lanes(monkeypat
 
 
 def test_pool_sizes_come_from_the_workloads():
-    budget = _load()
+    from pipeline.experiments.accumulated_error.cost import cost_b
+    from pipeline.experiments.toolkit.spec import chain_elements
+
     # B's chains in its two dtypes: fused, fused_emulate and the prediction per chain and dtype
-    assert budget.cost_b("seed").compiles == 8 * 2 * 2  # chains x dtypes x (fused, fused_emulate)
+    assert cost_b("seed").compiles == 8 * 2 * 2  # chains x dtypes x (fused, fused_emulate)
     # The inputs of S's attention pool at seed sizes (fp16 and bf16, 2 distributions, 1000 sets) as the
     # H200 run stored them: 2359297240 bytes of safetensors, its header included.
-    inputs, _, dists = budget._chain_elements("seed")["attention"]
+    inputs, _, dists = chain_elements("seed")["attention"]
     assert 0 <= 2359297240 - 1000 * dists * inputs * (2 + 2) < 4096
 
 
 def test_pool_seconds_shares_tasks_in_order_among_the_warm_workers():
-    from pipeline import plan
+    from pipeline import costmodel as plan
 
     warm = plan.WORKER_READY_S
     assert plan.pool_seconds([], 4) == 0.0

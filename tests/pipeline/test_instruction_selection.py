@@ -191,7 +191,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     same = [rows[f"{m} A vs B"]["bit_equal"] for m in ("eager", "fused")]
     expected = CONTRADICTED if any(over) else (INCONCLUSIVE if any(same) else SUPPORTED)
     assert claim.metadata["verdict"].value == expected
-    # the cost model's plan (pipeline.plan.cost_c): one compile per fused version, the tensors stored to the byte
+    # the cost C1 declares (instruction_selection/cost.py): one compile per fused version, the tensors stored to the byte
     stored = read_value(tmp_path / "smoke" / "c1_path_outputs")
     assert len([k for k in stored if k.startswith("fused_")]) == planned_compiles() == 4
     assert sum(t.numel() * t.element_size() for t in stored.values()) == stored_tensor_bytes("smoke")

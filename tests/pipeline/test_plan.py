@@ -7,15 +7,26 @@ import polars as pl
 import pytest
 import torch
 
-from pipeline import plan, plan_calibration
+from pipeline import costmodel, plan, plan_calibration
+from pipeline.cli.run_report import selected_asset_names
 from pipeline.experiments.data_movement.spec import SIZES as D_SIZES
+from pipeline.experiments.determinism.cost import FRESH_PROCESS_S, cost_a
 from pipeline.experiments.instruction_selection.spec import SIZES as C1_SIZES
 from pipeline.experiments.models.spec import SIZES as M_SIZES
+from pipeline.experiments.reduction_order.cost import ORDER_ASSETS as C2_ORDER_ASSETS
 from pipeline.experiments.reduction_order.spec import SIZES as C2_SIZES
+from pipeline.experiments.rsqrt_iterations.cost import STEP_S as C3_STEP_S
 from pipeline.experiments.rsqrt_iterations.spec import SIZES as C3_SIZES
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
 
 CPU = torch.device("cpu")
+#: The CLI's own selection of what a ``--only`` run materializes, passed in as the CLI passes it.
+SELECT = selected_asset_names
+
+
+def _costs(profile: str, device_type: str, ids: set[str]) -> dict[str, costmodel.Cost]:
+    """The rows of ``ids``' declared costs, by name."""
+    return {c.name: c for e in sorted(ids) for c in plan.cost_of(e).costs(profile, device_type)}
 
 
 def test_the_estimate_sums_the_experiments_that_run():
@@ -24,39 +35,40 @@ def test_the_estimate_sums_the_experiments_that_run():
     assert every.disk_bytes == sum(c.disk_bytes for c in plan.costs("smoke", device_type="cpu")) > 0
     assert every.minutes is None and every.gpu is None  # no peak figures for a CPU
     # the compiles each spec declares, for D and M alone
-    only = plan.plan_estimate("smoke", CPU, {"D", "M"})
+    only = plan.plan_estimate("smoke", CPU, {"D", "M"}, SELECT)
     assert only.compiles == D_SIZES["smoke"].compiles + M_SIZES["smoke"].compiles == 81 + 6
     assert only.disk_bytes == 0  # neither stores a pool
     # B reads S's chain pools and references, so choosing B stores those, and not A's FFN pool
-    rows = {c.experiment: c for c in plan.costs("smoke")}
+    rows = {c.name: c for c in plan.costs("smoke")}
     chains = sum(c.disk_bytes for name, c in rows.items() if name.startswith("S pool ") and name != "S pool ffn")
-    assert plan.plan_estimate("smoke", CPU, {"B"}).disk_bytes == chains > 0
+    assert plan.plan_estimate("smoke", CPU, {"B"}, SELECT).disk_bytes == chains > 0
 
 
 def test_only_a_plans_only_the_ffn_pool_it_needs_upstream():
     # `report --only A` at gpu sizes planned 42.2 GB (every pool and reference); A needs input_pool_ffn only
-    rows = plan.selected_costs("gpu", {"A"})
-    assert [c.experiment for c in rows] == [plan.START_UP, "S pool ffn", "A determinism"]
+    rows = plan.selected_costs("gpu", {"A"}, select=SELECT)
+    assert [c.name for c in rows] == [plan.START_UP, "S pool ffn", "A determinism"]
+    assert [c.experiment for c in rows] == ["", "S", "A"]  # each row carries its experiment's id
     # gpu and seed store a recipe in place of each pool and reference: S writes nothing, A its cold round's files
     assert rows[1].disk_bytes == rows[1].host_bytes == 0
-    assert plan.plan_estimate("gpu", CPU, {"A"}).disk_bytes == plan.cost_a("gpu").disk_bytes
+    assert plan.plan_estimate("gpu", CPU, {"A"}, SELECT).disk_bytes == cost_a("gpu").disk_bytes
     assert plan.plan_estimate("gpu", CPU).disk_bytes < 5e9
     # where pools are stored (default): the FFN's inputs, weight and bias in fp64, every value once
     batch, seq, hidden = POOL_SIZES["default"].ffn_shape
     ffn = (batch * seq * hidden + hidden * 4 * hidden + 4 * hidden) * 8
-    assert plan.selected_costs("default", {"A"})[1].disk_bytes == ffn
+    assert plan.selected_costs("default", {"A"}, select=SELECT)[1].disk_bytes == ffn
 
 
 def test_only_diagnostics_counts_what_it_needs_upstream():
     # the CLI's own selection: B, C1, C2's reduction order, C3, D and B's pools, not C2's long reductions
-    names = {c.experiment for c in plan.selected_costs("smoke", {"Diagnostics"})}
+    names = {c.name for c in plan.selected_costs("smoke", {"Diagnostics"}, select=SELECT)}
     assert {"Diagnostics", "B accumulated error", "C1", "C2 reduction order", "C3", "D data movement"} <= names
     assert "S pool softmax" in names and not names & {"S pool ffn", "C2 long reductions", "A determinism", "M models"}
     # C2's two rows cover C2's assets between them (a new C2 asset would fall between the rows otherwise)
     from pipeline.experiments import experiment
 
     c2 = {k.to_user_string() for a in experiment("C2").assets() for k in a.keys}
-    assert plan.C2_ORDER_ASSETS | {"c2_long_reductions"} == c2
+    assert C2_ORDER_ASSETS | {"c2_long_reductions"} == c2
 
 
 def test_c_counts_the_graphs_it_compiles_and_the_tensors_it_stores(tmp_path):
@@ -64,23 +76,23 @@ def test_c_counts_the_graphs_it_compiles_and_the_tensors_it_stores(tmp_path):
     # C3 at smoke sizes: a 64 x 64 input per op (rsqrt, division). Each op is fused with the run's options and
     # again under each approximate-math switch of the device: one on the CPU, two on CUDA.
     assert C3_SIZES["smoke"].shape == (64, 64)
-    rows = {c.experiment: c for c in plan.selected_costs("smoke", {"C3"}, "cpu")}
+    rows = {c.name: c for c in plan.selected_costs("smoke", {"C3"}, "cpu", SELECT)}
     assert list(rows) == [plan.START_UP, "C3"] and rows["C3"].compiles == 2 * (1 + 1) == 4
     # per element of each op: its fp16 input (2 B), the int8 class (1 B), the fp64 reference (8 B); then an fp16
     # output (2 B) per path: A eager, A fused, A under each switch, the bit trick with N = 0..3 Newton steps in
     # fp32 and in fp16 (11 paths of rsqrt on the CPU), and for division x * torch.reciprocal(y) too (12)
     assert rows["C3"].disk_bytes == 64 * 64 * (2 * (2 + 1 + 8) + 2 * (11 + 12)) == 278_528
-    c3_cuda = next(c for c in plan.cost_c("smoke", "cuda") if c.experiment == "C3")
+    c3_cuda = _costs("smoke", "cuda", {"C3"})["C3"]
     assert (c3_cuda.compiles, c3_cuda.disk_bytes) == (2 * (1 + 2), 64 * 64 * (2 * 11 + 2 * (12 + 13)))
     lines: list[str] = []
-    assert plan.announce("smoke", CPU, tmp_path / "data", {"C3"}, out=lines.append) is None
+    assert plan.announce("smoke", CPU, tmp_path / "data", {"C3"}, out=lines.append, select=SELECT) is None
     assert lines[0].startswith(
         "plan (estimated from the smoke profile's sizes before the run): 4 compiles, 0.0 TFLOP, 0 B between host and "
         f"device, 278.5 kB stored in {tmp_path / 'data'}; "
     )
     # C1: paths A and B and the two route controls fused (4 graphs); 11 fp16 tensors of 64 x 64 stored: the input,
     # six versions eager and four fused
-    c = {c.experiment: c for c in plan.cost_c("smoke", "cpu")}
+    c = _costs("smoke", "cpu", {"C1", "C2", "C3"})
     assert C1_SIZES["smoke"].shape == (64, 64)
     assert (c["C1"].compiles, c["C1"].disk_bytes) == (4, 11 * 64 * 64 * 2)
     # C2 on the CPU: the fused default, 3 knobs, 6 framework tilings; 16 fp16 rows of 4096 stored, and for each of
@@ -90,7 +102,7 @@ def test_c_counts_the_graphs_it_compiles_and_the_tensors_it_stores(tmp_path):
     assert (c["C2 reduction order"].compiles, c["C2 reduction order"].disk_bytes) == (10, 16 * 4096 * 2 + 17 * 16 * 6)
     assert (c["C2 long reductions"].compiles, c["C2 long reductions"].disk_bytes) == (2, 0)  # a table only
     # the steps' seconds were measured writing their outputs: no disk term on top
-    assert c["C3"].seconds(plan.GPUS[1]) == plan.C_STEP_S["smoke"]["C3"]
+    assert c["C3"].seconds(costmodel.GPUS[1]) == C3_STEP_S["smoke"]
 
 
 def test_report_says_what_the_run_stored(tmp_path):
@@ -122,9 +134,11 @@ def test_minutes_come_from_the_peaks_of_a_known_gpu(monkeypatch):
     monkeypatch.delenv("FUSION_COMPILE_WORKERS", raising=False)
     _pretend_gpu(monkeypatch, "NVIDIA H200")
     cuda = torch.device("cuda")
-    assert plan.gpu_of(cuda) is plan.GPUS[1]
+    assert plan.gpu_of(cuda) is costmodel.GPUS[1]
     est = plan.plan_estimate("gpu", cuda)
-    assert est.gpu == "H200" and est.minutes == pytest.approx(sum(c.minutes(plan.GPUS[1]) for c in plan.costs("gpu")))
+    assert est.gpu == "H200" and est.minutes == pytest.approx(
+        sum(c.minutes(costmodel.GPUS[1]) for c in plan.costs("gpu"))
+    )
     _pretend_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB")
     assert plan.gpu_of(cuda) is None and plan.plan_estimate("gpu", cuda).minutes is None
 
@@ -135,31 +149,32 @@ CALIBRATION_FACTOR = 1.5
 
 
 def test_the_calibrated_model_is_near_each_step_the_h200_run_timed():
-    h200 = plan.GPUS[1]
+    h200 = costmodel.GPUS[1]
     assert len(plan_calibration.H200_MEASURED) == 16  # 14 of the first session, B and E of the second
     for m in plan_calibration.H200_MEASURED:
         ratio = plan_calibration.step_estimate(m, h200) / m.seconds
         assert 1 / CALIBRATION_FACTOR <= ratio <= CALIBRATION_FACTOR, (m.step, m.profile, ratio)
     # the figures derived from the logs
-    assert pytest.approx(21.2) == plan.REPORT_START_S and pytest.approx(7.4) == plan.FIRST_GPU_S
+    assert pytest.approx(21.2) == costmodel.REPORT_START_S and pytest.approx(7.4) == costmodel.FIRST_GPU_S
+    diagnostics, m, b = (plan.cost_of(e) for e in ("Diagnostics", "M", "B"))
     assert (
-        plan.REPRO_MEASURED_S == 144.0
-        and pytest.approx(107.0 - 29.4) == plan.REPRO_S  # the CPU ISA probe's estimated share left out
-        and plan.LOCATE_S == 32.5
-        and pytest.approx(15.8) == plan.B_GRAPH_S * 32
-        and pytest.approx(143.0) == plan.B_SET_ROW_S * 36_000 + plan.B_GPU_GRAPH_S * 32
+        diagnostics.REPRO_MEASURED_S == 144.0
+        and pytest.approx(107.0 - 29.4) == diagnostics.REPRO_S  # the CPU ISA probe's estimated share left out
+        and m.LOCATE_S == 32.5
+        and pytest.approx(15.8) == b.B_GRAPH_S * 32
+        and pytest.approx(143.0) == b.B_SET_ROW_S * 36_000 + b.B_GPU_GRAPH_S * 32
     )
     # A's cold round: the fresh process plus the model's round at gpu sizes is the measured 49.4 s
-    one_round = plan.cost_a("gpu", rounds=1)
-    assert plan.FRESH_PROCESS_S + one_round.compile_s + one_round.terms(h200)["device"] == pytest.approx(49.4)
+    one_round = cost_a("gpu", rounds=1)
+    assert FRESH_PROCESS_S + one_round.compile_s + one_round.terms(h200)["device"] == pytest.approx(49.4)
 
 
 def test_a_whole_run_pays_its_start_up_once(monkeypatch):
     monkeypatch.delenv("FUSION_COMPILE_WORKERS", raising=False)
     _pretend_gpu(monkeypatch, "NVIDIA H200")
-    start = next(c for c in plan.costs("gpu") if c.experiment == plan.START_UP)
-    assert start.fixed_s == pytest.approx(plan.REPORT_START_S + plan.FIRST_GPU_S)
-    c_only = plan.plan_estimate("gpu", torch.device("cuda"), {"C1", "C2", "C3"})
+    start = next(c for c in plan.costs("gpu") if c.name == plan.START_UP)
+    assert start.fixed_s == pytest.approx(costmodel.REPORT_START_S + costmodel.FIRST_GPU_S)
+    c_only = plan.plan_estimate("gpu", torch.device("cuda"), {"C1", "C2", "C3"}, SELECT)
     assert c_only.minutes is not None
     assert c_only.minutes * 60 == pytest.approx(start.fixed_s + 6.1 + 5.5 + 9.6 + 6.4)
 

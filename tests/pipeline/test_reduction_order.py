@@ -157,7 +157,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
 
     stored = read_value(tmp_path / "smoke" / "c2_version_outputs")
     assert stored["rows"].shape == (16, 4096)
-    # the cost model's plan (pipeline.plan.cost_c) where no tiling was rejected: one compile per fused version, and
+    # the cost C2 declares (reduction_order/cost.py) where no tiling was rejected: one compile per fused version, and
     # the tensors stored to the byte
     if len(fw) == len(c2_version_defs.FRAMEWORK_TILINGS[device]):
         assert len([r for r in versions.values() if r["mode"] == "fused"]) == c2_version_defs.planned_compiles(device)

@@ -249,7 +249,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
     dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3_compute.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
-    # What the cost model plans for C3 (pipeline.plan.cost_c) is what the run did: one compile per fused path of
+    # What C3 declares as its cost (rsqrt_iterations/cost.py) is what the run did: one compile per fused path of
     # either op, and the tensors stored, to the byte (the IO manager's record adds the file's header)
     device_type = smoke_resources["settings"].torch_device().type
     assert len([p for p in (*table, *div) if p.startswith("A_fused")]) == c3_compute.planned_compiles(device_type)

@@ -10,6 +10,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Eager vs fused accumulated error",
@@ -33,4 +39,5 @@ EXPERIMENT = Experiment(
     short="Accumulated error",
     matrix="judged",
     fusion=spec.FUSION,
+    cost=_cost,
 )

@@ -574,6 +574,12 @@ def chain_lane(
 LANE_BYTES = 1 << 30
 
 
+def chain_lanes(device: torch.device, pairs: int, device_bytes: int | None = None, cores: int | None = None) -> int:
+    """The lanes ``pairs`` (chain, dtype) pairs run on (:func:`pipeline.compile_pool.device_lanes`, each
+    holding :data:`LANE_BYTES`); a run asks about its device, the cost model about a GPU's host (B's cost)."""
+    return device_lanes(device, pairs, task_bytes=LANE_BYTES, device_bytes=device_bytes, cores=cores)
+
+
 def run_chains(
     settings: ExperimentSettings,
     pools: Mapping[str, Mapping[str, Any]],
@@ -585,7 +591,7 @@ def run_chains(
     the device's lanes (:func:`chain_lane`), one run per pair, in the same order, with the same rows."""
     pairs = [(chain, dtype) for chain in pools for dtype in DTYPES_B]
     device = settings.torch_device()
-    lanes = device_lanes(device, len(pairs), task_bytes=LANE_BYTES)
+    lanes = chain_lanes(device, len(pairs))
     if lanes == 1:
         return [run_chain(settings, WORKLOADS[c], pools[c], refs[c], log) for c in pools], 1
     if log:

@@ -16,6 +16,12 @@ def _repro_cases():
     return repro_cases
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Pure data movement is bit-exact",
@@ -42,4 +48,5 @@ EXPERIMENT = Experiment(
         table="data_movement_check_table", prefix="d", load=_repro_cases, knobs=True, max_checks=40
     ),
     fusion=spec.FUSION,
+    cost=_cost,
 )

@@ -53,7 +53,7 @@ from .movement import (
     make_input,
     reshape_copied,
 )
-from .spec import GROUP, ID
+from .spec import GROUP, ID, MovementSizes
 
 MOVEMENT_DTYPES = ("float16", "bfloat16", "float32")
 #: Most rows whose NaN-payload difference keeps its op-by-op localization in one run, the first in plan
@@ -153,15 +153,7 @@ def _notes(
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
     combos = plan(settings.sizes(ID).shapes)
     device = settings.torch_device()
-    largest = max(math.prod(shape) for shape in settings.sizes(ID).shapes)
-    keys = len({input_key(*c) for c in combos})  # a task per input draw, each several subgraphs
-    workers = pool_size(
-        device,
-        keys,
-        task_bytes=TASK_BYTES_PER_ELEMENT * largest,
-        compile_bound=settings.sizes(ID).compile_bound,
-        compiles_per_task=len(combos) / keys,
-    )
+    workers = compile_workers(settings.sizes(ID), device)
     start = time.perf_counter()
     table, localized = check_table(
         combos, settings.derived_seed, device, settings.backend, settings.options(), context.log.info, workers
@@ -170,6 +162,25 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
         {**table_metadata(table, time.perf_counter() - start, localized), "compile_workers": workers}
     )
     return table
+
+
+def compile_workers(
+    sizes: MovementSizes, device: torch.device, device_bytes: int | None = None, cores: int | None = None
+) -> int:
+    """The compile pool's processes for D's checks at ``sizes`` on ``device``: a task per input draw, each
+    several subgraphs and up to :data:`TASK_BYTES_PER_ELEMENT` per element of the largest shape; a run asks
+    about its device, the cost model about a GPU's host (D's cost)."""
+    combos = plan(sizes.shapes)
+    keys = len({input_key(*c) for c in combos})
+    return pool_size(
+        device,
+        keys,
+        cores=cores,
+        task_bytes=TASK_BYTES_PER_ELEMENT * max(math.prod(shape) for shape in sizes.shapes),
+        device_bytes=device_bytes,
+        compile_bound=sizes.compile_bound,
+        compiles_per_task=len(combos) / keys,
+    )
 
 
 #: One draw of inputs: (dtype, shape, layout, salted with special values). Every subgraph of a
@@ -266,6 +277,7 @@ def measure_combination(
         "kernel_count": ev.kernel_count,
         "graph_breaks": ev.graph_breaks,
         "recompiles": ev.recompiles,
+        "precisions": ", ".join(ev.precisions),  # what the compiler's units ran in ("" where it does not say)
         "compile_seconds": round(ev.compile_seconds, 3),
         "code_sha256": ev.code_sha256,
         "reshape_copied": reshape_copied(graph, x, y),

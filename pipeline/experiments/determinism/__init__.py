@@ -17,6 +17,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Fused-path binary determinism",
@@ -44,4 +50,5 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Determinism",
     fusion=spec.FUSION,
+    cost=_cost,
 )

@@ -10,6 +10,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Tensor x scalar instruction selection",
@@ -31,4 +37,5 @@ EXPERIMENT = Experiment(
     ),
     sizes=spec.SIZES,
     short="Instruction selection",
+    cost=_cost,
 )

@@ -11,6 +11,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Real models and your own workloads",
@@ -30,4 +36,5 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     beyond_plan=True,
     short="Real models",
+    cost=_cost,
 )

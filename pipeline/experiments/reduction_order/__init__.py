@@ -10,6 +10,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Reduction accumulation order",
@@ -35,4 +41,5 @@ EXPERIMENT = Experiment(
     short="Reduction order",
     matrix="judged",
     fusion=spec.FUSION,
+    cost=_cost,
 )

@@ -17,6 +17,12 @@ def _load():
     return (assets, checks)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="rsqrt algorithm iterations",
@@ -38,4 +44,5 @@ EXPERIMENT = Experiment(
     ),
     sizes=spec.SIZES,
     short="rsqrt iterations",
+    cost=_cost,
 )

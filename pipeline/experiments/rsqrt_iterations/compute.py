@@ -378,7 +378,7 @@ def reciprocal_div_paths(xd: torch.Tensor, yd: torch.Tensor) -> list[PathRow]:
     return paths
 
 
-# --- what a run compiles and stores (the cost model's plan: pipeline.plan.cost_c) -------------------
+# --- what a run compiles and stores (the cost C3 declares: cost.py) ----------------------------------
 
 #: The ops C3 runs through its paths: torch.rsqrt(x), and x / y.
 OPS = ("rsqrt", "div")

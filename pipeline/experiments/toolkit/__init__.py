@@ -10,6 +10,12 @@ def _load():
     return (assets,)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Precision toolkit",
@@ -23,4 +29,5 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Precision toolkit",
     matrix="upstream",
+    cost=_cost,
 )

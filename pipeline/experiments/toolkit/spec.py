@@ -40,3 +40,44 @@ SIZES = {
         chain_sets=1000, rows=64, width=1024, attention=(12, 128, 64), long_width=32768, ffn_shape=(8, 2048, 4096)
     ),
 }
+
+#: The dtypes S stores each chain's pool in (B's, ``accumulated_error.rules.DTYPES_B``; a test holds them equal).
+CHAIN_DTYPES = ("float16", "bfloat16")
+
+
+def chain_elements(profile: str) -> dict[str, tuple[int, int, int]]:
+    """Per chain: (input elements per set, output elements per set, distributions), from the workloads'
+    own shapes (the output's through the meta device, as S's references take it)."""
+    import math
+
+    import torch
+
+    from ...workloads import CHAINS, WORKLOADS
+
+    pool = SIZES[profile]
+    elements = {}
+    for chain in CHAINS:
+        w = WORKLOADS[chain]
+        shapes = w.shapes(pool)
+        out = w.fn(*(torch.empty(shapes[a], device="meta") for a in w.arg_names))
+        elements[chain] = (sum(math.prod(shape) for shape in shapes.values()), out.numel(), len(w.distributions))
+    return elements
+
+
+def pool_bytes(profile: str) -> tuple[float, dict[str, tuple[float, float]]]:
+    """Bytes S writes where it stores its pools: A's FFN pool (fp64, one set) and, per chain, (its inputs:
+    every set in each of :data:`CHAIN_DTYPES`, its fp64 references per distribution and dtype)."""
+    import math
+
+    from ...costmodel import DTYPE_BYTES
+    from ...workloads import WORKLOADS
+
+    n = SIZES[profile].chain_sets
+    in_bytes = sum(DTYPE_BYTES[d] for d in CHAIN_DTYPES)
+    chains = {
+        c: (float(n * dists * i * in_bytes), float(n * dists * o * len(CHAIN_DTYPES) * 8))
+        for c, (i, o, dists) in chain_elements(profile).items()
+    }
+    ffn_shapes = WORKLOADS["ffn"].shapes(SIZES[profile])
+    ffn = float(sum(math.prod(shape) for shape in ffn_shapes.values()) * 8)  # 1.07 GB at seed and gpu sizes
+    return ffn, chains

@@ -10,6 +10,12 @@ def _load():
     return (assets,)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="End-to-end training alignment",
@@ -23,4 +29,5 @@ EXPERIMENT = Experiment(
     baseline=(BaselineTable("training_curves", method="curves"),),
     sizes=spec.SIZES,
     short="Training alignment",
+    cost=_cost,
 )

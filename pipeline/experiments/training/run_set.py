@@ -83,7 +83,12 @@ def run_device_bytes(sizes: TrainSizes) -> int:
 
 
 def run_lanes(
-    device: torch.device, threads: int, runs: int, run_bytes: int | None = None, device_bytes: int | None = None
+    device: torch.device,
+    threads: int,
+    runs: int,
+    run_bytes: int | None = None,
+    device_bytes: int | None = None,
+    cores: int | None = None,
 ) -> tuple[int, int]:
     """How E trains its ``runs``: (processes at a time, intra-op threads each).
 
@@ -98,11 +103,12 @@ def run_lanes(
     bound by its host side, Python and kernel launches, which processes side by side overlap), capped so
     that ``run_bytes`` per run fit the device's memory (``device_bytes``, default: free now); the host's
     threads are shared among them (at least one each). A run's bits on a GPU do not depend on them.
+    The cost model asks the same about a GPU's host (``cores``, ``device_bytes``: E's cost).
     """
     if threads < 1 or runs < 0:
         raise ValueError(f"threads must be >= 1 and runs >= 0, got {threads} and {runs}")
     if device.type != "cpu":
-        lanes = device_lanes(device, runs, task_bytes=run_bytes, device_bytes=device_bytes)
+        lanes = device_lanes(device, runs, task_bytes=run_bytes, device_bytes=device_bytes, cores=cores)
         return lanes, max(1, threads // lanes)
     if threads < 2 or runs < 2:
         return 1, threads

@@ -10,6 +10,12 @@ def _load():
     return (divergence, fuzzing, difftesting, reproducers, tolerances)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Divergence locator, graph fuzzer, reproducers, measured tolerances",
@@ -20,4 +26,5 @@ EXPERIMENT = Experiment(
     details=report.details,
     sizes=spec.SIZES,
     short="Diagnostics",
+    cost=_cost,
 )

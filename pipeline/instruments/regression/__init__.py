@@ -20,6 +20,12 @@ def _load():
     return (drift, matrix)
 
 
+def _cost():
+    from . import cost
+
+    return cost
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Drift against the baseline and the planted-bug suite",
@@ -30,4 +36,5 @@ EXPERIMENT = Experiment(
     details=report.details,
     sizes=spec.SIZES,
     short="Drift and planted bugs",
+    cost=_cost,
 )
