@@ -11,7 +11,7 @@ import dagster as dg
 import torch
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from .backends import ensure_registered, known_backends
+from .backends import adapter_problem, ensure_registered, known_backends
 from .devices import DeviceError, available_devices, check_device, cpu_model, device_name, device_versions
 from .experiment import declared_sizes
 from .profiles import PROFILES
@@ -198,10 +198,12 @@ def device_problem(device: str) -> str | None:
 
 def backend_problem(backend: str) -> str | None:
     """Why ``backend`` is not a usable ``torch.compile`` backend name, or None (backends an experiment
-    offers to register on demand, such as the planted-bug backends, count)."""
+    offers to register on demand, such as the planted-bug backends, count; so do compilers' adapters
+    by name, and an adapter whose compiler is not installed here gets the one line that names the
+    command installing it)."""
     known = known_backends()
     if backend in known:
-        return None
+        return adapter_problem(backend)
     return f"unknown torch.compile backend {backend!r}; registered: {', '.join(sorted(known))}"
 
 
