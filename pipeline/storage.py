@@ -24,6 +24,7 @@ reproducers, checkpoints, the report) need a local or mounted folder and refuse 
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -32,7 +33,7 @@ import struct
 import tempfile
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,11 +268,14 @@ class DataFolder(dg.ConfigurableResource):
         """Whether the data folder is an fsspec URL (an object store), not a local path."""
         return is_url(self.root)
 
-    def value_stem(self, profile: str, key_path: Sequence[str]) -> Stem:
-        """Where the IO manager stores an asset of ``profile``: a local path, or a URL under a remote root."""
+    def value_stem(self, profile: str, key_path: Sequence[str], backend: str | None = None) -> Stem:
+        """Where the IO manager stores an asset of ``profile``: a local path, or a URL under a remote root.
+        ``backend``: the compiler whose fused path computed the value (:func:`compiler_folder`); None for
+        a value that does not depend on the fused path, stored once for every compiler."""
+        parts = [profile, *compiler_folder(backend), *key_path]
         if self.is_remote:
-            return "/".join([self.root.rstrip("/"), profile, *key_path])
-        return Path(self.root) / profile / Path(*key_path)
+            return "/".join([self.root.rstrip("/"), *parts])
+        return Path(self.root).joinpath(*parts)
 
     def profile_dir(self, profile: str) -> Path:
         """``<root>/<profile>``: where the stored values of that profile live, for the steps that read
@@ -285,20 +289,85 @@ class DataFolder(dg.ConfigurableResource):
         return Path(self.root) / profile
 
 
+#: Asset tag that declares whether a stored value depends on the fused path (the compiler a run names):
+#: ``"no"`` for one that does not (S's input pools and fp64 references), stored once under
+#: ``<profile>/`` and reused by every compiler's run; absent (or any other value): it does, and is
+#: stored per compiler (:func:`compiler_folder`).
+FUSED_PATH_TAG = "fusion/fused_path"
+#: The tag that says an asset does not depend on the fused path; spread it into ``@dg.asset(tags=...)``.
+NO_FUSED_PATH = {FUSED_PATH_TAG: "no"}
+#: The backend whose values keep the folder they had before values were stored per compiler.
+HOME_BACKEND = "inductor"
+#: The folder, under ``<profile>/``, of the values computed by another compiler than :data:`HOME_BACKEND`.
+COMPILERS_FOLDER = "compilers"
+
+
+def compiler_folder(backend: str | None) -> tuple[str, ...]:
+    """The folders between ``<profile>/`` and an asset's key for values computed with ``backend``:
+    none for Inductor (its values keep today's paths, so results stored before per-compiler storage stay
+    readable) and for values that depend on no fused path (``None``); ``compilers/<backend>`` for any
+    other backend (``openvino``, ``iree``, a user's adapter, a planted-bug backend).
+
+    >>> compiler_folder("inductor"), compiler_folder(None), compiler_folder("openvino")
+    ((), (), ('compilers', 'openvino'))
+    """
+    if backend is None or backend == HOME_BACKEND:
+        return ()
+    if not backend or "/" in backend or backend.startswith("."):
+        raise ValueError(f"backend {backend!r} cannot name a folder")
+    return (COMPILERS_FOLDER, backend)
+
+
+def uses_fused_path(tags: Mapping[str, str] | None) -> bool:
+    """Whether an asset with these tags depends on the fused path (:data:`FUSED_PATH_TAG`)."""
+    return (tags or {}).get(FUSED_PATH_TAG) != "no"
+
+
+@functools.cache
+def _independent_keys() -> frozenset[dg.AssetKey]:
+    """The registered assets that declare :data:`NO_FUSED_PATH` (read where a context has no spec)."""
+    from .experiments import EXPERIMENTS
+
+    return frozenset(
+        key
+        for exp in EXPERIMENTS
+        for a in exp.assets()
+        for key in a.keys
+        if not uses_fused_path(a.tags_by_key.get(key))
+    )
+
+
+def key_uses_fused_path(key: dg.AssetKey, spec: Any = None) -> bool:
+    """Whether the asset ``key`` depends on the fused path: from its spec's tags where given, else
+    from the registered experiments' assets."""
+    tags = getattr(spec, "tags", None)
+    if tags is not None and getattr(spec, "key", key) == key:
+        return uses_fused_path(tags)
+    return key not in _independent_keys()
+
+
+def _spec_of(context: Any) -> Any:
+    try:
+        return context.asset_spec
+    except (dg.DagsterError, AttributeError, KeyError):  # not an asset output, or no definition at hand
+        return None
+
+
 class PrecisionIOManager(dg.ConfigurableIOManager):
-    """Stores each asset under ``<data folder>/<profile>/`` and attaches provenance metadata: the one
-    place that records a stored value's provenance."""
+    """Stores each asset under ``<data folder>/<profile>/`` (per compiler: :func:`compiler_folder`) and
+    attaches provenance metadata: the one place that records a stored value's provenance."""
 
     data: dg.ResourceDependency[DataFolder]
     settings: dg.ResourceDependency[ExperimentSettings]
 
-    def _stem(self, key: dg.AssetKey) -> Stem:
-        return self.data.value_stem(self.settings.profile, key.path)
+    def _stem(self, key: dg.AssetKey, spec: Any = None) -> Stem:
+        backend = self.settings.backend if key_uses_fused_path(key, spec) else None
+        return self.data.value_stem(self.settings.profile, key.path, backend)
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if obj is None:
             return
-        path = write_value(obj, self._stem(context.asset_key))
+        path = write_value(obj, self._stem(context.asset_key, _spec_of(context)))
         meta: dict[str, Any] = {"path": dg.MetadataValue.path(str(path)), "bytes": stored_size(path)}
         meta.update({f"provenance.{k}": v for k, v in self.settings.provenance().items()})
         if isinstance(obj, pl.DataFrame):
@@ -310,7 +379,8 @@ class PrecisionIOManager(dg.ConfigurableIOManager):
         from .verdicts import NOT_STORED, READS_OTHER_ASSETS_TAG
 
         try:
-            return read_value(self._stem(context.asset_key))
+            upstream = getattr(context, "upstream_output", None)
+            return read_value(self._stem(context.asset_key, _spec_of(upstream) if upstream is not None else None))
         except FileNotFoundError:
             # A check reading another asset that this run does not produce and nothing stored:
             # the check is skipped (not yet run) instead of failing the selection.

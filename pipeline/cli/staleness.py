@@ -9,21 +9,56 @@ import dagster as dg
 from ..runs import is_imported, records
 from ..runs import plain as runs_plain
 
+#: The settings that name the fused path: compared only for assets that depend on it.
+FUSED_PATH_SETTINGS = ("backend", "backend_options")
+
+
+def _stored_for_backend(path: Any, profile: str, backend: str) -> bool:
+    """Whether a stored value's path is where ``backend``'s values go now (:func:`compiler_folder`):
+    another compiler's value stored before values were kept per compiler sits in Inductor's folder."""
+    from ..storage import COMPILERS_FOLDER, compiler_folder
+
+    if path is None:
+        return True
+    text = str(path).replace("\\", "/")
+    folder = compiler_folder(backend)
+    if folder:
+        return f"/{profile}/{'/'.join(folder)}/" in text
+    return f"/{profile}/{COMPILERS_FOLDER}/" not in text
+
 
 def stored_for_profile(
-    instance: dg.DagsterInstance, key: dg.AssetKey, profile: str, same: dict[str, str] | None = None
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    profile: str,
+    same: dict[str, str] | None = None,
+    uses_fused_path: bool = True,
 ) -> float | None:
     """Timestamp of the latest materialization of ``key`` for ``profile`` whose stored file still
     exists, or None; None as well when that materialization's provenance differs from ``same``
-    (device, backend, options: the stored value was computed under other settings)."""
+    (device, backend, options: the stored value was computed under other settings).
+
+    An asset that depends on the fused path (``uses_fused_path``) is stored per compiler: only the
+    records of ``same``'s backend, stored in that backend's folder, are its records (another
+    compiler's are passed over, not stale). One that does not is stored once for every compiler: its
+    backend and options are not compared."""
     from ..storage import stored_exists
 
+    same = dict(same or {})
+    backend = same.get("backend")
+    if not uses_fused_path:
+        same = {k: v for k, v in same.items() if k not in FUSED_PATH_SETTINGS}
     # this profile's records made here (another machine's, imported from a bundle, do not count)
     for record, _, meta in records(instance, key, profile, origin="local", limit=50):
         path = meta.get("path")
+        other_compiler = str(meta.get("provenance.backend", backend)) != backend or not _stored_for_backend(
+            path, profile, str(backend)
+        )
+        if uses_fused_path and backend is not None and other_compiler:
+            continue  # another compiler's value, in its own folder
         if path is not None and not stored_exists(str(path)):
             return None
-        if any(str(meta.get(f"provenance.{k}", v)) != v for k, v in (same or {}).items()):
+        if any(str(meta.get(f"provenance.{k}", v)) != v for k, v in same.items()):
             return None
         return record.timestamp
     return None
@@ -50,6 +85,22 @@ def _local_evaluation(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey)
     return data if isinstance(data, dg.AssetCheckEvaluation) else None
 
 
+def _evaluated_for(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, backend: str | None) -> bool:
+    """Whether the check has a local result for ``backend``'s compiler (any result when None)."""
+    if backend is None:
+        return _local_evaluation(instance, check_key) is not None
+    from ..compilers import evaluation_compiler
+
+    for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50):
+        event = record.event.dagster_event if record.event is not None else None
+        data = event.event_specific_data if event is not None else None
+        if not isinstance(data, dg.AssetCheckEvaluation) or is_imported(runs_plain(data.metadata)):
+            continue
+        if evaluation_compiler(instance, check_key, record.run_id, data.metadata)[0] == backend:
+            return True
+    return False
+
+
 def latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
     """Every check's latest local result (checks never evaluated are left out: not yet run)."""
     found = (_local_evaluation(instance, c) for c in defs.resolve_asset_graph().asset_check_keys)
@@ -64,9 +115,12 @@ def assets_to_run(
     everything downstream of those, and the report. Checks: every check of those assets, and the
     checks of stored assets that never produced a result (e.g. a run stopped before them); those
     run against the stored values without materializing their asset again."""
+    from ..storage import uses_fused_path
+
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable]
-    stamps = {k: stored_for_profile(instance, k, profile, same) for k in keys}
+    per_compiler = {k: uses_fused_path(graph.get(k).tags) for k in keys}
+    stamps = {k: stored_for_profile(instance, k, profile, same, per_compiler[k]) for k in keys}
     stored = {k: t for k, t in stamps.items() if t is not None}
     todo = {k for k in keys if k not in stored}
     for key in keys:
@@ -82,7 +136,13 @@ def assets_to_run(
     todo |= {k for k in keys if graph.get(k).group_name == "report"}
     # A multi-asset that cannot be subset runs whole: take its other outputs along.
     todo = set(dg.AssetSelection.assets(*todo).required_multi_asset_neighbors().resolve(graph))
-    checks = {c for c in graph.asset_check_keys if c.asset_key in todo or _local_evaluation(instance, c) is None}
+    backend = (same or {}).get("backend")
+    checks = {
+        c
+        for c in graph.asset_check_keys
+        if c.asset_key in todo
+        or not _evaluated_for(instance, c, backend if per_compiler.get(c.asset_key, True) else None)
+    }
     return (
         sorted(todo, key=lambda k: k.to_user_string()),
         sorted(checks, key=lambda c: (c.asset_key.to_user_string(), c.name)),

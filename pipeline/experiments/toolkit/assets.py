@@ -27,6 +27,7 @@ from precisionkit.selfcheck import self_check
 from ...experiment import flat_sizes
 from ...resources import ExperimentSettings
 from ...set_storage import RECIPE_KEY, RegeneratedSets, SetRecipe, SetStream, SetTensor, register_recipe
+from ...storage import NO_FUSED_PATH
 from ...verdicts import validity_check, validity_result
 from ...workloads import CHAINS, DTYPES, WORKLOADS, Workload
 from .spec import GROUP, ID
@@ -186,6 +187,7 @@ def _input_pool_asset(workload: Workload) -> dg.AssetsDefinition:
         pool="compute_device",
         description=f"Seeded input sets for {workload.title}: every distribution x dtype, stacked on a leading set axis.",
         kinds={"pytorch", "safetensors"},
+        tags=NO_FUSED_PATH,  # drawn from the seeds alone: stored once, read by every compiler's run
     )
     def input_pool(
         context: dg.AssetExecutionContext, settings: ExperimentSettings
@@ -222,6 +224,7 @@ def _reference_asset(workload: Workload) -> dg.AssetsDefinition:
         description=f"fp64 re-execution of {workload.title} on every input set, on the run's device "
         "(the judge for eager and fused).",
         kinds={"pytorch", "safetensors"},
+        tags=NO_FUSED_PATH,  # eager fp64 on the pools: stored once, read by every compiler's run
     )
     def reference(
         context: dg.AssetExecutionContext, settings: ExperimentSettings, pool: Any
@@ -296,6 +299,7 @@ reference_checks = [_reference_check(WORKLOADS[c]) for c in CHAINS]
     group_name=GROUP,
     description="dtype x IEEE value class coverage of precisionkit, each cell checked at materialization against bit-level expectations.",
     kinds={"polars"},
+    tags=NO_FUSED_PATH,  # precisionkit's own arithmetic, no fused path
 )
 def toolkit_selfcheck(context: dg.AssetExecutionContext) -> pl.DataFrame:
     table = pl.DataFrame(self_check())

@@ -18,6 +18,7 @@ import polars as pl
 from pydantic import Field
 
 from ...resources import ExperimentSettings
+from ...storage import NO_FUSED_PATH
 from ...tables import markdown_table
 from ...verdicts import (
     CONTRADICTED,
@@ -49,7 +50,7 @@ class PlantedBugMatrixConfig(dg.Config):
     #: Runs at a time: this process and parallel_runs - 1 worker processes (at most one per CPU
     #: core). Each run is the same whichever process runs it; 1 runs them one after another here.
     parallel_runs: int = PARALLEL_RUNS
-    #: Each bug re-runs only the experiment holding the claim built to catch it (``PlantedBug.designed_in``)
+    #: Each bug re-runs only the experiment holding the claim built to catch it (``Experiment.planted``)
     #: instead of all of them; unset: the profile's choice (``spec.MatrixSizes.designed_only``).
     designed_only: bool | None = None
 
@@ -112,8 +113,8 @@ def matrix_metadata(
 @dg.asset(
     group_name=GROUP,
     pool="compute_device",
-    description="Mutation testing of the harness: experiments B, C2 and D re-run at smoke size (whatever the outer "
-    "profile) with the healthy backend over the profile's healthy base seeds ("
+    description=f"Mutation testing of the harness: experiments {', '.join(MATRIX_EXPERIMENTS)} (the records that "
+    "declare planted bugs) re-run at smoke size (whatever the outer profile) with the healthy backend over the profile's healthy base seeds ("
     + ", ".join(f"{name}: {sizes.healthy_seeds}" for name, sizes in SIZES.items())
     + f"; no false alarm is supported only from {MIN_HEALTHY_SEEDS}) and "
     "with each planted-bug backend "
@@ -122,6 +123,9 @@ def matrix_metadata(
     "healthy seed: its ERROR outcomes (false alarms, target 0). Outcome kinds are read from each check's declared "
     "outcome through pipeline.verdicts.",
     kinds={"polars"},
+    # Its runs compile with Inductor (healthy) and the planted-bug backends, whatever the run's compiler:
+    # stored once and shared by every compiler's report.
+    tags=NO_FUSED_PATH,
 )
 def planted_bug_matrix(
     context: dg.AssetExecutionContext, settings: ExperimentSettings, config: PlantedBugMatrixConfig
