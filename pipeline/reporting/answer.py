@@ -92,10 +92,11 @@ def where(report: Report, prov: dict[str, Any]) -> str:
     """The device in words: "this CPU (AMD EPYC, ATen CPU ISA AVX512)" or "the NVIDIA H200 (cuda)"."""
     this = "the imported" if report.imported else "this"
     device = str(prov.get("provenance.device") or report.device)
-    name = str(prov.get("provenance.cpu_model") or prov.get("provenance.device_name") or report.device_label or device)
     if device.startswith("cpu"):
+        name = str(prov.get("provenance.cpu_model") or prov.get("provenance.device_name") or device)
         isa = prov.get("provenance.cpu_capability")
         return f"{this} CPU ({name}" + (f", ATen CPU ISA {isa}" if isa else "") + ")"
+    name = str(prov.get("provenance.device_name") or report.device_label or device)
     return f"{this} {name} (`{device}`)"
 
 
@@ -157,8 +158,9 @@ def _reproducers(report: Report) -> list[str]:
     return [] if table is None or "id" not in table.columns else [str(x) for x in table["id"].to_list()]
 
 
-def sentence(report: Report, states: list[ClaimState], prefix: str = "") -> str:
-    """One backend on one device: the answer in one sentence, then what is not counted as good."""
+def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile: str = "") -> str:
+    """One backend on one device: the answer in one sentence, then what is not counted as good; a report
+    of another profile than ``profile`` names its own (its sizes and counts differ)."""
     prov = _provenance(report)
     backend = str(prov.get("provenance.backend") or "the fused backend")
     bits = [s for s in states if s.question == BITS]
@@ -178,7 +180,8 @@ def sentence(report: Report, states: list[ClaimState], prefix: str = "") -> str:
         link = f"{prefix}results/{diagnostics.slug}{report.page_suffix}.md#differential-tester"
         clauses.append(_wrong_results(wrong, _reproducers(report), link))
     joined = ", ".join(clauses[:-1]) + (", and " if len(clauses) > 1 else "") + clauses[-1] if clauses else ""
-    head = f"On {where(report, prov)}, {backend_name(backend)}'s fusion {joined}." if joined else ""
+    other = f" with the {report.profile} profile" if profile and report.profile != profile else ""
+    head = f"On {where(report, prov)}{other}, {backend_name(backend)}'s fusion {joined}." if joined else ""
     counted = [s for s in states if s.question != WRONG]
     unsure = [
         f"{_count(counted, st)} {label}"
@@ -220,7 +223,7 @@ def answer_section(report: Report) -> str:
         states = claim_states(r)
         if not states:
             continue
-        parts.append(sentence(r, states) + "\n")
+        parts.append(sentence(r, states, profile=report.profile) + "\n")
         listed = claim_list(r, states)
         if listed:
             details.append((r, listed))

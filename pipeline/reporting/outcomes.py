@@ -63,10 +63,10 @@ def _details(c: CheckRecord) -> str:
     return text + ("; … (every entry below)" if len(shown) > 3 else "")
 
 
-def distinct_heading(name: str, names: list[str]) -> str:
-    """A heading for check ``name`` among ``names`` whose distinct part comes first, so that headings
-    that share a long prefix (B's ``fused_not_worse_than_eager_<chain>``) stay distinct when a contents
-    sidebar truncates them: ``softmax: `fused_not_worse_than_eager_softmax```."""
+def distinct_part(name: str, names: list[str]) -> str:
+    """What tells check ``name`` apart from the others of ``names`` that share a prefix with it (whole
+    ``_``-separated words): ``softmax`` for ``fused_not_worse_than_eager_softmax`` beside the other chains'
+    checks; the whole name when it shares no prefix."""
     tokens = name.split("_")
     shared = []
     for other in names:
@@ -79,10 +79,15 @@ def distinct_heading(name: str, names: list[str]) -> str:
             n += 1
         if n:
             shared.append(min(n, len(tokens) - 1))
-    if not shared or min(shared) < 1:
-        return f"`{name}`"
-    rest = "_".join(tokens[min(shared) :])
-    return f"{rest}: `{name}`"
+    return "_".join(tokens[min(shared) :]) if shared else name
+
+
+def distinct_heading(name: str, names: list[str]) -> str:
+    """A heading for check ``name`` among ``names`` whose distinct part comes first, so that headings
+    that share a long prefix (B's ``fused_not_worse_than_eager_<chain>``) stay distinct when a contents
+    sidebar truncates them: ``softmax: `fused_not_worse_than_eager_softmax```."""
+    rest = distinct_part(name, names)
+    return f"`{name}`" if rest == name else f"{rest}: `{name}`"
 
 
 def rules_section(report: "Report", group: str) -> str:
@@ -114,8 +119,13 @@ def device_line(report: Report) -> str:
     return f"Device: **{label}** (`{report.device}`, {origin}); profile **{report.profile}**.\n"
 
 
-def _names(names: list[str], limit: int = 3) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:limit])
+def _names(names: list[str], limit: int = 3, among: list[str] | None = None) -> str:
+    """Check names for a sentence; among others that share a long prefix, only their distinct parts
+    (a long identifier in running text would wrap inside itself on a phone)."""
+    shown = ", ".join(
+        f"`{n}`" if among is None or distinct_part(n, among) == n else f"`…{distinct_part(n, among)}`"
+        for n in names[:limit]
+    )
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
@@ -152,7 +162,7 @@ def verdict_words(report: Report, exp: Experiment) -> str:
         elif label == "supported":
             parts.append(f"{len(names)} supported")
         else:
-            parts.append(f"{len(names)} of {len(claims)} {label} ({_names(names, 2)})")
+            parts.append(f"{len(names)} of {len(claims)} {label} ({_names(names, 3, [c.name for c in claims])})")
     text = f"**Verdict: {o.verdict}**: " + "; ".join(parts) + "."
     unsure = next((c for c in claims if c.label in ("contradicted", "inconclusive")), None)
     if unsure is not None:

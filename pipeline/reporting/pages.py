@@ -242,10 +242,10 @@ def devices_page(reports: list[Report]) -> str:
             if r.imported and exp.group in r.failed:
                 cells.append(f"{validity} did not finish ([why]({page}))")
             else:
-                read = f" {findings} finding(s)" if findings != "—" else ""
+                read = f" {findings}&nbsp;finding(s)" if findings != "—" else ""
                 cells.append(f"[{verdict}]({page}) {validity}{read}")
         name = exp.short or exp.title
-        lines.append(f"| {name if name.startswith(exp.id) else f'{exp.id}: {name}'} | " + " | ".join(cells) + " |")
+        lines.append(f"| {exp.id if name == exp.id else f'{exp.id}: {name}'} | " + " | ".join(cells) + " |")
     lines.append(cpu_classes(reports, labels))
     lines += ["\n## Provenance\n", "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     provs = [_provenance(r) for r in reports]
