@@ -134,12 +134,17 @@ def paired_quantile_test(
     confidence: float = 0.99,
     resamples: int = 9999,
     seed: int = 0,
+    clusters: Any = None,
 ) -> QuantileTest:
     """Bootstrap test of the difference of q-quantiles of paired samples ``x`` and ``y``.
 
     Sets are resampled with replacement (the same indices for both, so pairs stay together);
     the percentile bootstrap gives one-sided bounds of ``Q_q(x) - Q_q(y)`` at ``confidence`` and
     the p-value ``(1 + #{T* <= margin}) / (1 + resamples)``. Deterministic for a given ``seed``.
+
+    ``clusters``: one label per pair, when pairs are not independent (the rows of one image or sequence):
+    then the labels are resampled with replacement, each drawn label bringing all its pairs, so the interval
+    is as wide as the independent units make it (:func:`_clustered_quantile_test`).
 
     >>> r = paired_quantile_test([5.0] * 50, [1.0] * 50, q=0.99, margin=1.0, resamples=999)
     >>> r.estimate, r.lower, r.p_value
@@ -152,6 +157,8 @@ def paired_quantile_test(
     if resamples < 99:
         raise ValueError(f"resamples must be at least 99, got {resamples}")
     a, b = _paired(x, y)
+    if clusters is not None:
+        return _clustered_quantile_test(a, b, clusters, q, margin, confidence, resamples, seed)
     n = a.size
     rng = np.random.default_rng(seed)
     stats = np.empty(resamples, dtype=np.float64)
@@ -201,6 +208,86 @@ def paired_quantile_test(
         x_quantile=qa,
         y_quantile=qb,
     )
+
+
+def _weighted_quantiles(counts: np.ndarray, values: np.ndarray, desc: np.ndarray, q: float) -> np.ndarray:
+    """Per row of ``counts`` (how often each value is drawn), the ``q`` quantile of the drawn values with
+    numpy's linear interpolation, for rows of different totals."""
+    total = counts.sum(axis=1)
+    rank = q * (total - 1)
+    lo, hi = np.floor(rank), np.ceil(rank)
+    frac = rank - lo
+    cum = counts[:, desc].cumsum(axis=1)
+    v_lo = values[desc[(cum >= (total - lo)[:, None]).argmax(axis=1)]]
+    v_hi = values[desc[(cum >= (total - hi)[:, None]).argmax(axis=1)]]
+    out: np.ndarray = np.where(frac >= 0.5, v_hi - (v_hi - v_lo) * (1 - frac), v_lo + (v_hi - v_lo) * frac)
+    return out
+
+
+def _clustered_quantile_test(
+    a: np.ndarray,
+    b: np.ndarray,
+    clusters: Any,
+    q: float,
+    margin: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> QuantileTest:
+    """:func:`paired_quantile_test` resampling clusters: each resample draws as many labels as there are, with
+    replacement, and takes every pair of each drawn label (so a resample's size varies with the clusters drawn).
+
+    >>> r = _clustered_quantile_test(
+    ...     np.array([5.0] * 8), np.array([1.0] * 8), [0, 0, 1, 1, 2, 2, 3, 3], 0.99, 1.0, 0.99, 999, 0
+    ... )
+    >>> r.estimate, r.lower, r.p_value
+    (4.0, 4.0, 0.001)
+    """
+    labels = np.asarray(clusters).reshape(-1)
+    if labels.size != a.size:
+        raise ValueError(f"clusters must label every pair: {labels.size} labels for {a.size} pairs")
+    _, member = np.unique(labels, return_inverse=True)
+    c, n = int(member.max()) + 1, a.size
+    rng = np.random.default_rng(seed)
+    desc_a, desc_b = np.argsort(-a, kind="stable"), np.argsort(-b, kind="stable")
+    stats = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, (1 << 21) // max(n, c))
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        k = stop - start
+        idx = rng.integers(0, c, size=(k, c)) + (np.arange(k) * c)[:, None]
+        drawn = np.bincount(idx.ravel(), minlength=k * c).reshape(k, c)
+        counts = drawn[:, member]
+        stats[start:stop] = _weighted_quantiles(counts, a, desc_a, q) - _weighted_quantiles(counts, b, desc_b, q)
+    qa, qb = float(np.quantile(a, q)), float(np.quantile(b, q))
+    alpha = 1.0 - confidence
+    return QuantileTest(
+        q=q,
+        margin=float(margin),
+        n=n,
+        resamples=resamples,
+        confidence=confidence,
+        estimate=qa - qb,
+        lower=float(np.quantile(stats, alpha)),
+        upper=float(np.quantile(stats, confidence)),
+        p_value=float((1 + np.count_nonzero(stats <= margin)) / (1 + resamples)),
+        x_quantile=qa,
+        y_quantile=qb,
+    )
+
+
+def resamples_for_family(tests: int, alpha: float, base: int) -> int:
+    """The bootstrap resamples a test needs so that its smallest p-value, ``1 / (1 + resamples)``, can pass
+    Holm's first step over ``tests`` tests at ``alpha`` (``tests x p <= alpha``) with room to spare: ``base``,
+    or enough that the floor is half of ``alpha / tests``, whichever is larger. With 1999 resamples the floor is
+    1/2000, which Holm over 21 rows at 0.01 cannot reject (21/2000 = 0.0105).
+
+    >>> resamples_for_family(7, 0.01, 1999), resamples_for_family(21, 0.01, 1999), resamples_for_family(40, 0.01, 1999)
+    (1999, 4199, 7999)
+    """
+    if tests < 1:
+        raise ValueError(f"tests must be at least 1, got {tests}")
+    return max(int(base), math.ceil(2 * tests / alpha - 1e-9) - 1)
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:

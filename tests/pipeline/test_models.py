@@ -419,3 +419,75 @@ def test_each_profile_declares_the_compiles_its_sizes_make():
     for profile, sizes in SIZES.items():
         assert sizes.compiles == sizes.planned_compiles(), profile
     assert (SIZES["smoke"].compiles, SIZES["gpu"].compiles, SIZES["default"].compiles) == (6, 8, 7)
+
+
+def _clustered(model, e, f, clusters):
+    run = _run(model, e, f)
+    run.outputs[0].unit_clusters = np.asarray(clusters, dtype=np.int64)
+    return run
+
+
+@pytest.mark.parametrize("rows", [7, 21, 40])
+def test_a_fused_path_10_sulp_worse_on_every_unit_is_contradicted_at_any_table_size(rows):
+    """Issue: with 1999 resamples the p-value floor is 1/2000, which Holm over 21 rows or more cannot reject
+    (21/2000 > 0.01). The resamples now grow with the table: the worse row is contradicted at 7, 21 and 40."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0, 2, 4096)
+    seqs = np.repeat(np.arange(8), 512)  # 4096 units: the rows of 8 sequences
+    runs = [_clustered("worse", base, base + 10.0, seqs)]
+    # the other rows healthy, smaller (their size does not matter to Holm): fused equal to eager
+    runs += [_clustered(f"same{i}", base[:256], base[:256], seqs[::16]) for i in range(rows - 1)]
+    table = judge.verdict_table(runs, seed=0)
+    worse = table.filter(table["model"] == "worse").row(0, named=True)
+    assert worse["verdict"] == "contradicted" and worse["clusters"] == 8
+    expected = {7: 1999, 21: 4199, 40: 7999}[rows]
+    assert worse["resamples"] == expected
+    assert worse["p_value"] == pytest.approx(1 / (expected + 1))
+    assert worse["p_holm"] == pytest.approx(rows / (expected + 1)) and worse["p_holm"] <= 0.01
+    assert set(table.filter(table["model"] != "worse")["verdict"]) == {"supported"}
+
+
+def test_the_old_resample_count_could_not_reject_at_21_rows():
+    # the floor the issue found: 21 rows x 1/2000 is above the family-wise level 0.01
+    from precisionkit.decide import resamples_for_family
+
+    assert 21 / (1999 + 1) > 0.01 and 21 / (resamples_for_family(21, 0.01, 1999) + 1) <= 0.005
+
+
+def test_the_tail_test_resamples_images_not_their_elements():
+    """2048 elements of 8 images: fused is worse on the elements of two images only. Counted as 2048
+    independent units the interval excludes 0 (a 99% bound above the margin); resampled by image, a draw without
+    those two images is likely (about (6/8)^8 = 10%), so the lower bound reaches 0 and the row is not contradicted."""
+    from precisionkit.decide import paired_quantile_test
+
+    rng = np.random.default_rng(2)
+    e = rng.uniform(0, 1, 2048)
+    images = np.repeat(np.arange(8), 256)
+    f = e + np.where(images < 2, 3.0, 0.0)
+    by_element = paired_quantile_test(f, e, q=0.99, margin=1.0, resamples=1999, seed=0)
+    by_image = paired_quantile_test(f, e, q=0.99, margin=1.0, resamples=1999, seed=0, clusters=images)
+    assert by_element.lower > 1.0 and by_element.p_value == pytest.approx(1 / 2000)
+    assert by_image.lower < 0.5 and by_image.p_value > 0.05
+    table = judge.verdict_table([_clustered("two_images", e, f, images)], seed=0)
+    row = table.row(0, named=True)
+    assert row["clusters"] == 8 and row["verdict"] == "inconclusive"
+
+
+def test_one_image_cannot_be_judged_by_the_tail_test():
+    rng = np.random.default_rng(3)
+    e = rng.uniform(0, 1, 256)
+    row = judge.verdict_table([_clustered("one", e, e + 10.0, np.zeros(256))], seed=0).row(0, named=True)
+    assert row["verdict"] == "inconclusive" and row["p_value"] is None and row["clusters"] == 1
+    assert row["cannot_judge"] == (
+        "256 units from 1 independent input(s) (image or sequence): the bootstrap resamples inputs and needs at least 2"
+    )
+    assert "the tail test cannot judge here: 256 units from 1 independent input(s)" in row["reason"]
+
+
+def test_unit_clusters_name_the_image_or_sequence_of_each_unit_kept(monkeypatch):
+    seqs = compute.unit_clusters(torch.zeros(4, 32, 10))  # 128 rows as units, 32 per sequence
+    assert seqs.tolist() == [i // 32 for i in range(128)]
+    images = compute.unit_clusters(torch.zeros(8, 16))  # 8 rows: elements as units, 16 per image
+    assert images.tolist() == [i // 16 for i in range(128)]
+    monkeypatch.setattr(compute, "MAX_UNITS_PER_OUTPUT", 10)
+    assert compute.unit_clusters(torch.zeros(100, 64)).tolist() == list(range(0, 100, 10))

@@ -70,6 +70,23 @@ def unit_errors(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tup
     return values, largest
 
 
+def unit_clusters(out: torch.Tensor) -> np.ndarray:
+    """Per unit :func:`unit_errors` keeps (the same stride sample), the index along the output's leading dim it
+    belongs to: the image or sequence of the batch. Units of one image or sequence share its inputs and are not
+    independent, so M's bootstrap resamples these, not the units. A 0-d output is one unit of index 0."""
+    if out.dim() == 0:
+        return np.zeros(1, dtype=np.int64)
+    rows = out.numel() // max(out.shape[-1], 1) if out.numel() else 0
+    per_lead = out.numel() // max(out.shape[0], 1)
+    if rows < MIN_ROWS_AS_UNITS:  # every element a unit
+        lead = np.arange(out.numel(), dtype=np.int64) // max(per_lead, 1)
+    else:  # every row a unit
+        lead = np.arange(rows, dtype=np.int64) * out.shape[-1] // max(per_lead, 1)
+    if lead.size > MAX_UNITS_PER_OUTPUT:
+        lead = lead[:: int(np.ceil(lead.size / MAX_UNITS_PER_OUTPUT))]
+    return lead
+
+
 @dataclass
 class OutputRecord:
     """One output of one batch: how eager and fused compare with fp64 and with each other."""
@@ -93,6 +110,9 @@ class OutputRecord:
     class_wrong: int = 0  # float outputs: elements whose class differs from eager's where eager has fp64's
     fp64_sided: int = 0  # differ from eager (integer: value; float: class) where fused has fp64's
     example: str = ""  # the first element the rule calls wrong
+    #: per unit kept, the image or sequence of the batch it belongs to (:func:`unit_clusters`); empty: each
+    #: unit its own
+    unit_clusters: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -184,6 +204,7 @@ def compare_output(
         class_wrong=exact.wrong,
         fp64_sided=exact.fp64_sided,
         example=exact.example,
+        unit_clusters=unit_clusters(e),
     )
 
 

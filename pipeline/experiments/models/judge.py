@@ -8,11 +8,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from precisionkit.decide import holm, paired_quantile_test
+from precisionkit.decide import holm, paired_quantile_test, resamples_for_family
 
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 from .compute import ModelRun
-from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, MIN_UNITS_FOR_SUPPORTED, TAIL_QUANTILE
+from .rules import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    MATERIALITY_SULP,
+    MIN_INDEPENDENT_UNITS,
+    MIN_UNITS_FOR_SUPPORTED,
+    TAIL_QUANTILE,
+)
 
 KEYS = ["model", "dtype"]
 #: The row verdict of a model that could not run fused (its reason is in `error`): not judged.
@@ -78,11 +85,42 @@ def output_table(runs: list[ModelRun]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def _paired_units(run: ModelRun) -> tuple[np.ndarray, np.ndarray]:
+def _paired_units(run: ModelRun) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eager's and fused's finite paired units over every output and batch, and per unit its independent unit:
+    the batch and the image or sequence in it (:func:`.compute.unit_clusters`), the same for every output of that
+    image or sequence. A record without cluster labels counts each of its units as its own."""
     e = np.concatenate([o.eager_units for o in run.outputs if o.units] or [np.zeros(0)])
     f = np.concatenate([o.fused_units for o in run.outputs if o.units] or [np.zeros(0)])
+    labels, own = [], 0
+    for o in run.outputs:
+        if not o.units:
+            continue
+        if o.unit_clusters.size == o.eager_units.size:
+            labels.append(o.batch * _PER_BATCH + o.unit_clusters.astype(np.int64))
+        else:  # no labels: each unit its own independent unit, numbered apart from every labelled one
+            labels.append(-1 - own - np.arange(o.eager_units.size, dtype=np.int64))
+            own += o.eager_units.size
+    c = np.concatenate(labels or [np.zeros(0, dtype=np.int64)])
     keep = np.isfinite(e) & np.isfinite(f)
-    return e[keep], f[keep]
+    return e[keep], f[keep], c[keep]
+
+
+#: Label space of one batch's images or sequences (a batch has far fewer).
+_PER_BATCH = 1 << 32
+
+
+def cannot_judge(units: int, clusters: int) -> str | None:
+    """Why the tail test has nothing to judge on a row (None when it judges): fewer than two paired units, or
+    fewer than :data:`.rules.MIN_INDEPENDENT_UNITS` images or sequences to resample (their units share inputs,
+    so one image's rows are not a sample of the model's behaviour)."""
+    if units < 2:
+        return f"{units} paired float unit(s): the tail test needs at least 2"
+    if clusters < MIN_INDEPENDENT_UNITS:
+        return (
+            f"{units} units from {clusters} independent input(s) (image or sequence): the bootstrap resamples "
+            f"inputs and needs at least {MIN_INDEPENDENT_UNITS}"
+        )
+    return None
 
 
 def _largest(values: Any) -> float | None:
@@ -142,21 +180,54 @@ def _reason(verdict: str, row: dict[str, Any]) -> str:
         )
     tail = (
         f"P99(fused) - P99(eager) = {row['difference']:.3g} sULP, one-sided upper bound {row['ci_upper']:.3g}, "
-        f"Holm p {row['p_holm']:.3g} over {row['units']} units (materiality {MATERIALITY_SULP:g}, at least "
+        f"Holm p {row['p_holm']:.3g} over {row['units']} units of {row['clusters']} independent inputs "
+        f"({row['resamples']} resamples of the inputs; materiality {MATERIALITY_SULP:g}, at least "
         f"{MIN_UNITS_FOR_SUPPORTED} units for supported)"
         if row["p_value"] is not None
-        else f"{row['units']} float units, too few for the paired test; {row['integer_elements']} integer/bool "
+        else f"the tail test cannot judge here: {row['cannot_judge']}; {row['integer_elements']} integer/bool "
         f"elements judged (with no float unit, supported from {MIN_UNITS_FOR_SUPPORTED})"
     )
     return f"{verdict}: {tail}; no integer/bool or float-class element wrong ({exact}){sided}"
+
+
+def tail_test(f: np.ndarray, e: np.ndarray, clusters: np.ndarray, seed: int, family: int) -> Any:
+    """M's tail test of one row: the paired bootstrap of P99(fused) - P99(eager) against the materiality,
+    resampling independent inputs (``clusters``). It starts at :data:`.rules.BOOTSTRAP_RESAMPLES`; when no
+    resample comes within the margin, the p-value is only the resample floor, so it is run again with enough
+    resamples (:func:`precisionkit.decide.resamples_for_family`) for the floor to pass Holm over ``family`` rows:
+    only rows that far from the margin pay for them."""
+
+    def run(resamples: int) -> Any:
+        return paired_quantile_test(
+            f,
+            e,
+            q=TAIL_QUANTILE,
+            margin=MATERIALITY_SULP,
+            confidence=CONFIDENCE,
+            resamples=resamples,
+            seed=seed,
+            clusters=clusters,
+        )
+
+    test = run(BOOTSTRAP_RESAMPLES)
+    needed = resamples_for_family(max(family, 1), 1 - CONFIDENCE, BOOTSTRAP_RESAMPLES)
+    if test.p_value <= 1.0 / (BOOTSTRAP_RESAMPLES + 1) and needed > BOOTSTRAP_RESAMPLES:
+        test = run(needed)
+    return test
 
 
 def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
     """One row per model x dtype: the paired test, the verdict (Holm over every judged row), same()
     beside it, and the fusion evidence; invalid runs carry their reason and are not judged."""
     rows: list[dict[str, Any]] = []
-    for run in runs:
-        e, f = _paired_units(run)
+    paired = [_paired_units(run) for run in runs]
+    # the rows Holm adjusts over: a row at the resample floor must be able to pass Holm's first step
+    family = sum(
+        not run.error and cannot_judge(e.size, np.unique(c).size) is None
+        for run, (e, _, c) in zip(runs, paired, strict=True)
+    )
+    for run, (e, f, c) in zip(runs, paired, strict=True):
+        clusters = int(np.unique(c).size)
         row: dict[str, Any] = {
             "model": run.model,
             "source": run.source,
@@ -164,6 +235,9 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
             "parameters": run.parameters,
             "batches": len(run.same_passed),
             "units": int(e.size),
+            "clusters": clusters,
+            "resamples": None,
+            "cannot_judge": None if run.error else cannot_judge(e.size, clusters),
             "eager_p99": float(np.quantile(e, TAIL_QUANTILE)) if e.size else None,
             "fused_p99": float(np.quantile(f, TAIL_QUANTILE)) if f.size else None,
             "eager_max": _largest(o.eager_max for o in run.outputs),
@@ -189,17 +263,15 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
             "break_reasons": run.evidence.get("break_reasons", ""),
         }
         row["rmse_ratio"] = row["fused_rmse"] / row["eager_rmse"] if row["eager_rmse"] else None
-        if not run.error and e.size >= 2:
-            test = paired_quantile_test(
-                f,
-                e,
-                q=TAIL_QUANTILE,
-                margin=MATERIALITY_SULP,
-                confidence=CONFIDENCE,
-                resamples=BOOTSTRAP_RESAMPLES,
-                seed=seed,
+        if not run.error and row["cannot_judge"] is None:
+            test = tail_test(f, e, c, seed, family)
+            row.update(
+                difference=test.estimate,
+                ci_lower=test.lower,
+                ci_upper=test.upper,
+                p_value=test.p_value,
+                resamples=test.resamples,
             )
-            row.update(difference=test.estimate, ci_lower=test.lower, ci_upper=test.upper, p_value=test.p_value)
         rows.append(row)
     judged = [i for i, r in enumerate(rows) if r["p_value"] is not None]
     rejected = np.zeros(len(rows), dtype=bool)

@@ -6,7 +6,7 @@ import polars as pl
 
 from ...experiment import Experiment
 from ...reporting.render import Report, collapsed, markdown_table
-from .rules import CONFIDENCE, MATERIALITY_SULP, same_statement
+from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, MIN_INDEPENDENT_UNITS, same_statement
 
 BEYOND = (
     '!!! note "Beyond the test plan"\n'
@@ -24,6 +24,7 @@ def model_table(verdicts: pl.DataFrame) -> pl.DataFrame:
         pl.col("fused_p99").round(3).alias("fused P99 (sULP)"),
         pl.col("difference").round(3).alias("difference"),
         pl.col("ci_upper").round(3).alias("CI high"),
+        *[pl.col(c) for c in ("clusters", "resamples") if c in verdicts.columns],
         pl.col("verdict"),
         pl.col("same_verdict").alias("same()"),
         pl.col("first_divergent_module").fill_null("—").alias("first divergent module"),
@@ -71,6 +72,26 @@ def _chart(verdicts: pl.DataFrame) -> alt.LayerChart:
     return (diagonal + points).properties(width=420, height=320, title="Fused vs eager P99 per model x dtype")
 
 
+def cannot_judge_section(verdicts: pl.DataFrame) -> str:
+    """The rows M's tail test cannot judge (too few independent inputs), and how the test resamples."""
+    head = (
+        "## Rows the tail test cannot judge\n\n"
+        "The tail test resamples independent inputs (an image or a sequence, with all its units), not units: the "
+        "rows of one image share its input, so resampling them one by one would make the interval as narrow as if "
+        f"each were a new input. It starts at {BOOTSTRAP_RESAMPLES} resamples; where none comes within the margin "
+        "the p-value is only the resample floor, so the test is run again with enough resamples that the floor "
+        "passes Holm over the table's rows (the `resamples` column). A row of fewer than "
+        f"{MIN_INDEPENDENT_UNITS} independent inputs cannot be judged by it and is inconclusive unless an exact "
+        "element contradicts it.\n\n"
+    )
+    if "cannot_judge" not in verdicts.columns:
+        return head + "_(the stored verdicts predate this test: rematerialize M)_\n"
+    rows = verdicts.filter(pl.col("cannot_judge").is_not_null())
+    if rows.height == 0:
+        return head + "Every judged row has enough independent inputs.\n"
+    return head + markdown_table(rows.select("model", "dtype", "units", "clusters", "cannot_judge", "verdict"))
+
+
 def details(report: Report, exp: Experiment) -> str:
     verdicts = report.table("model_verdicts")
     if verdicts is None:
@@ -86,6 +107,7 @@ def details(report: Report, exp: Experiment) -> str:
         "## M's rule and `same()`\n",
         same_statement() + "\n",
     ]
+    parts.append(cannot_judge_section(verdicts))
     disagree = verdicts.filter(pl.col("disagreement") != "")
     if disagree.height:
         parts.append(markdown_table(disagree.select("model", "dtype", "verdict", "same_verdict", "disagreement")))

@@ -22,6 +22,9 @@ CONFIDENCE = 0.99
 BOOTSTRAP_RESAMPLES = 1999
 #: Below this many paired units a P99 is an extrapolation: contradicted possible, supported not.
 MIN_UNITS_FOR_SUPPORTED = 100
+#: Fewest independent inputs (images or sequences) the tail test resamples: with one, every resample is the
+#: sample itself and says nothing of another input; below this the test cannot judge the row.
+MIN_INDEPENDENT_UNITS = 2
 #: Outputs with fewer rows than this (an image batch's pooled features) are judged per element.
 MIN_ROWS_AS_UNITS = 64
 #: Per input batch, at most this many units are kept for the paired test (a deterministic stride
@@ -56,9 +59,14 @@ RULE = Rule(
     unit="scale-aware ULP (ULPs of the row's largest |fp64 reference|)",
     confidence=CONFIDENCE,
     sample_size=f"every batch of the profile, up to {MAX_UNITS_PER_OUTPUT} units per output and batch; "
-    f"{BOOTSTRAP_RESAMPLES} paired bootstrap resamples; supported needs >= {MIN_UNITS_FOR_SUPPORTED} units",
+    f"{BOOTSTRAP_RESAMPLES} paired bootstrap resamples of the independent inputs (an image or sequence brings all "
+    "its units), raised where no resample comes within the margin until the p-value floor passes Holm over the "
+    f"table's rows; supported needs >= {MIN_UNITS_FOR_SUPPORTED} units; the tail test cannot judge a row of fewer "
+    f"than {MIN_INDEPENDENT_UNITS} independent inputs",
     derivation="As B's: one ULP at the data's scale is the smallest change one extra rounding makes, so a P99 shift "
-    "below it is not material; pairing on the same inputs removes input-to-input variation, and Holm keeps the "
+    "below it is not material; pairing on the same inputs removes input-to-input variation. The rows of one image "
+    "or sequence share its input and are correlated, so the bootstrap resamples inputs, not units: resampling "
+    "units would make the interval as narrow as if every unit were a new input. Holm keeps the "
     "healthy backend's chance of any false 'contradicted' over the whole table at most 1 - confidence. The fp64 "
     "reference is the same module with its weights upcast exactly, so weight rounding is not counted.",
 )
