@@ -13,6 +13,9 @@ VENV ?= .venv
 TORCH_SPEC ?= -r requirements/torch-cpu.txt
 PIP_TORCH_ARGS ?=
 PROFILE ?= default
+# Compilers the report runs the plan with, one after the other (e.g. inductor,openvino,iree: install
+# them with make compilers); the default, Inductor alone, is the report as it always was.
+BACKENDS ?= inductor
 # What `make lint` covers: ruff (lint and format check) over LINT_PATHS, mypy over TYPE_PATHS.
 LINT_PATHS ?= precisionkit pipeline benchmarks tests scripts
 TYPE_PATHS ?= precisionkit pipeline benchmarks scripts
@@ -49,7 +52,7 @@ lock: $(STAMP)
 	mv requirements/constraints.txt.new requirements/constraints.txt
 
 report: $(STAMP) import-results
-	$(BIN)/python -m pipeline.cli report --profile $(PROFILE)
+	$(BIN)/python -m pipeline.cli report --profile $(PROFILE) $(if $(filter-out inductor,$(BACKENDS)),--backends $(BACKENDS))
 
 # Results bundles committed under results/bundles/ (runs on other machines) join the local instance
 # once; the report then shows them on the devices page and beside each experiment. A bundle that

@@ -111,6 +111,11 @@ class Experiment:
     #: The stored tables that carry its fusion evidence and which of their rows are fused paths; a run-validity
     #: check is generated from each (:func:`pipeline.fusion_checks.fusion_check`).
     fusion: tuple[ExpectedFusion, ...] = ()
+    #: Why the experiment needs Inductor ("" when any fusing compiler will do): it reads what only
+    #: Inductor produces (its generated C++, its config). A run with another compiler's adapter stores
+    #: its checks as "not applicable to <compiler>: <why>" (:func:`pipeline.compilers.not_applicable`),
+    #: as it does for a claim the adapter itself declares not applicable.
+    needs_inductor: str = ""
     #: Imports and returns the module holding its cost (its ``cost.py``; only when a plan is made, so reading
     #: the registry imports no cost code): ``costs(profile, device_type)`` gives its rows of a run's estimate
     #: (:class:`pipeline.costmodel.Cost`, its id on each), ``SELF_TEST = True`` where a run leaves them out
@@ -136,9 +141,12 @@ class Experiment:
 
     def generated_checks(self) -> list[dg.AssetChecksDefinition]:
         """The checks generated from the record's declarations (new definition objects on each call)."""
-        from .fusion_checks import fusion_check
+        from .fusion_checks import fusion_check, precision_check
 
-        return [fusion_check(self.id, expected) for expected in self.fusion]
+        return [
+            *(fusion_check(self.id, expected) for expected in self.fusion),
+            *(precision_check(self.id, expected) for expected in self.fusion),
+        ]
 
     def baseline_assets(self) -> tuple[str, ...]:
         """The stored values a baseline of this experiment holds (all must exist to promote it)."""

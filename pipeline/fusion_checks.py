@@ -12,6 +12,7 @@ experiment writes the rule again.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,36 @@ class ExpectedFusion:
     #: A call of a fused library kernel (one attention kernel a pattern rewrite put in) counts as a fused
     #: kernel (:func:`precisionkit.evidence.fusion_defects`).
     library_calls_fuse: bool = False
+    #: The column that names a row's workload dtype (``float32``, ...), for the precision check
+    #: (:func:`precision_check`), or ``workload_dtype`` where every row has the same one.
+    dtype_column: str = "dtype"
+    workload_dtype: str = ""
 
     @property
     def check_name(self) -> str:
         return f"{self.table}_shows_fusion"
+
+    @property
+    def precision_check_name(self) -> str:
+        return f"{self.table}_computes_in_workload_dtype"
+
+    def precision_problems(self, fused: pl.DataFrame) -> tuple[list[str], int]:
+        """One line per fused row (of :meth:`fused_rows`) whose compiler ran a unit in a floating
+        precision lower than the row's workload dtype (``precisions`` column, as the compiler's
+        adapter reported them), and how many rows had a recorded precision to judge."""
+        if "precisions" not in fused.columns:
+            return [], 0
+        out, judged = [], 0
+        for row in fused.iter_rows(named=True):
+            dtype = str(row.get(self.dtype_column) or self.workload_dtype or "")
+            precisions = [p.strip() for p in str(row.get("precisions") or "").split(",") if p.strip()]
+            if not precisions or not dtype:
+                continue
+            judged += 1
+            lower = lower_precisions(precisions, dtype)
+            if lower:
+                out.append(f"{'/'.join(str(row[c]) for c in self.names)}: {dtype} workload ran in {', '.join(lower)}")
+        return out, judged
 
     def fused_rows(self, table: pl.DataFrame) -> pl.DataFrame:
         """The rows that must show a fused run."""
@@ -105,3 +132,61 @@ def fusion_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDef
         [inspect.Parameter(expected.table, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     )
     return validity_check(asset=expected.table, name=expected.check_name, description=description)(check)
+
+
+def precision_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDefinition:
+    """The run-validity check "the fused path computes in the workload's dtype", generated from
+    ``experiment``'s declaration ``expected``: ERROR naming every fused row whose compiler ran a unit in
+    a floating precision lower than the row's workload dtype (OpenVINO runs an fp32 MatMul in bf16 on a
+    CPU with bf16 instructions unless told ``INFERENCE_PRECISION_HINT=f32``): such a row measures
+    another precision than the one it is labelled with, not fusion. Rows whose compiler reports no
+    precision (Inductor) are not judged; the count of those judged is in the result."""
+    description = (
+        f"Run validity of {experiment}: every fused row of {expected.table} computes in its workload's dtype "
+        "(no unit of the compiled program runs in a lower floating precision, as the compiler reports the "
+        "precision of each unit; rows whose compiler reports none are not judged)."
+    )
+
+    def check(*args: Any, **kwargs: Any) -> dg.AssetCheckResult:
+        table: pl.DataFrame = args[0] if args else kwargs[expected.table]
+        fused = expected.fused_rows(table)
+        problems, judged = expected.precision_problems(fused)
+        return validity_result(
+            problems,
+            {
+                "fused_rows": fused.height,
+                "rows_with_precisions": judged,
+                "rows_in_lower_precision": len(problems),
+                "declared_by": experiment,
+            },
+        )
+
+    check.__name__ = expected.precision_check_name
+    check.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(expected.table, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+    return validity_check(asset=expected.table, name=expected.precision_check_name, description=description)(check)
+
+
+def _eps(name: str) -> float | None:
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        return None
+    return float(torch.finfo(dtype).eps)
+
+
+def lower_precisions(precisions: Sequence[str], dtype: str) -> list[str]:
+    """The floating precisions among ``precisions`` (torch dtype names) coarser than ``dtype``'s
+    (larger machine epsilon); integer and unknown names are not precisions of the arithmetic.
+
+    >>> lower_precisions(["float32", "bfloat16", "int64"], "float32")
+    ['bfloat16']
+    >>> lower_precisions(["float32"], "float16")
+    []
+    """
+    own = _eps(dtype)
+    if own is None:
+        return []
+    return [p for p in precisions if (eps := _eps(p)) is not None and eps > own]

@@ -115,7 +115,7 @@ def outcome_table(
         by_group.setdefault(graph.get(e.asset_key).group_name, []).append(outcome)
         if outcome.to_read:
             lines_read.append(f"  {outcome.findings or '':<13} {outcome.key}")
-        elif not outcome.passed:
+        elif not outcome.passed and not outcome.not_applicable:
             label = outcome.verdict if outcome.outcome == "claim" else "invalid"
             lines_failed.append((not outcome.is_error, f"  {label:<13} {outcome.key}"))
     owners = step_owners()

@@ -35,6 +35,12 @@ SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusi
 VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
 #: Verdict of an experiment whose run is invalid: the claim is not judged.
 NOT_JUDGED = "not judged (invalid run)"
+#: Run validity of an experiment that does not apply to the run's compiler (it reads what only another
+#: compiler produces, e.g. Inductor's generated C++): its checks are stored as not applicable, with the
+#: reason, and its verdict is that reason ("not applicable to OpenVINO: ..."), never a pass.
+NOT_APPLICABLE = "not applicable"
+#: Metadata key of a check result that says its experiment does not apply (the reason, in full).
+NOT_APPLICABLE_KEY = "not_applicable"
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,14 @@ def finding_result(findings: Iterable[str], metadata: Mapping[str, Any] | None =
     return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN, metadata=meta)
 
 
+def not_applicable_result(reason: str, outcome: str, metadata: Mapping[str, Any] | None = None) -> dg.AssetCheckResult:
+    """A check of an experiment that does not apply to the run's compiler: it did not pass (nothing was
+    judged, so it is not a pass it did not earn) and is no failure either (WARN, marked
+    :data:`NOT_APPLICABLE_KEY` with ``reason``: "not applicable to <compiler>: <why>")."""
+    meta = {"outcome": outcome, NOT_APPLICABLE_KEY: reason, **(metadata or {})}
+    return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=meta)
+
+
 def combine(verdicts: Iterable[str]) -> str:
     """Several rows' verdicts as one: any contradicted wins, then any inconclusive."""
     seen = set(verdicts)
@@ -195,11 +209,13 @@ class CheckOutcome:
     severity: str  # ERROR | WARN
     verdict: str | None = None  # claims only
     findings: int = 0  # finding checks: how many observations there are to read
+    #: Why the check's experiment does not apply to the run's compiler ("" when it does).
+    not_applicable: str = ""
 
     @property
     def to_read(self) -> bool:
         """A finding check with observations (an older record: one that did not pass)."""
-        return self.outcome == FINDING and (self.findings > 0 or not self.passed)
+        return self.outcome == FINDING and not self.not_applicable and (self.findings > 0 or not self.passed)
 
     @property
     def is_error(self) -> bool:
@@ -218,6 +234,9 @@ def check_outcome(
     if outcome not in OUTCOMES:
         raise ValueError(f"check {key}: unknown outcome kind {outcome!r}")
     sev = getattr(severity, "value", severity) or "ERROR"
+    reason = str(meta.get(NOT_APPLICABLE_KEY) or "")
+    if reason:
+        return CheckOutcome(key, outcome, bool(passed), str(sev), None, 0, reason)
     verdict = None
     if outcome == CLAIM:
         verdict = meta.get("verdict") or (SUPPORTED if passed else (CONTRADICTED if sev == "ERROR" else INCONCLUSIVE))
@@ -229,8 +248,9 @@ def check_outcome(
 class ExperimentOutcome:
     """An experiment's three outcomes."""
 
-    validity: str  # valid | invalid | incomplete
-    verdict: str  # supported | contradicted | inconclusive | NOT_JUDGED | "no claim"
+    validity: str  # valid | invalid | incomplete | NOT_APPLICABLE
+    #: supported | contradicted | inconclusive | NOT_JUDGED | "no claim" | "not applicable to <compiler>: <why>"
+    verdict: str
     findings: int
     invalid_checks: tuple[str, ...] = ()
     contradicted_checks: tuple[str, ...] = ()
@@ -243,8 +263,16 @@ def summarize(
     """The experiment's validity, verdict and findings from its evaluated checks.
 
     A failed step (an asset that raised, e.g. ``FusionError`` when fusion evidence is missing) makes
-    the run invalid. An invalid run's claims are not judged."""
+    the run invalid. An invalid run's claims are not judged. An experiment whose checks are stored as not
+    applicable to the run's compiler (and that has no other result) is :data:`NOT_APPLICABLE`, its verdict
+    the stored reason."""
     outcomes = list(outcomes)
+    failed = tuple(failed_steps)
+    skipped = [o for o in outcomes if o.not_applicable]
+    if skipped and len(skipped) == len(outcomes) and not failed:
+        return ExperimentOutcome(NOT_APPLICABLE, skipped[0].not_applicable, 0)
+    outcomes = [o for o in outcomes if not o.not_applicable]
+    failed_steps = failed
     invalid = tuple(o.key for o in outcomes if o.outcome == VALIDITY and not o.passed) + tuple(
         f"step failed: {s}" for s in failed_steps
     )

@@ -15,7 +15,7 @@ from . import local
 from .parser import build_parser
 from .repro_command import repro_case, repros
 from .results import export_bundle, import_bundle, merge_bundles, promote_baseline
-from .run_report import report
+from .run_report import report, report_backends
 from .staleness import assets_to_run, latest_evaluations, selection_for, stored_for_profile
 
 # The names the tests of bundles and reproducers use (they predate the split into modules).
@@ -31,6 +31,7 @@ __all__ = [
     "outcome_table",
     "promote_baseline",
     "report",
+    "report_backends",
     "repro_case",
     "repros",
     "selection_for",
@@ -94,6 +95,17 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["FUSION_SEED"] = str(args.seed)  # read by ExperimentSettings.seed here and in step processes
         if args.keep_sets:
             os.environ["FUSION_KEEP_SETS"] = "1"  # read by ExperimentSettings.keep_sets here and in step processes
+        if args.backends:
+            return report_backends(
+                args.profile,
+                args.device,
+                [b.strip() for b in args.backends.split(",") if b.strip()],
+                args.backend_options,
+                args.verbose,
+                args.everything,
+                only,
+                args.workloads,
+            )
         return report(
             args.profile,
             args.device,

@@ -6,8 +6,10 @@ from ..profiles import profiles_help
 
 DATA_DIR_HELP = "data root (default: FUSION_DATA_DIR or ./data)"
 BACKEND_HELP = (
-    "torch.compile backend of the fused path, by registered name (inductor, aot_eager, eager, a planted-bug "
-    "backend or your own); an unknown name is refused with the list of registered ones (default: inductor)"
+    "compiler of the fused path: an adapter's name (inductor, openvino, iree, or one installed through the "
+    "fusion_precision.backends entry point) or a torch.compile backend by registered name (aot_eager, eager, "
+    "a planted-bug backend); an unknown name is refused with the list of registered ones, a compiler that is "
+    "not installed with the command that installs it (default: inductor)"
 )
 
 
@@ -46,6 +48,13 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     rep.add_argument("--profile", default="default", help=profile_help())
     rep.add_argument("--device", default="auto", help=device_help())
     rep.add_argument("--backend", default="inductor", help=BACKEND_HELP)
+    rep.add_argument(
+        "--backends",
+        default="",
+        help="comma list of compilers (e.g. inductor,openvino,iree): run the plan with each in turn, S's "
+        "pools and references made once and reused, then build the site once and print each compiler's wall "
+        "time; overrides --backend (default: none, --backend alone)",
+    )
     rep.add_argument(
         "--backend-options",
         default="{}",

@@ -77,6 +77,30 @@ def self_tests_skipped(device: Any, only: Sequence[str], out: Callable[[str], No
     return {k for keys in left.values() for k in keys}
 
 
+def not_applicable_skipped(
+    instance: dg.DagsterInstance, settings: dict[str, str], only: Sequence[str], out: Callable[[str], None] = print
+) -> set[dg.AssetKey]:
+    """The assets of the experiments that do not apply to the run's compiler (:mod:`pipeline.compilers`),
+    which the run leaves out; each such experiment's checks are stored as "not applicable to
+    <compiler>: <why>" now, and one line per experiment says so."""
+    from ..compilers import not_applicable_assets, not_applicable_experiments, record_not_applicable
+    from ..experiments import EXPERIMENTS
+    from ..resources import ExperimentSettings
+
+    backend = settings["backend"]
+    reasons = not_applicable_experiments(backend)
+    if only:
+        reasons = {i: why for i, why in reasons.items() if i in only}
+    if not reasons:
+        return set()
+    fields = {k: settings[k] for k in ("profile", "device", "backend", "backend_options")}
+    provenance = ExperimentSettings(**fields).provenance()
+    record_not_applicable(instance, EXPERIMENTS, reasons, provenance)
+    for exp_id, why in reasons.items():
+        out(f"{exp_id}: {why}")
+    return not_applicable_assets(backend, [e for e in EXPERIMENTS if e.id in reasons])
+
+
 def run_config_for(settings: dict[str, str], verbose: bool, only: Sequence[str], skip: set[dg.AssetKey]) -> dict:
     """The run's config: the settings resource, the console loggers, ``--only`` for the report."""
     loggers = {"console": {"config": {"log_level": "DEBUG"}}} if verbose else {"progress": {}}
@@ -155,9 +179,13 @@ def report(
     everything: bool = False,
     only: Sequence[str] = (),
     workloads: str | None = None,
+    build_site: bool = True,
 ) -> int:
     """Materialize what is missing or stale for the settings (``everything``: all of it) and print
-    the outcome; exit status 2 for bad settings, 130 when interrupted, 1 when a step failed."""
+    the outcome; exit status 2 for bad settings (a compiler that is not installed among them, said
+    in one line with the command that installs it, before anything is written), 130 when
+    interrupted, 1 when a step failed. ``build_site`` False leaves the report's site to a later run
+    (``--backends`` builds it once, after the last compiler)."""
     from .. import experiments  # noqa: F401 - the registry offers its on-demand backends (planted bugs) to the check
 
     settings = {
@@ -190,8 +218,11 @@ def report(
         print(no_site)
     skip = {REPORT_SITE} if no_site is not None else set()
     skip |= self_tests_skipped(resolve_device(device), only)
-    run_config = run_config_for(settings, verbose, only, skip)
+    if not build_site:
+        skip.add(REPORT_SITE)
     instance = local.local_instance()
+    skip |= not_applicable_skipped(instance, settings, only)
+    run_config = run_config_for(settings, verbose, only, skip)
     for run_id in local.release_interrupted_runs(instance):
         print(f"run {run_id} was interrupted: marked failed, its pool slots released")
     job = job_to_run(defs, instance, settings, everything, only, skip)
@@ -210,6 +241,63 @@ def report(
         built_site=REPORT_SITE not in skip,
         seconds=time.perf_counter() - start,
     )
+
+
+def report_backends(
+    profile: str,
+    device: str,
+    backends: Sequence[str],
+    backend_options: str = "{}",
+    verbose: bool = False,
+    everything: bool = False,
+    only: Sequence[str] = (),
+    workloads: str | None = None,
+    out: Callable[[str], None] = print,
+) -> int:
+    """``report --backends a,b,c``: the plan for each compiler in turn (what depends on no fused path,
+    S's pools and references, is stored by the first and reused by the others), the site built once by
+    the last, then the wall time of each compiler. Every compiler's settings are checked first: a bad
+    one (a compiler that is not installed) is exit status 2 with nothing run. The exit status is the
+    worst of the runs' (130 stops at once)."""
+    from .. import experiments  # noqa: F401 - the registry offers its on-demand backends to the check
+
+    if not backends:
+        print("report: --backends names no compiler", file=sys.stderr)
+        return 2
+    for backend in backends:
+        settings = {
+            "profile": profile,
+            "device": device,
+            "backend": backend,
+            "backend_options": backend_options,
+            "workloads": os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads,
+        }
+        problems = request_problems(settings, only)
+        if problems:
+            print(f"report: invalid settings for --backends {backend}: {'; '.join(problems)}", file=sys.stderr)
+            return 2
+    times: dict[str, float] = {}
+    status = 0
+    for i, backend in enumerate(backends):
+        out(f"== compiler {backend} ({i + 1} of {len(backends)}) ==")
+        start = time.perf_counter()
+        code = report(
+            profile,
+            device,
+            backend,
+            backend_options,
+            verbose,
+            everything,
+            only,
+            workloads,
+            build_site=i == len(backends) - 1,
+        )
+        times[backend] = time.perf_counter() - start
+        status = max(status, code)
+        if code == 130:
+            break
+    out("wall time per compiler: " + ", ".join(f"{b} {t:.1f} s" for b, t in times.items()))
+    return status
 
 
 def after_run(

@@ -78,6 +78,7 @@ _EVIDENCE_FIELDS = (
     "fused_library_calls",
     "code_sha256",
     "compile_seconds",
+    "precisions",
 )
 
 
@@ -626,5 +627,6 @@ EVIDENCE_SCHEMA = {
     "fused_library_calls": pl.String,  # an attention kernel the pattern matcher put in; "" when none
     "code_sha256": pl.String,
     "compile_seconds": pl.Float64,
+    "precisions": pl.String,  # what the compiler's units ran in ("" where it does not say)
     "unavailable": pl.String,  # why this path did not run (a torch without its option); null when it ran
 }

@@ -293,6 +293,8 @@ def _summary_row(
         "extern_calls": rec["extern_calls"],
         "graph_breaks": rec["graph_breaks"],
         "recompiles": rec["recompiles"],
+        # the precisions the compiler's units ran in ("" where it does not say; a record before it was kept)
+        "precisions": rec.get("precisions", ""),
         "compile_seconds": round(rec["compile_seconds"], 3),
         "ms_per_run": round(1000 * rec["seconds_all_runs"] / len(hashes), 3),
     }

@@ -195,6 +195,7 @@ _RECORD_EVIDENCE = (
     "graph_breaks",
     "recompiles",
     "compile_seconds",
+    "precisions",
 )
 
 

@@ -23,6 +23,7 @@ EXPERIMENT = Experiment(
     slug="instruction-selection",
     sections=("1.2-2",),
     load=_load,
+    needs_inductor="it reads the instruction route (scalar or vector, FMA or not) from the C++ Inductor generates",
     plan_deliverable="ULP = 0 / ULP = 1 / ULP >= 2 percentages and the ULP difference histogram",
     deliverable=report.deliverable,
     details=report.details,

@@ -69,7 +69,15 @@ def _distinct_runs(fn: Callable[[torch.Tensor], Pair], x: torch.Tensor, runs: in
     return len(seen16), len(seen32)
 
 
-_EVIDENCE_KEYS = ("kernel_count", "kernel_names", "graph_breaks", "recompiles", "code_sha256", "compile_seconds")
+_EVIDENCE_KEYS = (
+    "kernel_count",
+    "kernel_names",
+    "graph_breaks",
+    "recompiles",
+    "code_sha256",
+    "compile_seconds",
+    "precisions",
+)
 
 
 def _evidence(v: Version) -> dict[str, Any]:

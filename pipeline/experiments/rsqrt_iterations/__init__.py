@@ -30,6 +30,7 @@ EXPERIMENT = Experiment(
     slug="rsqrt-iterations",
     sections=("1.2-4",),
     load=_load,
+    needs_inductor="it counts rsqrt's Newton iterations in the code Inductor generates and switches them with Inductor's config",
     plan_deliverable="table of iteration count vs last-bit difference and the two paths' ULP histograms",
     deliverable=report.deliverable,
     details=report.details,

@@ -1,0 +1,248 @@
+"""Compilers side by side: which experiments apply to a run's compiler, the outcome stored for those that
+do not, and every check's latest evaluation per (compiler, device), for the site's columns of compilers.
+
+A run names its compiler by the settings' ``backend``: an adapter's name (``inductor``, ``openvino``,
+``iree``, a user's adapter) or a plain ``torch.compile`` backend (``aot_eager``, a planted-bug backend),
+which compiles through Inductor's adapter. An experiment does not apply to a compiler when the compiler's
+adapter says so (``BackendAdapter.not_applicable``, by experiment id) or when the experiment needs
+Inductor (``Experiment.needs_inductor``) and the compiler is another one. Its assets are then not run, and
+each of its checks is stored as one evaluation that says "not applicable to <compiler>: <why>"
+(:func:`record_not_applicable`); :func:`pipeline.verdicts.summarize` reads those as the experiment's
+outcome.
+
+Local check evaluations carry no provenance of their own: the compiler and device of one are read from
+its metadata where it has them (the not-applicable records, imported bundles), else from the
+materialization of the checked asset in the same run, else from the run's settings
+(:func:`evaluation_compiler`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from .experiment import Experiment
+from .runs import is_imported, plain
+from .verdicts import NOT_APPLICABLE_KEY, VALIDITY, ExperimentOutcome, check_outcome, summarize
+
+#: The compiler of a record that names none (every record made before runs named other compilers).
+DEFAULT_BACKEND = "inductor"
+
+
+def _adapter(backend: str) -> Any:
+    """The adapter that compiles with ``backend`` (None when none can be had here: an unknown name, or
+    a compiler that cannot load)."""
+    from precisionkit.backends import AdapterLoadError, MissingCompiler, adapter_for_backend
+
+    try:
+        return adapter_for_backend(backend)
+    except (AdapterLoadError, MissingCompiler, ValueError):
+        return None
+
+
+def compiler_title(backend: str) -> str:
+    """The compiler's name for people: its adapter's title (``OpenVINO``), else the backend name."""
+    adapter = _adapter(backend)
+    return str(getattr(adapter, "title", "") or backend)
+
+
+def not_applicable(exp: Experiment, backend: str) -> str | None:
+    """Why ``exp`` does not apply to the compiler of ``backend``, as the outcome is stored ("not
+    applicable to OpenVINO: <why>"), or None when it applies. Inductor, and every backend that
+    compiles through Inductor's adapter (``aot_eager``, the planted-bug backends), takes every
+    experiment; another adapter takes all but those it declares not applicable and those that need
+    Inductor."""
+    adapter = _adapter(backend)
+    if adapter is None or adapter.name == "inductor":
+        return None
+    why = dict(adapter.not_applicable).get(exp.id) or exp.needs_inductor
+    if not why:
+        return None
+    return f"not applicable to {adapter.title or adapter.name}: {why}"
+
+
+def not_applicable_experiments(backend: str, experiments: Iterable[Experiment] | None = None) -> dict[str, str]:
+    """Experiment id -> why it does not apply to ``backend``'s compiler, for every registered experiment
+    (or those given) that does not."""
+    if experiments is None:
+        from .experiments import EXPERIMENTS
+
+        experiments = EXPERIMENTS
+    return {e.id: why for e in experiments if (why := not_applicable(e, backend)) is not None}
+
+
+def not_applicable_assets(backend: str, experiments: Iterable[Experiment] | None = None) -> set[dg.AssetKey]:
+    """The asset keys of the experiments that do not apply to ``backend``'s compiler (a run leaves them out)."""
+    if experiments is None:
+        from .experiments import EXPERIMENTS
+
+        experiments = EXPERIMENTS
+    skipped = not_applicable_experiments(backend, experiments)
+    return {k for e in experiments if e.id in skipped for a in e.assets() for k in a.keys}
+
+
+def record_not_applicable(
+    instance: dg.DagsterInstance,
+    experiments: Iterable[Experiment],
+    reasons: Mapping[str, str],
+    provenance: Mapping[str, Any],
+) -> list[dg.AssetCheckKey]:
+    """Store, for every check of each experiment in ``reasons``, one evaluation that says its experiment
+    does not apply (:func:`pipeline.verdicts.not_applicable_result`'s form: not passed, WARN, the reason
+    under ``not_applicable``), with ``provenance`` as ``provenance.*`` metadata (the run's compiler and
+    device). Returns the checks recorded."""
+    recorded = []
+    for exp in experiments:
+        reason = reasons.get(exp.id)
+        if reason is None:
+            continue
+        for checks_def in exp.checks():
+            for key in checks_def.check_keys:
+                spec = checks_def.get_spec_for_check_key(key)
+                outcome = (spec.metadata or {}).get("outcome", VALIDITY)
+                meta = {
+                    "outcome": str(getattr(outcome, "value", outcome)),
+                    NOT_APPLICABLE_KEY: reason,
+                    **{f"provenance.{k}": v for k, v in provenance.items() if isinstance(v, str | int | float | bool)},
+                }
+                instance.report_runless_asset_event(
+                    dg.AssetCheckEvaluation(
+                        asset_key=key.asset_key,
+                        check_name=key.name,
+                        passed=False,
+                        severity=dg.AssetCheckSeverity.WARN,
+                        metadata=meta,
+                    )
+                )
+                recorded.append(key)
+    return recorded
+
+
+# --- evaluations per (compiler, device) ------------------------------------------------------------
+
+
+def _run_settings(instance: dg.DagsterInstance, run_id: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if run_id not in cache:
+        run = instance.get_run_by_id(run_id) if run_id else None
+        config = (run.run_config if run is not None else {}) or {}
+        cache[run_id] = dict(((config.get("resources") or {}).get("settings") or {}).get("config") or {})
+    return cache[run_id]
+
+
+def _materialization_in_run(instance: dg.DagsterInstance, key: dg.AssetKey, run_id: str) -> dict[str, Any] | None:
+    from .runs import materializations
+
+    for record, _, meta in materializations(instance, key, limit=50):
+        if record.run_id == run_id:
+            return meta
+    return None
+
+
+def evaluation_compiler(
+    instance: dg.DagsterInstance,
+    check_key: dg.AssetCheckKey,
+    run_id: str,
+    metadata: Mapping[str, Any],
+    cache: dict[str, dict[str, Any]] | None = None,
+) -> tuple[str, str, str]:
+    """(compiler, device label, profile) of one check evaluation: from its own ``provenance.*``
+    metadata, else the checked asset's materialization in the same run, else the run's settings;
+    the compiler defaults to :data:`DEFAULT_BACKEND`, the others to ``""``."""
+    meta = plain(metadata)
+    found = {
+        k: str(meta[f"provenance.{k}"]) for k in ("backend", "device_label", "profile") if f"provenance.{k}" in meta
+    }
+    if len(found) < 3 and run_id:
+        mat = _materialization_in_run(instance, check_key.asset_key, run_id) or {}
+        for k in ("backend", "device_label", "profile"):
+            if k not in found and f"provenance.{k}" in mat:
+                found[k] = str(mat[f"provenance.{k}"])
+    if len(found) < 3 and run_id:
+        settings = _run_settings(instance, run_id, cache if cache is not None else {})
+        for k in ("backend", "device_label", "profile"):
+            if k not in found and settings.get(k):
+                found[k] = str(settings[k])
+    return found.get("backend", DEFAULT_BACKEND), found.get("device_label", ""), found.get("profile", "")
+
+
+@dataclass(frozen=True)
+class CompilerEvaluation:
+    """One check's latest evaluation for one (compiler, device)."""
+
+    check_key: dg.AssetCheckKey
+    backend: str
+    device: str  # device label ("" when the record names none)
+    profile: str
+    timestamp: float
+    evaluation: dg.AssetCheckEvaluation
+
+
+def latest_evaluations_by_compiler(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    profile: str | None = None,
+    include_imported: bool = False,
+    limit: int = 100,
+) -> dict[tuple[str, str], list[CompilerEvaluation]]:
+    """(compiler, device) -> every check's latest evaluation for that compiler on that device, among each
+    check's newest ``limit`` evaluations; only ``profile``'s where given, only those made here unless
+    ``include_imported``. Records of a run stopped before its check ran (planned, no result) are passed
+    over. For the site's table of compilers side by side (:func:`outcomes_by_compiler` summarizes it)."""
+    cache: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, str], list[CompilerEvaluation]] = {}
+    for check_key in defs.resolve_asset_graph().asset_check_keys:
+        seen: set[tuple[str, str]] = set()
+        for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=limit):
+            event = record.event.dagster_event if record.event is not None else None
+            data = event.event_specific_data if event is not None else None
+            if not isinstance(data, dg.AssetCheckEvaluation):
+                continue
+            if is_imported(plain(data.metadata)) and not include_imported:
+                continue
+            backend, device, rec_profile = evaluation_compiler(instance, check_key, record.run_id, data.metadata, cache)
+            if profile is not None and rec_profile and rec_profile != profile:
+                continue
+            if (backend, device) in seen:
+                continue
+            seen.add((backend, device))
+            stamp = record.event.timestamp if record.event is not None else 0.0
+            out.setdefault((backend, device), []).append(
+                CompilerEvaluation(check_key, backend, device, rec_profile, stamp, data)
+            )
+    return out
+
+
+def outcomes_by_compiler(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    profile: str | None = None,
+    include_imported: bool = False,
+) -> dict[tuple[str, str], dict[str, ExperimentOutcome]]:
+    """(compiler, device) -> experiment id -> its outcome (run validity, verdict, findings) from that
+    compiler's latest evaluations on that device: a not-applicable experiment reads validity
+    ``not applicable`` and its reason as verdict. Experiments with no evaluation there are left out."""
+    from .experiments import EXPERIMENTS
+
+    graph = defs.resolve_asset_graph()
+    group_of = {e.group: e.id for e in EXPERIMENTS}
+    out: dict[tuple[str, str], dict[str, ExperimentOutcome]] = {}
+    for where, evaluations in latest_evaluations_by_compiler(defs, instance, profile, include_imported).items():
+        by_exp: dict[str, list[Any]] = {}
+        for item in evaluations:
+            e = item.evaluation
+            spec = graph.get_check_spec(item.check_key)
+            outcome = check_outcome(
+                f"{e.asset_key.to_user_string()}:{e.check_name}",
+                e.passed,
+                e.severity,
+                e.metadata,
+                (spec.metadata or {}).get("outcome"),
+            )
+            exp_id = group_of.get(graph.get(item.check_key.asset_key).group_name or "")
+            if exp_id is not None:
+                by_exp.setdefault(exp_id, []).append(outcome)
+        out[where] = {i: summarize(o) for i, o in by_exp.items()}
+    return out
