@@ -121,6 +121,11 @@ class Experiment:
     #: (:class:`pipeline.costmodel.Cost`, its id on each), ``SELF_TEST = True`` where a run leaves them out
     #: unless asked. None: it declares no cost, and the plan's estimate says so in a row of its own.
     cost: Callable[[], ModuleType] | None = None
+    #: Its planted bugs (with ``matrix="judged"``): the planted-bug backends (``instruments/regression``) its
+    #: claims are built to catch, each to the ``asset:check`` prefix of the claim that must catch it at ERROR.
+    #: The matrix scores each bug against the claim of the experiment that declares it, and re-runs that
+    #: experiment alone for it where a profile asks (``designed_only``).
+    planted: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.sizes:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.experiments import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "tests" / "fixtures" / "experiment_template" / "fixture_scale"
 
@@ -61,7 +63,7 @@ def test_one_line_registers_it_beside_the_others(fixture_run):
         check=True,
     )
     ids = out.stdout.strip().split(",")
-    assert ids[-1] == "F" and ids[:2] == ["S", "A"] and len(ids) == 12
+    assert ids[-1] == "F" and ids[:2] == ["S", "A"] and len(ids) == len(PACKAGES) + 1  # the registry's and F
 
 
 def test_it_is_materialized_judged_and_on_the_site(fixture_run):

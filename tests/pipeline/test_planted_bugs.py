@@ -31,7 +31,9 @@ def test_registration_is_idempotent():
     assert planted_bugs.register_planted_backends() == names
     registered = set(list_backends(exclude_tags=()))
     assert set(names) <= registered and len(names) == 13
-    assert all(b.fault_class and b.description and b.designed_catch for b in planted_bugs.PLANTED_BUGS.values())
+    assert all(b.fault_class and b.description for b in planted_bugs.PLANTED_BUGS.values())
+    # each bug is declared by the experiment whose claim is built to catch it, or caught by any run
+    assert all(matrix_runs.designed(name)[1] for name in planted_bugs.PLANTED_BUGS)
 
 
 def _softmax(x):
@@ -309,7 +311,7 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
         ]
     )
     clean = _synthetic_run([_outcome("x:ok", True, err, {"outcome": "validity"})])
-    designed = PLANTED_BUGS["planted_drop_channel"].designed_catch + "softmax"
+    designed = matrix_runs.designed("planted_drop_channel")[1] + "softmax"
     bug = _synthetic_run(
         [
             _outcome("x:standing", False, err, {"outcome": "validity"}),
@@ -370,33 +372,68 @@ def test_matrix_plan_runs_healthy_seeds_then_bugs_at_the_first_seed():
 
 
 def test_a_designed_only_plan_runs_each_bug_on_the_experiment_holding_its_designed_claim():
-    bugs = ["planted_layout_swap", "planted_nondeterministic_reduction", "planted_contiguous_only"]
-    plan = harness.matrix_plan([*bugs, "planted_fallback_to_eager"], [7, 8], designed_only=True)
+    # one bug of each experiment that declares planted bugs (from the records), and one any run catches
+    holders = {e.id: next(iter(e.planted)) for e in matrix_runs.RUNNABLE.values() if e.planted}
+    any_run = next(name for name, bug in PLANTED_BUGS.items() if bug.caught_by_any_run)
+    assert len(holders) >= 2 and any_run not in matrix_runs.DECLARED
+    bugs = list(holders.values())
+    plan = harness.matrix_plan([*bugs, any_run], [7, 8], designed_only=True)
     assert [(r.label, r.only) for r in plan] == [
         ("healthy_7", ()),  # a healthy seed runs every experiment: a false alarm anywhere shows
         ("healthy_8", ()),
-        ("planted_layout_swap", ("B",)),
-        ("planted_nondeterministic_reduction", ("C2",)),
-        ("planted_contiguous_only", ("D",)),
-        ("planted_fallback_to_eager", ()),  # no generated code: any experiment's run catches it
+        *((bug, (exp,)) for exp, bug in holders.items()),
+        (any_run, ()),  # no generated code: any experiment's run catches it
     ]
     assert all(r.only == () for r in harness.matrix_plan(bugs, [7]))  # not asked: every experiment
     # a designed experiment left out of the matrix's experiments: the bug runs every chosen one
-    assert [r.only for r in harness.matrix_plan(bugs, [7], True, ["B", "D"])[1:]] == [("B",), (), ("D",)]
+    _, *kept = holders
+    assert [r.only for r in harness.matrix_plan(bugs, [7], True, kept)[1:]] == [(), *((e,) for e in kept)]
 
 
 def test_the_matrix_runs_the_experiments_whose_records_declare_a_part_in_it():
-    """The matrix names no experiment: the records say which it judges and which feed those runs."""
-    assert matrix_runs.MATRIX_EXPERIMENTS == ("B", "C2", "D")
-    assert [e.id for e in matrix_runs.UPSTREAM] == ["S"]
-    assert {b.designed_in for b in PLANTED_BUGS.values()} - {""} <= set(matrix_runs.MATRIX_EXPERIMENTS)
-    with pytest.raises(ValueError, match="experiment 'E' is not runnable in the matrix; choose from B, C2, D"):
-        matrix_runs.matrix_definitions(["E"])
+    """The matrix names no experiment: the records say which it judges, which feed those runs and which
+    planted bugs each one's claims are built to catch."""
+    from pipeline.experiments import EXPERIMENTS
+
+    judged = tuple(sorted(e.id for e in EXPERIMENTS if e.matrix == "judged"))
+    assert judged and judged == matrix_runs.MATRIX_EXPERIMENTS
+    assert [e.id for e in matrix_runs.UPSTREAM] == [e.id for e in EXPERIMENTS if e.matrix == "upstream"]
+    # every judged experiment declares the bugs its claims catch; only judged experiments declare any
+    assert all(matrix_runs.RUNNABLE[e].planted for e in judged)
+    assert not [e.id for e in EXPERIMENTS if e.planted and e.matrix != "judged"]
+    assert {held_by for held_by, _ in matrix_runs.DECLARED.values()} == set(judged)
+    assert matrix_runs._declaration_problems() == []
+    other = next(e.id for e in EXPERIMENTS if e.matrix == "")
+    with pytest.raises(ValueError, match=f"experiment '{other}' is not runnable in the matrix; choose from "):
+        matrix_runs.matrix_definitions([other])
+
+
+def test_a_wrong_planted_bug_declaration_is_named(monkeypatch):
+    """A record that declares a name no planted backend has, two records that declare one bug, and a bug
+    nobody declares are each refused by name."""
+    import dataclasses
+
+    first, second, *_ = matrix_runs.RUNNABLE.values()
+    taken = next(iter(first.planted))
+    records = {
+        first.id: dataclasses.replace(first, planted={**first.planted, "planted_no_such_bug": "x:y"}),
+        second.id: dataclasses.replace(second, planted={**second.planted, taken: "x:y"}),
+    }
+    monkeypatch.setattr(matrix_runs, "RUNNABLE", records)
+    problems = matrix_runs._declaration_problems()
+    assert f"{first.id} declares 'planted_no_such_bug', which is no planted bug" in problems
+    assert f"{taken} is declared by {first.id}, {second.id}" in problems
+    undeclared = {n for n in PLANTED_BUGS if not PLANTED_BUGS[n].caught_by_any_run} - {
+        n for r in records.values() for n in r.planted
+    }
+    assert [p for p in problems if p.startswith("no experiment declares")] == [
+        f"no experiment declares {n}, and no run catches it by itself" for n in PLANTED_BUGS if n in undeclared
+    ]
 
 
 def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
-    """``designed_in`` and ``designed_catch`` say the same thing: the claim's asset is in that experiment's
-    group, so a run of that experiment alone can still catch the bug by its claim."""
+    """An experiment's planted bugs name claims of its own assets, so a run of that experiment alone can
+    still catch each bug by its claim."""
     defs, unavailable = matrix_runs.matrix_definitions(list(matrix_runs.MATRIX_EXPERIMENTS))
     assert unavailable == []
     group_of = {
@@ -405,19 +442,21 @@ def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
         if isinstance(d, dg.AssetsDefinition) and not isinstance(d, dg.AssetChecksDefinition)
         for k, g in d.group_names_by_key.items()
     }
-    for bug in PLANTED_BUGS.values():
-        if bug.designed_catch.startswith("(invalid run"):
-            assert bug.designed_in == "", bug.name
+    for name in PLANTED_BUGS:
+        held_by, catch = matrix_runs.designed(name)
+        if not held_by:
+            assert catch.startswith("(invalid run"), name
             continue
-        asset = bug.designed_catch.split(":")[0]
-        assert group_of[asset] == matrix_runs.RUNNABLE[bug.designed_in].group, bug.name
-    # and a run limited to C2 materializes C2's scored assets and S's, nothing of B or D
-    keys = {k.to_user_string() for k in matrix_runs.scored_assets(defs, ("C2",))}
-    groups = {group_of[k] for k in keys}
-    assert groups == {matrix_runs.RUNNABLE["C2"].group, "S_toolkit"}
-    assert "c2_row_bounds" in keys and "accumulated_error_summary" not in keys
-    assert "data_movement_check_table" not in keys
-    assert keys < {k.to_user_string() for k in matrix_runs.scored_assets(defs)}
+        assert group_of[catch.split(":")[0]] == matrix_runs.RUNNABLE[held_by].group, name
+    # and a run limited to one experiment materializes its scored assets and its upstream's, nothing of the others
+    upstream = {e.group for e in matrix_runs.UPSTREAM}
+    everything = {k.to_user_string() for k in matrix_runs.scored_assets(defs)}
+    for exp in matrix_runs.RUNNABLE.values():
+        keys = {k.to_user_string() for k in matrix_runs.scored_assets(defs, (exp.id,))}
+        assert {group_of[k] for k in keys} == {exp.group} | upstream
+        assert {c.split(":")[0] for c in exp.planted.values()} <= keys < everything
+        others = {c.split(":")[0] for e in matrix_runs.RUNNABLE.values() if e is not exp for c in e.planted.values()}
+        assert not keys & others, exp.id
 
 
 def test_a_matrix_run_registers_the_planted_backends_before_its_settings_name_one(monkeypatch, tmp_path):
@@ -625,7 +664,7 @@ def test_settings_asking_for_a_planted_backend_register_it():
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_matrix_catches_every_bug_at_error_with_no_false_alarm(tmp_path, smoke_resources):
-    """The asset end to end: B, C2 and D at smoke size, every planted bug (old and new classes), three
+    """The asset end to end: the judged experiments at smoke size, every planted bug (old and new classes), three
     healthy seeds. Each bug must end in a contradicted claim or an invalid run; healthy runs in neither."""
     checks = [
         matrix_asset.planted_bug_matrix,
@@ -689,7 +728,7 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
     assert default < set(PLANTED_BUGS) and len(default) == len(SIZES["default"].planted_bugs) == 9
     assert {"planted_attention_mask_dropped", "planted_thread_partials_bf16"} <= default
     # one bug of every designed claim's experiment at least: validity, B, C2 (both tables), D
-    designed = {PLANTED_BUGS[b].designed_catch.split(":")[0] for b in default}
+    designed = {matrix_runs.designed(b)[1].split(":")[0] for b in default}
     assert designed >= {
         "(invalid run",
         "accumulated_error_summary",

@@ -38,6 +38,11 @@ EXPERIMENT = Experiment(
     ),
     short="Accumulated error",
     matrix="judged",
+    planted={
+        name: "accumulated_error_summary:fused_not_worse_than_eager_"
+        for name in ("planted_drop_channel", "planted_wrong_axis", "planted_layout_swap", "planted_bf16_scratch")
+    }
+    | {"planted_attention_mask_dropped": "accumulated_error_summary:fused_not_worse_than_eager_attention_masked"},
     fusion=spec.FUSION,
     cost=_cost,
 )

@@ -42,6 +42,10 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Data movement",
     matrix="judged",
+    planted={
+        name: "data_movement_check_table:pure_movement_rows_bit_exact"
+        for name in ("planted_off_by_one_ulp", "planted_contiguous_only", "planted_vector_tail")
+    },
     # every contradicting row (one per subgraph and dtype) gets a reproducer bisected through Inductor's knobs
     # and the toolchain's flags too: a data-movement fault can sit in generated code
     reproducers=Reproducers(

@@ -40,6 +40,12 @@ EXPERIMENT = Experiment(
     sizes=spec.SIZES,
     short="Reduction order",
     matrix="judged",
+    planted={
+        "planted_fp16_accumulation": "c2_row_bounds:c2_versions_within_fp64_band",
+        "planted_nondeterministic_reduction": "c2_versions:c2_versions_self_deterministic",
+        "planted_long_reduction_bf16": "c2_row_bounds:c2_versions_within_fp64_band",
+        "planted_thread_partials_bf16": "c2_long_reductions:c2_long_reductions_within_bound",
+    },
     fusion=spec.FUSION,
     cost=_cost,
 )

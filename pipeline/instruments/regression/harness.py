@@ -1,9 +1,9 @@
 """The planted-bug harness: re-run experiments with each planted-bug backend and score the runs.
 
-A matrix run materializes a subset of experiments (B, C2, D and the toolkit's assets upstream) at
-smoke size in a folder of its own, once with the healthy backend per base seed and once with each
-backend of :mod:`pipeline.instruments.regression.planted_bugs` (:mod:`.matrix_runs`; several at a
-time, :mod:`.matrix_parallel`). Every evaluated check becomes a
+A matrix run materializes a subset of experiments (those whose records declare ``matrix="judged"``, with
+the toolkit's assets upstream) at smoke size in a folder of its own, once with the healthy backend per
+base seed and once with each backend of :mod:`pipeline.instruments.regression.planted_bugs`
+(:mod:`.matrix_runs`; several at a time, :mod:`.matrix_parallel`). Every evaluated check becomes a
 :class:`~pipeline.verdicts.CheckOutcome` read through its declared outcome kind, so scoring needs no
 Dagster: a bug is caught only at ERROR, by a contradicted claim, an invalid run or a failed step
 that the healthy run at the same seed does not have; every ERROR of a healthy run is a false alarm
@@ -26,7 +26,7 @@ from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...verdicts import CLAIM, CONTRADICTED, VALIDITY, CheckOutcome
 from .matrix_parallel import run_plan
-from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, matrix_definitions
+from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, designed, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 from .rules import BUG_ROW, HEALTHY_ROW
 from .spec import ID
@@ -186,12 +186,10 @@ def caught_verdict(designed: str, errors: dict[str, str]) -> str:
 def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
     """The matrix row of planted bug ``name``: its ERROR outcomes beyond ``reference``'s (the healthy
     run at the same base seed), scored against the claim built to catch it (:func:`caught_verdict`)."""
-    bug = PLANTED_BUGS[name]
+    bug, catch = PLANTED_BUGS[name], designed(name)[1]
     errors = score_bug(reference, run)
-    row = _matrix_row(
-        BUG_ROW, name, bug.fault_class, bug.description, caught_verdict(bug.designed_catch, errors), run, errors
-    )
-    row["designed_catch"] = bug.designed_catch
+    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, caught_verdict(catch, errors), run, errors)
+    row["designed_catch"] = catch
     return row
 
 
@@ -203,9 +201,9 @@ def matrix_plan(
     (where ``experiments``, default all, include it; else every one of them)."""
 
     def only(name: str) -> tuple[str, ...]:
-        designed = bug.designed_in if (bug := PLANTED_BUGS.get(name)) else ""
-        chosen = designed_only and designed and (experiments is None or designed in experiments)
-        return (designed,) if chosen else ()
+        held_by = designed(name)[0] if name in PLANTED_BUGS else ""
+        chosen = designed_only and held_by and (experiments is None or held_by in experiments)
+        return (held_by,) if chosen else ()
 
     return [PlannedRun(f"healthy_{seed}", HEALTHY_BACKEND, seed) for seed in seeds] + [
         PlannedRun(name, name, seeds[0], only(name)) for name in bugs

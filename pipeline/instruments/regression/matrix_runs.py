@@ -32,6 +32,40 @@ MATRIX_PROFILE = "smoke"
 #: machine, so a GPU run spends no GPU time (or Triton compiles) on it and its catches are the same everywhere.
 MATRIX_DEVICE = "cpu"
 HEALTHY_BACKEND = "inductor"
+#: Per planted bug an experiment declares (``Experiment.planted``): (that experiment's id, the claim built to
+#: catch it).
+DECLARED: dict[str, tuple[str, str]] = {name: (e.id, c) for e in RUNNABLE.values() for name, c in e.planted.items()}
+
+
+def _declaration_problems() -> list[str]:
+    """What is wrong with the records' planted bugs: a name no planted backend has, a bug two experiments
+    declare, a bug neither declared nor caught by any run."""
+    problems = [
+        f"{e.id} declares {n!r}, which is no planted bug"
+        for e in RUNNABLE.values()
+        for n in e.planted
+        if n not in PLANTED_BUGS
+    ]
+    problems += [
+        f"{e.id} declares planted bugs but is not judged" for e in EXPERIMENTS if e.planted and e.matrix != "judged"
+    ]
+    for name, bug in PLANTED_BUGS.items():
+        by = [e.id for e in RUNNABLE.values() if name in e.planted]
+        if len(by) > 1:
+            problems.append(f"{name} is declared by {', '.join(by)}")
+        if not by and not bug.caught_by_any_run:
+            problems.append(f"no experiment declares {name}, and no run catches it by itself")
+    return problems
+
+
+if _declaration_problems():
+    raise ValueError("planted bugs: " + "; ".join(_declaration_problems()))
+
+
+def designed(name: str) -> tuple[str, str]:
+    """Planted bug ``name``'s (experiment, catch): the experiment that declares it and its claim's
+    ``asset:check`` prefix, or ("", what any run's catch says) for a bug no experiment's claim is built for."""
+    return DECLARED.get(name) or ("", PLANTED_BUGS[name].caught_by_any_run)
 
 
 class StepFailure(TypedDict):

@@ -74,14 +74,11 @@ class PlantedBug:
     fault_class: str
     description: str
     compiler: Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
-    #: The claim (or validity check) built to catch this fault: a prefix of the ``asset:check`` keys
-    #: (or of the invalid-run reason) that count as its catch. A catch by any other check alone is
-    #: scored "not by its claim".
-    designed_catch: str = ""
-    #: The experiment (B, C2 or D) that holds ``designed_catch``; empty where any experiment's run catches
-    #: the bug (no generated code at all). A profile whose matrix runs each bug only where it is designed to
-    #: be caught (``MatrixSizes.designed_only``) re-runs this experiment alone for it.
-    designed_in: str = ""
+    #: What catches the fault where no experiment's claim is built for it: a prefix of the invalid-run
+    #: reason any experiment's run gives (no generated code at all). Every other bug is declared by the
+    #: experiment whose claim is built to catch it (``Experiment.planted``: the bug's name to that claim's
+    #: ``asset:check`` prefix), read by :func:`.matrix_runs.designed`.
+    caught_by_any_run: str = ""
 
     @property
     def rewrites_graph(self) -> bool:
@@ -101,8 +98,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "fused kernel drops a channel",
             "last element of the last dim of every floating graph output set to 0",
             drop_channel_backend,
-            designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
-            designed_in="B",
         ),
         PlantedBug(
             "planted_wrong_axis",
@@ -110,16 +105,12 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "FX pass: sum/amax/mean/var_mean over the last dim of [..., A, B] read the input column-major "
             "(softmax and layer norm included, via their ATen decomposition)",
             wrong_axis_backend,
-            designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
-            designed_in="B",
         ),
         PlantedBug(
             "planted_layout_swap",
             "NCHW/NHWC-style layout swap",
             "outputs of rank >= 2: the last two dims' data permuted (buffer read transposed), shape kept",
             layout_swap_backend,
-            designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
-            designed_in="B",
         ),
         PlantedBug(
             "planted_fp16_accumulation",
@@ -128,31 +119,25 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "(up to 64 steps) with the running sum rounded to fp16 precision after each add (softmax's "
             "denominator included)",
             fp16_accumulation_backend,
-            designed_catch="c2_row_bounds:c2_versions_within_fp64_band",
-            designed_in="C2",
         ),
         PlantedBug(
             "planted_off_by_one_ulp",
             "off-by-one-ULP rounding change",
             "every nonzero finite output moved one ULP away from zero (nextafter)",
             off_by_one_ulp_backend,
-            designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
-            designed_in="D",
         ),
         PlantedBug(
             "planted_fallback_to_eager",
             "fused path silently falls back to eager",
             "backend returns gm.forward without calling Inductor (no generated code)",
             fallback_to_eager_backend,
-            designed_catch="(invalid run: FusionError",
+            caught_by_any_run="(invalid run: FusionError",
         ),
         PlantedBug(
             "planted_nondeterministic_reduction",
             "non-deterministic reduction order",
             "outputs of graphs with a reduction or matmul get -1/0/+1 ULP per element from a per-call RNG",
             nondeterministic_reduction_backend,
-            designed_catch="c2_versions:c2_versions_self_deterministic",
-            designed_in="C2",
         ),
         PlantedBug(
             "planted_long_reduction_bf16",
@@ -161,8 +146,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             f"split-K path: {SPLIT_CHUNK}-element chunks summed in fp32, then the partials stored and added in "
             "order at bf16 precision; shorter reductions compile unchanged",
             long_reduction_backend,
-            designed_catch="c2_row_bounds:c2_versions_within_fp64_band",
-            designed_in="C2",
         ),
         PlantedBug(
             "planted_contiguous_only",
@@ -171,8 +154,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "contiguous strides: its storage read in memory order as if it were row-major; contiguous "
             "inputs are unaffected",
             contiguous_only_backend,
-            designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
-            designed_in="D",
         ),
         PlantedBug(
             "planted_bf16_scratch",
@@ -180,8 +161,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "FX pass: every fp32 or fp16 reduction result (sum, mean, var, var_mean: softmax's denominator, "
             "layer norm's mean and variance) is rounded to bf16 precision before its consumers read it",
             bf16_scratch_backend,
-            designed_catch="accumulated_error_summary:fused_not_worse_than_eager_",
-            designed_in="B",
         ),
         PlantedBug(
             "planted_vector_tail",
@@ -190,8 +169,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             f"(length % {VECTOR_WIDTH}) elements of every row take the values {VECTOR_WIDTH} positions "
             "earlier (stale lanes of the previous full vector)",
             vector_tail_backend,
-            designed_catch="data_movement_check_table:pure_movement_rows_bit_exact",
-            designed_in="D",
         ),
         PlantedBug(
             "planted_attention_mask_dropped",
@@ -199,8 +176,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             "FX pass: scores + mask feeding a softmax, the mask a graph input broadcast over the scores, become the "
             "scores alone (an attention kernel substituted without its mask); every other add is unchanged",
             dropped_mask_backend,
-            designed_catch="accumulated_error_summary:fused_not_worse_than_eager_attention_masked",
-            designed_in="B",
         ),
         PlantedBug(
             "planted_thread_partials_bf16",
@@ -209,8 +184,6 @@ PLANTED_BUGS: dict[str, PlantedBug] = {
             f"{THREAD_PARTIALS} per-thread ranges summed in fp32, whose partials are stored and added in order at "
             "bf16 precision; shorter reductions compile unchanged",
             thread_split_backend,
-            designed_catch="c2_long_reductions:c2_long_reductions_within_bound",
-            designed_in="C2",
         ),
     )
 }

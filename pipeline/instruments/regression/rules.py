@@ -48,7 +48,7 @@ MUTATION_RULE = Rule(
     claim="the harness catches every planted bug at ERROR, by the claim built to catch it",
     metric="per bug run: ERROR outcomes that the healthy run at the same base seed does not have (a claim "
     "verdict contradicted, a validity check failed, a step failed, e.g. FusionError for missing fusion "
-    "evidence), among them the one of the claim designed for the bug (planted_bugs.PlantedBug.designed_catch); "
+    "evidence), among them the one of the claim designed for the bug (Experiment.planted); "
     "WARN findings and inconclusive verdicts are not counted",
     decision="contradicted when any bug run has no such ERROR outcome of its designed claim (a catch only by "
     "another experiment is scored 'not by its claim': that claim lacks the power it is credited with); supported "

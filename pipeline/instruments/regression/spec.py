@@ -31,18 +31,19 @@ PARALLEL_RUNS = 2
 @dataclass(frozen=True)
 class MatrixSizes:
     #: The bugs the matrix runs when its config names none (empty: every planted bug). Each bug is a
-    #: full re-run of B, C2 and D, so the smoke profile runs one bug per way of being caught.
+    #: full re-run of the experiments the matrix judges, so the smoke profile runs one bug per way of
+    #: being caught.
     planted_bugs: tuple[str, ...]
     #: Healthy base seeds (its "no false alarm" claim needs 3 to be supported; the smoke profile runs
     #: one, so there that claim can be contradicted but not supported).
     healthy_seeds: int
-    #: Each bug re-runs only the experiment that holds the claim built to catch it (B, C2 or D), not all
-    #: three: the healthy seeds still run all three, so a false alarm anywhere still shows.
+    #: Each bug re-runs only the experiment that declares it (``Experiment.planted``: its claim is built to
+    #: catch it), not all of them: the healthy seeds still run all, so a false alarm anywhere still shows.
     designed_only: bool = False
 
 
 SIZES = {
-    # caught by: the run's validity (no fusion), C2's determinism claim, D's bit-exactness claim, B's claim
+    # caught by: the run's validity (no fusion), a determinism claim, a bit-exactness claim, an error claim
     "smoke": MatrixSizes(
         planted_bugs=(
             "planted_fallback_to_eager",
@@ -53,7 +54,7 @@ SIZES = {
         healthy_seeds=1,
     ),
     # Every way of being caught and the bugs of the forms real code takes (make test-all runs all of them):
-    # each bug is a smoke run of B, C2 and D, about 25 s on two cores.
+    # each bug is a smoke run of the judged experiments, about 25 s on two cores.
     "default": MatrixSizes(
         planted_bugs=(
             "planted_fallback_to_eager",
