@@ -36,11 +36,11 @@ def training_step_seconds(profile: str, steps: int, dtype: torch.dtype) -> float
     AdamW) of ``profile``'s E model: the loop the E experiment runs thousands of times."""
     import contextlib
 
-    from pipeline.experiments.training.gpt import GPT
+    from pipeline.experiments.training import build_model
     from pipeline.experiments.training.spec import SIZES
 
     t = SIZES[profile]
-    model = GPT(t.layers, t.heads, t.width, t.context)
+    model = build_model(t.layers, t.heads, t.width, t.context)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, 256, (t.batch, t.context))
     times = []

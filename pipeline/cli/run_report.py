@@ -32,14 +32,10 @@ def _workloads_problem(workloads: str, device: str) -> str | None:
     """The one line a bad workload spec gets (each workload is imported, built and asked for inputs), or None."""
     if not workloads.strip():
         return None
-    from ..experiments.models.user_workloads import WorkloadError, load_workloads
+    from ..experiments.models import workload_problem
     from ..resources import resolve_device
 
-    try:
-        load_workloads(workloads, resolve_device(device))
-    except WorkloadError as exc:
-        return str(exc)
-    return None
+    return workload_problem(workloads, resolve_device(device))
 
 
 def request_problems(settings: dict[str, str], only: Sequence[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """The pipeline's modules import each other without a cycle (checked on the source, by ast)."""
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -80,6 +81,7 @@ def test_script_exit_status_names_the_cycle(tmp_path):
 CORE = {
     "artifacts",
     "bundle",
+    "costmodel",
     "devices",
     "experiment",
     "files",
@@ -227,3 +229,104 @@ def test_reproducers_reach_an_experiment_only_through_its_record():
         assert named == [], f"{module} imports {named}"
     assert "pipeline.experiments" in graph["pipeline.instruments.diagnostics.reproducers"]  # the registry
     assert "pipeline.experiments" in graph["pipeline.cli.repro_command"]
+
+
+# --- an experiment's folder is its own: from outside, only its record and its spec ------------------------
+
+#: The modules of an experiment's folder anything outside it may import: the package (its ``__init__``: the
+#: record, and what the package itself offers, such as E's model for the Diagnostics) and ``spec`` (its id,
+#: group and sizes). Everything else (assets, rules, report, cost, ...) is reached through the record.
+PUBLIC_MODULES = {"spec"}
+#: Code outside ``pipeline`` that runs in the same process as the experiments and is held to the same rule.
+OUTSIDE = ("benchmarks", "scripts")
+#: Imports of an experiment's insides from outside that are allowed, each with its reason.
+ALLOWED_INSIDE_IMPORTS = {
+    # B's rule-power study: a script of B's own (it runs B's fault catalogue through B's rule by hand)
+    "scripts.b_rule_power": {
+        "pipeline.experiments.accumulated_error.faults",
+        "pipeline.experiments.accumulated_error.rules",
+    },
+}
+
+
+def _private_target(module: str, target: str) -> bool:
+    """Whether ``target`` is a non-public module of an experiment's folder that ``module`` is outside of."""
+    folder = _folder(target)
+    parts = target.split(".")
+    return folder is not None and _folder(module) != folder and len(parts) > 3 and parts[3] not in PUBLIC_MODULES
+
+
+def private_import_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of an experiment's non-public module (:data:`PUBLIC_MODULES`) from outside its folder."""
+    return [
+        f"{module} -> {t}"
+        for module, targets in sorted(graph.items())
+        for t in sorted(targets)
+        if _private_target(module, t) and t not in ALLOWED_INSIDE_IMPORTS.get(module, set())
+    ]
+
+
+def _outside_graph(folder: Path) -> dict[str, set[str]]:
+    """The ``pipeline`` modules each script of ``folder`` imports (absolute imports; ``from pkg import x``
+    counts x when it is a module), by ast as :mod:`import_cycles` reads the package."""
+    modules = {import_cycles.module_name(p, ROOT / "pipeline") for p in (ROOT / "pipeline").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(folder.glob("*.py")):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            else:
+                continue
+            for name in names:
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if name:
+                    found.add(name)
+        graph[f"{folder.name}.{path.stem}"] = found
+    return graph
+
+
+def test_nothing_outside_an_experiments_folder_imports_its_insides():
+    """The code location, the report, the CLI, the instruments, the cost model (the plan reads each experiment's
+    cost through ``Experiment.cost``), the benchmarks and the scripts reach an experiment through its record
+    and its spec only: a new experiment is found through the registry, never by an import of its modules."""
+    graph = _pipeline_graph()
+    for folder in OUTSIDE:
+        graph |= _outside_graph(ROOT / folder)
+    assert private_import_violations(graph) == []
+    # the plan and the cost model are no exception: they import no experiment's module at all
+    for module in ("pipeline.plan", "pipeline.costmodel", "pipeline.plan_calibration", "benchmarks.gpu_budget"):
+        assert not {t for t in graph[module] if _folder(t)}, module
+
+
+def test_the_inside_import_rule_sees_a_reach_into_an_experiment(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "plan.py": "from .experiments.a.cost import costs\nfrom .experiments.a import EXPERIMENT\n",
+            "experiments/__init__.py": "",
+            "experiments/a/__init__.py": "from . import spec\n",
+            "experiments/a/spec.py": "",
+            "experiments/a/cost.py": "from .spec import ID\n",
+            "instruments/__init__.py": "",
+            "instruments/d/__init__.py": "",
+            "instruments/d/div.py": "from ...experiments.a.spec import ID\nfrom ...experiments.a.cost import x\n",
+        },
+    )
+    graph = {
+        m.replace("pkg.", "pipeline.", 1): {t.replace("pkg.", "pipeline.", 1) for t in ts}
+        for m, ts in import_cycles.import_graph(root).items()
+    }
+    graph["benchmarks.b"] = {"pipeline.experiments.a.cost"}
+    # the record and the spec are public; the cost module is the experiment's own, whoever reaches for it
+    assert private_import_violations(graph) == [
+        "benchmarks.b -> pipeline.experiments.a.cost",
+        "pipeline.instruments.d.div -> pipeline.experiments.a.cost",
+        "pipeline.plan -> pipeline.experiments.a.cost",
+    ]

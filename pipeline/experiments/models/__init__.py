@@ -1,6 +1,8 @@
 """M: real models (beyond the test plan): is fused inference worse than eager on architectures from
 ``transformers`` and on the user's own workloads, and where does a divergence start?"""
 
+from typing import Any
+
 from ...experiment import BaselineTable, Experiment
 from . import report, spec
 
@@ -15,6 +17,18 @@ def _cost():
     from . import cost
 
     return cost
+
+
+def workload_problem(workloads: str, device: Any) -> str | None:
+    """The one line a bad spec of the user's own workloads gets (each is imported, built and asked for inputs on
+    ``device``: ``user_workloads.load_workloads``), or None: for the CLI, which refuses a run before it starts."""
+    from .user_workloads import WorkloadError, load_workloads
+
+    try:
+        load_workloads(workloads, device)
+    except WorkloadError as exc:
+        return str(exc)
+    return None
 
 
 EXPERIMENT = Experiment(

@@ -1,7 +1,7 @@
 """Diagnostics: per-layer divergence table of the task E model (the tool seed 002's team lacked).
 
-:func:`precisionkit.locator.locate_divergence` runs the GPT-2-style model of ``pipeline.experiments.training.gpt``
-eager, fused per submodule and in fp64, and tabulates every submodule call: error of eager and
+:func:`precisionkit.locator.locate_divergence` runs E's GPT-2-style model (from E's record's package,
+``pipeline.experiments.training.divergence_subject``) eager, fused per submodule and in fp64, and tabulates every submodule call: error of eager and
 fused against fp64 (propagated and local), eager-vs-fused ULP distance, fusion evidence, and the
 first layer whose fused error exceeds eager's by more than the measured noise. Feeds §3.2/§6.1
 (which layer, if any, makes the fused path worse).
@@ -16,9 +16,7 @@ import torch
 
 from precisionkit.locator import locate_divergence
 
-from ...experiments.training.config import TrainConfig, eval_batches
-from ...experiments.training.corpus import load_corpus
-from ...experiments.training.gpt import GPT
+from ...experiments.training import divergence_subject
 from ...experiments.training.spec import ID as TRAIN_ID
 from ...resources import ExperimentSettings
 from ...scalars import as_float
@@ -70,11 +68,7 @@ def working_dtype(device: torch.device) -> torch.dtype:
 def divergence_per_layer(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
     device = settings.torch_device()
     init_seed = settings.derived_seed("train", "init")
-    cfg = TrainConfig.from_profile(settings.sizes(TRAIN_ID).model(), device=str(device), init_seed=init_seed)
-    torch.manual_seed(cfg.init_seed)  # the E training runs' initialization, before any step
-    model = GPT(cfg.layers, cfg.heads, cfg.width, cfg.context).to(device)
-    tokens, _ = eval_batches(load_corpus(), cfg)[0]
-    tokens = tokens[:SEQUENCES].to(device)
+    model, tokens, model_shape = divergence_subject(settings.sizes(TRAIN_ID).model(), device, init_seed, SEQUENCES)
     dtype = working_dtype(device)
 
     start = time.perf_counter()
@@ -102,7 +96,7 @@ def divergence_per_layer(context: dg.AssetExecutionContext, settings: Experiment
                 "(pipeline.experiments.training.loop.train deletes it when a run completes)"
             ),
             "model_cast": f"whole model cast to {result.dtype} (the E runs use autocast instead)",
-            "model_shape": f"layers={cfg.layers} heads={cfg.heads} width={cfg.width} context={cfg.context}",
+            "model_shape": model_shape,
             "input_tokens": f"{SEQUENCES} x {tokens.shape[1]} bytes, first eval batch",
             "compiled_submodules": result.meta["compiled_submodules"],
             "total_compile_seconds": float(table["compile_seconds"].fill_null(0).sum()),
