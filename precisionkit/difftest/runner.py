@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..repro import Case, namespace
+from .compile_modes import compiled_as
 from .generator import generate, threads_for
 
 #: What a device-side fault of compiled code says (CUDA and HIP runtime errors, device asserts): it
@@ -136,7 +137,8 @@ def run(
         if on_stage is not None:
             on_stage("fused")
         try:
-            hit, message = scope["check"](scope["graph"], scope["make"](), backend)
+            with compiled_as(case):  # static, dynamic=True or one dim marked dynamic (compile_modes)
+                hit, message = scope["check"](scope["graph"], scope["make"](), backend)
         except Exception as exc:  # noqa: BLE001
             said = f"{type(exc).__name__}: {_first(exc)}"
             if device_fault(exc):
@@ -145,7 +147,8 @@ def run(
         ref_on = str(scope.get("REFERENCE", {}).get("device") or ref_on)
         out = Outcome(case, "mismatch" if hit else "ok", message, took(), threads or old, ref_on)
         if hit and (cuda if control is None else control):
-            out.control = deterministic_control(scope, backend)
+            with compiled_as(case):
+                out.control = deterministic_control(scope, backend)
         return out
     finally:
         torch.set_num_threads(old)
