@@ -30,6 +30,11 @@ Generators (``generate(seed, generator)``):
 * ``reduction``: long sums and means (up to 2^20 terms in one program) on one thread or many.
 * ``gpu``: what Triton code generation does differently (:mod:`.gpu`); drawn by :func:`plan` on
   CUDA runs, generatable and runnable on the CPU too.
+* ``opinfo``: chains of 2 to 8 ops drawn from PyTorch's own op database (``op_db``), with their
+  own sample arguments, in fp32/fp64/fp16/bf16/int64/int32/bool, under range modes (tiny, huge,
+  domain edges, signed zeros, NaN and inf, integers near their width) and compiled statically or
+  dynamically (:mod:`.opinfo`, :mod:`.compile_modes`); not in :func:`plan`'s mix, run by
+  ``benchmarks/difftest_opinfo.py``.
 
 Every program carries the run's device (``device=``): inputs are drawn there from the program's
 seed, eager and the fused path run there (Inductor's Triton code on CUDA), and the fp64 reference

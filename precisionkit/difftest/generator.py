@@ -26,6 +26,10 @@ def generate(seed: int, generator: str = "typed", dtype: str | None = None, devi
     """The program of ``seed`` from ``generator`` on ``device``: the same arguments always give the
     same case, and the device changes only where it runs (and, for the ``gpu`` generator, which
     Inductor options may be drawn: the Triton-only ones on CUDA alone)."""
+    if generator == "opinfo":  # its own dtypes (ints and bool too); op_db is imported on first use
+        from .opinfo import generate_opinfo
+
+        return generate_opinfo(seed, dtype, device)
     if generator not in _BUILD:
         raise ValueError(f"generator must be one of {', '.join(GENERATORS)}, got {generator!r}")
     rng = random.Random(f"{generator}:{seed}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..repro import Case, Input
 
-GENERATORS = ("typed", "attention", "norm", "gelu", "reduction", "gpu")
+GENERATORS = ("typed", "attention", "norm", "gelu", "reduction", "gpu", "opinfo")
 #: the structured generators a CPU campaign draws an eighth each of (:func:`~precisionkit.difftest.plan`)
 STRUCTURED = ("attention", "norm", "gelu", "reduction")
 #: ``crash``: the fused run killed the interpreter or never returned (only with :class:`Isolated`)

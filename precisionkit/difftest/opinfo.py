@@ -1,0 +1,1081 @@
+"""The ``opinfo`` generator: programs whose vocabulary is PyTorch's own operator database.
+
+``torch.testing._internal.common_methods_invocations.op_db`` lists every public operator with the
+dtypes it supports per device, functions that make valid sample arguments for it (shapes, scalars,
+keyword arguments), the domain of the unary ones and how they are called. This generator draws
+chains of 2 to 8 of those operators, each fed the previous one's result as its first tensor
+argument, under one range mode and one compile mode, and writes them as an ordinary program of
+:mod:`.program` (a :class:`~precisionkit.repro.Case`), so the ``diff`` rule, the minimizer, bisection
+and reproducers apply as to the hand-written generators.
+
+How a program is drawn (all from the program's seed):
+
+* its dtype (:data:`DTYPES`: fp32, fp64, fp16, bf16, int64, int32, bool), its range mode
+  (:data:`MODES`) and its compile mode (:data:`~.compile_modes.COMPILE_MODES`);
+* its first op: with probability 0.3 a module-level op (convolution, normalization, padding,
+  linear, pooling: :data:`MODULE_FAMILY`), otherwise any eligible op (:func:`catalogue`);
+* each op's arguments from one of the op's own samples (``sample_inputs``, and ``reference_inputs``
+  where the op has them) for the dtype of the value it is fed: the sample's first tensor becomes
+  the chain's value (reshaped, cut, repeated or cast where its shape or dtype differ: only casts
+  that cannot jump, so no float is truncated to an integer), its other tensors become seeded inputs
+  (floats and large integer tensors) or literals (small integer tensors, which are indices whose
+  values matter), its scalars, dtypes, lists and keywords are written as they are;
+* after the first op, with probability 0.25 a step is a binary pointwise op with a Python scalar
+  on its right (the scalar from the range mode: zeros of both signs, inf and NaN as divisors too);
+* a unary op with a ``domain`` gets its argument mapped inside the domain (``tanh`` scaled into a
+  bounded one, ``abs`` shifted onto a half-line) unless the range mode is ``domain_edge``, where the
+  argument is mapped to within a small distance of the domain's lower end, on both sides.
+
+Every step is run eagerly and in fp64 while the program is drawn; a step that raises, returns
+something other than tensors, an empty or a complex tensor is drawn again. So every program the
+generator returns runs eagerly and in fp64 (a runner's ``invalid`` is the generator's fault).
+
+The op database is imported once per process, on first use (a few seconds), and each op's samples
+once per (op, dtype), under a fixed seed: generation is a function of the seed alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..repro import _MAKE_SRC, Case, Input
+from .compile_modes import COMPILE_MODES, setup_source
+from .program import Program, _layout
+
+#: the dtypes a program is drawn in (the op's own sample dtype per step; these with their weights)
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+_DTYPE_WEIGHTS = (4, 3, 2, 2, 2, 1, 1)
+#: range modes: which values the program's first input (and, for some, its other inputs) holds
+MODES = ("normal", "tiny", "huge", "domain_edge", "signed_zero", "nonfinite", "int_width")
+#: the modes of float programs and of integer ones (bool programs are ``normal``)
+FLOAT_MODES = ("normal", "normal", "tiny", "huge", "domain_edge", "signed_zero", "nonfinite")
+INT_MODES = ("normal", "int_width")
+#: module-level families, one of which may feed the rest of a chain
+MODULE_FAMILY = "module"
+FAMILIES = ("pointwise", "reduction", "scan", "view", "indexing", "module", "linalg", "spectral", "other")
+#: longest chain, shortest chain
+MIN_OPS, MAX_OPS = 2, 8
+#: samples read per (op, dtype): from reference_inputs where the op has them, else sample_inputs
+_SAMPLES = 24
+#: largest tensor a sample may hold, and largest integer tensor written as a literal
+_MAX_NUMEL, _MAX_LITERAL = 4096, 256
+
+#: Ops left out by name, with the reason. Rules in :func:`_rule_reason` add those with no dtype in
+#: :data:`DTYPES` on the CPU, in-place-only ops and ops called through a test wrapper that
+#: reorders their arguments.
+EXCLUDED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "bernoulli",
+            "cauchy",
+            "exponential",
+            "geometric",
+            "log_normal",
+            "multinomial",
+            "normal",
+            "normal.in_place",
+            "normal.number_mean",
+            "uniform",
+            "rand_like",
+            "randn",
+            "randn_like",
+            "randint",
+            "randint_like",
+            "nn.functional.dropout",
+            "nn.functional.dropout2d",
+            "nn.functional.dropout3d",
+            "nn.functional.alpha_dropout",
+            "nn.functional.feature_alpha_dropout.with_train",
+            "nn.functional.feature_alpha_dropout.without_train",
+            "nn.functional.rrelu",
+            "nn.functional.fractional_max_pool2d",
+            "nn.functional.fractional_max_pool3d",
+            "svd_lowrank",
+            "pca_lowrank",
+            "lobpcg",
+        ),
+        "random: draws from the global generator, so eager and fused draw different values",
+    ),
+    **dict.fromkeys(
+        ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"),
+        "uninitialized memory: its values are undefined",
+    ),
+    **dict.fromkeys(
+        (
+            "nonzero",
+            "masked_select",
+            "unique",
+            "unique_consecutive",
+            "argwhere",
+            "bincount",
+            "repeat_interleave",
+            "histogram",
+            "histogramdd",
+            "nn.functional.ctc_loss",
+            "combinations",
+        ),
+        "data-dependent output shape",
+    ),
+    **dict.fromkeys(
+        ("item", "tolist", "equal", "is_nonzero", "allclose"),
+        "returns a Python value, not a tensor",
+    ),
+    **dict.fromkeys(
+        (
+            "linalg.eig",
+            "linalg.eigh",
+            "linalg.eigvals",
+            "linalg.eigvalsh",
+            "svd",
+            "linalg.svd",
+            "linalg.qr",
+            "qr",
+            "geqrf",
+            "linalg.householder_product",
+            "ormqr",
+            "linalg.lstsq",
+            "linalg.lstsq.grad_oriented",
+        ),
+        "factorization defined only up to signs or a driver's choice: fp64 and fp32 may pick different ones",
+    ),
+    **dict.fromkeys(
+        ("scatter", "index_put", "index_copy", "put", "_unsafe_masked_index_put_accumulate", "masked_scatter"),
+        "writes through duplicate indices (or masks) in an order the op leaves undefined",
+    ),
+    **dict.fromkeys(
+        ("searchsorted", "bucketize"),
+        "needs sorted boundaries: a seeded input is not sorted, and the result on unsorted ones is undefined",
+    ),
+    **dict.fromkeys(
+        ("to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce", "to_dense"),
+        "sparse layouts",
+    ),
+    **dict.fromkeys(
+        ("nn.functional.scaled_dot_product_attention", "nn.functional.multi_head_attention_forward"),
+        "called through a test wrapper (dropout and head projections); the attention generator writes it",
+    ),
+    **dict.fromkeys(
+        ("max_pool2d_with_indices_backward", "nn.functional.embedding_bag", "nn.functional.embedding"),
+        "called through a test wrapper that reorders its arguments",
+    ),
+    **dict.fromkeys(
+        (
+            "view_as_complex",
+            "complex",
+            "polar",
+            "cdouble",
+            "cfloat",
+            "chalf",
+            "fft.fft",
+            "fft.fft2",
+            "fft.fftn",
+            "fft.rfft",
+            "fft.rfft2",
+            "fft.rfftn",
+            "fft.ifft",
+            "fft.ifft2",
+            "fft.ifftn",
+            "fft.ihfft",
+            "fft.ihfft2",
+            "fft.ihfftn",
+        ),
+        "complex output: the diff rule judges real tensors",
+    ),
+    **dict.fromkeys(
+        (
+            "broadcast_shapes",
+            "eye",
+            "scalar_tensor",
+            "triu_indices",
+            "tril_indices",
+            "signal.windows.hamming",
+            "signal.windows.hann",
+            "signal.windows.bartlett",
+            "signal.windows.blackman",
+            "signal.windows.cosine",
+            "signal.windows.exponential",
+            "signal.windows.gaussian",
+            "signal.windows.kaiser",
+            "signal.windows.general_cosine",
+            "signal.windows.general_hamming",
+            "signal.windows.nuttall",
+        ),
+        "a factory: no tensor argument to feed the chain through",
+    ),
+    **dict.fromkeys(
+        (
+            "nn.functional.linear_cross_entropy.chunked",
+            "nn.functional.linear_cross_entropy.chunked_none",
+            "nn.functional.unfold",
+            "nn.functional.triplet_margin_with_distance_loss",
+            "slice_scatter",
+            "nn.functional.grid_sample",
+        ),
+        "no sample a program can write (a callable argument, a tensor over 4096 elements, or a list as receiver)",
+    ),
+    **dict.fromkeys(
+        (
+            "cholesky",
+            "linalg.cholesky",
+            "nn.functional.prelu",
+            "nn.functional.binary_cross_entropy",
+            "nn.functional.gaussian_nll_loss",
+            "nn.functional.one_hot",
+        ),
+        "needs values a seeded input does not have (a positive-definite matrix, probabilities, "
+        "positive variances, class indices, a weight per channel)",
+    ),
+    **dict.fromkeys(
+        ("linalg.pinv.singular",),
+        "a test wrapper that builds a singular matrix from its inputs",
+    ),
+}
+
+_POINTWISE_INFOS = ("UnaryUfuncInfo", "BinaryUfuncInfo")
+_SCANS = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "cumulative_trapezoid"}
+_VIEWS = {
+    "view",
+    "reshape",
+    "view_as",
+    "reshape_as",
+    "transpose",
+    "permute",
+    "squeeze",
+    "unsqueeze",
+    "flatten",
+    "unflatten",
+    "expand",
+    "expand_as",
+    "narrow",
+    "narrow_copy",
+    "select",
+    "movedim",
+    "moveaxis",
+    "swapaxes",
+    "swapdims",
+    "T",
+    "H",
+    "mT",
+    "mH",
+    "t",
+    "chunk",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "diagonal",
+    "as_strided",
+    "flip",
+    "fliplr",
+    "flipud",
+    "roll",
+    "rot90",
+    "tile",
+    "repeat",
+    "ravel",
+    "contiguous",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "broadcast_to",
+    "broadcast_tensors",
+    "tensor_split",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "unfold",
+    "unfold_copy",
+    "view_copy",
+    "squeeze_copy",
+    "permute_copy",
+    "alias_copy",
+    "cat",
+    "stack",
+    "hstack",
+    "vstack",
+    "dstack",
+    "column_stack",
+    "row_stack",
+    "concat",
+    "concatenate",
+    "diag",
+    "diag_embed",
+    "diagflat",
+    "tril",
+    "triu",
+    "clone",
+    "sum_to_size",
+    "as_strided_copy",
+    "expand_copy",
+    "t_copy",
+    "transpose_copy",
+    "unbind_copy",
+    "view_as_real",
+    "resolve_conj",
+    "resolve_neg",
+    "conj",
+    "conj_physical",
+    "positive",
+    "block_diag",
+    "kron",
+    "trace",
+}
+_INDEXING = {
+    "gather",
+    "scatter_add",
+    "scatter_reduce",
+    "index_select",
+    "index_add",
+    "index_fill",
+    "index_reduce",
+    "take",
+    "take_along_dim",
+    "__getitem__",
+    "masked_fill",
+    "where",
+    "select_scatter",
+    "slice_scatter",
+    "diagonal_scatter",
+    "as_strided_scatter",
+    "nonzero_static",
+    "argsort",
+    "sort",
+    "topk",
+    "kthvalue",
+    "msort",
+    "nn.functional.embedding",
+}
+_MODULE_WORDS = ("conv", "norm", "pad", "linear", "pool", "interpolate", "upsample", "pixel_shuffle")
+
+
+def _op_key(op: Any) -> str:
+    return str(op.name) + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+_DB: dict[str, Any] = {}
+
+
+def op_db() -> dict[str, Any]:
+    """The op database by key (``name`` or ``name.variant``), imported once per process."""
+    if not _DB:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db as ops
+        for op in ops:
+            _DB.setdefault(_op_key(op), op)
+    return _DB
+
+
+def _is_wrapper(fn: Any) -> bool:
+    return getattr(fn, "__name__", "") == "<lambda>" or "torch.testing" in (getattr(fn, "__module__", "") or "")
+
+
+def _callee(op: Any) -> tuple[str, str] | None:
+    """How the program calls ``op``: ``("func", "torch.linalg.norm")``, ``("method", "view")`` (on its
+    first tensor) or ``("attr", "mT")``; None when only a test wrapper calls it."""
+    name = op.name
+    if name in ("T", "H", "mT", "mH"):
+        return ("attr", name)
+    if not _is_wrapper(op.op):
+        path = ("F." + name[len("nn.functional.") :]) if name.startswith("nn.functional.") else f"torch.{name}"
+        obj: Any = {"torch": torch, "F": torch.nn.functional}
+        parts = path.split(".")
+        found: Any = obj[parts[0]]
+        for part in parts[1:]:
+            found = getattr(found, part, None)
+            if found is None:
+                break
+        if found is not None and callable(found):
+            return ("func", path)
+        if name.startswith("__") or hasattr(torch.Tensor, name):
+            return ("method", name)
+        return None
+    method = getattr(op, "method_variant", None)
+    if method is not None and hasattr(torch.Tensor, getattr(method, "__name__", "")):
+        return ("method", method.__name__)
+    return None
+
+
+def dtypes_of(op: Any) -> tuple[str, ...]:
+    supported = op.supported_dtypes("cpu")
+    return tuple(d for d in DTYPES if getattr(torch, d) in supported)
+
+
+def _rule_reason(op: Any) -> str | None:
+    key = _op_key(op)
+    if key in EXCLUDED:
+        return EXCLUDED[key]
+    if op.name in EXCLUDED:
+        return EXCLUDED[op.name]
+    if not dtypes_of(op):
+        return "no CPU dtype among fp32, fp64, fp16, bf16, int64, int32, bool (complex-only or CUDA-only)"
+    if op.name.endswith("_") and not op.name.endswith("__"):
+        return "in-place only"
+    if op.name.startswith("sparse.") or "sparse" in (op.variant_test_name or ""):
+        return "sparse layouts"
+    if getattr(op, "is_factory_function", False):
+        return "a factory: no tensor argument to feed the chain through"
+    if _callee(op) is None:
+        return "called through a test wrapper that reorders its arguments"
+    return None
+
+
+def catalogue() -> tuple[list[str], dict[str, str]]:
+    """The eligible ops (keys of :func:`op_db`) and the excluded ones with the reason for each."""
+    eligible, excluded = [], {}
+    for key, op in op_db().items():
+        reason = _rule_reason(op)
+        if reason is None:
+            eligible.append(key)
+        else:
+            excluded[key] = reason
+    return eligible, excluded
+
+
+def family(key: str) -> str:
+    """The family of an op (:data:`FAMILIES`), from its kind of OpInfo and its name."""
+    op = op_db()[key]
+    name, kind = op.name, type(op).__name__
+    if name in _SCANS:
+        return "scan"
+    if name in _INDEXING:
+        return "indexing"
+    if name in _VIEWS or kind == "ShapeFuncInfo":
+        return "view"
+    if name.startswith("nn.functional.") and any(w in name for w in _MODULE_WORDS):
+        return "module"
+    if kind in _POINTWISE_INFOS:
+        return "pointwise"
+    if kind == "ReductionOpInfo" or name in {"max.reduction_with_dim", "min.reduction_with_dim", "logsumexp"}:
+        return "reduction"
+    if kind == "SpectralFuncInfo" or name.startswith("fft."):
+        return "spectral"
+    if name.startswith("linalg.") or name in {"mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "mv"}:
+        return "linalg"
+    return "other"
+
+
+# --------------------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A tensor of a sample: ``chain`` (the value the op is fed), ``input`` (a seeded input),
+    ``literal`` (small integer tensors, written out: indices whose values matter)."""
+
+    role: str
+    shape: tuple[int, ...]
+    dtype: str
+    values: Any = None  # the literal's nested list; for an integer input, (values kind, scale)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One sample of one op, its tensors replaced by slots: how to write the call."""
+
+    key: str
+    dtype: str
+    callee: tuple[str, str]
+    input: Any
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    slots: tuple[Slot, ...]
+
+    @property
+    def head(self) -> Slot:
+        return self.slots[0]
+
+
+class _Unwritable(Exception):
+    pass
+
+
+_SAMPLE_CACHE: dict[tuple[str, str], list[Template]] = {}
+
+
+def _stable(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
+def templates(key: str, dtype: str) -> list[Template]:
+    """The writable samples of op ``key`` for ``dtype`` (first :data:`_SAMPLES` of its
+    ``reference_inputs`` where it has them, else of ``sample_inputs``), drawn under a seed fixed by
+    the op and dtype, so the list is the same in every process; cached."""
+    cached = _SAMPLE_CACHE.get((key, dtype))
+    if cached is not None:
+        return cached
+    op = op_db()[key]
+    callee = _callee(op)
+    out: list[Template] = []
+    if callee is not None:
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+            warnings.simplefilter("ignore")
+            torch.manual_seed(_stable(f"{key}:{dtype}"))
+            try:
+                source = op.reference_inputs if op.reference_inputs_func is not None else op.sample_inputs
+                samples = list(itertools.islice(source("cpu", getattr(torch, dtype)), _SAMPLES))
+            except Exception:  # noqa: BLE001 - an op whose samples cannot be made on this build
+                samples = []
+            for sample in samples:
+                try:
+                    out.append(_template(key, dtype, callee, sample))
+                except _Unwritable:
+                    continue
+    _SAMPLE_CACHE[(key, dtype)] = out
+    return out
+
+
+def _template(key: str, dtype: str, callee: tuple[str, str], sample: Any) -> Template:
+    slots: list[Slot] = []
+
+    def conv(obj: Any, first: bool = False) -> Any:
+        if isinstance(obj, torch.Tensor):
+            if obj.is_complex() or obj.layout != torch.strided or obj.numel() > _MAX_NUMEL:
+                raise _Unwritable
+            d = str(obj.dtype).removeprefix("torch.")
+            shape = tuple(obj.shape)
+            if first:
+                if obj.numel() == 0:
+                    raise _Unwritable
+                slot = Slot("chain", shape, d)
+            elif obj.is_floating_point() or obj.dtype == torch.bool:
+                slot = Slot("input", shape, d)
+            elif obj.numel() <= _MAX_LITERAL:
+                slot = Slot("literal", shape, d, obj.tolist())
+            else:
+                low, high = int(obj.min()), int(obj.max())
+                kind = ("index", float(max(high + 1, 1))) if low >= 0 else ("int", float(max(abs(low), high, 1)))
+                slot = Slot("input", shape, d, kind)
+            slots.append(slot)
+            return ("__slot__", len(slots) - 1)
+        if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+            items = [conv(o, first and i == 0) for i, o in enumerate(obj)]
+            return ("__list__" if isinstance(obj, list) else "__tuple__", tuple(items))
+        if isinstance(obj, torch.Size):
+            return ("__tuple__", tuple(int(s) for s in obj))
+        if isinstance(obj, complex):
+            raise _Unwritable
+        if obj is None or isinstance(obj, (bool, int, float, str)) or obj is Ellipsis:
+            return obj
+        if isinstance(obj, (torch.dtype, torch.memory_format, torch.layout)):
+            if isinstance(obj, torch.dtype) and obj.is_complex:
+                raise _Unwritable
+            return ("__torch__", str(obj).removeprefix("torch."))
+        if isinstance(obj, torch.device):
+            return ("__device__", None)
+        if isinstance(obj, slice):
+            return ("__slice__", (conv(obj.start), conv(obj.stop), conv(obj.step)))
+        raise _Unwritable
+
+    first = conv(sample.input, first=True)
+    if not slots or slots[0].role != "chain":
+        raise _Unwritable
+    args = tuple(conv(a) for a in sample.args)
+    kwargs = tuple((str(k), conv(v)) for k, v in sample.kwargs.items())
+    return Template(key, dtype, callee, first, args, kwargs, tuple(slots))
+
+
+def _number(x: float | int | bool) -> str:
+    if isinstance(x, (bool, int)):
+        return repr(x)
+    if math.isnan(x):
+        return "float('nan')"
+    if math.isinf(x):
+        return "float('inf')" if x > 0 else "-float('inf')"
+    return repr(x)
+
+
+def _write(obj: Any, names: Sequence[str], device: str) -> str:
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and obj[0].startswith("__"):
+        tag, body = obj
+        if tag == "__slot__":
+            return names[body]
+        if tag in ("__list__", "__tuple__"):
+            items = [_write(o, names, device) for o in body]
+            if tag == "__list__":
+                return "[" + ", ".join(items) + "]"
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if tag == "__torch__":
+            return f"torch.{body}"
+        if tag == "__device__":
+            return repr(device)
+        if tag == "__slice__":
+            return "slice(" + ", ".join(_write(o, names, device) for o in body) + ")"
+    if obj is Ellipsis:
+        return "..."
+    if isinstance(obj, (bool, int, float)):
+        return _number(obj)
+    return repr(obj)
+
+
+def _call(t: Template, names: Sequence[str], device: str) -> str:
+    head = _write(t.input, names, device)
+    args = [_write(a, names, device) for a in t.args] + [f"{k}={_write(v, names, device)}" for k, v in t.kwargs]
+    kind, name = t.callee
+    if kind == "attr":
+        return f"{head}.{name}"
+    if kind == "method":
+        if t.input[0] != "__slot__":  # a list as the receiver: not writable as a method call
+            raise _Unwritable
+        return f"{head}.{name}({', '.join(args)})"
+    return f"{name}({', '.join([head, *args])})"
+
+
+# --------------------------------------------------------------------------------------- programs
+
+
+@dataclass
+class _State:
+    p: Program
+    dtype: str
+    mode: str
+    env: dict[str, Any] = field(default_factory=dict)  # name -> eager value
+    env64: dict[str, Any] = field(default_factory=dict)  # name -> fp64-run value
+    ops: list[dict[str, str]] = field(default_factory=list)
+    float_ref: str | None = None  # a float input of the program's dtype (casts are spelled by it)
+
+
+_MAKER: dict[str, Any] = {}
+
+
+def _make(inputs: Sequence[Input]) -> list[torch.Tensor]:
+    """The tensors of ``inputs``, made as the program's file makes them."""
+    if not _MAKER:
+        from .. import specials
+
+        _MAKER["torch"] = torch
+        exec(compile(specials.SOURCE + "\n" + _MAKE_SRC, "<opinfo make>", "exec"), _MAKER)
+    _MAKER["SPECS"] = [(i.shape, getattr(torch, i.dtype), i.seed, i.layout, i.scale, i.values) for i in inputs]
+    made: list[torch.Tensor] = _MAKER["make"]()
+    return made
+
+
+def _tiny(dtype: str) -> float:
+    return float(torch.finfo(getattr(torch, dtype)).smallest_normal)
+
+
+def _new_input(st: _State, shape: tuple[int, ...], dtype: str, values: Any = None, first: bool = False) -> str:
+    """A seeded input of ``shape`` and ``dtype``, its values from the range mode (the first input,
+    and sometimes the others) or plain; made and put in both environments."""
+    p, rng = st.p, st.p.rng
+    d = getattr(torch, dtype)
+    layout = "contiguous"
+    if d == torch.bool:
+        kind, scale, prefix = "bool", 1.0, "b"
+    elif not d.is_floating_point:
+        prefix = "i"
+        if values is not None:
+            kind, scale = values
+        elif st.mode == "int_width" and (first or rng.random() < 0.5):
+            bits = torch.iinfo(d).bits
+            kind, scale = "int", float(2 ** min(bits - 2, 62) * rng.choice((1, 2)) - (rng.random() < 0.5))
+        else:
+            kind, scale = "int", rng.choice((3.0, 16.0, 100.0))
+    else:
+        prefix = "f"
+        kind, scale = "normal", rng.choice((1.0, 1.0, 4.0, 0.1))
+        mode = st.mode if (first or rng.random() < 0.3) else "normal"
+        if mode == "tiny":
+            scale = _tiny(dtype) * rng.choice((2.0**-6, 1.0, 64.0))
+        elif mode == "huge":
+            scale = float(torch.finfo(d).max) / rng.choice((4.0, 64.0, 2.0**20))
+        elif mode == "signed_zero":
+            scale = 0.0
+        elif mode == "nonfinite":
+            kind = rng.choice(("edge", "specials"))
+            scale = 1.0
+        elif mode == "domain_edge":
+            kind = rng.choice(("normal", "grid"))
+    if first and len(shape) >= 1:
+        layout = _layout(rng)
+        if layout in ("transposed", "broadcast") and len(shape) < 2:
+            layout = "contiguous"
+    name = f"{prefix}{len(p.inputs)}"
+    seed = (p.seed * 1_000_003 + len(p.inputs) * 7919) % 2**31
+    inp = Input(name, tuple(shape), dtype, seed, layout, scale, kind)
+    p.inputs.append(inp)
+    p.kinds[name] = (prefix, tuple(shape))
+    t = _make([inp])[0]
+    st.env[name] = t
+    st.env64[name] = t.double() if t.is_floating_point() else t
+    if prefix == "f" and dtype == st.dtype and st.float_ref is None:
+        st.float_ref = name
+    return name
+
+
+def _literal(slot: Slot) -> str:
+    return f"torch.tensor({slot.values!r}, dtype=torch.{slot.dtype})"
+
+
+def _cast(st: _State, expr: str, src: torch.dtype, dst: str) -> str | None:
+    """``expr`` cast to ``dst``, or None where the cast could jump (a float truncated to an integer
+    or tested against zero: a rounding's worth moves the result)."""
+    d = getattr(torch, dst)
+    if src == d:
+        return expr
+    if src.is_floating_point and not d.is_floating_point:
+        return None
+    if d.is_floating_point and dst == st.dtype and st.float_ref is not None:
+        return f"{expr}.to({st.float_ref}.dtype)"  # a no-op in the fp64 run, as the program means
+    return f"{expr}.to(torch.{dst})"
+
+
+def _adapt(expr: str, have: tuple[int, ...], want: tuple[int, ...]) -> str:
+    """``expr`` of shape ``have`` made to shape ``want``: reshaped, cut or repeated in memory order."""
+    if have == want:
+        return expr
+    n, m = math.prod(want), math.prod(have)
+    flat = f"{expr}.reshape({want!r})" if n == m else None
+    if flat is None and m > n:
+        flat = f"{expr}.flatten()[:{n}].reshape({want!r})"
+    if flat is None:
+        flat = f"{expr}.flatten().repeat({-(-n // m)})[:{n}].reshape({want!r})"
+    return flat
+
+
+def _domain(op: Any) -> tuple[float | None, float | None]:
+    dom = getattr(op, "domain", None) or (None, None)
+    lo, hi = dom
+    return lo, hi
+
+
+def _into_domain(st: _State, expr: str, op: Any, dtype: torch.dtype) -> tuple[str, str | None]:
+    """``expr`` mapped into the op's domain (or, in ``domain_edge`` mode, to its lower edge)."""
+    lo, hi = _domain(op)
+    if lo is None and hi is None:
+        return expr, None
+    if st.mode == "domain_edge":
+        edge = float(lo if lo is not None else hi)  # type: ignore[arg-type]
+        if dtype.is_floating_point:
+            return f"({expr} * {st.p.rng.choice((2.0**-10, 2.0**-4, 0.0))!r} + {_number(edge)})", "edge"
+        return f"({expr} + {int(edge)})", "edge"
+    if not dtype.is_floating_point:
+        if dtype == torch.bool:
+            return expr, None
+        low = None if lo is None else math.ceil(lo)
+        high = None if hi is None else math.floor(hi)
+        return f"{expr}.clamp({low!r}, {high!r})", "inside"
+    if lo is not None and hi is not None:
+        half, mid = (hi - lo) / 2 * 0.99, (hi + lo) / 2
+        return f"(torch.tanh({expr}) * {half!r} + {mid!r})", "inside"
+    if lo is not None:
+        return (f"{expr}.abs()" if lo == 0 else f"({expr}.abs() + {_number(float(lo))})"), "inside"
+    return f"({_number(float(hi))} - {expr}.abs())", "inside"  # type: ignore[arg-type]
+
+
+def _run(expr: str, env: dict[str, Any]) -> Any:
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        return eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
+
+
+def _usable(value: Any) -> list[torch.Tensor] | None:
+    items = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not items or not all(isinstance(t, torch.Tensor) for t in items):
+        return None
+    if any(t.is_complex() or t.numel() == 0 or t.numel() > 1 << 17 or t.is_sparse for t in items):
+        return None
+    return items
+
+
+def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None:
+    """Run the step eagerly and in fp64; on success, write its line(s) and return the chain's new
+    value (element 0 of a tuple result; its other elements stay as outputs)."""
+    try:
+        raw = _run(expr, st.env)
+        eager = _usable(raw)
+        ref = _usable(_run(expr, st.env64)) if eager is not None else None
+    except Exception:  # noqa: BLE001 - a step the op rejects is drawn again
+        return None
+    if eager is None or ref is None or len(eager) != len(ref):
+        return None
+    if any(e.dtype.is_floating_point != r.dtype.is_floating_point for e, r in zip(eager, ref, strict=True)):
+        return None
+    p = st.p
+    name = f"v{len(p.lines)}"
+    p.lines.append(f"    {name} = {expr}")
+    single = not isinstance(raw, (tuple, list))
+    if single:
+        st.env[name], st.env64[name] = eager[0], ref[0]
+        p.kinds[name] = ("t", tuple(eager[0].shape))
+        chain = name
+    else:
+        p.kinds[name] = ("tuple", ())
+        chain = ""
+        for k, (e, r) in enumerate(zip(eager[:3], ref[:3], strict=True)):
+            part = f"v{len(p.lines)}"
+            p.lines.append(f"    {part} = {name}[{k}]")
+            st.env[part], st.env64[part] = e, r
+            p.kinds[part] = ("t", tuple(e.shape))
+            chain = chain or part
+    st.ops.append({"op": key, "dtype": dtype, "family": family(key), "how": how})
+    fam = family(key)
+    if fam not in ("pointwise", "view"):
+        p.reduction = max(p.reduction, max(int(t.numel()) for t in st.env.values() if isinstance(t, torch.Tensor)))
+    return chain
+
+
+def _op_step(st: _State, head: str | None, keys: Sequence[str]) -> str | None:
+    """One op of ``keys`` fed ``head`` (None: the chain's first op, fed a new input)."""
+    rng = st.p.rng
+    key = rng.choice(keys)
+    op = op_db()[key]
+    dtypes = dtypes_of(op)
+    have = st.env[head] if head is not None else None
+    if have is not None and str(have.dtype).removeprefix("torch.") in dtypes:
+        dtype = str(have.dtype).removeprefix("torch.")
+    elif st.dtype in dtypes:
+        dtype = st.dtype
+    else:
+        dtype = rng.choice(dtypes)
+    pool = templates(key, dtype)
+    if not pool:
+        return None
+    if have is not None and rng.random() < 0.7:  # prefer a sample whose first tensor fits as it is
+        fits = [t for t in pool if t.head.shape == tuple(have.shape)]
+        pool = fits or pool
+    t = rng.choice(pool)
+    names: list[str] = []
+    mark = len(st.p.inputs)
+    out = None
+    try:
+        for k, slot in enumerate(t.slots):
+            if k == 0:
+                if head is None:
+                    expr = _new_input(st, slot.shape, slot.dtype, first=True)
+                else:
+                    assert have is not None
+                    cast = _cast(st, head, have.dtype, slot.dtype)
+                    if cast is None:
+                        raise _Unwritable
+                    expr = _adapt(cast, tuple(have.shape), slot.shape)
+                expr, _ = _into_domain(st, expr, op, getattr(torch, slot.dtype))
+                names.append(expr)
+            elif slot.role == "literal":
+                names.append(_literal(slot))
+            else:
+                names.append(_new_input(st, slot.shape, slot.dtype, slot.values))
+        out = _commit(st, _call(t, names, st.p.device), key, dtype, "op")
+    except Exception:  # noqa: BLE001 - an input or call this sample cannot have: drawn again
+        out = None
+    if out is None:  # undo the inputs this step made
+        for inp in st.p.inputs[mark:]:
+            st.env.pop(inp.name, None)
+            st.env64.pop(inp.name, None)
+            st.p.kinds.pop(inp.name, None)
+        del st.p.inputs[mark:]
+        if st.float_ref is not None and st.float_ref not in st.env:
+            st.float_ref = None
+    return out
+
+
+def _scalars(st: _State, dtype: torch.dtype) -> tuple[float | int, ...]:
+    if not dtype.is_floating_point and dtype != torch.bool:
+        if st.mode == "int_width":
+            big = 2 ** (torch.iinfo(dtype).bits - 2)
+            return (big, -big, big - 1, 2, -1)
+        return (2, 3, -1, 7, 16)
+    by_mode: dict[str, tuple[float, ...]] = {
+        "nonfinite": (0.0, -0.0, math.inf, -math.inf, math.nan, 1.0),
+        "signed_zero": (0.0, -0.0, 1.0, -1.0),
+        "tiny": (1e-30, -1e-40, 2.0**-24, 0.0),
+        "huge": (1e30, 65504.0, 3.0e38, -1e300),
+    }
+    return by_mode.get(st.mode, (2.0, 0.5, -3.0, 0.1, 7.0, 0.3, 1e-3))
+
+
+def _scalar_step(st: _State, head: str, binaries: Sequence[str]) -> str | None:
+    """A binary pointwise op with ``head`` on its left and a Python scalar on its right."""
+    rng = st.p.rng
+    have = st.env[head]
+    dtype = str(have.dtype).removeprefix("torch.")
+    keys = [k for k in binaries if dtype in dtypes_of(op_db()[k])]
+    if not keys:
+        return None
+    key = rng.choice(keys)
+    op = op_db()[key]
+    scalar = _number(rng.choice(_scalars(st, have.dtype)))
+    kind, name = _callee(op) or ("", "")
+    if kind == "func":
+        expr = f"{name}({head}, {scalar})"
+    elif kind == "method":
+        expr = f"{head}.{name}({scalar})"
+    else:
+        return None
+    out = _commit(st, expr, key, dtype, "scalar")
+    if out is not None:
+        st.p.features.add("python_scalar")
+    return out
+
+
+_KEYS: dict[str, list[str]] = {}
+
+
+def _keys() -> dict[str, list[str]]:
+    """Eligible op keys, all and by role (module ops, binary ops with a scalar right side)."""
+    if not _KEYS:
+        eligible, _ = catalogue()
+        _KEYS["all"] = eligible
+        _KEYS["module"] = [k for k in eligible if family(k) == MODULE_FAMILY]
+        _KEYS["scalar"] = [
+            k
+            for k in eligible
+            if type(op_db()[k]).__name__ == "BinaryUfuncInfo"
+            and getattr(op_db()[k], "supports_rhs_python_scalar", False)
+            and (_callee(op_db()[k]) or ("",))[0] in ("func", "method")
+        ]
+    return _KEYS
+
+
+def _program(p: Program, dtype: str | None) -> Case:
+    rng = p.rng
+    dtype = dtype or rng.choices(DTYPES, _DTYPE_WEIGHTS)[0]
+    d = getattr(torch, dtype)
+    mode = rng.choice(FLOAT_MODES if d.is_floating_point else INT_MODES if d != torch.bool else ("normal",))
+    compile_mode = rng.choices(COMPILE_MODES, (2, 1, 1))[0]
+    n_ops = rng.randint(MIN_OPS, MAX_OPS)
+    keys = _keys()
+    for _attempt in range(8):
+        p.inputs, p.lines, p.kinds, p.features, p.reduction = [], [], {}, set(), 1
+        st = _State(p, dtype, mode)
+        first = keys["module"] if rng.random() < 0.3 else keys["all"]
+        first = [k for k in first if dtype in dtypes_of(op_db()[k])] or first
+        head = None
+        for _ in range(12):
+            head = _op_step(st, None, first)
+            if head is not None:
+                break
+        if head is None:
+            continue
+        tries = 0
+        while len(st.ops) < n_ops and tries < 24:
+            tries += 1
+            scalar = rng.random() < 0.25
+            nxt = _scalar_step(st, head, keys["scalar"]) if scalar else _op_step(st, head, keys["all"])
+            head = nxt or head
+        if len(st.ops) >= MIN_OPS:
+            break
+    else:
+        raise RuntimeError(f"opinfo: no program of {MIN_OPS} ops for seed {p.seed} ({dtype})")
+    p.dtype = dtype
+    record: dict[str, Any] = {"mode": compile_mode}
+    if compile_mode == "mark_dynamic":
+        first_input = p.inputs[0]
+        dims = [k for k, s in enumerate(first_input.shape) if s >= 2]
+        if dims:
+            record.update(input=0, dim=rng.choice(dims))
+        else:
+            record = {"mode": "dynamic"}
+    p.features.update({f"opinfo_{o['family']}" for o in st.ops})
+    p.features.update({f"mode_{mode}", f"compile_{record['mode']}"})
+    consumed = {m for line in p.lines[1:] for m in _names_in(line.split(" = ", 1)[1])}
+    outs = [n for n in p.kinds if n.startswith("v") and p.kinds[n][0] == "t" and n not in consumed][-4:]
+    case = p.case(outs, "opinfo")
+    extra = {**case.extra, "ops": st.ops, "dtype": dtype, "mode": mode, "compile": record}
+    return case.with_(extra=extra, setup=setup_source(record), title=f"difftest opinfo seed {p.seed} ({dtype}, {mode})")
+
+
+def _names_in(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"\bv\d+\b", text))
+
+
+def generate_opinfo(seed: int, dtype: str | None = None, device: str = "cpu") -> Case:
+    """The ``opinfo`` program of ``seed`` (in ``dtype`` where given, one of :data:`DTYPES`)."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    rng = random.Random(f"opinfo:{seed}")
+    p = Program(seed, rng, dtype or "float32", device=device)
+    with torch.random.fork_rng(devices=[]):
+        case = _program(p, dtype)
+    return case.with_(id=f"opinfo-{seed}-{case.extra['dtype']}")
+
+
+# --------------------------------------------------------------------------------------- coverage
+
+
+@dataclass
+class Coverage:
+    """How often each (op, dtype, mode) occurs among generated programs."""
+
+    programs: int
+    #: (op, dtype, mode) -> programs holding it
+    counts: Counter[tuple[str, str, str]]
+    ops: Counter[str]
+    dtypes: Counter[str]
+    modes: Counter[str]
+    compile_modes: Counter[str]
+    families: Counter[str]
+    eligible: list[str]
+
+    def per_1000(self, key: tuple[str, str, str]) -> float:
+        return 1000.0 * self.counts[key] / self.programs if self.programs else 0.0
+
+    @property
+    def reached(self) -> float:
+        """Share of eligible ops in at least one program."""
+        return len(set(self.ops) & set(self.eligible)) / len(self.eligible) if self.eligible else 0.0
+
+    def summary(self) -> str:
+        missing = sorted(set(self.eligible) - set(self.ops))
+        rows = [
+            f"programs: {self.programs}",
+            f"eligible ops reached: {len(set(self.ops) & set(self.eligible))} of {len(self.eligible)} ({100 * self.reached:.1f}%)",
+            "dtypes (programs): " + ", ".join(f"{k} {v}" for k, v in sorted(self.dtypes.items())),
+            "modes (programs): " + ", ".join(f"{k} {v}" for k, v in sorted(self.modes.items())),
+            "compile modes (programs): " + ", ".join(f"{k} {v}" for k, v in sorted(self.compile_modes.items())),
+            "op families (occurrences): " + ", ".join(f"{k} {v}" for k, v in sorted(self.families.items())),
+            f"never drawn ({len(missing)}): " + ", ".join(missing),
+        ]
+        return "\n".join(rows)
+
+    def table(self) -> str:
+        """One line per (op, dtype, mode): programs per 1000."""
+        lines = [f"{'op':40} {'dtype':9} {'mode':12} per1000"]
+        for (op, dt, mode), _n in sorted(self.counts.items()):
+            lines.append(f"{op:40} {dt:9} {mode:12} {self.per_1000((op, dt, mode)):7.1f}")
+        return "\n".join(lines)
+
+
+def coverage(cases: Iterable[Case], eligible: Sequence[str] | None = None) -> Coverage:
+    """The coverage of ``cases`` (opinfo programs), counted from their records alone (no running):
+    a program counts once per (op, dtype, mode) it holds, whatever the number of occurrences."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    ops: Counter[str] = Counter()
+    dtypes: Counter[str] = Counter()
+    modes: Counter[str] = Counter()
+    compiles: Counter[str] = Counter()
+    fams: Counter[str] = Counter()
+    n = 0
+    for case in cases:
+        n += 1
+        mode = case.extra["mode"]
+        seen = {(o["op"], o["dtype"], mode) for o in case.extra["ops"]}
+        counts.update(seen)
+        ops.update({o["op"] for o in case.extra["ops"]})
+        dtypes.update({case.extra["dtype"]} | {o["dtype"] for o in case.extra["ops"]})
+        modes[mode] += 1
+        compiles[case.extra["compile"]["mode"]] += 1
+        fams.update(o.get("family", "other") for o in case.extra["ops"])
+    return Coverage(
+        n, counts, ops, dtypes, modes, compiles, fams, list(eligible if eligible is not None else catalogue()[0])
+    )
+
+
+def exclusions_by_reason(excluded: dict[str, str]) -> dict[str, list[str]]:
+    """The excluded ops grouped by reason."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for key, reason in sorted(excluded.items()):
+        out[reason].append(key)
+    return dict(out)
