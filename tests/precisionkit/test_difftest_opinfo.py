@@ -1,0 +1,135 @@
+"""The ``opinfo`` generator of the differential tester: deterministic programs of 2 to 8 ops from
+PyTorch's op database, compiled statically or dynamically as the program says, every excluded op
+with its reason, coverage counted from the programs' records, and programs that run clean."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+pytest.importorskip("expecttest")  # torch's op database needs it
+
+from precisionkit.difftest import (
+    generate,
+    opinfo,
+    run,
+)
+from precisionkit.difftest.compile_modes import compiled_as, setup_source
+from precisionkit.repro import Case, Input, namespace, render
+
+SEEDS = range(6)
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[Case]:
+    return [generate(s, "opinfo") for s in SEEDS]
+
+
+def test_generation_is_a_function_of_the_seed(cases: list[Case]) -> None:
+    again = generate(SEEDS[2], "opinfo")
+    first = cases[2]
+    assert (again.id, again.source, again.inputs, again.setup) == (first.id, first.source, first.inputs, first.setup)
+    assert again.extra == first.extra
+    assert len({c.source for c in cases}) == len(cases)
+
+
+def test_chains_hold_two_to_eight_ops(cases: list[Case]) -> None:
+    for case in cases:
+        ops = case.extra["ops"]
+        assert opinfo.MIN_OPS <= len(ops) <= opinfo.MAX_OPS, case.id
+        assert all(o["op"] in opinfo.op_db() for o in ops)
+        assert case.rule == "diff" and case.id.startswith("opinfo-") and case.extra["dtype"] in opinfo.DTYPES
+
+
+def test_a_dynamic_program_compiles_with_symbolic_sizes(cases: list[Case]) -> None:
+    seen: list[bool] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[object]) -> object:
+        symbolic = any(isinstance(a, torch.SymInt) for a in example_inputs) or any(
+            isinstance(s, torch.SymInt) for a in example_inputs if isinstance(a, torch.Tensor) for s in a.shape
+        )
+        seen.append(symbolic)
+        return gm.forward
+
+    case = Case(
+        "dyn",
+        "def graph(f0):\n    v0 = torch.exp(f0)\n    v1 = torch.sum(v0, 1)\n    return v1\n",
+        (Input("f0", (4, 9)),),
+        rule="diff",
+        extra={"compile": {"mode": "dynamic"}},
+    )
+    scope = namespace(case)
+    torch._dynamo.reset()
+    with compiled_as(case):
+        torch.compile(scope["graph"], backend=backend)(*scope["make"]())
+    assert seen and seen[0]
+    seen.clear()
+    torch._dynamo.reset()
+    torch.compile(scope["graph"], backend=backend)(*scope["make"]())  # outside: static again
+    assert seen == [False]
+    torch._dynamo.reset()
+    # the reproducer file compiles the same way when it runs as a script, and only then
+    text = render(case.with_(setup=setup_source(case.extra["compile"])))
+    assert 'if __name__ == "__main__"' in text and "dynamic=True" in text
+    before = torch.compile
+    namespace(case.with_(setup=setup_source({"mode": "dynamic"})))
+    assert torch.compile is before  # in process the setup does nothing: the runner compiles as the case says
+    marked = {"mode": "mark_dynamic", "input": 0, "dim": 1}
+    assert "maybe_mark_dynamic(args[0], 1)" in setup_source(marked)
+
+
+def test_programs_record_a_compile_mode_the_runner_understands() -> None:
+    modes = Counter(generate(s, "opinfo").extra["compile"]["mode"] for s in range(20, 32))
+    assert set(modes) <= {"static", "dynamic", "mark_dynamic"} and len(modes) >= 2
+
+
+def test_every_excluded_op_has_a_reason() -> None:
+    eligible, excluded = opinfo.catalogue()
+    assert len(eligible) > 400 and len(excluded) > 50
+    assert not set(eligible) & set(excluded)
+    assert all(isinstance(r, str) and len(r) > 10 for r in excluded.values())
+    assert set(eligible) | set(excluded) == set(opinfo.op_db())
+    assert "bernoulli" in excluded and "random" in excluded["bernoulli"]
+    groups = opinfo.exclusions_by_reason(excluded)
+    assert sum(len(v) for v in groups.values()) == len(excluded)
+
+
+def test_coverage_counts_programs_per_op_dtype_and_mode() -> None:
+    def fake(seed: int, dtype: str, mode: str, ops: list[tuple[str, str]], compile_mode: str = "static") -> Case:
+        return Case(
+            f"opinfo-{seed}",
+            "def graph(f0):\n    return f0\n",
+            (Input("f0", (2,)),),
+            rule="diff",
+            extra={
+                "dtype": dtype,
+                "mode": mode,
+                "compile": {"mode": compile_mode},
+                "ops": [{"op": o, "dtype": d, "family": "pointwise", "how": "op"} for o, d in ops],
+            },
+        )
+
+    cases = [
+        fake(0, "float32", "tiny", [("exp", "float32"), ("exp", "float32"), ("log", "float32")]),
+        fake(1, "float32", "tiny", [("exp", "float32")], "dynamic"),
+        fake(2, "int64", "normal", [("add", "int64"), ("exp", "float32")]),
+        fake(3, "float64", "huge", [("add", "float64")]),
+    ]
+    cov = opinfo.coverage(cases, eligible=["exp", "log", "add", "sin"])
+    assert cov.programs == 4
+    assert cov.counts[("exp", "float32", "tiny")] == 2  # once per program, not per occurrence
+    assert cov.per_1000(("exp", "float32", "tiny")) == 500.0
+    assert cov.counts[("exp", "float32", "normal")] == 1 and cov.counts[("log", "float32", "tiny")] == 1
+    assert cov.reached == 0.75
+    assert cov.modes == Counter({"tiny": 2, "normal": 1, "huge": 1})
+    assert cov.compile_modes == Counter({"static": 3, "dynamic": 1})
+    assert cov.dtypes["float32"] == 3 and cov.dtypes["int64"] == 1
+    assert "never drawn (1): sin" in cov.summary()
+
+
+def test_programs_run_clean_on_the_eager_backend(cases: list[Case]) -> None:
+    for case in cases[:3]:
+        out = run(case, backend="eager")
+        assert out.klass == "ok", (case.id, out.message, case.source)
