@@ -58,8 +58,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._tensors import FORMAT
 from .bits import ulp_diff
+from .bounds import unit_roundoff
 from .paths import fused
 from .reference import _float64_defaults
 
@@ -183,11 +183,6 @@ def _structure(value: Any) -> str:
         else:
             parts.append(type(t).__name__)
     return "; ".join(parts)
-
-
-def unit_roundoff(dtype: torch.dtype) -> float:
-    """``2**-(p+1)`` with ``p`` explicit mantissa bits: half the spacing at 1.0."""
-    return 2.0 ** -(FORMAT[dtype][1] + 1)
 
 
 def _select(model: nn.Module, modules: Any) -> list[tuple[str, nn.Module]]:

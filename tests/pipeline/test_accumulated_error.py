@@ -737,7 +737,8 @@ def test_masked_row_check_contradicts_zeros_and_supports_the_defined_answer():
 def test_library_bound_covers_each_legitimate_boundary_and_not_two_ulps_of_the_row():
     """matmul -> add -> layernorm: the library's bf16 output then the fp32 layer norm stays inside the
     absolute bound; moving an element by 2 ULPs of the row's largest value leaves it."""
-    from pipeline.experiments.accumulated_error.library_bounds import absolute_bound, gamma
+    from pipeline.experiments.accumulated_error.library_bounds import absolute_bound
+    from precisionkit.bounds import gamma
 
     wl = WORKLOADS["matmul_add_layernorm"]
     drawn = wl.sample(POOL_SIZES["default"], "normal", 1, 11)
@@ -751,7 +752,7 @@ def test_library_bound_covers_each_legitimate_boundary_and_not_two_ulps_of_the_r
     assert ((wl.fn(x, w, b).double() - ref).abs() <= bound).all()  # eager takes the same boundary
     step = 2 * torch.finfo(torch.bfloat16).eps * 2.0 ** torch.floor(torch.log2(ref.abs().amax(-1, keepdim=True)))
     assert ((library + step - ref).abs() > bound).any()
-    assert gamma(128) == pytest.approx(128 * 2.0**-24, rel=1e-5)
+    assert gamma(128, torch.float32) == pytest.approx(128 * 2.0**-24, rel=1e-5)
 
 
 def test_b_page_prints_the_verdict_and_bound_tables_the_summary_stored():

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.experiments.reduction_order.summation_bounds import (
+from precisionkit.bounds import (
     bound_formula,
     chain_length,
     gamma,

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from precisionkit.locator import locate_divergence, unit_roundoff
+from precisionkit.bounds import unit_roundoff
+from precisionkit.locator import locate_divergence
 
 BACKEND = "pk_test_locator_mul_bias"
 BIAS = 1 + 2**-7

@@ -36,12 +36,13 @@ from collections.abc import Callable
 
 import torch
 
+from precisionkit.bounds import unit_roundoff
 from precisionkit.stats import round_to_dtype
 
 from ...workloads import RMS_EPS
 
 #: Unit roundoff of fp32.
-U32 = 2.0**-24
+U32 = unit_roundoff(torch.float32)
 #: Azuma–Hoeffding's lambda: a reduction's rounding error exceeds its bound with probability at most
 #: 2 exp(-lambda^2 / 2) under the independent mean-zero model.
 LAMBDA = 6.0

@@ -12,10 +12,10 @@ the steps of the chain with ``u = 2^-24`` (fp32) and ``u16`` (the dtype's unit r
 - **Library matmul** of ``K`` terms, ``C = A B`` with fp32 accumulation: the products of 16-bit numbers are
   exact in fp32, and any summation order (blocked, split, per lane) is within the deterministic
   ``gamma_K = K u / (1 - K u)`` times ``sum_k |a_ik| |b_kj|`` (Higham, *Accuracy and Stability of Numerical
-  Algorithms*, 2nd ed., chapter 3). The deterministic form is used rather than the probabilistic
-  ``lambda u sqrt(K)`` of :mod:`.bounds`: a library's blocking and split-K are not the independent roundings
-  that form assumes, and at these sizes it costs nothing (``gamma_128 = 7.6e-6``, against ``u16`` of 4.9e-4
-  or 3.9e-3). A library may round its output to the dtype once: ``u16 |c|`` more.
+  Algorithms*, 2nd ed., chapter 3; :func:`precisionkit.bounds.matmul_error_bound`). The deterministic form
+  is used rather than the probabilistic ``lambda u sqrt(K)`` of :mod:`.bounds`: a library's blocking and
+  split-K are not the independent roundings that form assumes, and at these sizes it costs nothing
+  (``gamma_128 = 7.6e-6``, against ``u16`` of 4.9e-4 or 3.9e-3). A library may round its output to the dtype once: ``u16 |c|`` more.
 - **Elementwise fp32 steps** (a bias add, the 1/sqrt(d) scale, an additive mask) add ``u`` times their result.
   An additive mask of -1e4 matters: the score then lives next to 1e4, where fp32 keeps only 2^-11 absolute,
   so a fully masked row's weights carry a relative error of about 6e-4 that no library can avoid.
@@ -50,32 +50,11 @@ from collections.abc import Callable
 
 import torch
 
+from precisionkit.bounds import gamma, matmul_error_bound, rounding_error, unit_roundoff
 from precisionkit.stats import spacing
 
 from ...workloads import MASKED
 from .bounds import LAYER_NORM_EPS, U32, _layernorm_bound, _softmax_bound
-
-
-def gamma(k: int) -> float:
-    """Higham's ``gamma_k = k u / (1 - k u)`` in fp32: the deterministic relative bound of a sum of ``k``
-    terms (relative to the sum of their magnitudes), in any order.
-
-    >>> f"{gamma(128):.3g}"
-    '7.63e-06'
-    """
-    return k * U32 / (1.0 - k * U32)
-
-
-def _unit16(dtype: torch.dtype) -> float:
-    """Unit roundoff of a 16-bit dtype (half its machine epsilon)."""
-    return torch.finfo(dtype).eps / 2.0
-
-
-def _rounded16(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """How far rounding ``t`` (fp64, magnitudes) to ``dtype`` can move it: ``u16 |t|`` plus half the
-    smallest subnormal."""
-    fi = torch.finfo(dtype)
-    return _unit16(dtype) * t.abs() + fi.smallest_normal * fi.eps / 2.0
 
 
 def _final(beta: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -84,7 +63,7 @@ def _final(beta: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.T
 
 
 def _second_order(dtype: torch.dtype) -> float:
-    return 1.0 + 8.0 * _unit16(dtype)
+    return 1.0 + 8.0 * unit_roundoff(dtype)
 
 
 def matmul_add_layernorm_bound(
@@ -94,9 +73,7 @@ def matmul_add_layernorm_bound(
     matmul (bias inside or after it) rounded to the dtype, then the fp32 layer norm, then the final rounding."""
     xw = x @ w
     y = xw + b
-    err_y = (
-        gamma(x.shape[-1]) * (x.abs() @ w.abs()) + U32 * y.abs() + _rounded16(torch.maximum(xw.abs(), y.abs()), dtype)
-    )
+    err_y = matmul_error_bound(x, w) + U32 * y.abs() + rounding_error(torch.maximum(xw.abs(), y.abs()), dtype)
     mu = y.mean(-1, keepdim=True)
     d = y - mu
     r = torch.rsqrt((d * d).mean(-1, keepdim=True) + LAYER_NORM_EPS)
@@ -114,17 +91,17 @@ def _attention_bound(
     probabilities rounded to the dtype, the second library matmul, the final rounding."""
     d_head, keys = q.shape[-1], k.shape[-2]
     s = q @ k.transpose(-2, -1)
-    err_s = gamma(d_head) * (q.abs() @ k.abs().transpose(-2, -1)) + _rounded16(s, dtype)
+    err_s = matmul_error_bound(q, k.transpose(-2, -1)) + rounding_error(s.abs(), dtype)
     scaled = s / math.sqrt(d_head)
     t = scaled if mask is None else scaled + mask
     err_t = err_s / math.sqrt(d_head) + U32 * scaled.abs() + (0.0 if mask is None else U32 * t.abs())
     p = torch.softmax(t, dim=-1)
     spread = err_t.amax(-1, keepdim=True)
     dp = p * (err_t + (p * err_t).sum(-1, keepdim=True)) * (1.0 + 2.0 * spread) + _softmax_bound(t, dtype=dtype)
-    dp = dp * _second_order(dtype) + _rounded16(p + dp, dtype)
+    dp = dp * _second_order(dtype) + rounding_error((p + dp).abs(), dtype)
     out = p @ v
     weighted = (p + dp) @ v.abs()
-    beta = dp @ v.abs() + (gamma(keys) + 2.0 * keys * U32) * weighted + U32 * out.abs()
+    beta = dp @ v.abs() + (gamma(keys, torch.float32) + 2.0 * keys * U32) * weighted + U32 * out.abs()
     return _final(beta, out, dtype)
 
 

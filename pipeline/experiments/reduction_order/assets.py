@@ -24,7 +24,7 @@ the final rounding): with fp32 accumulation, an order effect shows in the fp16 r
 fp16 rounding boundary, while the accumulator shows it directly.
 
 The band each result is judged against is derived per row and per version from the row's own
-data (:mod:`pipeline.experiments.reduction_order.summation_bounds`): a deterministic forward error bound for the version's
+data (:mod:`precisionkit.bounds`): a deterministic forward error bound for the version's
 summation order, accumulation precision, partial storage and final rounding (no tolerance-matrix
 entry). ``c2_row_bounds`` holds error, bound and margin = error / bound for every row, version and
 output; the checks (:mod:`.checks`) are declared with the three outcomes of :mod:`pipeline.verdicts`.

@@ -1,5 +1,6 @@
 """C2's band: per row and per version, the derived error bound of the version's summation
-(:mod:`.summation_bounds`), and the lambda of the probabilistic bound for the rows judged together.
+(:func:`precisionkit.bounds.summation_error_bound`), and the lambda of the probabilistic bound for the
+rows judged together.
 """
 
 import math
@@ -8,7 +9,8 @@ from typing import Any
 import polars as pl
 import torch
 
-from .summation_bounds import summation_error_bound
+from precisionkit.bounds import summation_error_bound, unit_roundoff
+
 from .versions import OUTPUTS, TILES, Version
 
 #: Family-wise confidence of the probabilistic ("random error range") part of C2's claims.
@@ -28,7 +30,7 @@ def family_lambda(rows: int, terms: int, confidence: float = PROB_CONFIDENCE) ->
     ... )  # smoke, default
     (6.149, 6.877)
     """
-    u32 = 2.0**-24
+    u32 = unit_roundoff(torch.float32)
     return math.sqrt(2.0 * math.log(2.0 * rows * terms / (1.0 - confidence))) / (1.0 - u32)
 
 

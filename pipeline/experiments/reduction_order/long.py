@@ -1,6 +1,6 @@
 """C2's long reductions: ``sum`` of fp32 rows of 2^24 terms (default; 2^27 in the seed profile) by
 eager, by the fused default (every thread) and by the fused path on one thread, judged against the
-fp64 sum by the derived bounds of :mod:`.summation_bounds`.
+fp64 sum by the derived bounds of :mod:`precisionkit.bounds`.
 
 Accumulation defects of compiled reductions (per-lane or per-thread partial sums that are not
 cascaded, a partial stored at lower precision) grow with the number of terms per accumulator, so
@@ -26,11 +26,11 @@ import polars as pl
 import torch
 
 from precisionkit import FusedFunction, bit_equal, fused
+from precisionkit.bounds import gamma, gamma_tilde, unit_roundoff
 from precisionkit.evidence import evidence_fields
 
 from ...resources import ExperimentSettings
 from .bounds import PROB_CONFIDENCE, family_lambda
-from .summation_bounds import gamma, gamma_tilde, unit_roundoff
 
 #: The input distributions of the long rows.
 LONG_DISTRIBUTIONS = ("uniform_symmetric", "uniform_nonnegative")
