@@ -353,6 +353,11 @@ _INDEXING = {
     "msort",
     "nn.functional.embedding",
 }
+#: conversions of a float to an integer (and frexp's exponent): undefined for NaN, inf and values
+#: out of the integer's range (C++ leaves them so, and eager and compiled code differ there), so
+#: they are not drawn in the modes that make such values
+_CONVERSIONS = {"to", "long", "int", "short", "byte", "char", "type_as", "frexp", "nn.functional.one_hot"}
+_UNDEFINED_CASTS_MODES = ("huge", "nonfinite")
 _MODULE_WORDS = ("conv", "norm", "pad", "linear", "pool", "interpolate", "upsample", "pixel_shuffle")
 
 
@@ -801,6 +806,11 @@ def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None
         return None
     if any(e.dtype.is_floating_point != r.dtype.is_floating_point for e, r in zip(eager, ref, strict=True)):
         return None
+    if st.mode in _UNDEFINED_CASTS_MODES and op_db()[key].name in _CONVERSIONS:
+        if any(not t.is_floating_point() and t.dtype != torch.bool for t in eager) and any(
+            isinstance(t, torch.Tensor) and t.is_floating_point() for t in st.env.values()
+        ):
+            return None  # a NaN, an inf or a huge float converted to an integer: undefined in C++
     p = st.p
     name = f"v{len(p.lines)}"
     p.lines.append(f"    {name} = {expr}")
