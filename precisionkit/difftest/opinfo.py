@@ -806,11 +806,11 @@ def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None
         return None
     if any(e.dtype.is_floating_point != r.dtype.is_floating_point for e, r in zip(eager, ref, strict=True)):
         return None
-    if st.mode in _UNDEFINED_CASTS_MODES and op_db()[key].name in _CONVERSIONS:
-        if any(not t.is_floating_point() and t.dtype != torch.bool for t in eager) and any(
-            isinstance(t, torch.Tensor) and t.is_floating_point() for t in st.env.values()
-        ):
-            return None  # a NaN, an inf or a huge float converted to an integer: undefined in C++
+    converts = st.mode in _UNDEFINED_CASTS_MODES and op_db()[key].name in _CONVERSIONS
+    to_int = any(not t.is_floating_point() and t.dtype != torch.bool for t in eager)
+    floats = any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in st.env.values())
+    if converts and to_int and floats:
+        return None  # a NaN, an inf or a huge float converted to an integer: undefined in C++
     p = st.p
     name = f"v{len(p.lines)}"
     p.lines.append(f"    {name} = {expr}")
