@@ -135,6 +135,23 @@ class Cost:
         return self.seconds(gpu) / 60
 
 
+def one_row(cost: Callable[[str], Cost]) -> Callable[..., list[Cost]]:
+    """An experiment's ``costs(profile, device_type)`` where it is one row, the same on every device."""
+    return lambda profile, device_type="cuda": [cost(profile)]
+
+
+def measured_step(
+    experiment: str, label: str, compiles: int, stored: int, seconds: float, assets: frozenset[str] = frozenset()
+) -> Cost:
+    """A step's row by its measured seconds on the H200 (2026-11-27), writing included (no disk term of its
+    own), with the graphs it compiles and the tensor bytes it stores from the step's own code (the tables
+    beside them add a few kB): C1's, C2's and C3's, which the model does not break into terms."""
+    note = "measured on the H200 (2026-11-27)"
+    return Cost(
+        experiment, label, compiles, disk_bytes=stored, fixed_s=seconds, assets=assets, note=note, disk_in_fixed=True
+    )
+
+
 # --- placement: the experiment's own placement function, asked about each GPU's host -----------------
 
 #: An experiment's placement function as the cost model asks it: ``(device, device_bytes, cores)`` to the

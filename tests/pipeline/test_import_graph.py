@@ -172,6 +172,14 @@ def test_no_experiment_imports_another_experiment_or_an_instrument():
     assert experiment_import_violations(_pipeline_graph()) == []
 
 
+def _as_pipeline(root: Path) -> dict[str, set[str]]:
+    """The import graph of a made-up package at ``root``, its modules named as if it were ``pipeline``."""
+    return {
+        m.replace("pkg.", "pipeline.", 1): {t.replace("pkg.", "pipeline.", 1) for t in ts}
+        for m, ts in import_cycles.import_graph(root).items()
+    }
+
+
 def test_the_experiment_import_rule_sees_a_crossing(tmp_path):
     root = _package(
         tmp_path,
@@ -188,10 +196,7 @@ def test_the_experiment_import_rule_sees_a_crossing(tmp_path):
             "experiments/toolkit/spec.py": "",
         },
     )
-    graph = {
-        m.replace("pkg.", "pipeline.", 1): {t.replace("pkg.", "pipeline.", 1) for t in ts}
-        for m, ts in import_cycles.import_graph(root).items()
-    }
+    graph = _as_pipeline(root)
     # a reads b (a violation) and S's spec (allowed); b reads an instrument; the instrument may read a
     assert experiment_import_violations(graph) == [
         "pipeline.experiments.a.assets -> pipeline.experiments.b.assets",
@@ -319,10 +324,7 @@ def test_the_inside_import_rule_sees_a_reach_into_an_experiment(tmp_path):
             "instruments/d/div.py": "from ...experiments.a.spec import ID\nfrom ...experiments.a.cost import x\n",
         },
     )
-    graph = {
-        m.replace("pkg.", "pipeline.", 1): {t.replace("pkg.", "pipeline.", 1) for t in ts}
-        for m, ts in import_cycles.import_graph(root).items()
-    }
+    graph = _as_pipeline(root)
     graph["benchmarks.b"] = {"pipeline.experiments.a.cost"}
     # the record and the spec are public; the cost module is the experiment's own, whoever reaches for it
     assert private_import_violations(graph) == [

@@ -208,3 +208,64 @@ def test_free_bytes_of_a_folder_not_made_yet_is_its_parents_disk(tmp_path):
     import shutil
 
     assert plan.free_bytes(tmp_path / "not" / "yet") == pytest.approx(shutil.disk_usage(tmp_path).free, rel=0.01)
+
+
+def test_every_registered_experiment_declares_its_cost_and_the_plan_reads_each():
+    """The plan names no experiment: it loops over the registry, and each row carries its experiment's id."""
+    from pipeline.experiments import EXPERIMENTS, PACKAGES
+
+    assert len(EXPERIMENTS) >= len(PACKAGES) and all(e.cost is not None for e in EXPERIMENTS[: len(PACKAGES)])
+    rows = plan.costs("smoke", self_tests=True, device_type="cpu")
+    assert (rows[0].name, rows[0].experiment) == (plan.START_UP, "")
+    # every experiment has its rows, in the registry's order, and the self-test's only when asked
+    order = list(dict.fromkeys(c.experiment for c in rows[1:]))
+    assert order == [e.id for e in EXPERIMENTS]
+    assert "Regression" not in {c.experiment for c in plan.costs("smoke", device_type="cpu")}
+
+
+def test_an_experiment_without_a_cost_is_a_row_that_says_so(monkeypatch):
+    """A new experiment that declares no cost is not left out of the estimate in silence."""
+    import dataclasses
+
+    from pipeline.experiments import EXPERIMENTS
+
+    bare = dataclasses.replace(EXPERIMENTS[1], id="Z", cost=None)
+    monkeypatch.setattr(plan, "EXPERIMENTS", (*EXPERIMENTS, bare))
+    row = plan.costs("smoke", device_type="cpu")[-1]
+    assert (row.experiment, row.compiles, row.seconds(costmodel.GPUS[1])) == ("Z", 0, 0.0)
+    assert row.note == "declares no cost (Experiment.cost): not estimated"
+    with pytest.raises(KeyError, match="no experiment 'nope'"):
+        plan.cost_of("nope")
+
+
+def test_a_plan_of_some_experiments_needs_their_selection():
+    with pytest.raises(ValueError, match="needs the selection of their assets"):
+        plan.selected_costs("smoke", {"A"})
+
+
+def test_the_cost_model_places_work_with_the_function_the_run_calls(monkeypatch):
+    """B's lanes, E's lanes and D's compile pool come from the functions their assets call at run time, asked
+    about each GPU's host: a change to how a run places its work changes the estimate with it."""
+    from pipeline.experiments.accumulated_error import chain_runs
+    from pipeline.experiments.accumulated_error.cost import cost_b
+    from pipeline.experiments.data_movement import assets as d_assets
+    from pipeline.experiments.data_movement.cost import cost_d
+    from pipeline.experiments.training import run_set
+    from pipeline.experiments.training.cost import cost_e
+
+    asked: list[tuple[str, int | None, int | None]] = []
+    monkeypatch.setattr(
+        chain_runs, "device_lanes", lambda *a, **k: asked.append(("B", k["device_bytes"], k["cores"])) or 3
+    )
+    monkeypatch.setattr(
+        run_set, "device_lanes", lambda *a, **k: asked.append(("E", k["device_bytes"], k["cores"])) or 2
+    )
+    monkeypatch.setattr(d_assets, "pool_size", lambda *a, **k: asked.append(("D", k["device_bytes"], k["cores"])) or 5)
+    memory = [int(g.memory_bytes) for g in costmodel.GPUS]
+    assert cost_b("gpu").lanes == {g.name: 3 for g in costmodel.GPUS}
+    assert cost_e("gpu").lanes == {g.name: 2 for g in costmodel.GPUS}
+    assert cost_d("gpu").workers == 5
+    cores = costmodel.GPU_HOST_CORES
+    assert [a for a in asked if a[0] == "B"] == [("B", m, cores) for m in memory]
+    assert [a for a in asked if a[0] == "E"] == [("E", m, cores) for m in memory]
+    assert [a for a in asked if a[0] == "D"] == [("D", m, cores) for m in memory]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ...costmodel import Cost, lanes_text, per_gpu
+from ...costmodel import Cost, lanes_text, one_row, per_gpu
 from ...profiles import PROFILES
 from ...workloads import CHAINS
 from ..toolkit.spec import SIZES as POOL_SIZES
@@ -58,5 +58,4 @@ def cost_b(profile: str) -> Cost:
     return c
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_b(profile)]
+costs = one_row(cost_b)

@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from ... import costmodel
-from ...costmodel import DTYPE_BYTES, Cost, pooled, workers_text
+from ...costmodel import DTYPE_BYTES, Cost, one_row, pooled, workers_text
 from .assets import TASK_BYTES_PER_ELEMENT, compile_workers, input_key, plan
 from .spec import SIZES
 
@@ -45,5 +45,4 @@ def cost_d(profile: str) -> Cost:
     return c
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_d(profile)]
+costs = one_row(cost_d)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ...costmodel import DTYPE_BYTES, GPUS, Cost, Gpu
+from ...costmodel import DTYPE_BYTES, GPUS, Cost, Gpu, one_row
 from ..toolkit.spec import SIZES as POOL_SIZES
 from .spec import SIZES
 
@@ -55,5 +55,4 @@ def cost_a(profile: str, rounds: int | None = None) -> Cost:
 FRESH_PROCESS_S = 49.4 - _a_round_s("gpu", GPUS[1])
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_a(profile)]
+costs = one_row(cost_a)

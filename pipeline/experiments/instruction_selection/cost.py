@@ -3,7 +3,7 @@ bytes it stores from its own code (the cost model: :mod:`pipeline.costmodel`).""
 
 from __future__ import annotations
 
-from ...costmodel import Cost
+from ...costmodel import Cost, measured_step
 from . import mechanism
 
 #: C1's step, measured (seconds; call2 of the H200 run of 2026-11-27): at gpu sizes (the seed's sizes too)
@@ -12,14 +12,5 @@ STEP_S = {"gpu": 6.1, "smoke": 5.2, "seed": 6.1, "default": 6.1}
 
 
 def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [
-        Cost(
-            "C1",
-            "C1",
-            mechanism.planned_compiles(),
-            disk_bytes=mechanism.stored_tensor_bytes(profile),  # the tables beside them add a few kB
-            fixed_s=STEP_S[profile],
-            note="measured on the H200 (2026-11-27)",
-            disk_in_fixed=True,
-        )
-    ]
+    stored = mechanism.stored_tensor_bytes(profile)
+    return [measured_step("C1", "C1", mechanism.planned_compiles(), stored, STEP_S[profile])]

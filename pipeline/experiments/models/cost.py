@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ...costmodel import Cost, pooled
+from ...costmodel import Cost, one_row, pooled
 from .spec import SIZES
 
 #: One model x dtype of M (a real model's compile and its batches): gpt2 bf16 14.1 s, resnet50 bf16 16.9 s,
@@ -43,5 +43,4 @@ def cost_m(profile: str) -> Cost:
     return c
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_m(profile)]
+costs = one_row(cost_m)

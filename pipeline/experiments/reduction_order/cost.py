@@ -4,7 +4,7 @@ its own code (the cost model: :mod:`pipeline.costmodel`)."""
 
 from __future__ import annotations
 
-from ...costmodel import Cost
+from ...costmodel import Cost, measured_step
 from . import long, versions
 
 LONG, ORDER = "C2 long reductions", "C2 reduction order"
@@ -31,15 +31,6 @@ def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
         ),
     }
     return [
-        Cost(
-            "C2",
-            name,
-            n,
-            disk_bytes=nbytes,
-            fixed_s=STEP_S[profile][name],
-            assets=assets,
-            note="measured on the H200 (2026-11-27)",
-            disk_in_fixed=True,
-        )
+        measured_step("C2", name, n, nbytes, STEP_S[profile][name], assets)
         for name, (n, nbytes, assets) in counts.items()
     ]

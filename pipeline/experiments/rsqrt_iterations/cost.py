@@ -3,7 +3,7 @@ bytes it stores on the run's device from its own code (the cost model: :mod:`pip
 
 from __future__ import annotations
 
-from ...costmodel import Cost
+from ...costmodel import Cost, measured_step
 from . import compute
 
 #: C3's step, measured (seconds; call2 of the H200 run of 2026-11-27): at gpu sizes (the seed's sizes too)
@@ -12,14 +12,5 @@ STEP_S = {"gpu": 6.4, "smoke": 3.4, "seed": 6.4, "default": 6.4}
 
 
 def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [
-        Cost(
-            "C3",
-            "C3",
-            compute.planned_compiles(device_type),
-            disk_bytes=compute.stored_tensor_bytes(profile, device_type),  # the tables beside them add a few kB
-            fixed_s=STEP_S[profile],
-            note="measured on the H200 (2026-11-27)",
-            disk_in_fixed=True,
-        )
-    ]
+    stored = compute.stored_tensor_bytes(profile, device_type)
+    return [measured_step("C3", "C3", compute.planned_compiles(device_type), stored, STEP_S[profile])]

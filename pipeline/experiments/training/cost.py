@@ -3,7 +3,7 @@ runs side by side on E's own lanes (the cost model: :mod:`pipeline.costmodel`)."
 
 from __future__ import annotations
 
-from ...costmodel import GPUS, Cost, lanes_text, per_gpu
+from ...costmodel import GPUS, Cost, lanes_text, one_row, per_gpu
 from .rules import REPLICATE_ORDERS
 from .run_set import run_device_bytes, run_lanes
 from .spec import SIZES, compiles
@@ -46,5 +46,4 @@ def cost_e(profile: str) -> Cost:
     return c
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_e(profile)]
+costs = one_row(cost_e)

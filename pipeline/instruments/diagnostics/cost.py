@@ -12,6 +12,7 @@ from ...costmodel import (
     GPU_HOST_CORES,
     WORKER_READY_S,
     Cost,
+    one_row,
     pool_workers,
 )
 from .spec import SIZES
@@ -66,5 +67,4 @@ def cost_diagnostics(profile: str) -> Cost:
     )
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_diagnostics(profile)]
+costs = one_row(cost_diagnostics)

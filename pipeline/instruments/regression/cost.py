@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ...costmodel import GPU_HOST_CORES, Cost
+from ...costmodel import GPU_HOST_CORES, Cost, one_row
 from ...experiments import EXPERIMENTS
 from ...experiments.toolkit.spec import pool_bytes
 from .spec import PARALLEL_RUNS, PLANTED_BACKENDS, SIZES
@@ -34,5 +34,4 @@ def cost_matrix(profile: str) -> Cost:
     )
 
 
-def costs(profile: str, device_type: str = "cuda") -> list[Cost]:
-    return [cost_matrix(profile)]
+costs = one_row(cost_matrix)
