@@ -10,6 +10,11 @@ from typing import Any
 from ..repro import Case
 from .runner import Outcome
 
+#: Seconds a fresh worker may take to start (import torch, run ``setup``) before it counts as not
+#: starting. Separate from the per-program timeout: a short program timeout (seconds, to kill a hung
+#: program quickly) must not fail the start of an interpreter on a loaded machine.
+START_TIMEOUT = 120.0
+
 
 class Isolated:
     """A worker interpreter (``python -m precisionkit._isolated``) that runs programs and minimizes
@@ -36,22 +41,24 @@ class Isolated:
         self.proc = subprocess.Popen(cmd, pass_fds=(there.fileno(),))
         there.close()
         self.conn = Connection(here.detach())
-        kind, payload = self._call(("setup", self.setup))[:2]
+        kind, payload = self._call(("setup", self.setup), max(self.timeout, START_TIMEOUT))[:2]
         if kind != "ok":
             self.close()
             raise RuntimeError(f"the difftest worker could not start: {payload}")
 
-    def _call(self, request: tuple[Any, ...]) -> tuple[str, Any, str]:
+    def _call(self, request: tuple[Any, ...], timeout: float | None = None) -> tuple[str, Any, str]:
         """Send ``request``; the reply's kind and payload and the last stage the worker reported.
-        Kind ``died`` (payload: how) when the worker exited or ran past the timeout."""
+        Kind ``died`` (payload: how) when the worker exited or ran past ``timeout`` (the
+        per-program timeout when None)."""
+        timeout = self.timeout if timeout is None else timeout
         stage = ""
         try:
             self.conn.send(request)
             while True:
-                if not self.conn.poll(self.timeout):
+                if not self.conn.poll(timeout):
                     self.proc.kill()
                     self.proc.wait()
-                    return "died", f"no result within {self.timeout:g} s (killed)", stage
+                    return "died", f"no result within {timeout:g} s (killed)", stage
                 kind, payload = self.conn.recv()
                 if kind == "stage":
                     stage = payload
