@@ -127,7 +127,7 @@ def record_not_applicable(
 def _run_settings(instance: dg.DagsterInstance, run_id: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if run_id not in cache:
         run = instance.get_run_by_id(run_id) if run_id else None
-        config = (run.run_config if run is not None else {}) or {}
+        config: dict[str, Any] = dict((run.run_config if run is not None else {}) or {})
         cache[run_id] = dict(((config.get("resources") or {}).get("settings") or {}).get("config") or {})
     return cache[run_id]
 

@@ -38,8 +38,11 @@ def root_cause(error: Any) -> RootCause:
             frame = f"{m.group(1).replace(str(REPO_ROOT) + '/', '')}:{m.group(2)} in {m.group(3)}"
     # The first line states the error ("module.Class: what"); later lines are hints and context
     # (Dynamo's "Set TORCHDYNAMO_VERBOSE=1 ...").
-    message = (error.message or "").strip().splitlines()
+    message = [line.strip() for line in (error.message or "").strip().splitlines() if line.strip()]
     text = message[0] if message else ""
+    if text.endswith(" raised:") and len(message) > 1:
+        # Dynamo's BackendCompilerFailed: "backend='...' raised:", the compiler's own error on the next line
+        text = f"{text} {message[1]}"
     if ": " in text and text.split(": ", 1)[0].endswith(error.cls_name or "\0"):
         text = text.split(": ", 1)[1]
     return RootCause(error.cls_name or "Error", text, frame)

@@ -89,8 +89,12 @@ def not_applicable_skipped(
         reasons = {i: why for i, why in reasons.items() if i in only}
     if not reasons:
         return set()
-    fields = {k: settings[k] for k in ("profile", "device", "backend", "backend_options")}
-    provenance = ExperimentSettings(**fields).provenance()
+    provenance = ExperimentSettings(
+        profile=settings["profile"],
+        device=settings["device"],
+        backend=backend,
+        backend_options=settings["backend_options"],
+    ).provenance()
     record_not_applicable(instance, EXPERIMENTS, reasons, provenance)
     for exp_id, why in reasons.items():
         out(f"{exp_id}: {why}")
