@@ -140,3 +140,50 @@ def test_zeros_on_fully_masked_rows_fail_the_masked_row_test_not_only_the_bound(
     assert row["masked_contradicts"] and "masked" in faults.caught_by(row)
     eager = per_set.filter(per_set["path"] == "eager")
     assert eager["fully_masked_rows"].sum() == 3 * heads * seq and eager["fully_masked_wrong"].sum() == 0
+
+
+#: Sets per simulation of the row without decisive elements, and the minimum for "supported" the test judges
+#: them with (the rule's 459 would make every row at this size inconclusive for its size alone).
+NO_DECISIVE_SETS = 60
+
+
+def test_a_row_without_decisive_elements_is_never_supported_and_its_bias_margin_is_derived():
+    """Issue: on layernorm_long / near_cancellation / float16 no element is decisive, and eps 1e-3, a one-pass
+    variance, rounding toward zero and a 3x error passed as 'supported' on the tail and bias tests alone. Judged
+    with the size minimum lowered to this simulation's, each is now contradicted or inconclusive with the reason,
+    and so is the healthy fp32 single rounding: the row cannot be supported by tests that judged nothing."""
+    from pipeline.experiments.accumulated_error.summary import judge
+
+    chain, dist, dtype = faults.NO_DECISIVE_ROW
+    healthy = faults.single_rounding(WORKLOADS[chain].fn)
+    paths = {f.name: f.make(WORKLOADS[chain]) for f in faults.NO_DECISIVE_FAULTS}
+    paths["single_rounding"] = lambda args, i: healthy(*args)
+    verdicts = {}
+    for name, path in paths.items():
+        per_set, _ = faults.simulate(chain, dist, dtype, path, sets=NO_DECISIVE_SETS, seed=3, **QUICK)
+        row = judge(per_set, paths=("fused",), min_sets=NO_DECISIVE_SETS, resamples=999).row(0, named=True)
+        assert row["decisive_elements"] == 0 and row["element_test"] == "rounding"
+        assert row["cannot_judge"] == (
+            f"no element of the {NO_DECISIVE_SETS} sets is decisive (the chain's fp32 error bound is wider than half "
+            "a float16 ULP at every element), so the element test judges nothing"
+        )
+        # the bias margin is derived from the row's rounding: twice the bound's mean over a set, 0.83 sULP here (seed 3)
+        assert row["bias_room"] == pytest.approx(0.832, abs=0.001)
+        assert row["bias_margin"] == pytest.approx(2 * row["bias_room"])
+        verdicts[name] = row["verdict"]
+        if row["verdict"] == "inconclusive":
+            assert judge_reason(row).startswith(f"{chain}/{dist}/{dtype} (fused): inconclusive: no element")
+    assert verdicts == {
+        "eps_1e-3": "inconclusive",
+        "one_pass_variance": "inconclusive",
+        "toward_zero": "inconclusive",
+        "error_times_3": "inconclusive",
+        "error_times_6": "contradicted",
+        "single_rounding": "inconclusive",
+    }
+
+
+def judge_reason(row):
+    from pipeline.experiments.accumulated_error.summary import reason
+
+    return reason(row)

@@ -34,7 +34,15 @@ from ...workloads import CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
 from .chain_runs import EVIDENCE_SCHEMA, fused_ops, run_chains
 from .explanations import explain
-from .rules import ABLATION_SETS, GROUP_KEYS, PATHS, RULE, element_bounds_table, verdict_table
+from .rules import (
+    ABLATION_SETS,
+    GROUP_KEYS,
+    PATHS,
+    RULE,
+    cannot_judge_table,
+    element_bounds_table,
+    verdict_table,
+)
 from .spec import GROUP
 from .stages import CHAIN_STAGES
 from .summary import is_counterexample, summarize
@@ -136,10 +144,19 @@ def accumulated_error_summary(
             # the judgment as the page shows it: the page reads these, it does not re-derive them
             "verdicts": dg.MetadataValue.md(markdown_table(table)),
             "element_bounds": dg.MetadataValue.md(markdown_table(element_bounds_table(wide))),
+            "cannot_judge": dg.MetadataValue.md(_cannot_judge_text(wide)),
             "chain_verdicts": dg.MetadataValue.json(chain_verdicts(wide)),
         }
     )
     return wide
+
+
+def _cannot_judge_text(wide: pl.DataFrame) -> str:
+    """The rows the element test cannot judge, as the page lists them (a sentence when there are none)."""
+    table = cannot_judge_table(wide)
+    if table.height == 0:
+        return "Every whole-chain row has decisive elements: the element test judges each of them.\n"
+    return markdown_table(table)
 
 
 def chain_verdicts(wide: pl.DataFrame) -> dict[str, str]:

@@ -147,6 +147,25 @@ def misrounded(
     return (judged & ~ok).sum(dim=1).cpu().numpy()
 
 
+def bias_room(ref: torch.Tensor, bound: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    """Per set, the mean over its finite elements of the chain's fp32 error bound in scale-aware ULPs (the
+    unit of :func:`magnitude_bias`): the most a computation within the bound can move the set's mean signed
+    error before its final rounding. Rounding to nearest of a value moved by ``d`` moves its expected rounded
+    value by ``d``, so two such computations' magnitude biases differ on average by at most twice this; B's
+    bias test takes that as its margin on a row where no element is decisive (:mod:`.summary`)."""
+    n = ref.shape[0]
+    r = ref.to(torch.float64)
+    finite = torch.isfinite(r)
+    safe = torch.where(finite, r, 0.0)
+    s = scaled_spacing(safe, dtype).reshape(n, -1)
+    b = bound.to(torch.float64).reshape(n, -1).to(s.device)
+    ok = finite.reshape(n, -1).to(s.device) & torch.isfinite(b)
+    total = torch.where(ok, b / s, 0.0).sum(dim=1)
+    m = ok.sum(dim=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(m.cpu().numpy() > 0, (total / m.clamp(min=1)).cpu().numpy(), np.nan)
+
+
 def bound_use(out: torch.Tensor, judged: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> np.ndarray:
     """Per set, the largest ``|out - ref| / bound`` over the judged elements (NaN where none is judged;
     inf for a non-finite output): how much of the bound a path uses."""
@@ -271,6 +290,10 @@ class _ElementTest:
             0 if none else (library_reductions_per_set if self.absolute else reductions_per_set)(self.chain, shape)
         )
         self.width = np.full(n, np.nan)
+        # the most the bound lets a legitimate fp32 computation move the set's magnitude bias (see bias_room)
+        self.bias_room = np.full(n, np.nan)
+        if self.bound is not None and not self.absolute:
+            self.bias_room = bias_room(self.ref, self.bound, self.dtype)
         if self.bound is not None and self.absolute:  # the absolute bound's width, in half-ULPs of the output
             self.width = bound_half_ulps(self.judged, self.rounded, self.bound, self.dtype)
 
@@ -293,6 +316,7 @@ class _ElementTest:
             "single_rounding_misrounded": None if predicted is None else int(predicted[j]),
             "bound_use_max": None if math.isnan(use[j]) else float(use[j]),
             "bound_half_ulps_p50": None if math.isnan(self.width[j]) else float(self.width[j]),
+            "bound_bias_sulp": None if math.isnan(self.bias_room[j]) else float(self.bias_room[j]),
         }
 
 

@@ -183,6 +183,14 @@ def _rmsnorm_honouring_cast(wl: Workload) -> FaultFn:
     return run
 
 
+def _layernorm_one_pass(x, weight, bias):
+    """Layer norm with its variance in one pass, E[x^2] - E[x]^2 in fp32: cancels when the mean is large
+    against the spread."""
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var + 1e-5) * weight + bias
+
+
 def _rmsnorm_sequential(x, weight):
     return weight * x * torch.rsqrt(_sequential_sum(x * x) / x.shape[-1] + 1e-6)
 
@@ -363,6 +371,23 @@ FAULTS: tuple[Fault, ...] = (
         _on_some_sets(rounded_once(_layernorm_eps)),
     ),
     *LIBRARY_FAULTS,
+)
+
+#: The row of the review that judged nothing: layernorm_long on near-cancelling inputs in fp16, where no element is
+#: decisive (the fp32 bound over 16,384 near-cancelling terms is wider than half an fp16 ULP everywhere).
+NO_DECISIVE_ROW = ("layernorm_long", "near_cancellation", "float16")
+
+#: Faults planted on :data:`NO_DECISIVE_ROW` that passed there as "supported" before a row without a decisive
+#: element became inconclusive. Each must now be contradicted or leave the row inconclusive; never supported.
+NO_DECISIVE_FAULTS: tuple[Fault, ...] = tuple(
+    Fault(name, *NO_DECISIVE_ROW, description, "element", make)
+    for name, description, make in (
+        ("eps_1e-3", "layer norm with epsilon 1e-3 instead of 1e-5", rounded_once(_layernorm_eps)),
+        ("one_pass_variance", "variance as E[x^2] - E[x]^2 in fp32", rounded_once(_layernorm_one_pass)),
+        ("toward_zero", "the final rounding toward zero instead of to nearest", _round_toward_zero),
+        ("error_times_3", "fused's own error against fp64 three times larger", amplified(3.0)),
+        ("error_times_6", "fused's own error against fp64 six times larger", amplified(6.0)),
+    )
 )
 
 #: Legitimate fp32 computations B's rule must not contradict: sums taken one term at a time, the order of

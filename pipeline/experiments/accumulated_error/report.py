@@ -100,6 +100,7 @@ def details(report: Report, exp: Experiment) -> str:
             "rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
             + _stored(report, exp, "verdicts")
         )
+        parts.append(_cannot_judge(report, exp))
         parts.append(_library_bounds(report, exp))
         if "emulate_unavailable" in summary.columns:
             why = sorted(set(summary["emulate_unavailable"].drop_nulls().to_list()))
@@ -153,6 +154,28 @@ def _stored_json(report: Report, exp: Experiment, key: str) -> dict[str, Any]:
     empty when the stored summary has none."""
     text = _summary_entry(report, exp, key)
     return json.loads(text) if isinstance(text, str) and text else {}
+
+
+def _cannot_judge(report: Report, exp: Experiment) -> str:
+    """The rows the element test cannot judge, said in words; the rows are the stored ones."""
+    from .rules import BIAS_MARGIN_SULP
+
+    return (
+        "### Rows the element test cannot judge\n\n"
+        "Where the chain's fp32 error bound is wider than half a ULP of the dtype at every element (long reductions "
+        "over near-cancelling values in fp16), no element is decisive: a legitimate reduction order may round any "
+        "of them either way, so the element test has nothing to judge. The tail and bias tests alone then pass "
+        "faults within a unit of the row's scale (a wrong epsilon, a one-pass variance, rounding toward zero, a "
+        "3x error were all 'supported' on layernorm_long / near_cancellation / float16), so such a row is "
+        "inconclusive, never supported. It can still be contradicted: its bias test takes a margin derived from "
+        "the row's own rounding instead of the fixed "
+        f"{BIAS_MARGIN_SULP:g} sULP, twice the chain's fp32 bound averaged over a set's elements (in sULP, the bias "
+        "test's unit; never below the fixed margin). Each of fused and eager lies within the bound of the exact "
+        "value before its final rounding, and rounding to nearest moves a value's expected rounded value by no "
+        "more than that, so their magnitude biases differ by at most that much without a fault. The same holds "
+        "for a row whose bound fails its own check (the fp32 single rounding misrounds a decisive element).\n\n"
+        + _stored(report, exp, "cannot_judge")
+    )
 
 
 def _library_bounds(report: Report, exp: Experiment) -> str:

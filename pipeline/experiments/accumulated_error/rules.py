@@ -88,7 +88,11 @@ RULE = Rule(
         f"the bound's failure rate explains'; supported when the "
         f"row has at least {MIN_SETS_FOR_SUPPORTED} sets, the one-sided {CONFIDENCE:g} upper bound of the P99 "
         f"difference is at most {MATERIALITY_SULP:g}, the mean bias excess is under {BIAS_MARGIN_SULP:g} sULP, no "
-        f"decisive element is misrounded and no set is gross; inconclusive otherwise"
+        f"decisive element is misrounded and no set is gross; inconclusive otherwise, and always where the element "
+        f"test cannot judge (a whole-chain row with no decisive element, or whose bound fails its own check): "
+        f"there the bias margin is derived from the row's rounding, twice the chain's fp32 bound averaged over a "
+        f"set's elements in sULP (never below {BIAS_MARGIN_SULP:g}), and the row can be contradicted but not "
+        f"supported"
     ),
     threshold=MATERIALITY_SULP,
     unit="scale-aware ULP (ULPs of the row's largest |fp64 reference|); share of judged elements",
@@ -135,6 +139,25 @@ def element_bounds_table(summary: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def cannot_judge_table(summary: pl.DataFrame) -> pl.DataFrame:
+    """The rows where B's element test has nothing to judge (no decisive element, or a bound that fails its own
+    check) and so cannot be supported: why, the bias margin derived from the row's rounding, and what the tail
+    and bias tests measured there. Empty for a summary stored before the test said so."""
+    if "fused_cannot_judge" not in summary.columns:
+        return pl.DataFrame()
+    return summary.filter(pl.col("fused_cannot_judge").is_not_null()).select(
+        *GROUP_KEYS,
+        pl.col("fused_paired_sets").alias("sets"),
+        pl.col("fused_decisive_elements").alias("decisive elements"),
+        pl.col("fused_cannot_judge").alias("why the element test cannot judge"),
+        pl.col("fused_bias_room").round(3).alias("fp32 bound, mean over a set (sULP)"),
+        pl.col("fused_bias_margin").round(3).alias("bias margin (sULP)"),
+        pl.col("fused_bias_difference").round(4).alias("bias excess (sULP)"),
+        pl.col("fused_ci_upper").round(3).alias("P99 difference, upper bound"),
+        pl.col("fused_verdict").alias("verdict"),
+    )
+
+
 def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:
     """B's verdict table: one row per chain x distribution x dtype with the rule's figures."""
     return summary.select(
@@ -151,6 +174,11 @@ def verdict_table(summary: pl.DataFrame) -> pl.DataFrame:
         *(
             [
                 pl.col("fused_bias_difference").round(4).alias("bias excess (sULP)"),
+                *(
+                    [pl.col("fused_bias_margin").round(3).alias("bias margin")]
+                    if "fused_bias_margin" in summary.columns
+                    else []
+                ),
                 pl.col("fused_bias_p_holm").round(4).alias("bias Holm p"),
             ]
             if "fused_bias_difference" in summary.columns  # a summary stored before the bias test has none
