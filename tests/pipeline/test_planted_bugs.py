@@ -33,7 +33,7 @@ def test_registration_is_idempotent():
     assert set(names) <= registered and len(names) == 13
     assert all(b.fault_class and b.description for b in planted_bugs.PLANTED_BUGS.values())
     # each bug is declared by the experiment whose claim is built to catch it, or caught by any run
-    assert all(matrix_runs.designed(name)[1] for name in planted_bugs.PLANTED_BUGS)
+    assert all(all(matrix_runs.designed(name).values()) for name in planted_bugs.PLANTED_BUGS)
 
 
 def _softmax(x):
@@ -311,7 +311,8 @@ def test_matrix_rows_and_metadata_from_synthetic_runs():
         ]
     )
     clean = _synthetic_run([_outcome("x:ok", True, err, {"outcome": "validity"})])
-    designed = matrix_runs.designed("planted_drop_channel")[1] + "softmax"
+    (designed,) = matrix_runs.designed("planted_drop_channel").values()
+    designed += "softmax"
     bug = _synthetic_run(
         [
             _outcome("x:standing", False, err, {"outcome": "validity"}),
@@ -401,7 +402,7 @@ def test_the_matrix_runs_the_experiments_whose_records_declare_a_part_in_it():
     # every judged experiment declares the bugs its claims catch; only judged experiments declare any
     assert all(matrix_runs.RUNNABLE[e].planted for e in judged)
     assert not [e.id for e in EXPERIMENTS if e.planted and e.matrix != "judged"]
-    assert {held_by for held_by, _ in matrix_runs.DECLARED.values()} == set(judged)
+    assert {held_by for catches in matrix_runs.DECLARED.values() for held_by in catches} == set(judged)
     assert matrix_runs._declaration_problems() == []
     other = next(e.id for e in EXPERIMENTS if e.matrix == "")
     with pytest.raises(ValueError, match=f"experiment '{other}' is not runnable in the matrix; choose from "):
@@ -409,8 +410,8 @@ def test_the_matrix_runs_the_experiments_whose_records_declare_a_part_in_it():
 
 
 def test_a_wrong_planted_bug_declaration_is_named(monkeypatch):
-    """A record that declares a name no planted backend has, two records that declare one bug, and a bug
-    nobody declares are each refused by name."""
+    """A record that declares a name no planted backend has and a bug nobody declares are each refused by
+    name; a bug two experiments declare runs both and is caught by either one's claim."""
     import dataclasses
 
     first, second, *_ = matrix_runs.RUNNABLE.values()
@@ -420,15 +421,18 @@ def test_a_wrong_planted_bug_declaration_is_named(monkeypatch):
         second.id: dataclasses.replace(second, planted={**second.planted, taken: "x:y"}),
     }
     monkeypatch.setattr(matrix_runs, "RUNNABLE", records)
+    declared = {n for r in records.values() for n in r.planted}
     problems = matrix_runs._declaration_problems()
-    assert f"{first.id} declares 'planted_no_such_bug', which is no planted bug" in problems
-    assert f"{taken} is declared by {first.id}, {second.id}" in problems
-    undeclared = {n for n in PLANTED_BUGS if not PLANTED_BUGS[n].caught_by_any_run} - {
-        n for r in records.values() for n in r.planted
-    }
-    assert [p for p in problems if p.startswith("no experiment declares")] == [
-        f"no experiment declares {n}, and no run catches it by itself" for n in PLANTED_BUGS if n in undeclared
+    assert problems[0] == f"{first.id} declares 'planted_no_such_bug', which is no planted bug"
+    monkeypatch.setattr(matrix_runs, "DECLARED", {taken: {first.id: first.planted[taken], second.id: "x:y"}})
+    assert problems[1:] == [
+        f"no experiment declares {n}, and no run catches it by itself"
+        for n, bug in PLANTED_BUGS.items()
+        if n not in declared and not bug.caught_by_any_run
     ]
+    (run,) = harness.matrix_plan([taken], [7], True)[1:]
+    assert run.only == (first.id, second.id)
+    assert harness.matrix_plan([taken], [7], True, [second.id])[1].only == (second.id,)
 
 
 def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
@@ -443,11 +447,11 @@ def test_each_designed_experiment_owns_the_asset_its_designed_claim_names():
         for k, g in d.group_names_by_key.items()
     }
     for name in PLANTED_BUGS:
-        held_by, catch = matrix_runs.designed(name)
-        if not held_by:
-            assert catch.startswith("(invalid run"), name
-            continue
-        assert group_of[catch.split(":")[0]] == matrix_runs.RUNNABLE[held_by].group, name
+        for held_by, catch in matrix_runs.designed(name).items():
+            if not held_by:
+                assert catch.startswith("(invalid run"), name
+                continue
+            assert group_of[catch.split(":")[0]] == matrix_runs.RUNNABLE[held_by].group, name
     # and a run limited to one experiment materializes its scored assets and its upstream's, nothing of the others
     upstream = {e.group for e in matrix_runs.UPSTREAM}
     everything = {k.to_user_string() for k in matrix_runs.scored_assets(defs)}
@@ -728,7 +732,7 @@ def test_profiles_name_which_planted_bugs_the_matrix_runs():
     assert default < set(PLANTED_BUGS) and len(default) == len(SIZES["default"].planted_bugs) == 9
     assert {"planted_attention_mask_dropped", "planted_thread_partials_bf16"} <= default
     # one bug of every designed claim's experiment at least: validity, B, C2 (both tables), D
-    designed = {matrix_runs.designed(b)[1].split(":")[0] for b in default}
+    designed = {c.split(":")[0] for b in default for c in matrix_runs.designed(b).values()}
     assert designed >= {
         "(invalid run",
         "accumulated_error_summary",

@@ -185,11 +185,14 @@ def caught_verdict(designed: str, errors: dict[str, str]) -> str:
 
 def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
     """The matrix row of planted bug ``name``: its ERROR outcomes beyond ``reference``'s (the healthy
-    run at the same base seed), scored against the claim built to catch it (:func:`caught_verdict`)."""
-    bug, catch = PLANTED_BUGS[name], designed(name)[1]
+    run at the same base seed), scored against the claims built to catch it (:func:`caught_verdict`; caught
+    by its claim where any of them caught it)."""
+    bug, catches = PLANTED_BUGS[name], list(designed(name).values())
     errors = score_bug(reference, run)
-    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, caught_verdict(catch, errors), run, errors)
-    row["designed_catch"] = catch
+    verdicts = [caught_verdict(catch, errors) for catch in catches]
+    caught = "yes" if "yes" in verdicts else verdicts[0]
+    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, caught, run, errors)
+    row["designed_catch"] = " or ".join(catches)
     return row
 
 
@@ -197,13 +200,12 @@ def matrix_plan(
     bugs: list[str], seeds: list[int], designed_only: bool = False, experiments: list[str] | None = None
 ) -> list[PlannedRun]:
     """The healthy backend once per base seed, then every bug once at the first seed: with
-    ``designed_only``, a bug designed to be caught by one experiment's claim runs that experiment alone
-    (where ``experiments``, default all, include it; else every one of them)."""
+    ``designed_only``, a bug designed to be caught by experiments' claims runs those experiments alone
+    (those of them that ``experiments``, default all, include; where none is, every one of them)."""
 
     def only(name: str) -> tuple[str, ...]:
-        held_by = designed(name)[0] if name in PLANTED_BUGS else ""
-        chosen = designed_only and held_by and (experiments is None or held_by in experiments)
-        return (held_by,) if chosen else ()
+        held_by = [e for e in designed(name) if e] if designed_only and name in PLANTED_BUGS else []
+        return tuple(e for e in held_by if experiments is None or e in experiments)
 
     return [PlannedRun(f"healthy_{seed}", HEALTHY_BACKEND, seed) for seed in seeds] + [
         PlannedRun(name, name, seeds[0], only(name)) for name in bugs
