@@ -186,6 +186,137 @@ def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none whe
     return [list(t) for t in zip(*out)]
 def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)
     return max([torch.finfo(t.dtype).eps / 2 for t in ts if t.is_floating_point()] + [2.0**-53])
+class Faithful(torch.utils._python_dispatch.TorchDispatchMode):
+    # the dtype-faithful reference: every op with a float operand below fp64 is computed in fp64 from
+    # its operands and each result rounded to the dtype eager gives it (a float16 product that
+    # overflows is inf here, as in eager, while plain fp64 never overflows). Views run as they are;
+    # an in-place op writes its fp64 result back rounded. With u > 0, each float result is scaled by
+    # 1 + d, d uniform within +-u times its dtype's unit roundoff, before rounding: a rounding's worth
+    def __init__(self, u=0.0, seed=0):
+        super().__init__()
+        self.u, self.g = u, torch.Generator().manual_seed(seed)
+    def _round(self, o, like):
+        if not (isinstance(o, torch.Tensor) and isinstance(like, torch.Tensor)) or o.shape != like.shape:
+            return like
+        if like.is_floating_point() and o.is_floating_point() and o.numel() and self.u:
+            d = torch.rand(o.shape, generator=self.g, dtype=torch.float64).to(o.device)
+            o = o.double() * (1 + self.u * torch.finfo(like.dtype).eps / 2 * (2 * d - 1))
+        return o.to(like.dtype)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tree = torch.utils._pytree
+        flat, spec = tree.tree_flatten((args, kwargs))
+        low = lambda a: isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64
+        schema = func._schema
+        if not any(map(low, flat)) or (any(r.alias_info is not None for r in schema.returns) and not schema.is_mutable):
+            return func(*args, **kwargs)
+        up = [a.double() if low(a) else a for a in flat]
+        a64, k64 = tree.tree_unflatten(up, spec)
+        if schema.is_mutable:  # in place or out=: the fp64 copies are written, then copied back rounded
+            written = [k for k, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+            if not written:
+                return func(*args, **kwargs)
+            try:
+                func(*a64, **k64)
+            except (RuntimeError, NotImplementedError, TypeError):
+                return func(*args, **kwargs)
+            for k in written:
+                name = schema.arguments[k].name
+                a = args[k] if k < len(args) else kwargs.get(name)
+                b = a64[k] if k < len(a64) else k64.get(name)
+                if low(a):
+                    a.copy_(b)
+            first = args[written[0]] if written[0] < len(args) else kwargs.get(schema.arguments[written[0]].name)
+            return first
+        eager = func(*args, **kwargs)
+        try:
+            o64 = func(*a64, **k64)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return eager
+        fe, se = tree.tree_flatten(eager)
+        fo = tree.tree_flatten(o64)[0]
+        if len(fe) != len(fo):
+            return eager
+        return tree.tree_unflatten([self._round(o, e) for o, e in zip(fo, fe)], se)
+def faithful(graph, make, runs=3):  # per output, the dtype-faithful runs: plain, then jittered
+    out = []
+    for seed in range(runs):
+        with Faithful(u=1.0 if seed else 0.0, seed=seed):
+            out.append(outs(graph(*make())))
+    return [list(t) for t in zip(*out)]
+def class_changed(e, f, ds):  # fused's class (a bool's value) differs from eager's where eager has the
+    # dtype-faithful reference's class in every run of it, plain and jittered (a class that a rounding's
+    # worth of error flips, a comparison of a near-tie, is not judged here)
+    e, f = e.cpu(), f.cpu()
+    if f.dtype == torch.bool:
+        return (f != e) & torch.stack([d.cpu() == e for d in ds]).all(0)
+    if not f.is_floating_point():
+        return torch.zeros(f.shape, dtype=torch.bool)
+    kf, ke = kind(f), kind(e)
+    same = torch.stack([kind(d.cpu().to(f.dtype)) == ke for d in ds]).all(0)
+    zero_or_finite = lambda k: k <= 2
+    by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
+    return (kf != ke) & same & ~by_value
+def nudged(t, how, g):  # finite nonzero elements one ULP away (up, down or at random), class kept
+    if not t.is_floating_point():
+        return t
+    up = torch.nextafter(t, torch.full_like(t, float("inf")))
+    down = torch.nextafter(t, torch.full_like(t, -float("inf")))
+    pick = up if how == "up" else down if how == "down" else torch.where(
+        torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.device) < 0.5, up, down)
+    keep = ~torch.isfinite(t) | (t == 0) | ~torch.isfinite(pick) | (pick == 0) | (torch.signbit(pick) != torch.signbit(t))
+    return torch.where(keep, t, pick)
+def inconsistent(graph, make, fused):  # (i, j, mask, recomputed): a float or bool output j the program
+    # computes from its output i, recomputed in eager from fused's output i (as returned, and nudged
+    # by one ULP up, down and at random, so a tie or a rounding's worth cannot decide it), whose class
+    # (a bool's value) differs from fused's output j in every such recomputation
+    if len(fused) < 2:
+        return None
+    from torch.fx.experimental.proxy_tensor import make_fx
+    try:
+        gm = make_fx(graph)(*make())
+    except Exception:
+        return None
+    ret = torch.utils._pytree.tree_flatten(next(n for n in gm.graph.nodes if n.op == "output").args[0])[0]
+    nodes = [n if isinstance(n, torch.fx.Node) else None for n in ret]
+    if len(nodes) != len(fused):
+        return None
+    def ancestors(n):
+        seen, todo = set(), [n]
+        while todo:
+            for m in todo.pop().all_input_nodes:
+                if m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        return seen
+    g = torch.Generator().manual_seed(0)
+    for j, nj in enumerate(nodes):
+        fj = fused[j].cpu()
+        if nj is None or nj.op == "placeholder" or not (fj.is_floating_point() or fj.dtype == torch.bool):
+            continue
+        above = ancestors(nj)
+        for i, ni in enumerate(nodes):
+            if i == j or ni is None or ni is nj or ni not in above or ni.op == "placeholder":
+                continue
+            again = []
+            for how in ("as", "up", "down", "random", "random"):
+                value = fused[i] if how == "as" else nudged(fused[i], how, g)
+                sub = torch.fx.Interpreter(gm)
+                try:
+                    got = torch.utils._pytree.tree_flatten(sub.run(*make(), initial_env={ni: value.clone()}))[0][j]  # a node given is not run
+                except Exception:
+                    break
+                if not isinstance(got, torch.Tensor) or got.shape != fj.shape or got.dtype != fj.dtype:
+                    break
+                again.append(got.cpu())
+            else:
+                if fj.dtype == torch.bool:
+                    bad = torch.stack([a != fj for a in again]).all(0)
+                else:
+                    bad = class_changed(again[0], fj, again[1:])
+                if bool(bad.any()):
+                    return i, j, bad, again[0]
+    return None
 def check(graph, args, backend):
     with torch.no_grad():
         ref = reference(graph, args)
@@ -211,6 +342,25 @@ def check(graph, args, backend):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
                           f"{e[i].item()!r}, fused ({backend}) {f[i].item()!r}, fp64 {(c if f.dtype == torch.bool else r)[i].item()!r}")
+    changed = [class_changed(e, f, [e]) for e, f in zip(eager, fused)]  # candidates: a class unlike eager's
+    if any(bool(m.any()) for m in changed):
+        with torch.no_grad():
+            ds = faithful(graph, make)
+        for k, (e, f, d, r) in enumerate(zip(eager, fused, ds, ref)):
+            bad = class_changed(e, f, d)
+            if bool(bad.any()):
+                i = tuple(int(v) for v in bad.nonzero()[0])
+                return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements change class against the "
+                              f"dtype-faithful reference; at {i}: eager {e[i].item()!r}, fused ({backend}) "
+                              f"{f[i].item()!r}, dtype-faithful {d[0][i].item()!r}, fp64 {r[i].item()!r}")
+    with torch.no_grad():
+        found = inconsistent(graph, make, fused)
+    if found is not None:
+        i, j, bad, again = found
+        at = tuple(int(v) for v in bad.nonzero()[0])
+        return True, (f"output {j}: {int(bad.sum())} of {bad.numel()} elements inconsistent with fused output {i}; "
+                      f"at {at}: fused ({backend}) {fused[j][at].item()!r}, eager from fused output {i} "
+                      f"{again[at].item()!r}")
     return False, f"every output agrees with eager and fp64 ({backend})"
 """,
     "compiled": """def check(graph, args, backend):

@@ -65,11 +65,22 @@ def test_only_the_cast_rounded_reference_sees_the_spelled_overflow() -> None:
     assert int(wrong(eager, fused, plain, kept).sum()) == 13
 
 
-def test_float32_intermediates_where_the_program_does_not_cast_are_right() -> None:
+def test_float32_intermediates_that_lose_an_inf_of_the_programs_own_dtype_change_its_class() -> None:
+    # eager's float16 product 1e5 x overflows and sin(inf) is NaN; the plain fp64 run (and the one
+    # rounded at the casts: there are none) sides with the float32 path, the dtype-faithful run,
+    # rounding each op's result to float16 as eager does, has the NaN in every one of its runs
     assert reproduces(_case(IMPLICIT, "float16")) == (
-        False,
-        "every output agrees with eager and fp64 (pk_test_keep_fp32)",
+        True,
+        "output 0: 13 of 32 elements change class against the dtype-faithful reference; at (0, 2): eager nan, "
+        "fused (pk_test_keep_fp32) -0.5634765625, dtype-faithful nan, fp64 -0.5637153585992782",
     )
+    scope = namespace(_case(IMPLICIT, "float16"))
+    graph, make = scope["graph"], scope["make"]
+    eager, fused = graph(*make()), torch.sin(make()[0].float() * 1e5).to(torch.float16)
+    (plain,) = scope["reference"](graph, make())
+    assert not bool(scope["wrong"](eager, fused, plain).any())  # the fp64 comparison alone: blind
+    (runs,) = scope["faithful"](graph, make)
+    assert [int(r.isnan().sum()) for r in runs] == [13, 13, 13]
 
 
 def test_inductor_rounding_at_the_casts_is_not_flagged() -> None:
