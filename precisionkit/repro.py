@@ -168,6 +168,18 @@ class Case:
         return cls(**{**data, "inputs": inputs, "options": options})
 
 
+def for_backend(case: Case, name: str) -> Case:
+    """``case`` compiled by the adapter or backend ``name`` (:func:`precisionkit.backends.compile_target`):
+    its ``backend`` becomes the ``torch.compile`` backend name and its ``setup`` gains the lines that
+    register it, so its file needs only torch and that compiler (``import openvino.torch``)."""
+    from .backends import compile_target
+
+    backend, setup = compile_target(name)
+    if setup and setup.strip() not in case.setup:
+        case = case.with_(setup=(case.setup.rstrip() + "\n" + setup).lstrip("\n"))
+    return case.with_(backend=backend)
+
+
 def generator_device(device: str) -> str:
     """Where a case's inputs are drawn: on the device itself where torch has a random generator
     for it (cpu, cuda, xpu, mps), so the program's seed decides the values there; elsewhere (e.g.
@@ -317,9 +329,15 @@ def render(case: Case, note: str = "") -> str:
         if torch.device(case.device).type == "cuda"
         else ""
     )
+    compiler = (
+        f"\nThe fused path is torch.compile(backend={case.backend!r}), registered by the import below; "
+        "the file needs torch and that compiler only."
+        if setup and case.backend != "inductor"
+        else ""
+    )
     parts = [
         f'"""{what}: rule {case.rule!r}{where}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]'
-        f"{sanitizer}" + (f"\n{note}" if note else "") + '"""\n'
+        f"{sanitizer}{compiler}" + (f"\n{note}" if note else "") + '"""\n'
         "import sys\nimport torch\n" + functional + setup + _constants(case) + _device_constants(case),
         case.source.strip() + "\n",
         _inputs_src(case.inputs, case.device),
@@ -402,8 +420,10 @@ def reproduces(case: Case, backend: str | None = None) -> tuple[bool, str]:
     inputs or the compiler counts as "does not reproduce" and is named in the message."""
     torch._dynamo.reset()
     try:
+        if backend is not None:
+            case = for_backend(case, backend)
         scope = namespace(case)
-        result: tuple[bool, str] = scope["check"](scope["graph"], scope["make"](), backend or case.backend)
+        result: tuple[bool, str] = scope["check"](scope["graph"], scope["make"](), case.backend)
     except Exception as exc:  # noqa: BLE001 - a candidate that does not run does not reproduce
         return False, f"raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[
             :300

@@ -46,6 +46,7 @@ __all__ = [
     "MissingCompiler",
     "adapter_for_backend",
     "adapter_names",
+    "compile_target",
     "get_adapter",
     "install_line",
 ]
@@ -232,3 +233,20 @@ def adapter_for_backend(backend_name: str) -> BackendAdapter:
             f"adapters: {', '.join(adapter_names())}"
         ) from exc
     return InductorAdapter(dynamo_backend=backend_name)
+
+
+def compile_target(name: str) -> tuple[str, str]:
+    """(``torch.compile`` backend name, setup source) for ``name``: an adapter's name (``openvino``,
+    ``iree``, a user's entry point) gives the backend it compiles with (``iree`` compiles with
+    ``turbine_cpu``), registered in this process, and the lines a standalone reproducer runs to
+    register it (:meth:`BackendAdapter.setup_source`); any other name (``inductor``, ``eager``, a
+    backend a test registered) is returned as it is, with no setup.
+
+    >>> compile_target("inductor")
+    ('inductor', '')
+    """
+    if name == "inductor" or (name not in BUILTIN and name not in _entry_points()):
+        return name, ""
+    adapter = get_adapter(name)
+    adapter.prepare()
+    return adapter.dynamo_backend, adapter.setup_source()

@@ -95,6 +95,13 @@ class BackendAdapter:
     def prepare(self) -> None:
         """Import whatever registers :attr:`dynamo_backend` with torch.compile (idempotent)."""
 
+    def setup_source(self) -> str:
+        """Python lines a standalone reproducer runs before ``torch.compile(backend=dynamo_backend)``:
+        what registers the backend, using only the compiler's own package where it can (OpenVINO:
+        ``import openvino.torch``). The default asks precisionkit for this adapter (a user's adapter
+        registered by entry point); "" for a backend torch registers itself."""
+        return f"from precisionkit.backends import get_adapter\nget_adapter({self.name!r}).prepare()\n"
+
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
         """The ``torch.compile`` backend callable with ``options`` applied."""
         from torch._dynamo import lookup_backend

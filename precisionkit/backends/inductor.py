@@ -261,6 +261,11 @@ class InductorAdapter(BackendAdapter):
     def __init__(self, dynamo_backend: str = "inductor") -> None:
         self.dynamo_backend = dynamo_backend
 
+    def setup_source(self) -> str:
+        """Nothing: torch registers Inductor (and ``eager``, ``aot_eager``) itself; a test backend
+        wrapping Inductor is registered by the case's own setup."""
+        return ""
+
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
         """The backend registered as :attr:`dynamo_backend`; ``options`` patch
         ``torch._inductor.config`` while it compiles (``{"emulate_precision_casts": True}``)."""

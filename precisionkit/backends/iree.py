@@ -301,6 +301,10 @@ class IREEAdapter(BackendAdapter):
     def prepare(self) -> None:
         importlib.import_module(_BACKEND_MODULE)
 
+    def setup_source(self) -> str:
+        """The import of iree-turbine's dynamo backends, which registers ``"turbine_cpu"``."""
+        return f"import {_BACKEND_MODULE}  # registers torch.compile's {self.dynamo_backend!r} (iree-turbine)\n"
+
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
         unknown = sorted(set(options) - {"flags"})
         if unknown:

@@ -393,6 +393,14 @@ class OpenVINOAdapter(BackendAdapter):
             warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*", category=DeprecationWarning)
             import openvino.torch  # noqa: F401
 
+    def setup_source(self) -> str:
+        """``import openvino.torch`` (which registers the ``"openvino"`` backend), its warnings silenced
+        so that the reproducer's last line is its verdict."""
+        return (
+            "import warnings\nwith warnings.catch_warnings():  # openvino.torch registers torch.compile's 'openvino'\n"
+            "    warnings.simplefilter('ignore')\n    import openvino.torch  # noqa: F401\n"
+        )
+
     @contextmanager
     def capture(self) -> Iterator[CompileCapture]:
         """Collect every OpenVINO model compiled inside the ``with`` block (see the module docstring

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..repro import Case, namespace
+from ..repro import Case, for_backend, namespace
 from .compile_modes import compiled_as
 from .generator import generate, threads_for
 
@@ -128,6 +128,10 @@ def run(
     torch._dynamo.reset()
     took = lambda: time.perf_counter() - start  # noqa: E731
     try:
+        # an adapter's name (openvino, iree) compiles with its torch.compile backend; the case carries
+        # the lines that register it, so its reproducer file runs with only torch and that compiler
+        case = for_backend(case, backend)
+        backend = case.backend
         scope = namespace(case)
         try:
             ref_on = _eager_and_reference(scope, case.device)
