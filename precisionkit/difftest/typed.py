@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..repro import Case
 from .program import _CONSTS, _DIVISORS, _ROWS, _TAILS, Program, _layout
 from .typed_int import int_stage
+from .typed_range import range_stage
 from .typed_wide import wide_stage
 
 
@@ -31,7 +32,8 @@ def _typed(p: Program) -> Case:
     outputs = p.sinks() or [p.inputs[0].name]
     # integer / bool reductions and class tests come after, from a stream of their own: the ops
     # above and their outputs stay those of the seed, and the new raw results are outputs too
-    return p.case(outputs + [n for n in int_stage(p, shape) + wide_stage(p, shape) if n not in outputs], "typed")
+    staged = int_stage(p, shape) + wide_stage(p, shape) + range_stage(p, shape)
+    return p.case(outputs + [n for n in staged if n not in outputs], "typed")
 
 
 # --- typed ops: each appends one or a few lines; (p, rng, shape, floats, ints, bools) -------------
