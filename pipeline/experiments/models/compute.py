@@ -23,7 +23,7 @@ from precisionkit import FusionError, fused
 from precisionkit.evidence import NO_GRAPH, NO_KERNEL, fusion_defects
 from precisionkit.stats import spacing
 
-from .exact import Judged, judge_exact
+from .exact import Judged, class_changes, diff_rule, faithful_runs, inconsistent_output, judge_exact
 from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
 
 #: The float dtypes a run casts to; a native run's name (:data:`.workloads.NATIVE_DTYPES`) is not here.
@@ -110,6 +110,12 @@ class OutputRecord:
     class_wrong: int = 0  # float outputs: elements whose class differs from eager's where eager has fp64's
     fp64_sided: int = 0  # differ from eager (integer: value; float: class) where fused has fp64's
     example: str = ""  # the first element the rule calls wrong
+    #: elements whose class (a bool's value) fused changed against the dtype-faithful re-execution
+    #: where eager has its class (:func:`.exact.class_changes`)
+    faithful_class: int = 0
+    #: elements that disagree with this output recomputed in eager from the fused output it is
+    #: computed from (:func:`.exact.inconsistent_output`)
+    inconsistent: int = 0
     #: per unit kept, the image or sequence of the batch it belongs to (:func:`unit_clusters`); empty: each
     #: unit its own
     unit_clusters: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -206,6 +212,37 @@ def compare_output(
         example=exact.example,
         unit_clusters=unit_clusters(e),
     )
+
+
+def judge_own_dtype(
+    working: Any,
+    inputs: tuple[torch.Tensor, ...],
+    eager_out: list[torch.Tensor],
+    fused_out: list[torch.Tensor],
+    records: list[OutputRecord],
+) -> None:
+    """The rule's parts in the program's own dtypes, into ``records`` (one per output): class changes
+    against the dtype-faithful re-execution (run only where fused's class differs from eager's
+    somewhere, so a healthy model pays nothing), and outputs inconsistent with the output they are
+    computed from (only with two or more outputs). The first wrong element becomes the record's
+    example where it has none."""
+    rule = diff_rule()
+    candidates = [
+        bool(rule["class_changed"](e, f, [e]).any())
+        for e, f in zip(eager_out, fused_out, strict=True)
+        if e.shape == f.shape and e.dtype == f.dtype
+    ]
+    if any(candidates):
+        runs = faithful_runs(working, inputs)
+        for k, (e, f, rec) in enumerate(zip(eager_out, fused_out, records, strict=True)):
+            judged = class_changes(e, f, runs[k] if k < len(runs) else [], rec.output)
+            rec.faithful_class = judged.wrong
+            rec.example = rec.example or judged.example
+    if len(fused_out) >= 2:
+        j, n, shown = inconsistent_output(working, inputs, fused_out)
+        if j >= 0:
+            records[j].inconsistent = n
+            records[j].example = records[j].example or shown
 
 
 class Seeds(dict[tuple[object, ...], int]):
@@ -312,6 +349,7 @@ def run_model(
                 break
             for k, (e, f, r) in enumerate(zip(eager_out, fused_out, ref_out, strict=True)):
                 run.outputs.append(compare_output(b, k, e, f, r, dtype))
+            judge_own_dtype(working, inputs, eager_out, fused_out, run.outputs[-len(eager_out) :])
             run.same_passed.append(_same(eager_out, fused_out, ref_out))
     if not run.error:
         ev = compiled.evidence

@@ -15,6 +15,17 @@ That rule is precisionkit's ``diff`` reproducer rule (:mod:`precisionkit.repro`)
 
 Candidates (elements whose class, or integer value, differs from eager's) are found where the
 outputs are; only those elements go to the host for ``wrong``.
+
+Two more parts of the rule judge in the program's own dtypes, where plain fp64 never overflows:
+
+* a float element whose class (or a bool element whose value) fused changed against the
+  dtype-faithful re-execution (each op in fp64, rounded to the dtype eager gives it), where eager has
+  that class in every run of it (:func:`class_changes`): a float16 product that overflows is inf
+  there as in eager, so a fused path that keeps it finite in float32 and then says ``isinf`` is False
+  is wrong, while fp64 sides with it;
+* an output computed from another output that disagrees with itself recomputed in eager from
+  fused's value of that output (:func:`inconsistent_output`): fused returns ``y`` = inf and
+  ``isinf(y)`` False.
 """
 
 from __future__ import annotations
@@ -77,3 +88,43 @@ def judge_exact(e: torch.Tensor, f: torch.Tensor, r: torch.Tensor, index: int) -
     full = torch.zeros(e.shape, dtype=torch.bool)
     full[candidates.cpu()] = bad
     return Judged(wrong, sided, _example(e.cpu(), f.cpu(), r.cpu(), full, index))
+
+
+def faithful_runs(graph: Any, inputs: tuple[torch.Tensor, ...]) -> list[list[torch.Tensor]]:
+    """Per output, the dtype-faithful re-executions of ``graph`` on ``inputs`` (the ``diff`` rule's
+    ``faithful``: every op computed in fp64 and its result rounded to the dtype eager gives it; the
+    plain run, then two with a rounding's worth of jitter before each rounding)."""
+    with torch.no_grad():
+        runs: list[list[torch.Tensor]] = diff_rule()["faithful"](graph, lambda: [t.clone() for t in inputs])
+    return runs
+
+
+def class_changes(e: torch.Tensor, f: torch.Tensor, runs: list[torch.Tensor], index: int) -> Judged:
+    """Elements of one output whose class (a bool's value) fused changed against the dtype-faithful
+    reference, where eager has that reference's class in all of its runs (``class_changed``)."""
+    if e.shape != f.shape or e.dtype != f.dtype or not runs:
+        return Judged(0, 0)
+    bad = diff_rule()["class_changed"](e, f, runs)
+    if not bool(bad.any()):
+        return Judged(0, 0)
+    at = tuple(int(v) for v in bad.nonzero()[0])
+    shown = (
+        f"output {index} at {at}: eager {e[at].item()!r}, fused {f[at].item()!r}, dtype-faithful {runs[0][at].item()!r}"
+    )
+    return Judged(int(bad.sum()), 0, shown)
+
+
+def inconsistent_output(
+    graph: Any, inputs: tuple[torch.Tensor, ...], fused: list[torch.Tensor]
+) -> tuple[int, int, str]:
+    """(output, elements, example) of the first fused output that disagrees in class (a bool in
+    value) with itself recomputed in eager from the fused output it is computed from (``inconsistent``);
+    (-1, 0, "") when every such pair agrees or no output is computed from another."""
+    with torch.no_grad():
+        found = diff_rule()["inconsistent"](graph, lambda: [t.clone() for t in inputs], fused)
+    if found is None:
+        return -1, 0, ""
+    i, j, bad, again = found
+    at = tuple(int(v) for v in bad.nonzero()[0])
+    shown = f"output {j} at {at}: fused {fused[j].cpu()[at].item()!r}, eager from fused output {i} {again[at].item()!r}"
+    return j, int(bad.sum()), shown

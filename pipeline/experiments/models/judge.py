@@ -53,6 +53,8 @@ def output_table(runs: list[ModelRun]) -> pl.DataFrame:
             "integer_mismatches": o.mismatched,
             "class_differences": o.class_wrong,
             "fp64_sided": o.fp64_sided,
+            "faithful_class_changes": o.faithful_class,
+            "inconsistent": o.inconsistent,
             "first_wrong": o.example,
             "bit_equal": o.bit_equal,
         }
@@ -79,6 +81,8 @@ def output_table(runs: list[ModelRun]) -> pl.DataFrame:
         "integer_mismatches": pl.Int64,
         "class_differences": pl.Int64,
         "fp64_sided": pl.Int64,
+        "faithful_class_changes": pl.Int64,
+        "inconsistent": pl.Int64,
         "first_wrong": pl.String,
         "bit_equal": pl.Boolean,
     }
@@ -134,6 +138,11 @@ def _ratio(value: float | None) -> str:
 
 def _why_disagree(verdict: str, same_ok: bool, row: dict[str, Any]) -> str:
     if verdict == CONTRADICTED and same_ok:
+        if row.get("faithful_class_changes") or row.get("inconsistent"):
+            return (
+                "same() passed although fused changed a class the program's own dtypes give (an overflow "
+                "eager and the dtype-faithful run have) or disagrees with another of its outputs"
+            )
         if row["class_differences"]:
             return (
                 "same() passed although fused's class (NaN, +-inf, the sign of a zero) differs where eager has fp64's"
@@ -172,6 +181,14 @@ def _reason(verdict: str, row: dict[str, Any]) -> str:
     )
     if verdict == INVALID:
         return f"not judged: {row['error']}"
+    own = row.get("faithful_class_changes", 0) + row.get("inconsistent", 0)
+    if own and not row["integer_mismatches"] + row["class_differences"]:
+        return (
+            f"contradicted in the program's own dtypes: {row['faithful_class_changes']} element(s) change class "
+            "(a bool its value) against the dtype-faithful re-execution (each op in fp64, rounded to the dtype "
+            f"eager gives it) where eager has its class, and {row['inconsistent']} disagree with the output they "
+            f"are computed from, recomputed from fused's; e.g. {row['first_wrong']}{sided}"
+        )
     wrong = row["integer_mismatches"] + row["class_differences"]
     if wrong:
         return (
@@ -251,6 +268,8 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
             "integer_mismatches": sum(o.mismatched for o in run.outputs),
             "class_differences": sum(o.class_wrong for o in run.outputs),
             "fp64_sided": sum(o.fp64_sided for o in run.outputs),
+            "faithful_class_changes": sum(o.faithful_class for o in run.outputs),
+            "inconsistent": sum(o.inconsistent for o in run.outputs),
             "integer_elements": sum(o.units for o in run.outputs if o.kind == "integer"),
             "first_wrong": next((o.example for o in run.outputs if o.example), ""),
             "eager_rmse": float(np.mean([o.eager_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
@@ -284,7 +303,13 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
         row["p_holm"] = adjusted[i]
         if row["error"]:
             verdict = INVALID
-        elif row["class_differences"] or row["integer_mismatches"] or rejected[i]:
+        elif (
+            row["class_differences"]
+            or row["integer_mismatches"]
+            or row["faithful_class_changes"]
+            or row["inconsistent"]
+            or rejected[i]
+        ):
             verdict = CONTRADICTED
         elif (
             row["ci_upper"] is not None
