@@ -1,6 +1,7 @@
 """Adding an experiment is a folder and one line: the fixture experiment (tests/fixtures/experiment_template),
 copied out of the repository and registered through ``FUSION_EXTRA_EXPERIMENTS`` alone, is materialized,
-judged and shown on the site by an unchanged checkout. If this test ever needs a second edit to pass, the
+judged, counted in the plan's estimate, judged by the planted-bug matrix and shown on the site by an unchanged
+checkout. If this test ever needs a second edit to pass, the
 registry is no longer the one door."""
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {"base": base, "proc": proc, "env": env}
 
 
-def test_the_template_is_a_complete_experiment_of_four_files():
+def test_the_template_is_a_complete_experiment_of_five_files():
     assert sorted(p.name for p in TEMPLATE.iterdir() if p.suffix == ".py") == [
         "__init__.py",
         "assets.py",
+        "cost.py",
         "report.py",
         "spec.py",
     ]
@@ -82,6 +84,43 @@ def test_it_is_materialized_judged_and_on_the_site(fixture_run):
     overview = (base / "site" / "build" / "index.html").read_text()
     assert "F: Fixture" in overview  # in the navigation
     assert '<a href="results/fixture-scale.html">F: Fixture: x * 2 + 1 eager against fused</a>' in overview
+
+
+def test_the_plan_counts_it_and_the_matrix_catches_its_planted_bug(fixture_run):
+    """Its cost.py puts it in the plan's estimate (the report's plan line counts its two compiles), and the bug
+    its record declares (a one-ULP rounding fault, which its bit-equality claim must catch) is caught at ERROR
+    by that claim when the planted-bug matrix runs it alone."""
+    plan_line = next(line for line in fixture_run["proc"].stdout.splitlines() if line.startswith("plan ("))
+    assert plan_line.startswith("plan (estimated from the smoke profile's sizes before the run): 2 compiles, ")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from pipeline import plan\n"
+        "from pipeline.instruments.regression import harness, matrix_runs\n"
+        "from pipeline.resources import ExperimentSettings\n"
+        "(row,) = [c for c in plan.costs('smoke', device_type='cpu') if c.experiment == 'F']\n"
+        "print('row', row.name, row.compiles)\n"
+        "print('judged', *matrix_runs.MATRIX_EXPERIMENTS)\n"
+        "like = ExperimentSettings(profile='smoke', device='cpu')\n"
+        "table, _ = harness.build_matrix(['planted_off_by_one_ulp'], ['F'], like, Path(sys.argv[1]), healthy_seeds=[7])\n"
+        "for r in table.iter_rows(named=True):\n"
+        "    print('matrix', r['caught'], r['caught_by'] or '-')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(fixture_run["base"] / "matrix")],
+        cwd=ROOT,
+        env=fixture_run["env"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert "row F fixture 2" in lines and "F" in next(line for line in lines if line.startswith("judged")).split()
+    assert [line for line in lines if line.startswith("matrix")] == [
+        "matrix clean -",  # the healthy run: no false alarm
+        "matrix yes fixture_scale_ulp:fixture_scale_bit_equal (claim contradicted)",
+    ]
 
 
 def test_an_unregistered_package_or_one_without_a_record_is_refused(tmp_path):
