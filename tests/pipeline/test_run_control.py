@@ -659,7 +659,13 @@ def test_report_help_names_the_device_and_backend_with_their_values(capsys: pyte
     ) in text
     assert here.startswith("cpu") and all(d in here for d in available_devices())
     assert (
-        "--backend BACKEND torch.compile backend of the fused path, by registered name (inductor, aot_eager, "
-        "eager, a planted-bug backend or your own); an unknown name is refused with the list of registered ones "
-        "(default: inductor)"
+        "--backend BACKEND compiler of the fused path: an adapter's name (inductor, openvino, iree, or one installed "
+        "through the fusion_precision.backends entry point) or a torch.compile backend by registered name (aot_eager, "
+        "eager, a planted-bug backend); an unknown name is refused with the list of registered ones, a compiler that "
+        "is not installed with the command that installs it (default: inductor)"
+    ) in text
+    assert (
+        "--backends BACKENDS comma list of compilers (e.g. inductor,openvino,iree): run the plan with each in turn, "
+        "S's pools and references made once and reused, then build the site once and print each compiler's wall "
+        "time; overrides --backend (default: none, --backend alone)"
     ) in text
