@@ -17,6 +17,7 @@ from precisionkit import ulp_diff
 from ...artifacts import describe_byte_difference, readable
 from ...tables import markdown_table
 from .rounds import DETERMINISM_DTYPES, Round
+from .worker import artifact_file
 
 _ARTIFACT_SCHEMA = {
     "round": pl.String,
@@ -53,7 +54,7 @@ _SUMMARY_COLUMNS = [
 
 
 def _artifact_bytes(folder: Path, dtype: str, kernel: str) -> bytes | None:
-    path = folder / dtype / f"{kernel}.bin"
+    path = artifact_file(folder / dtype, kernel)
     return path.read_bytes() if path.is_file() else None
 
 

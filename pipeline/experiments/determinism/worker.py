@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -129,11 +130,22 @@ def _dtype_args(inputs: dict[str, torch.Tensor], dtype: str, device: torch.devic
     return args
 
 
+def artifact_file(folder: Path, kernel: str) -> Path:
+    """``<folder>/<kernel>.bin``, every character of the unit's name that a file name cannot hold as
+    ``_``: Inductor's kernel names are kept as they are, another compiler's unit names (OpenVINO's
+    ``Convert_#/Unsqueeze``) become one file each.
+
+    >>> artifact_file(Path("a"), "cpp_fused_add_0").name, artifact_file(Path("a"), "Convert_#/Unsqueeze").name
+    ('cpp_fused_add_0.bin', 'Convert___Unsqueeze.bin')
+    """
+    return folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', kernel)}.bin"
+
+
 def _write_artifacts(artifacts: list[KernelArtifact], folder: Path) -> None:
-    """Each kernel's artifact bytes to ``<folder>/<kernel>.bin``."""
+    """Each kernel's artifact bytes to :func:`artifact_file`."""
     folder.mkdir(parents=True, exist_ok=True)
     for art in artifacts:
-        (folder / f"{art.kernel}.bin").write_bytes(art.data)
+        artifact_file(folder, art.kernel).write_bytes(art.data)
 
 
 def _hash_runs(
