@@ -298,3 +298,22 @@ def test_a_faulty_compiler_makes_its_experiment_invalid_with_the_reason(tmp_path
     assert failed_experiments(causes)["C2"].startswith("step c2_long_reductions: ")
     table = outcome_table(defs, [], list(causes))
     assert "C2            invalid        not judged (invalid run)" in table
+
+
+def test_openvinos_bf16_matmul_on_an_fp32_workload_is_named_by_the_precision_check():
+    import torch
+
+    import precisionkit
+    from precisionkit.evidence import evidence_fields
+
+    if OpenVINOAdapter().missing() is not None:
+        pytest.skip("OpenVINO is not installed")
+    fn = precisionkit.fused(lambda a, b: torch.relu(a @ b + 1.0), backend="openvino")
+    fn(torch.randn(64, 64), torch.randn(64, 64))
+    row = {"chain": "matmul_relu", "dtype": "float32", **evidence_fields(fn.evidence, ("kernel_count", "precisions"))}
+    declared = ExpectedFusion("rows", names=("chain", "dtype"))
+    problems, judged = declared.precision_problems(pl.DataFrame([row]))
+    if "bfloat16" not in row["precisions"]:
+        assert (problems, judged) == ([], 1)  # a CPU without bf16 instructions keeps fp32
+    else:
+        assert (problems, judged) == (["matmul_relu/float32: float32 workload ran in bfloat16"], 1)
