@@ -7,7 +7,11 @@ Inductor cache of its own, so nothing compiled under one variant is loaded by an
 1. **Layers**, in the order ``torch.compile`` applies them: Dynamo capture (backend ``eager``),
    AOTAutograd (``aot_eager``), decompositions and partitioning (``aot_eager_decomp_partition``),
    Inductor (``inductor``), then the case's own backend when it is another one (a custom backend
-   wrapping Inductor). The first layer whose run reproduces is where the defect appears.
+   wrapping Inductor, or another compiler's: OpenVINO, IREE). The first layer whose run reproduces
+   is where the defect appears. When that layer is another compiler's, its adapter's knobs
+   (:meth:`~precisionkit.backends.BackendAdapter.knobs`: OpenVINO's precision and execution hints,
+   IREE's compile flags) run next, each a variant compiling through that adapter with the knob's
+   options; the first that runs clean is the workaround.
 2. When that layer is Inductor, ``torch._inductor.compiler_bisector`` runs on the same file and
    its answer is kept beside ours (it bisects Inductor's own subsystems; it cannot rebuild the
    C++, so a toolchain fault shows to it as whichever lowering it can turn off); then **Inductor knobs** (vectorization off with ``cpp.simdlen=0``, the
@@ -335,7 +339,11 @@ class _Runner:
 def _layers(case: Case) -> list[tuple[str, str]]:
     layers = list(LAYERS)
     if case.backend not in {b for _, b in LAYERS}:
-        layers.append((f"the backend {case.backend!r} (wraps the layers above)", case.backend))
+        if _adapter_knobs(case.backend):  # another compiler's: it does not run through Inductor
+            layers = [(n, b) for n, b in layers if b != "inductor"]
+            layers.append((f"the compiler behind backend {case.backend!r}", case.backend))
+        else:
+            layers.append((f"the backend {case.backend!r} (wraps the layers above)", case.backend))
     if case.rule == "compiled":
         layers = [(n, b) for n, b in layers if b not in ("eager", "aot_eager", "aot_eager_decomp_partition")]
     return layers
@@ -422,6 +430,9 @@ def bisect(
         if not first:
             return Bisection(runner.variants, "", "does not reproduce here", "")
         if dict(layers)[first] != "inductor":
+            adapter_knobs = _adapter_knobs(dict(layers)[first]) if knobs else []
+            if adapter_knobs:
+                return _adapter_verdict(runner, first, adapter_knobs, layers, workers)
             return Bisection(runner.variants, first, first, f"use the layer before it: {_before(layers, first)}")
         base = runner.variants[-1]
         excerpt = runner.excerpts.get(base.name, "")
@@ -444,6 +455,56 @@ def bisect(
     finally:
         ahead.shutdown(wait=True, cancel_futures=True)  # a variant started ahead writes under ``work``
         shutil.rmtree(work, ignore_errors=True)
+
+
+#: The torch.compile backend name an adapter knob's variant compiles with (registered by its prelude).
+KNOB_BACKEND = "pk_adapter_knob"
+
+
+def _adapter_knobs(backend: str) -> list[Knob]:
+    """The layer-bisection knobs of the adapter that compiles with ``backend`` (OpenVINO's precision
+    and execution hints, IREE's compile flags: :meth:`~precisionkit.backends.BackendAdapter.knobs`),
+    each a variant whose prelude registers :data:`KNOB_BACKEND` as that adapter's compiler with the
+    knob's options; none for Inductor (its own knob sets run) or a backend without an adapter."""
+    import json
+
+    from .backends import adapter_for_backend
+
+    try:
+        adapter = adapter_for_backend(backend)
+    except Exception:  # noqa: BLE001 - no adapter, no knobs: the layers' verdict stands
+        return []
+    if adapter.name == "inductor":
+        return []
+    out = []
+    for name, options in adapter.knobs().items():
+        prelude = (
+            "import json\nfrom torch._dynamo import register_backend\n"
+            "from precisionkit.backends import get_adapter\n"
+            f"register_backend(name={KNOB_BACKEND!r})(get_adapter({adapter.name!r}).compiler("
+            f"json.loads({json.dumps(json.dumps(options))})))\n"
+        )
+        out.append(Knob(name, adapter.name, prelude=prelude))
+    return out
+
+
+def _adapter_verdict(
+    runner: _Runner, first: str, knobs: list[Knob], layers: list[tuple[str, str]], workers: int
+) -> Bisection:
+    """Run a compiler's own knobs on the file (each a fresh interpreter): the first that runs clean
+    names the layer it changes as at fault and is the workaround."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        done = list(pool.map(lambda k: runner.run(k.kind, k.name, KNOB_BACKEND, k), knobs))
+    runner.variants[len(runner.variants) - len(done) :] = done
+    fix = next((k.name for k, v in zip(knobs, done, strict=True) if v.status == "clean"), None)
+    if fix:
+        return Bisection(runner.variants, first, f"{first} (removed by {fix})", f"compile with {fix}")
+    return Bisection(
+        runner.variants,
+        first,
+        f"{first} (no knob of the compiler removes it)",
+        f"use the layer before it: {_before(layers, first)}",
+    )
 
 
 def _first_layer(runner: _Runner, layers: list[tuple[str, str]], workers: int) -> str:

@@ -447,8 +447,12 @@ def shrink(
 def reproducer_script(
     graph: FuzzGraph, outcome: FuzzOutcome, backend: str, options: dict[str, Any] | None = None, device: str = "cpu"
 ) -> str:
-    """A standalone script (imports torch only) that exits 1 while the failure reproduces."""
+    """A standalone script (imports torch, and the compiler of a backend adapter such as
+    ``openvino``, only) that exits 1 while the failure reproduces."""
+    from .backends import compile_target
+
     tol, _, _ = graph.tolerance()
+    backend, setup = compile_target(backend)  # iree -> turbine_cpu, and the import that registers it
     header = f'''#!/usr/bin/env python
 """Reproducer written by precisionkit.fuzz (seed {graph.seed}, {graph.dtype}, class {outcome.klass!r}).
 
@@ -464,7 +468,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-
+{setup}
 BACKEND = {backend!r}
 OPTIONS = {dict(options or {})!r}
 DTYPE = torch.{graph.dtype}

@@ -37,7 +37,16 @@ import torch
 
 from precisionkit import bisect as pk_bisect
 from precisionkit import minimize as pk_minimize
-from precisionkit.repro import Case, lines_of, minimization_text, render, run_script, sanitizer_command, write
+from precisionkit.repro import (
+    Case,
+    for_backend,
+    lines_of,
+    minimization_text,
+    render,
+    run_script,
+    sanitizer_command,
+    write,
+)
 
 from ...compile_cache import probed_vec_isa
 from ...devices import cpu_model, device_name, device_versions
@@ -152,6 +161,9 @@ def build(
     fresh interpreter and bisect it; returns ``meta.json``'s content. The folder is built aside
     and renamed into place, so a failure leaves no half-written reproducer."""
     say = log or (lambda _line: None)
+    # a compiler's adapter name (the run's settings.backend: openvino, iree) becomes its torch.compile
+    # backend and the import that registers it, so the file runs with torch and that compiler only
+    case = for_backend(case, case.backend)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     say(f"{case.id}: minimizing ({case.rule}, backend {case.backend}, control {control or 'none'})")

@@ -1,0 +1,152 @@
+"""A blind differential-testing campaign against one compiler, by adapter name: programs of the
+CPU plan (:func:`precisionkit.difftest.plan`) from a first seed never used before, each run in one
+worker interpreter (a crash in the compiler's native code costs one program and is a finding of
+its own), every mismatch and crash minimized and written as a reproducer that needs only torch and
+that compiler, and every reproducer rerun in a fresh interpreter. Prints the warm throughput
+(programs a minute on the one core the worker runs on, the first programs, which load the
+compiler, left out) and writes ``index.json`` / ``index.md`` and one folder per finding under
+``--out``.
+
+    .venv/bin/python benchmarks/difftest_campaign.py --backend openvino --programs 300 --base 905000
+    .venv/bin/python benchmarks/difftest_campaign.py --backend iree --programs 300 --base 906000
+
+The rule that judged a finding is read from its message: ``fp64`` (fused against eager and the
+fp64 reference), ``dtype-faithful`` (a class change against the reference rounded per op to the
+program's own dtypes), ``consistency`` (an output disagrees with the one it is computed from);
+``crash`` (the worker died in the fused run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: programs left out of the warm figure: the first ones import and initialise the compiler
+WARMUP = 5
+
+
+def rule_of(klass: str, message: str) -> str:
+    """Which rule judged a finding, from its class and message."""
+    if klass == "crash":
+        return "crash"
+    if "dtype-faithful reference" in message:
+        return "dtype-faithful"
+    if "inconsistent with fused output" in message:
+        return "consistency"
+    return "fp64"
+
+
+def value_class(message: str) -> str:
+    """The kind of wrong value a finding's message shows (shape/dtype, bool, special, finite)."""
+    if "shape or dtype differs" in message:
+        return "shape or dtype"
+    low = message.lower()
+    fused = low.split("fused (", 1)[-1].split(",", 2)[1] if "fused (" in low else ""
+    eager = low.split("eager ", 1)[-1].split(",", 1)[0] if "eager " in low else ""
+    pair = f"{eager.strip()} / {fused.strip()}"
+    if any(w in pair for w in ("true", "false")):
+        return "bool"
+    if any(w in pair for w in ("inf", "nan")):
+        return "inf or NaN"
+    if "-0.0" in pair:
+        return "signed zero"
+    return "finite value"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="inductor", help="adapter (inductor, openvino, iree, a user's) or backend")
+    ap.add_argument("--programs", type=int, default=300)
+    ap.add_argument("--base", type=int, required=True, help="first seed (record it: a campaign's seeds are used once)")
+    ap.add_argument("--out", default=None, help="default results/campaigns/<date>-<backend>")
+    ap.add_argument("--minimize-checks", type=int, default=40)
+    ns = ap.parse_args(argv)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
+    from precisionkit import difftest
+    from precisionkit.backends import compile_target
+    from precisionkit.repro import run_script, write
+
+    target, _ = compile_target(ns.backend)  # a compiler that is not installed fails here, in one line
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    out = Path(ns.out or ROOT / "results" / "campaigns" / f"{date}-{ns.backend}")
+    out.mkdir(parents=True, exist_ok=True)
+    todo = difftest.plan(ns.programs, ns.base)
+    print(f"{ns.backend} (torch.compile backend {target!r}): {len(todo)} programs from seed {ns.base}", flush=True)
+    classes: Counter[str] = Counter()
+    findings = []
+    run_seconds: list[float] = []
+    with difftest.Isolated() as worker:
+        for k, (gen, seed) in enumerate(todo):
+            case = difftest.generate(seed, gen)
+            t0 = time.perf_counter()
+            o = worker.run(case, ns.backend, difftest.threads_for(gen, seed))
+            run_seconds.append(time.perf_counter() - t0)
+            classes[o.klass] += 1
+            if o.klass in ("mismatch", "crash"):
+                findings.append(o)
+                print(f"  {k + 1}/{len(todo)} {o.case.id}: {o.klass}: {o.message[:200]}", flush=True)
+            elif (k + 1) % 25 == 0:
+                print(f"  {k + 1}/{len(todo)} {dict(classes)}", flush=True)
+        warm = run_seconds[WARMUP:] or run_seconds
+        per_minute = 60.0 * len(warm) / max(sum(warm), 1e-9)
+        print(
+            f"warm throughput: {per_minute:.1f} programs a minute on one core ({len(warm)} programs in "
+            f"{sum(warm):.0f} s, the first {WARMUP} left out)",
+            flush=True,
+        )
+        rows = []
+        for o in findings:
+            case, message, t0 = o.case, o.message, time.perf_counter()
+            small = worker.minimize(case, ns.minimize_checks) if o.klass == "mismatch" else None
+            if small is not None:
+                case, message = small[0], small[1]
+            folder = out / case.id
+            script = write(
+                case, folder, f"Found by a blind campaign against {ns.backend}: {o.klass}: {o.message[:160]}"
+            )
+            rerun = run_script(script, timeout=600, cwd=folder)
+            rows.append(
+                {
+                    "id": case.id,
+                    "class": o.klass,
+                    "rule": rule_of(o.klass, o.message),
+                    "value_class": "crash" if o.klass == "crash" else value_class(o.message),
+                    "message": o.message,
+                    "minimized_message": message,
+                    "lines_before": o.case.source.count("\n"),
+                    "lines_after": case.source.count("\n"),
+                    "minimize_seconds": round(time.perf_counter() - t0, 1),
+                    "rerun": rerun.status,
+                    "rerun_returncode": rerun.returncode,
+                    "rerun_line": rerun.last_line[:300],
+                    "verdict": "",
+                }
+            )
+            print(f"  {case.id}: {rows[-1]['rule']} / {rows[-1]['value_class']}: rerun {rerun.status}", flush=True)
+    index = {
+        "backend": ns.backend,
+        "torch_compile_backend": target,
+        "base_seed": ns.base,
+        "programs": len(todo),
+        "seeds": f"{ns.base}..{ns.base + len(todo) - 1} per generator (difftest.plan)",
+        "classes": dict(classes),
+        "warm_programs_per_minute": round(per_minute, 1),
+        "findings": rows,
+    }
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in index.items() if k != "findings"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
