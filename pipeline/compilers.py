@@ -244,5 +244,5 @@ def outcomes_by_compiler(
             exp_id = group_of.get(graph.get(item.check_key.asset_key).group_name or "")
             if exp_id is not None:
                 by_exp.setdefault(exp_id, []).append(outcome)
-        out[where] = {i: summarize(o) for i, o in by_exp.items()}
+        out[where] = {i: summarize(o, not_applicable=True) for i, o in by_exp.items()}
     return out

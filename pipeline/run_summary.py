@@ -131,7 +131,7 @@ def outcome_table(
         outcomes = by_group.get(exp.group)
         if outcomes is None and exp.id not in steps_by_exp:
             continue
-        o = summarize(outcomes or [], steps_by_exp.get(exp.id, ()))
+        o = summarize(outcomes or [], steps_by_exp.get(exp.id, ()), not_applicable=True)
         rows.append(f"{exp.id:<13} {o.validity:<14} {o.verdict:<26} {o.findings}")
     detail = [text for _, text in sorted(lines_failed)]
     read = ["findings to read (observations, not failures):", *sorted(lines_read)] if lines_read else []

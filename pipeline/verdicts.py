@@ -258,21 +258,34 @@ class ExperimentOutcome:
 
 
 def summarize(
-    outcomes: Iterable[CheckOutcome], failed_steps: Iterable[str] = (), complete: bool = True
+    outcomes: Iterable[CheckOutcome],
+    failed_steps: Iterable[str] = (),
+    complete: bool = True,
+    *,
+    not_applicable: bool = False,
 ) -> ExperimentOutcome:
     """The experiment's validity, verdict and findings from its evaluated checks.
 
     A failed step (an asset that raised, e.g. ``FusionError`` when fusion evidence is missing) makes
-    the run invalid. An invalid run's claims are not judged. An experiment whose checks are stored as not
-    applicable to the run's compiler (and that has no other result) is :data:`NOT_APPLICABLE`, its verdict
-    the stored reason."""
+    the run invalid. An invalid run's claims are not judged.
+
+    Checks stored as not applicable to the run's compiler are never a pass: with ``not_applicable``, an
+    experiment whose checks are all such records (and no step failed) is :data:`NOT_APPLICABLE`, its
+    verdict the stored reason ("not applicable to OpenVINO: ..."); without it (a reader that does not
+    know that outcome yet, such as the site before it shows compilers side by side), those checks are
+    left out and the experiment reads ``incomplete``, its verdict "not yet run" where nothing else was
+    judged."""
     outcomes = list(outcomes)
     failed = tuple(failed_steps)
     skipped = [o for o in outcomes if o.not_applicable]
-    if skipped and len(skipped) == len(outcomes) and not failed:
+    if not_applicable and skipped and len(skipped) == len(outcomes) and not failed:
         return ExperimentOutcome(NOT_APPLICABLE, skipped[0].not_applicable, 0)
     outcomes = [o for o in outcomes if not o.not_applicable]
     failed_steps = failed
+    if skipped:
+        complete = False
+        if not outcomes and not failed:
+            return ExperimentOutcome("incomplete", "not yet run", 0)
     invalid = tuple(o.key for o in outcomes if o.outcome == VALIDITY and not o.passed) + tuple(
         f"step failed: {s}" for s in failed_steps
     )

@@ -166,10 +166,15 @@ def test_not_applicable_is_an_outcome_of_its_own_never_a_pass():
     na = check_outcome("c1:x", False, "WARN", {"outcome": "claim", "not_applicable": reason}, "claim")
     assert na == CheckOutcome("c1:x", "claim", False, "WARN", None, 0, reason)
     assert not na.is_error and not na.to_read
-    assert summarize([na, na]) == summarize([na])
-    o = summarize([na])
+    assert summarize([na, na], not_applicable=True) == summarize([na], not_applicable=True)
+    o = summarize([na], not_applicable=True)
     assert (o.validity, o.verdict, o.findings) == (NOT_APPLICABLE, reason, 0)
-    assert summarize([na], failed_steps=["c1_step"]).validity == "invalid"
+    assert summarize([na], failed_steps=["c1_step"], not_applicable=True).validity == "invalid"
+    # a reader that does not know the outcome yet (the site's labels) gets words it has: incomplete, not yet run
+    assert summarize([na]) == summarize([na], complete=True)
+    assert (summarize([na]).validity, summarize([na]).verdict) == ("incomplete", "not yet run")
+    passed = CheckOutcome("c1:y", "validity", True, "ERROR")
+    assert (summarize([na, passed]).validity, summarize([na, passed]).verdict) == ("incomplete", "no claim")
 
 
 def test_not_applicable_records_are_read_per_compiler_and_device():
