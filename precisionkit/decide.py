@@ -24,6 +24,7 @@ Percentiles use numpy's default linear interpolation, as :func:`precisionkit.sta
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -396,6 +397,7 @@ def student_t_sf(t: float, df: int) -> float:
     return max(0.0, (1.0 - inside) / 2.0)
 
 
+@functools.lru_cache(maxsize=1024)
 def student_t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`student_t_sf`).
 

@@ -41,8 +41,23 @@ JUDGES: dict[str, list[ModuleType]] = {
 
 #: Functions each page called, or could call, to judge while rendering: patched with the rest.
 JUDGE_NAMES = {
-    "E": {"judge_training", "judge_frame", "rule_error_rates", "simulate_rule", "paired_margin_test"},
-    "B": {"verdict_table", "element_bounds_table", "summarize", "absolute_bound", "chain_verdicts"},
+    "E": {
+        "judge_training",
+        "judge_frame",
+        "rule_error_rates",
+        "simulate_rule",
+        "paired_margin_test",
+        "measured_error_rates",
+        "declared_error_rates",
+    },
+    "B": {
+        "verdict_table",
+        "element_bounds_table",
+        "summarize",
+        "absolute_bound",
+        "chain_verdicts",
+        "cannot_judge_table",
+    },
 }
 
 

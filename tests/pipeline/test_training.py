@@ -508,9 +508,18 @@ def test_training_checks_smoke(e_smoke):
     assert meta["verdict"] == judgement.verdict and len(judgement.tests) == 9
     assert all(t.control_orders == len(rules.REPLICATE_ORDERS) for t in judgement.tests)
     # the rule's simulated error rates are computed here and stored with the claim for the report
-    assert "P(" not in meta["error_rates"] and "p_contradicted" in meta["error_rates"]
-    assert meta["error_rates.sd_0.5_margin.false_alarm_below_margin"] <= rules.MAX_ERROR_RATE
-    assert meta["error_rates.this_run.false_alarm_below_margin"] <= rules.MAX_ERROR_RATE
+    assert "P(" not in meta["error_rates"] and "se_contradicted" in meta["error_rates"]
+    # the declared rows are the stored measured table; this run's rows come from the judge run here
+    stored = judging.declared_error_rates()
+    worst = max(
+        r["p_contradicted"] for r in stored if r["noise"] == "sd 0.5 margin, normal" and r["size_in_margins"] < 1
+    )
+    assert meta["error_rates.sd_0.5_margin_normal.false_alarm_below_margin"] == worst
+    assert 0.0 <= meta["error_rates.this_run.false_alarm_below_margin"] <= 1.0
+    assert (
+        meta["error_rates.draws_this_run"] == rules.MEASURED_DRAWS_THIS_RUN
+        and "smallest shift contradicted in >= 80% of runs" in meta["power"]
+    )
     assert claim.passed == (meta["verdict"] == SUPPORTED)
     finding = evaluations["fused_deviation_vs_rounding_control"]
     fmeta = _plain(finding)
@@ -659,3 +668,84 @@ def test_a_checkpoint_is_a_snapshot_written_off_the_training_thread(corpus, tmp_
     writer.save(tmp_path / "file" / "checkpoint.pt", cfg, trainer, RunPosition(step=6), 1.0)
     with pytest.raises(OSError):
         writer.wait()
+
+
+# --- the rule's error rates, measured by running the judge ---------------------------------------------------
+
+
+def _within_monte_carlo_error(a, n_a, b, n_b, k=3.0):
+    """Two measured rates agree within ``k`` standard errors of their difference (the pooled rate, kept off 0
+    and 1 by one run in the pooled sample so that two zeros still leave room for a single event)."""
+    pooled = min(max((a * n_a + b * n_b) / (n_a + n_b), 1 / (n_a + n_b)), 1 - 1 / (n_a + n_b))
+    return abs(a - b) <= k * math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+
+
+def test_the_stored_error_rates_are_this_rules():
+    """The page's declared rows come from error_rates.json only while its fingerprint is this rule's (margins,
+    levels, effects, draws, seed): changing the rule without measuring again fails here."""
+    import json
+
+    stored = json.loads(judging.MEASURED_TABLE.read_text())
+    assert stored["fingerprint"] == judging.rule_fingerprint()
+    rows = judging.declared_error_rates()
+    assert len(rows) == len(rules.POWER_NOISE_IN_MARGINS) * len(judging.NOISE_TAILS) * len(rules.MEASURED_EFFECTS)
+    assert {r["draws"] for r in rows} == {rules.MEASURED_DRAWS}
+
+
+def test_the_page_rates_are_the_judges_own_within_monte_carlo_error():
+    """A fresh measurement with another seed (the judge run on new simulated curves) agrees with the stored table
+    the page shows, rate by rate, within three standard errors; the normal model's 0.644 at 1.5 margins (the old
+    page's figure) does not."""
+    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in judging.declared_error_rates()}
+    noise = {m: 0.25 * rules.MARGINS[m] for m in rules.JUDGED_METRICS}
+    fresh = judging.measured_error_rates(
+        noise, effects=[("shift", 0.99), ("drift", 0.99), ("shift", 1.5), ("drift", 1.5)], draws=150, seed=7
+    )
+    for r in fresh:
+        s = stored[("sd 0.25 margin, normal", r["effect"], r["size_in_margins"])]
+        for rate in ("p_contradicted", "p_supported"):
+            assert _within_monte_carlo_error(s[rate], s["draws"], r[rate], r["draws"]), (r["effect"], rate, s, r)
+    at_plan = stored[("sd 0.25 margin, normal", "shift", 1.5)]
+    assert at_plan["p_contradicted"] == pytest.approx(0.432) and at_plan["se_contradicted"] == pytest.approx(
+        0.022, abs=0.001
+    )
+    assert not _within_monte_carlo_error(0.644, rules.POWER_DRAWS, at_plan["p_contradicted"], at_plan["draws"])
+    # a drift is caught less often than a shift of the same final size (its area is half of it)
+    assert stored[("sd 0.25 margin, normal", "drift", 1.5)]["p_contradicted"] == pytest.approx(0.330)
+
+
+def test_false_alarms_are_measured_across_the_margin_up_to_0_99():
+    """Below the margin, the judge's own false-alarm rate, worst just below it: 0 in 500 runs of normal noise at
+    every size up to 0.99 margins; with heavy tails 3 and 4 in 500 at 0.99 margins (sd 0.25 and 0.5 margin)."""
+    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in judging.declared_error_rates()}
+    below = [k for k in stored if k[2] < 1.0]
+    assert {k[2] for k in below} == {0.0, 0.5, 0.9, 0.99}
+    assert all(stored[k]["p_contradicted"] == 0.0 for k in below if k[0].endswith("normal"))
+    assert stored[("sd 0.25 margin, heavy", "shift", 0.99)]["p_contradicted"] == pytest.approx(3 / 500)
+    assert stored[("sd 0.5 margin, heavy", "shift", 0.99)]["p_contradicted"] == pytest.approx(4 / 500)
+    assert max(stored[k]["p_contradicted"] for k in below) <= rules.MAX_ERROR_RATE
+
+
+def test_power_at_the_plans_effect_is_stated_when_below_one_half():
+    rows = [
+        {
+            "noise": "this run",
+            "effect": "shift",
+            "size_in_margins": rules.PLAN_EFFECT_IN_MARGINS,
+            "p_contradicted": 0.43,
+        },
+        {"noise": "this run", "effect": "shift", "size_in_margins": 2.0, "p_contradicted": 0.96},
+    ]
+    assert judging.low_power_note(rows) == (
+        " The rule has low power here: at this run's paired noise it contradicts a 1.5-margin shift of the eval loss "
+        "in 43% of simulated runs (measured by running the judge)."
+    )
+    assert judging.low_power_note([{**rows[0], "p_contradicted": 0.5}]) == ""
+    assert judging.smallest_detected_effect(rows) == {"this run": 2.0}
+    declared = judging.smallest_detected_effect(judging.declared_error_rates())
+    assert declared == {
+        "sd 0.25 margin, normal": 2.0,
+        "sd 0.25 margin, heavy": 2.0,
+        "sd 0.5 margin, normal": 3.0,
+        "sd 0.5 margin, heavy": 3.0,
+    }

@@ -19,8 +19,8 @@ What "within normal random fluctuation" means is measured, not assumed. Each dat
 The claim is judged by :data:`.rules.RULE` (:func:`.judge.judge_training`: paired t tests of final
 value, curve area and drift of eval loss, train loss and grad norm against margins fixed before the
 runs, :data:`.rules.MARGINS`; the one-ULP controls must pass the same equivalence tests for
-"supported"). The claim check also simulates the rule's error rates (:func:`.judge.rule_error_rates`)
-and stores them for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
+"supported"). The claim check also stores the rule's error rates, measured by running the judge on
+simulated runs (:func:`.judge.this_run_error_rates`, :func:`.judge.declared_error_rates`), for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
 autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fused pair where the
 profile's ``fp32_control`` (training/spec.py) is 1 (reported, not judged).
 """
@@ -57,12 +57,21 @@ from .curves import (
     judge_frame,
     run_problems,
 )
-from .judge import control_rank_test, error_rate_summary, rms, rule_error_rates
+from .judge import (
+    control_rank_test,
+    declared_error_rates,
+    low_power_note,
+    measured_summary,
+    rms,
+    smallest_detected_effect,
+    this_run_error_rates,
+)
 from .loop import TrainResult, pinned_threads, train
 from .rules import (
     CONFIDENCE,
     EVAL_POINT_COLUMNS,
-    POWER_DRAWS,
+    MEASURED_DRAWS,
+    MEASURED_DRAWS_THIS_RUN,
     POWER_SEED,
     REPLICATE_ORDERS,
     RULE,
@@ -311,21 +320,54 @@ def fused_learns_like_eager(
         (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
     ).sort("step")
     tests = pl.DataFrame([t.row() for t in j.tests]) if j.tests else pl.DataFrame()
-    rates = rule_error_rates(j)
+    # the rule's error rates, measured by running the judge on simulated runs: at this run's noise (here) and
+    # at the declared noise levels (stored with the rule: minutes of judging, recomputed when the rule changes)
+    rates = this_run_error_rates(j) + declared_error_rates()
+    detected = smallest_detected_effect(rates)
     return claim_result(
         j.verdict,
         RULE,
-        j.reason,
+        j.reason + low_power_note(rates),
         {
             "precision": main,
             **j.metadata(),
             "tests": dg.MetadataValue.md(markdown_table(tests)),
             "points": dg.MetadataValue.md(markdown_table(part.select(EVAL_POINT_COLUMNS))),
-            "error_rates": dg.MetadataValue.md(markdown_table(pl.DataFrame(rates))),
-            **{f"error_rates.{k}": v for k, v in error_rate_summary(rates).items()},
-            "error_rates.draws": POWER_DRAWS,
+            "error_rates": dg.MetadataValue.md(markdown_table(_rates_table(rates))),
+            **{f"error_rates.{k}": v for k, v in measured_summary(rates).items()},
+            "error_rates.draws": MEASURED_DRAWS,
+            "error_rates.draws_this_run": MEASURED_DRAWS_THIS_RUN,
             "error_rates.seed": POWER_SEED,
+            "power": dg.MetadataValue.md(
+                markdown_table(
+                    pl.DataFrame(
+                        [
+                            {"noise": k, "smallest shift contradicted in >= 80% of runs (margins)": v}
+                            for k, v in detected.items()
+                        ],
+                        schema={
+                            "noise": pl.String,
+                            "smallest shift contradicted in >= 80% of runs (margins)": pl.Float64,
+                        },
+                    )
+                )
+            ),
         },
+    )
+
+
+def _rates_table(rates: list[dict[str, Any]]) -> pl.DataFrame:
+    """The measured rates as the page shows them, each with its Monte-Carlo standard error."""
+    return pl.DataFrame(rates).select(
+        "noise",
+        "effect",
+        "size_in_margins",
+        "size_nats",
+        pl.col("p_contradicted").round(3),
+        pl.col("se_contradicted").round(3),
+        pl.col("p_supported").round(3),
+        pl.col("se_supported").round(3),
+        "draws",
     )
 
 

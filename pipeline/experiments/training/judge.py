@@ -1,14 +1,20 @@
 """E's decision rule as pure functions of the curves (:func:`judge_training`), the one-ULP controls'
-rank null (:func:`control_rank_test`, a finding) and the rule's simulated error rates
-(:func:`rule_error_rates`). The rule's parameters are in :mod:`.rules`.
+rank null (:func:`control_rank_test`, a finding) and the rule's error rates measured by running the judge on
+simulated runs (:func:`measured_error_rates`; the page's table: :func:`declared_error_rates` and
+:func:`this_run_error_rates`). :func:`simulate_rule` is a model of the judge (normal statistics, independent
+tests), kept to compare: at a paired sd of 0.25 margin it gives a power of 0.64 at 1.5 margins where the judge
+itself contradicts 0.43 of the runs. The rule's parameters are in :mod:`.rules`.
 
-``python -m pipeline.experiments.training.judge`` prints the simulated error rates at the declared
-noise levels (seeded by :data:`.rules.POWER_SEED`; no run needed)."""
+``python -m pipeline.experiments.training.judge`` prints the model's rates at the declared noise levels;
+``--write`` measures the declared table again and stores it in ``error_rates.json`` (minutes)."""
 
 import itertools
+import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -20,9 +26,14 @@ from .rules import (
     CONFIDENCE,
     JUDGED_METRICS,
     MARGINS,
+    MEASURED_DRAWS,
+    MEASURED_DRAWS_THIS_RUN,
+    MEASURED_EFFECTS,
+    MEASURED_POINTS,
     MIN_ORDERS,
     MIN_ORDERS_TO_CONTRADICT,
     MIN_POINTS,
+    PLAN_EFFECT_IN_MARGINS,
     POWER_DRAWS,
     POWER_EFFECTS,
     POWER_NOISE_IN_MARGINS,
@@ -344,7 +355,8 @@ def simulate_rule(
     draws: int = POWER_DRAWS,
     seed: int = POWER_SEED,
 ) -> list[dict[str, Any]]:
-    """The verdicts the rule gives, simulated. Per draw, each of the nine tests gets ``orders`` normal
+    """The verdicts a normal model of the rule gives (not the page's figures: :func:`measured_error_rates`
+    runs the judge itself). Per draw, each of the nine tests gets ``orders`` normal
     paired differences with the given sd (fused) and so does each control test (true mean 0); the rule
     sees only those draws: their mean, and their sd with ``orders - 1`` degrees of freedom, exactly as
     :func:`judge_training` estimates it. The eval loss carries an effect of ``effects`` margins (as a
@@ -445,5 +457,235 @@ def main() -> None:
         )
 
 
+# --- the rule's error rates, measured by running the judge on simulated curves ---------------------------
+
+#: The shapes of paired noise the measurement draws: normal, and Student t with 3 degrees of freedom scaled to
+#: the same sd (heavy tails: a data order now and then far off, as a loss spike makes one).
+NOISE_TAILS = ("normal", "heavy")
+
+
+def _noise(rng: np.random.Generator, tails: str, shape: tuple[int, ...]) -> np.ndarray:
+    if tails == "normal":
+        return rng.standard_normal(shape)
+    if tails == "heavy":
+        return rng.standard_t(3, shape) / math.sqrt(3.0)  # t3 has variance 3
+    raise ValueError(f"tails must be one of {NOISE_TAILS}, got {tails!r}")
+
+
+def _healthy_curve(metric: str, t: np.ndarray, order_shift: float) -> np.ndarray:
+    """A healthy training curve of ``metric`` at steps ``t`` (a loss decaying toward 2 nats, a gradient norm
+    decaying toward 0.5), moved by the data order's own ``order_shift``."""
+    decay = np.exp(-t / max(float(t[-1]), 1.0) * 3.0)
+    if metric == "grad_norm":
+        return 0.5 + 0.5 * decay + 0.05 * order_shift
+    return 2.0 + 3.0 * decay + 0.05 * order_shift
+
+
+def simulated_curves(
+    rng: np.random.Generator,
+    noise: Mapping[str, float],
+    *,
+    tails: str = "normal",
+    effect: tuple[str, float] = ("shift", 0.0),
+    orders: int = MIN_ORDERS,
+    points: int = 10,
+) -> tuple[list[int], dict[str, Pairs], dict[str, Pairs]]:
+    """One simulated E run, as :func:`judge_training` takes it: ``points`` judged eval points after step 0 and,
+    per metric and data order, a healthy eager curve, the fused curve and the one-ULP control. Fused - eager on
+    an order (relative to eager for the grad norm) is that order's offset plus its drift across the run plus
+    per-point noise: the offset and the drift each with sd ``noise[metric]``, the per-point noise with half of
+    it, drawn with ``tails``; the control's the same with no effect. ``effect`` (``("shift", d)``: ``d`` nats on
+    the eval loss at every point; ``("drift", d)``: growing linearly from 0 at step 0 to ``d`` at the last)
+    is added to fused's eval loss only."""
+    steps = [15 * i for i in range(points + 1)]
+    t = np.asarray(steps, dtype=np.float64)
+    ramp = t / t[-1]
+    shape, size = effect
+    planted = np.full(t.shape, size) if shape == "shift" else size * ramp
+    planted[0] = 0.0
+    metrics: dict[str, Pairs] = {}
+    controls: dict[str, Pairs] = {}
+    for metric in JUDGED_METRICS:
+        sd = noise[metric]
+        fused_pairs, control_pairs = {}, {}
+        for o in range(orders):
+            eager = _healthy_curve(metric, t, float(rng.standard_normal()))
+            curves = []
+            for with_effect in (True, False):
+                offset, drift = _noise(rng, tails, (2,)) * sd
+                d = offset + drift * (ramp - 0.5) + _noise(rng, tails, t.shape) * sd / 2
+                d[0] = 0.0  # one shared initialization: no difference at step 0
+                if with_effect and metric == "eval_loss":
+                    d = d + planted
+                curves.append(eager * (1.0 + d) if metric in RELATIVE_METRICS else eager + d)
+            key = "ABCDEFGHIJ"[o] if o < 10 else f"o{o}"
+            fused_pairs[key] = (eager.tolist(), curves[0].tolist())
+            control_pairs[key] = (eager.tolist(), curves[1].tolist())
+        metrics[metric], controls[metric] = fused_pairs, control_pairs
+    return steps, metrics, controls
+
+
+def measured_error_rates(
+    noise: Mapping[str, float],
+    *,
+    tails: str = "normal",
+    effects: Sequence[tuple[str, float]],
+    draws: int,
+    seed: int = POWER_SEED,
+    orders: int = MIN_ORDERS,
+    points: int = 10,
+) -> list[dict[str, Any]]:
+    """The rule's verdict rates measured by running :func:`judge_training` itself on ``draws`` simulated runs
+    (:func:`simulated_curves`) per effect, at paired noise ``noise`` (sd per metric in its unit) with ``tails``.
+    Each effect is ``(shape, size in margins of the eval loss)``. One row per effect: how often the judge said
+    contradicted and supported, with their Monte-Carlo standard errors. Each effect's draws are seeded the same
+    (common random numbers), so the rows are comparable."""
+    out = []
+    for shape, size in effects:
+        rng = np.random.default_rng(seed)
+        counts = {CONTRADICTED: 0, SUPPORTED: 0, INCONCLUSIVE: 0}
+        for _ in range(draws):
+            steps, metrics, controls = simulated_curves(
+                rng,
+                noise,
+                tails=tails,
+                effect=(shape, size * MARGINS["eval_loss"]),
+                orders=orders,
+                points=points,
+            )
+            counts[judge_training(steps, metrics, controls).verdict] += 1
+        pc, ps = counts[CONTRADICTED] / draws, counts[SUPPORTED] / draws
+        out.append(
+            {
+                "effect": shape,
+                "size_in_margins": size,
+                "size_nats": size * MARGINS["eval_loss"],
+                "p_contradicted": pc,
+                "p_supported": ps,
+                "se_contradicted": math.sqrt(pc * (1 - pc) / draws),
+                "se_supported": math.sqrt(ps * (1 - ps) / draws),
+                "draws": draws,
+            }
+        )
+    return out
+
+
+#: Where the declared table is kept: running the judge on every simulated run takes minutes, so it is computed
+#: once (``python -m pipeline.experiments.training.judge --write``) and read back while the rule is unchanged.
+MEASURED_TABLE = Path(__file__).with_name("error_rates.json")
+
+
+def rule_fingerprint() -> dict[str, Any]:
+    """What the declared table depends on: the rule's parameters and the simulation's. A stored table whose
+    fingerprint differs is not used."""
+    return {
+        "margins": dict(MARGINS),
+        "confidence": CONFIDENCE,
+        "min_orders": MIN_ORDERS,
+        "min_orders_to_contradict": MIN_ORDERS_TO_CONTRADICT,
+        "min_points": MIN_POINTS,
+        "tests": [list(t) for t in TESTS],
+        "effects": [list(e) for e in MEASURED_EFFECTS],
+        "noise_in_margins": list(POWER_NOISE_IN_MARGINS),
+        "tails": list(NOISE_TAILS),
+        "draws": MEASURED_DRAWS,
+        "points": MEASURED_POINTS,
+        "seed": POWER_SEED,
+    }
+
+
+def compute_declared_error_rates(draws: int = MEASURED_DRAWS, seed: int = POWER_SEED) -> list[dict[str, Any]]:
+    """:func:`measured_error_rates` at every declared noise level (every sd that many margins) and tail shape,
+    with :data:`.rules.MIN_ORDERS` data orders and :data:`.rules.MEASURED_POINTS` judged points."""
+    rows: list[dict[str, Any]] = []
+    for level in POWER_NOISE_IN_MARGINS:
+        noise = {m: level * MARGINS[m] for m in JUDGED_METRICS}
+        for tails in NOISE_TAILS:
+            rates = measured_error_rates(
+                noise, tails=tails, effects=MEASURED_EFFECTS, draws=draws, seed=seed, points=MEASURED_POINTS
+            )
+            rows += [{"noise": f"sd {level:g} margin, {tails}", **r} for r in rates]
+    return rows
+
+
+def declared_error_rates() -> list[dict[str, Any]]:
+    """The declared table: read from :data:`MEASURED_TABLE` when its fingerprint is this rule's, else computed."""
+    if MEASURED_TABLE.exists():
+        stored = json.loads(MEASURED_TABLE.read_text())
+        if stored.get("fingerprint") == rule_fingerprint():
+            return list(stored["rows"])
+    return compute_declared_error_rates()
+
+
+def this_run_error_rates(j: TrainingJudgement, *, draws: int = MEASURED_DRAWS_THIS_RUN) -> list[dict[str, Any]]:
+    """:func:`measured_error_rates` at this run's paired noise (per metric, the largest sd of its three statistics
+    over the data orders), orders and judged points, for the effects around the margin and the plan's; empty
+    when the run has too few tests to say its noise."""
+    by_metric: dict[str, float] = {}
+    for t in j.tests:
+        by_metric[t.metric] = max(by_metric.get(t.metric, 0.0), t.sd, t.control_sd or 0.0)
+    if set(by_metric) != set(JUDGED_METRICS) or j.orders < 2 or j.judged_points < 2:
+        return []
+    effects = [("shift", 0.99), ("drift", 0.99), ("shift", 1.0), ("shift", PLAN_EFFECT_IN_MARGINS), ("shift", 2.0)]
+    rates = measured_error_rates(
+        by_metric, effects=effects, draws=draws, orders=j.orders, points=min(j.judged_points, 50)
+    )
+    return [{"noise": "this run", **r} for r in rates]
+
+
+def smallest_detected_effect(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> dict[str, float | None]:
+    """Per noise of ``rows``: the smallest shift (in margins) the judge contradicted in at least ``power`` of the
+    simulated runs; None where no size measured reaches it."""
+    out: dict[str, float | None] = {}
+    for noise in dict.fromkeys(r["noise"] for r in rows):
+        hits = sorted(
+            r["size_in_margins"]
+            for r in rows
+            if r["noise"] == noise and r["effect"] == "shift" and r["p_contradicted"] >= power
+        )
+        out[noise] = hits[0] if hits else None
+    return out
+
+
+def measured_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per noise of the measured rows: the largest false-alarm rate below the margin (and the effect it is at),
+    the largest rate of "supported" at or beyond it, and the power at the plan's effect (smallest over shapes),
+    as flat ``<noise>.<name>`` entries."""
+    out: dict[str, float] = {}
+    for noise in dict.fromkeys(r["noise"] for r in rows):
+        part = [r for r in rows if r["noise"] == noise]
+        key = noise.replace(" ", "_").replace(",", "")
+        below = [r["p_contradicted"] for r in part if r["size_in_margins"] < 1.0]
+        beyond = [r["p_supported"] for r in part if r["size_in_margins"] >= 1.0]
+        plan = [r["p_contradicted"] for r in part if r["size_in_margins"] == PLAN_EFFECT_IN_MARGINS]
+        out[f"{key}.false_alarm_below_margin"] = max(below) if below else math.nan
+        out[f"{key}.supported_at_or_beyond_margin"] = max(beyond) if beyond else math.nan
+        if plan:
+            out[f"{key}.power_at_plan_effect"] = min(plan)
+    return out
+
+
+def low_power_note(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A sentence for the verdict when the judge's measured power at the plan's effect, at this run's noise, is
+    below one half; empty otherwise (or when not measured)."""
+    plan = [
+        r["p_contradicted"] for r in rows if r["noise"] == "this run" and r["size_in_margins"] == PLAN_EFFECT_IN_MARGINS
+    ]
+    if not plan or min(plan) >= 0.5:
+        return ""
+    return (
+        f" The rule has low power here: at this run's paired noise it contradicts a {PLAN_EFFECT_IN_MARGINS:g}-margin "
+        f"shift of the eval loss in {min(plan):.0%} of simulated runs (measured by running the judge)."
+    )
+
+
+def write_declared_error_rates() -> None:
+    rows = compute_declared_error_rates()
+    MEASURED_TABLE.write_text(json.dumps({"fingerprint": rule_fingerprint(), "rows": rows}, indent=1) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if "--write" in sys.argv[1:]:
+        write_declared_error_rates()
+    else:
+        main()

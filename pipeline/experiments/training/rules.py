@@ -50,6 +50,35 @@ POWER_NOISE_IN_MARGINS = (0.25, 0.5)
 #: error of sqrt(0.05 * 0.95 / 20000) = 0.0015, at most 0.0035 for any rate.
 POWER_DRAWS = 20_000
 POWER_SEED = 20_240_601
+#: The effects the judge is run on to measure its error rates (:func:`.judge.measured_error_rates`), in margins of
+#: the eval loss: below 1 a "contradicted" is a false alarm (0.99 is the worst case, just below the margin), at 1
+#: and beyond a "supported" is one, and the sizes above show the power.
+MEASURED_EFFECTS = (
+    ("shift", 0.0),
+    ("shift", 0.5),
+    ("shift", 0.9),
+    ("shift", 0.99),
+    ("shift", 1.0),
+    ("shift", 1.5),
+    ("shift", 2.0),
+    ("shift", 3.0),
+    ("drift", 0.5),
+    ("drift", 0.99),
+    ("drift", 1.0),
+    ("drift", 1.5),
+    ("drift", 2.0),
+    ("drift", 3.0),
+)
+#: Simulated runs per effect of the declared table (stored in ``error_rates.json``; a rate's Monte-Carlo sd is
+#: at most 0.5 / sqrt(500) = 0.022) and of the claim check's run at this run's noise (fewer: it runs each time).
+MEASURED_DRAWS = 500
+MEASURED_DRAWS_THIS_RUN = 60
+#: The effect the plan sizes E for, in margins of the eval loss: the page's power figure was at 1.5 margins. A
+#: rule whose measured power there is below one half says so in its verdict.
+PLAN_EFFECT_IN_MARGINS = 1.5
+#: Judged eval points of the simulated runs of the declared table (the default profile: 150 steps, every 15).
+MEASURED_POINTS = 10
+
 #: Largest acceptable simulated false-alarm rate ("contradicted" for an effect below the margin) and
 #: rate of "supported" for an effect at or beyond it.
 MAX_ERROR_RATE = 1.0 - CONFIDENCE
@@ -110,7 +139,10 @@ RULE = Rule(
         "beyond it at most 1 - confidence (an intersection of two one-sided tests per statistic). The one-ULP "
         "controls measure what rounding alone does to training: they must be shown within the margin too, else the "
         "margin is finer than rounding noise and nothing can be supported; the finding compares |fused - eager| with "
-        "|control - eager| by an exact rank test. The claim check simulates the rule's error rates with the sd "
-        "estimated per draw as the rule estimates it, at this run's paired noise and at larger noise, and stores them."
+        "|control - eager| by an exact rank test. Those levels hold under a normal model of the statistics; the "
+        "rule's error rates are instead measured by running the judge on simulated runs (normal and heavy-tailed "
+        "paired noise, a shift or a drift planted on the eval loss, false alarms up to 0.99 margins), at this run's "
+        "noise and at declared noise levels, and stored with the claim; a verdict whose measured power at the "
+        "plan's effect is below one half says so."
     ),
 )
