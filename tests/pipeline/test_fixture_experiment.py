@@ -41,12 +41,13 @@ def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {"base": base, "proc": proc, "env": env}
 
 
-def test_the_template_is_a_complete_experiment_of_five_files():
+def test_the_template_is_a_complete_experiment_of_six_files():
     assert sorted(p.name for p in TEMPLATE.iterdir() if p.suffix == ".py") == [
         "__init__.py",
         "assets.py",
         "cost.py",
         "report.py",
+        "repro_cases.py",
         "spec.py",
     ]
 
@@ -86,10 +87,10 @@ def test_it_is_materialized_judged_and_on_the_site(fixture_run):
     assert '<a href="results/fixture-scale.html">F: Fixture: x * 2 + 1 eager against fused</a>' in overview
 
 
-def test_the_plan_counts_it_and_the_matrix_catches_its_planted_bug(fixture_run):
-    """Its cost.py puts it in the plan's estimate (the report's plan line counts its two compiles), and the bug
+def test_the_plan_counts_it_the_matrix_catches_its_planted_bug_and_its_case_reproduces_it(fixture_run):
+    """Its cost.py puts it in the plan's estimate (the report's plan line counts its two compiles); the bug
     its record declares (a one-ULP rounding fault, which its bit-equality claim must catch) is caught at ERROR
-    by that claim when the planted-bug matrix runs it alone."""
+    by that claim when the planted-bug matrix runs it alone; its reproducer case reproduces that bug."""
     plan_line = next(line for line in fixture_run["proc"].stdout.splitlines() if line.startswith("plan ("))
     assert plan_line.startswith("plan (estimated from the smoke profile's sizes before the run): 2 compiles, ")
     code = (
@@ -105,6 +106,10 @@ def test_the_plan_counts_it_and_the_matrix_catches_its_planted_bug(fixture_run):
         "table, _ = harness.build_matrix(['planted_off_by_one_ulp'], ['F'], like, Path(sys.argv[1]), healthy_seeds=[7])\n"
         "for r in table.iter_rows(named=True):\n"
         "    print('matrix', r['caught'], r['caught_by'] or '-')\n"
+        "from pipeline.experiments import experiment\n"
+        "from precisionkit.repro import reproduces\n"
+        "case = experiment('F').reproducers.load().spec_case(['float16', '256'], 'inductor')\n"
+        "print('repro', case.id, reproduces(case)[0], reproduces(case, 'planted_off_by_one_ulp')[0])\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(fixture_run["base"] / "matrix")],
@@ -121,6 +126,9 @@ def test_the_plan_counts_it_and_the_matrix_catches_its_planted_bug(fixture_run):
         "matrix clean -",  # the healthy run: no false alarm
         "matrix yes fixture_scale_ulp:fixture_scale_bit_equal (claim contradicted)",
     ]
+    # its reproducer case (``repros --make f/float16/256``), read through the record: clean with Inductor,
+    # reproducing with the planted bug
+    assert "repro f-scale-float16-256 False True" in lines
 
 
 def test_an_unregistered_package_or_one_without_a_record_is_refused(tmp_path):
