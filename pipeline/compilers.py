@@ -222,14 +222,22 @@ def outcomes_by_compiler(
     include_imported: bool = False,
 ) -> dict[tuple[str, str], dict[str, ExperimentOutcome]]:
     """(compiler, device) -> experiment id -> its outcome (run validity, verdict, findings) from that
-    compiler's latest evaluations on that device: a not-applicable experiment reads validity
-    ``not applicable`` and its reason as verdict. Experiments with no evaluation there are left out."""
+    compiler's latest evaluations on that device and its failed steps (:func:`failed_steps_by_compiler`;
+    such an experiment is ``invalid``, ``step failed: <step>`` among its invalid checks): a not-applicable
+    experiment reads validity ``not applicable`` and its reason as verdict. Experiments with neither an
+    evaluation nor a failed step there are left out. Failed steps name no device: they count for every
+    device of their compiler (device ``""`` when the compiler has no evaluation at all)."""
     from .experiments import EXPERIMENTS
 
     graph = defs.resolve_asset_graph()
     group_of = {e.group: e.id for e in EXPERIMENTS}
     out: dict[tuple[str, str], dict[str, ExperimentOutcome]] = {}
-    for where, evaluations in latest_evaluations_by_compiler(defs, instance, profile, include_imported).items():
+    failed = failed_steps_by_compiler(instance, profile)
+    evaluated = latest_evaluations_by_compiler(defs, instance, profile, include_imported)
+    for backend in failed:
+        if not any(b == backend for b, _ in evaluated):
+            evaluated[(backend, "")] = []
+    for where, evaluations in evaluated.items():
         by_exp: dict[str, list[Any]] = {}
         for item in evaluations:
             e = item.evaluation
@@ -244,5 +252,50 @@ def outcomes_by_compiler(
             exp_id = group_of.get(graph.get(item.check_key.asset_key).group_name or "")
             if exp_id is not None:
                 by_exp.setdefault(exp_id, []).append(outcome)
-        out[where] = {i: summarize(o, not_applicable=True) for i, o in by_exp.items()}
+        steps = {i: [step] for i, (step, _) in failed.get(where[0], {}).items()}
+        out[where] = {i: summarize(by_exp.get(i, []), steps.get(i, ()), not_applicable=True) for i in {*by_exp, *steps}}
+    return out
+
+
+def failed_steps_by_compiler(
+    instance: dg.DagsterInstance, profile: str | None = None, limit: int = 50
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """Compiler -> experiment id -> (step, reason) of the experiments whose step failed the last time a run
+    of that compiler (and ``profile``, where given) ran one of their steps, among the newest ``limit``
+    runs: a compiler that raised while compiling, sent the graph back to eager (``FusionError``) or
+    crashed its worker leaves no check evaluation, only the failed step. An experiment whose latest
+    step succeeded is not listed. The compiler of a run is its settings' backend (Inductor when the run
+    names none)."""
+    from dagster._core.events import DagsterEventType
+
+    from .run_summary import root_cause, step_owners
+
+    owners = step_owners()
+    seen: set[tuple[str, str]] = set()
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    cache: dict[str, dict[str, Any]] = {}
+    for run in instance.get_runs(limit=limit):  # newest first
+        settings = _run_settings(instance, run.run_id, cache)
+        if profile is not None and settings.get("profile", profile) != profile:
+            continue
+        backend = str(settings.get("backend") or DEFAULT_BACKEND)
+        touched: set[str] = set()
+        failures: dict[str, tuple[str, str]] = {}  # within a run, any failed step of an experiment wins
+        for record in instance.all_logs(
+            run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_SUCCESS}
+        ):
+            event = record.dagster_event
+            step = event.step_key if event is not None else None
+            exp_id = owners.get(step or "")
+            if event is None or step is None or exp_id is None:
+                continue
+            touched.add(exp_id)
+            data = event.step_failure_data if event.is_step_failure else None
+            if data is not None and data.error is not None and exp_id not in failures:
+                cause = root_cause(data.error)
+                failures[exp_id] = (step, f"step {step}: {cause.error}: {cause.message}")
+        for exp_id in touched - {e for b, e in seen if b == backend}:
+            seen.add((backend, exp_id))
+            if exp_id in failures:
+                out.setdefault(backend, {})[exp_id] = failures[exp_id]
     return out

@@ -322,3 +322,26 @@ def test_openvinos_bf16_matmul_on_an_fp32_workload_is_named_by_the_precision_che
         assert (problems, judged) == ([], 1)  # a CPU without bf16 instructions keeps fp32
     else:
         assert (problems, judged) == (["matmul_relu/float32: float32 workload ran in bfloat16"], 1)
+
+
+def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason(tmp_path, monkeypatch, capsys, faulty):
+    from pipeline.cli import local
+    from pipeline.compilers import failed_steps_by_compiler
+    from pipeline.definitions import defs
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FUSION_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FUSION_SITE_DIR", str(tmp_path / "site"))
+    assert cli.main(["report", "--profile", "smoke", "--device", "cpu", "--only", "C2", "--backend", "raising"]) == 1
+    out = capsys.readouterr().out
+    assert "building the report from what was materialized (C2 failed)" in out
+    assert "C2            invalid        not judged (invalid run)" in out
+    assert (tmp_path / "site" / "build" / "index.html").is_file()  # the rest of the report is built
+    instance = local.local_instance()
+    reason = (
+        "step c2_long_reductions: BackendCompilerFailed: backend='_counting_backend' raised: "
+        "RuntimeError: the compiler failed on purpose"
+    )
+    assert failed_steps_by_compiler(instance, "smoke") == {"raising": {"C2": ("c2_long_reductions", reason)}}
+    outcome = outcomes_by_compiler(defs, instance, "smoke")["raising", ""]["C2"]
+    assert (outcome.validity, outcome.invalid_checks) == ("invalid", ("step failed: c2_long_reductions",))
