@@ -11,6 +11,7 @@ each test. Prints markdown tables; asserts nothing.
     .venv/bin/python scripts/b_rule_power.py                       # 1000 sets, seeds 0 1 2
     .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 --skip-healthy
     .venv/bin/python scripts/b_rule_power.py --chains attention attention_masked --threads 1
+    .venv/bin/python scripts/b_rule_power.py --chains layernorm_long --seeds 0 1 --skip-healthy   # the review's row
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _g(value: Any, fmt: str = ".3g") -> str:
 def _figures(row: dict[str, Any]) -> str:
     return (
         f"{_g(row['p99_difference'], '+.3g')} | {row['gross_sets']} | {_g(row['bias_difference'], '+.3g')} | "
-        f"{_g(row['misrounded_sets'], 'd')} / {_g(row['decisive_elements'], 'd')}"
+        f"{_g(row['misrounded_sets'], 'd')} / {_g(row['decisive_elements'], 'd')} | {_g(row.get('bias_margin'))}"
     )
 
 
@@ -70,11 +71,11 @@ def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: H
     )
     print(
         "| fault | row | what it does | designed part | contradicted | caught by (all seeds) | healthy fused "
-        "contradicted | harmless | most of the bound used (fault / healthy) | P99 diff (sULP) | gross sets | bias diff "
-        "(sULP) | sets failing the element test / elements judged |"
+        "contradicted | harmless | verdicts | most of the bound used (fault / healthy) | P99 diff (sULP) | gross sets | "
+        "bias diff (sULP) | sets failing the element test / elements judged | bias margin (sULP) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for f in (*faults.FAULTS, *faults.HEALTHY_VARIANTS):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for f in (*faults.FAULTS, *faults.NO_DECISIVE_FAULTS, *faults.HEALTHY_VARIANTS):
         if f.chain not in chains:
             continue
         rows = [
@@ -88,7 +89,8 @@ def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: H
         use = f"{_g(_most(rows, 'bound_use_max'))} / {_g(_most(base, 'bound_use_max'))}"
         print(
             f"| {f.name} | {f.chain}/{f.distribution}/{f.dtype} | {f.description} | {f.designed} | {hits}/{len(rows)} "
-            f"| {', '.join(parts) or '-'} | {alarms}/{len(base)} | {'yes' if f.harmless else '-'} | {use} "
+            f"| {', '.join(parts) or '-'} | {alarms}/{len(base)} | {'yes' if f.harmless else '-'} "
+            f"| {', '.join(r['verdict'] for r in rows)} | {use} "
             f"| {_figures(rows[0])} |",
             flush=True,
         )
