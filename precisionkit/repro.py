@@ -329,15 +329,9 @@ def render(case: Case, note: str = "") -> str:
         if torch.device(case.device).type == "cuda"
         else ""
     )
-    compiler = (
-        f"\nThe fused path is torch.compile(backend={case.backend!r}), registered by the import below; "
-        "the file needs torch and that compiler only."
-        if setup and case.backend != "inductor"
-        else ""
-    )
     parts = [
         f'"""{what}: rule {case.rule!r}{where}. Exits 1 while it reproduces. Usage: python repro.py [BACKEND]'
-        f"{sanitizer}{compiler}" + (f"\n{note}" if note else "") + '"""\n'
+        f"{sanitizer}" + (f"\n{note}" if note else "") + '"""\n'
         "import sys\nimport torch\n" + functional + setup + _constants(case) + _device_constants(case),
         case.source.strip() + "\n",
         _inputs_src(case.inputs, case.device),

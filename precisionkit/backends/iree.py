@@ -303,7 +303,10 @@ class IREEAdapter(BackendAdapter):
 
     def setup_source(self) -> str:
         """The import of iree-turbine's dynamo backends, which registers ``"turbine_cpu"``."""
-        return f"import {_BACKEND_MODULE}  # registers torch.compile's {self.dynamo_backend!r} (iree-turbine)\n"
+        return (
+            f"# the fused path is torch.compile(backend={self.dynamo_backend!r}): needs torch and iree-turbine only\n"
+            f"import {_BACKEND_MODULE}  # registers torch.compile's {self.dynamo_backend!r}\n"
+        )
 
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
         unknown = sorted(set(options) - {"flags"})

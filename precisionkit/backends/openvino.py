@@ -397,6 +397,7 @@ class OpenVINOAdapter(BackendAdapter):
         """``import openvino.torch`` (which registers the ``"openvino"`` backend), its warnings silenced
         so that the reproducer's last line is its verdict."""
         return (
+            "# the fused path is torch.compile(backend='openvino'): needs torch and openvino only\n"
             "import warnings\nwith warnings.catch_warnings():  # openvino.torch registers torch.compile's 'openvino'\n"
             "    warnings.simplefilter('ignore')\n    import openvino.torch  # noqa: F401\n"
         )
