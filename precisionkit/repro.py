@@ -46,6 +46,17 @@ alike:
   the program's narrowest dtype), so an ill-conditioned row (a softmax over near-tied logits) is not
   judged by eager's luck; runs whose moved values reach a jump (floor, a remainder, a comparison, an
   index) are not used. Rounding noise never counts; garbage, wrong signs and lost specials do.
+  Two more parts judge in the program's own dtypes, where plain fp64 never overflows: a float element
+  whose class (or a bool element whose value) differs from eager's where eager has the class of the
+  *dtype-faithful* reference in each of its three runs (every op computed in fp64 from its operands
+  and its result rounded to the dtype eager gives it, once as is and twice scaled by 1 +- u before
+  the rounding, so a class a rounding's worth decides is not judged): a float16 ``x * x`` that
+  overflows is inf there as in eager, and a fused path that keeps it finite in float32 and says
+  ``isinf`` is False is wrong; and an output the program computes from another output (``y`` and
+  ``isinf(y)``) whose class (a bool's value) differs from itself recomputed in eager from fused's
+  value of that output, as returned and nudged one ULP up, down and at random (a tie decided by a
+  rounding is not judged). Upcasting that only makes values more accurate changes no class and
+  passes both.
 """
 
 from __future__ import annotations

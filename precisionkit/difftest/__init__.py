@@ -18,7 +18,10 @@ Generators (``generate(seed, generator)``):
   softmax / log_softmax over any dim, sin / cos / tan, exp and log at the ends of the exponent
   range, inputs and constants from subnormals to 1e30, strided views (transpose of a reshape, step
   slices, overlapping as_strided windows), cat / stack, rows of a few hundred elements with odd
-  lengths, and values of only +-0, only ties or only huge numbers. Inputs come in every layout of
+  lengths, and values of only +-0, only ties or only huge numbers; then (:mod:`.typed_range`) large
+  computed values (products or trig of views, scaled) into softmax / log_softmax / logsumexp /
+  layer and RMS norm, signed zeros through contiguous min / max / clamp / where, arg-reductions
+  over transposed or strided inputs, and integer and bool reductions over either dim. Inputs come in every layout of
   :data:`~precisionkit.repro.LAYOUTS` and with edge values (+-0, +-inf, NaN, subnormals, huge)
   where the program tests their handling; shapes sit around vector widths (tails) and tiles.
 * ``attention``: scaled dot-product attention in the forms models write it (heads permuted from
@@ -41,7 +44,7 @@ seed, eager and the fused path run there (Inductor's Triton code on CUDA), and t
 runs there where the device has the op in fp64 (on the host otherwise; the outcome says which).
 
 The package's modules: :mod:`.program` (the builder), :mod:`.typed` (with its stages
-:mod:`.typed_int` and :mod:`.typed_wide`) and :mod:`.structured` (the CPU generators), :mod:`.gpu`
+:mod:`.typed_int`, :mod:`.typed_wide` and :mod:`.typed_range`) and :mod:`.structured` (the CPU generators), :mod:`.gpu`
 (the GPU vocabulary), :mod:`.generator` (``generate``, ``plan``), :mod:`.runner` (one program, a campaign), :mod:`.isolation` (worker interpreters) and
 :mod:`.features` (the corpus vocabulary of a program).
 """
