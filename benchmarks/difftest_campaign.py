@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=int, required=True, help="first seed (record it: a campaign's seeds are used once)")
     ap.add_argument("--out", default=None, help="default results/campaigns/<date>-<backend>")
     ap.add_argument("--minimize-checks", type=int, default=40)
+    ap.add_argument("--throughput-only", action="store_true", help="run the programs and print the throughput only")
     ns = ap.parse_args(argv)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
     from precisionkit import difftest
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         rows = []
+        if ns.throughput_only:
+            print(json.dumps({"backend": ns.backend, "classes": dict(classes), "programs_per_minute": per_minute}))
+            return 0
         for o in findings:
             case, message, t0 = o.case, o.message, time.perf_counter()
             small = worker.minimize(case, ns.minimize_checks) if o.klass == "mismatch" else None

@@ -49,7 +49,9 @@ def _kind(text: str) -> str:
 
 def verdict(row: dict, knob_status: str, knob: str) -> str:
     if row["class"] == "crash":
-        return "real defect: the compiler's native code crashed"
+        if row["rerun_returncode"] < 0:
+            return "real defect: the compiler's native code crashed, again in a fresh interpreter"
+        return f"unconfirmed crash: in a fresh interpreter the reproducer is {row['rerun']} ({row['rerun_line'][:80]})"
     if row["rerun"] != "reproduces":
         return f"false alarm: the reproducer is {row['rerun']} in a fresh interpreter"
     if row["value_class"] == "shape or dtype":
