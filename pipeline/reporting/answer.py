@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..compilers import compiler_title
 from ..experiment import Experiment
-from ..verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_JUDGED, SUPPORTED
+from ..verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, NOT_APPLICABLE_KEY, NOT_JUDGED, SUPPORTED
 from .claims import EXPERIMENTS
 from .render import Report
 
@@ -21,8 +22,6 @@ BITS, WORSE, WRONG = "bits", "worse than eager", "wrong results"
 BITS_SECTIONS = ("1.2-2", "1.2-3", "1.2-4", "2", "3.3")
 ACCURACY_SECTIONS = ("3.2", "6.1")
 _ACCURACY_TEXT = re.compile(r"(worse|less accurate|as accurately as|learns)\b.*\beager", re.I)
-#: A backend's name in a sentence (others are shown as recorded).
-BACKEND_NAMES = {"inductor": "Inductor", "eager": "eager (no compiler)", "aot_eager": "AOT eager"}
 #: States that are not a verdict on the claim: counted apart and never read as good.
 NOT_RUN, FAILED = "not yet run", "failed"
 
@@ -34,7 +33,8 @@ class ClaimState:
     exp: Experiment
     name: str
     question: str
-    state: str  # supported | contradicted | inconclusive | not judged (invalid run) | not yet run | failed
+    #: supported | contradicted | inconclusive | not judged (invalid run) | not applicable | not yet run | failed
+    state: str
     reason: str
     metadata: dict[str, Any]
 
@@ -66,6 +66,8 @@ def claim_states(report: Report) -> list[ClaimState]:
                 state, reason = FAILED, report.failed[exp.group]
             elif outcome is None or c.state == "not yet run":
                 state = NOT_RUN
+            elif outcome.validity == NOT_APPLICABLE or c.label == NOT_APPLICABLE:
+                state, reason = NOT_APPLICABLE, str(c.metadata.get(NOT_APPLICABLE_KEY) or outcome.verdict)
             elif outcome.validity == "invalid":
                 state = NOT_JUDGED
             else:
@@ -85,7 +87,12 @@ def _provenance(report: Report) -> dict[str, Any]:
 
 
 def backend_name(backend: str) -> str:
-    return BACKEND_NAMES.get(backend, f"`{backend}`")
+    """The compiler's name for people (:func:`pipeline.compilers.compiler_title`: ``OpenVINO``); a plain
+    ``torch.compile`` backend that compiles through Inductor's adapter (``aot_eager``) as recorded."""
+    title = compiler_title(backend)
+    if backend != "inductor" and title == compiler_title("inductor"):
+        return f"`{backend}`"
+    return title
 
 
 def where(report: Report, prov: dict[str, Any]) -> str:
@@ -119,7 +126,7 @@ def _wrong_results(states: list[ClaimState], reproducers: list[str], link: str) 
     pending = []
     for s in states:
         compared, wrong = s.metadata.get("compared"), s.metadata.get("mismatches")
-        if s.state in (NOT_RUN, FAILED, NOT_JUDGED) or compared is None:
+        if s.state in (NOT_RUN, FAILED, NOT_JUDGED, NOT_APPLICABLE) or compared is None:
             pending.append(f"{_kind(s)} ({s.state})")
         elif s.state == CONTRADICTED:
             if reproducers:
@@ -189,6 +196,7 @@ def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile
             (INCONCLUSIVE, "inconclusive"),
             (NOT_JUDGED, "not judged (invalid run)"),
             (FAILED, "failed"),
+            (NOT_APPLICABLE, "not applicable"),
             (NOT_RUN, "not yet run"),
         )
         if _count(counted, st)
@@ -207,8 +215,9 @@ def claim_list(report: Report, states: list[ClaimState], prefix: str = "") -> st
             continue
         reason = s.reason if len(s.reason) <= 220 else s.reason[:219] + "…"
         page = f"{prefix}results/{s.exp.slug}{report.page_suffix}.md"
-        why = f": {reason}" if reason and s.state != NOT_RUN else ""
-        lines.append(f"- *{s.state}* ({s.question}): [{s.exp.id}]({page}) `{s.name}`{why}")
+        why = f": {reason}" if reason and s.state not in (NOT_RUN, NOT_APPLICABLE) else ""
+        state = reason if s.state == NOT_APPLICABLE and reason else s.state
+        lines.append(f"- *{state}* ({s.question}): [{s.exp.id}]({page}) `{s.name}`{why}")
     return "\n".join(lines)
 
 

@@ -8,13 +8,14 @@ from ..experiment import Experiment
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
 from ..verdicts import (
     CLAIM,
+    NOT_APPLICABLE,
 )
 
 if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.
     pass
 
-from .render import LABEL_MARK, CheckRecord, Report, collapsed
+from .render import LABEL_MARK, CheckRecord, Report, collapsed, verdict_mark
 
 OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
 RULE_FIELDS = (
@@ -38,7 +39,9 @@ def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
         none = LABEL_MARK["not yet run" if report.shows(group) else "not run"]
         return none, none, "—"
     findings = f"{o.findings}" if o.findings else "0"
-    return LABEL_MARK[o.validity], LABEL_MARK.get(o.verdict, o.verdict), findings
+    if o.validity == NOT_APPLICABLE:
+        return LABEL_MARK[NOT_APPLICABLE], fmt(o.verdict), "—"
+    return LABEL_MARK[o.validity], verdict_mark(o.verdict), findings
 
 
 def readable(value: Any) -> str:
@@ -140,6 +143,8 @@ def verdict_words(report: Report, exp: Experiment) -> str:
     o = report.outcome(group)
     if o is None:
         return f"**Verdict: not yet run** with the `{report.profile}` profile."
+    if o.validity == NOT_APPLICABLE:
+        return f"**Verdict: none**, {o.verdict}."
     if o.validity == "invalid":
         return (
             f"**Verdict: not judged**: the run is invalid ({_names(list(o.invalid_checks))} failed), so its claim "

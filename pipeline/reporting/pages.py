@@ -4,6 +4,7 @@ from typing import Any
 
 import polars as pl
 
+from ..verdicts import NOT_APPLICABLE
 from .answer import answer_section
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
@@ -268,6 +269,7 @@ def devices_verdict_line(reports: list[Report], labels: list[str]) -> str:
     parts = []
     for r, label in zip(reports, labels, strict=True):
         verdicts = [r.verdict(e.group) if e.group not in r.failed else "failed" for e in EXPERIMENTS]
+        verdicts = [NOT_APPLICABLE if v.startswith(NOT_APPLICABLE) else v for v in verdicts]
         counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
         parts.append(f"{label}: {counts}")
     return "**Verdicts by device** (experiments): " + "; ".join(parts) + ".\n{: .verdict-line }\n"

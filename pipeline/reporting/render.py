@@ -23,6 +23,8 @@ from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages a
 from ..verdicts import (
     CLAIM,
     INCONCLUSIVE,
+    NOT_APPLICABLE,
+    NOT_APPLICABLE_KEY,
     NOT_JUDGED,
     VALIDITY,
     CheckOutcome,
@@ -91,6 +93,8 @@ class CheckRecord:
         o = self.as_outcome()
         if o is None:
             return "not yet run"
+        if o.not_applicable:
+            return NOT_APPLICABLE
         if o.outcome == CLAIM:
             return o.verdict or INCONCLUSIVE
         if o.outcome == VALIDITY:
@@ -195,7 +199,10 @@ class Report:
             )
             # A run stopped before the check ran leaves a "planned" event with no result: not yet run.
             evaluation = check_evaluation(self._latest_check_record(check_key))
-            if evaluation is not None and record.asset in materialized:
+            # A check of an experiment that does not apply to the run's compiler is stored without a
+            # materialization of its asset (the run leaves those assets out): its record stands alone.
+            stands_alone = evaluation is not None and bool(plain(evaluation.metadata.get(NOT_APPLICABLE_KEY)))
+            if evaluation is not None and (record.asset in materialized or stands_alone):
                 if evaluation.passed:
                     record.state = "passed"
                 else:
@@ -237,11 +244,13 @@ class Report:
 
     def outcome(self, group: str) -> ExperimentOutcome | None:
         """The experiment's run validity, claim verdict and findings (None when nothing ran)."""
-        if not any(a.materialized for a in self.assets_of(group)):
-            return None
         checks = self.checks_of(group)
+        if not any(a.materialized for a in self.assets_of(group)) and not any(
+            c.label == NOT_APPLICABLE for c in checks
+        ):
+            return None
         evaluated = [o for o in (c.as_outcome() for c in checks) if o is not None]
-        return summarize(evaluated, complete=all(c.state != "not yet run" for c in checks))
+        return summarize(evaluated, complete=all(c.state != "not yet run" for c in checks), not_applicable=True)
 
     def verdict(self, group: str) -> str:
         """The claim verdict alone: supported / contradicted / inconclusive, NOT_JUDGED for an
@@ -351,6 +360,16 @@ LABEL_MARK = {
     "finding": _badge("warn", "finding"),
     "nothing to read": _badge("ok", "none"),
     "not yet run": _badge("none", "not yet run"),
+    #: An experiment (or check) that does not apply to the run's compiler: neutral, never a pass.
+    NOT_APPLICABLE: _badge("none", "not applicable"),
     "not run": _badge("none", "not run in this report"),
     "failed": _badge("bad", "failed"),
 }
+
+
+def verdict_mark(verdict: str) -> str:
+    """A verdict as a table cell: its badge, or for a not-applicable experiment the badge and the stored
+    reason ("not applicable to OpenVINO: <why>")."""
+    if verdict.startswith(NOT_APPLICABLE):
+        return f"{LABEL_MARK[NOT_APPLICABLE]} {fmt(verdict)}"
+    return LABEL_MARK.get(verdict, verdict)
