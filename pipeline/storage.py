@@ -33,7 +33,7 @@ import struct
 import tempfile
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -323,18 +323,24 @@ def uses_fused_path(tags: Mapping[str, str] | None) -> bool:
     return (tags or {}).get(FUSED_PATH_TAG) != "no"
 
 
+#: Where the asset keys that declare :data:`NO_FUSED_PATH` come from when a context carries no spec:
+#: the registry of experiments hands in a function at its import (storage sits below the experiments
+#: and does not import them).
+_shared_keys_source: Callable[[], Iterable[dg.AssetKey]] | None = None
+
+
+def provide_shared_keys(source: Callable[[], Iterable[dg.AssetKey]]) -> None:
+    """Name the function that lists the registered assets stored once for every compiler (called by
+    the registry of experiments; read lazily, since listing loads every asset module)."""
+    global _shared_keys_source
+    _shared_keys_source = source
+    _independent_keys.cache_clear()
+
+
 @functools.cache
 def _independent_keys() -> frozenset[dg.AssetKey]:
     """The registered assets that declare :data:`NO_FUSED_PATH` (read where a context has no spec)."""
-    from .experiments import EXPERIMENTS
-
-    return frozenset(
-        key
-        for exp in EXPERIMENTS
-        for a in exp.assets()
-        for key in a.keys
-        if not uses_fused_path(a.tags_by_key.get(key))
-    )
+    return frozenset(_shared_keys_source() if _shared_keys_source is not None else ())
 
 
 def key_uses_fused_path(key: dg.AssetKey, spec: Any = None) -> bool:

@@ -96,7 +96,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def room(module: str) -> str | None:
     """The room of a ``pipeline`` module: ``experiments/<name>``, ``instruments/<name>``, ``registry``,
     ``reporting``, ``cli``, ``definitions``, the modules that read the experiments from above (``plan``,
-    ``run_summary``) or ``core``; None outside ``pipeline``."""
+    ``run_summary`` with ``compilers``) or ``core``; None outside ``pipeline``."""
     parts = module.split(".")
     if parts[0] != "pipeline":
         return None
@@ -106,9 +106,10 @@ def room(module: str) -> str | None:
         return "registry" if len(parts) == 2 else f"{parts[1]}/{parts[2]}"
     if parts[1] in ("reporting", "cli", "definitions"):
         return parts[1]
-    # modules above the experiments that read them: the cost model and the run summary
+    # modules above the experiments that read them: the cost model, and the run summary with the
+    # outcomes per compiler read from it
     return {"plan": "plan", "plan_calibration": "plan"}.get(
-        parts[1], "run_summary" if parts[1] == "run_summary" else "core"
+        parts[1], "run_summary" if parts[1] in ("run_summary", "compilers") else "core"
     )
 
 

@@ -9,6 +9,9 @@ that is loaded when the code location builds its definitions (``Experiment.asset
 import importlib
 import os
 
+import dagster as dg
+
+from .. import storage as _storage
 from ..experiment import Experiment
 
 #: Every experiment's package, then the instruments' (:mod:`pipeline.instruments`), in the report's order:
@@ -54,6 +57,22 @@ def _packages() -> tuple[str, ...]:
 
 
 EXPERIMENTS: tuple[Experiment, ...] = tuple(_record(p) for p in _packages())
+
+
+def _shared_keys() -> list[dg.AssetKey]:
+    """The registered assets stored once for every compiler (tagged as not using the fused path)."""
+    from ..storage import uses_fused_path
+
+    return [
+        key
+        for exp in EXPERIMENTS
+        for a in exp.assets()
+        for key in a.keys
+        if not uses_fused_path(a.tags_by_key.get(key))
+    ]
+
+
+_storage.provide_shared_keys(_shared_keys)
 _duplicated = sorted({e.id for e in EXPERIMENTS if sum(o.id == e.id for o in EXPERIMENTS) > 1})
 if _duplicated:
     raise ValueError(f"experiment ids registered twice: {', '.join(_duplicated)}")
