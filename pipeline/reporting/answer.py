@@ -169,7 +169,7 @@ def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile
     """One backend on one device: the answer in one sentence, then what is not counted as good; a report
     of another profile than ``profile`` names its own (its sizes and counts differ)."""
     prov = _provenance(report)
-    backend = str(prov.get("provenance.backend") or "the fused backend")
+    backend = str(report.compiler or prov.get("provenance.backend") or "the fused backend")
     bits = [s for s in states if s.question == BITS]
     worse = [s for s in states if s.question == WORSE]
     wrong = [s for s in states if s.question == WRONG]
@@ -228,7 +228,7 @@ def answer_section(report: Report) -> str:
         "**Does automatic operator fusion change numerics, and is it worse than eager execution?**\n",
     ]
     details = []
-    for r in [report, *report.other_devices]:
+    for r in [*(report.compilers or [report]), *report.other_devices]:
         states = claim_states(r)
         if not states:
             continue
@@ -240,7 +240,8 @@ def answer_section(report: Report) -> str:
         parts.append("No claim has been judged yet: every experiment is not yet run with this profile.\n")
     parts.append("</div>\n")
     for r, listed in details:
-        title = f"Claims not supported on {where(r, _provenance(r))}"
+        by = f" with {backend_name(r.compiler)}" if r.compiler else ""
+        title = f"Claims not supported{by} on {where(r, _provenance(r))}"
         parts.append(f'??? note "{title}"\n\n' + "\n".join("    " + x for x in listed.splitlines()) + "\n")
     return "\n".join(parts)
 

@@ -19,6 +19,7 @@ from ..verdicts import ExperimentOutcome
 from .answer import short_answer
 from .pages import all_pages, site_nav
 from .render import REPO_ROOT, Report
+from .side_by_side import compiler_reports, compilers_with_results
 from .site import mkdocs_build, prepare_docs_dir, site_skipped, vendor_javascript, write_page
 
 #: A folder for this report's pages and build instead of the checkout's ``site/``: reports that run at
@@ -121,11 +122,12 @@ def build_report_asset(
         build_dir = Path(config.build_dir) if Path(config.build_dir).is_absolute() else root / config.build_dir
         data_dir = data.profile_dir(settings.profile)
         data_dir = data_dir if data_dir.is_absolute() else Path.cwd() / data_dir
-        graph = dg.Definitions(
+        site_defs = dg.Definitions(
             assets=[*experiment_assets, report_site],
             asset_checks=experiment_checks,
             resources={"settings": settings, "data": data},
-        ).resolve_asset_graph()
+        )
+        graph = site_defs.resolve_asset_graph()
         report = Report(
             context.instance,
             graph,
@@ -140,6 +142,10 @@ def build_report_asset(
         report.failed = {experiment(i).group: why for i, why in config.failed.items()}
         report.time_section = markdown_section(
             site_table(context.instance, context.run.run_id, settings.profile), settings.profile
+        )
+        # Several compilers with results here: one column (and one answer sentence) per compiler.
+        report.compilers = compiler_reports(
+            report, compilers_with_results(site_defs, context.instance, settings.profile)
         )
         report.other_devices = device_reports(
             context.instance, graph, data_dir.parent, docs_dir, settings.profile, config.main_document_url

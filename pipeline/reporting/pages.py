@@ -10,6 +10,7 @@ from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
 from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
 from .render import Report, collapsed, markdown_table
+from .side_by_side import claims_header, compilers_section, verdict_cell
 
 #: Tables longer than this are not printed on the page (only offered for download).
 LONG_TABLE_ROWS = 120
@@ -32,18 +33,31 @@ def overview(report: Report) -> str:
         "read. An invalid run is never shown as a verdict on the claim.\n",
         f"Profile **{report.profile}**, device **{report.device_label or report.device}** (`{report.device}`). "
         "Experiments that were not materialized with this profile are marked *not yet run*.\n",
-        "| claim | main document | evidence | run validity | verdict | findings |",
-        "|---|---|---|---|---|---|",
     ]
+    if report.compilers:
+        lines.append(
+            f"{len(report.compilers)} compilers have results here: each column is one compiler's verdict "
+            "from its own latest records (run validity and findings on each experiment's page).\n"
+        )
+        lines += claims_header(report, ("claim", "main document", "evidence"))
+    else:
+        lines += [
+            "| claim | main document | evidence | run validity | verdict | findings |",
+            "|---|---|---|---|---|---|",
+        ]
     for section_key, exp_ids in CLAIM_EVIDENCE:
         section = SECTIONS[section_key]
         for exp_id in exp_ids:
             exp = by_id[exp_id]
-            validity, verdict, findings = outcome_cells(report, exp.group)
-            lines.append(
+            head = (
                 f"| {section.claim} | {report.section_link(section_key, from_results=False)} | "
-                f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | {validity} | {verdict} | {findings} |"
+                f"[{exp.id}: {exp.title}](results/{exp.slug}.md) | "
             )
+            if report.compilers:
+                lines.append(head + " | ".join(verdict_cell(r, exp.group) for r in report.compilers) + " |")
+                continue
+            validity, verdict, findings = outcome_cells(report, exp.group)
+            lines.append(head + f"{validity} | {verdict} | {findings} |")
     others = report.other_devices
     if others:
         lines.append(
@@ -62,12 +76,19 @@ def overview(report: Report) -> str:
         )
     lines.append("\n## Experiments\n")
     lines.append("Each experiment's page opens with what the test plan asks it to deliver, in the plan's form.\n")
-    lines.append(
-        "| experiment | opens with (the plan's deliverable) | run validity | verdict | findings |\n|---|---|---|---|---|"
-    )
+    if report.compilers:
+        lines += claims_header(report, ("experiment", "opens with (the plan's deliverable)"))
+    else:
+        lines.append(
+            "| experiment | opens with (the plan's deliverable) | run validity | verdict | findings |\n|---|---|---|---|---|"
+        )
     for exp in EXPERIMENTS:
         validity, verdict, findings = outcome_cells(report, exp.group)
         opens = exp.plan_deliverable or f"no plan deliverable (asset group `{exp.group}`)"
+        if report.compilers:
+            cells = " | ".join(verdict_cell(r, exp.group) for r in report.compilers)
+            lines.append(f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {cells} |")
+            continue
         lines.append(
             f"| [{exp.id}: {exp.title}](results/{exp.slug}.md) | {opens} | {validity} | {verdict} | {findings} |"
         )
@@ -105,6 +126,9 @@ def stored_tables(report: Report, exp: Experiment) -> str:
 def experiment_page(report: Report, exp: Experiment) -> str:
     """Deliverable first (the plan's own form), then the verdict and its rules, then the details."""
     intro = experiment_header(report, exp)
+    side = compilers_section(report, exp)
+    if side:
+        intro = f"{intro}\n{side}"
     elsewhere = other_devices_section(report, exp)
     if not any(a.materialized for a in report.assets_of(exp.group)):
         return "\n".join(x for x in (intro, elsewhere) if x)

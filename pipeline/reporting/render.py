@@ -5,6 +5,7 @@ evaluations. An experiment whose assets were not materialized with the report's 
 as "not yet run", never with numbers from elsewhere.
 """
 
+import copy
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import dagster as dg
 import polars as pl
 
 from .. import runs
+from ..compilers import DEFAULT_BACKEND, evaluation_compiler
 from ..files import atomic_path
 from ..sections import SECTIONS
 from ..storage import read_value
@@ -141,8 +143,27 @@ class Report:
         self.failed: dict[str, str] = {}
         #: The overview's "Where the time went" section (Markdown; empty: left out).
         self.time_section = ""
+        #: The compiler (backend name) whose results this report shows (None: the latest of any). Set on
+        #: the copies :func:`pipeline.reporting.side_by_side.compiler_reports` makes, one per compiler.
+        self.compiler: str | None = None
+        #: One copy of this report per compiler with results here, when more than one has them (the
+        #: overview and experiment pages then show them side by side); empty otherwise.
+        self.compilers: list[Report] = []
         self._assets: dict[str, list[AssetRecord]] = {}
         self._checks: dict[str, list[CheckRecord]] = {}
+        self._run_settings: dict[str, dict[str, Any]] = {}
+
+    def for_compiler(self, backend: str) -> "Report":
+        """A copy of this report that reads only ``backend``'s records, with caches of its own."""
+        r = copy.copy(self)
+        r.compiler = backend
+        r.compilers = []
+        r.clear_caches()
+        return r
+
+    def clear_caches(self) -> None:
+        """Forget the records read so far (the next read asks the instance again)."""
+        self._assets, self._checks, self._run_settings = {}, {}, {}
 
     # --- records ------------------------------------------------------------------------------
     def assets_of(self, group: str) -> list[AssetRecord]:
@@ -224,22 +245,31 @@ class Report:
     def _latest_materialization(self, key: dg.AssetKey) -> Any:
         """The latest materialization of ``key`` by this report's device, or the latest of all
         local ones when no device is set (then the profile filter below applies as before)."""
-        if self.device_label is None and not self.imported:
+        if self.device_label is None and not self.imported and self.compiler is None:
             return self.instance.get_latest_materialization_event(key)
-        for r, mat, _ in runs.materializations(self.instance, key, limit=100):
-            if self._mine(mat.metadata):
+        for r, mat, meta in runs.materializations(self.instance, key, limit=100):
+            if self.compiler is not None and str(meta.get("provenance.backend") or DEFAULT_BACKEND) != self.compiler:
+                continue
+            if (self.device_label is None and not self.imported) or self._mine(mat.metadata):
                 return r.event_log_entry
         return None
 
     def _latest_check_record(self, check_key: dg.AssetCheckKey) -> "AssetCheckExecutionRecord | None":
         """The latest evaluation of ``check_key`` for this report's device: imported evaluations
         carry their device label; local ones are everything not imported."""
-        if self.device_label is None and not self.imported:
+        if self.device_label is None and not self.imported and self.compiler is None:
             return self.instance.get_latest_asset_check_evaluation_record(check_key)
         for r in self.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=100):
             data = check_evaluation(r)
-            if data is not None and self._mine(data.metadata, is_check=True):
-                return r
+            if data is None or not self._mine(data.metadata, is_check=True):
+                continue
+            if self.compiler is not None:
+                backend, _, _ = evaluation_compiler(
+                    self.instance, check_key, r.run_id, data.metadata, self._run_settings
+                )
+                if backend != self.compiler:
+                    continue
+            return r
         return None
 
     def outcome(self, group: str) -> ExperimentOutcome | None:

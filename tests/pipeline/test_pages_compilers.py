@@ -56,3 +56,69 @@ def test_compilers_are_named_by_their_adapters_title():
         "IREE",
         "`aot_eager`",
     ]
+
+
+def _two_compilers(tmp_path: Path) -> Report:
+    """Inductor's C1 materialized with every check passed; OpenVINO's C1 stored as not applicable."""
+    from pipeline.definitions import defs
+    from pipeline.reporting.side_by_side import compiler_reports, compilers_with_results
+
+    instance = dg.DagsterInstance.ephemeral()
+    c1 = experiment("C1")
+    prov = {"provenance.backend": "inductor", "provenance.profile": "smoke"}
+    for a in c1.assets():
+        for key in a.keys:
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, metadata=prov))
+    for checks_def in c1.checks():
+        for key in checks_def.check_keys:
+            outcome = (checks_def.get_spec_for_check_key(key).metadata or {}).get("outcome", "validity")
+            meta = {**prov, "outcome": outcome, **({"verdict": "supported"} if outcome == "claim" else {})}
+            instance.report_runless_asset_event(
+                dg.AssetCheckEvaluation(asset_key=key.asset_key, check_name=key.name, passed=True, metadata=meta)
+            )
+    reasons = not_applicable_experiments("openvino", [c1])
+    record_not_applicable(instance, EXPERIMENTS, reasons, {"backend": "openvino", "profile": "smoke"})
+    report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
+    backends = compilers_with_results(defs, instance, "smoke")
+    assert backends == ["inductor", "openvino"]
+    report.compilers = compiler_reports(report, backends)
+    return report
+
+
+def test_two_compilers_show_side_by_side_in_the_overview_and_on_the_experiment_page(tmp_path):
+    from pipeline.reporting.pages import overview
+    from pipeline.reporting.side_by_side import compilers_section
+
+    report = _two_compilers(tmp_path)
+    c1 = experiment("C1")
+    inductor, openvino = report.compilers
+    assert (inductor.compiler, openvino.compiler) == ("inductor", "openvino")
+    ok, na = inductor.outcome(c1.group), openvino.outcome(c1.group)
+    assert ok is not None and (ok.validity, ok.verdict) == ("valid", "supported")
+    assert na is not None and na.validity == NOT_APPLICABLE
+    reason = na.verdict
+    page = overview(report)
+    assert "| claim | main document | evidence | Inductor · cpu | OpenVINO · cpu |" in page
+    row = next(
+        line for line in page.splitlines() if f"[C1: {c1.title}]" in line and "| " + LABEL_MARK["supported"] in line
+    )
+    assert row.endswith(f"| {LABEL_MARK['supported']} | {reason} |")
+    # One sentence per compiler x device in the answer.
+    answer = page.split("## Claims and evidence")[0]
+    assert "On this CPU (cpu), Inductor's fusion contradicts **0 of 14** of the main document's claims" in answer
+    assert "On this CPU (cpu), OpenVINO's fusion has no verdict yet on when it changes bits" in answer
+    assert "0 of 27 claims are supported; not counted as good: 2 not applicable, 25 not yet run." in answer
+    assert '??? note "Claims not supported with OpenVINO on this CPU (cpu)"' in answer
+    section = compilers_section(report, c1)
+    assert "| compiler · device | run validity | verdict | findings |" in section
+    assert f"| Inductor · cpu | {LABEL_MARK['valid']} | {LABEL_MARK['supported']} | 0 |" in section
+    assert f"| OpenVINO · cpu | {LABEL_MARK[NOT_APPLICABLE]} | {reason} | — |" in section
+
+
+def test_with_one_compiler_the_pages_stay_as_they_are(tmp_path):
+    from pipeline.reporting.pages import overview
+    from pipeline.reporting.side_by_side import compiler_reports
+
+    report, _ = _openvino_report(tmp_path)
+    assert compiler_reports(report, ["openvino"]) == []
+    assert "| claim | main document | evidence | run validity | verdict | findings |" in overview(report)
