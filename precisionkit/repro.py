@@ -49,8 +49,8 @@ alike:
   Two more parts judge in the program's own dtypes, where plain fp64 never overflows: a float element
   whose class (or a bool element whose value) differs from eager's where eager has the class of the
   *dtype-faithful* reference in each of its three runs (every op computed in fp64 from its operands
-  and its result rounded to the dtype eager gives it, once as is and twice scaled by 1 +- u before
-  the rounding, so a class a rounding's worth decides is not judged): a float16 ``x * x`` that
+  and its result rounded to the dtype eager gives it, once as is, then with every result scaled by
+  1 + eps and by 1 - eps before its rounding, so a class one rounding decides is not judged): a float16 ``x * x`` that
   overflows is inf there as in eager, and a fused path that keeps it finite in float32 and says
   ``isinf`` is False is wrong; and an output the program computes from another output (``y`` and
   ``isinf(y)``) whose class (a bool's value) differs from itself recomputed in eager from fused's

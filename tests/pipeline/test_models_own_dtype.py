@@ -54,11 +54,12 @@ def test_the_float16_overflow_is_contradicted_under_inductor_and_not_under_eager
     bad, clean = _row(workload, "inductor"), _row(workload, "eager")
     # fp64 never overflows and sides with fused everywhere (1110 elements): the rule against it is blind
     assert (bad["class_differences"], bad["integer_mismatches"], bad["fp64_sided"]) == (0, 0, 1110)
-    # 370 elements of each of isinf(y), y / x and where(isinf(y), 0, y) over the 2 batches change class
-    # against the float16-faithful run, and isinf(y) disagrees with fused's own y in the same 370
-    assert (bad["faithful_class_changes"], bad["inconsistent"], bad["verdict"]) == (1110, 370, "contradicted")
+    # up to 370 elements of each of isinf(y), y / x and where(isinf(y), 0, y) over the 2 batches change
+    # class against the float16-faithful run (6 whose overflow one rounding decides are not judged), and
+    # isinf(y) disagrees with fused's own y in all 370
+    assert (bad["faithful_class_changes"], bad["inconsistent"], bad["verdict"]) == (1104, 370, "contradicted")
     assert bad["reason"].startswith(
-        "contradicted in the program's own dtypes: 1110 element(s) change class (a bool its value) against the "
+        "contradicted in the program's own dtypes: 1104 element(s) change class (a bool its value) against the "
         "dtype-faithful re-execution"
     )
     assert "e.g. output 1 at (0, 0, 2): eager True, fused False, dtype-faithful True" in bad["reason"]

@@ -93,7 +93,7 @@ def judge_exact(e: torch.Tensor, f: torch.Tensor, r: torch.Tensor, index: int) -
 def faithful_runs(graph: Any, inputs: tuple[torch.Tensor, ...]) -> list[list[torch.Tensor]]:
     """Per output, the dtype-faithful re-executions of ``graph`` on ``inputs`` (the ``diff`` rule's
     ``faithful``: every op computed in fp64 and its result rounded to the dtype eager gives it; the
-    plain run, then two with a rounding's worth of jitter before each rounding)."""
+    run as is, then with every result moved one ULP up, and down, before its rounding)."""
     with torch.no_grad():
         runs: list[list[torch.Tensor]] = diff_rule()["faithful"](graph, lambda: [t.clone() for t in inputs])
     return runs
