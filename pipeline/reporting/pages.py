@@ -11,6 +11,7 @@ from .history import history_page
 from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
 from .render import Report, collapsed, markdown_table
 from .side_by_side import claims_header, compilers_section, verdict_cell
+from .side_by_side import title as compiler_column
 
 #: Tables longer than this are not printed on the page (only offered for download).
 LONG_TABLE_ROWS = 120
@@ -191,8 +192,9 @@ def _commits(report: Report) -> str:
 
 
 def device_column(report: Report, profile: str) -> str:
-    """A device's column title: its label, and its profile where that is not ``profile``."""
-    label = report.device_label or report.device
+    """A device's column title: its label (with the compiler's name when compilers are side by side:
+    ``OpenVINO · cpu``), and its profile where that is not ``profile``."""
+    label = compiler_column(report) if report.compiler else report.device_label or report.device
     return label if report.profile == profile else f"{label} ({report.profile})"
 
 
@@ -372,7 +374,8 @@ def all_pages(report: Report) -> dict[str, str]:
         pages[f"results/{exp.slug}.md"] = experiment_page(report, exp)
     pages["results/history.md"] = history_page(report)
     others = report.other_devices
-    pages["results/devices.md"] = devices_page([report, *others])
+    # Devices x compilers: this checkout's device once per compiler with results, then the imported ones.
+    pages["results/devices.md"] = devices_page([*(report.compilers or [report]), *others])
     if others:
         for other in others:
             for exp in EXPERIMENTS:

@@ -122,3 +122,17 @@ def test_with_one_compiler_the_pages_stay_as_they_are(tmp_path):
     report, _ = _openvino_report(tmp_path)
     assert compiler_reports(report, ["openvino"]) == []
     assert "| claim | main document | evidence | run validity | verdict | findings |" in overview(report)
+
+
+def test_the_devices_page_is_devices_by_compilers(tmp_path):
+    from pipeline.reporting.pages import devices_page
+
+    report = _two_compilers(tmp_path)
+    page = devices_page([*report.compilers, *report.other_devices])
+    assert "| experiment | Inductor · cpu | OpenVINO · cpu |" in page
+    assert "Devices named: **Inductor · cpu**, **OpenVINO · cpu**." in page
+    c1 = experiment("C1")
+    row = next(line for line in page.splitlines() if line.startswith(f"| {c1.id}"))
+    assert f"[{LABEL_MARK['supported']}]({c1.slug}.md) {LABEL_MARK['valid']}" in row
+    assert "[not applicable to OpenVINO: " in row and row.endswith(f"]({c1.slug}.md) {LABEL_MARK[NOT_APPLICABLE]} |")
+    assert "OpenVINO · cpu: " in page and "1 not applicable" in page
