@@ -4,6 +4,7 @@ With one compiler the pages stay as they were (no copies are made)."""
 
 import dagster as dg
 
+from .. import runs
 from ..compilers import DEFAULT_BACKEND, compiler_title, outcomes_by_compiler
 from ..experiment import Experiment
 from .outcomes import outcome_cells
@@ -11,9 +12,18 @@ from .render import Report
 
 
 def compilers_with_results(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str) -> list[str]:
-    """The compilers with a stored outcome (an evaluation or a failed step) under ``profile`` made here,
-    Inductor first, then by name (:func:`pipeline.compilers.outcomes_by_compiler`)."""
+    """The compilers with results under ``profile`` made here: a stored outcome (an evaluation or a failed
+    step, :func:`pipeline.compilers.outcomes_by_compiler`) or a materialization of an experiment's asset
+    (whose checks may not have run yet when the report renders in the same run); Inductor first, then
+    by name."""
     found = {backend for backend, _ in outcomes_by_compiler(defs, instance, profile)}
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        if graph.get(key).group_name == "report":
+            continue
+        for _, _, meta in runs.materializations(instance, key, limit=20):
+            if runs.matches(meta, profile, origin="local"):
+                found.add(str(meta.get("provenance.backend") or DEFAULT_BACKEND))
     return sorted(found, key=lambda b: (b != DEFAULT_BACKEND, b))
 
 
