@@ -59,31 +59,31 @@ def _describe(case: object) -> str:
 
 
 def _run(n: int, start: int, out: str, warmup: int) -> None:
-    from precisionkit.difftest import Isolated, fuzz
+    from precisionkit.difftest import Isolated, Outcome, fuzz
 
     stamps: list[float] = []
     classes: Counter[str] = Counter()
-    mismatches = []
+    mismatches: list[Outcome] = []
     t0 = time.perf_counter()
     cpu0 = os.times()
 
     with open(out, "w") as fh:
 
-        def log(o: object) -> None:
+        def log(o: Outcome) -> None:
             stamps.append(time.perf_counter())
-            classes[o.klass] += 1  # type: ignore[attr-defined]
+            classes[o.klass] += 1
             row = {
                 **o.row(),
                 "ops": o.case.extra["ops"],
-                "mode": o.case.extra["mode"],  # type: ignore[attr-defined]
+                "mode": o.case.extra["mode"],
                 "compile": o.case.extra["compile"],
                 "opinfo_dtype": o.case.extra["dtype"],
-            }  # type: ignore[attr-defined]
+            }
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-            if o.klass == "mismatch":  # type: ignore[attr-defined]
+            if o.klass == "mismatch":
                 mismatches.append(o)
-            print(f"[{len(stamps)}/{n}] {o.case.id} {o.klass} {o.seconds:.1f}s", flush=True)  # type: ignore[attr-defined]
+            print(f"[{len(stamps)}/{n}] {o.case.id} {o.klass} {o.seconds:.1f}s", flush=True)
 
         fuzz([("opinfo", s) for s in range(start, start + n)], isolated=True, log=log)
     took = time.perf_counter() - t0
