@@ -68,6 +68,7 @@ def verdict(row: dict, knob_status: str, knob: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
+    ap.add_argument("--no-knob", action="store_true", help="judge without rerunning with the precision knob")
     ns = ap.parse_args(argv)
     from precisionkit.bisect import KNOB_BACKEND, _adapter_knobs
     from precisionkit.repro import run_script
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     index = json.loads((folder / "index.json").read_text())
     name = PRECISION_KNOB.get(index["backend"], "")
     knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
+    if ns.no_knob:
+        knob, name = None, ""
     for row in index["findings"]:
         status = ""
         if knob is not None and row["class"] != "crash" and row["rerun"] == "reproduces":
