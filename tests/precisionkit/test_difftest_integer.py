@@ -143,8 +143,9 @@ def test_each_new_feature_is_in_one_percent_of_a_thousand_programs() -> None:
 def test_the_integer_stage_leaves_each_seeds_float_program_and_outputs_as_they_were(monkeypatch) -> None:
     """The new ops come after a seed's program from a stream of their own: without them, the
     program's lines, inputs and outputs are a prefix of those with them (the wide stage, which comes
-    after this one and numbers its values after it, is left out of both)."""
+    after this one and numbers its values after it, and the range stage after it are left out of both)."""
     monkeypatch.setattr(typed, "wide_stage", lambda p, shape: [])
+    monkeypatch.setattr(typed, "range_stage", lambda p, shape: [])
     full = [difftest.generate(s, "typed") for s in range(40)]
     monkeypatch.setattr(typed, "int_stage", lambda p, shape: [])
     bare = [difftest.generate(s, "typed") for s in range(40)]
