@@ -194,21 +194,7 @@ def paired_quantile_test(
         idx = rng.integers(0, n, size=(k, n)) + (np.arange(k) * n)[:, None]
         counts = np.bincount(idx.ravel(), minlength=k * n).reshape(k, n)
         stats[start:stop] = resampled_quantile(counts, desc_a, a) - resampled_quantile(counts, desc_b, b)
-    qa, qb = float(np.quantile(a, q)), float(np.quantile(b, q))
-    alpha = 1.0 - confidence
-    return QuantileTest(
-        q=q,
-        margin=float(margin),
-        n=n,
-        resamples=resamples,
-        confidence=confidence,
-        estimate=qa - qb,
-        lower=float(np.quantile(stats, alpha)),
-        upper=float(np.quantile(stats, confidence)),
-        p_value=float((1 + np.count_nonzero(stats <= margin)) / (1 + resamples)),
-        x_quantile=qa,
-        y_quantile=qb,
-    )
+    return _quantile_test(a, b, q, margin, confidence, stats)
 
 
 def _weighted_quantiles(counts: np.ndarray, values: np.ndarray, desc: np.ndarray, q: float) -> np.ndarray:
@@ -260,21 +246,7 @@ def _clustered_quantile_test(
         drawn = np.bincount(idx.ravel(), minlength=k * c).reshape(k, c)
         counts = drawn[:, member]
         stats[start:stop] = _weighted_quantiles(counts, a, desc_a, q) - _weighted_quantiles(counts, b, desc_b, q)
-    qa, qb = float(np.quantile(a, q)), float(np.quantile(b, q))
-    alpha = 1.0 - confidence
-    return QuantileTest(
-        q=q,
-        margin=float(margin),
-        n=n,
-        resamples=resamples,
-        confidence=confidence,
-        estimate=qa - qb,
-        lower=float(np.quantile(stats, alpha)),
-        upper=float(np.quantile(stats, confidence)),
-        p_value=float((1 + np.count_nonzero(stats <= margin)) / (1 + resamples)),
-        x_quantile=qa,
-        y_quantile=qb,
-    )
+    return _quantile_test(a, b, q, margin, confidence, stats)
 
 
 def resamples_for_family(tests: int, alpha: float, base: int) -> int:
@@ -496,3 +468,25 @@ def holm_binomial_tails(events: Any, trials: Any, p: float, alpha: float) -> tup
     raw = np.array([binomial_tail(ki, ni, p) for ki, ni in zip(k, n, strict=True)], dtype=np.float64)
     rejected, adjusted = holm(raw, alpha)
     return raw, rejected, adjusted
+
+
+def _quantile_test(
+    a: np.ndarray, b: np.ndarray, q: float, margin: float, confidence: float, stats: np.ndarray
+) -> QuantileTest:
+    """The test's record from the samples and the resampled differences of their ``q`` quantiles:
+    the interval's ends at ``confidence`` and the p-value of "the difference exceeds ``margin``"."""
+    qa, qb = float(np.quantile(a, q)), float(np.quantile(b, q))
+    resamples = len(stats)
+    return QuantileTest(
+        q=q,
+        margin=float(margin),
+        n=len(a),
+        resamples=resamples,
+        confidence=confidence,
+        estimate=qa - qb,
+        lower=float(np.quantile(stats, 1.0 - confidence)),
+        upper=float(np.quantile(stats, confidence)),
+        p_value=float((1 + np.count_nonzero(stats <= margin)) / (1 + resamples)),
+        x_quantile=qa,
+        y_quantile=qb,
+    )
