@@ -79,8 +79,9 @@ def test_every_step_ran_in_a_worker_on_its_queue(cluster: Cluster, celery_run):
         starts = step_events(instance, run_id, dg.DagsterEventType.STEP_START)
         workers = worker_of_steps(instance, run_id)
     steps = {r.step_key for r in starts}
-    # A's generated fusion check is a step of its own
-    assert len(steps) == 13 and heavy < steps and "determinism_summary_determinism_summary_shows_fusion" in steps
+    # A's two generated fusion checks (it fused; it computed in the workload's dtype) are steps of their own
+    assert len(steps) == 14 and heavy < steps and "determinism_summary_determinism_summary_shows_fusion" in steps
+    assert "determinism_summary_determinism_summary_computes_in_workload_dtype" in steps
     # Every step started in a worker's pool process, never in this (the orchestrating) process.
     pids = {r.step_key: r.dagster_event.pid for r in starts}
     assert os.getpid() not in pids.values()
@@ -93,7 +94,7 @@ def test_every_step_ran_in_a_worker_on_its_queue(cluster: Cluster, celery_run):
         assert {pids[s] for s in worker_steps} <= pool, f"{name}: steps ran outside its processes"
     counts = {name: len(s) for name, s in by_worker.items()}
     SUMMARY.append(f"celery run {run_id}: {seconds:.1f} s, steps per worker {counts}")
-    assert counts == {HEAVY_WORKER: 4, LIGHT_WORKER: 9}
+    assert counts == {HEAVY_WORKER: 4, LIGHT_WORKER: 10}
 
 
 def test_celery_values_and_checks_equal_the_in_process_run(cluster: Cluster, celery_run):
@@ -106,7 +107,8 @@ def test_celery_values_and_checks_equal_the_in_process_run(cluster: Cluster, cel
         assert not differences, f"{name} differs between the Celery run and the in-process run: {differences}"
     graph = defs.resolve_asset_graph()
     checks = sorted((c for c in graph.asset_check_keys if c.asset_key in SELECTION), key=str)
-    assert len(checks) == 8 and "determinism_summary_shows_fusion" in {c.name for c in checks}
+    assert len(checks) == 9 and "determinism_summary_shows_fusion" in {c.name for c in checks}
+    assert "determinism_summary_computes_in_workload_dtype" in {c.name for c in checks}
     with cluster.instance() as instance:
         for check in checks:
             celery = evaluation_in_run(instance, check, run_id)
