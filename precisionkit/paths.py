@@ -274,7 +274,7 @@ class FusedFunction:
             fused_units=sum(1 for u in units if u.fuses),
             fallback_ops=tuple(captured.fallback_ops),
             precisions=tuple(sorted({u.precision for u in units if u.precision})),
-            compiler_version=self.adapter.provenance().get("version", ""),
+            compiler_version=_compiler_version(self.adapter),
         )
         if self.require_fusion:
             self._verify(self._evidence, captured)
@@ -315,3 +315,15 @@ def inductor_cache_dir() -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir()
+
+
+#: Compiler version per adapter class and backend, read once per process: an adapter's provenance may
+#: query its runtime (OpenVINO reads device properties), and fused paths are made by the hundred.
+_VERSIONS: dict[tuple[type, str], str] = {}
+
+
+def _compiler_version(adapter: Any) -> str:
+    key = (type(adapter), adapter.dynamo_backend)
+    if key not in _VERSIONS:
+        _VERSIONS[key] = str(adapter.provenance().get("version", ""))
+    return _VERSIONS[key]
