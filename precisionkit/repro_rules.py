@@ -72,11 +72,13 @@ def check(graph, args, backend):
     sign = lambda a, b: torch.where(neg, a, b)
     return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r, c=None, j=None):  # judged on the host, whatever device ran the paths; c: r rounded at
-    # the casts; j: fp64 runs with every intermediate moved by a rounding's worth (Jitter)
+def wrong(e, f, r, c=None, j=None, free=None):  # judged on the host, whatever device ran the paths; c: r
+    # rounded at the casts; j: fp64 runs with every intermediate moved by a rounding's worth (Jitter);
+    # free: where the class follows the sign of a reduction's zero (reduction_zero_signs), not judged
     e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
+    free = torch.zeros(f.shape, dtype=torch.bool) if free is None else free.cpu()
     if f.dtype == torch.bool:  # a class test: against the run rounded at the program's casts (c), where given
-        return (f != e) & (f != c.to(f.dtype))
+        return (f != e) & (f != c.to(f.dtype)) & ~free
     if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
         return (f != e) & (f != r.to(f.dtype))
     rk, ck = kind(r.to(f.dtype)), kind(c.to(f.dtype))
@@ -103,7 +105,7 @@ def wrong(e, f, r, c=None, j=None):  # judged on the host, whatever device ran t
     # eager's inf or NaN is trusted also where the fp64 run rounded at the program's own 16-bit casts
     # has it: the program as written overflows there, whatever the exact value would be
     trusted = (ke == rk) | ((ke == ck) & (ke >= 3))
-    return ((kf != ke) & trusted & ~by_value) | value
+    return ((kf != ke) & trusted & ~by_value & ~free) | value
 class Casts(torch.overrides.TorchFunctionMode):
     # records the program's conversions of a float to float16/bfloat16 (numbered among its float
     # conversions); given them, a float64 run rounds each such result to that dtype, kept in float64
@@ -245,19 +247,53 @@ def faithful(graph, make):  # per output, the dtype-faithful runs: as is, every 
         with Faithful(u):
             out.append(outs(graph(*make())))
     return [list(t) for t in zip(*out)]
-def class_changed(e, f, ds):  # fused's class (a bool's value) differs from eager's where eager has the
-    # dtype-faithful reference's class in every run of it, plain and jittered (a class that a rounding's
-    # worth of error flips, a comparison of a near-tie, is not judged here)
+def class_changed(e, f, ds, free=None):  # fused's class (a bool's value) differs from eager's where eager
+    # has the dtype-faithful reference's class in every run of it, plain and jittered (a class that a
+    # rounding's worth of error flips, a comparison of a near-tie, is not judged here), and where that
+    # class does not follow the sign of a reduction's zero (free, from reduction_zero_signs)
     e, f = e.cpu(), f.cpu()
+    free = torch.zeros(f.shape, dtype=torch.bool) if free is None else free.cpu()
     if f.dtype == torch.bool:
-        return (f != e) & torch.stack([d.cpu() == e for d in ds]).all(0)
+        return (f != e) & torch.stack([d.cpu() == e for d in ds]).all(0) & ~free
     if not f.is_floating_point():
         return torch.zeros(f.shape, dtype=torch.bool)
     kf, ke = kind(f), kind(e)
     same = torch.stack([kind(d.cpu().to(f.dtype)) == ke for d in ds]).all(0)
     zero_or_finite = lambda k: k <= 2
     by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
-    return (kf != ke) & same & ~by_value
+    return (kf != ke) & same & ~by_value & ~free
+class ReductionZeroSigns(torch.utils._python_dispatch.TorchDispatchMode):
+    # an eager run where every zero a reduction returns has the other sign. Whether a sum of zeros is
+    # +0 or -0 is its accumulator's and its order's (+0 + -0 is +0, a sum from a +0 start is +0, a
+    # max or min of +0 and -0 is whichever came first): no program fixes it, so an output whose class
+    # changes with it is not judged on that class. A pointwise op's zero keeps its sign here
+    # (atan2(-0, 1) is -0 by definition, and judged)
+    REDUCTIONS = {"sum", "nansum", "mean", "nanmean", "prod", "cumsum", "cumprod", "logcumsumexp", "mm", "bmm",
+                  "addmm", "addmv", "addbmm", "baddbmm", "mv", "dot", "vdot", "amax", "amin", "max", "min",
+                  "cummax", "cummin", "median", "nanmedian", "kthvalue", "mode", "trace", "convolution",
+                  "_convolution", "index_add", "index_put", "_index_put_impl", "scatter_add", "scatter_reduce",
+                  "index_reduce", "segment_reduce", "_segment_reduce", "embedding_bag", "_embedding_bag"}
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name.split("::")[-1]
+        if name not in self.REDUCTIONS or func._schema.is_mutable or func._overloadname == "other":
+            return out  # max.other and min.other are pointwise
+        flip = lambda t: torch.where(t == 0, -t, t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        return torch.utils._pytree.tree_map(flip, out)
+def reduction_zero_signs(graph, make, eager):  # per output, where its class (a bool's value) changes
+    # when every reduction's zeros change sign; None where that run fails
+    try:
+        with ReductionZeroSigns():
+            flipped = outs(graph(*make()))
+    except Exception:
+        return None
+    out = []
+    for e, d in zip(eager, flipped):
+        e = e.cpu()
+        d = d.cpu() if isinstance(d, torch.Tensor) and d.shape == e.shape and d.dtype == e.dtype else e
+        out.append(kind(d) != kind(e) if e.is_floating_point() else d != e if e.dtype == torch.bool
+                   else torch.zeros(e.shape, dtype=torch.bool))
+    return out
 def nudged(t, how, g):  # finite nonzero elements one ULP away (up, down or at random), class kept
     if not t.is_floating_point():
         return t
@@ -267,10 +303,11 @@ def nudged(t, how, g):  # finite nonzero elements one ULP away (up, down or at r
         torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.device) < 0.5, up, down)
     keep = ~torch.isfinite(t) | (t == 0) | ~torch.isfinite(pick) | (pick == 0) | (torch.signbit(pick) != torch.signbit(t))
     return torch.where(keep, t, pick)
-def inconsistent(graph, make, fused):  # (i, j, mask, recomputed): a float or bool output j the program
-    # computes from its output i, recomputed in eager from fused's output i (as returned, and nudged
-    # by one ULP up, down and at random, so a tie or a rounding's worth cannot decide it), whose class
-    # (a bool's value) differs from fused's output j in every such recomputation
+def inconsistent(graph, make, fused, free=lambda j: None):  # (i, j, mask, recomputed): a float or bool
+    # output j the program computes from its output i, recomputed in eager from fused's output i (as
+    # returned, and nudged by one ULP up, down and at random, so a tie or a rounding's worth cannot
+    # decide it), whose class (a bool's value) differs from fused's output j in every such
+    # recomputation; free(j): where output j's class follows the sign of a reduction's zero, not judged
     if len(fused) < 2:
         return None
     try:  # Python-level tracing (fast) where the program is straight-line, else ATen-level
@@ -314,14 +351,15 @@ def inconsistent(graph, make, fused):  # (i, j, mask, recomputed): a float or bo
                     break
                 again.append(got.cpu())
                 if len(again) == 1 and not bool(
-                    (again[0] != fj).any() if fj.dtype == torch.bool else class_changed(again[0], fj, again).any()
+                    (again[0] != fj).any() if fj.dtype == torch.bool else class_changed(again[0], fj, again, free(j)).any()
                 ):
                     break  # agrees as returned: nothing to judge, no nudged runs needed
             else:
                 if fj.dtype == torch.bool:
                     bad = torch.stack([a != fj for a in again]).all(0)
+                    bad = bad if free(j) is None else bad & ~free(j).cpu()
                 else:
-                    bad = class_changed(again[0], fj, again[1:])
+                    bad = class_changed(again[0], fj, again[1:], free(j))
                 if bool(bad.any()):
                     return i, j, bad, again[0]
     return None
@@ -338,7 +376,12 @@ def check(graph, args, backend):
         k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
         return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
                       f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
-    jit = None
+    jit, signs = None, []
+    def free(k):  # where output k's class follows the sign of a reduction's zero: one more eager run, once
+        if not signs:
+            with torch.no_grad():
+                signs.append(reduction_zero_signs(graph, make, eager) or [None] * len(eager))
+        return signs[0][k]
     for k, (e, f, r, c) in enumerate(zip(eager, fused, ref, kept)):
         bad = wrong(e, f, r, c)
         if bool(bad.any()) and f.is_floating_point():  # only then: three more fp64 runs
@@ -346,6 +389,8 @@ def check(graph, args, backend):
                 xs = make()
                 jit = jittered(graph, xs, unit_roundoff(list(xs) + eager))
             bad = wrong(e, f, r, c, jit[k])
+        if bool(bad.any()):
+            bad = wrong(e, f, r, c, None if jit is None else jit[k], free(k))
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
@@ -357,12 +402,14 @@ def check(graph, args, backend):
         for k, (e, f, d, r) in enumerate(zip(eager, fused, ds, ref)):
             bad = class_changed(e, f, d)
             if bool(bad.any()):
+                bad = class_changed(e, f, d, free(k))
+            if bool(bad.any()):
                 i = tuple(int(v) for v in bad.nonzero()[0])
                 return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements change class against the "
                               f"dtype-faithful reference; at {i}: eager {e[i].item()!r}, fused ({backend}) "
                               f"{f[i].item()!r}, dtype-faithful {d[0][i].item()!r}, fp64 {r[i].item()!r}")
     with torch.no_grad():
-        found = inconsistent(graph, make, fused)
+        found = inconsistent(graph, make, fused, free)
     if found is not None:
         i, j, bad, again = found
         at = tuple(int(v) for v in bad.nonzero()[0])
