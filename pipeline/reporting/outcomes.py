@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.
     pass
 
+from .power import power_block, verdict_note
 from .render import LABEL_MARK, CheckRecord, Report, collapsed, verdict_mark
 
 OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
@@ -112,6 +113,7 @@ def rules_section(report: "Report", group: str) -> str:
             if value is not None:
                 lines.append(f"| {title} | {fmt(value)} |")
         lines.append(f"| result | {LABEL_MARK.get(c.label, c.label)} {fmt(c.metadata.get('reason', ''))} |\n")
+        lines.append(power_block(c))
     return "\n".join(lines)
 
 
@@ -182,7 +184,7 @@ def verdict_words(report: Report, exp: Experiment) -> str:
 
 def verdict_line(report: Report, exp: Experiment) -> str:
     """The line directly under a page's title: the claim's outcome in words."""
-    return f"{verdict_words(report, exp)}\n{{: .verdict-line }}\n"
+    return f"{verdict_words(report, exp)}{verdict_note(report, exp)}\n{{: .verdict-line }}\n"
 
 
 def experiment_header(report: Report, exp: Experiment) -> str:

@@ -259,6 +259,12 @@ ALLOWED_INSIDE_IMPORTS = {
         "pipeline.experiments.accumulated_error.faults",
         "pipeline.experiments.accumulated_error.rules",
     },
+    # M's rule-power study: drives M's own judge (the function its claim check reads) on simulated tables
+    "scripts.m_rule_power": {
+        "pipeline.experiments.models.compute",
+        "pipeline.experiments.models.judge",
+        "pipeline.experiments.models.rules",
+    },
 }
 
 
