@@ -12,20 +12,36 @@ each test. Prints markdown tables; asserts nothing.
     .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 --skip-healthy
     .venv/bin/python scripts/b_rule_power.py --chains attention attention_masked --threads 1
     .venv/bin/python scripts/b_rule_power.py --chains layernorm_long --seeds 0 1 --skip-healthy   # the review's row
+    .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 1 2 --threads 1 --write   # stores power.json
+
+``--write`` also stores both parts as B's power tables (``pipeline/experiments/accumulated_error/power.json``,
+:mod:`pipeline.reporting.power`), one per chain's claim check: per fault, how many seeds contradicted it (each
+fault is a named effect, no size in sULP), and the healthy fused path's rows and legitimate variants as the rows
+that plant nothing (their contradictions are false alarms); with the command, seeds and sets that measured them.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import shlex
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from pipeline.experiments.accumulated_error import faults
-from pipeline.experiments.accumulated_error.rules import DTYPES_B
+from pipeline.experiments.accumulated_error.rules import DTYPES_B, MATERIALITY_SULP
+from pipeline.reporting import power
 from pipeline.workloads import CHAINS, WORKLOADS
 from precisionkit import FusedFunction, fused
+
+OUT = Path(__file__).resolve().parent.parent / "pipeline" / "experiments" / "accumulated_error" / "power.json"
+#: The claim check of each chain (``checks.py`` names them so).
+CHECK = "accumulated_error_summary:fused_not_worse_than_eager_{chain}"
+VERDICTS = ("contradicted", "inconclusive", "supported")
 
 
 def _g(value: Any, fmt: str = ".3g") -> str:
@@ -64,7 +80,8 @@ class Healthy:
         return self._rows[key]
 
 
-def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> None:
+def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> list[dict[str, Any]]:
+    """Prints the fault table; returns each fault's power-table row (:func:`_fault_effect`), its chain beside it."""
     print(
         f"## Faults ({sets} sets each, seeds {', '.join(map(str, seeds))}, {torch.get_num_threads()} threads; each "
         f"judged as one row of a table of {faults.TABLE_FAMILY} tests)\n"
@@ -75,6 +92,7 @@ def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: H
         "bias diff (sULP) | sets failing the element test / elements judged | bias margin (sULP) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    measured = []
     for f in (*faults.FAULTS, *faults.NO_DECISIVE_FAULTS, *faults.HEALTHY_VARIANTS):
         if f.chain not in chains:
             continue
@@ -94,6 +112,31 @@ def fault_table(sets: int, seeds: list[int], chains: tuple[str, ...], healthy: H
             f"| {_figures(rows[0])} |",
             flush=True,
         )
+        measured.append(_fault_effect(f, rows, parts))
+    return measured
+
+
+def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+
+
+def _fault_effect(f: faults.Fault, rows: list[dict[str, Any]], parts: list[str]) -> dict[str, Any]:
+    """A fault as a power-table row: a named effect (no size), detected when its row is contradicted; a
+    legitimate variant (``designed`` healthy) plants nothing, so its contradictions are false alarms."""
+    figures: dict[str, Any] = {"designed part": f.designed, "caught by": ", ".join(parts) or "-"}
+    if rows[0]["p99_difference"] is not None:
+        figures["P99 diff, first seed (sULP)"] = round(float(rows[0]["p99_difference"]), 4)
+    if f.harmless:
+        figures["harmless"] = "yes (within the chain's fp32 bound)"
+    return {
+        "chain": f.chain,
+        "effect": f"{f.name}: {f.description} ({f.distribution}/{f.dtype})",
+        "size": None,
+        "healthy": f.designed == "healthy",
+        "replications": len(rows),
+        **_counts(rows),
+        "figures": figures,
+    }
 
 
 def _headroom(rows: list[dict[str, Any]]) -> str:
@@ -110,7 +153,9 @@ def _most(rows: list[dict[str, Any]], column: str) -> float | None:
     return max(values) if values else None
 
 
-def healthy_table(seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> None:
+def healthy_table(seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -> list[dict[str, Any]]:
+    """Prints the healthy table; returns per row of B's table its power-table row over the seeds (nothing
+    planted: a contradiction is a false alarm), its chain beside it."""
     print(
         f"\n## Healthy fused path ({healthy.backend}), {healthy.sets} sets per row, {torch.get_num_threads()} threads, "
         f"every row of B's table ({', '.join(chains)})\n"
@@ -143,6 +188,48 @@ def healthy_table(seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -
             f"| {time.perf_counter() - t0:.0f} |",
             flush=True,
         )
+    return [
+        {
+            "chain": chain,
+            "effect": f"healthy fused path ({healthy.backend}) on {dist}/{dtype}",
+            "size": None,
+            "healthy": True,
+            "replications": len(seeds),
+            **_counts([healthy.row(chain, dist, dtype, seed) for seed in seeds]),
+        }
+        for chain in chains
+        for dist in WORKLOADS[chain].distributions
+        for dtype in DTYPES_B
+    ]
+
+
+def power_tables(sets: int, seeds: list[int], effects: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
+    """The measured rows as B's power tables (:mod:`pipeline.reporting.power`), one per chain's claim check."""
+    tables = []
+    for chain in dict.fromkeys(e["chain"] for e in effects):
+        rows = [{k: v for k, v in e.items() if k != "chain"} for e in effects if e["chain"] == chain]
+        tables.append(
+            {
+                "checks": [CHECK.format(chain=chain)],
+                "kind": "measured",
+                "unit": "sULP",
+                "threshold": MATERIALITY_SULP,
+                "power": 0.8,
+                "effect": "a fault of B's catalogue (pipeline/experiments/accumulated_error/faults.py) as the fused path "
+                "on its chain's row, judged as one row of B's whole table; detected when that row is contradicted. "
+                "Each fault is a named effect (what it changes), not a size in sULP",
+                "sample_size": "input sets per row (B's judged size is 1000)",
+                "simulation": "faults.simulate: fresh sets per seed, drawn as S draws them; the healthy rows run "
+                "torch.compile's fused path on the same rows and seeds",
+                "scope": scope,
+                "replications": len(seeds),
+                "seeds": list(seeds),
+                "command": "scripts/b_rule_power.py " + shlex.join(sys.argv[1:]),
+                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+                "sizes": [{"n": sets, "effects": rows}],
+            }
+        )
+    return tables
 
 
 def main() -> None:
@@ -154,6 +241,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads before anything runs")
     parser.add_argument("--skip-faults", action="store_true")
     parser.add_argument("--skip-healthy", action="store_true")
+    parser.add_argument("--write", action="store_true", help=f"store B's power tables in {OUT.name} beside B")
     args = parser.parse_args()
     if args.sets < 2:
         parser.error(f"--sets must be at least 2, got {args.sets}")
@@ -166,10 +254,17 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     healthy = Healthy(args.backend, args.sets)
     chains = tuple(c for c in CHAINS if c in args.chains)
-    if not args.skip_faults:
-        fault_table(args.sets, args.seeds, chains, healthy)
-    if not args.skip_healthy:
-        healthy_table(args.seeds, chains, healthy)
+    effects = fault_table(args.sets, args.seeds, chains, healthy) if not args.skip_faults else []
+    effects += healthy_table(args.seeds, chains, healthy) if not args.skip_healthy else []
+    if args.write:
+        left = [c for c in CHAINS if c not in chains]
+        scope = (
+            f"{'faults' if not args.skip_faults else 'no fault'} and {'the healthy path' if not args.skip_healthy else 'no healthy row'}"
+            f" on {', '.join(chains)}; {len(args.seeds)} seeds x {args.sets} sets, {torch.get_num_threads()} thread(s)"
+            + (f"; not measured: {', '.join(left)}" if left else "")
+        )
+        power.write(OUT, "B", power_tables(args.sets, args.seeds, effects, scope))
+        print(f"\nwrote {OUT}")
 
 
 if __name__ == "__main__":
