@@ -51,11 +51,12 @@ The package's modules: :mod:`.program` (the builder), :mod:`.typed` (with its st
 
 from __future__ import annotations
 
+from .campaign import fuzz
 from .features import _FEATURE_PATTERNS, VOCABULARY, features_of
 from .generator import generate, plan, threads_for
 from .isolation import Isolated
 from .program import CLASSES, FLOAT_DTYPES, GENERATORS, Program
-from .runner import Outcome, fuzz, run
+from .runner import Outcome, run
 
 __all__ = [
     "CLASSES",
