@@ -101,9 +101,10 @@ def table_record(sizes: list[dict[str, Any]], replications: int, seed: int, comm
         "n_key": "rows_judged",
         "simulation": f"per unit error s_input * g, g ~ Gamma({GAMMA_SHAPE:g}, {GAMMA_SCALE:g}) sULP, s_input ~ "
         f"lognormal(0, {INPUT_SPREAD:g}) shared by an input's units; fused draws its own g on the same inputs, plus k; "
-        "the other rows healthy (k = 0); judged by pipeline.experiments.models.judge.verdict_table",
+        "the other rows healthy (k = 0); judged by pipeline.experiments.models.judge.verdict_table; replication r "
+        "draws its data and its bootstrap from seed r, the same r for every k and table size",
         "replications": replications,
-        "seeds": [seed, seed + replications - 1],
+        "seeds": list(range(seed, seed + replications)),
         "command": command,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
         "sizes": sizes,

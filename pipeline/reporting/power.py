@@ -137,6 +137,8 @@ def _measured(data: Mapping[str, Any], where: str) -> tuple[Size, ...]:
         if not str(_need(data, key, str, where)).strip():
             raise PowerTableError(f"{where}: {key!r} must not be empty")
     _need(data, "seeds", list, where)
+    if not isinstance(data.get("n_key", ""), str):
+        raise PowerTableError(f"{where}: 'n_key' must name the claim result's entry that holds n")
     sizes = _need(data, "sizes", list, where)
     if not sizes:
         raise PowerTableError(f"{where}: 'sizes' is empty: a measured table needs at least one sample size")
@@ -254,6 +256,22 @@ def _md(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ranges(values: Sequence[Any]) -> str:
+    """Seeds as text, consecutive integers as one range: ``0-199``, ``0, 1, 2`` stays as it is below four."""
+    parts: list[str] = []
+    run: list[int] = []
+    for v in [*values, None]:
+        if isinstance(v, int) and run and v == run[-1] + 1:
+            run.append(v)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 3 else ", ".join(map(str, run)))
+        run = [v] if isinstance(v, int) else []
+        if v is not None and not isinstance(v, int):
+            parts.append(str(v))
+    return ", ".join(parts)
+
+
 def _share(count: int, total: int) -> str:
     return f"{count}/{total} ({count / total:.1%})" if total else "—"
 
@@ -301,7 +319,7 @@ def _measured_body(table: PowerTable) -> str:
         for e in s.effects
     ]
     lines += ["", _md(rows), ""]
-    seeds = ", ".join(map(str, f.get("seeds", [])))
+    seeds = _ranges(f.get("seeds", []))
     lines.append(f"Measured {f['date']} by `{f['command']}` (seeds {seeds}).")
     return "\n".join(lines)
 
