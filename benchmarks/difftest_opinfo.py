@@ -8,7 +8,9 @@
   ``--out``; prints the classes, throughput in programs per minute on one core (all programs, and
   warm: after the first ``--warmup`` programs, once the op database and the samples of the ops drawn
   so far are cached and the worker is started) and every mismatch with its ops, dtype, modes and
-  the rule's message. A mismatch that ``emulate_precision_casts`` clears is labelled *by design*
+  the rule's message, and the coverage of the programs run (stored as ``coverage.txt`` beside
+  ``--out``); ``--minutes M`` starts no program after M minutes (a timeout's SIGTERM also ends the
+  campaign with its report). A mismatch that ``emulate_precision_casts`` clears is labelled *by design*
   (Inductor keeps 16-bit intermediates in fp32 unless asked to round them, as its docs say).
 
     .venv/bin/python benchmarks/difftest_opinfo.py --list
@@ -58,10 +60,32 @@ def _describe(case: object) -> str:
     return f"{extra['dtype']}, {extra['mode']}, {extra['compile']['mode']}: {ops}"
 
 
-def _run(n: int, start: int, out: str, warmup: int) -> None:
+class _TimeUp(Exception):
+    """The campaign's time (``--minutes``) is spent: no further program is started."""
+
+
+def _store_coverage(cases: list[object], out: str) -> None:
+    """Print the coverage of the programs the campaign ran and store its table beside ``out``."""
+    from precisionkit.difftest import opinfo
+
+    cov = opinfo.coverage(cases)  # type: ignore[arg-type]
+    path = os.path.join(os.path.dirname(os.path.abspath(out)), "coverage.txt")
+    with open(path, "w") as fh:
+        fh.write(cov.summary() + "\n\n" + cov.table() + "\n")
+    print(f"\ncoverage of the {cov.programs} programs run (table: {path}):\n{cov.summary()}")
+
+
+def _run(n: int, start: int, out: str, warmup: int, minutes: float = 0.0) -> None:
+    import signal
+
     from precisionkit.difftest import Isolated, Outcome, fuzz
 
+    def stop(*_: object) -> None:  # a timeout's SIGTERM: the programs run so far are still reported
+        raise _TimeUp
+
+    signal.signal(signal.SIGTERM, stop)
     stamps: list[float] = []
+    cases: list[object] = []
     classes: Counter[str] = Counter()
     mismatches: list[Outcome] = []
     t0 = time.perf_counter()
@@ -83,9 +107,17 @@ def _run(n: int, start: int, out: str, warmup: int) -> None:
             fh.flush()
             if o.klass == "mismatch":
                 mismatches.append(o)
+            cases.append(o.case)
             print(f"[{len(stamps)}/{n}] {o.case.id} {o.klass} {o.seconds:.1f}s", flush=True)
+            if minutes and time.perf_counter() - t0 > 60 * minutes:
+                raise _TimeUp
 
-        fuzz([("opinfo", s) for s in range(start, start + n)], isolated=True, log=log)
+        try:
+            fuzz([("opinfo", s) for s in range(start, start + n)], isolated=True, log=log)
+        except _TimeUp:
+            print(f"time is up: {len(stamps)} of {n} programs run", flush=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    n = len(stamps)
     took = time.perf_counter() - t0
     cpu1 = os.times()
     print(f"\n{n} programs in {took:.0f} s wall; classes: {dict(classes)}")
@@ -97,6 +129,7 @@ def _run(n: int, start: int, out: str, warmup: int) -> None:
         f"CPU of this process: {cpu1.user - cpu0.user + cpu1.system - cpu0.system:.0f} s; "
         f"of the worker: {cpu1.children_user - cpu0.children_user + cpu1.children_system - cpu0.children_system:.0f} s"
     )
+    _store_coverage(cases, out)
     print(f"\nmismatches: {len(mismatches)}")
     for o in mismatches:
         case = o.case
@@ -120,13 +153,14 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--warmup", type=int, default=10, help="programs before the warm throughput is measured")
     ap.add_argument("--out", default="/tmp/difftest_opinfo.jsonl", help="JSON lines of the campaign's outcomes")
+    ap.add_argument("--minutes", type=float, default=0.0, help="with --run: start no program after this many minutes")
     ns = ap.parse_args()
     if ns.list:
         _list()
     if ns.coverage:
         _coverage(ns.coverage, ns.start, ns.table)
     if ns.run:
-        _run(ns.run, ns.start, ns.out, ns.warmup)
+        _run(ns.run, ns.start, ns.out, ns.warmup, ns.minutes)
     if not (ns.list or ns.coverage or ns.run):
         ap.error("say --list, --coverage N or --run N")
 

@@ -835,10 +835,11 @@ def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None
     return chain
 
 
-def _op_step(st: _State, head: str | None, keys: Sequence[str]) -> str | None:
-    """One op of ``keys`` fed ``head`` (None: the chain's first op, fed a new input)."""
+def _op_step(st: _State, head: str | None, keys: Sequence[str], key: str | None = None) -> str | None:
+    """One op of ``keys`` fed ``head`` (None: the chain's first op, fed a new input); ``key``: that
+    op rather than one drawn from ``keys``."""
     rng = st.p.rng
-    key = rng.choice(keys)
+    key = key or rng.choice(keys)
     op = op_db()[key]
     dtypes = dtypes_of(op)
     have = st.env[head] if head is not None else None
@@ -947,6 +948,26 @@ def _keys() -> dict[str, list[str]]:
     return _KEYS
 
 
+#: tries of a program's anchor (its seed's op in :func:`_anchor`'s rotation) before any other first op
+_ANCHOR_TRIES = 4
+_ORDER: dict[str, int] = {}
+
+
+def _anchor(seed: int, candidates: Sequence[str]) -> str:
+    """The first op of the program of ``seed``, stratified over seeds rather than drawn: the eligible
+    ops in a fixed shuffled order, seed ``s`` taking the op at position ``s`` mod their number (or
+    the next one there that is among ``candidates``: the ops of the program's dtype and role). So
+    any run of consecutive seeds as long as the op list starts a program at nearly every op once,
+    where a uniform draw leaves many ops out of even 2000 programs."""
+    if not _ORDER:
+        order = list(catalogue()[0])
+        random.Random("opinfo:anchor-order").shuffle(order)
+        _ORDER.update({k: n for n, k in enumerate(order)})
+    n = len(_ORDER)
+    start = seed % n
+    return min(candidates, key=lambda k: (_ORDER.get(k, n) - start) % n if k in _ORDER else n)
+
+
 def _program(p: Program, dtype: str | None) -> Case:
     rng = p.rng
     dtype = dtype or rng.choices(DTYPES, _DTYPE_WEIGHTS)[0]
@@ -955,14 +976,14 @@ def _program(p: Program, dtype: str | None) -> Case:
     compile_mode = rng.choices(COMPILE_MODES, (2, 1, 1))[0]
     n_ops = rng.randint(MIN_OPS, MAX_OPS)
     keys = _keys()
-    for _attempt in range(8):
+    for attempt in range(8):
         p.inputs, p.lines, p.kinds, p.features, p.reduction = [], [], {}, set(), 1
         st = _State(p, dtype, mode)
         first = keys["module"] if rng.random() < 0.3 else keys["all"]
         first = [k for k in first if dtype in dtypes_of(op_db()[k])] or first
-        head = None
-        for _ in range(12):
-            head = _op_step(st, None, first)
+        head, anchor = None, _anchor(p.seed + attempt, first)
+        for k in range(12):  # the seed's own op first (a few samples of it), then any of ``first``
+            head = _op_step(st, None, first, anchor if k < _ANCHOR_TRIES else None)
             if head is not None:
                 break
         if head is None:

@@ -133,3 +133,33 @@ def test_programs_run_clean_on_the_eager_backend(cases: list[Case]) -> None:
     for case in cases[:3]:
         out = run(case, backend="eager")
         assert out.klass == "ok", (case.id, out.message, case.source)
+
+
+def test_consecutive_seeds_start_their_programs_at_every_op_once() -> None:
+    """The first op is stratified over seeds: as many consecutive seeds as there are eligible ops
+    anchor each op exactly once (from any starting seed), and a seed whose op is not among the
+    candidates (the program's dtype or role) takes the next candidate in the same rotation."""
+    eligible = opinfo.catalogue()[0]
+    n = len(eligible)
+    for start in (0, 500000):
+        anchors = [opinfo._anchor(s, eligible) for s in range(start, start + n)]
+        assert sorted(anchors) == sorted(eligible)
+    assert opinfo._anchor(7, eligible) == opinfo._anchor(7 + n, eligible)
+    few = ["exp", "add", "sin"]
+    picks = Counter(opinfo._anchor(s, few) for s in range(n))
+    assert set(picks) == set(few) and sum(picks.values()) == n
+
+
+def test_the_first_op_of_a_program_is_its_seeds_anchor_where_that_op_can_start_it() -> None:
+    """A program starts at its seed's anchor among the ops of its dtype, in the role it drew (any
+    eligible op, or a module op); another first op only where the anchor could not start it."""
+    keys = opinfo._keys()
+    anchored = 0
+    for s in range(40, 52):
+        case = generate(s, "opinfo")
+        dtype, first = case.extra["dtype"], case.extra["ops"][0]["op"]
+        roles = [
+            [k for k in keys[r] if dtype in opinfo.dtypes_of(opinfo.op_db()[k])] or keys[r] for r in ("all", "module")
+        ]
+        anchored += first in [opinfo._anchor(s, ks) for ks in roles]
+    assert anchored >= 10
