@@ -1,12 +1,13 @@
-"""Fusion evidence as an experiment declares it, and the validity checks generated from the declarations.
+"""Fusion evidence as an experiment declares it, and the checks generated from the declarations.
 
 An experiment whose stored tables carry fusion evidence (precisionkit's columns: ``kernel_count``,
 ``graph_breaks``, ``recompiles``, ``graph_count``, ``fused_library_calls``) declares, per table, which rows
 are fused paths (:class:`ExpectedFusion`, on its record). From each declaration one run-validity check is
 generated (:func:`fusion_check`), judged by the one rule the experiments share,
 :func:`precisionkit.evidence.fusion_defects`: a fused path compiled a graph, generated a kernel, and neither
-broke its graph nor recompiled. So a new experiment gets its fusion check by declaring its table, and no
-experiment writes the rule again.
+broke its graph nor recompiled. From each declaration also comes one finding (:func:`precision_check`):
+the fused rows its compiler ran in a lower floating precision than the workload's. So a new experiment
+gets both by declaring its table, and no experiment writes the rules again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import polars as pl
 from precisionkit.evidence import fusion_defects
 
 from .scalars import as_int
-from .verdicts import validity_check, validity_result
+from .verdicts import finding_check, finding_result, validity_check, validity_result
 
 
 @dataclass(frozen=True)
@@ -135,23 +136,26 @@ def fusion_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDef
 
 
 def precision_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecksDefinition:
-    """The run-validity check "the fused path computes in the workload's dtype", generated from
-    ``experiment``'s declaration ``expected``: ERROR naming every fused row whose compiler ran a unit in
-    a floating precision lower than the row's workload dtype (OpenVINO runs an fp32 MatMul in bf16 on a
-    CPU with bf16 instructions unless told ``INFERENCE_PRECISION_HINT=f32``): such a row measures
-    another precision than the one it is labelled with, not fusion. Rows whose compiler reports no
-    precision (Inductor) are not judged; the count of those judged is in the result."""
+    """The finding "the fused path computed below the workload's dtype", generated from ``experiment``'s
+    declaration ``expected``: it names every fused row whose compiler ran a unit in a floating precision
+    lower than the row's workload dtype (OpenVINO runs an fp32 MatMul in bf16 on a CPU with bf16
+    instructions unless told ``INFERENCE_PRECISION_HINT=f32``). It is a finding, not a validity check:
+    such a row is still that compiler's fused result for the workload, so its claims are judged as
+    they stand (a bf16 MatMul shows up in the accuracy verdicts through the rules) and this finding,
+    shown beside them, says why. Rows whose compiler reports no precision (Inductor) are not judged;
+    the count of those judged is in the result."""
     description = (
-        f"Run validity of {experiment}: every fused row of {expected.table} computes in its workload's dtype "
-        "(no unit of the compiled program runs in a lower floating precision, as the compiler reports the "
-        "precision of each unit; rows whose compiler reports none are not judged)."
+        f"Finding of {experiment}: the fused rows of {expected.table} whose compiler ran a unit of the "
+        "compiled program in a floating precision lower than the row's workload dtype, as the compiler "
+        "reports the precision of each unit (rows whose compiler reports none are not judged). Their "
+        "claims are judged as they stand; this says why such a row's error is a lower precision's."
     )
 
     def check(*args: Any, **kwargs: Any) -> dg.AssetCheckResult:
         table: pl.DataFrame = args[0] if args else kwargs[expected.table]
         fused = expected.fused_rows(table)
         problems, judged = expected.precision_problems(fused)
-        return validity_result(
+        return finding_result(
             problems,
             {
                 "fused_rows": fused.height,
@@ -165,7 +169,7 @@ def precision_check(experiment: str, expected: ExpectedFusion) -> dg.AssetChecks
     check.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(expected.table, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     )
-    return validity_check(asset=expected.table, name=expected.precision_check_name, description=description)(check)
+    return finding_check(asset=expected.table, name=expected.precision_check_name, description=description)(check)
 
 
 def _eps(name: str) -> float | None:

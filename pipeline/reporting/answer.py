@@ -165,6 +165,33 @@ def _reproducers(report: Report) -> list[str]:
     return [] if table is None or "id" not in table.columns else [str(x) for x in table["id"].to_list()]
 
 
+#: The generated finding of each fusion-evidence table (:func:`pipeline.fusion_checks.precision_check`).
+PRECISION_FINDING = "_computes_in_workload_dtype"
+
+
+def lower_precision(report: Report) -> str:
+    """What the precision findings say in words: "It ran 6 fused rows (A, B) below their workload's dtype
+    (float32 workload ran in bfloat16): their errors are that precision's, and their verdicts stand as
+    judged." ("" when no compiler-reported precision is below a row's dtype)."""
+    rows, where, example = 0, [], ""
+    for exp in EXPERIMENTS:
+        for c in report.checks_of(exp.group):
+            if not c.name.endswith(PRECISION_FINDING):
+                continue
+            n = int(c.metadata.get("rows_in_lower_precision") or 0)
+            if n:
+                rows += n
+                where.append(exp.id)
+                example = example or str(c.metadata.get("details", "")).split("; ")[0].split(": ", 1)[-1]
+    if not rows:
+        return ""
+    shown = f" ({example})" if example else ""
+    return (
+        f" It ran **{_plural(rows, 'fused row')}** ({', '.join(dict.fromkeys(where))}) below the workload's "
+        f"dtype{shown}: those rows' errors are that precision's, and their verdicts stand as judged."
+    )
+
+
 def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile: str = "") -> str:
     """One backend on one device: the answer in one sentence, then what is not counted as good; a report
     of another profile than ``profile`` names its own (its sizes and counts differ)."""
@@ -204,7 +231,7 @@ def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile
     good = _count(counted, SUPPORTED)
     tail = f" {good} of {len(counted)} claims are supported"
     tail += f"; not counted as good: {', '.join(unsure)}." if unsure else "."
-    return head + tail
+    return head + tail + lower_precision(report)
 
 
 def claim_list(report: Report, states: list[ClaimState], prefix: str = "") -> str:

@@ -79,7 +79,7 @@ def test_every_step_ran_in_a_worker_on_its_queue(cluster: Cluster, celery_run):
         starts = step_events(instance, run_id, dg.DagsterEventType.STEP_START)
         workers = worker_of_steps(instance, run_id)
     steps = {r.step_key for r in starts}
-    # A's two generated fusion checks (it fused; it computed in the workload's dtype) are steps of their own
+    # A's two generated checks (it fused: validity; it computed below the workload's dtype: finding) are steps
     assert len(steps) == 14 and heavy < steps and "determinism_summary_determinism_summary_shows_fusion" in steps
     assert "determinism_summary_determinism_summary_computes_in_workload_dtype" in steps
     # Every step started in a worker's pool process, never in this (the orchestrating) process.

@@ -25,7 +25,15 @@ from pipeline.fusion_checks import ExpectedFusion, lower_precisions, precision_c
 from pipeline.resources import ExperimentSettings, backend_problem
 from pipeline.run_summary import failed_experiments, outcome_table, step_failures
 from pipeline.storage import NO_FUSED_PATH, DataFolder, compiler_folder
-from pipeline.verdicts import NOT_APPLICABLE, CheckOutcome, check_outcome, finding_check, finding_result, summarize
+from pipeline.verdicts import (
+    FINDING,
+    NOT_APPLICABLE,
+    CheckOutcome,
+    check_outcome,
+    finding_check,
+    finding_result,
+    summarize,
+)
 from precisionkit.backends.openvino import OpenVINOAdapter
 
 OV_C1 = (
@@ -206,7 +214,7 @@ def _all(instance, defs):
 # --- the precision a compiler computed in ---------------------------------------------------------
 
 
-def test_a_fused_row_computed_below_its_dtype_fails_the_precision_check():
+def test_a_fused_row_computed_below_its_dtype_is_a_finding_beside_its_verdict():
     assert lower_precisions(["float32", "bfloat16", "int64", "u8"], "float32") == ["bfloat16"]
     assert lower_precisions(["float32"], "float16") == [] and lower_precisions(["float16"], "bfloat16") == []
     table = pl.DataFrame(
@@ -219,7 +227,9 @@ def test_a_fused_row_computed_below_its_dtype_fails_the_precision_check():
     )
     declared = ExpectedFusion("rows", names=("chain", "dtype"), fused_where=(("path", ("fused",)),))
     check = precision_check("B", declared)
-    assert check.check_specs_by_output_name  # a definition Dagster accepts
+    # A finding, not run validity: a compiler that runs an fp32 workload in bf16 keeps its verdicts.
+    (spec,) = check.check_specs
+    assert spec.metadata["outcome"] == FINDING
     problems, judged = declared.precision_problems(declared.fused_rows(table))
     assert problems == ["softmax/float32: float32 workload ran in bfloat16"] and judged == 3
     inductor = table.with_columns(pl.lit("").alias("precisions"))
@@ -305,7 +315,7 @@ def test_a_faulty_compiler_makes_its_experiment_invalid_with_the_reason(tmp_path
     assert "C2            invalid        not judged (invalid run)" in table
 
 
-def test_openvinos_bf16_matmul_on_an_fp32_workload_is_named_by_the_precision_check():
+def test_openvinos_bf16_matmul_on_an_fp32_workload_is_named_by_the_precision_finding():
     import torch
 
     import precisionkit

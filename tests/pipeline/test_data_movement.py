@@ -26,7 +26,7 @@ KINDS = {
     "implicit_computation_counterexamples": FINDING,
     "every_movement_combination_ran": VALIDITY,
     "data_movement_check_table_shows_fusion": VALIDITY,
-    "data_movement_check_table_computes_in_workload_dtype": VALIDITY,
+    "data_movement_check_table_computes_in_workload_dtype": FINDING,
 }
 
 

@@ -75,7 +75,7 @@ KINDS = {
     "cold_start_reproduces_round1": CLAIM,
     "every_round_ran_its_planned_runs": VALIDITY,
     "determinism_summary_shows_fusion": VALIDITY,
-    "determinism_summary_computes_in_workload_dtype": VALIDITY,
+    "determinism_summary_computes_in_workload_dtype": FINDING,
     "thread_count_output_comparison": FINDING,
 }
 

@@ -136,3 +136,36 @@ def test_the_devices_page_is_devices_by_compilers(tmp_path):
     assert f"[{LABEL_MARK['supported']}]({c1.slug}.md) {LABEL_MARK['valid']}" in row
     assert "[not applicable to OpenVINO: " in row and row.endswith(f"]({c1.slug}.md) {LABEL_MARK[NOT_APPLICABLE]} |")
     assert "OpenVINO · cpu: " in page and "1 not applicable" in page
+
+
+def test_the_answer_says_which_fused_rows_a_compiler_ran_below_their_dtype(tmp_path):
+    from pipeline.definitions import defs
+    from pipeline.reporting.answer import lower_precision
+
+    instance = dg.DagsterInstance.ephemeral()
+    a = experiment("A")
+    prov = {"provenance.backend": "openvino", "provenance.profile": "smoke"}
+    for asset in a.assets():
+        for key in asset.keys:
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, metadata=prov))
+    (declared,) = a.fusion
+    details = "softmax/float32: float32 workload ran in bfloat16; gelu/float32: float32 workload ran in bfloat16"
+    finding = {"outcome": "finding", "findings": 2, "rows_in_lower_precision": 2, "details": details}
+    instance.report_runless_asset_event(
+        dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey(declared.table),
+            check_name=declared.precision_check_name,
+            passed=True,
+            metadata={**prov, **finding},
+        )
+    )
+    report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
+    text = lower_precision(report)
+    assert text == (
+        " It ran **2 fused rows** (A) below the workload's dtype (float32 workload ran in bfloat16): those rows'"
+        " errors are that precision's, and their verdicts stand as judged."
+    )
+    assert text in answer_section(report)
+    # Without a compiler-reported precision below a row's dtype, the answer says nothing of it.
+    empty = Report(dg.DagsterInstance.ephemeral(), defs.resolve_asset_graph(), tmp_path, tmp_path, "smoke", "", "cpu")
+    assert lower_precision(empty) == ""

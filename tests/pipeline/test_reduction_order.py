@@ -31,7 +31,7 @@ ASSETS = [c2_assets.c2_reduction_order, *CHECKS]
 KINDS = {
     "c2_run_valid": VALIDITY,
     "c2_versions_shows_fusion": VALIDITY,
-    "c2_versions_computes_in_workload_dtype": VALIDITY,
+    "c2_versions_computes_in_workload_dtype": FINDING,
     "c2_versions_self_deterministic": CLAIM,
     "c2_versions_within_fp64_band": CLAIM,
     "c2_fp16_partials_within_bound": CLAIM,
