@@ -23,6 +23,7 @@ from precisionkit import FusionError, fused
 from precisionkit.evidence import NO_GRAPH, NO_KERNEL, fusion_defects
 from precisionkit.stats import spacing
 
+from ..training.compilers import compiler_title, error_line, error_origin
 from .exact import Judged, class_changes, diff_rule, faithful_runs, inconsistent_output, judge_exact
 from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
 
@@ -339,8 +340,9 @@ def run_model(
                 run.error = str(exc)
                 break
             except Exception as exc:  # noqa: BLE001 - a model that cannot compile is an invalid run, with its reason
-                run.error = (
-                    f"compile or fused run failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                where = error_origin(exc)
+                run.error = f"{compiler_title(backend)}: compile or fused run failed: {error_line(exc)}" + (
+                    f" (raised at {where})" if where else ""
                 )
                 break
             ref_out = tensors(reference(*cast_inputs(inputs, torch.float64)))

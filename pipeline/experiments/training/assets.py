@@ -47,6 +47,7 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
+from .compilers import training_options
 from .config import TrainConfig
 from .corpus import Corpus, load_corpus
 from .curves import (
@@ -106,7 +107,7 @@ def run_config(
     settings: ExperimentSettings, run: dict[str, Any], device: str, corpus_sha256: str, threads: int = 0
 ) -> TrainConfig:
     """The config of one planned run: the profile's model and schedule, the run's path, precision, data
-    order and nudge, the seeds derived from the run's seed, the backend and its options, and on a CPU
+    order and nudge, the seeds derived from the run's seed, the backend and its options (with what the compiler needs to differentiate, :func:`.compilers.training_options`), and on a CPU
     the intra-op ``threads`` it computes on (part of what fixes its bits, so of its checkpoint key)."""
     return TrainConfig.from_profile(
         settings.sizes(ID).model(),
@@ -117,7 +118,7 @@ def run_config(
         data_seed=settings.derived_seed("train", "data", run["data_order"]),
         init_ulp_nudge=run["init_ulp_nudge"],
         backend=settings.backend,
-        options_json=sorted_json(settings.options()),
+        options_json=sorted_json(training_options(settings.backend, settings.options())),
         corpus_sha256=corpus_sha256,
         threads=threads if torch.device(device).type == "cpu" else 0,
     )

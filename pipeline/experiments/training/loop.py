@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from precisionkit.evidence import evidence_fields
-from precisionkit.paths import FusedFunction, GeneratedCode, capture_generated_code
+from precisionkit.paths import FusedFunction
 
 from .checkpoint import CheckpointWriter, RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint
+from .compilers import backward_evidence, failing_as, is_inductor
 from .config import PRECISIONS, TrainConfig, eval_batches, train_batch
 from .corpus import Corpus
 from .gpt import GPT, nudge_one_ulp
@@ -63,14 +64,6 @@ def make_loss_fn(
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
     return loss_fn
-
-
-def _code_evidence(prefix: str, captured: GeneratedCode) -> dict[str, Any]:
-    return {
-        f"{prefix}_graphs": captured.graphs,
-        f"{prefix}_kernel_count": len(captured.kernel_names),
-        f"{prefix}_code_sha256": captured.sha256,
-    }
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -149,18 +142,21 @@ def _optimizer_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One training step (forward, scaled backward, clip, optimizer and schedule step); returns the
     loss, the gradient norm before clipping and whether GradScaler skipped the update, as tensors on
-    the training device (nothing is read back). The first
-    fused step adds the backward graph's generated-code evidence to ``evidence``."""
+    the training device (nothing is read back). The first fused step adds the backward graph's
+    evidence to ``evidence`` (:func:`.compilers.backward_evidence`), and a compiler's failure in it is
+    a :class:`.compilers.TrainingCompileError` naming the compiler and its error."""
     scaler, opt = trainer.scaler, trainer.opt
-    # The backward graph's code arrives at the first backward() when compiled, or with the
-    # forward when AOTAutograd serves both from its cache: the capture spans both.
-    first_fused_step = cfg.path == "fused" and "bwd_graphs" not in evidence
-    with capture_generated_code() if first_fused_step else contextlib.nullcontext(GeneratedCode()) as captured:
-        loss = train_fn(x, y)
+    first = cfg.path == "fused" and "bwd_graphs" not in evidence
+    inductor = first and is_inductor(cfg.backend)
+    with backward_evidence(cfg.backend, evidence) if inductor else contextlib.nullcontext():
+        with failing_as(cfg.backend, "the training step's forward", first):
+            loss = train_fn(x, y)
         scaled = scaler.scale(loss)
-        scaled.backward()
-    if first_fused_step:
-        evidence.update(_code_evidence("bwd", captured.of_kind("backward")))
+        with (
+            backward_evidence(cfg.backend, evidence) if first and not inductor else contextlib.nullcontext(),
+            failing_as(cfg.backend, "the training step's backward", first),
+        ):
+            scaled.backward()
     scaler.unscale_(opt)
     norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), cfg.grad_clip)
     # GradScaler skips the update exactly when an unscaled gradient is inf or NaN, and then so is
@@ -249,7 +245,8 @@ def _train(
 
     start = time.perf_counter()
     if progress.step == 0 and not rows:
-        rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
+        with failing_as(cfg.backend, "the first evaluation (no_grad forward)", cfg.path == "fused"):
+            rows.append(_row(0, None, evaluate(), None, 0.0, 0, cfg))
     stats = _StepStats(device)
     saved_at = progress.step
     writer = CheckpointWriter()  # off the training thread; waited for before the run relies on it

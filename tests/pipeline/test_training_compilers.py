@@ -1,0 +1,154 @@
+"""Task E and M on compilers other than Inductor: the options that make a backend differentiable, the
+backward graph's evidence from any adapter, and a compiler's own failure on a training step or a model
+named in one line (OpenVINO and IREE, each skipped where it is not installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.experiments.models.compute import run_model
+from pipeline.experiments.models.zoo import zoo_workloads
+from pipeline.experiments.training.compilers import TrainingCompileError, compiler_messages, training_options
+from pipeline.experiments.training.config import TrainConfig
+from pipeline.experiments.training.corpus import load_corpus
+from pipeline.experiments.training.loop import train
+from pipeline.experiments.training.spec import SIZES
+
+NO_OPENVINO = importlib.util.find_spec("openvino") is None
+NO_IREE = importlib.util.find_spec("iree.turbine") is None if importlib.util.find_spec("iree") else True
+needs_openvino = pytest.mark.skipif(
+    NO_OPENVINO, reason="OpenVINO is not installed: pip install 'fusion-precision[openvino]'"
+)
+needs_iree = pytest.mark.skipif(NO_IREE, reason="IREE is not installed: pip install 'fusion-precision[iree]'")
+
+
+@pytest.fixture(autouse=True)
+def _openvinos_options_reset():
+    """OpenVINO's backend keeps the options of its last ``aot_autograd`` compile in a module global
+    and applies them to every later compile of the process: each test starts and ends without them."""
+    yield
+    if not NO_OPENVINO:
+        from openvino.frontend.pytorch.torchdynamo import backend
+
+        backend.openvino_options = {}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus()
+
+
+def tiny_fused(corpus, backend: str, **kwargs) -> TrainConfig:
+    """One optimizer step of the smoke model on ``backend``'s fused path, with its training options."""
+    options = training_options(backend, {})
+    import json
+
+    return TrainConfig.from_profile(
+        SIZES["smoke"].model(),
+        **{
+            "corpus_sha256": corpus.sha256,
+            "steps": 1,
+            "eval_every": 1,
+            "eval_batches": 1,
+            "path": "fused",
+            "precision": "float32",
+            "backend": backend,
+            "options_json": json.dumps(options, sort_keys=True),
+            **kwargs,
+        },
+    )
+
+
+def test_training_options_add_what_a_compiler_needs_to_differentiate_and_keep_the_users():
+    assert training_options("inductor", {"max_autotune": False}) == {"max_autotune": False}
+    assert training_options("aot_eager", {}) == {}
+    if not NO_OPENVINO:
+        assert training_options("openvino", {}) == {"aot_autograd": True}
+        assert training_options("openvino", {"aot_autograd": False, "device": "CPU"}) == {
+            "aot_autograd": False,
+            "device": "CPU",
+        }
+
+
+@needs_openvino
+def test_openvinos_own_backend_returns_no_gradient_without_aot_autograd():
+    """Why E passes OpenVINO ``aot_autograd``: its plain backend traces for inference."""
+    import openvino.torch  # noqa: F401
+
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(4, 4)
+    out = torch.compile(lin, backend="openvino")(torch.randn(4, 4))
+    assert out.requires_grad is False and out.grad_fn is None
+    torch._dynamo.reset()
+    out = torch.compile(lin, backend="openvino", options={"aot_autograd": True})(torch.randn(4, 4))
+    assert out.requires_grad is True
+
+
+@needs_openvino
+def test_openvinos_own_backend_cannot_convert_cross_entropys_training_forward():
+    """The compiler's failure, with no code of ours around it: OpenVINO's frontend rejects the training
+    forward of cross-entropy, logs it and runs the partition in torch instead."""
+    import openvino.torch  # noqa: F401
+
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(8, 8)
+    fn = torch.compile(lambda x, y: F.cross_entropy(lin(x), y), backend="openvino", options={"aot_autograd": True})
+    with compiler_messages("openvino") as logged:
+        fn(torch.randn(8, 8), torch.arange(8)).backward()
+    assert any("is_number(name)" in line and "Falling back to native PyTorch" in line for line in logged.lines)
+    assert lin.weight.grad is not None  # torch ran it: the result is right, but it was not OpenVINO's
+
+
+@needs_openvino
+def test_e_under_openvino_fails_in_one_line_naming_openvinos_frontend_error(corpus):
+    with pytest.raises(TrainingCompileError) as err:
+        train(tiny_fused(corpus, "openvino"), corpus)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("OpenVINO failed on the training step's forward: FusionError: ")
+    assert "ran 1 partition(s) in torch after OpenVINO failed to compile or execute them" in message
+    assert "the compiler logged: OpenVINO execution failed with Check 'is_number(name)' failed" in message
+
+
+@needs_iree
+def test_e_under_iree_fails_in_one_line_naming_irees_backward_pass(corpus):
+    with pytest.raises(TrainingCompileError) as err:
+        train(tiny_fused(corpus, "iree"), corpus)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("IREE failed on the training step's backward: AssertionError: Please convert all Tensors")
+    assert "(raised at iree/turbine/dynamo/passes.py:" in message and message.endswith("in apply_decompositions)")
+
+
+def test_inductor_records_the_backward_graphs_code(corpus):
+    result = train(tiny_fused(corpus, "inductor"), corpus)
+    ev = result.evidence
+    assert ev["bwd_graphs"] == 1 and ev["bwd_kernel_count"] > 0 and len(ev["bwd_code_sha256"]) == 64
+    assert ev["train_graph_count"] == 1 and ev["options"] == "{}"
+
+
+@needs_openvino
+def test_m_names_openvinos_failure_on_vit_in_one_line():
+    """Plain ``torch.compile(vit, backend="openvino")`` fails as well: Dynamo cannot build the guards of
+    sizes OpenVINO's inference tracing created without a source."""
+    logging.getLogger("torch._guards").setLevel(logging.CRITICAL)  # Dynamo logs the whole failure at ERROR
+    vit = zoo_workloads(("vit",), "tiny", 8, 32)[0]
+    run = run_model(
+        vit,
+        "float32",
+        device=torch.device("cpu"),
+        batches=1,
+        batch_size=1,
+        backend="openvino",
+        options={},
+        seed_of=lambda *parts: 7,
+    )
+    assert run.error.startswith(
+        "OpenVINO: compile or fused run failed: IndexError: list index out of range (raised at "
+    )
+    assert "torch/fx/experimental/symbolic_shapes.py" in run.error and "\n" not in run.error
