@@ -87,14 +87,15 @@ gpu-source:
 	rm -rf $(WHEELHOUSE)/.src
 
 # Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them
-# in one group, so it is made once), every other file's tests stay together on either. On an idle 2-core
+# in one group, so it is made once), every other file's tests stay together on either, groups handed out costliest
+# first (tests/conftest.py; --no-loadscope-reorder keeps that order). On an idle 2-core
 # machine: 9 min 26 s to 11 min 06 s over three runs, where one process took 11 min 58 s. TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(COMPILERS_STAMP)
 	./scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -m "not heavy and not cluster" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/python -m pytest -m "not heavy and not cluster" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 	PY=$(BIN)/python ./scripts/isa-sensitive-tests.sh
 
 # The scale-out path for real, on this machine: a throwaway Postgres (Dagster's run, event-log and

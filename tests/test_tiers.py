@@ -32,3 +32,37 @@ def test_the_smoke_group_is_given_through_fixtures_too(request):
 @pytest.mark.skip(reason="collected for its markers only (test_the_smoke_group_is_given_through_fixtures_too)")
 def test_reads_smoke_indirectly(reads_the_smoke_run):
     assert reads_the_smoke_run is not None
+
+
+class _Item:
+    """A collected item as the ordering sees it: its group and its tier markers."""
+
+    def __init__(self, group: str, *markers: str) -> None:
+        self.markers = {
+            "xdist_group": pytest.mark.xdist_group(group).mark,
+            **{m: getattr(pytest.mark, m).mark for m in markers},
+        }
+        self.name = f"{group}:{'+'.join(markers) or 'unit'}"
+
+    def get_closest_marker(self, name: str):
+        return self.markers.get(name)
+
+
+def test_groups_are_handed_out_costliest_first_keeping_their_order_inside():
+    from conftest import costliest_groups_first, item_cost
+
+    units = [_Item("a.py") for _ in range(40)]  # 40 unit tests: 8
+    slow = [_Item("b.py", "materializes"), _Item("b.py")]  # one materializing test: 30.2
+    browser = [_Item("c.py", "browser"), _Item("c.py", "browser", "materializes")]  # 10 + 30
+    assert [item_cost(i) for i in (units[0], slow[0], browser[0], browser[1])] == [0.2, 30.0, 10.0, 30.0]
+    ordered = costliest_groups_first([*units, *slow, *browser])
+    assert [i.name for i in ordered[:4]] == [
+        "c.py:browser",
+        "c.py:browser+materializes",
+        "b.py:materializes",
+        "b.py:unit",
+    ]
+    assert ordered[4:] == units
+    # The session's real order: every group's items stay together.
+    groups = [i.get_closest_marker("xdist_group").args[0] for i in ordered]
+    assert groups == sorted(groups, key=groups.index)
