@@ -282,13 +282,12 @@ def _size_text(value: float | None, unit: str) -> str:
 
 def _measured_body(table: PowerTable) -> str:
     f = table.fields
-    lines = [
+    paragraphs = [
         f"**Planted effect:** {f['effect']}. **Sample size n:** {f['sample_size']}.",
-        "",
         f"**Simulation:** {f['simulation']}." if f.get("simulation") else "",
         f"**What was measured:** {f['scope']}." if f.get("scope") else "",
-        "",
     ]
+    lines = [x for p in paragraphs if p for x in (p, "")]
     summary = []
     for s in table.sizes:
         x = smallest_detected(s, table.power)
