@@ -47,6 +47,10 @@ def _coverage(n: int, start: int, table: bool) -> None:
     took = time.perf_counter() - t0
     cov = opinfo.coverage(cases)
     print(f"generated {n} programs (seeds {start}..{start + n - 1}) in {took:.0f} s")
+    # generation runs each step eagerly and in fp64 only: nothing may have gone through Dynamo
+    from torch._dynamo.utils import counters
+
+    print(f"frames compiled while generating: {counters['frames']['total']}")
     print(cov.summary())
     lengths = Counter(len(c.extra["ops"]) for c in cases)
     print("ops per program: " + ", ".join(f"{k}: {v}" for k, v in sorted(lengths.items())))

@@ -13,7 +13,9 @@ How a program is drawn (all from the program's seed):
 * its dtype (:data:`DTYPES`: fp32, fp64, fp16, bf16, int64, int32, bool), its range mode
   (:data:`MODES`) and its compile mode (:data:`~.compile_modes.COMPILE_MODES`);
 * its first op: with probability 0.3 a module-level op (convolution, normalization, padding,
-  linear, pooling: :data:`MODULE_FAMILY`), otherwise any eligible op (:func:`catalogue`);
+  linear, pooling: :data:`MODULE_FAMILY`), otherwise any eligible op (:func:`catalogue`), the op
+  being the seed's in a fixed rotation of those ops (:func:`_anchor`), so that consecutive seeds
+  start at nearly every op once, where one of its samples can start a program;
 * each op's arguments from one of the op's own samples (``sample_inputs``, and ``reference_inputs``
   where the op has them) for the dtype of the value it is fed: the sample's first tensor becomes
   the chain's value (reshaped, cut, repeated or cast where its shape or dtype differ: only casts
@@ -31,16 +33,18 @@ something other than tensors, an empty or a complex tensor is drawn again. So ev
 generator returns runs eagerly and in fp64 (a runner's ``invalid`` is the generator's fault).
 
 The op database is imported once per process, on first use (a few seconds), and each op's samples
-once per (op, dtype), under a fixed seed: generation is a function of the seed alone.
+once per (op, dtype), under a fixed seed: generation is a function of the seed alone. The
+vocabulary (dtypes, modes, eligible and excluded ops, families) is :mod:`.opinfo_ops`, the ops'
+samples and how a call is written :mod:`.opinfo_samples`; this module composes programs and counts
+their coverage.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import warnings
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,591 +53,48 @@ import torch
 
 from ..repro import _MAKE_SRC, Case, Input
 from .compile_modes import COMPILE_MODES, setup_source
+from .opinfo_ops import (
+    _CONVERSIONS,
+    _DTYPE_WEIGHTS,
+    _UNDEFINED_CASTS_MODES,
+    DTYPES,
+    EXCLUDED,
+    FAMILIES,
+    FLOAT_MODES,
+    INT_MODES,
+    MAX_OPS,
+    MIN_OPS,
+    MODES,
+    MODULE_FAMILY,
+    _callee,
+    catalogue,
+    dtypes_of,
+    exclusions_by_reason,
+    family,
+    op_db,
+)
+from .opinfo_samples import Slot, Template, _call, _number, _Unwritable, templates
 from .program import Program, _layout
 
-#: the dtypes a program is drawn in (the op's own sample dtype per step; these with their weights)
-DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
-_DTYPE_WEIGHTS = (4, 3, 2, 2, 2, 1, 1)
-#: range modes: which values the program's first input (and, for some, its other inputs) holds
-MODES = ("normal", "tiny", "huge", "domain_edge", "signed_zero", "nonfinite", "int_width")
-#: the modes of float programs and of integer ones (bool programs are ``normal``)
-FLOAT_MODES = ("normal", "normal", "tiny", "huge", "domain_edge", "signed_zero", "nonfinite")
-INT_MODES = ("normal", "int_width")
-#: module-level families, one of which may feed the rest of a chain
-MODULE_FAMILY = "module"
-FAMILIES = ("pointwise", "reduction", "scan", "view", "indexing", "module", "linalg", "spectral", "other")
-#: longest chain, shortest chain
-MIN_OPS, MAX_OPS = 2, 8
-#: samples read per (op, dtype): from reference_inputs where the op has them, else sample_inputs
-_SAMPLES = 24
-#: largest tensor a sample may hold, and largest integer tensor written as a literal
-_MAX_NUMEL, _MAX_LITERAL = 4096, 256
-
-#: Ops left out by name, with the reason. Rules in :func:`_rule_reason` add those with no dtype in
-#: :data:`DTYPES` on the CPU, in-place-only ops and ops called through a test wrapper that
-#: reorders their arguments.
-EXCLUDED: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "bernoulli",
-            "cauchy",
-            "exponential",
-            "geometric",
-            "log_normal",
-            "multinomial",
-            "normal",
-            "normal.in_place",
-            "normal.number_mean",
-            "uniform",
-            "rand_like",
-            "randn",
-            "randn_like",
-            "randint",
-            "randint_like",
-            "nn.functional.dropout",
-            "nn.functional.dropout2d",
-            "nn.functional.dropout3d",
-            "nn.functional.alpha_dropout",
-            "nn.functional.feature_alpha_dropout.with_train",
-            "nn.functional.feature_alpha_dropout.without_train",
-            "nn.functional.rrelu",
-            "nn.functional.fractional_max_pool2d",
-            "nn.functional.fractional_max_pool3d",
-            "svd_lowrank",
-            "pca_lowrank",
-            "lobpcg",
-        ),
-        "random: draws from the global generator, so eager and fused draw different values",
-    ),
-    **dict.fromkeys(
-        ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"),
-        "uninitialized memory: its values are undefined",
-    ),
-    **dict.fromkeys(
-        (
-            "nonzero",
-            "masked_select",
-            "unique",
-            "unique_consecutive",
-            "argwhere",
-            "bincount",
-            "repeat_interleave",
-            "histogram",
-            "histogramdd",
-            "nn.functional.ctc_loss",
-            "combinations",
-        ),
-        "data-dependent output shape",
-    ),
-    **dict.fromkeys(
-        ("item", "tolist", "equal", "is_nonzero", "allclose"),
-        "returns a Python value, not a tensor",
-    ),
-    **dict.fromkeys(
-        (
-            "linalg.eig",
-            "linalg.eigh",
-            "linalg.eigvals",
-            "linalg.eigvalsh",
-            "svd",
-            "linalg.svd",
-            "linalg.qr",
-            "qr",
-            "geqrf",
-            "linalg.householder_product",
-            "ormqr",
-            "linalg.lstsq",
-            "linalg.lstsq.grad_oriented",
-        ),
-        "factorization defined only up to signs or a driver's choice: fp64 and fp32 may pick different ones",
-    ),
-    **dict.fromkeys(
-        ("scatter", "index_put", "index_copy", "put", "_unsafe_masked_index_put_accumulate", "masked_scatter"),
-        "writes through duplicate indices (or masks) in an order the op leaves undefined",
-    ),
-    **dict.fromkeys(
-        ("searchsorted", "bucketize"),
-        "needs sorted boundaries: a seeded input is not sorted, and the result on unsorted ones is undefined",
-    ),
-    **dict.fromkeys(
-        ("to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce", "to_dense"),
-        "sparse layouts",
-    ),
-    **dict.fromkeys(
-        ("nn.functional.scaled_dot_product_attention", "nn.functional.multi_head_attention_forward"),
-        "called through a test wrapper (dropout and head projections); the attention generator writes it",
-    ),
-    **dict.fromkeys(
-        ("max_pool2d_with_indices_backward", "nn.functional.embedding_bag", "nn.functional.embedding"),
-        "called through a test wrapper that reorders its arguments",
-    ),
-    **dict.fromkeys(
-        (
-            "view_as_complex",
-            "complex",
-            "polar",
-            "cdouble",
-            "cfloat",
-            "chalf",
-            "fft.fft",
-            "fft.fft2",
-            "fft.fftn",
-            "fft.rfft",
-            "fft.rfft2",
-            "fft.rfftn",
-            "fft.ifft",
-            "fft.ifft2",
-            "fft.ifftn",
-            "fft.ihfft",
-            "fft.ihfft2",
-            "fft.ihfftn",
-        ),
-        "complex output: the diff rule judges real tensors",
-    ),
-    **dict.fromkeys(
-        (
-            "broadcast_shapes",
-            "eye",
-            "scalar_tensor",
-            "triu_indices",
-            "tril_indices",
-            "signal.windows.hamming",
-            "signal.windows.hann",
-            "signal.windows.bartlett",
-            "signal.windows.blackman",
-            "signal.windows.cosine",
-            "signal.windows.exponential",
-            "signal.windows.gaussian",
-            "signal.windows.kaiser",
-            "signal.windows.general_cosine",
-            "signal.windows.general_hamming",
-            "signal.windows.nuttall",
-        ),
-        "a factory: no tensor argument to feed the chain through",
-    ),
-    **dict.fromkeys(
-        (
-            "nn.functional.linear_cross_entropy.chunked",
-            "nn.functional.linear_cross_entropy.chunked_none",
-            "nn.functional.unfold",
-            "nn.functional.triplet_margin_with_distance_loss",
-            "slice_scatter",
-            "nn.functional.grid_sample",
-        ),
-        "no sample a program can write (a callable argument, a tensor over 4096 elements, or a list as receiver)",
-    ),
-    **dict.fromkeys(
-        (
-            "cholesky",
-            "linalg.cholesky",
-            "nn.functional.prelu",
-            "nn.functional.binary_cross_entropy",
-            "nn.functional.gaussian_nll_loss",
-            "nn.functional.one_hot",
-        ),
-        "needs values a seeded input does not have (a positive-definite matrix, probabilities, "
-        "positive variances, class indices, a weight per channel)",
-    ),
-    **dict.fromkeys(
-        ("linalg.pinv.singular",),
-        "a test wrapper that builds a singular matrix from its inputs",
-    ),
-}
-
-_POINTWISE_INFOS = ("UnaryUfuncInfo", "BinaryUfuncInfo")
-_SCANS = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "cumulative_trapezoid"}
-_VIEWS = {
-    "view",
-    "reshape",
-    "view_as",
-    "reshape_as",
-    "transpose",
-    "permute",
-    "squeeze",
-    "unsqueeze",
-    "flatten",
-    "unflatten",
-    "expand",
-    "expand_as",
-    "narrow",
-    "narrow_copy",
-    "select",
-    "movedim",
-    "moveaxis",
-    "swapaxes",
-    "swapdims",
-    "T",
-    "H",
-    "mT",
-    "mH",
-    "t",
-    "chunk",
-    "split",
-    "split_with_sizes",
-    "unbind",
-    "diagonal",
-    "as_strided",
-    "flip",
-    "fliplr",
-    "flipud",
-    "roll",
-    "rot90",
-    "tile",
-    "repeat",
-    "ravel",
-    "contiguous",
-    "atleast_1d",
-    "atleast_2d",
-    "atleast_3d",
-    "broadcast_to",
-    "broadcast_tensors",
-    "tensor_split",
-    "hsplit",
-    "vsplit",
-    "dsplit",
-    "unfold",
-    "unfold_copy",
-    "view_copy",
-    "squeeze_copy",
-    "permute_copy",
-    "alias_copy",
-    "cat",
-    "stack",
-    "hstack",
-    "vstack",
-    "dstack",
-    "column_stack",
-    "row_stack",
-    "concat",
-    "concatenate",
-    "diag",
-    "diag_embed",
-    "diagflat",
-    "tril",
-    "triu",
-    "clone",
-    "sum_to_size",
-    "as_strided_copy",
-    "expand_copy",
-    "t_copy",
-    "transpose_copy",
-    "unbind_copy",
-    "view_as_real",
-    "resolve_conj",
-    "resolve_neg",
-    "conj",
-    "conj_physical",
-    "positive",
-    "block_diag",
-    "kron",
-    "trace",
-}
-_INDEXING = {
-    "gather",
-    "scatter_add",
-    "scatter_reduce",
-    "index_select",
-    "index_add",
-    "index_fill",
-    "index_reduce",
-    "take",
-    "take_along_dim",
-    "__getitem__",
-    "masked_fill",
-    "where",
-    "select_scatter",
-    "slice_scatter",
-    "diagonal_scatter",
-    "as_strided_scatter",
-    "nonzero_static",
-    "argsort",
-    "sort",
-    "topk",
-    "kthvalue",
-    "msort",
-    "nn.functional.embedding",
-}
-#: conversions of a float to an integer (and frexp's exponent): undefined for NaN, inf and values
-#: out of the integer's range (C++ leaves them so, and eager and compiled code differ there), so
-#: they are not drawn in the modes that make such values
-_CONVERSIONS = {"to", "long", "int", "short", "byte", "char", "type_as", "frexp", "nn.functional.one_hot"}
-_UNDEFINED_CASTS_MODES = ("huge", "nonfinite")
-_MODULE_WORDS = ("conv", "norm", "pad", "linear", "pool", "interpolate", "upsample", "pixel_shuffle")
-
-
-def _op_key(op: Any) -> str:
-    return str(op.name) + (f".{op.variant_test_name}" if op.variant_test_name else "")
-
-
-_DB: dict[str, Any] = {}
-
-
-def op_db() -> dict[str, Any]:
-    """The op database by key (``name`` or ``name.variant``), imported once per process."""
-    if not _DB:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from torch.testing._internal.common_methods_invocations import op_db as ops
-        for op in ops:
-            _DB.setdefault(_op_key(op), op)
-    return _DB
-
-
-def _is_wrapper(fn: Any) -> bool:
-    return getattr(fn, "__name__", "") == "<lambda>" or "torch.testing" in (getattr(fn, "__module__", "") or "")
-
-
-def _callee(op: Any) -> tuple[str, str] | None:
-    """How the program calls ``op``: ``("func", "torch.linalg.norm")``, ``("method", "view")`` (on its
-    first tensor) or ``("attr", "mT")``; None when only a test wrapper calls it."""
-    name = op.name
-    if name in ("T", "H", "mT", "mH"):
-        return ("attr", name)
-    if not _is_wrapper(op.op):
-        path = ("F." + name[len("nn.functional.") :]) if name.startswith("nn.functional.") else f"torch.{name}"
-        obj: Any = {"torch": torch, "F": torch.nn.functional}
-        parts = path.split(".")
-        found: Any = obj[parts[0]]
-        for part in parts[1:]:
-            found = getattr(found, part, None)
-            if found is None:
-                break
-        if found is not None and callable(found):
-            return ("func", path)
-        if name.startswith("__") or hasattr(torch.Tensor, name):
-            return ("method", name)
-        return None
-    method = getattr(op, "method_variant", None)
-    if method is not None and hasattr(torch.Tensor, getattr(method, "__name__", "")):
-        return ("method", method.__name__)
-    return None
-
-
-def dtypes_of(op: Any) -> tuple[str, ...]:
-    supported = op.supported_dtypes("cpu")
-    return tuple(d for d in DTYPES if getattr(torch, d) in supported)
-
-
-def _rule_reason(op: Any) -> str | None:
-    key = _op_key(op)
-    if key in EXCLUDED:
-        return EXCLUDED[key]
-    if op.name in EXCLUDED:
-        return EXCLUDED[op.name]
-    if not dtypes_of(op):
-        return "no CPU dtype among fp32, fp64, fp16, bf16, int64, int32, bool (complex-only or CUDA-only)"
-    if op.name.endswith("_") and not op.name.endswith("__"):
-        return "in-place only"
-    if op.name.startswith("sparse.") or "sparse" in (op.variant_test_name or ""):
-        return "sparse layouts"
-    if getattr(op, "is_factory_function", False):
-        return "a factory: no tensor argument to feed the chain through"
-    if _callee(op) is None:
-        return "called through a test wrapper that reorders its arguments"
-    return None
-
-
-def catalogue() -> tuple[list[str], dict[str, str]]:
-    """The eligible ops (keys of :func:`op_db`) and the excluded ones with the reason for each."""
-    eligible, excluded = [], {}
-    for key, op in op_db().items():
-        reason = _rule_reason(op)
-        if reason is None:
-            eligible.append(key)
-        else:
-            excluded[key] = reason
-    return eligible, excluded
-
-
-def family(key: str) -> str:
-    """The family of an op (:data:`FAMILIES`), from its kind of OpInfo and its name."""
-    op = op_db()[key]
-    name, kind = op.name, type(op).__name__
-    if name in _SCANS:
-        return "scan"
-    if name in _INDEXING:
-        return "indexing"
-    if name in _VIEWS or kind == "ShapeFuncInfo":
-        return "view"
-    if name.startswith("nn.functional.") and any(w in name for w in _MODULE_WORDS):
-        return "module"
-    if kind in _POINTWISE_INFOS:
-        return "pointwise"
-    if kind == "ReductionOpInfo" or name in {"max.reduction_with_dim", "min.reduction_with_dim", "logsumexp"}:
-        return "reduction"
-    if kind == "SpectralFuncInfo" or name.startswith("fft."):
-        return "spectral"
-    if name.startswith("linalg.") or name in {"mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "mv"}:
-        return "linalg"
-    return "other"
-
-
-# --------------------------------------------------------------------------------------- samples
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A tensor of a sample: ``chain`` (the value the op is fed), ``input`` (a seeded input),
-    ``literal`` (small integer tensors, written out: indices whose values matter)."""
-
-    role: str
-    shape: tuple[int, ...]
-    dtype: str
-    values: Any = None  # the literal's nested list; for an integer input, (values kind, scale)
-
-
-@dataclass(frozen=True)
-class Template:
-    """One sample of one op, its tensors replaced by slots: how to write the call."""
-
-    key: str
-    dtype: str
-    callee: tuple[str, str]
-    input: Any
-    args: tuple[Any, ...]
-    kwargs: tuple[tuple[str, Any], ...]
-    slots: tuple[Slot, ...]
-
-    @property
-    def head(self) -> Slot:
-        return self.slots[0]
-
-
-class _Unwritable(Exception):
-    pass
-
-
-_SAMPLE_CACHE: dict[tuple[str, str], list[Template]] = {}
-
-
-def _stable(text: str) -> int:
-    import zlib
-
-    return zlib.crc32(text.encode())
-
-
-def templates(key: str, dtype: str) -> list[Template]:
-    """The writable samples of op ``key`` for ``dtype`` (first :data:`_SAMPLES` of its
-    ``reference_inputs`` where it has them, else of ``sample_inputs``), drawn under a seed fixed by
-    the op and dtype, so the list is the same in every process; cached."""
-    cached = _SAMPLE_CACHE.get((key, dtype))
-    if cached is not None:
-        return cached
-    op = op_db()[key]
-    callee = _callee(op)
-    out: list[Template] = []
-    if callee is not None:
-        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
-            warnings.simplefilter("ignore")
-            torch.manual_seed(_stable(f"{key}:{dtype}"))
-            try:
-                source = op.reference_inputs if op.reference_inputs_func is not None else op.sample_inputs
-                samples = list(itertools.islice(source("cpu", getattr(torch, dtype)), _SAMPLES))
-            except Exception:  # noqa: BLE001 - an op whose samples cannot be made on this build
-                samples = []
-            for sample in samples:
-                try:
-                    out.append(_template(key, dtype, callee, sample))
-                except _Unwritable:
-                    continue
-    _SAMPLE_CACHE[(key, dtype)] = out
-    return out
-
-
-def _template(key: str, dtype: str, callee: tuple[str, str], sample: Any) -> Template:
-    slots: list[Slot] = []
-
-    def conv(obj: Any, first: bool = False) -> Any:
-        if isinstance(obj, torch.Tensor):
-            if obj.is_complex() or obj.layout != torch.strided or obj.numel() > _MAX_NUMEL:
-                raise _Unwritable
-            d = str(obj.dtype).removeprefix("torch.")
-            shape = tuple(obj.shape)
-            if first:
-                if obj.numel() == 0:
-                    raise _Unwritable
-                slot = Slot("chain", shape, d)
-            elif obj.is_floating_point() or obj.dtype == torch.bool:
-                slot = Slot("input", shape, d)
-            elif obj.numel() <= _MAX_LITERAL:
-                slot = Slot("literal", shape, d, obj.tolist())
-            else:
-                low, high = int(obj.min()), int(obj.max())
-                kind = ("index", float(max(high + 1, 1))) if low >= 0 else ("int", float(max(abs(low), high, 1)))
-                slot = Slot("input", shape, d, kind)
-            slots.append(slot)
-            return ("__slot__", len(slots) - 1)
-        if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
-            items = [conv(o, first and i == 0) for i, o in enumerate(obj)]
-            return ("__list__" if isinstance(obj, list) else "__tuple__", tuple(items))
-        if isinstance(obj, torch.Size):
-            return ("__tuple__", tuple(int(s) for s in obj))
-        if isinstance(obj, complex):
-            raise _Unwritable
-        if obj is None or isinstance(obj, (bool, int, float, str)) or obj is Ellipsis:
-            return obj
-        if isinstance(obj, (torch.dtype, torch.memory_format, torch.layout)):
-            if isinstance(obj, torch.dtype) and obj.is_complex:
-                raise _Unwritable
-            return ("__torch__", str(obj).removeprefix("torch."))
-        if isinstance(obj, torch.device):
-            return ("__device__", None)
-        if isinstance(obj, slice):
-            return ("__slice__", (conv(obj.start), conv(obj.stop), conv(obj.step)))
-        raise _Unwritable
-
-    first = conv(sample.input, first=True)
-    if not slots or slots[0].role != "chain":
-        raise _Unwritable
-    args = tuple(conv(a) for a in sample.args)
-    kwargs = tuple((str(k), conv(v)) for k, v in sample.kwargs.items())
-    return Template(key, dtype, callee, first, args, kwargs, tuple(slots))
-
-
-def _number(x: float | int | bool) -> str:
-    if isinstance(x, (bool, int)):
-        return repr(x)
-    if math.isnan(x):
-        return "float('nan')"
-    if math.isinf(x):
-        return "float('inf')" if x > 0 else "-float('inf')"
-    return repr(x)
-
-
-def _write(obj: Any, names: Sequence[str], device: str) -> str:
-    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and obj[0].startswith("__"):
-        tag, body = obj
-        if tag == "__slot__":
-            return names[body]
-        if tag in ("__list__", "__tuple__"):
-            items = [_write(o, names, device) for o in body]
-            if tag == "__list__":
-                return "[" + ", ".join(items) + "]"
-            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-        if tag == "__torch__":
-            return f"torch.{body}"
-        if tag == "__device__":
-            return repr(device)
-        if tag == "__slice__":
-            return "slice(" + ", ".join(_write(o, names, device) for o in body) + ")"
-    if obj is Ellipsis:
-        return "..."
-    if isinstance(obj, (bool, int, float)):
-        return _number(obj)
-    return repr(obj)
-
-
-def _call(t: Template, names: Sequence[str], device: str) -> str:
-    head = _write(t.input, names, device)
-    args = [_write(a, names, device) for a in t.args] + [f"{k}={_write(v, names, device)}" for k, v in t.kwargs]
-    kind, name = t.callee
-    if kind == "attr":
-        return f"{head}.{name}"
-    if kind == "method":
-        if t.input[0] != "__slot__":  # a list as the receiver: not writable as a method call
-            raise _Unwritable
-        return f"{head}.{name}({', '.join(args)})"
-    return f"{name}({', '.join([head, *args])})"
+__all__ = [
+    "DTYPES",
+    "EXCLUDED",
+    "FAMILIES",
+    "MAX_OPS",
+    "MIN_OPS",
+    "MODES",
+    "Coverage",
+    "Slot",
+    "Template",
+    "catalogue",
+    "coverage",
+    "dtypes_of",
+    "exclusions_by_reason",
+    "family",
+    "generate_opinfo",
+    "op_db",
+    "templates",
+]
 
 
 # --------------------------------------------------------------------------------------- programs
@@ -1102,11 +563,3 @@ def coverage(cases: Iterable[Case], eligible: Sequence[str] | None = None) -> Co
     return Coverage(
         n, counts, ops, dtypes, modes, compiles, fams, list(eligible if eligible is not None else catalogue()[0])
     )
-
-
-def exclusions_by_reason(excluded: dict[str, str]) -> dict[str, list[str]]:
-    """The excluded ops grouped by reason."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for key, reason in sorted(excluded.items()):
-        out[reason].append(key)
-    return dict(out)
