@@ -14,6 +14,7 @@ import altair as alt
 import dagster as dg
 import polars as pl
 
+from ..compilers import DEFAULT_BACKEND, compiler_title, evaluation_compiler
 from ..experiments import EXPERIMENTS
 from ..runs import plain, records
 from ..verdicts import CLAIM
@@ -36,6 +37,8 @@ class Point:
     torch: str
     run_id: str
     figures: dict[str, float] = field(default_factory=dict)
+    #: The compiler (backend name) of the fused path the evaluation judged.
+    compiler: str = DEFAULT_BACKEND
 
 
 def key_figures(metadata: dict[str, Any]) -> dict[str, float]:
@@ -56,12 +59,15 @@ def _materializations(report: Report, key: dg.AssetKey) -> list[tuple[float, str
     return sorted(out, key=lambda x: x[0])
 
 
-def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
-    """Past evaluations of one claim check, oldest first, each paired with the materialization it judged."""
+def claim_history(report: Report, check_key: dg.AssetCheckKey, compiler: str | None = None) -> list[Point]:
+    """Past evaluations of one claim check, oldest first, each paired with the materialization it judged;
+    with ``compiler``, only the evaluations of that compiler's fused path (a history never mixes two
+    compilers: a verdict that moved from Inductor's to OpenVINO's is no regression)."""
     mats = _materializations(report, check_key.asset_key)
     if not mats:
         return []
     points = []
+    settings: dict[str, dict[str, Any]] = {}
     for r in report.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=HISTORY_POINTS):
         data = check_evaluation(r)
         if r.event is None or data is None:
@@ -77,6 +83,12 @@ def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
         if not judged:
             continue
         prov = judged[-1]
+        backend = str(
+            prov.get("provenance.backend")
+            or evaluation_compiler(report.instance, check_key, r.run_id, meta, settings)[0]
+        )
+        if compiler is not None and backend != compiler:
+            continue
         points.append(
             Point(
                 when=dt.datetime.fromtimestamp(stamp, dt.UTC),
@@ -85,6 +97,7 @@ def claim_history(report: Report, check_key: dg.AssetCheckKey) -> list[Point]:
                 torch=str(prov.get("provenance.torch_version", "—")),
                 run_id=r.run_id,
                 figures=key_figures(meta),
+                compiler=backend,
             )
         )
     return sorted(points, key=lambda p: p.when)
@@ -142,55 +155,80 @@ Histories = list[tuple[str, dg.AssetCheckKey, list[Point]]]
 
 
 def history_page(report: Report) -> str:
+    """The history of every claim, one section per compiler when more than one has results here (each
+    compiler's points apart: its own baseline)."""
     label = report.device_label or report.device
+    compilers = [r.compiler for r in report.compilers if r.compiler] or [report.compiler or DEFAULT_BACKEND]
     lines = [
         "# History of the claims\n",
         "{verdict}",
         f"Profile **{report.profile}**, device **{label}**. Every claim's verdict and key figures over the past "
         f"materializations made in this checkout (up to {HISTORY_POINTS} each, oldest first), from Dagster's event "
-        "log, with the commit and torch version of each point. A figure that changed from the previous point is "
-        "**bold**; the first table lists what the latest run moved.\n",
+        "log, with the commit and torch version of each point"
+        + (", one section per compiler (each compiler's history is its own baseline)" if len(compilers) > 1 else "")
+        + ". A figure that changed from the previous point is **bold**; the first table lists what the latest run "
+        "moved.\n",
     ]
-    histories = [(exp_id, key, claim_history(report, key)) for exp_id, key in _claims(report)]
-    histories = [h for h in histories if h[2]]
-    latest = [points[-1].verdict for _, _, points in histories]
+    by_compiler = {c: _histories(report, c) for c in compilers}
+    latest = [points[-1].verdict for hs in by_compiler.values() for _, _, points in hs]
+    total = sum(len(hs) for hs in by_compiler.values())
     counts = ", ".join(f"{latest.count(v)} {v}" for v in dict.fromkeys(latest))
     lines[1] = (
-        f"**Latest verdicts:** {counts}, of {len(histories)} claim check(s) with a history.\n{{: .verdict-line }}\n"
-        if histories
+        f"**Latest verdicts:** {counts}, of {total} claim check(s) with a history.\n{{: .verdict-line }}\n"
+        if total
         else "**Latest verdicts:** none yet: no claim has a history with this profile and device.\n{: .verdict-line }\n"
     )
-    if not histories:
+    if not total:
         lines.append("No claim has been evaluated with this profile and device yet.\n")
         return "\n".join(lines)
-    lines.append(glance_table(histories, report.page_suffix))
+    for compiler, histories in by_compiler.items():
+        if len(compilers) > 1:
+            lines.append(f"## {compiler_title(compiler)}\n")
+        if not histories:
+            lines.append(f"No claim has been evaluated with {compiler_title(compiler)} yet.\n")
+            continue
+        lines.extend(_compiler_history(report, histories, "" if compiler == compilers[0] else f"-{compiler}"))
+    return "\n".join(lines)
+
+
+def _histories(report: Report, compiler: str) -> Histories:
+    histories = [(exp_id, key, claim_history(report, key, compiler)) for exp_id, key in _claims(report)]
+    return [h for h in histories if h[2]]
+
+
+def _compiler_history(report: Report, histories: Histories, suffix: str) -> list[str]:
+    """One compiler's glance table, charts and per-claim tables (a level deeper under several compilers)."""
+    nested = bool(suffix) or len(report.compilers) > 1
+    lines = [glance_table(histories, report.page_suffix, "###" if nested else "##")]
     run_ids = {p.run_id for _, _, points in histories for p in points}
     labels = run_labels(histories, _run_starts(report, run_ids))
     lines.append(
         report.chart(
             "history",
-            "verdicts",
+            f"verdicts{suffix}",
             verdict_timeline(histories, labels),
             "Verdict of each claim over past runs (hover for commit and torch)",
         )
     )
     figures = figure_chart(histories, labels)
     if figures is not None:
-        lines.append(report.chart("history", "figures", figures, "One key figure of one claim over past runs"))
-    lines.append("## Every claim\n")
+        lines.append(report.chart("history", f"figures{suffix}", figures, "One key figure of one claim over past runs"))
+    lines.append("### Every claim\n" if nested else "## Every claim\n")
     names = [key.name for _, key, _ in histories]
+    level = "####" if nested else "###"
     for exp_id, key, points in histories:
-        lines.append(f"### {exp_id}: {distinct_heading(key.name, names)}\n")
+        lines.append(f"{level} {exp_id}: {distinct_heading(key.name, names)}\n")
         title = f"{len(points)} point(s); latest {points[-1].verdict}"
         lines.append(collapsed(title, _point_table(points), kind="note", open_=bool(moved(points))))
-    return "\n".join(lines)
+    return lines
 
 
-def glance_table(histories: Histories, page_suffix: str = "") -> str:
-    """One row per claim: points, latest verdict and what the latest run moved."""
+def glance_table(histories: Histories, page_suffix: str = "", level: str = "##") -> str:
+    """One row per claim: points, latest verdict and what the latest run moved (under a heading of
+    ``level``)."""
     slug = {e.id: e.slug for e in EXPERIMENTS}
     lines = [
-        "## At a glance\n",
+        f"{level} At a glance\n",
         "| experiment | claim | points | latest | moved in the latest run |",
         "|---|---|---|---|---|",
     ]

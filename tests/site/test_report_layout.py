@@ -49,7 +49,7 @@ RULE = Rule(
     sample_size="1",
     derivation="test",
 )
-OBSERVED = {"value": 0.0, "commit": "a" * 40}
+OBSERVED = {"value": 0.0, "commit": "a" * 40, "backend": "inductor"}
 
 
 @dg.asset(group_name="C3_rsqrt_iterations", name="toy_table")
@@ -61,6 +61,7 @@ def toy_table() -> dg.MaterializeResult:
             "provenance.device": "cpu",
             "provenance.git_commit": OBSERVED["commit"],
             "provenance.torch_version": "9.9.9",
+            "provenance.backend": OBSERVED["backend"],
         }
     )
 
@@ -86,6 +87,36 @@ def test_history_pairs_each_evaluation_with_its_commit_and_shows_what_moved():
     assert moved(points) == ["verdict supported → contradicted", "worst_ulp 0.5 → 3"]
     other_profile = Report(instance, graph, Path("."), Path("."), "default", "", "cpu", device_label="cpu")
     assert claim_history(other_profile, dg.AssetCheckKey(dg.AssetKey("toy_table"), "toy_claim")) == []
+
+
+def test_each_compilers_history_is_its_own_baseline(tmp_path):
+    """A claim evaluated with Inductor, then with OpenVINO, then Inductor again: each compiler's points
+    apart, so OpenVINO's worse figure is no move of Inductor's verdict."""
+    instance = dg.DagsterInstance.ephemeral()
+    key = dg.AssetCheckKey(dg.AssetKey("toy_table"), "toy_claim")
+    for value, backend in ((0.5, "inductor"), (3.0, "openvino"), (0.5, "inductor")):
+        OBSERVED.update(value=value, commit="c" * 40, backend=backend)
+        assert dg.materialize([toy_table, toy_claim], instance=instance).success
+    OBSERVED.update(backend="inductor")
+    graph = dg.Definitions(assets=[toy_table], asset_checks=[toy_claim]).resolve_asset_graph()
+    report = Report(instance, graph, Path("."), Path("."), "smoke", "", "cpu", device_label="cpu")
+    assert [p.compiler for p in claim_history(report, key)] == ["inductor", "openvino", "inductor"]
+    inductor = claim_history(report, key, "inductor")
+    assert [p.verdict for p in inductor] == [SUPPORTED, SUPPORTED] and moved(inductor) == []
+    openvino = claim_history(report, key, "openvino")
+    assert [(p.verdict, p.figures["worst_ulp"]) for p in openvino] == [(CONTRADICTED, 3.0)]
+    # The page: one section per compiler, each with its own glance table.
+    from pipeline.reporting.history import history_page
+
+    report = Report(instance, graph, tmp_path, tmp_path / "docs", "smoke", "", "cpu", device_label="cpu")
+    report.compilers = [report.for_compiler("inductor"), report.for_compiler("openvino")]
+    page = history_page(report)
+    inductor_part, openvino_part = page.split("## Inductor\n")[1].split("## OpenVINO\n")
+    assert "**Latest verdicts:** 1 supported, 1 contradicted, of 2 claim check(s)" in page
+    claim = "| [C3](rsqrt-iterations.md) | `toy_claim` |"
+    assert f'{claim} 2 | <span class="badge badge-ok">supported</span> | nothing |' in inductor_part
+    assert f'{claim} 1 | <span class="badge badge-bad">contradicted</span> | — (first point) |' in openvino_part
+    assert inductor_part.startswith("\n### At a glance") and openvino_part.startswith("\n### At a glance")
 
 
 # --- the built smoke report (S, C1, C3) -----------------------------------------------------------
