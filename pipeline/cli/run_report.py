@@ -170,6 +170,20 @@ def selected_asset_names(only: Collection[str]) -> frozenset[str]:
     return frozenset(k.to_user_string() for k in selection_for(defs, list(only))[0])
 
 
+def report_settings(
+    profile: str, device: str, backend: str, backend_options: str, workloads: str | None
+) -> dict[str, str]:
+    """The run's settings as the checks and the run config read them (``workloads`` None: the
+    ``FUSION_WORKLOADS`` environment variable's, else none)."""
+    return {
+        "profile": profile,
+        "device": device,
+        "backend": backend,
+        "backend_options": backend_options,
+        "workloads": os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads,
+    }
+
+
 def report(
     profile: str,
     device: str,
@@ -188,13 +202,7 @@ def report(
     (``--backends`` builds it once, after the last compiler)."""
     from .. import experiments  # noqa: F401 - the registry offers its on-demand backends (planted bugs) to the check
 
-    settings = {
-        "profile": profile,
-        "device": device,
-        "backend": backend,
-        "backend_options": backend_options,
-        "workloads": os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads,
-    }
+    settings = report_settings(profile, device, backend, backend_options, workloads)
     problems = request_problems(settings, only)
     if problems:
         print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
@@ -265,14 +273,7 @@ def report_backends(
         print("report: --backends names no compiler", file=sys.stderr)
         return 2
     for backend in backends:
-        settings = {
-            "profile": profile,
-            "device": device,
-            "backend": backend,
-            "backend_options": backend_options,
-            "workloads": os.environ.get("FUSION_WORKLOADS", "") if workloads is None else workloads,
-        }
-        problems = request_problems(settings, only)
+        problems = request_problems(report_settings(profile, device, backend, backend_options, workloads), only)
         if problems:
             print(f"report: invalid settings for --backends {backend}: {'; '.join(problems)}", file=sys.stderr)
             return 2

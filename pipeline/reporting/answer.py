@@ -76,7 +76,8 @@ def claim_states(report: Report) -> list[ClaimState]:
     return out
 
 
-def _provenance(report: Report) -> dict[str, Any]:
+def newest_provenance(report: Report) -> dict[str, Any]:
+    """The metadata (``provenance.*`` among it) of the report's newest materialization, any experiment."""
     newest: dict[str, Any] = {}
     stamp = None
     for exp in EXPERIMENTS:
@@ -195,7 +196,7 @@ def lower_precision(report: Report) -> str:
 def sentence(report: Report, states: list[ClaimState], prefix: str = "", profile: str = "") -> str:
     """One backend on one device: the answer in one sentence, then what is not counted as good; a report
     of another profile than ``profile`` names its own (its sizes and counts differ)."""
-    prov = _provenance(report)
+    prov = newest_provenance(report)
     backend = str(report.compiler or prov.get("provenance.backend") or "the fused backend")
     bits = [s for s in states if s.question == BITS]
     worse = [s for s in states if s.question == WORSE]
@@ -268,7 +269,7 @@ def answer_section(report: Report) -> str:
     parts.append("</div>\n")
     for r, listed in details:
         by = f" with {backend_name(r.compiler)}" if r.compiler else ""
-        title = f"Claims not supported{by} on {where(r, _provenance(r))}"
+        title = f"Claims not supported{by} on {where(r, newest_provenance(r))}"
         parts.append(f'??? note "{title}"\n\n' + "\n".join("    " + x for x in listed.splitlines()) + "\n")
     return "\n".join(parts)
 

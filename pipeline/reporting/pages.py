@@ -5,7 +5,7 @@ from typing import Any
 import polars as pl
 
 from ..verdicts import NOT_APPLICABLE
-from .answer import answer_section
+from .answer import answer_section, newest_provenance
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
 from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
@@ -150,17 +150,6 @@ def experiment_page(report: Report, exp: Experiment) -> str:
     return "\n".join(parts)
 
 
-def _provenance(report: Report) -> dict[str, Any]:
-    """Provenance of the device's newest materialization (any experiment)."""
-    newest: dict[str, Any] = {}
-    stamp = None
-    for exp in EXPERIMENTS:
-        for a in report.assets_of(exp.group):
-            if a.materialized and (stamp is None or (a.timestamp and a.timestamp > stamp)):
-                stamp, newest = a.timestamp, a.metadata
-    return newest
-
-
 PROVENANCE_ROWS = (
     ("device", "torch device"),
     ("device_name", "hardware"),
@@ -275,7 +264,7 @@ def devices_page(reports: list[Report]) -> str:
         lines.append(f"| {exp.id if name == exp.id else f'{exp.id}: {name}'} | " + " | ".join(cells) + " |")
     lines.append(cpu_classes(reports, labels))
     lines += ["\n## Provenance\n", "| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
-    provs = [_provenance(r) for r in reports]
+    provs = [newest_provenance(r) for r in reports]
     for key, title in PROVENANCE_ROWS:
         values = [_corrected(r, key, p.get(f"provenance.{key}")) for r, p in zip(reports, provs, strict=True)]
         if key == "git_commit":  # a merged bundle's sessions ran different sources: name each
