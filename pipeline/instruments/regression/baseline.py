@@ -15,6 +15,7 @@ from the registry (:mod:`pipeline.experiments`): an instrument sits above the ex
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -25,12 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import polars as pl
 
 from ...experiment import Experiment
 from ...experiments import EXPERIMENTS as REGISTERED
 from ...files import atomic_path, file_sha256
-from ...storage import read_value
+from ...storage import HOME_BACKEND, compiler_folder, key_uses_fused_path, read_value
 from .comparators import COMPARATORS, compare_tables
 from .rows import COLUMNS, row
 
@@ -60,9 +62,24 @@ class BaselineError(RuntimeError):
 # --- locations -------------------------------------------------------------------------------
 
 
-def baselines_root(base_dir: str | Path, profile: str) -> Path:
-    """``<data>/baselines/<profile>``: the version folders and the ``CURRENT`` pointer."""
-    return Path(base_dir) / "baselines" / profile
+def baselines_root(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> Path:
+    """``<data>/baselines/<profile>`` for Inductor, ``<data>/baselines/<profile>/compilers/<compiler>`` for
+    another compiler: the version folders and the ``CURRENT`` pointer of the baselines recorded with it.
+    A compiler's values are only ever compared with a baseline recorded with the same compiler."""
+    return Path(base_dir) / "baselines" / profile / Path(*compiler_folder(compiler))
+
+
+def data_dir(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> Path:
+    """Where ``compiler``'s stored values of ``profile`` are (``<data>/<profile>[/compilers/<compiler>]``)."""
+    return Path(base_dir) / profile / Path(*compiler_folder(compiler))
+
+
+def asset_dir(base_dir: str | Path, profile: str, compiler: str, asset: str) -> Path:
+    """The folder of ``asset``'s stored value for ``compiler``: the compiler's own, or the profile's for an
+    asset that depends on no fused path (stored once for every compiler)."""
+    if compiler != HOME_BACKEND and not key_uses_fused_path(dg.AssetKey(asset)):
+        return Path(base_dir) / profile
+    return data_dir(base_dir, profile, compiler)
 
 
 def stored_file(folder: Path, asset: str) -> Path | None:
@@ -74,19 +91,30 @@ def stored_file(folder: Path, asset: str) -> Path | None:
     return None
 
 
-def current_version(base_dir: str | Path, profile: str) -> Path | None:
-    """The version folder ``CURRENT`` points at, or None when nothing was promoted."""
-    pointer = baselines_root(base_dir, profile) / "CURRENT"
+def compiler_file(base_dir: str | Path, profile: str, compiler: str, asset: str) -> Path | None:
+    """The stored file of ``asset`` computed with ``compiler`` (see :func:`asset_dir`), or None."""
+    return stored_file(asset_dir(base_dir, profile, compiler, asset), asset)
+
+
+def current_version(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> Path | None:
+    """The version folder ``CURRENT`` of ``compiler``'s baselines points at, or None when nothing was promoted."""
+    root = baselines_root(base_dir, profile, compiler)
+    pointer = root / "CURRENT"
     if not pointer.exists():
         return None
-    folder = baselines_root(base_dir, profile) / pointer.read_text().strip()
+    folder = root / pointer.read_text().strip()
     if not (folder / "manifest.json").exists():
         raise BaselineError(f"{pointer} points at {folder.name!r}, which has no manifest.json")
     return folder
 
 
-def list_versions(base_dir: str | Path, profile: str) -> list[str]:
-    root = baselines_root(base_dir, profile)
+def manifest_compiler(manifest: dict[str, Any]) -> str:
+    """The compiler a baseline was recorded with (a manifest written before baselines named one: Inductor)."""
+    return str(manifest.get("compiler") or HOME_BACKEND)
+
+
+def list_versions(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> list[str]:
+    root = baselines_root(base_dir, profile, compiler)
     return sorted(p.name for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
 
 
@@ -94,9 +122,12 @@ def load_manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text())
 
 
-def materialization_status(data_dir: Path) -> dict[str, list[str]]:
-    """Experiment -> its tables missing from ``data_dir`` (empty list: materialized)."""
-    return {exp: [a for a in assets if stored_file(data_dir, a) is None] for exp, assets in EXPERIMENTS.items()}
+def materialization_status(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> dict[str, list[str]]:
+    """Experiment -> its tables ``compiler`` has not stored for ``profile`` (empty list: materialized)."""
+    return {
+        exp: [a for a in assets if compiler_file(base_dir, profile, compiler, a) is None]
+        for exp, assets in EXPERIMENTS.items()
+    }
 
 
 # --- promotion -------------------------------------------------------------------------------
@@ -124,30 +155,32 @@ def promote(
     environment: dict[str, Any] | None = None,
     note: str = "",
     now: datetime | None = None,
+    compiler: str = HOME_BACKEND,
 ) -> Promotion:
-    """Copy every materialized experiment's tables into a new baseline version and point CURRENT at it.
+    """Copy every experiment's tables that ``compiler`` materialized into a new baseline version of that
+    compiler (:func:`baselines_root`) and point its CURRENT at it.
 
     Refuses (``BaselineError``) when an experiment is not materialized, unless ``allow_partial``.
     ``provenance_lookup(asset)`` returns the provenance the stored table was produced under and
     where that came from (e.g. a Dagster materialization event); ``environment`` is the promoting
     process's own provenance, kept as the fallback for tables without a recorded one.
     """
-    data_dir = Path(base_dir) / profile
-    if not data_dir.is_dir():
-        raise BaselineError(f"no stored data for profile {profile!r} at {data_dir}: materialize it first")
-    status = materialization_status(data_dir)
+    source = data_dir(base_dir, profile, compiler)
+    if not source.is_dir():
+        raise BaselineError(f"no stored data for profile {profile!r} at {source}: materialize it first")
+    status = materialization_status(base_dir, profile, compiler)
     missing = {exp: m for exp, m in status.items() if m}
     present = [exp for exp, m in status.items() if not m]
     if not present:
-        raise BaselineError(f"no experiment is materialized under {data_dir}; missing tables: {missing}")
+        raise BaselineError(f"no experiment is materialized under {source}; missing tables: {missing}")
     if missing and not allow_partial:
         detail = "; ".join(f"{exp}: {', '.join(m)}" for exp, m in missing.items())
-        raise BaselineError(f"refusing to promote: not materialized under {data_dir}: {detail} (use --allow-partial)")
+        raise BaselineError(f"refusing to promote: not materialized under {source}: {detail} (use --allow-partial)")
 
-    root = baselines_root(base_dir, profile)
+    root = baselines_root(base_dir, profile, compiler)
     root.mkdir(parents=True, exist_ok=True)
     version = _new_version(root, now or datetime.now(UTC))
-    previous = current_version(base_dir, profile)
+    previous = current_version(base_dir, profile, compiler)
     staging = root / f".{version}.partial"
     if staging.exists():
         shutil.rmtree(staging)
@@ -157,15 +190,17 @@ def promote(
         if exp in missing:
             experiments[exp] = {"status": "not materialized", "missing": missing[exp]}
         else:
-            experiments[exp] = _promote_tables(data_dir, staging, assets, provenance_lookup, environment)
+            folders = functools.partial(asset_dir, base_dir, profile, compiler)
+            experiments[exp] = _promote_tables(folders, staging, assets, provenance_lookup, environment)
     manifest = {
         "version": version,
         "profile": profile,
+        "compiler": compiler,
         "promoted_at": (now or datetime.now(UTC)).isoformat(),
         "promoted_by": _user(),
         "note": note,
         "allow_partial": allow_partial,
-        "source_dir": str(data_dir.resolve()),
+        "source_dir": str(source.resolve()),
         "previous": previous.name if previous else None,
         "environment": environment or {},
         "experiments": experiments,
@@ -189,20 +224,21 @@ def _new_version(root: Path, now: datetime) -> str:
 
 
 def _promote_tables(
-    data_dir: Path,
+    data_dir: Path | Callable[[str], Path],
     staging: Path,
     assets: Sequence[str],
     provenance_lookup: ProvenanceLookup | None,
     environment: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """Copy one experiment's stored ``assets`` into ``staging``; its manifest entry (each table's file,
-    sha256, size and time stored, and the provenance of the first table that has one recorded,
-    else the promoting ``environment``)."""
+    """Copy one experiment's stored ``assets`` from ``data_dir`` (a folder, or asset -> its folder) into
+    ``staging``; its manifest entry (each table's file, sha256, size and time stored, and the provenance of
+    the first table that has one recorded, else the promoting ``environment``)."""
     tables, provenance, source = {}, None, None
     for asset in assets:
-        src = stored_file(data_dir, asset)
+        folder = data_dir(asset) if callable(data_dir) else data_dir
+        src = stored_file(folder, asset)
         if src is None:
-            raise BaselineError(f"{asset} has no stored file under {data_dir}")
+            raise BaselineError(f"{asset} has no stored file under {folder}")
         shutil.copy2(src, staging / src.name)
         tables[asset] = {
             "file": src.name,
@@ -230,10 +266,10 @@ def _user() -> str:
 
 
 def _compare_experiment(
-    exp: str | Experiment, base_dir: Path, cur_dir: Path, same_inputs: bool
+    exp: str | Experiment, base_dir: Path, cur_dir: Path | Callable[[str], Path], same_inputs: bool
 ) -> list[dict[str, Any]]:
     """The rows of one experiment (its id, or a record): its declared baseline tables read from
-    ``base_dir`` and ``cur_dir`` and compared by their declared methods."""
+    ``base_dir`` and ``cur_dir`` (a folder, or asset -> its folder) and compared by their declared methods."""
     record = exp if isinstance(exp, Experiment) else _RECORDS.get(exp)
     if record is None:
         raise BaselineError(f"unknown experiment {exp!r} (baselines cover {', '.join(EXPERIMENTS)})")
@@ -242,7 +278,7 @@ def _compare_experiment(
         raise BaselineError(f"experiment {record.id!r} declares baseline methods with no comparator: {unknown}")
     assets = record.baseline_assets()
     b = {a: read_value(base_dir / a) for a in assets}
-    c = {a: read_value(cur_dir / a) for a in assets}
+    c = {a: read_value((cur_dir(a) if callable(cur_dir) else cur_dir) / a) for a in assets}
     return compare_tables(record, b, c, same_inputs)
 
 
@@ -265,22 +301,37 @@ class Comparison:
     reason: str = ""
 
 
-def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[str], dict[str, Any]]) -> Comparison:
-    """Compare the stored tables of ``profile`` with its CURRENT baseline.
+def compare(
+    base_dir: str | Path,
+    profile: str,
+    current_provenance: Callable[[str], dict[str, Any]],
+    compiler: str = HOME_BACKEND,
+) -> Comparison:
+    """Compare the tables ``compiler`` stored for ``profile`` with the CURRENT baseline recorded with the
+    same compiler (never another compiler's: each has its own baselines, :func:`baselines_root`).
 
     ``current_provenance(experiment)`` returns the provenance the current tables of that experiment
     were produced under. Without a promoted baseline the table has one row saying so.
     """
-    folder = current_version(base_dir, profile)
+    folder = current_version(base_dir, profile, compiler)
     if folder is None:
-        reason = f"no baseline promoted for profile {profile!r} (expected {baselines_root(base_dir, profile)}/CURRENT)"
+        root = baselines_root(base_dir, profile, compiler)
+        reason = f"no baseline promoted for profile {profile!r} with {compiler} (expected {root}/CURRENT)"
         table = pl.DataFrame(
             [row("-", "baseline", "presence", None, None, status="no baseline", severity="WARN")], schema=COLUMNS
         )
         return Comparison(table, None, {}, reason)
     manifest = load_manifest(folder)
-    cur_dir = Path(base_dir) / profile
-    status = materialization_status(cur_dir)
+    if manifest_compiler(manifest) != compiler:
+        raise BaselineError(
+            f"baseline {folder.name} was recorded with {manifest_compiler(manifest)}: "
+            f"it is never compared with {compiler}'s values"
+        )
+
+    def cur_dir(asset: str) -> Path:
+        return asset_dir(base_dir, profile, compiler, asset)
+
+    status = materialization_status(base_dir, profile, compiler)
     rows: list[dict[str, Any]] = []
     changed: dict[str, dict[str, tuple[Any, Any]]] = {}
     for exp in EXPERIMENTS:
@@ -320,7 +371,7 @@ def compare(base_dir: str | Path, profile: str, current_provenance: Callable[[st
             continue
         base_prov = entry.get("provenance", {})
         same_files = all(
-            (f := stored_file(cur_dir, a)) is not None and file_sha256(f) == t.get("sha256")
+            (f := compiler_file(base_dir, profile, compiler, a)) is not None and file_sha256(f) == t.get("sha256")
             for a, t in entry.get("tables", {}).items()
         )
         # Byte-identical tables are the baseline's own materialization: its recorded provenance holds.

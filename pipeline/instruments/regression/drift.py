@@ -73,8 +73,9 @@ def promote_with_instance(
     note: str = "",
     include_imported: bool = False,
 ) -> baseline.Promotion:
-    """Promote ``<base_dir>/<profile>`` with provenance from the instance's events where recorded."""
-    data_dir = Path(base_dir) / settings.profile
+    """Promote the tables ``settings.backend``'s compiler stored for the profile to a baseline of that compiler,
+    with provenance from the instance's events where recorded."""
+    compiler = settings.backend
     return baseline.promote(
         base_dir,
         settings.profile,
@@ -82,8 +83,9 @@ def promote_with_instance(
         note=note,
         environment=settings.provenance(),
         provenance_lookup=lambda asset: recorded_provenance(
-            instance, asset, baseline.stored_file(data_dir, asset), include_imported
+            instance, asset, baseline.compiler_file(base_dir, settings.profile, compiler, asset), include_imported
         ),
+        compiler=compiler,
     )
 
 
@@ -97,7 +99,8 @@ _BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for
     group_name=GROUP,
     deps=_BASELINE_DEPS,
     required_resource_keys={"data", "settings"},
-    description="Every experiment's stored tables against the promoted baseline (data/baselines/<profile>/CURRENT): "
+    description="Every experiment's stored tables against the baseline promoted with the same compiler "
+    "(data/baselines/<profile>/CURRENT for Inductor, data/baselines/<profile>/compilers/<compiler>/CURRENT for another): "
     "bit-exact items (A output md5s, D bit_equal/ulp_max, C1-C3 outputs and ULP tables), B's per-set ulp_max "
     "distributions with a bootstrap noise tolerance, E's eval loss against its data-order noise band. One row per "
     "item: experiment, item, baseline_value, current_value, delta, tolerance, moved, severity. Feeds the drift page.",
@@ -106,19 +109,21 @@ _BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for
 def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
     data: DataFolder = context.resources.data
-    base_dir = data.root
-    data_dir = data.profile_dir(settings.profile)
+    data.profile_dir(settings.profile)  # a local folder, or the error that says why one is needed
+    base_dir, compiler = data.root, settings.backend
     fallback = settings.provenance()
 
     def current_provenance(exp: str) -> dict[str, Any]:
         for asset in baseline.EXPERIMENTS[exp]:
-            found = recorded_provenance(context.instance, asset, baseline.stored_file(data_dir, asset))
+            stored = baseline.compiler_file(base_dir, settings.profile, compiler, asset)
+            found = recorded_provenance(context.instance, asset, stored)
             if found:
                 return found[0]
         return fallback  # tables written outside this instance: this run's settings are the best record
 
     start = time.perf_counter()
-    result = baseline.compare(base_dir, settings.profile, current_provenance)
+    # This compiler's tables against this compiler's baseline: a baseline of another compiler is never read.
+    result = baseline.compare(base_dir, settings.profile, current_provenance, compiler=compiler)
     table = result.table
     moved = table.filter(pl.col("moved") == "yes")
     meta: dict[str, Any] = {
