@@ -184,6 +184,20 @@ def report_settings(
     }
 
 
+#: :func:`report`'s parameters in order, as its supervised child receives them (``pipeline.cli.child``).
+REPORT_ARGS = (
+    "profile",
+    "device",
+    "backend",
+    "backend_options",
+    "verbose",
+    "everything",
+    "only",
+    "workloads",
+    "build_site",
+)
+
+
 def report(
     profile: str,
     device: str,
@@ -207,6 +221,12 @@ def report(
     if problems:
         print(f"report: invalid settings: {'; '.join(problems)}", file=sys.stderr)
         return 2
+    from .supervise import crashed_experiments, isolated, supervise
+
+    if isolated(backend):
+        # Another compiler's native code may crash the process: run the plan in a watched child.
+        args = (profile, device, backend, backend_options, verbose, everything, list(only), workloads, build_site)
+        return supervise(dict(zip(REPORT_ARGS, args, strict=True)))
     from ..plan import announce
     from ..resources import resolve_device
     from ..storage import default_data_root
@@ -230,7 +250,14 @@ def report(
         skip.add(REPORT_SITE)
     instance = local.local_instance()
     skip |= not_applicable_skipped(instance, settings, only)
+    from ..experiments import experiment
+
+    crashed = crashed_experiments()  # taken out by a crash of an earlier process of this command
+    skip |= {k for exp_id in crashed for a in experiment(exp_id).assets() for k in a.keys}
     run_config = run_config_for(settings, verbose, only, skip)
+    if crashed and REPORT_SITE not in skip:
+        site_config = run_config.setdefault("ops", {}).setdefault("report_site", {"config": {}})["config"]
+        site_config["failed"] = {exp_id: reason for exp_id, (_, reason) in crashed.items()}
     for run_id in local.release_interrupted_runs(instance):
         print(f"run {run_id} was interrupted: marked failed, its pool slots released")
     job = job_to_run(defs, instance, settings, everything, only, skip)
@@ -248,6 +275,7 @@ def report(
         only,
         built_site=REPORT_SITE not in skip,
         seconds=time.perf_counter() - start,
+        crashed_steps=[step for step, _ in crashed.values()],
     )
 
 
@@ -309,9 +337,11 @@ def after_run(
     only: Sequence[str],
     built_site: bool,
     seconds: float,
+    crashed_steps: Sequence[str] = (),
 ) -> int:
-    """Print what the run did and the outcome table; build the report alone when a failed step
-    skipped it. The exit status: 130 interrupted, 0 success, else 1."""
+    """Print what the run did and the outcome table (``crashed_steps``: steps an earlier process of
+    this command crashed in, failed too); build the report alone when a failed step skipped it. The
+    exit status: 130 interrupted, 0 success, else 1 (a crashed step counts as failed)."""
     from ..plan import bytes_text
 
     profile = run_config["resources"]["settings"]["config"]["profile"]
@@ -346,13 +376,13 @@ def after_run(
         config = {**run_config, "ops": {"report_site": {"config": {"only": list(only), "failed": failed}}}}
         report_job = defs.resolve_job_def("all_assets_job").get_subset(asset_selection={REPORT_SITE})
         report_job.execute_in_process(instance=instance, run_config=config, raise_on_error=False)
-    print(outcome_table(defs, latest_evaluations(defs, instance), failed_steps))
+    print(outcome_table(defs, latest_evaluations(defs, instance), [*failed_steps, *crashed_steps]))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
     print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
     _print_time_table(instance, result.run_id, profile)
-    return 0 if result.success else 1
+    return 0 if result.success and not crashed_steps else 1
 
 
 def _print_time_table(instance: dg.DagsterInstance, run_id: str, profile: str) -> None:

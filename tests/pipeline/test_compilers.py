@@ -334,7 +334,7 @@ def test_openvinos_bf16_matmul_on_an_fp32_workload_is_named_by_the_precision_fin
         assert (problems, judged) == (["matmul_relu/float32: float32 workload ran in bfloat16"], 1)
 
 
-def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason(tmp_path, monkeypatch, capsys, faulty):
+def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason(tmp_path, monkeypatch, capfd, faulty):
     from pipeline.cli import local
     from pipeline.compilers import failed_steps_by_compiler
     from pipeline.definitions import defs
@@ -343,7 +343,7 @@ def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason
     monkeypatch.setenv("FUSION_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FUSION_SITE_DIR", str(tmp_path / "site"))
     assert cli.main(["report", "--profile", "smoke", "--device", "cpu", "--only", "C2", "--backend", "raising"]) == 1
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # printed by the child process that ran the compiler
     assert "building the report from what was materialized (C2 failed)" in out
     assert "C2            invalid        not judged (invalid run)" in out
     assert (tmp_path / "site" / "build" / "index.html").is_file()  # the rest of the report is built
