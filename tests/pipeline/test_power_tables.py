@@ -267,3 +267,31 @@ def test_the_verdict_line_carries_the_note_only_for_a_judged_experiment(tmp_path
     assert valid.startswith(" **Low power:** `fused_not_worse_than_eager_on_models` is supported, but this test")
     for report in (_Report("invalid", claims), _Report("not applicable", claims), _Report("valid", claims, True)):
         assert power.verdict_note(report, exp, tmp_path) == ""  # type: ignore[arg-type]
+
+
+def test_the_h200_pages_show_the_stored_power_under_each_rule_and_m_low_power_note(tmp_path):
+    """The committed H200 gpu bundle: M's 8 rows are supported, and its page shows M's measured table under the
+    rule and, on the verdict line, that the test detects only effects above 1 sULP; A's page shows its
+    deterministic rules' power by construction."""
+    import dagster as dg
+
+    from pipeline.bundle import import_bundle
+    from pipeline.definitions import defs
+    from pipeline.experiments import experiment
+    from pipeline.reporting.asset import device_reports
+    from pipeline.reporting.pages import experiment_page
+
+    graph = defs.resolve_asset_graph()
+    data = tmp_path / "data"
+    with dg.DagsterInstance.ephemeral() as instance:
+        import_bundle(instance, ROOT / "results" / "bundles" / "2026-11-27-h200-gpu", data, graph)
+        (h200,) = device_reports(instance, graph, data, tmp_path / "docs", "default", "")
+        m_page = experiment_page(h200, experiment("M"))
+        a_page = experiment_page(h200, experiment("A"))
+    line = next(x for x in m_page.splitlines() if x.startswith("**Verdict: supported**"))
+    assert " **Low power:** `fused_not_worse_than_eager_on_models` is supported, but this test detects only" in line
+    assert "with 80% power (n = 7, nearest measured to this run's 8)" in line
+    assert '??? info "Measured power of this rule (200 replications per cell,' in m_page
+    assert m_page.count("Power of this rule: by construction") == 0
+    assert a_page.count('??? info "Power of this rule: by construction (deterministic)"') == 3
+    assert "Low power" not in a_page
