@@ -28,6 +28,7 @@ from ...verdicts import CLAIM, CONTRADICTED, VALIDITY, CheckOutcome
 from .matrix_parallel import run_plan
 from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, designed, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
+from .planted_on import INDUCTOR, not_applicable, planted_name, split_planted
 from .rules import BUG_ROW, HEALTHY_ROW
 from .spec import ID
 
@@ -142,14 +143,14 @@ def _matrix_row(
 CONTROL_INVALID = "control invalid"
 
 
-def healthy_row(run: MatrixRun) -> dict[str, Any]:
-    """The matrix row of a healthy run: every ERROR outcome of it is a false alarm, unless a step
-    raised, which makes the control invalid (:data:`CONTROL_INVALID`)."""
+def healthy_row(run: MatrixRun, compiler: str = HEALTHY_BACKEND) -> dict[str, Any]:
+    """The matrix row of a healthy run of ``compiler``: every ERROR outcome of it is a false alarm, unless
+    a step raised, which makes the control invalid (:data:`CONTROL_INVALID`)."""
     errors = error_outcomes(run)
     caught = CONTROL_INVALID if run["failures"] else ("false alarm" if errors else "clean")
     return _matrix_row(
         HEALTHY_ROW,
-        f"{HEALTHY_BACKEND} (healthy, seed {run['seed']})",
+        f"{compiler} (healthy, seed {run['seed']})",
         "none (false-alarm control)",
         "the healthy backend; every ERROR outcome of this run is a false alarm",
         caught,
@@ -196,20 +197,48 @@ def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
     return row
 
 
+#: ``caught`` of a bug that does not apply to the matrix's compiler (:func:`.planted_on.not_applicable`):
+#: not run, and never counted as missed.
+NOT_APPLICABLE = "not applicable"
+
+
+def not_applicable_row(name: str, why: str, seed: int) -> dict[str, Any]:
+    """The matrix row of planted bug ``name`` that was not run on this compiler, ``why`` as its first failure."""
+    bug = PLANTED_BUGS[name]
+    empty: MatrixRun = {"outcomes": {}, "metadata": {}, "failures": [], "seed": seed, "seconds": 0.0}
+    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, NOT_APPLICABLE, empty, {})
+    row["first_failure"] = why
+    row["designed_catch"] = " or ".join(designed(name).values())
+    return row
+
+
 def matrix_plan(
-    bugs: list[str], seeds: list[int], designed_only: bool = False, experiments: list[str] | None = None
+    bugs: list[str],
+    seeds: list[int],
+    designed_only: bool = False,
+    experiments: list[str] | None = None,
+    compiler: str = HEALTHY_BACKEND,
 ) -> list[PlannedRun]:
-    """The healthy backend once per base seed, then every bug once at the first seed: with
-    ``designed_only``, a bug designed to be caught by experiments' claims runs those experiments alone
-    (those of them that ``experiments``, default all, include; where none is, every one of them)."""
+    """The healthy compiler once per base seed, then every bug once at the first seed, planted around
+    ``compiler`` (:func:`.planted_on.planted_name`): with ``designed_only``, a bug designed to be caught by
+    experiments' claims runs those experiments alone (those of them that ``experiments``, default all,
+    include; where none is, every one of them)."""
 
     def only(name: str) -> tuple[str, ...]:
         held_by = [e for e in designed(name) if e] if designed_only and name in PLANTED_BUGS else []
         return tuple(e for e in held_by if experiments is None or e in experiments)
 
-    return [PlannedRun(f"healthy_{seed}", HEALTHY_BACKEND, seed) for seed in seeds] + [
-        PlannedRun(name, name, seeds[0], only(name)) for name in bugs
+    return [PlannedRun(f"healthy_{seed}", compiler, seed) for seed in seeds] + [
+        PlannedRun(name, planted_name(name, compiler), seeds[0], only(name)) for name in bugs
     ]
+
+
+def _planted_bug(backend: str) -> str | None:
+    """The planted bug a run's backend plants (on Inductor or another compiler), or None for a healthy run."""
+    if backend in PLANTED_BUGS:
+        return backend
+    planted = split_planted(backend)
+    return planted[0] if planted else None
 
 
 def execution_order(plan: list[PlannedRun]) -> list[int]:
@@ -218,8 +247,9 @@ def execution_order(plan: list[PlannedRun]) -> list[int]:
     their own (:attr:`PlantedBug.rewrites_graph`); then the other healthy seeds and the bugs that reuse the
     healthy graphs, from a warm cache. Two healthy runs started together both compile every graph cold:
     three minutes each on two cores."""
-    healthy = [i for i, r in enumerate(plan) if r.backend not in PLANTED_BUGS]
-    own = [i for i, r in enumerate(plan) if r.backend in PLANTED_BUGS and PLANTED_BUGS[r.backend].rewrites_graph]
+    bugs = [_planted_bug(r.backend) for r in plan]
+    healthy = [i for i, b in enumerate(bugs) if b is None]
+    own = [i for i, b in enumerate(bugs) if b is not None and PLANTED_BUGS[b].rewrites_graph]
     first = healthy[:1]
     rest = [i for i in range(len(plan)) if i not in first and i not in own]
     return [*first, *own, *rest]
@@ -235,11 +265,14 @@ def build_matrix(
     prune: bool = True,
     parallel: int = 1,
     designed_only: bool = False,
+    compiler: str = INDUCTOR,
 ) -> tuple[pl.DataFrame, MatrixFacts]:
-    """The healthy backend once per base seed, then every bug once at the first seed (``parallel``
+    """The healthy compiler once per base seed, then every bug once at the first seed (``parallel``
     runs at a time, see :func:`run_plan`); one row per healthy seed (its ERROR outcomes: false
     alarms) and one per bug (its ERROR outcomes beyond the healthy run at the same seed: what
-    caught it). Returns the table and run facts for metadata."""
+    caught it). ``compiler`` (an adapter's name) is what the bugs are planted around
+    (:mod:`.planted_on`); a bug that does not apply to it is not run and its row says why
+    (:data:`NOT_APPLICABLE`). Returns the table and run facts for metadata."""
     register_planted_backends()
     unknown = [b for b in bugs if b not in PLANTED_BUGS]
     if unknown:
@@ -248,7 +281,9 @@ def build_matrix(
     defs, unavailable = matrix_definitions(experiments)
     if designed_only and not prune:
         raise ValueError("designed_only runs a bug's designed experiment's scored assets alone: it needs prune")
-    plan = matrix_plan(bugs, seeds, designed_only, experiments)
+    skipped = {b: why for b in bugs if (why := not_applicable(b, compiler)) is not None}
+    bugs = [b for b in bugs if b not in skipped]
+    plan = matrix_plan(bugs, seeds, designed_only, experiments, compiler)
     progress = Progress(log, "planted-bug runs", len(bugs))
 
     def logged(i: int, out: MatrixRun) -> None:
@@ -267,9 +302,10 @@ def build_matrix(
         plan, experiments, defs, like, work_dir, prune=prune, parallel=parallel, on_result=logged, order=order
     )
     healthy_runs, bug_runs = runs[: len(seeds)], runs[len(seeds) :]
-    rows = [healthy_row(out) for out in healthy_runs]
+    rows = [healthy_row(out, compiler) for out in healthy_runs]
     reference = healthy_runs[0]
     rows.extend(bug_row(name, out, reference) for name, out in zip(bugs, bug_runs, strict=True))
+    rows.extend(not_applicable_row(name, why, seeds[0]) for name, why in skipped.items())
     facts: MatrixFacts = {
         "healthy_seeds": seeds,
         "healthy_seconds": sum(r["seconds"] for r in healthy_runs),

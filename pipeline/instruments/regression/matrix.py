@@ -29,7 +29,7 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
-from .harness import MatrixFacts, build_matrix, invalid_controls
+from .harness import NOT_APPLICABLE, MatrixFacts, build_matrix, invalid_controls
 from .matrix_parallel import parallel_runs_here
 from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
@@ -53,6 +53,9 @@ class PlantedBugMatrixConfig(dg.Config):
     #: Each bug re-runs only the experiment holding the claim built to catch it (``Experiment.planted``)
     #: instead of all of them; unset: the profile's choice (``spec.MatrixSizes.designed_only``).
     designed_only: bool | None = None
+    #: The compiler the bugs are planted around, an adapter's name (:mod:`.planted_on`); bugs that do not
+    #: apply to it are listed as not applicable. Inductor unless set.
+    compiler: str = "inductor"
 
 
 def matrix_metadata(
@@ -149,6 +152,7 @@ def planted_bug_matrix(
             prune=config.skip_finding_only_assets,
             parallel=parallel,
             designed_only=designed_only,
+            compiler=config.compiler,
         )
     wall = time.perf_counter() - start
     context.add_output_metadata(
@@ -193,10 +197,13 @@ def planted_bug_matrix_run_valid(planted_bug_matrix: pl.DataFrame) -> dg.AssetCh
     "step that the healthy run at the same seed does not have.",
 )
 def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckResult:
-    bugs = planted_bug_matrix.filter(pl.col("row") == BUG_ROW)
+    rows = planted_bug_matrix.filter(pl.col("row") == BUG_ROW)
+    # A bug that does not apply to the matrix's compiler was not run: neither caught nor missed.
+    bugs = rows.filter(pl.col("caught") != NOT_APPLICABLE)
     missed = bugs.filter(pl.col("caught") != "yes")
     meta = {
         "bugs": bugs.height,
+        "not_applicable": ", ".join(rows.filter(pl.col("caught") == NOT_APPLICABLE)["bug"].to_list()) or "none",
         "caught": bugs.height - missed.height,
         "missed": ", ".join(missed["bug"].to_list()) or "none",
         "caught_by": dg.MetadataValue.md(

@@ -21,6 +21,7 @@ from ...resources import ExperimentSettings
 from ...storage import DataFolder, PrecisionIOManager
 from ...verdicts import FINDING, CheckOutcome, check_outcome
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
+from .planted_on import planting, run_backend
 
 #: Experiments the planted-bug matrix runs, by id (in id order): those whose record declares ``matrix="judged"``.
 RUNNABLE: dict[str, Experiment] = {e.id: e for e in sorted(EXPERIMENTS, key=lambda e: e.id) if e.matrix == "judged"}
@@ -165,7 +166,8 @@ def run_experiments(
     prune: bool = True,
     only: tuple[str, ...] = (),
 ) -> MatrixRun:
-    """Materialize ``defs`` at smoke size with ``backend`` (base seed ``seed``, default ``like``'s).
+    """Materialize ``defs`` at smoke size with ``backend`` (base seed ``seed``, default ``like``'s); a
+    ``<bug>@<adapter>`` backend runs as that adapter with the bug planted around it (:mod:`.planted_on`).
     Returns every evaluated check as a :class:`~pipeline.verdicts.CheckOutcome` (kind from its spec,
     else its result metadata) with its metadata, and every failed step. ``prune`` materializes only
     :func:`scored_assets`; ``only`` (experiment ids) limits the run to those experiments and S."""
@@ -176,7 +178,7 @@ def run_experiments(
     settings = ExperimentSettings(
         profile=MATRIX_PROFILE,
         device=MATRIX_DEVICE,
-        backend=backend,
+        backend=run_backend(backend),  # a bug planted on another compiler runs as that compiler (planted_on)
         backend_options=like.backend_options,
         seed=like.seed if seed is None else seed,
     )
@@ -188,13 +190,14 @@ def run_experiments(
     # itself, and Dagster's default console logger would otherwise print DEBUG events to the terminal
     # for the rest of the outer run.
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-    result = dg.materialize(
-        defs,
-        resources=resources,
-        raise_on_error=False,
-        selection=scored_assets(defs, only) if prune else None,
-        run_config=quiet,
-    )
+    with planting(backend):
+        result = dg.materialize(
+            defs,
+            resources=resources,
+            raise_on_error=False,
+            selection=scored_assets(defs, only) if prune else None,
+            run_config=quiet,
+        )
     outcomes: dict[str, CheckOutcome] = {}
     metadata: dict[str, dict[str, Any]] = {}
     for e in result.get_asset_check_evaluations():

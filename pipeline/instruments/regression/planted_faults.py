@@ -1,6 +1,7 @@
 """The planted bugs' output and input faults, and the helpers every planted backend shares.
 
-Output faults: Inductor compiles the graph unchanged and the wrapper damages what the compiled
+Output faults: the healthy compiler (Inductor, or another adapter's compiler under
+:func:`compiling_with`) compiles the graph unchanged and the wrapper damages what the compiled
 code returns (dropped channel, layout swap, one-ULP rounding change, per-call perturbation, stale
 lanes in the tail of a vectorized row). Input faults: the compiled code is handed damaged inputs,
 as a kernel with a wrong indexing scheme would read them (non-contiguous inputs indexed with
@@ -11,10 +12,11 @@ The graph faults are :mod:`.planted_graph_faults`; the catalogue is :mod:`.plant
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -45,6 +47,36 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callabl
     if not callable(compiled):  # AOT modes return code or weights; this compile must return a callable
         raise TypeError(f"Inductor returned a {type(compiled).__name__}, not a compiled callable")
     return compiled
+
+
+#: A healthy compile: a graph and its example inputs to the compiled callable.
+CompileFn = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+#: The compiles a planted fault wraps, innermost last (:func:`compiling_with`); empty: Inductor.
+_healthy = threading.local()
+
+
+def healthy_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """``gm`` compiled as the healthy compiler of this thread compiles it: Inductor, or the compiler a
+    :func:`compiling_with` block names (another adapter's ``torch.compile`` backend, see :mod:`.planted_on`)."""
+    stack: list[CompileFn] = getattr(_healthy, "stack", [])
+    if not stack:
+        return inductor(gm, example_inputs)
+    compiled = stack[-1](gm, list(example_inputs))
+    if not callable(compiled):
+        raise TypeError(f"the healthy compiler returned a {type(compiled).__name__}, not a compiled callable")
+    return compiled
+
+
+@contextlib.contextmanager
+def compiling_with(compile_fn: CompileFn) -> Iterator[None]:
+    """Inside the block, this thread's planted faults wrap ``compile_fn`` instead of Inductor."""
+    stack: list[CompileFn] = getattr(_healthy, "stack", None) or []
+    _healthy.stack = stack
+    stack.append(compile_fn)
+    try:
+        yield
+    finally:
+        stack.pop()
 
 
 def _call(compiled: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -135,7 +167,7 @@ def _drop_last_channel(t: torch.Tensor) -> torch.Tensor:
 
 def drop_channel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor, then the last element of the last dim of every floating output is zeroed."""
-    return _wrap_outputs(inductor(gm, example_inputs), lambda t: _drop_last_channel(t) if t.dim() >= 1 else t)
+    return _wrap_outputs(healthy_compile(gm, example_inputs), lambda t: _drop_last_channel(t) if t.dim() >= 1 else t)
 
 
 def _swap_layout(t: torch.Tensor) -> torch.Tensor:
@@ -147,7 +179,7 @@ def _swap_layout(t: torch.Tensor) -> torch.Tensor:
 
 def layout_swap_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor, then every floating output of rank >= 2 has its last two dims' data permuted (shape kept)."""
-    return _wrap_outputs(inductor(gm, example_inputs), _swap_layout)
+    return _wrap_outputs(healthy_compile(gm, example_inputs), _swap_layout)
 
 
 def _away_from_zero(t: torch.Tensor) -> torch.Tensor:
@@ -157,7 +189,7 @@ def _away_from_zero(t: torch.Tensor) -> torch.Tensor:
 
 def off_by_one_ulp_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor, then every nonzero finite output element moves one ULP away from zero (rounding change)."""
-    return _wrap_outputs(inductor(gm, example_inputs), _away_from_zero)
+    return _wrap_outputs(healthy_compile(gm, example_inputs), _away_from_zero)
 
 
 _call_counter = itertools.count()
@@ -177,7 +209,7 @@ def _per_call_jitter(t: torch.Tensor) -> torch.Tensor:
 
 def nondeterministic_reduction_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor; outputs of graphs that reduce (sum/max/mean/var or a matmul) get a per-call +-1 ULP jitter."""
-    compiled = inductor(gm, example_inputs)
+    compiled = healthy_compile(gm, example_inputs)
     if not _has_node(aten_graph(gm, example_inputs), REDUCTIONS | CONTRACTIONS):
         return compiled  # pure data movement / elementwise: no reduction order to vary
     return _wrap_outputs(compiled, _per_call_jitter)
@@ -205,7 +237,7 @@ def _stale_vector_tail(t: torch.Tensor) -> torch.Tensor:
 def vector_tail_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor, then outputs whose last dim is longer than ``VECTOR_WIDTH`` and not a multiple of it
     get their tail elements from the previous full vector (the remainder loop is wrong)."""
-    return _wrap_outputs(inductor(gm, example_inputs), _stale_vector_tail)
+    return _wrap_outputs(healthy_compile(gm, example_inputs), _stale_vector_tail)
 
 
 # --- input faults ----------------------------------------------------------------------------
@@ -240,7 +272,7 @@ def _read_as_if_contiguous(t: Any) -> Any:
 def contiguous_only_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Inductor, but the kernel indexes every input as if it were contiguous: a transposed (or
     otherwise permuted) input is read in storage order; contiguous inputs give the right result."""
-    compiled = inductor(gm, example_inputs)
+    compiled = healthy_compile(gm, example_inputs)
 
     def run(*args: Any) -> Any:
         return _call(compiled, tuple(_read_as_if_contiguous(a) for a in args))

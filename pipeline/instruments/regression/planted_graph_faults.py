@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .planted_faults import REDUCTIONS, aten, aten_graph, inductor, reduced_dims, static_shape
+from .planted_faults import REDUCTIONS, aten, aten_graph, healthy_compile, reduced_dims, static_shape
 
 
 def _rewritten(gm: torch.fx.GraphModule, count: int) -> int:
@@ -279,8 +279,8 @@ def _graph_fault_backend(rewrite: Callable[[torch.fx.GraphModule], int]) -> Call
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         traced = aten_graph(gm, example_inputs)
         if rewrite(traced):
-            return inductor(traced, example_inputs)
-        return inductor(gm, example_inputs)  # nothing to damage: the healthy compile
+            return healthy_compile(traced, example_inputs)
+        return healthy_compile(gm, example_inputs)  # nothing to damage: the healthy compile
 
     return backend
 
