@@ -22,6 +22,7 @@ from pipeline.experiments.accumulated_error import report as b_report
 from pipeline.experiments.accumulated_error import rules as b_rules
 from pipeline.experiments.accumulated_error import summary as b_summary
 from pipeline.experiments.training import curves as e_curves
+from pipeline.experiments.training import error_rates as e_error_rates
 from pipeline.experiments.training import judge as e_judge
 from pipeline.experiments.training import rules as e_rules
 from pipeline.experiments.training.spec import SIZES as E_SIZES
@@ -34,7 +35,7 @@ from precisionkit import decide
 #: constants (:mod:`.accumulated_error.bounds`) are left out: the page states the rule's failure
 #: rate, a figure of the rule and not of the data.
 JUDGES: dict[str, list[ModuleType]] = {
-    "E": [e_judge, e_curves, decide],
+    "E": [e_judge, e_error_rates, e_curves, decide],
     "B": [b_rules, b_summary, b_checks, b_library_bounds, b_assets, decide],
 }
 

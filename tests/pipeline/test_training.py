@@ -16,6 +16,7 @@ from _stored_only import patch_to_raise  # tests/pipeline is on sys.path (pytest
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.experiments.training import assets as training
 from pipeline.experiments.training import curves as curve_tables
+from pipeline.experiments.training import error_rates as rates
 from pipeline.experiments.training import judge as judging
 from pipeline.experiments.training import rules
 from pipeline.experiments.training import run_set as runs
@@ -334,8 +335,8 @@ def test_curve_statistics_and_control_rank_test():
 
 
 def _rates(sd_in_margins, effects=rules.POWER_EFFECTS, draws=20_000):
-    sd = {(m, s): sd_in_margins * rules.MARGINS[m] for m, s in judging.TESTS}
-    rows = judging.simulate_rule(sd, sd, 5, effects=effects, draws=draws)
+    sd = {(m, s): sd_in_margins * rules.MARGINS[m] for m, s in rates.TESTS}
+    rows = rates.simulate_rule(sd, sd, 5, effects=effects, draws=draws)
     return {(r["effect"], r["size_in_margins"]): (r["p_contradicted"], r["p_supported"]) for r in rows}
 
 
@@ -367,9 +368,9 @@ def test_simulated_error_rates_hold_below_and_at_the_margin():
 
 def test_error_rates_are_summarized_per_noise_level():
     j = _judge()
-    rows = judging.rule_error_rates(j, noise_in_margins=(0.5,), draws=4000)
+    rows = rates.rule_error_rates(j, noise_in_margins=(0.5,), draws=4000)
     assert {r["noise"] for r in rows} == {"this run", "sd 0.5 margin"}
-    summary = judging.error_rate_summary(rows)
+    summary = rates.error_rate_summary(rows)
     # this run's paired noise is about 1/20 of the margin: no false alarm, full power from 1.5 margins
     assert summary["this_run.false_alarm_below_margin"] == 0.0
     assert summary["this_run.supported_at_or_beyond_margin"] <= rules.MAX_ERROR_RATE
@@ -377,7 +378,7 @@ def test_error_rates_are_summarized_per_noise_level():
     assert summary["sd_0.5_margin.false_alarm_below_margin"] <= rules.MAX_ERROR_RATE
     assert 0.55 < summary["sd_0.5_margin.power_at_2_margin"] < 0.75
     # the same seed gives the same table
-    assert judging.rule_error_rates(j, noise_in_margins=(0.5,), draws=4000) == rows
+    assert rates.rule_error_rates(j, noise_in_margins=(0.5,), draws=4000) == rows
 
 
 # --- the assets in smoke size -------------------------------------------------------------------
@@ -510,7 +511,7 @@ def test_training_checks_smoke(e_smoke):
     # the rule's simulated error rates are computed here and stored with the claim for the report
     assert "P(" not in meta["error_rates"] and "se_contradicted" in meta["error_rates"]
     # the declared rows are the stored measured table; this run's rows come from the judge run here
-    stored = judging.declared_error_rates()
+    stored = rates.declared_error_rates()
     worst = max(
         r["p_contradicted"] for r in stored if r["noise"] == "sd 0.5 margin, normal" and r["size_in_margins"] < 1
     )
@@ -685,10 +686,10 @@ def test_the_stored_error_rates_are_this_rules():
     levels, effects, draws, seed): changing the rule without measuring again fails here."""
     import json
 
-    stored = json.loads(judging.MEASURED_TABLE.read_text())
-    assert stored["fingerprint"] == judging.rule_fingerprint()
-    rows = judging.declared_error_rates()
-    assert len(rows) == len(rules.POWER_NOISE_IN_MARGINS) * len(judging.NOISE_TAILS) * len(rules.MEASURED_EFFECTS)
+    stored = json.loads(rates.MEASURED_TABLE.read_text())
+    assert stored["fingerprint"] == rates.rule_fingerprint()
+    rows = rates.declared_error_rates()
+    assert len(rows) == len(rules.POWER_NOISE_IN_MARGINS) * len(rates.NOISE_TAILS) * len(rules.MEASURED_EFFECTS)
     assert {r["draws"] for r in rows} == {rules.MEASURED_DRAWS}
 
 
@@ -696,9 +697,9 @@ def test_the_page_rates_are_the_judges_own_within_monte_carlo_error():
     """A fresh measurement with another seed (the judge run on new simulated curves) agrees with the stored table
     the page shows, rate by rate, within three standard errors; the normal model's 0.644 at 1.5 margins (the old
     page's figure) does not."""
-    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in judging.declared_error_rates()}
+    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in rates.declared_error_rates()}
     noise = {m: 0.25 * rules.MARGINS[m] for m in rules.JUDGED_METRICS}
-    fresh = judging.measured_error_rates(
+    fresh = rates.measured_error_rates(
         noise, effects=[("shift", 0.99), ("drift", 0.99), ("shift", 1.5), ("drift", 1.5)], draws=150, seed=7
     )
     for r in fresh:
@@ -717,7 +718,7 @@ def test_the_page_rates_are_the_judges_own_within_monte_carlo_error():
 def test_false_alarms_are_measured_across_the_margin_up_to_0_99():
     """Below the margin, the judge's own false-alarm rate, worst just below it: 0 in 500 runs of normal noise at
     every size up to 0.99 margins; with heavy tails 3 and 4 in 500 at 0.99 margins (sd 0.25 and 0.5 margin)."""
-    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in judging.declared_error_rates()}
+    stored = {(r["noise"], r["effect"], r["size_in_margins"]): r for r in rates.declared_error_rates()}
     below = [k for k in stored if k[2] < 1.0]
     assert {k[2] for k in below} == {0.0, 0.5, 0.9, 0.99}
     assert all(stored[k]["p_contradicted"] == 0.0 for k in below if k[0].endswith("normal"))
@@ -736,13 +737,13 @@ def test_power_at_the_plans_effect_is_stated_when_below_one_half():
         },
         {"noise": "this run", "effect": "shift", "size_in_margins": 2.0, "p_contradicted": 0.96},
     ]
-    assert judging.low_power_note(rows) == (
+    assert rates.low_power_note(rows) == (
         " The rule has low power here: at this run's paired noise it contradicts a 1.5-margin shift of the eval loss "
         "in 43% of simulated runs (measured by running the judge)."
     )
-    assert judging.low_power_note([{**rows[0], "p_contradicted": 0.5}]) == ""
-    assert judging.smallest_detected_effect(rows) == {"this run": 2.0}
-    declared = judging.smallest_detected_effect(judging.declared_error_rates())
+    assert rates.low_power_note([{**rows[0], "p_contradicted": 0.5}]) == ""
+    assert rates.smallest_detected_effect(rows) == {"this run": 2.0}
+    declared = rates.smallest_detected_effect(rates.declared_error_rates())
     assert declared == {
         "sd 0.25 margin, normal": 2.0,
         "sd 0.25 margin, heavy": 2.0,

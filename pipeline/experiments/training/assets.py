@@ -20,7 +20,7 @@ The claim is judged by :data:`.rules.RULE` (:func:`.judge.judge_training`: paire
 value, curve area and drift of eval loss, train loss and grad norm against margins fixed before the
 runs, :data:`.rules.MARGINS`; the one-ULP controls must pass the same equivalence tests for
 "supported"). The claim check also stores the rule's error rates, measured by running the judge on
-simulated runs (:func:`.judge.this_run_error_rates`, :func:`.judge.declared_error_rates`), for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
+simulated runs (:func:`.error_rates.this_run_error_rates`, :func:`.error_rates.declared_error_rates`), for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
 autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fused pair where the
 profile's ``fp32_control`` (training/spec.py) is 1 (reported, not judged).
 """
@@ -58,15 +58,14 @@ from .curves import (
     judge_frame,
     run_problems,
 )
-from .judge import (
-    control_rank_test,
+from .error_rates import (
     declared_error_rates,
     low_power_note,
     measured_summary,
-    rms,
     smallest_detected_effect,
     this_run_error_rates,
 )
+from .judge import control_rank_test, rms
 from .loop import TrainResult, pinned_threads, train
 from .rules import (
     CONFIDENCE,

@@ -147,7 +147,7 @@ def failing_as(backend: str, part: str, active: bool = True) -> Iterator[None]:
             yield
         except TrainingCompileError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the compiler raised, it is named in one line
             # Not chained: a run summary reports the innermost cause, and this line is the one to read.
             raise compile_failure(backend, part, exc, logged) from None
 

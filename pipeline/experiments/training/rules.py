@@ -39,7 +39,7 @@ CONFIDENCE = 0.95
 #: Fewest judged eval points (the drift slope needs a few).
 MIN_POINTS = 4
 
-#: The rule's simulated error rates (:func:`.judge.rule_error_rates`), computed by the claim check and
+#: The rule's simulated error rates (:func:`.error_rates.rule_error_rates`), computed by the claim check and
 #: stored with it. Effects on the eval loss in margins (below 1: immaterial, a "contradicted" there is a
 #: false alarm; 1 and above: material), as a constant shift and as a drift growing from 0.
 POWER_EFFECTS = (0.0, 0.5, 1.0, 1.5, 2.0)
@@ -50,7 +50,7 @@ POWER_NOISE_IN_MARGINS = (0.25, 0.5)
 #: error of sqrt(0.05 * 0.95 / 20000) = 0.0015, at most 0.0035 for any rate.
 POWER_DRAWS = 20_000
 POWER_SEED = 20_240_601
-#: The effects the judge is run on to measure its error rates (:func:`.judge.measured_error_rates`), in margins of
+#: The effects the judge is run on to measure its error rates (:func:`.error_rates.measured_error_rates`), in margins of
 #: the eval loss: below 1 a "contradicted" is a false alarm (0.99 is the worst case, just below the margin), at 1
 #: and beyond a "supported" is one, and the sizes above show the power.
 MEASURED_EFFECTS = (
