@@ -11,8 +11,10 @@ that have no source, an ``IndexError`` while Dynamo builds the guards; see ``tes
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import logging
+import sys
 import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,32 @@ TRAINING_OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
 COMPILER_LOGGERS: dict[str, tuple[str, ...]] = {
     "openvino": ("openvino.frontend.pytorch.torchdynamo.execute", "openvino.frontend.pytorch.torchdynamo.backend"),
 }
+
+
+#: Per adapter name, module globals its backend keeps from one compile to the next, with the value each starts
+#: with: OpenVINO's backend stores the options of an ``aot_autograd`` compile in ``openvino_options`` and applies
+#: them to every later compile of the process, whatever options that compile names.
+COMPILER_GLOBALS: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "openvino": (("openvino.frontend.pytorch.torchdynamo.backend", "openvino_options", {}),),
+}
+
+
+@contextlib.contextmanager
+def compiler_globals_kept(backend: str) -> Iterator[None]:
+    """Inside the block ``backend``'s compiler may change the globals :data:`COMPILER_GLOBALS` names; after it
+    they hold what they held before (their starting value where the module was not loaded yet), so E's
+    training options do not follow the process into another experiment's compiles."""
+    kept = COMPILER_GLOBALS.get(adapter_for_backend(backend).name, ())
+    before = {
+        (name, attr): copy.copy(getattr(sys.modules[name], attr, start)) if name in sys.modules else copy.copy(start)
+        for name, attr, start in kept
+    }
+    try:
+        yield
+    finally:
+        for (name, attr), value in before.items():
+            if name in sys.modules:
+                setattr(sys.modules[name], attr, value)
 
 
 def training_options(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:

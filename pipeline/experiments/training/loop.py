@@ -25,7 +25,7 @@ from precisionkit.evidence import evidence_fields
 from precisionkit.paths import FusedFunction
 
 from .checkpoint import CheckpointWriter, RunPosition, Trainer, build_trainer, load_checkpoint, remove_checkpoint
-from .compilers import backward_evidence, failing_as, is_inductor
+from .compilers import backward_evidence, compiler_globals_kept, failing_as, is_inductor
 from .config import PRECISIONS, TrainConfig, eval_batches, train_batch
 from .corpus import Corpus
 from .gpt import GPT, nudge_one_ulp
@@ -197,7 +197,8 @@ def train(
     deleted once the run completes. ``stop_after`` raises :class:`TrainingInterrupted` after that
     many steps (counted from step 0), leaving the last checkpoint behind.
     """
-    with pinned_threads(cfg.threads) as threads:
+    kept = compiler_globals_kept(cfg.backend) if cfg.path == "fused" else contextlib.nullcontext()
+    with pinned_threads(cfg.threads) as threads, kept:
         result = _train(cfg, corpus, checkpoint_dir, stop_after, log)
     result.threads = threads
     return result
