@@ -8,8 +8,8 @@
   ``--out``; prints the classes, throughput in programs per minute on one core (all programs, and
   warm: after the first ``--warmup`` programs, once the op database and the samples of the ops drawn
   so far are cached and the worker is started) and every mismatch with its ops, dtype, modes and
-  the rule's message, and the coverage of the programs run (stored as ``coverage.txt`` beside
-  ``--out``); ``--minutes M`` starts no program after M minutes (a timeout's SIGTERM also ends the
+  the rule's message, and the coverage of the programs run (stored beside ``--out`` as
+  ``<out>-coverage.txt``); ``--minutes M`` starts no program after M minutes (a timeout's SIGTERM also ends the
   campaign with its report). A mismatch that ``emulate_precision_casts`` clears is labelled *by design*
   (Inductor keeps 16-bit intermediates in fp32 unless asked to round them, as its docs say).
 
@@ -73,7 +73,7 @@ def _store_coverage(cases: list[object], out: str) -> None:
     from precisionkit.difftest import opinfo
 
     cov = opinfo.coverage(cases)  # type: ignore[arg-type]
-    path = os.path.join(os.path.dirname(os.path.abspath(out)), "coverage.txt")
+    path = os.path.splitext(os.path.abspath(out))[0] + "-coverage.txt"
     with open(path, "w") as fh:
         fh.write(cov.summary() + "\n\n" + cov.table() + "\n")
     print(f"\ncoverage of the {cov.programs} programs run (table: {path}):\n{cov.summary()}")
