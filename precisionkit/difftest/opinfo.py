@@ -55,6 +55,7 @@ from ..repro import _MAKE_SRC, Case, Input
 from .compile_modes import COMPILE_MODES, setup_source
 from .opinfo_ops import (
     _CONVERSIONS,
+    _DEGREE_OPS_WORD,
     _DTYPE_WEIGHTS,
     _UNDEFINED_CASTS_MODES,
     DTYPES,
@@ -272,6 +273,8 @@ def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None
     floats = any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in st.env.values())
     if converts and to_int and floats:
         return None  # a NaN, an inf or a huge float converted to an integer: undefined in C++
+    if st.mode in _UNDEFINED_CASTS_MODES and _DEGREE_OPS_WORD in op_db()[key].name:
+        return None  # a degree that may be huge or not finite, converted to an integer: undefined too
     p = st.p
     name = f"v{len(p.lines)}"
     p.lines.append(f"    {name} = {expr}")

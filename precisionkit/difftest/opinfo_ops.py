@@ -317,6 +317,10 @@ _INDEXING = {
 #: they are not drawn in the modes that make such values
 _CONVERSIONS = {"to", "long", "int", "short", "byte", "char", "type_as", "frexp", "nn.functional.one_hot"}
 _UNDEFINED_CASTS_MODES = ("huge", "nonfinite")
+#: ops whose second argument is a degree converted to an integer (the special polynomials): a huge
+#: or non-finite degree is as undefined as any such conversion (eager may read 3e38 as a negative
+#: degree and return at once where a fused kernel loops 3e38 times), so not drawn in those modes
+_DEGREE_OPS_WORD = "_polynomial_"
 _MODULE_WORDS = ("conv", "norm", "pad", "linear", "pool", "interpolate", "upsample", "pixel_shuffle")
 
 

@@ -163,3 +163,20 @@ def test_the_first_op_of_a_program_is_its_seeds_anchor_where_that_op_can_start_i
         ]
         anchored += first in [opinfo._anchor(s, ks) for ks in roles]
     assert anchored >= 10
+
+
+def test_a_special_polynomials_degree_is_not_drawn_where_values_may_be_huge_or_not_finite() -> None:
+    """A polynomial's degree is converted to an integer: 3e38 is undefined there (eager returns at
+    once, a fused kernel may loop 3e38 times), so in the huge and nonfinite modes the step is drawn
+    again; in the normal mode the same step is written."""
+    import random
+
+    from precisionkit.difftest.program import Program
+
+    for mode, written in (("huge", False), ("nonfinite", False), ("normal", True)):
+        st = opinfo._State(Program(0, random.Random(0), "float32"), "float32", mode)
+        st.env["f0"], st.env64["f0"] = torch.tensor([0.5, 0.25]), torch.tensor([0.5, 0.25], dtype=torch.float64)
+        degree = "3e+38" if mode != "normal" else "3.0"
+        expr = f"torch.special.legendre_polynomial_p(f0, {degree})"
+        got = opinfo._commit(st, expr, "special.legendre_polynomial_p", "float32", "scalar")
+        assert (got == "v0") is written, mode
