@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -37,14 +37,16 @@ def compare_compilers(
     seed: int,
     work_dir: Path,
     log: Callable[[str], None] | None = None,
+    options: Mapping[str, Mapping[str, object]] | None = None,
 ) -> pl.DataFrame:
-    """The matrix of each of ``compilers`` (with its :data:`COMPILER_OPTIONS`) at one seed, side by side.
+    """The matrix of each of ``compilers`` (with its ``options``, default :data:`COMPILER_OPTIONS`) at one seed,
+    side by side.
     One row per bug (and one for the healthy run): per compiler, ``caught_<compiler>`` (yes, no, not by its
     claim, not applicable, or the healthy run's clean / false alarm) and ``caught_by_<compiler>``."""
     table: pl.DataFrame | None = None
     for compiler in compilers:
-        options = json.dumps(COMPILER_OPTIONS.get(compiler, {}), sort_keys=True)
-        like = ExperimentSettings(profile=MATRIX_PROFILE, device=MATRIX_DEVICE, seed=seed, backend_options=options)
+        chosen = json.dumps(dict((options or COMPILER_OPTIONS).get(compiler, {})), sort_keys=True)
+        like = ExperimentSettings(profile=MATRIX_PROFILE, device=MATRIX_DEVICE, seed=seed, backend_options=chosen)
         matrix, _facts = build_matrix(
             bugs, experiments, like, work_dir / compiler, healthy_seeds=[seed], log=log, compiler=compiler
         )
@@ -80,7 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiments", default=",".join(MATRIX_EXPERIMENTS), help="comma list of experiment ids")
     parser.add_argument("--bugs", default=",".join(PLANTED_BUGS), help="comma list of planted bugs")
     parser.add_argument("--seed", type=int, default=20241223, help="base seed of the healthy and bug runs")
+    parser.add_argument(
+        "--options",
+        default=json.dumps(COMPILER_OPTIONS),
+        help="JSON object: compiler -> its options for every run (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
+    options = json.loads(args.options)
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        parser.error(f"--options must be a JSON object of compiler -> options object, got {args.options!r}")
     compilers = [c for c in args.compilers.split(",") if c]
     bugs = [b for b in args.bugs.split(",") if b]
     with tempfile.TemporaryDirectory(prefix="planted_compare_") as tmp:
@@ -91,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             Path(tmp),
             log=lambda line: print(line, file=sys.stderr),
+            options=options,
         )
     print(markdown_table(table))
     differ = disagreements(table, compilers)
