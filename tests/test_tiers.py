@@ -49,7 +49,7 @@ class _Item:
 
 
 def test_groups_are_handed_out_costliest_first_keeping_their_order_inside():
-    from conftest import costliest_groups_first, item_cost
+    from _xdist_order import costliest_groups_first, item_cost
 
     units = [_Item("a.py") for _ in range(40)]  # 40 unit tests: 8
     slow = [_Item("b.py", "materializes"), _Item("b.py")]  # one materializing test: 30.2
