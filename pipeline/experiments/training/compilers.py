@@ -15,15 +15,15 @@ import copy
 import hashlib
 import logging
 import sys
-import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from precisionkit.backends import adapter_for_backend
 from precisionkit.backends.inductor import InductorAdapter
 from precisionkit.paths import capture_generated_code
+
+from ...compiler_text import compiler_title, error_line, error_origin
 
 #: Per adapter name, the options its backend needs to compile a training step's backward, with why.
 #: An adapter's own ``training_options`` attribute, where it declares one, takes precedence.
@@ -75,34 +75,6 @@ def training_options(backend: str, options: Mapping[str, Any]) -> dict[str, Any]
     if needed is None:
         needed = TRAINING_OPTIONS.get(adapter.name, ({}, ""))[0]
     return {**dict(needed), **dict(options)}
-
-
-def compiler_title(backend: str) -> str:
-    """The compiler's name for people (``OpenVINO``), else the backend name."""
-    try:
-        return adapter_for_backend(backend).title or backend
-    except Exception:  # noqa: BLE001 - a name is all this is for
-        return backend
-
-
-def error_origin(exc: BaseException) -> str:
-    """Where ``exc`` was raised: the innermost frame of a compiler package (``iree``, ``openvino``) on
-    its traceback, else the innermost frame; ``file:line in function`` with site-packages cut off."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return ""
-    compiler = [f for f in frames if "/iree/" in f.filename or "/openvino/" in f.filename]
-    frame = (compiler or frames)[-1]
-    path = frame.filename.split("site-packages/")[-1]
-    with contextlib.suppress(ValueError):
-        path = str(Path(path).relative_to(Path.cwd()))
-    return f"{path}:{frame.lineno} in {frame.name}"
-
-
-def error_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` of ``exc``."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 class TrainingCompileError(RuntimeError):
