@@ -20,7 +20,7 @@ from .. import runs
 from ..compilers import DEFAULT_BACKEND, evaluation_compiler
 from ..files import atomic_path
 from ..sections import SECTIONS
-from ..storage import read_value
+from ..storage import compiler_folder, read_value, uses_fused_path
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
 from ..verdicts import (
     CLAIM,
@@ -300,11 +300,19 @@ class Report:
         if record is None or not record.materialized:
             return None
         try:
-            return read_value(self.data_dir / asset)
+            return read_value(self.data_dir.joinpath(*self._compiler_folder(node, record), asset))
         except FileNotFoundError:
             if self.imported:  # a bundle may leave large tensor files out: the record stays, the values do not
                 return None
             raise
+
+    def _compiler_folder(self, node: Any, record: AssetRecord) -> tuple[str, ...]:
+        """Where under the profile's folder the value of ``record`` lies: the folder of the compiler that
+        computed it (this report's, else the one its materialization names), none for a value that
+        depends on no fused path."""
+        if not uses_fused_path(getattr(node, "tags", None)):
+            return ()
+        return compiler_folder(self.compiler or str(record.metadata.get("provenance.backend") or DEFAULT_BACKEND))
 
     # --- links and charts ---------------------------------------------------------------------
     def section_link(self, key: str, from_results: bool = True) -> str:

@@ -169,3 +169,27 @@ def test_the_answer_says_which_fused_rows_a_compiler_ran_below_their_dtype(tmp_p
     # Without a compiler-reported precision below a row's dtype, the answer says nothing of it.
     empty = Report(dg.DagsterInstance.ephemeral(), defs.resolve_asset_graph(), tmp_path, tmp_path, "smoke", "", "cpu")
     assert lower_precision(empty) == ""
+
+
+def test_a_value_is_read_from_the_folder_of_the_compiler_that_computed_it(tmp_path):
+    """M materialized with OpenVINO only: the report reads its table from OpenVINO's folder, not
+    Inductor's (where nothing is), and S's shared pool from the profile's own folder."""
+    import polars as pl
+
+    from pipeline.definitions import defs
+    from pipeline.storage import write_value
+
+    instance = dg.DagsterInstance.ephemeral()
+    table = pl.DataFrame({"model": ["bert"], "verdict": ["supported"]})
+    write_value(table, tmp_path / "smoke" / "compilers" / "openvino" / "model_verdicts")
+    prov = {"provenance.backend": "openvino", "provenance.profile": "smoke"}
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="model_verdicts", metadata=prov))
+    report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
+    assert report.table("model_verdicts").equals(table)
+    assert report.for_compiler("openvino").table("model_verdicts").equals(table)
+    assert report.for_compiler("inductor").table("model_verdicts") is None  # Inductor never ran M here
+    selfcheck = pl.DataFrame({"check": ["ulp"], "passed": [True]})
+    write_value(selfcheck, tmp_path / "smoke" / "toolkit_selfcheck")  # stored once, for every compiler
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="toolkit_selfcheck", metadata=prov))
+    report.clear_caches()
+    assert report.table("toolkit_selfcheck").equals(selfcheck)
