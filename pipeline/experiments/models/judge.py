@@ -233,6 +233,66 @@ def tail_test(f: np.ndarray, e: np.ndarray, clusters: np.ndarray, seed: int, fam
     return test
 
 
+def _run_row(run: ModelRun, e: np.ndarray, f: np.ndarray, c: np.ndarray) -> dict[str, Any]:
+    """One model x dtype's figures, before its test (the test's columns are None)."""
+    clusters = int(np.unique(c).size)
+    row: dict[str, Any] = {
+        "model": run.model,
+        "source": run.source,
+        "dtype": run.dtype,
+        "parameters": run.parameters,
+        "batches": len(run.same_passed),
+        "units": int(e.size),
+        "clusters": clusters,
+        "resamples": None,
+        "cannot_judge": None if run.error else cannot_judge(e.size, clusters),
+        "eager_p99": float(np.quantile(e, TAIL_QUANTILE)) if e.size else None,
+        "fused_p99": float(np.quantile(f, TAIL_QUANTILE)) if f.size else None,
+        "eager_max": _largest(o.eager_max for o in run.outputs),
+        "fused_max": _largest(o.fused_max for o in run.outputs),
+        "difference": None,
+        "ci_lower": None,
+        "ci_upper": None,
+        "p_value": None,
+        "fused_nonfinite": sum(o.fused_nonfinite_where_eager_finite for o in run.outputs),
+        "eager_nonfinite": sum(o.eager_nonfinite for o in run.outputs),
+        "integer_mismatches": sum(o.mismatched for o in run.outputs),
+        "class_differences": sum(o.class_wrong for o in run.outputs),
+        "fp64_sided": sum(o.fp64_sided for o in run.outputs),
+        "faithful_class_changes": sum(o.faithful_class for o in run.outputs),
+        "inconsistent": sum(o.inconsistent for o in run.outputs),
+        "integer_elements": sum(o.units for o in run.outputs if o.kind == "integer"),
+        "first_wrong": next((o.example for o in run.outputs if o.example), ""),
+        "eager_rmse": float(np.mean([o.eager_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
+        "fused_rmse": float(np.mean([o.fused_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
+        "same_passed": bool(run.same_passed) and all(run.same_passed),
+        "same_batches_failed": sum(not s for s in run.same_passed),
+        "error": run.error,
+        "seconds": run.seconds,
+        **{k: run.evidence.get(k) for k in ("graph_count", "graph_breaks", "kernel_count", "compile_seconds")},
+        "break_reasons": run.evidence.get("break_reasons", ""),
+    }
+    row["rmse_ratio"] = row["fused_rmse"] / row["eager_rmse"] if row["eager_rmse"] else None
+    return row
+
+
+def _row_verdict(row: dict[str, Any], rejected: bool) -> str:
+    """A row's verdict: invalid with an error; contradicted by any wrong class, integer or inconsistent
+    output, or a tail test Holm rejects; supported when the interval's upper end is within materiality on
+    enough units (or an integer-only row has enough elements, all equal); else inconclusive."""
+    if row["error"]:
+        return INVALID
+    wrong = row["class_differences"] or row["integer_mismatches"] or row["faithful_class_changes"]
+    if wrong or row["inconsistent"] or rejected:
+        return CONTRADICTED
+    within = (
+        row["ci_upper"] is not None and row["units"] >= MIN_UNITS_FOR_SUPPORTED and row["ci_upper"] <= MATERIALITY_SULP
+    )
+    if within or (row["units"] == 0 and row["integer_elements"] >= MIN_UNITS_FOR_SUPPORTED):
+        return SUPPORTED
+    return INCONCLUSIVE
+
+
 def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
     """One row per model x dtype: the paired test, the verdict (Holm over every judged row), same()
     beside it, and the fusion evidence; invalid runs carry their reason and are not judged."""
@@ -244,44 +304,7 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
         for run, (e, _, c) in zip(runs, paired, strict=True)
     )
     for run, (e, f, c) in zip(runs, paired, strict=True):
-        clusters = int(np.unique(c).size)
-        row: dict[str, Any] = {
-            "model": run.model,
-            "source": run.source,
-            "dtype": run.dtype,
-            "parameters": run.parameters,
-            "batches": len(run.same_passed),
-            "units": int(e.size),
-            "clusters": clusters,
-            "resamples": None,
-            "cannot_judge": None if run.error else cannot_judge(e.size, clusters),
-            "eager_p99": float(np.quantile(e, TAIL_QUANTILE)) if e.size else None,
-            "fused_p99": float(np.quantile(f, TAIL_QUANTILE)) if f.size else None,
-            "eager_max": _largest(o.eager_max for o in run.outputs),
-            "fused_max": _largest(o.fused_max for o in run.outputs),
-            "difference": None,
-            "ci_lower": None,
-            "ci_upper": None,
-            "p_value": None,
-            "fused_nonfinite": sum(o.fused_nonfinite_where_eager_finite for o in run.outputs),
-            "eager_nonfinite": sum(o.eager_nonfinite for o in run.outputs),
-            "integer_mismatches": sum(o.mismatched for o in run.outputs),
-            "class_differences": sum(o.class_wrong for o in run.outputs),
-            "fp64_sided": sum(o.fp64_sided for o in run.outputs),
-            "faithful_class_changes": sum(o.faithful_class for o in run.outputs),
-            "inconsistent": sum(o.inconsistent for o in run.outputs),
-            "integer_elements": sum(o.units for o in run.outputs if o.kind == "integer"),
-            "first_wrong": next((o.example for o in run.outputs if o.example), ""),
-            "eager_rmse": float(np.mean([o.eager_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
-            "fused_rmse": float(np.mean([o.fused_rmse for o in run.outputs if o.kind == "float"] or [0.0])),
-            "same_passed": bool(run.same_passed) and all(run.same_passed),
-            "same_batches_failed": sum(not s for s in run.same_passed),
-            "error": run.error,
-            "seconds": run.seconds,
-            **{k: run.evidence.get(k) for k in ("graph_count", "graph_breaks", "kernel_count", "compile_seconds")},
-            "break_reasons": run.evidence.get("break_reasons", ""),
-        }
-        row["rmse_ratio"] = row["fused_rmse"] / row["eager_rmse"] if row["eager_rmse"] else None
+        row = _run_row(run, e, f, c)
         if not run.error and row["cannot_judge"] is None:
             test = tail_test(f, e, c, seed, family)
             row.update(
@@ -301,24 +324,7 @@ def verdict_table(runs: list[ModelRun], seed: int) -> pl.DataFrame:
             rejected[i], adjusted[i] = bool(rej[j]), float(adj[j])
     for i, row in enumerate(rows):
         row["p_holm"] = adjusted[i]
-        if row["error"]:
-            verdict = INVALID
-        elif (
-            row["class_differences"]
-            or row["integer_mismatches"]
-            or row["faithful_class_changes"]
-            or row["inconsistent"]
-            or rejected[i]
-        ):
-            verdict = CONTRADICTED
-        elif (
-            row["ci_upper"] is not None
-            and row["units"] >= MIN_UNITS_FOR_SUPPORTED
-            and row["ci_upper"] <= MATERIALITY_SULP
-        ) or (row["units"] == 0 and row["integer_elements"] >= MIN_UNITS_FOR_SUPPORTED):
-            verdict = SUPPORTED
-        else:
-            verdict = INCONCLUSIVE
+        verdict = _row_verdict(row, bool(rejected[i]))
         row["verdict"] = verdict
         row["reason"] = _reason(verdict, row)
         row["same_verdict"] = "pass" if row["same_passed"] else "fail"
