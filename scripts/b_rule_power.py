@@ -263,7 +263,7 @@ def main() -> None:
             f" on {', '.join(chains)}; {len(args.seeds)} seeds x {args.sets} sets, {torch.get_num_threads()} thread(s)"
             + (f"; not measured: {', '.join(left)}" if left else "")
         )
-        power.write(OUT, "B", power_tables(args.sets, args.seeds, effects, scope))
+        power.write_power_tables(OUT, "B", power_tables(args.sets, args.seeds, effects, scope))
         print(f"\nwrote {OUT}")
 
 

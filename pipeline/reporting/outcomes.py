@@ -45,7 +45,7 @@ def outcome_cells(report: "Report", group: str) -> tuple[str, str, str]:
     return LABEL_MARK[o.validity], verdict_mark(o.verdict), findings
 
 
-def readable(value: Any) -> str:
+def readable_value(value: Any) -> str:
     """A metadata value as text for a table cell: JSON objects and lists (stored as text) become
     ``key: value`` pairs and comma-separated items instead of raw JSON."""
     if isinstance(value, str) and value[:1] in "{[":
@@ -54,16 +54,16 @@ def readable(value: Any) -> str:
         except ValueError:
             return fmt(value)
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {readable(v)}" for k, v in value.items()) or "—"
+        return "; ".join(f"{k}: {readable_value(v)}" for k, v in value.items()) or "—"
     if isinstance(value, list):
-        return ", ".join(readable(v) for v in value) or "—"
+        return ", ".join(readable_value(v) for v in value) or "—"
     return fmt(value)
 
 
 def _details(c: CheckRecord) -> str:
     skip = {"outcome", "verdict", "validity"} | {k for k in c.metadata if k.startswith("rule.")}
     shown = [(k, v) for k, v in c.metadata.items() if k not in skip and not str(v).startswith(("|", "- "))]
-    text = "; ".join(f"{k}: {readable(v)}" for k, v in shown[:3]) or "—"
+    text = "; ".join(f"{k}: {readable_value(v)}" for k, v in shown[:3]) or "—"
     return text + ("; … (every entry below)" if len(shown) > 3 else "")
 
 
@@ -241,7 +241,7 @@ def _check_details(c: CheckRecord) -> str:
         return "No result metadata."
     body = ["| entry | value |", "|---|---|"]
     for k, v in rows:
-        text = readable(v)
+        text = readable_value(v)
         if text.startswith(("|", "- ")):  # a Markdown table or list: too long for a cell, summarize its size
             text = f"({len(str(v).splitlines())} lines; see the check in the Dagster UI)"
         body.append(f"| {k} | {text} |")

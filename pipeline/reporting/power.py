@@ -13,7 +13,7 @@ holding one or more tables, each for the claim checks it names (``asset:check``)
   cannot be contradicted.
 
 :func:`power_block` puts a claim's table under its rule on the experiment page, with the smallest effect
-detected with at least 80% power at each size; :func:`low_power_note` adds a sentence to the verdict line
+detected with at least 80% power at each size; :func:`claims_low_power_note` adds a sentence to the verdict line
 when a supported claim's test detects only effects larger than the rule's materiality threshold.
 """
 
@@ -32,7 +32,7 @@ from ..tables import fmt
 from ..verdicts import CLAIM, NOT_APPLICABLE
 from .render import CheckRecord, Report, collapsed
 
-FORMAT = "fusion-precision/power-table/1"
+POWER_TABLE_FORMAT = "fusion-precision/power-table/1"
 KINDS = ("measured", "deterministic")
 COUNTS = ("contradicted", "inconclusive", "supported")
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
@@ -185,8 +185,8 @@ def parse_tables(data: Any, source: str) -> list[PowerTable]:
     """The tables of one ``power.json`` (already read as JSON); :class:`PowerTableError` when malformed."""
     if not isinstance(data, Mapping):
         raise PowerTableError(f"{source}: a power file must be a JSON object")
-    if data.get("format") != FORMAT:
-        raise PowerTableError(f"{source}: 'format' must be {FORMAT!r}, not {data.get('format')!r}")
+    if data.get("format") != POWER_TABLE_FORMAT:
+        raise PowerTableError(f"{source}: 'format' must be {POWER_TABLE_FORMAT!r}, not {data.get('format')!r}")
     experiment = _need(data, "experiment", str, source)
     tables = _need(data, "tables", list, source)
     if not tables:
@@ -194,7 +194,7 @@ def parse_tables(data: Any, source: str) -> list[PowerTable]:
     return [_table(t, experiment, f"{source}: tables[{i}]") for i, t in enumerate(tables)]
 
 
-def load(path: Path) -> list[PowerTable]:
+def load_power_tables(path: Path) -> list[PowerTable]:
     """The tables of the power file at ``path``; :class:`PowerTableError` when it is not valid JSON or malformed."""
     try:
         data = json.loads(Path(path).read_text())
@@ -203,9 +203,9 @@ def load(path: Path) -> list[PowerTable]:
     return parse_tables(data, str(path))
 
 
-def write(path: Path, experiment: str, tables: Sequence[Mapping[str, Any]]) -> None:
+def write_power_tables(path: Path, experiment: str, tables: Sequence[Mapping[str, Any]]) -> None:
     """Store ``tables`` (checked first: a malformed table is never written) as the power file at ``path``."""
-    data = {"format": FORMAT, "experiment": experiment, "tables": list(tables)}
+    data = {"format": POWER_TABLE_FORMAT, "experiment": experiment, "tables": list(tables)}
     parse_tables(data, str(path))
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
@@ -214,7 +214,7 @@ def write(path: Path, experiment: str, tables: Sequence[Mapping[str, Any]]) -> N
 def _index(root: Path) -> dict[str, PowerTable]:
     index: dict[str, PowerTable] = {}
     for path in sorted(root.glob("*/power.json")):
-        for table in load(path):
+        for table in load_power_tables(path):
             for check in table.checks:
                 if check in index:
                     raise PowerTableError(f"{path}: {check} already has a table in {index[check].source}")
@@ -392,7 +392,7 @@ def claim_note(c: CheckRecord, root: Path = EXPERIMENTS_DIR) -> str:
     return text + f" (materiality {threshold:g} {unit})."
 
 
-def low_power_note(claims: Iterable[CheckRecord], root: Path = EXPERIMENTS_DIR) -> str:
+def claims_low_power_note(claims: Iterable[CheckRecord], root: Path = EXPERIMENTS_DIR) -> str:
     """The verdict line's low-power sentences, one per supported claim it applies to ('' when none), each
     starting with a space so it can follow the line's text."""
     notes = [claim_note(c, root) for c in claims]
@@ -400,11 +400,11 @@ def low_power_note(claims: Iterable[CheckRecord], root: Path = EXPERIMENTS_DIR) 
 
 
 def verdict_note(report: Report, exp: Experiment, root: Path = EXPERIMENTS_DIR) -> str:
-    """:func:`low_power_note` for the experiment's verdict line: only where its claims were judged (a failed,
+    """:func:`claims_low_power_note` for the experiment's verdict line: only where its claims were judged (a failed,
     invalid, not applicable or unrun experiment has no verdict to qualify)."""
     if exp.group in report.failed or not report.shows(exp.group):
         return ""
     o = report.outcome(exp.group)
     if o is None or o.validity in ("invalid", NOT_APPLICABLE):
         return ""
-    return low_power_note((c for c in report.checks_of(exp.group) if c.outcome == CLAIM), root)
+    return claims_low_power_note((c for c in report.checks_of(exp.group) if c.outcome == CLAIM), root)

@@ -19,6 +19,7 @@ import polars as pl
 from .. import runs
 from ..compilers import DEFAULT_BACKEND, evaluation_compiler
 from ..files import atomic_path
+from ..resources import REPO_ROOT  # noqa: F401 - the site and the report asset read it from here
 from ..sections import SECTIONS
 from ..storage import compiler_folder, read_value, uses_fused_path
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecord
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 def check_evaluation(record: "AssetCheckExecutionRecord | None") -> dg.AssetCheckEvaluation | None:
     """The evaluation a check-history record holds, or ``None`` when it holds none: no record, or a
@@ -50,7 +49,7 @@ def check_evaluation(record: "AssetCheckExecutionRecord | None") -> dg.AssetChec
     return data if isinstance(data, dg.AssetCheckEvaluation) else None
 
 
-def plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A metadata value as a plain Python value."""
     inner = getattr(value, "value", value)
     if isinstance(inner, (dict, list)):
@@ -194,7 +193,7 @@ class Report:
                 continue
             event = self._latest_materialization(key)
             if event is not None and event.asset_materialization is not None:
-                meta = {k: plain(v) for k, v in event.asset_materialization.metadata.items()}
+                meta = {k: plain_value(v) for k, v in event.asset_materialization.metadata.items()}
                 if runs.matches(meta, self.profile):
                     record.materialized = True
                     record.timestamp = dt.datetime.fromtimestamp(event.timestamp, dt.UTC)
@@ -209,7 +208,7 @@ class Report:
             if self.graph.get(check_key.asset_key).group_name != group:
                 continue
             spec = self.graph.get_check_spec(check_key)
-            spec_meta = {k: plain(v) for k, v in (spec.metadata or {}).items()}
+            spec_meta = {k: plain_value(v) for k, v in (spec.metadata or {}).items()}
             record = CheckRecord(
                 check_key.asset_key.to_user_string(),
                 check_key.name,
@@ -222,13 +221,13 @@ class Report:
             evaluation = check_evaluation(self._latest_check_record(check_key))
             # A check of an experiment that does not apply to the run's compiler is stored without a
             # materialization of its asset (the run leaves those assets out): its record stands alone.
-            stands_alone = evaluation is not None and bool(plain(evaluation.metadata.get(NOT_APPLICABLE_KEY)))
+            stands_alone = evaluation is not None and bool(plain_value(evaluation.metadata.get(NOT_APPLICABLE_KEY)))
             if evaluation is not None and (record.asset in materialized or stands_alone):
                 if evaluation.passed:
                     record.state = "passed"
                 else:
                     record.state = "warned" if evaluation.severity == dg.AssetCheckSeverity.WARN else "failed"
-                record.metadata = {k: plain(v) for k, v in evaluation.metadata.items()}
+                record.metadata = {k: plain_value(v) for k, v in evaluation.metadata.items()}
             out.append(record)
         return out
 

@@ -58,11 +58,11 @@ def test_code_location_is_the_merge_of_the_experiments_and_the_report():
 
 def test_baseline_and_report_read_membership_from_the_registry():
     assert claims.EXPERIMENTS is EXPERIMENTS
-    assert baseline_experiments() == baseline.EXPERIMENTS
-    assert list(baseline.EXPERIMENTS) == sorted(baseline.EXPERIMENTS)
-    assert {"A", "B", "C1", "C2", "C3", "D", "E", "M"} <= set(baseline.EXPERIMENTS)
-    assert baseline.EXPERIMENTS["C2"] == ("c2_version_outputs", "c2_versions", "c2_error_vs_fp64")
-    for exp_id, stored in baseline.EXPERIMENTS.items():
+    assert baseline_experiments() == baseline.BASELINE_ASSETS
+    assert list(baseline.BASELINE_ASSETS) == sorted(baseline.BASELINE_ASSETS)
+    assert {"A", "B", "C1", "C2", "C3", "D", "E", "M"} <= set(baseline.BASELINE_ASSETS)
+    assert baseline.BASELINE_ASSETS["C2"] == ("c2_version_outputs", "c2_versions", "c2_error_vs_fp64")
+    for exp_id, stored in baseline.BASELINE_ASSETS.items():
         keys = {k.to_user_string() for a in experiment(exp_id).assets() for k in a.keys}
         assert set(stored) <= keys, exp_id
     assert all(s in SECTIONS for exp in EXPERIMENTS for s in exp.sections)

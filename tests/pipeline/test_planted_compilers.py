@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import precisionkit
-from pipeline.instruments.regression.harness import NOT_APPLICABLE, execution_order, matrix_plan
+from pipeline.instruments.regression.harness import execution_order, matrix_plan
 from pipeline.instruments.regression.planted_bugs import PLANTED_BUGS
 from pipeline.instruments.regression.planted_on import (
     not_applicable,
@@ -19,6 +19,7 @@ from pipeline.instruments.regression.planted_on import (
     run_backend,
     split_planted,
 )
+from pipeline.verdicts import NOT_APPLICABLE
 from precisionkit import FusionError
 
 needs_openvino = pytest.mark.skipif(

@@ -48,7 +48,7 @@ def _measured(check: str = CHECK) -> dict[str, Any]:
 
 
 def _file(tables: list[dict[str, Any]], experiment: str = "M") -> dict[str, Any]:
-    return {"format": power.FORMAT, "experiment": experiment, "tables": tables}
+    return {"format": power.POWER_TABLE_FORMAT, "experiment": experiment, "tables": tables}
 
 
 def _store(root: Path, data: dict[str, Any], folder: str = "models") -> Path:
@@ -62,7 +62,7 @@ def _refusal(tmp_path: Path, data: Any) -> str:
     path = tmp_path / "power.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     with pytest.raises(power.PowerTableError) as e:
-        power.load(path)
+        power.load_power_tables(path)
     assert str(e.value).startswith(str(path))
     return str(e.value)
 
@@ -92,7 +92,7 @@ def test_write_refuses_to_store_a_malformed_table(tmp_path):
     table = _measured()
     table["sizes"] = []
     with pytest.raises(power.PowerTableError, match="'sizes' is empty"):
-        power.write(tmp_path / "power.json", "M", [table])
+        power.write_power_tables(tmp_path / "power.json", "M", [table])
     assert not (tmp_path / "power.json").exists()
 
 
@@ -150,7 +150,7 @@ def test_the_low_power_note_appears_exactly_when_a_supported_claim_detects_only_
     assert power.claim_note(_claim("inconclusive", rows_judged=7), tmp_path) == ""
     assert power.claim_note(_claim("supported", threshold=3.0, rows_judged=7), tmp_path) == ""  # 3 is not above 3
     assert "≥ 3 sULP" in power.claim_note(_claim("supported", threshold=2.5, rows_judged=7), tmp_path)
-    line = power.low_power_note([_claim("supported", rows_judged=7)], tmp_path)
+    line = power.claims_low_power_note([_claim("supported", rows_judged=7)], tmp_path)
     assert line.startswith(" **Low power:** `fused_not_worse_than_eager_on_models` is supported, but")
 
 
@@ -212,7 +212,7 @@ def test_every_stored_table_loads_and_is_for_a_claim_check_of_its_kind():
     stored = sorted((ROOT / "pipeline" / "experiments").glob("*/power.json"))
     assert stored
     for path in stored:
-        for table in power.load(path):
+        for table in power.load_power_tables(path):
             for check in table.checks:
                 assert check in confidence, f"{path}: {check} is not a claim check"
                 assert (confidence[check] == "deterministic") == (table.kind == "deterministic"), check

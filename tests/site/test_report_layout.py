@@ -11,7 +11,7 @@ from test_report_site import ARTIFACTS, _serve  # same folder: pytest puts it on
 
 from pipeline.reporting.claims import EXPERIMENTS
 from pipeline.reporting.history import claim_history, key_figures, moved
-from pipeline.reporting.outcomes import readable
+from pipeline.reporting.outcomes import readable_value
 from pipeline.reporting.render import Report, collapsed
 from pipeline.verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
 
@@ -26,10 +26,10 @@ def test_collapsed_block_indents_its_body_under_a_details_marker():
 
 
 def test_json_metadata_reads_as_pairs_not_raw_json():
-    assert readable('{"float16": ["gelu", "mul"], "bfloat16": []}') == "float16: gelu, mul; bfloat16: —"
-    assert readable("[1, 2.5]") == "1, 2.5"
-    assert readable("{not json") == "{not json"
-    assert readable(0.123456) == "0.1235"
+    assert readable_value('{"float16": ["gelu", "mul"], "bfloat16": []}') == "float16: gelu, mul; bfloat16: —"
+    assert readable_value("[1, 2.5]") == "1, 2.5"
+    assert readable_value("{not json") == "{not json"
+    assert readable_value(0.123456) == "0.1235"
 
 
 def test_key_figures_keep_numbers_and_drop_the_rule_and_flags():

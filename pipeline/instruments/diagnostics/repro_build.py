@@ -50,8 +50,7 @@ from precisionkit.repro import (
 
 from ...compile_cache import probed_vec_isa
 from ...devices import cpu_model, device_name, device_versions
-
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+from ...source import PROJECT_ROOT
 
 Log = Callable[[str], None]
 

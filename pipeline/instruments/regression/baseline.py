@@ -39,7 +39,7 @@ from .rows import COLUMNS, row
 #: The experiments that declare a baseline, by id.
 _RECORDS: dict[str, Experiment] = {e.id: e for e in sorted(REGISTERED, key=lambda e: e.id) if e.baseline}
 #: Experiment -> the stored assets that make up its baseline (all must exist to count as materialized).
-EXPERIMENTS: dict[str, tuple[str, ...]] = {exp_id: e.baseline_assets() for exp_id, e in _RECORDS.items()}
+BASELINE_ASSETS: dict[str, tuple[str, ...]] = {exp_id: e.baseline_assets() for exp_id, e in _RECORDS.items()}
 #: Provenance fields compared between baseline and current (all recorded ones are shown).
 PROVENANCE_FIELDS = (
     "torch_version",
@@ -126,7 +126,7 @@ def materialization_status(base_dir: str | Path, profile: str, compiler: str = H
     """Experiment -> its tables ``compiler`` has not stored for ``profile`` (empty list: materialized)."""
     return {
         exp: [a for a in assets if compiler_file(base_dir, profile, compiler, a) is None]
-        for exp, assets in EXPERIMENTS.items()
+        for exp, assets in BASELINE_ASSETS.items()
     }
 
 
@@ -186,7 +186,7 @@ def promote(
         shutil.rmtree(staging)
     staging.mkdir()
     experiments: dict[str, Any] = {}
-    for exp, assets in EXPERIMENTS.items():
+    for exp, assets in BASELINE_ASSETS.items():
         if exp in missing:
             experiments[exp] = {"status": "not materialized", "missing": missing[exp]}
         else:
@@ -272,7 +272,7 @@ def _compare_experiment(
     ``base_dir`` and ``cur_dir`` (a folder, or asset -> its folder) and compared by their declared methods."""
     record = exp if isinstance(exp, Experiment) else _RECORDS.get(exp)
     if record is None:
-        raise BaselineError(f"unknown experiment {exp!r} (baselines cover {', '.join(EXPERIMENTS)})")
+        raise BaselineError(f"unknown experiment {exp!r} (baselines cover {', '.join(BASELINE_ASSETS)})")
     unknown = [t.method for t in record.baseline if t.method not in COMPARATORS]
     if unknown:
         raise BaselineError(f"experiment {record.id!r} declares baseline methods with no comparator: {unknown}")
@@ -334,7 +334,7 @@ def compare(
     status = materialization_status(base_dir, profile, compiler)
     rows: list[dict[str, Any]] = []
     changed: dict[str, dict[str, tuple[Any, Any]]] = {}
-    for exp in EXPERIMENTS:
+    for exp in BASELINE_ASSETS:
         entry = manifest["experiments"].get(exp, {"status": "not in baseline"})
         in_base = entry.get("status") == "promoted"
         in_cur = not status[exp]

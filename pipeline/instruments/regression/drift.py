@@ -92,7 +92,7 @@ def promote_with_instance(
 # --- baseline comparison ---------------------------------------------------------------------
 
 
-_BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.EXPERIMENTS.values() for a in assets]
+_BASELINE_DEPS = [dg.AssetKey(a) for assets in baseline.BASELINE_ASSETS.values() for a in assets]
 
 
 @dg.asset(
@@ -114,7 +114,7 @@ def baseline_comparison(context: dg.AssetExecutionContext) -> pl.DataFrame:
     fallback = settings.provenance()
 
     def current_provenance(exp: str) -> dict[str, Any]:
-        for asset in baseline.EXPERIMENTS[exp]:
+        for asset in baseline.BASELINE_ASSETS[exp]:
             stored = baseline.compiler_file(base_dir, settings.profile, compiler, asset)
             found = recorded_provenance(context.instance, asset, stored)
             if found:

@@ -24,7 +24,7 @@ import polars as pl
 
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...verdicts import CLAIM, CONTRADICTED, VALIDITY, CheckOutcome
+from ...verdicts import CLAIM, CONTRADICTED, NOT_APPLICABLE, VALIDITY, CheckOutcome
 from .matrix_parallel import run_plan
 from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, designed, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
@@ -199,7 +199,6 @@ def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
 
 #: ``caught`` of a bug that does not apply to the matrix's compiler (:func:`.planted_on.not_applicable`):
 #: not run, and never counted as missed.
-NOT_APPLICABLE = "not applicable"
 
 
 def not_applicable_row(name: str, why: str, seed: int) -> dict[str, Any]:

@@ -23,13 +23,14 @@ from ...tables import markdown_table
 from ...verdicts import (
     CONTRADICTED,
     INCONCLUSIVE,
+    NOT_APPLICABLE,
     SUPPORTED,
     claim_check,
     claim_result,
     validity_check,
     validity_result,
 )
-from .harness import NOT_APPLICABLE, MatrixFacts, build_matrix, invalid_controls
+from .harness import MatrixFacts, build_matrix, invalid_controls
 from .matrix_parallel import parallel_runs_here
 from .matrix_runs import MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS

@@ -19,7 +19,8 @@ import polars as pl
 
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
-from .harness import NOT_APPLICABLE, build_matrix
+from ...verdicts import NOT_APPLICABLE
+from .harness import build_matrix
 from .matrix_runs import MATRIX_DEVICE, MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
 from .rules import HEALTHY_ROW
