@@ -278,6 +278,8 @@ class ReductionZeroSigns(torch.utils._python_dispatch.TorchDispatchMode):
         name = func._schema.name.split("::")[-1]
         if name not in self.REDUCTIONS or func._schema.is_mutable or func._overloadname == "other":
             return out  # max.other and min.other are pointwise
+        if name in ("index_put", "_index_put_impl") and not (args[3] if len(args) > 3 else (kwargs or {}).get("accumulate")):
+            return out  # a plain index_put writes its values as they are; only accumulate=True sums
         flip = lambda t: torch.where(t == 0, -t, t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
         return torch.utils._pytree.tree_map(flip, out)
 def reduction_zero_signs(graph, make, eager):  # per output, where its class (a bool's value) changes

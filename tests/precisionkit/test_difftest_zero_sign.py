@@ -71,3 +71,20 @@ def test_wrong_and_class_changed_leave_out_the_free_elements_only() -> None:
     assert rule["class_changed"](eager, fused, [eager], free).tolist() == [False, True, True]
     b_eager, b_fused = torch.tensor([True, False]), torch.tensor([False, True])
     assert rule["wrong"](b_eager, b_fused, b_eager, None, None, torch.tensor([True, False])).tolist() == [False, True]
+
+
+def test_an_index_put_marks_its_zeros_only_when_it_accumulates() -> None:
+    rule = _rule()
+    idx = torch.tensor([0, 0])
+
+    def graph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = x * 0.0  # +0 and -0 by x's sign
+        base = torch.zeros(2)
+        return base.index_put((idx,), z, accumulate=False), base.index_put((idx,), z, accumulate=True)
+
+    x = torch.tensor([-1.0, -2.0])
+    eager = list(graph(x))
+    written, summed = rule["reduction_zero_signs"](graph, lambda: [x.clone()], eager)
+    # every zero of an accumulating op's result is marked, its untouched element 1 too (the flip
+    # does not know which elements it summed): coarser than needed, never judging a summed zero
+    assert written.tolist() == [False, False] and summed.tolist() == [True, True]
