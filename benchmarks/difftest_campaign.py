@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -63,6 +64,37 @@ def value_class(message: str) -> str:
     return "finite value"
 
 
+def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: int) -> dict[str, Any]:
+    """One finding minimized (a mismatch), written as a reproducer file, rerun in a fresh interpreter:
+    its row of the campaign's index."""
+    from precisionkit.repro import run_script, write
+
+    case, message, t0 = o.case, o.message, time.perf_counter()
+    small = worker.minimize(case, minimize_checks) if o.klass == "mismatch" else None
+    if small is not None:
+        case, message = small[0], small[1]
+    folder = out / case.id
+    script = write(case, folder, f"Found by a blind campaign against {backend}: {o.klass}: {o.message[:160]}")
+    rerun = run_script(script, timeout=600, cwd=folder)
+    row = {
+        "id": case.id,
+        "class": o.klass,
+        "rule": rule_of(o.klass, o.message),
+        "value_class": "crash" if o.klass == "crash" else value_class(o.message),
+        "message": o.message,
+        "minimized_message": message,
+        "lines_before": o.case.source.count("\n"),
+        "lines_after": case.source.count("\n"),
+        "minimize_seconds": round(time.perf_counter() - t0, 1),
+        "rerun": rerun.status,
+        "rerun_returncode": rerun.returncode,
+        "rerun_line": rerun.last_line[:300],
+        "verdict": "",
+    }
+    print(f"  {case.id}: {row['rule']} / {row['value_class']}: rerun {rerun.status}", flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="inductor", help="adapter (inductor, openvino, iree, a user's) or backend")
@@ -75,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
     from precisionkit import difftest
     from precisionkit.backends import compile_target
-    from precisionkit.repro import run_script, write
 
     target, _ = compile_target(ns.backend)  # a compiler that is not installed fails here, in one line
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
@@ -105,38 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(warm):.0f} s, the first {WARMUP} left out)",
             flush=True,
         )
-        rows = []
         if ns.throughput_only:
             print(json.dumps({"backend": ns.backend, "classes": dict(classes), "programs_per_minute": per_minute}))
             return 0
-        for o in findings:
-            case, message, t0 = o.case, o.message, time.perf_counter()
-            small = worker.minimize(case, ns.minimize_checks) if o.klass == "mismatch" else None
-            if small is not None:
-                case, message = small[0], small[1]
-            folder = out / case.id
-            script = write(
-                case, folder, f"Found by a blind campaign against {ns.backend}: {o.klass}: {o.message[:160]}"
-            )
-            rerun = run_script(script, timeout=600, cwd=folder)
-            rows.append(
-                {
-                    "id": case.id,
-                    "class": o.klass,
-                    "rule": rule_of(o.klass, o.message),
-                    "value_class": "crash" if o.klass == "crash" else value_class(o.message),
-                    "message": o.message,
-                    "minimized_message": message,
-                    "lines_before": o.case.source.count("\n"),
-                    "lines_after": case.source.count("\n"),
-                    "minimize_seconds": round(time.perf_counter() - t0, 1),
-                    "rerun": rerun.status,
-                    "rerun_returncode": rerun.returncode,
-                    "rerun_line": rerun.last_line[:300],
-                    "verdict": "",
-                }
-            )
-            print(f"  {case.id}: {rows[-1]['rule']} / {rows[-1]['value_class']}: rerun {rerun.status}", flush=True)
+        rows = [_reproduce(worker, o, ns.backend, out, ns.minimize_checks) for o in findings]
     index = {
         "backend": ns.backend,
         "torch_compile_backend": target,
