@@ -14,7 +14,8 @@ generated program text is the same; the artifacts say whether the machine code t
   too, and its debug sections hold the kernel's cache path, so its hash covers the loaded sections
   as well (on the H200 run of 2026-11-27 a cold recompile changed only unloaded sections).
 
-:func:`capture_modules` records the wrapper modules Inductor loads while a compile happens;
+:func:`capture_modules` records the wrapper modules Inductor loads while a compile happens (through the
+compiler's adapter, which knows where its compiled code lives: a compiler that exposes none has no artifacts);
 :func:`kernel_artifacts` reads each kernel of those modules after the first call (so autotuning
 has picked its launcher). :func:`describe_byte_difference` measures where two artifacts differ
 (byte count, first offset, and the ELF sections that hold the differing bytes).
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from unittest import mock
 
 
 @dataclass(frozen=True)
@@ -61,20 +61,14 @@ class KernelArtifact:
 
 
 @contextlib.contextmanager
-def capture_modules() -> Iterator[list[ModuleType]]:
-    """Collect every output-code (wrapper) module Inductor loads inside the ``with`` block."""
-    from torch._inductor.codecache import PyCodeCache
+def capture_modules(backend: str = "inductor") -> Iterator[list[ModuleType]]:
+    """Collect the modules holding the compiled kernels that ``backend``'s compiler loads inside the ``with``
+    block, as its adapter exposes them (:meth:`~precisionkit.backends.base.BackendAdapter.compiled_modules`:
+    Inductor's wrapper modules); none for a compiler that exposes no binaries."""
+    from precisionkit.backends import adapter_for_backend
 
-    modules: list[ModuleType] = []
-    original = PyCodeCache.load_by_key_path.__func__  # type: ignore[attr-defined]
-
-    def load(cls: Any, *args: Any, **kwargs: Any) -> ModuleType:
-        module = original(cls, *args, **kwargs)
-        modules.append(module)
-        return module
-
-    with mock.patch.object(PyCodeCache, "load_by_key_path", classmethod(load)):
-        yield modules
+    with adapter_for_backend(backend).compiled_modules() as modules:
+        yield modules if modules is not None else []
 
 
 def _sha(data: bytes) -> str:

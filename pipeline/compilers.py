@@ -10,6 +10,10 @@ each of its checks is stored as one evaluation that says "not applicable to <com
 (:func:`record_not_applicable`); :func:`pipeline.verdicts.summarize` reads those as the experiment's
 outcome.
 
+What experiments ask of a compiler (its intents, why it declined a fused path) is :mod:`pipeline.intents`,
+a module the experiments may import; whether an experiment applies, and storing that it does not, is
+:mod:`pipeline.experiment`'s (the guard where its assets run uses it). Both are re-exported here.
+
 Local check evaluations carry no provenance of their own: the compiler and device of one are read from
 its metadata where it has them (the not-applicable records, imported bundles), else from the
 materialization of the checked asset in the same run, else from the run's settings
@@ -24,44 +28,36 @@ from typing import Any
 
 import dagster as dg
 
-from .experiment import Experiment
+from .experiment import Experiment, not_applicable, record_not_applicable
+from .intents import (
+    adapter_of,
+    compiler_title,
+    declined,
+    intent_options,
+    intent_variants,
+    options_text,
+    whole_graph_options,
+)
 from .runs import is_imported, plain
-from .verdicts import NOT_APPLICABLE_KEY, VALIDITY, ExperimentOutcome, check_outcome, summarize
+from .verdicts import ExperimentOutcome, check_outcome, summarize
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "adapter_of",
+    "compiler_title",
+    "declined",
+    "intent_options",
+    "intent_variants",
+    "not_applicable",
+    "not_applicable_assets",
+    "not_applicable_experiments",
+    "options_text",
+    "record_not_applicable",
+    "whole_graph_options",
+]
 
 #: The compiler of a record that names none (every record made before runs named other compilers).
 DEFAULT_BACKEND = "inductor"
-
-
-def _adapter(backend: str) -> Any:
-    """The adapter that compiles with ``backend`` (None when none can be had here: an unknown name, or
-    a compiler that cannot load)."""
-    from precisionkit.backends import AdapterLoadError, MissingCompiler, adapter_for_backend
-
-    try:
-        return adapter_for_backend(backend)
-    except (AdapterLoadError, MissingCompiler, ValueError):
-        return None
-
-
-def compiler_title(backend: str) -> str:
-    """The compiler's name for people: its adapter's title (``OpenVINO``), else the backend name."""
-    adapter = _adapter(backend)
-    return str(getattr(adapter, "title", "") or backend)
-
-
-def not_applicable(exp: Experiment, backend: str) -> str | None:
-    """Why ``exp`` does not apply to the compiler of ``backend``, as the outcome is stored ("not
-    applicable to OpenVINO: <why>"), or None when it applies. Inductor, and every backend that
-    compiles through Inductor's adapter (``aot_eager``, the planted-bug backends), takes every
-    experiment; another adapter takes all but those it declares not applicable and those that need
-    Inductor."""
-    adapter = _adapter(backend)
-    if adapter is None or adapter.name == "inductor":
-        return None
-    why = dict(adapter.not_applicable).get(exp.id) or exp.needs_inductor
-    if not why:
-        return None
-    return f"not applicable to {adapter.title or adapter.name}: {why}"
 
 
 def not_applicable_experiments(backend: str, experiments: Iterable[Experiment] | None = None) -> dict[str, str]:
@@ -82,43 +78,6 @@ def not_applicable_assets(backend: str, experiments: Iterable[Experiment] | None
         experiments = EXPERIMENTS
     skipped = not_applicable_experiments(backend, experiments)
     return {k for e in experiments if e.id in skipped for a in e.assets() for k in a.keys}
-
-
-def record_not_applicable(
-    instance: dg.DagsterInstance,
-    experiments: Iterable[Experiment],
-    reasons: Mapping[str, str],
-    provenance: Mapping[str, Any],
-) -> list[dg.AssetCheckKey]:
-    """Store, for every check of each experiment in ``reasons``, one evaluation that says its experiment
-    does not apply (:func:`pipeline.verdicts.not_applicable_result`'s form: not passed, WARN, the reason
-    under ``not_applicable``), with ``provenance`` as ``provenance.*`` metadata (the run's compiler and
-    device). Returns the checks recorded."""
-    recorded = []
-    for exp in experiments:
-        reason = reasons.get(exp.id)
-        if reason is None:
-            continue
-        for checks_def in exp.checks():
-            for key in checks_def.check_keys:
-                spec = checks_def.get_spec_for_check_key(key)
-                outcome = (spec.metadata or {}).get("outcome", VALIDITY)
-                meta = {
-                    "outcome": str(getattr(outcome, "value", outcome)),
-                    NOT_APPLICABLE_KEY: reason,
-                    **{f"provenance.{k}": v for k, v in provenance.items() if isinstance(v, str | int | float | bool)},
-                }
-                instance.report_runless_asset_event(
-                    dg.AssetCheckEvaluation(
-                        asset_key=key.asset_key,
-                        check_name=key.name,
-                        passed=False,
-                        severity=dg.AssetCheckSeverity.WARN,
-                        metadata=meta,
-                    )
-                )
-                recorded.append(key)
-    return recorded
 
 
 # --- evaluations per (compiler, device) ------------------------------------------------------------

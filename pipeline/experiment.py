@@ -11,7 +11,8 @@ This module imports no experiment and nothing of the report, so both may import 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 from types import ModuleType
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import dagster as dg
 
 from .fusion_checks import ExpectedFusion
+from .verdicts import NOT_APPLICABLE_KEY, VALIDITY
 
 #: A page section of the report: markdown built from the stored values the report holds. Called with
 #: the report (``pipeline.reporting.render.Report``, not imported here: the report imports this module)
@@ -113,7 +115,7 @@ class Experiment:
     fusion: tuple[ExpectedFusion, ...] = ()
     #: Why the experiment needs Inductor ("" when any fusing compiler will do): it reads what only
     #: Inductor produces (its generated C++, its config). A run with another compiler's adapter stores
-    #: its checks as "not applicable to <compiler>: <why>" (:func:`pipeline.compilers.not_applicable`),
+    #: its checks as "not applicable to <compiler>: <why>" (:func:`not_applicable`),
     #: as it does for a claim the adapter itself declares not applicable.
     needs_inductor: str = ""
     #: Imports and returns the module holding its cost (its ``cost.py``; only when a plan is made, so reading
@@ -121,6 +123,9 @@ class Experiment:
     #: (:class:`pipeline.costmodel.Cost`, its id on each), ``SELF_TEST = True`` where a run leaves them out
     #: unless asked. None: it declares no cost, and the plan's estimate says so in a row of its own.
     cost: Callable[[], ModuleType] | None = None
+    #: The names of its parts a run can be narrowed to (``report --select <id>:<name>,...``, $FUSION_SELECT):
+    #: imports and returns them (B's chains, D's subgraphs); None: it runs whole, always.
+    parts: Callable[[], Sequence[str]] | None = None
     #: Its planted bugs (with ``matrix="judged"``): the planted-bug backends (``instruments/regression``) its
     #: claims are built to catch, each to the ``asset:check`` prefix of the claim that must catch it at ERROR.
     #: The matrix scores each bug against the claim of the experiment that declares it, and re-runs that
@@ -128,6 +133,7 @@ class Experiment:
     planted: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _RECORDS[self.id] = self
         if self.sizes:
             _DECLARED_SIZES[self.id] = self
 
@@ -170,6 +176,16 @@ class Experiment:
 #: experiment's module imports the registry first (its package's parent), which builds every record,
 #: so an asset always finds its own and the ones it reads (:func:`declared_sizes`).
 _DECLARED_SIZES: dict[str, Experiment] = {}
+#: Every record built, by experiment id (the registry builds them all before any asset module loads).
+_RECORDS: dict[str, Experiment] = {}
+
+
+def record_of(experiment: str) -> Experiment:
+    """The record of experiment ``experiment`` (its id), as the registry built it."""
+    try:
+        return _RECORDS[experiment]
+    except KeyError:
+        raise ValueError(f"no experiment {experiment!r} (records: {', '.join(_RECORDS) or 'none built yet'})") from None
 
 
 def declared_sizes(experiment: str, profile: str) -> Any:
@@ -190,12 +206,124 @@ def _loaded(exp: Experiment) -> tuple[tuple[dg.AssetsDefinition, ...], tuple[dg.
     return assets, (*dg.load_asset_checks_from_modules(modules), *exp.generated_checks())
 
 
+#: The environment variable that narrows experiments to some of their parts (``report --select``): entries
+#: ``<experiment id>:<name>,<name>`` separated by spaces, e.g. ``B:softmax D:transpose_concat``.
+SELECT_ENV = "FUSION_SELECT"
+
+
+def parse_selection(text: str) -> dict[str, tuple[str, ...]]:
+    """``"B:softmax D:transpose_concat,scaled_add_concat"`` as experiment id -> the names selected.
+
+    >>> parse_selection("B:softmax D:transpose_concat,scaled_add_concat")
+    {'B': ('softmax',), 'D': ('transpose_concat', 'scaled_add_concat')}
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for entry in text.split():
+        exp_id, _, names = entry.partition(":")
+        out[exp_id] = (*out.get(exp_id, ()), *(n for n in names.split(",") if n))
+    return out
+
+
+def selected_parts(experiment: str) -> tuple[str, ...] | None:
+    """The parts of experiment ``experiment`` this run is narrowed to (:data:`SELECT_ENV`), None: all of them.
+    An experiment whose claims rest on parts left out says so (its claims on them are inconclusive)."""
+    import os
+
+    return parse_selection(os.environ.get(SELECT_ENV, "")).get(experiment)
+
+
+def selection_provenance(experiment: str) -> dict[str, str]:
+    """The selection a value of ``experiment`` was made under, as the metadata that makes it stale for a run
+    under another (``provenance.select.<id>``: the names, "" for every part)."""
+    return {f"provenance.select.{experiment}": ",".join(selected_parts(experiment) or ())}
+
+
+def not_applicable(exp: Experiment, backend: str) -> str | None:
+    """Why ``exp`` does not apply to the compiler of ``backend``, as the outcome is stored ("not
+    applicable to OpenVINO: <why>"), or None when it applies. Inductor, and every backend that
+    compiles through Inductor's adapter (``aot_eager``, the planted-bug backends), takes every
+    experiment; another adapter takes all but those it declares not applicable and those that need
+    Inductor."""
+    from .intents import adapter_or_none
+
+    adapter = adapter_or_none(backend)
+    if adapter is None or adapter.name == "inductor":
+        return None
+    why = dict(adapter.not_applicable).get(exp.id) or exp.needs_inductor
+    if not why:
+        return None
+    return f"not applicable to {adapter.title or adapter.name}: {why}"
+
+
+def record_not_applicable(
+    instance: dg.DagsterInstance,
+    experiments: Iterable[Experiment],
+    reasons: Mapping[str, str],
+    provenance: Mapping[str, Any],
+) -> list[dg.AssetCheckKey]:
+    """Store, for every check of each experiment in ``reasons``, one evaluation that says its experiment
+    does not apply (:func:`pipeline.verdicts.not_applicable_result`'s form: not passed, WARN, the reason
+    under ``not_applicable``), with ``provenance`` as ``provenance.*`` metadata (the run's compiler and
+    device). Returns the checks recorded."""
+    recorded = []
+    for exp in experiments:
+        reason = reasons.get(exp.id)
+        if reason is None:
+            continue
+        for checks_def in exp.checks():
+            for key in checks_def.check_keys:
+                spec = checks_def.get_spec_for_check_key(key)
+                outcome = (spec.metadata or {}).get("outcome", VALIDITY)
+                meta = {
+                    "outcome": str(getattr(outcome, "value", outcome)),
+                    NOT_APPLICABLE_KEY: reason,
+                    **{f"provenance.{k}": v for k, v in provenance.items() if isinstance(v, str | int | float | bool)},
+                }
+                instance.report_runless_asset_event(
+                    dg.AssetCheckEvaluation(
+                        asset_key=key.asset_key,
+                        check_name=key.name,
+                        passed=False,
+                        severity=dg.AssetCheckSeverity.WARN,
+                        metadata=meta,
+                    )
+                )
+                recorded.append(key)
+    return recorded
+
+
+def runs_where_applicable(experiment: str) -> Callable[[Callable[..., Iterator[Any]]], Callable[..., Iterator[Any]]]:
+    """Guard an asset function of experiment ``experiment`` (its id) where it runs: in a run whose compiler the
+    experiment does not apply to (:func:`not_applicable`: the adapter declares it, or the
+    experiment needs Inductor and the compiler is another), the function is not called; each of the
+    experiment's checks is stored as "not applicable to <compiler>: <why>" and nothing is materialized, so
+    its checks do not run. The CLI leaves such assets out of a run before it starts; this guard holds for any
+    other run (the Dagster UI, a schedule, a test's ``materialize``). The function must be a generator taking
+    ``(context, settings, ...)`` whose outputs are not required (``AssetOut(is_required=False)``)."""
+
+    def guard(fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        @functools.wraps(fn)
+        def body(context: Any, settings: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            exp = record_of(experiment)
+            why = not_applicable(exp, settings.backend)
+            if why is None:
+                yield from fn(context, settings, *args, **kwargs)
+                return
+            record_not_applicable(context.instance, [exp], {exp.id: why}, settings.provenance())
+            context.log.info(f"{exp.id}: {why}; nothing is materialized and its checks are stored as not applicable")
+
+        return body
+
+    return guard
+
+
 def flat_sizes(sizes: Any, prefix: str = "") -> dict[str, Any]:
     """A typed sizes record as flat metadata (``prefix`` + field name; tuples as text)."""
     return {f"{prefix}{f.name}": str(v) if isinstance(v := getattr(sizes, f.name), tuple) else v for f in fields(sizes)}
 
 
 __all__ = [
+    "SELECT_ENV",
     "BaselineTable",
     "ExpectedFusion",
     "Experiment",
@@ -203,4 +331,11 @@ __all__ = [
     "Reproducers",
     "declared_sizes",
     "flat_sizes",
+    "not_applicable",
+    "parse_selection",
+    "record_not_applicable",
+    "record_of",
+    "runs_where_applicable",
+    "selected_parts",
+    "selection_provenance",
 ]

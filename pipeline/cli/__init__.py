@@ -95,6 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["FUSION_SEED"] = str(args.seed)  # read by ExperimentSettings.seed here and in step processes
         if args.keep_sets:
             os.environ["FUSION_KEEP_SETS"] = "1"  # read by ExperimentSettings.keep_sets here and in step processes
+        if args.select:
+            from ..experiment import SELECT_ENV
+            from .run_report import selection_problem
+
+            selection = " ".join(args.select)
+            if (why := selection_problem(selection)) is not None:
+                print(f"report: {why}", file=sys.stderr)
+                return 2
+            os.environ[SELECT_ENV] = selection  # read by the selectable experiments here and in step processes
         if args.backends:
             return report_backends(
                 args.profile,

@@ -97,6 +97,16 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         help="your own workloads for experiment M: module:NAME, comma separated (default: $FUSION_WORKLOADS, "
         "else none)",
     )
+    rep.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="ID:NAME,...",
+        help="narrow an experiment that runs in parts to some of them, e.g. B:softmax or D:transpose_concat "
+        "(B's chains, D's subgraphs; repeat for several experiments): a quick check of a compiler, whose "
+        "claims on the parts left out are inconclusive; values made under another selection are stale "
+        "(default: $FUSION_SELECT, else every part)",
+    )
 
 
 def _add_results(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -38,6 +38,25 @@ def _workloads_problem(workloads: str, device: str) -> str | None:
     return workload_problem(workloads, resolve_device(device))
 
 
+def selection_problem(text: str) -> str | None:
+    """Why a selection (:data:`SELECT_ENV`'s form) names an experiment that takes none, or a part its
+    experiment does not have (with the parts it has); None when every entry holds."""
+    from ..experiment import parse_selection
+    from ..experiments import BY_ID
+
+    for exp_id, names in parse_selection(text).items():
+        exp = BY_ID.get(exp_id)
+        if exp is None or exp.parts is None:
+            takes = ", ".join(e.id for e in BY_ID.values() if e.parts is not None)
+            return f"--select: {exp_id!r} is no experiment that runs in parts (those that do: {takes})"
+        known = list(exp.parts())
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            missing = ", ".join(map(repr, unknown)) or "(none named)"
+            return f"--select {exp_id}: no part {missing}; {exp_id} has {', '.join(known)}"
+    return None
+
+
 def request_problems(settings: dict[str, str], only: Sequence[str]) -> list[str]:
     """Every reason the request cannot run, one line each: the settings (:func:`settings_problems`,
     the settings' own validation), then ``--only`` and the workloads (only once the settings hold,
@@ -120,6 +139,8 @@ def job_to_run(
 ) -> dg.JobDefinition:
     """The job subset to run: what is missing or stale for the profile and ``same`` settings (all of
     it with ``everything``), within ``only``'s selection, without ``skip``; prints what it chose."""
+    from ..experiment import selection_provenance
+    from ..experiments import EXPERIMENTS
     from ..resources import DEFAULT_SEED, resolve_device
 
     profile = settings["profile"]
@@ -129,6 +150,13 @@ def job_to_run(
         "device": str(resolve_device(settings["device"])),
         "seed": os.environ.get("FUSION_SEED") or str(DEFAULT_SEED),  # another seed's results are not these
         **{k: settings[k] for k in ("backend", "backend_options", "workloads")},
+        # the parts an experiment ran (report --select): a value made under another selection is stale
+        **{
+            k.removeprefix("provenance."): v
+            for e in EXPERIMENTS
+            if e.parts
+            for k, v in selection_provenance(e.id).items()
+        },
     }
     job = defs.resolve_job_def("all_assets_job")
     graph = defs.resolve_asset_graph()

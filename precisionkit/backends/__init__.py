@@ -10,6 +10,11 @@ adapter. A built-in name wins over an entry point of the same name.
 - :func:`adapter_for_backend` gives the adapter for a ``torch.compile`` backend name (what
   :class:`~precisionkit.paths.FusedFunction` uses).
 - :func:`adapter_names` lists what can be asked for.
+
+What experiments ask of a compiler is an intent (:data:`INTENTS`: ``one_thread``, ``faithful_casts``,
+``whole_graph``, ``reduction_knobs``, ``reduction_tilings``), answered by each adapter's
+:meth:`~BackendAdapter.intent` / :meth:`~BackendAdapter.intent_variants`, or not, with
+:meth:`~BackendAdapter.why_not`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,18 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 
-from .base import BackendAdapter, CompileCapture, FusedUnit
+from .base import (
+    FAITHFUL_CASTS,
+    INTENTS,
+    ONE_THREAD,
+    REDUCTION_KNOBS,
+    REDUCTION_TILINGS,
+    WHOLE_GRAPH,
+    BackendAdapter,
+    CompileCapture,
+    FusedUnit,
+    Intent,
+)
 
 #: The entry point group a distribution registers its adapter in.
 ENTRY_POINT_GROUP = "fusion_precision.backends"
@@ -39,10 +55,17 @@ _BUILTIN_EXTRAS = {"openvino": "openvino", "iree": "iree"}
 __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
+    "FAITHFUL_CASTS",
+    "INTENTS",
+    "ONE_THREAD",
+    "REDUCTION_KNOBS",
+    "REDUCTION_TILINGS",
+    "WHOLE_GRAPH",
     "AdapterLoadError",
     "BackendAdapter",
     "CompileCapture",
     "FusedUnit",
+    "Intent",
     "MissingCompiler",
     "adapter_for_backend",
     "adapter_names",

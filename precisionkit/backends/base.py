@@ -5,6 +5,10 @@ An adapter is the one place that knows a compiler's internals. Everything else i
 fused path, its fusion evidence, the bisection, the bug finders) asks the adapter, so a new compiler
 comes in by writing one adapter (see :mod:`precisionkit.backends` for the registry and the
 ``fusion_precision.backends`` entry point).
+
+Experiments ask a compiler for *intents* (:data:`INTENTS`), never for a compiler's own option names:
+"reduce on one thread", "round casts as eager does". Each adapter says which option set realizes an
+intent (:meth:`BackendAdapter.intents`), or that it has none, and why (:meth:`BackendAdapter.why_not`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,66 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+
+@dataclass(frozen=True)
+class Intent:
+    """Something an experiment asks of a compiler, in words every compiler's adapter can answer.
+
+    ``variants`` intents are answered by a set of labelled option sets (label -> options, one variant of
+    the compiled program each); the others by one option set (``{}`` when the compiler does it by
+    default)."""
+
+    name: str
+    meaning: str
+    variants: bool = False
+
+
+#: A reduction is walked by one thread (one block on a GPU): one accumulation order, no split of a
+#: row across workers. Inductor: ``cpp.threads=1`` on a CPU, ``split_reductions=False`` on CUDA.
+ONE_THREAD = "one_thread"
+#: Every cast the program writes rounds as eager rounds it: a narrowing cast between fused operations
+#: (an fp32 -> fp16 -> fp32 pair) is kept, not elided. Inductor: ``emulate_precision_casts=True``.
+FAITHFUL_CASTS = "faithful_casts"
+#: Every operation of the graph goes to the compiler, a graph of one operation too (a partitioner that
+#: leaves single-operation partitions to torch is told to keep them). Inductor compiles every graph.
+WHOLE_GRAPH = "whole_graph"
+#: The compiler's own knobs that each may change how a reduction loop is split, vectorized or
+#: reassociated: label -> options, one variant each. Inductor: ``cpp.threads=1``, ``cpp.simdlen=0``,
+#: ``split_reductions=False`` on a CPU.
+REDUCTION_KNOBS = "reduction_knobs"
+#: The settings with which the compiler itself tiles a reduction (threads, vector width), label ->
+#: options, one variant each. Inductor on a CPU: ``cpp.threads`` x ``cpp.simdlen``.
+REDUCTION_TILINGS = "reduction_tilings"
+
+#: Every intent an experiment may ask for, by name.
+INTENTS: dict[str, Intent] = {
+    i.name: i
+    for i in (
+        Intent(
+            ONE_THREAD, "walk each reduction on one thread (one block on a GPU), without splitting a row across workers"
+        ),
+        Intent(
+            FAITHFUL_CASTS,
+            "round every cast between fused operations as eager does (keep an fp32 -> fp16 -> fp32 pair)",
+        ),
+        Intent(WHOLE_GRAPH, "compile every operation of a graph, a graph of a single operation too"),
+        Intent(
+            REDUCTION_KNOBS,
+            "switch a knob of its own that changes how a reduction is split, vectorized or reassociated",
+            True,
+        ),
+        Intent(REDUCTION_TILINGS, "set the threads and vector width with which it tiles a reduction", True),
+    )
+}
+
+
+def intent_spec(name: str) -> Intent:
+    """The declared intent ``name``; a ValueError listing the intents for any other name."""
+    try:
+        return INTENTS[name]
+    except KeyError:
+        raise ValueError(f"no intent {name!r}; intents: {', '.join(INTENTS)}") from None
 
 
 @dataclass(frozen=True)
@@ -55,6 +119,10 @@ class CompileCapture:
     - ``extern_calls`` / ``fused_library_calls``: library kernels the compiled code calls (Inductor).
     - ``graph_ops``: how many source operations the compiled graphs held (the denominator of the
       fusion rule: a graph of one op cannot fuse).
+    - ``graph_edges``: how many of those operations' inputs are another operation's result (None when
+      the adapter did not count them). With none, nothing could fuse (one operation, or operations
+      that share only inputs, such as two sums of one tensor): the rule then asks only that the
+      compiler compiled the graph.
     """
 
     units: list[FusedUnit] = field(default_factory=list)
@@ -64,6 +132,17 @@ class CompileCapture:
     extern_calls: list[str] = field(default_factory=list)
     fused_library_calls: list[str] = field(default_factory=list)
     graph_ops: int = 0
+    graph_edges: int | None = None
+
+
+def count_edges(graph: torch.fx.Graph, computes: Callable[[torch.fx.Node], bool]) -> int:
+    """How many inputs of ``graph``'s computing nodes (``computes``) are another computing node's result
+    (each (producer, consumer) pair once): :attr:`CompileCapture.graph_edges` of an FX graph."""
+    edges: set[tuple[torch.fx.Node, torch.fx.Node]] = set()
+    for node in graph.nodes:
+        if computes(node):
+            edges.update((p, node) for p in node.all_input_nodes if computes(p))
+    return len(edges)
 
 
 class BackendAdapter:
@@ -79,6 +158,27 @@ class BackendAdapter:
     - ``not_applicable``: claim or experiment id -> why it does not apply to this compiler (e.g. C1's
       instruction route reads Inductor's generated C++); such a claim is stored as "not applicable
       to <title>: <why>", never as a pass.
+    - ``intents_lacking``: intent name -> why this compiler has no way to do it (see :meth:`why_not`).
+    - ``binaries_unreadable``: why the machine code of the compiled units cannot be read back ("" when
+      :meth:`compiled_modules` yields the modules that hold it).
+
+    Intents (:data:`INTENTS`): an experiment asks :meth:`intent` (one option set) or
+    :meth:`intent_variants` (labelled option sets) by intent name, never by a compiler's option names;
+    an adapter declares what it can do by overriding :meth:`intents`. An intent it leaves out is one the
+    compiler does not have: the experiment stores that part as "not applicable to <title>: <why>"
+    (:meth:`why_not`), never as a pass. ``{}`` means the compiler already does it with no option; say
+    so only where that was measured.
+
+    >>> class Mine(BackendAdapter):
+    ...     name, title = "mine", "Mine"
+    ...     intents_lacking = {"one_thread": "its runtime's thread pool is process-wide"}
+    ...
+    ...     def intents(self, device="cpu"):
+    ...         return {"faithful_casts": {}, "reduction_knobs": {"reassociate": {"fast_math": True}}}
+    >>> Mine().intent("faithful_casts"), Mine().intent("one_thread"), Mine().why_not("one_thread")
+    ({}, None, "its runtime's thread pool is process-wide")
+    >>> Mine().intent_variants("reduction_knobs")
+    {'reassociate': {'fast_math': True}}
     """
 
     name: str = ""
@@ -86,6 +186,8 @@ class BackendAdapter:
     dynamo_backend: str = ""
     extra: str | None = None
     not_applicable: Mapping[str, str] = {}
+    intents_lacking: Mapping[str, str] = {}
+    binaries_unreadable: str = "its adapter reads no compiled machine code per unit"
 
     def missing(self) -> str | None:
         """Why this compiler cannot run here (a package not installed, with the command that
@@ -127,12 +229,79 @@ class BackendAdapter:
         precision), for the layer bisection: name -> options for :meth:`compiler`."""
         return {}
 
+    # --- intents -------------------------------------------------------------------------------
+
+    def intents(self, device: str = "cpu") -> dict[str, Any]:
+        """The intents this compiler realizes on ``device`` (a torch device string): intent name ->
+        options for :meth:`compiler` (``{}``: it does so by default), or for a ``variants`` intent,
+        label -> options. Override it to declare a compiler's; the default declares none."""
+        return {}
+
+    def intent(self, name: str, device: str = "cpu") -> dict[str, Any] | None:
+        """The options that realize intent ``name`` on ``device`` (``{}``: the compiler does it by
+        default), or None when it has no way to (:meth:`why_not` says why)."""
+        if intent_spec(name).variants:
+            raise ValueError(f"intent {name!r} is a set of variants: ask intent_variants({name!r})")
+        value = self.intents(device).get(name)
+        return None if value is None else dict(value)
+
+    def intent_variants(self, name: str, device: str = "cpu") -> dict[str, dict[str, Any]] | None:
+        """The labelled option sets of variant intent ``name`` on ``device``, or None when the compiler
+        has none (:meth:`why_not` says why)."""
+        if not intent_spec(name).variants:
+            raise ValueError(f"intent {name!r} is one option set: ask intent({name!r})")
+        value = self.intents(device).get(name)
+        return None if value is None else {label: dict(options) for label, options in value.items()}
+
+    def merge_options(self, base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+        """The options of :meth:`compiler` that are ``base`` (a run's own options) with ``extra`` (an
+        intent's) applied over them; the default replaces key by key, an adapter whose options nest
+        (OpenVINO's ``config``, IREE's ``flags``) merges them."""
+        return {**base, **extra}
+
+    def why_not(self, name: str, device: str = "cpu") -> str:
+        """Why this compiler has no way to do intent ``name`` on ``device``: its declared reason
+        (``intents_lacking``), else that its adapter declares none. An experiment stores it as
+        "not applicable to <title>: <why>"."""
+        spec = intent_spec(name)
+        return self.intents_lacking.get(name) or (
+            f"its adapter declares no way to {spec.meaning} on {torch.device(device).type}"
+        )
+
+    # --- what the compiler did with a graph --------------------------------------------------
+
+    def fell_back(self, capture: CompileCapture) -> str | None:
+        """Why part of what the compiler was handed ran elsewhere (in torch, or in another compiler)
+        after the compiler failed it at compile or run time, or None. A property of the compiler on
+        that graph, not of the harness: an experiment may keep such a path as "not fused" with this
+        reason (never as a fused result), where the fused path itself raises FusionError."""
+        return None
+
+    @contextmanager
+    def compiled_modules(self) -> Iterator[list[Any] | None]:
+        """Collect, inside the ``with`` block, the loaded modules that hold the compiled units' machine
+        code (Inductor's wrapper modules), for reading each unit's binary; yields None for a compiler
+        whose binaries cannot be read (``binaries_unreadable`` says why)."""
+        yield None
+
+    def disable_caches(self) -> dict[str, Any]:
+        """Turn off, in this process, every cache through which the compiler could reuse an earlier
+        compile (a cold start), and return what was found and set, for the record: at least
+        ``cache_files_before_compile`` (files already in its on-disk cache; 0 for one it has none of)."""
+        return {"cache_files_before_compile": 0, "compiler_cache": "none read by this adapter"}
+
     def fusion_problem(self, capture: CompileCapture) -> str | None:
         """Why ``capture`` does not show fusion, or None when it does. The default rule for any
-        compiler: at least one unit was compiled, and where the graphs held two or more source
-        operations, at least one unit computes more than one of them."""
+        compiler: at least one unit was compiled, and where an operation of the graphs fed another
+        (:attr:`CompileCapture.graph_edges`; where it was not counted, where the graphs held two or
+        more operations), at least one unit computes more than one of them. Only units that name
+        their operations can show that nothing fused: a unit that names none (the compiler does not
+        say, or a rewrite lost the names) may hold several."""
         if not capture.units and not capture.fused_library_calls:
             return "generated no fused unit (nothing the compiler produced was captured)"
-        if capture.graph_ops >= 2 and not any(u.fuses for u in capture.units) and not capture.fused_library_calls:
+        could_fuse = capture.graph_ops >= 2 if capture.graph_edges is None else capture.graph_edges >= 1
+        named = all(u.ops for u in capture.units)
+        fused = any(u.fuses for u in capture.units) or capture.fused_library_calls
+        if could_fuse and named and not fused:
             return f"put each of the graph's {capture.graph_ops} operations in a unit of its own: nothing was fused"
         return None

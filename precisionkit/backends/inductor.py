@@ -19,7 +19,16 @@ from unittest import mock
 
 import torch
 
-from .base import BackendAdapter, CompileCapture, FusedUnit
+from .base import (
+    FAITHFUL_CASTS,
+    ONE_THREAD,
+    REDUCTION_KNOBS,
+    REDUCTION_TILINGS,
+    WHOLE_GRAPH,
+    BackendAdapter,
+    CompileCapture,
+    FusedUnit,
+)
 
 # Kernel definitions in Inductor's generated wrapper code: ``name = async_compile.<kind>(...``.
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
@@ -240,6 +249,66 @@ CUDA_KNOBS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Inductor's answers to the intents (:data:`precisionkit.backends.base.INTENTS`), per device type; an
+#: intent a device type lacks here is not declared for it.
+INTENT_OPTIONS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        # The C++ kernel splits a reduction into one range per OpenMP thread.
+        ONE_THREAD: {"cpp.threads": 1},
+        REDUCTION_KNOBS: {
+            "cpp.threads=1": {"cpp.threads": 1},
+            "cpp.simdlen=0": {"cpp.simdlen": 0},
+            "split_reductions=False": {"split_reductions": False},
+        },
+        # Threads x vector width (simdlen 0: a scalar loop).
+        REDUCTION_TILINGS: {
+            f"t{t}_simd{w}": {"cpp.threads": t, "cpp.simdlen": w} for t in (1, 2) for w in (0, 256, 512)
+        },
+    },
+    "cuda": {
+        # One block walks a row: no split reduction over several blocks.
+        ONE_THREAD: {"split_reductions": False},
+        REDUCTION_KNOBS: {
+            "split_reductions=False": {"split_reductions": False},
+            "triton.persistent_reductions=False": {"triton.persistent_reductions": False},
+        },
+        # Triton's reduction strategies.
+        REDUCTION_TILINGS: {
+            "split": {"split_reductions": True, "triton.persistent_reductions": True},
+            "nosplit_persistent": {"split_reductions": False, "triton.persistent_reductions": True},
+            "nosplit_looped": {"split_reductions": False, "triton.persistent_reductions": False},
+            "cooperative": {
+                "split_reductions": False,
+                "triton.cooperative_reductions": True,
+                "triton.force_cooperative_reductions": True,
+            },
+            "min_num_split_64": {"split_reductions": True, "min_num_split": 64},
+        },
+    },
+}
+#: Intents Inductor answers the same way on every device type: it elides a narrowing cast pair between
+#: fused operations unless ``emulate_precision_casts`` is set, and it compiles every graph it is handed.
+INTENTS_EVERYWHERE: dict[str, Any] = {FAITHFUL_CASTS: {"emulate_precision_casts": True}, WHOLE_GRAPH: {}}
+
+
+@contextmanager
+def loaded_wrapper_modules() -> Iterator[list[Any]]:
+    """Collect every output-code (wrapper) module Inductor loads inside the ``with`` block: the modules
+    whose globals hold the compiled kernels (a C++ kernel's extension module, a Triton launcher)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    modules: list[Any] = []
+    original = PyCodeCache.load_by_key_path.__func__  # type: ignore[attr-defined]
+
+    def load(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        module = original(cls, *args, **kwargs)
+        modules.append(module)
+        return module
+
+    with mock.patch.object(PyCodeCache, "load_by_key_path", classmethod(load)):
+        yield modules
+
+
 class InductorAdapter(BackendAdapter):
     """Inductor, torch.compile's default compiler.
 
@@ -257,9 +326,48 @@ class InductorAdapter(BackendAdapter):
     name = "inductor"
     title = "Inductor"
     dynamo_backend = "inductor"
+    binaries_unreadable = ""
+    intents_lacking: Mapping[str, str] = {
+        ONE_THREAD: "Inductor has a one-thread (one-block) reduction setting on CPU and CUDA devices only",
+        REDUCTION_KNOBS: "Inductor's reduction knobs are declared for CPU and CUDA devices only",
+        REDUCTION_TILINGS: "Inductor's reduction tilings are declared for CPU and CUDA devices only",
+    }
 
     def __init__(self, dynamo_backend: str = "inductor") -> None:
         self.dynamo_backend = dynamo_backend
+
+    def intents(self, device: str = "cpu") -> dict[str, Any]:
+        """:data:`INTENT_OPTIONS` of ``device``'s type and :data:`INTENTS_EVERYWHERE`: the config
+        options each intent patches while Inductor compiles."""
+        return {**INTENT_OPTIONS.get(torch.device(device).type, {}), **INTENTS_EVERYWHERE}
+
+    @contextmanager
+    def compiled_modules(self) -> Iterator[list[Any] | None]:
+        """The wrapper modules Inductor loads inside the block (:func:`loaded_wrapper_modules`)."""
+        with loaded_wrapper_modules() as modules:
+            yield modules
+
+    def disable_caches(self) -> dict[str, Any]:
+        """Turn off Inductor's FX-graph cache and local autotuning cache in this process (the
+        environment of a cold start turns the others off; ``autotune_local_cache`` has no variable of
+        its own) and return the cache folder, how many files it held, and the cache switches."""
+        import os
+
+        from torch._inductor import config as inductor_config
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        inductor_config.fx_graph_cache = False
+        inductor_config.autotune_local_cache = False
+        folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir()
+        return {
+            "cache_dir": folder,
+            "cache_files_before_compile": sum(len(files) for _, _, files in os.walk(folder))
+            if os.path.isdir(folder)
+            else 0,
+            "fx_graph_cache": bool(inductor_config.fx_graph_cache),
+            "autotune_local_cache": bool(inductor_config.autotune_local_cache),
+            "force_disable_caches": bool(inductor_config.force_disable_caches),
+        }
 
     def setup_source(self) -> str:
         """Nothing: torch registers Inductor (and ``eager``, ``aot_eager``) itself; a test backend

@@ -2,7 +2,9 @@
 dialect), compiled by IREE for the ``llvm-cpu`` target and run on the ``local-task`` device.
 
 IREE groups the graph's operations into dispatch regions; each region becomes one executable, and
-a region is this adapter's fused unit. To see which source operations each region computes,
+a region is this adapter's fused unit. A copy IREE leaves to its runtime, outside any dispatch (a
+concatenation of reshaped inputs becomes ``flow.tensor.update`` of one result buffer, with no executable
+at all), is a unit of kind ``transfer``. To see which source operations each region computes,
 :meth:`IREEAdapter.capture` replaces, inside its ``with`` block, the one function through which
 iree-turbine compiles a program source (``iree.turbine.runtime.launch._jit_callback``). The
 replacement lets iree-turbine compile and load the program exactly as before, then compiles the same
@@ -34,7 +36,16 @@ from typing import Any
 
 import torch
 
-from .base import BackendAdapter, CompileCapture, FusedUnit
+from .base import (
+    FAITHFUL_CASTS,
+    ONE_THREAD,
+    REDUCTION_KNOBS,
+    REDUCTION_TILINGS,
+    WHOLE_GRAPH,
+    BackendAdapter,
+    CompileCapture,
+    FusedUnit,
+)
 
 #: The module, and the function in it, through which iree-turbine compiles a program source for a
 #: device (``Launchable.jit_compile`` looks the function up in the module at each call).
@@ -55,9 +66,16 @@ _DEVICE = "local-task"
 # ``%3 = torch.aten.sub.Tensor %arg0, ...``, ``torch.prims.convert_element_type``, or a custom op
 # ``torch.operator "name"``.
 _SOURCE_OP = re.compile(r'^\s*(?:%[^=]*=\s*)?torch\.(?:((?:aten|prims)\.[\w.]+)|operator "([^"]+)")')
+# An SSA value: ``%3``, ``%arg0``, ``%int1_2``; the results a line defines are left of its ``=``.
+_SSA_VALUE = re.compile(r"%[\w.$-]+")
+# A list construction passes its elements on to the operation that consumes the list.
+_LIST_CONSTRUCT = re.compile(r"^\s*(%[\w.$-]+)\s*=\s*torch\.prim\.ListConstruct\b")
 _TAG = re.compile(r'"pk(\d+):([^"]+)"')
 _EXECUTABLE = re.compile(r"^  flow\.executable (?:\w+ )*@(\S+) \{$")
 _EXPORT = re.compile(r"flow\.executable\.export (?:\w+ )*@([^\s(]+)")
+# A tensor transfer the flow phase keeps outside any dispatch: a copy the runtime does itself (a concatenation
+# of reshaped inputs becomes updates of one result buffer, with no executable at all).
+_TRANSFER = re.compile(r"=\s*flow\.tensor\.(update|slice|splat|clone|transfer|fill|copy)\b")
 _LOC_ALIAS_DEF = re.compile(r"^(#loc\d*) = (loc\(.*\))$", re.MULTILINE)
 _LOC_ALIAS_USE = re.compile(r"loc\((#loc\d*)\)")
 # A location, with one level of nested parentheses (``loc(callsite("a" at "b"))``).
@@ -91,6 +109,7 @@ class _Compiled:
     units: tuple[FusedUnit, ...]
     source_ops: int
     code: str
+    source_edges: int = 0
 
 
 # Captures open now, outermost first: every compile reports to all of them, so nested captures each
@@ -195,6 +214,32 @@ def _tag_source_ops(source: str) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", names
 
 
+def _source_edges(source: str) -> int:
+    """How many operands of the source's computing torch operations are another computing operation's
+    result (through a ``torch.prim.ListConstruct``, as ``aten.cat`` takes its inputs), each
+    (producer, consumer) pair once."""
+    producer: dict[str, int] = {}  # SSA value -> index of the computing operation that defines it
+    lists: dict[str, set[int]] = {}  # list value -> the computing operations whose results it holds
+    edges: set[tuple[int, int]] = set()
+    index = 0
+    for line in source.splitlines():
+        if "=" in line:
+            defined, _, used = line.partition("=")
+        else:
+            defined, used = "", line
+        if (listed := _LIST_CONSTRUCT.match(line)) is not None:
+            lists[listed.group(1)] = {producer[v] for v in _SSA_VALUE.findall(used) if v in producer}
+            continue
+        if not _SOURCE_OP.match(line):
+            continue
+        for value in _SSA_VALUE.findall(used.split(":")[0]):
+            edges.update((p, index) for p in ({producer[value]} if value in producer else lists.get(value, set())))
+        for value in _SSA_VALUE.findall(defined):
+            producer[value] = index
+        index += 1
+    return len(edges)
+
+
 def _resolve_loc_aliases(text: str) -> str:
     """Replace ``loc(#locN)`` references by the location they name (the printer uses aliases for
     locations it prints more than once)."""
@@ -241,8 +286,14 @@ def _analyze(program_source: Any, flags: tuple[str, ...]) -> _Compiled:
     units: list[FusedUnit] = []
     lines = text.splitlines()
     i = 0
+    transfers = 0
     while i < len(lines):
         if not _EXECUTABLE.match(lines[i]):
+            if (transfer := _TRANSFER.search(lines[i])) is not None:
+                indices = sorted({int(index) for index, _ in _TAG.findall(lines[i])})
+                ops = tuple(names[index] for index in indices if index < len(names))
+                units.append(FusedUnit(name=f"transfer_{transfers}_{transfer.group(1)}", ops=ops, kind="transfer"))
+                transfers += 1
             i += 1
             continue
         end = i + 1
@@ -263,7 +314,8 @@ def _analyze(program_source: Any, flags: tuple[str, ...]) -> _Compiled:
             program.strip(),
         ]
     )
-    return _Compiled(flags=flags, units=tuple(units), source_ops=len(names), code=code)
+    source_edges = _source_edges(_source_text(program_source))
+    return _Compiled(flags=flags, units=tuple(units), source_ops=len(names), code=code, source_edges=source_edges)
 
 
 class IREEAdapter(BackendAdapter):
@@ -287,6 +339,54 @@ class IREEAdapter(BackendAdapter):
             "math.rsqrt itself through MLIR and LLVM.",
         }
     )
+
+    intents_lacking: Mapping[str, str] = MappingProxyType({})
+    binaries_unreadable = (
+        "iree-turbine loads each program as one IREE module (an embedded ELF holding every dispatch), which the "
+        "adapter does not read back; the compiled program is compared by its flow-phase text (code_sha256)"
+    )
+
+    def intents(self, device: str = "cpu") -> dict[str, Any]:
+        """IREE's answers to the intents, as iree-compile flags (``{"flags": [...]}``):
+
+        - ``one_thread``: no split reduction (``--iree-dispatch-creation-enable-split-reduction=false``):
+          a row is reduced inside one workgroup, which one worker thread runs. iree-turbine's compile
+          already leaves split reduction off (measured: the flag changes neither result nor dispatches).
+        - ``faithful_casts``: ``{}``: IREE keeps a narrowing cast pair between fused operations and
+          computes a fused fp16 chain in fp16 (measured: an fp32 -> fp16 -> fp32 pair rounds as eager's).
+        - ``whole_graph``: ``{}``: ``turbine_cpu`` compiles the whole graph or fails.
+        - ``reduction_knobs``: reassociated floating-point reductions (vectorized partial sums), and
+          split reduction across workgroups.
+        - ``reduction_tilings``: reassociated reductions at a vector width of 16, 32 and 64 bytes (the
+          partial sums per vector lane; without reassociation the width changes no addition's order).
+        """
+        reassociate = "--iree-llvmcpu-reassociate-fp-reductions=true"
+        return {
+            ONE_THREAD: {"flags": ["--iree-dispatch-creation-enable-split-reduction=false"]},
+            FAITHFUL_CASTS: {},
+            WHOLE_GRAPH: {},
+            REDUCTION_KNOBS: {
+                "reassociate_fp_reductions": {"flags": [reassociate]},
+                "split_reduction": {"flags": ["--iree-dispatch-creation-enable-split-reduction=true"]},
+            },
+            REDUCTION_TILINGS: {
+                f"reassociate_vw{width}": {
+                    "flags": [reassociate, f"--iree-llvmcpu-target-vector-width-in-bytes={width}"]
+                }
+                for width in (16, 32, 64)
+            },
+        }
+
+    def merge_options(self, base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+        """``extra``'s flags after ``base``'s (a later flag of the same name wins)."""
+        merged = {**base, **extra}
+        if "flags" in base or "flags" in extra:
+            merged["flags"] = [*base.get("flags", ()), *extra.get("flags", ())]
+        return merged
+
+    def disable_caches(self) -> dict[str, Any]:
+        """Nothing to turn off: iree-turbine keeps compiled programs in memory, per process."""
+        return {"cache_files_before_compile": 0, "compiler_cache": "none on disk: iree-turbine caches per process"}
 
     def missing(self) -> str | None:
         for module in _IMPORTS:
@@ -353,6 +453,7 @@ class IREEAdapter(BackendAdapter):
                 for program in compiled:
                     capture.units.extend(program.units)
                     capture.graph_ops += program.source_ops
+                    capture.graph_edges = (capture.graph_edges or 0) + program.source_edges
                 capture.partitions = len(compiled)
                 capture.code = "\n\n".join(program.code for program in compiled)
 

@@ -12,14 +12,16 @@ node's precision. The runtime model names, per node, the original operations it 
 model is the fusion evidence.
 
 :meth:`OpenVINOAdapter.capture` patches four places for the duration of its block and restores them
-afterwards:
+afterwards (five functions in all):
 
 - ``openvino.Core.compile_model``: every compiled model, each of whose executed runtime nodes
   becomes a :class:`~precisionkit.backends.base.FusedUnit`;
 - ``Partitioner.make_partitions``: how many operations the partitioner received and which it left
   to torch;
-- ``OpenVINOGraphModule.__call__``: a partition whose compile or execution failed, which the backend
-  then runs in torch from that call on without saying so;
+- ``OpenVINOGraphModule.__call__`` (and the ``openvino_execute`` it calls, for the error): a partition
+  whose compile or execution failed, which the backend then runs in torch from that call on without
+  saying so (OpenVINO 2026.4 fails every partition with a bfloat16 input this way: its input type table
+  has no bfloat16);
 - the backend module's ``compile_fx``: a graph the backend failed to convert, which it hands to
   Inductor instead.
 
@@ -48,7 +50,17 @@ from typing import Any
 
 import torch
 
-from .base import BackendAdapter, CompileCapture, FusedUnit
+from .base import (
+    FAITHFUL_CASTS,
+    ONE_THREAD,
+    REDUCTION_KNOBS,
+    REDUCTION_TILINGS,
+    WHOLE_GRAPH,
+    BackendAdapter,
+    CompileCapture,
+    FusedUnit,
+    count_edges,
+)
 
 #: OpenVINO element type names (as the CPU plugin writes them in a runtime node's
 #: ``runtimePrecision``) -> torch dtype names. A name not listed is reported as OpenVINO writes it.
@@ -164,9 +176,11 @@ class OpenVINOCapture(CompileCapture):
     - ``properties``: the numerics-deciding properties of the last model compiled (see
       :meth:`OpenVINOAdapter.provenance`).
     - ``model_codes``: the code text of each compiled model, in order (``code`` joins them).
+    - ``fallback_errors``: the error of each partition the backend ran in torch (type and first line).
     """
 
     torch_fallback_partitions: int = 0
+    fallback_errors: list[str] = field(default_factory=list)
     inductor_graphs: int = 0
     properties: dict[str, str] = field(default_factory=dict)
     model_codes: list[str] = field(default_factory=list)
@@ -255,7 +269,7 @@ NUMERIC_PROPERTIES = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
 
 def _model_properties(compiled: Any) -> dict[str, str]:
     props: dict[str, str] = {}
-    for key in (*NUMERIC_PROPERTIES, "EXECUTION_DEVICES"):
+    for key in (*NUMERIC_PROPERTIES, "INFERENCE_NUM_THREADS", "EXECUTION_DEVICES"):
         try:
             props[key] = _property_text(compiled.get_property(key))
         except RuntimeError:  # a device that does not report the property
@@ -268,6 +282,8 @@ def _model_properties(compiled: Any) -> dict[str, str]:
 _active: list[tuple[OpenVINOCapture, OpenVINOAdapter]] = []
 _restore: list[Callable[[], None]] = []
 _lock = threading.RLock()
+# The error of the partition call running on this thread (the backend swallows it before falling back).
+_last_error = threading.local()
 
 
 def _each_active() -> list[tuple[OpenVINOCapture, OpenVINOAdapter]]:
@@ -311,25 +327,40 @@ def _install() -> None:
         def make_partitions(self: Any, graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
             # Labels first: fusing the partitions rewrites the graph in place.
             labels = {n.name: _fx_label(n) for n in graph_module.graph.nodes if _computes(n)}
+            edges = count_edges(graph_module.graph, _computes)
             fused = original(self, graph_module, *args, **kwargs)
             left = [labels[n.name] for n in fused.graph.nodes if _computes(n) and n.name in labels]
             for cap, _adapter in _each_active():
                 cap.graph_ops += len(labels)
+                cap.graph_edges = (cap.graph_edges or 0) + edges
                 cap.fallback_ops.extend(left)
             return fused
 
         return make_partitions
 
+    def wrap_execute(original: Any) -> Any:
+        def execute(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            except Exception as exc:
+                _last_error.text = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+                raise
+
+        return execute
+
     def wrap_module_call(original: Any) -> Any:
         def call(self: Any, *args: Any) -> Any:
             before = bool(getattr(self, "perm_fallback", False))
+            _last_error.text = ""
             result = original(self, *args)
             if not before and getattr(self, "perm_fallback", False):
                 gm = getattr(self, "gm", None)
                 left = [_fx_label(n) for n in gm.graph.nodes if _computes(n)] if gm is not None else []
+                error = getattr(_last_error, "text", "") or "no error recorded"
                 for cap, _adapter in _each_active():
                     cap.torch_fallback_partitions += 1
                     cap.fallback_ops.extend(left)
+                    cap.fallback_errors.append(error)
             return result
 
         return call
@@ -345,7 +376,15 @@ def _install() -> None:
     _patch(openvino.Core, "compile_model", wrap_compile_model)
     _patch(Partitioner, "make_partitions", wrap_make_partitions)
     _patch(ov_execute.OpenVINOGraphModule, "__call__", wrap_module_call)
+    _patch(ov_execute, "openvino_execute", wrap_execute)
     _patch(ov_backend, "compile_fx", wrap_compile_fx)
+
+
+def _owned(outputs: Any) -> Any:
+    """``outputs`` with every tensor copied (the backend's own buffers are reused by its next call)."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, outputs)
 
 
 def _uninstall() -> None:
@@ -368,9 +407,59 @@ class OpenVINOAdapter(BackendAdapter):
         "normalization runs in the CPU plugin's own MVN kernel.",
     }
 
+    intents_lacking: Mapping[str, str] = {
+        FAITHFUL_CASTS: "OpenVINO removes a narrowing cast pair (fp32 -> fp16 -> fp32) and computes a fused fp16 "
+        "chain in fp32, rounding once, and none of its properties keeps the rounding (measured on the CPU plugin "
+        "with EXECUTION_MODE_HINT=ACCURACY and INFERENCE_PRECISION_HINT f16 or f32)",
+        REDUCTION_TILINGS: "OpenVINO's CPU plugin chooses a reduction's blocking and vector width itself: no "
+        "property sets them",
+    }
+    binaries_unreadable = (
+        "OpenVINO's CPU plugin emits its kernels in memory and exposes no binary per runtime node; its compiled "
+        "program is compared by the runtime model's text (code_sha256)"
+    )
+
     def __init__(self) -> None:
         #: The numerics-deciding properties of the last model a capture of this adapter saw compile.
         self.last_properties: dict[str, str] = {}
+
+    def intents(self, device: str = "cpu") -> dict[str, Any]:
+        """OpenVINO's answers, as backend options. ``one_thread``: ``INFERENCE_NUM_THREADS=1`` (the one
+        property that could split a reduction across threads; also the only ``reduction_knobs`` variant:
+        no property sets a reduction's order). ``whole_graph``: the backend's ``testing`` option, whose one
+        effect (2026.4, ``Partitioner.make_partitions``) is to allow a partition of a single operation:
+        without it a graph of one operation is never handed to OpenVINO and runs in torch."""
+        one = {"config": {"INFERENCE_NUM_THREADS": "1"}}
+        return {ONE_THREAD: one, WHOLE_GRAPH: {"testing": True}, REDUCTION_KNOBS: {"INFERENCE_NUM_THREADS=1": one}}
+
+    def merge_options(self, base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+        """``extra`` over ``base``, the two ``config`` dictionaries (plugin properties) merged."""
+        merged = {**base, **extra}
+        if isinstance(base.get("config"), Mapping) and isinstance(extra.get("config"), Mapping):
+            merged["config"] = {**base["config"], **extra["config"]}
+        return merged
+
+    def disable_caches(self) -> dict[str, Any]:
+        """Nothing to turn off: OpenVINO's ``torch.compile`` backend caches compiled models on disk only
+        with its ``model_caching`` option, and in this process only per partition object."""
+        return {
+            "cache_files_before_compile": 0,
+            "compiler_cache": "none: OpenVINO's backend writes compiled models to disk only with model_caching",
+        }
+
+    def fell_back(self, capture: CompileCapture) -> str | None:
+        """The partitions the backend ran in torch after OpenVINO failed them (with their errors), and the
+        graphs it handed to Inductor after failing to convert them."""
+        fell = getattr(capture, "torch_fallback_partitions", 0)
+        if fell:
+            errors = "; ".join(dict.fromkeys(getattr(capture, "fallback_errors", [])))
+            return f"ran {fell} partition(s) in torch after OpenVINO failed to compile or execute them" + (
+                f" ({errors})" if errors else ""
+            )
+        to_inductor = getattr(capture, "inductor_graphs", 0)
+        if to_inductor:
+            return f"failed to convert {to_inductor} graph(s) and compiled them with Inductor instead"
+        return None
 
     def missing(self) -> str | None:
         """Why OpenVINO cannot run here, or None when the ``openvino`` package is importable."""
@@ -392,6 +481,27 @@ class OpenVINOAdapter(BackendAdapter):
             warnings.filterwarnings("ignore", message=".*inline_inbuilt_nn_modules.*", category=FutureWarning)
             warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*", category=DeprecationWarning)
             import openvino.torch  # noqa: F401
+
+    def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
+        """The ``"openvino"`` backend with ``options``, its outputs handed back as tensors of their own.
+
+        The backend returns the output buffers of its infer request (``share_outputs=True`` in
+        ``openvino_execute``), which its next call overwrites: an output held across calls (a stack of
+        per-set results, a row kept while the next runs) would silently become the last call's. The copy
+        changes no value; it makes each call's result the caller's."""
+        compile_fn = super().compiler(options)
+
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+            compiled = compile_fn(gm, example_inputs)
+
+            def run(*args: Any) -> Any:
+                return _owned(compiled(*args))
+
+            if getattr(compiled, "_boxed_call", False):  # AOTAutograd's calling convention, kept
+                setattr(run, "_boxed_call", True)  # noqa: B010 - the attribute torch reads, not ours
+            return run
+
+        return compile_graph
 
     def setup_source(self) -> str:
         """``import openvino.torch`` (which registers the ``"openvino"`` backend), its warnings silenced

@@ -12,6 +12,7 @@ from pipeline.experiments import experiment
 from pipeline.experiments.accumulated_error import assets as b
 from pipeline.experiments.accumulated_error import chain_runs as b_runs
 from pipeline.experiments.accumulated_error import checks as b_checks
+from pipeline.experiments.accumulated_error import per_set as b_per_set
 from pipeline.experiments.accumulated_error import rules as b_rules
 from pipeline.experiments.accumulated_error import summary as b_summary
 from pipeline.experiments.accumulated_error.stages import CHAIN_STAGES
@@ -282,7 +283,7 @@ def test_per_set_rows_judge_each_path_against_fp64_without_dagster():
     fused_out[0, 1] = torch.nextafter(eager[0, 1], torch.tensor(8.0, dtype=torch.float16))
     fused_out[1, 2] = float("inf")
     outputs = {"eager": eager, "fused": fused_out, "fused_emulate": eager.clone()}
-    rows, gap = b_runs.per_set_rows("softmax", "normal", "float16", 10, outputs, ref)
+    rows, gap = b_per_set.per_set_rows("softmax", "normal", "float16", 10, outputs, ref)
     assert [(r["path"], r["set_index"]) for r in rows] == [(p, i) for p in b_rules.PATHS for i in (10, 11)]
     eager0, eager1, fused0, fused1 = rows[0], rows[1], rows[2], rows[3]
     assert eager0["ulp_max"] == 0.0 and eager0["exact_fraction"] == 1.0 and eager0["max_ulp_vs_eager"] == 0
@@ -425,15 +426,15 @@ def test_decisive_elements_are_those_no_fp32_computation_within_the_bound_rounds
     rounds to 1) and not under 2^-11 (1 + 2^-11 is the midpoint); a flushed subnormal counts as misrounded."""
     ref = torch.tensor([[1.0 + 2.0**-12, 1.0 + 2.0**-12, 2.0**-20, float("nan")]], dtype=torch.float64)
     bound = torch.tensor([[2.0**-13, 2.0**-11, 2.0**-30, 0.0]], dtype=torch.float64)
-    judged, rounded = b_runs.element_reference(ref, bound, torch.float16)
+    judged, rounded = b_per_set.element_reference(ref, bound, torch.float16)
     assert judged.tolist() == [[True, False, True, False]]
     out = ref.half().clone()
-    assert b_runs.misrounded(out, judged, rounded).tolist() == [0]
+    assert b_per_set.misrounded(out, judged, rounded).tolist() == [0]
     out[0, 2] = 0.0  # the fp16 subnormal 2^-20 flushed to zero
     out[0, 1] = 1.0 + 2.0**-10  # not decisive: not counted
-    assert b_runs.misrounded(out, judged, rounded).tolist() == [1]
+    assert b_per_set.misrounded(out, judged, rounded).tolist() == [1]
     # no bound (a library chain): nothing is decisive
-    judged, _ = b_runs.element_reference(ref, None, torch.float16)
+    judged, _ = b_per_set.element_reference(ref, None, torch.float16)
     assert not judged.any()
 
 
@@ -450,14 +451,14 @@ def test_rmsnorm_elements_whose_cast_may_round_either_way_are_not_decisive():
     drawn = wl.sample(POOL_SIZES["default"], "normal", 1, 0 * 1_000_003 + 325, torch.bfloat16)
     x, w = (drawn[a][0].to(torch.bfloat16) for a in wl.arg_names)
     ref = wl.fn(x.double(), w.double())
-    judged, rounded = b_runs.element_reference(
+    judged, rounded = b_per_set.element_reference(
         ref.reshape(1, -1), element_bound("rmsnorm_long", (x, w)).reshape(1, -1), torch.bfloat16
     )
     honoured = next(f for f in faults.HEALTHY_VARIANTS if f.name == "rmsnorm_cast_honoured").make(wl)((x, w), 325)
     eager, single = wl.fn(x, w), faults.single_rounding(wl.fn)(x, w)
-    assert b_runs.misrounded(honoured.reshape(1, -1), judged, rounded).tolist() == [0]
-    assert b_runs.misrounded(eager.reshape(1, -1), judged, rounded).tolist() == [0]
-    assert b_runs.misrounded(single.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert b_per_set.misrounded(honoured.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert b_per_set.misrounded(eager.reshape(1, -1), judged, rounded).tolist() == [0]
+    assert b_per_set.misrounded(single.reshape(1, -1), judged, rounded).tolist() == [0]
     assert 9000 < int(judged.sum()) < 9800  # 9800 decisive before; every one of the 45 is among those dropped
     assert int((honoured.double().reshape(1, -1) != rounded).sum()) >= 45
 
@@ -646,9 +647,9 @@ def test_magnitude_bias_is_the_mean_signed_error_toward_larger_magnitude_in_sulp
     shrunk = (ref * (1 - 2.0**-9)).half()
     # Row 0: errors -(2, 1, 0.5, 0.25) * 2^-9 in units of fp16's spacing at 2.0 (2^-9): mean -0.9375.
     # Row 1: -2^-9 each in units of the spacing at 1.0 (2^-10): -2.
-    assert b_runs.magnitude_bias(shrunk, ref).tolist() == [-0.9375, -2.0]
-    assert b_runs.magnitude_bias(ref.half(), ref).tolist() == [0.0, 0.0]
-    assert b_runs.magnitude_bias((ref * (1 + 2.0**-9)).half(), ref)[1] == 2.0
+    assert b_per_set.magnitude_bias(shrunk, ref).tolist() == [-0.9375, -2.0]
+    assert b_per_set.magnitude_bias(ref.half(), ref).tolist() == [0.0, 0.0]
+    assert b_per_set.magnitude_bias((ref * (1 + 2.0**-9)).half(), ref)[1] == 2.0
 
 
 def test_rule_contradicts_a_material_magnitude_bias_the_p99_rule_lets_through():
@@ -778,3 +779,34 @@ def test_b_page_prints_the_verdict_and_bound_tables_the_summary_stored():
     assert not hasattr(b_report, "verdict_table") and not hasattr(b_report, "element_bounds_table")
     record.metadata = {}
     assert "rematerialize B" in b_report._stored(page, exp, "verdicts")  # type: ignore[arg-type]
+
+
+def test_a_fused_path_the_compiler_did_not_fuse_is_inconclusive_and_no_counterexample():
+    """OpenVINO runs every bfloat16 chain in torch (its backend has no bfloat16 input type): the fused path is
+    not run, its evidence row says why, the row's verdict is inconclusive, and it is no counterexample."""
+    why = "not fused by OpenVINO: ran 1 partition(s) in torch after OpenVINO failed to compile or execute them"
+    rng = np.random.default_rng(0)
+    eager = rng.uniform(0.1, 1.0, 8)
+    per_set = (
+        _per_set(eager, eager)
+        .filter(pl.col("path") == "eager")  # only eager ran
+        .with_columns(
+            *[pl.col("sulp_max").alias(m) for m in b_summary.METRICS if m != "sulp_max"],
+            pl.lit(0).alias("max_ulp_vs_eager"),
+            pl.lit(0).alias("nonfinite_vs_ref"),
+        )
+    )
+    evidence = pl.DataFrame(
+        [
+            {"chain": "softmax", "dtype": "float16", "path": "eager", "sets": 8, "sets_per_second": 1.0},
+            {"chain": "softmax", "dtype": "float16", "path": "fused", "sets": 0, "unavailable": why},
+            {"chain": "softmax", "dtype": "float16", "path": "fused_emulate", "sets": 0, "unavailable": why},
+        ],
+        schema_overrides={"unavailable": pl.String},
+    )
+    for column, dtype in b_runs.EVIDENCE_SCHEMA.items():
+        if column not in evidence.columns:
+            evidence = evidence.with_columns(pl.lit(None, dtype=dtype).alias(column))
+    (row,) = b_summary.summarize(per_set, evidence).iter_rows(named=True)
+    assert (row["fused_verdict"], row["emulate_verdict"]) == ("inconclusive", "inconclusive")
+    assert row["fused_unavailable"] == why and not b_summary.is_counterexample(row)

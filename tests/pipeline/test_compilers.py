@@ -161,7 +161,7 @@ def test_a_users_adapter_gets_the_experiments_own_reason(monkeypatch):
     class Other(BackendAdapter):
         name, title = "other", "Other"
 
-    monkeypatch.setattr("pipeline.compilers._adapter", lambda backend: Other())
+    monkeypatch.setattr("pipeline.intents.adapter_or_none", lambda backend: Other())
     assert not_applicable(experiment("C1"), "other") == (
         "not applicable to Other: it reads the instruction route (scalar or vector, FMA or not) from the C++ "
         "Inductor generates"
@@ -355,3 +355,45 @@ def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason
     assert failed_steps_by_compiler(instance, "smoke") == {"raising": {"C2": ("c2_long_reductions", reason)}}
     outcome = outcomes_by_compiler(defs, instance, "smoke")["raising", ""]["C2"]
     assert (outcome.validity, outcome.invalid_checks) == ("invalid", ("step failed: c2_long_reductions",))
+
+
+# --- the guard where the assets run (a run not started by the CLI) ---------------------------------
+
+
+@pytest.mark.parametrize(("exp_id", "module"), [("C1", "instruction_selection"), ("C3", "rsqrt_iterations")])
+def test_a_run_outside_the_cli_stores_an_experiment_that_does_not_apply_as_not_applicable(
+    tmp_path, monkeypatch, exp_id, module
+):
+    """A Dagster UI run (here: ``dg.materialize``) of C1 or C3 with OpenVINO runs none of the experiment's
+    Inductor-only code: its assets materialize nothing, and every check is stored as "not applicable to
+    OpenVINO: <why>", as the CLI stores it."""
+    import importlib
+
+    from pipeline.definitions import defs
+
+    if OpenVINOAdapter().missing() is not None:
+        pytest.skip("OpenVINO is not installed: pip install 'fusion-precision[openvino]'")
+    exp = experiment(exp_id)
+    inductor_only = importlib.import_module(f"pipeline.experiments.{module}.assets")
+    # the code behind the asset must not be reached: it would read Inductor's generated code
+    called: list[str] = []
+    first = "make_input"  # the first thing either experiment's asset body calls
+    monkeypatch.setattr(inductor_only, first, lambda *a, **k: called.append(first) or 1 / 0)
+    instance = dg.DagsterInstance.ephemeral()
+    settings = ExperimentSettings(profile="smoke", device="cpu", backend="openvino")
+    result = dg.materialize(
+        [*exp.assets(), *exp.checks()],
+        resources=build_resources(settings, base_dir=str(tmp_path)),
+        instance=instance,
+    )
+    assert result.success and called == []
+    assert result.get_asset_materialization_events() == []
+    assert not list(tmp_path.rglob("*.parquet")) and not list(tmp_path.rglob("*.safetensors"))
+    why = not_applicable(exp, "openvino")
+    assert why is not None and why.startswith("not applicable to OpenVINO: ")
+    outcomes = outcomes_by_compiler(defs, instance, profile="smoke")
+    (where,) = [w for w in outcomes if w[0] == "openvino"]
+    assert outcomes[where][exp_id].validity == NOT_APPLICABLE and outcomes[where][exp_id].verdict == why
+    # every check of the experiment has its not-applicable evaluation
+    recorded = {e.check_key for e in _all(instance, defs) if e.backend == "openvino"}
+    assert recorded == {k for c in exp.checks() for k in c.check_keys}

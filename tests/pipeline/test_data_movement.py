@@ -6,6 +6,7 @@ import torch
 from pipeline import storage
 from pipeline.experiments import experiment
 from pipeline.experiments.data_movement import assets as data_movement
+from pipeline.experiments.data_movement import checks as d_checks
 from pipeline.experiments.data_movement.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
 from pipeline.experiments.data_movement.spec import SIZES
 from pipeline.experiments.toolkit import assets as toolkit
@@ -13,10 +14,11 @@ from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPOR
 from precisionkit import bit_equal
 
 CHECKS = [
-    data_movement.pure_movement_rows_bit_exact,
-    data_movement.pure_movement_nan_encodings,
-    data_movement.implicit_computation_counterexamples,
-    data_movement.every_movement_combination_ran,
+    d_checks.pure_movement_rows_bit_exact,
+    d_checks.pure_movement_nan_encodings,
+    d_checks.implicit_computation_counterexamples,
+    d_checks.every_movement_combination_ran,
+    d_checks.movement_rows_not_fused,
     *experiment("D").generated_checks(),
 ]
 #: The §2 claim; NaN re-encodings and the hidden-arithmetic counterexamples are findings; fusion is validity.
@@ -25,6 +27,7 @@ KINDS = {
     "pure_movement_nan_encodings": FINDING,
     "implicit_computation_counterexamples": FINDING,
     "every_movement_combination_ran": VALIDITY,
+    "movement_rows_not_fused": FINDING,
     "data_movement_check_table_shows_fusion": VALIDITY,
     "data_movement_check_table_computes_in_workload_dtype": FINDING,
 }
@@ -132,7 +135,7 @@ def _table(rows: list[dict]) -> pl.DataFrame:
 
 def test_rules_on_synthetic_tables():
     # The rule, on any device: a changed value contradicts; a NaN re-encoding is only a finding.
-    claim = data_movement.pure_movement_rows_bit_exact
+    claim = d_checks.pure_movement_rows_bit_exact
     nan_only = {
         "bit_equal": False,
         "mismatched_elements": 2,
@@ -146,13 +149,13 @@ def test_rules_on_synthetic_tables():
     assert bad.metadata["verdict"].value == CONTRADICTED and bad.severity == dg.AssetCheckSeverity.ERROR
     assert claim(_table([{"has_implicit_computation": True}])).metadata["verdict"].value == INCONCLUSIVE
 
-    nan = data_movement.pure_movement_nan_encodings(_table([{}, nan_only, changed]))
+    nan = d_checks.pure_movement_nan_encodings(_table([{}, nan_only, changed]))
     assert nan.passed and nan.metadata["findings"].value == 1 and nan.metadata["rows"].value == 1
-    implicit = data_movement.implicit_computation_counterexamples(
+    implicit = d_checks.implicit_computation_counterexamples(
         _table([{"subgraph": "scaled_add_concat", "has_implicit_computation": True, "bit_equal": False, "ulp_max": 1}])
     )
     assert implicit.passed and implicit.metadata["findings"].value == 1
-    assert data_movement.implicit_computation_counterexamples(_table([{}])).metadata["findings"].value == 0
+    assert d_checks.implicit_computation_counterexamples(_table([{}])).metadata["findings"].value == 0
 
 
 def test_each_profile_declares_the_compiles_its_plan_makes():
@@ -223,7 +226,7 @@ def test_smoke_check_table(smoke_resources, tmp_path, monkeypatch):
     pure = table.filter(~pl.col("has_implicit_computation"))
     not_exact = pure.filter(~pl.col("bit_equal"))
     value_changed = not_exact.filter(pl.col("mismatched_elements") != pl.col("nan_encoding_mismatches"))
-    excused = not_exact.filter(data_movement.payload_excused(not_exact))
+    excused = not_exact.filter(d_checks.payload_excused(not_exact))
     bit = checks["pure_movement_rows_bit_exact"]
     assert bit.metadata["verdict"].value == (CONTRADICTED if not_exact.height > excused.height else SUPPORTED)
     assert bit.metadata["rule.threshold"].value == 0.0
@@ -344,3 +347,44 @@ def test_d_compiles_on_a_process_per_core_where_it_runs_alone_and_on_one_beside_
 
     assert SIZES["default"].compile_bound  # the default report's D: 138.6 s on one process, 81.5 s on two
     assert not SIZES["smoke"].compile_bound  # the tests and the planted-bug matrix run D beside other work
+
+
+def test_rows_the_compiler_did_not_fuse_are_a_finding_and_not_judged():
+    # OpenVINO compiles a transpose and a concatenation as runtime nodes of their own: measured, not fused.
+    why = "not fused by OpenVINO: put each of the graph's 3 operations in a unit of its own: nothing was fused"
+    crashed = "compile failed with OpenVINO: IndexError: list index out of range"
+    table = _table(
+        [
+            {"not_fused": why, "bit_equal": False, "mismatched_elements": 1, "nan_encoding_mismatches": 0},
+            {"subgraph": "rope_rotate_half", "not_fused": crashed, "bit_equal": None, "ulp_max": None},
+            {"subgraph": "full_two_concats", "not_fused": None},
+        ]
+    )
+    claim = d_checks.pure_movement_rows_bit_exact(table)  # the unfused row's changed value is not the claim's
+    assert claim.metadata["verdict"].value == SUPPORTED and claim.metadata["pure_rows_not_fused"].value == 2
+    assert "2 pure rows not fused by the compiler, not judged" in claim.metadata["reason"].value
+    finding = d_checks.movement_rows_not_fused(table)
+    assert finding.passed and finding.metadata["findings"].value == 2
+    assert finding.metadata["not_compiled"].value == 1
+    assert f"transpose_concat/float16/1x3x8/contiguous: {why} (not bit-exact)" in finding.metadata["details"].value
+    none_fused = d_checks.pure_movement_rows_bit_exact(_table([{"not_fused": why}]))
+    assert none_fused.metadata["verdict"].value == INCONCLUSIVE
+
+
+def test_a_run_narrowed_to_some_subgraphs_plans_those(monkeypatch):
+    from pipeline.cli.run_report import selection_problem
+    from pipeline.experiment import SELECT_ENV, parse_selection, selected_parts
+
+    shapes = SIZES["smoke"].shapes
+    assert len(data_movement.plan(shapes)) == SIZES["smoke"].compiles  # unchanged without a selection
+    narrowed = data_movement.plan(shapes, ("transpose_concat", "scaled_add_concat"))
+    assert len(narrowed) == 3 * len(shapes) * 2 + 3 and {c[0] for c in narrowed} == {
+        "transpose_concat",
+        "scaled_add_concat",
+    }
+    assert parse_selection("B:softmax D:a,b") == {"B": ("softmax",), "D": ("a", "b")}
+    assert selection_problem("B:softmax D:transpose_concat") is None
+    assert selection_problem("D:no_such").startswith("--select D: no part 'no_such'; D has transpose_concat, ")
+    assert selection_problem("C2:x") == "--select: 'C2' is no experiment that runs in parts (those that do: D, B)"
+    monkeypatch.setenv(SELECT_ENV, "B:softmax D:scaled_add_concat")
+    assert selected_parts("D") == ("scaled_add_concat",) and selected_parts("C2") is None

@@ -394,3 +394,35 @@ def test_artifact_state_compares_only_binaries_that_were_read():
     assert (
         artifact_state({"artifacts": [], "artifact_sha256": "h3"}, {"artifacts": [], "artifact_sha256": "h3"}) == "yes"
     )
+
+
+def test_rows_the_compiler_did_not_fuse_are_judged_by_no_claim():
+    # OpenVINO runs a bfloat16 FFN in torch after failing it: that row's hashes are the fallback's.
+    why = "not fused by OpenVINO: ran 1 partition(s) in torch after OpenVINO failed to compile or execute them"
+    cold = {"round": "round2_cold", "kernel_hash_equal_across_cold_start": "yes", "outputs_equal_round1": "yes"}
+    na = "not applicable to OpenVINO: it exposes no binary per runtime node"
+    table = _summary(
+        [
+            {"artifact_hash_equal_across_cold_start": na, "not_fused": None},
+            {**cold, "artifact_hash_equal_across_cold_start": na, "not_fused": None},
+            {"dtype": "bfloat16", "unique_output_hashes": 2, "not_fused": why},
+        ]
+    )
+    fused, left = checks.fused_rows(table)
+    assert fused.height == 2 and left == f"bfloat16/round1: {why}"
+    one = checks.one_output_hash_per_round(table)  # the fallback's two hashes are not held against the claim
+    assert _v(one, "verdict") == SUPPORTED and f"not judged, not fused: bfloat16/round1: {why}" in _v(one, "reason")
+    cold_start = checks.cold_start_reproduces_round1(table)  # no binary: the code hash stands for the program
+    assert _v(cold_start, "verdict") == SUPPORTED and _v(cold_start, "artifact_hash") == na
+    only_fallback = _summary([{"dtype": "bfloat16", "not_fused": why}])
+    assert _v(checks.zero_ulp_within_round(only_fallback), "verdict") == INCONCLUSIVE
+
+
+def test_a_compiler_without_binaries_has_no_artifact_part():
+    from pipeline.experiments.determinism.compare import artifact_state
+
+    na = "not applicable to IREE: it loads each program as one IREE module"
+    rec = {"artifacts": [], "artifact_sha256": "", "artifacts_not_applicable": na}
+    assert artifact_state(rec, rec) == na
+    inductor = {"artifacts": [{"kernel": "k0", "kind": "cpu_shared_object"}], "artifact_sha256": "ab"}
+    assert artifact_state(inductor, inductor) == "yes"  # a record without the field: as before

@@ -97,7 +97,7 @@ def test_b_judges_a_batch_on_the_device_and_reads_back_scalars_per_set():
     bias): what reaches the host per set and path. Counted reads into the host (``cpu``, ``numpy``,
     ``item``...); ``to`` is left out (on an accelerator it uploads inputs and references), and so is
     ulp_diff's CPU fast path (``precisionkit.bits``: numpy views of CPU tensors, taken only on a CPU)."""
-    from pipeline.experiments.accumulated_error.chain_runs import per_set_rows
+    from pipeline.experiments.accumulated_error.per_set import per_set_rows
 
     n, rows, width = 8, 16, 128
     gen = torch.Generator().manual_seed(0)

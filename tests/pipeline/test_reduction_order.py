@@ -150,8 +150,9 @@ def test_smoke_materialization(smoke_resources, tmp_path):
 
     # Framework-tiled versions (the device's tiling settings) are listed apart from the hand-written tilings.
     device = smoke_resources["settings"].torch_device().type
+    tilings = c2_version_defs.reduction_variants("inductor", device)[1]  # Inductor's answer to reduction_tilings
     fw = {v for v, r in versions.items() if r["family"] == "framework_tiled"}
-    assert fw and fw <= {f"framework_tiled_{k}" for k in c2_version_defs.FRAMEWORK_TILINGS[device]}
+    assert fw and fw <= {f"framework_tiled_{k}" for k in tilings}
     assert {versions[v]["tiling_source"] for v in fw} == {"framework (tiling configuration)"}
     assert {r["tiling_source"] for r in versions.values() if r["tile"]} == {"hand-written"}
     assert all(versions[v]["mode"] == "fused" and versions[v]["kernel_count"] for v in fw)
@@ -160,7 +161,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert stored["rows"].shape == (16, 4096)
     # the cost C2 declares (reduction_order/cost.py) where no tiling was rejected: one compile per fused version, and
     # the tensors stored to the byte
-    if len(fw) == len(c2_version_defs.FRAMEWORK_TILINGS[device]):
+    if len(fw) == len(tilings):
         assert len([r for r in versions.values() if r["mode"] == "fused"]) == c2_version_defs.planned_compiles(device)
         planned = c2_version_defs.stored_tensor_bytes("smoke", device)
         assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
@@ -276,7 +277,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
         assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
         # CPU: the tiling each framework version got, read back from its generated kernel.
-        assert fw == {f"framework_tiled_{k}" for k in c2_version_defs.FRAMEWORK_TILINGS["cpu"]}
+        assert fw == {f"framework_tiled_{k}" for k in c2_version_defs.reduction_variants("inductor", "cpu")[1]}
         assert versions["framework_tiled_t2_simd256"]["framework_tiling"].startswith(
             "4096 elements in 2 thread ranges, vector steps of 16 lanes"
         )

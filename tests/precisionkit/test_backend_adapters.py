@@ -117,7 +117,7 @@ def forget_modules() -> Iterator[None]:
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
-        if name.startswith(("tiny_fuser", "absent_c", "not_an_adapter")):
+        if name.startswith(("tiny_fuser", "absent_c", "not_an_adapter", "declaring_compilers")):
             del sys.modules[name]
 
 
@@ -374,3 +374,136 @@ def test_importing_precisionkit_imports_no_other_compiler():
     )
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- the rule where nothing could fuse ------------------------------------------------------------
+
+
+def test_operations_that_feed_no_other_need_only_be_compiled():
+    # Two sums of one tensor: two operations, neither consuming the other. A compiler that runs them as
+    # two units compiled all there was to fuse; counted edges say so, uncounted ones keep the old rule.
+    apart = [FusedUnit("sum", ("sum",)), FusedUnit("sum_1", ("sum_1",))]
+    rule = BackendAdapter().fusion_problem
+    assert rule(CompileCapture(units=apart, graph_ops=2, graph_edges=0)) is None
+    assert rule(CompileCapture(units=apart, graph_ops=2, graph_edges=1)) == (
+        "put each of the graph's 2 operations in a unit of its own: nothing was fused"
+    )
+    assert rule(CompileCapture(units=apart, graph_ops=2)) is not None  # edges not counted: as before
+    # A unit that names none of its operations (a rewrite lost them) may hold several: not "nothing fused".
+    assert rule(CompileCapture(units=[*apart, FusedUnit("dispatch_0")], graph_ops=8, graph_edges=6)) is None
+    # Nothing compiled is refused whatever the graph.
+    assert rule(CompileCapture(graph_ops=1, graph_edges=0)) == (
+        "generated no fused unit (nothing the compiler produced was captured)"
+    )
+
+
+def two_sums(x):
+    return torch.sum(x, -1), torch.sum(x, -1, dtype=torch.float32)
+
+
+def test_a_unit_per_operation_where_no_operation_feeds_another_is_enough(monkeypatch):
+    from precisionkit.backends.base import count_edges
+
+    class CountingOnePerOp(OnePerOp):
+        """OnePerOp that counts the graph's edges, as OpenVINO's and IREE's adapters do."""
+
+        def compiler(self, options):
+            inner = super().compiler(options)
+
+            def compile_graph(gm, example_inputs):
+                for cap in self._open:
+                    cap.graph_edges = (cap.graph_edges or 0) + count_edges(gm.graph, lambda n: n.op == "call_function")
+                return inner(gm, example_inputs)
+
+            return compile_graph
+
+    with_adapter(monkeypatch, CountingOnePerOp())
+    sums = precisionkit.fused(two_sums, backend="one_per_op")
+    sums(torch.randn(2, 8).half())
+    assert (sums.capture.graph_ops, sums.capture.graph_edges, sums.evidence.kernel_count) == (2, 0, 2)
+    # the same adapter on a chain, where each operation feeds the next, is refused as before
+    chain = precisionkit.fused(scale_shift_tanh, backend="one_per_op")
+    with pytest.raises(FusionError, match=r"nothing was fused$"):
+        chain(torch.randn(4))
+    assert chain.capture.graph_edges == 2
+
+
+# --- intents --------------------------------------------------------------------------------------
+
+
+def test_inductors_intents_are_the_options_the_experiments_used_before_intents():
+    """Experiments ask intents now; Inductor's answers are the options C2 and B set themselves before, so its
+    results do not change."""
+    from precisionkit.backends import INTENTS
+
+    ind = InductorAdapter()
+    assert set(INTENTS) == {"one_thread", "faithful_casts", "whole_graph", "reduction_knobs", "reduction_tilings"}
+    assert ind.intent("one_thread", "cpu") == {"cpp.threads": 1}
+    assert ind.intent("one_thread", "cuda:0") == {"split_reductions": False}
+    assert ind.intent("faithful_casts") == {"emulate_precision_casts": True}
+    assert ind.intent("whole_graph") == {}
+    assert ind.intent_variants("reduction_knobs", "cpu") == {
+        "cpp.threads=1": {"cpp.threads": 1},
+        "cpp.simdlen=0": {"cpp.simdlen": 0},
+        "split_reductions=False": {"split_reductions": False},
+    }
+    assert ind.intent_variants("reduction_tilings", "cpu") == {
+        f"t{t}_simd{w}": {"cpp.threads": t, "cpp.simdlen": w} for t in (1, 2) for w in (0, 256, 512)
+    }
+    assert list(ind.intent_variants("reduction_tilings", "cuda")) == [
+        "split",
+        "nosplit_persistent",
+        "nosplit_looped",
+        "cooperative",
+        "min_num_split_64",
+    ]
+    assert ind.intent_variants("reduction_knobs", "cuda") == {
+        "split_reductions=False": {"split_reductions": False},
+        "triton.persistent_reductions=False": {"triton.persistent_reductions": False},
+    }
+    # a device Inductor declares no one-thread setting for: None, with the reason an experiment stores
+    assert ind.intent("one_thread", "mps") is None
+    assert "CPU and CUDA devices only" in ind.why_not("one_thread", "mps")
+    assert ind.merge_options({"a": 1}, {"cpp.threads": 1}) == {"a": 1, "cpp.threads": 1}
+
+
+def test_intents_are_asked_by_their_declared_names_and_kinds():
+    ind = InductorAdapter()
+    with pytest.raises(ValueError, match=r"no intent 'cpp\.threads'; intents: one_thread, "):
+        ind.intent("cpp.threads")
+    with pytest.raises(ValueError, match="is a set of variants"):
+        ind.intent("reduction_knobs")
+    with pytest.raises(ValueError, match="is one option set"):
+        ind.intent_variants("one_thread")
+    # an adapter that declares no intents has none, and says that its adapter declares no way
+    plain = RunsEager()
+    assert plain.intent("faithful_casts") is None and plain.intent_variants("reduction_tilings") is None
+    assert plain.why_not("faithful_casts") == (
+        "its adapter declares no way to round every cast between fused operations as eager does (keep an fp32 -> "
+        "fp16 -> fp32 pair) on cpu"
+    )
+
+
+def test_a_users_adapter_declares_its_intents(tmp_path, monkeypatch, forget_modules):
+    source = """
+from precisionkit.backends.base import BackendAdapter
+
+
+class Declaring(BackendAdapter):
+    name, title = "declaring", "Declaring"
+    intents_lacking = {"one_thread": "its thread pool is process-wide"}
+
+    def intents(self, device="cpu"):
+        return {"faithful_casts": {}, "reduction_knobs": {"fast": {"fast_math": True}}}
+"""
+    install(
+        tmp_path / "site",
+        monkeypatch,
+        "declaring-compilers",
+        {"declaring_compilers": source},
+        {"declaring": "declaring_compilers:Declaring"},
+    )
+    adapter = get_adapter("declaring")
+    assert adapter.intent("faithful_casts") == {}
+    assert adapter.intent_variants("reduction_knobs") == {"fast": {"fast_math": True}}
+    assert adapter.intent("one_thread") is None and adapter.why_not("one_thread") == "its thread pool is process-wide"

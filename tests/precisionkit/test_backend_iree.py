@@ -46,10 +46,12 @@ def x_64x768():
 
 
 def compile_captured(adapter, fn, x, options=None, backend=None):
-    """One fresh compile of ``fn`` inside a capture: (capture, output)."""
+    """One fresh compile of ``fn`` inside a capture: (capture, output); ``x`` one input or a tuple of them."""
     torch._dynamo.reset()
     with adapter.capture() as cap:
-        out = torch.compile(fn, backend=backend or adapter.compiler(options or {}))(x)
+        out = torch.compile(fn, backend=backend or adapter.compiler(options or {}))(
+            *(x if isinstance(x, tuple) else (x,))
+        )
     torch._dynamo.reset()
     return cap, out
 
@@ -202,3 +204,72 @@ def test_missing_names_the_install_command(adapter, monkeypatch):
     assert adapter.missing() == (
         "IREE is not installed (iree.turbine cannot be imported): pip install 'fusion-precision[iree]'"
     )
+
+
+def cast_pair(x):
+    return (x * 1.1).half().float() * 3.0
+
+
+def test_intents_are_per_session_flags_and_faithful_casts_is_the_default(adapter):
+    intents = adapter.intents()
+    assert intents["faithful_casts"] == {} and intents["whole_graph"] == {}
+    assert adapter.intent("one_thread") == {"flags": ["--iree-dispatch-creation-enable-split-reduction=false"]}
+    knobs, tilings = adapter.intent_variants("reduction_knobs"), adapter.intent_variants("reduction_tilings")
+    assert set(knobs) == {"reassociate_fp_reductions", "split_reduction"}
+    assert set(tilings) == {"reassociate_vw16", "reassociate_vw32", "reassociate_vw64"}
+    for options in (adapter.intent("one_thread"), *knobs.values(), *tilings.values()):
+        adapter.compiler(options)  # each is a per-session flag set
+    assert adapter.merge_options({"flags": ["--a"]}, {"flags": ["--b"]}) == {"flags": ["--a", "--b"]}
+    # faithful_casts = {}: IREE keeps an fp32 -> fp16 -> fp32 cast pair by default, rounding as eager does
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(3))
+    _, out = compile_captured(adapter, cast_pair, x)
+    assert torch.equal(out, cast_pair(x)) and not torch.equal(out, x * 1.1 * 3.0)
+
+
+def long_sum(x):
+    return x.sum(-1)
+
+
+def test_reassociation_changes_a_reductions_order_and_one_thread_does_not(adapter):
+    x = torch.rand(2, 1 << 18, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    cap, default = compile_captured(adapter, long_sum, x)
+    assert (cap.graph_ops, cap.graph_edges) == (1, 0) and adapter.fusion_problem(cap) is None
+    _, one = compile_captured(adapter, long_sum, x, adapter.intent("one_thread"))
+    assert torch.equal(one, default)  # the default already reduces a row in one workgroup
+    _, reassociated = compile_captured(
+        adapter, long_sum, x, adapter.intent_variants("reduction_tilings")["reassociate_vw16"]
+    )
+    assert not torch.equal(reassociated, default)
+
+
+def rotate_half(x, y):
+    def rot(t):
+        return torch.cat([-t[..., 3:], t[..., :3]], dim=-1)
+
+    return rot(x), rot(y)
+
+
+def test_a_dispatch_whose_operations_a_rewrite_renamed_is_not_read_as_unfused(adapter):
+    # IREE rewrites slice -> neg -> concat into one generic op located at the function's arguments: the
+    # dispatch names none of the source operations, which it still computes together.
+    x, y = torch.randn(2, 8, 6), torch.randn(2, 8, 6)
+    cap, out = compile_captured(adapter, rotate_half, (x, y))
+    assert all(torch.equal(a, b) for a, b in zip(out, rotate_half(x, y), strict=True))
+    assert cap.graph_ops == 8 and cap.graph_edges == 6
+    assert [u.ops for u in cap.units] == [()]
+    assert adapter.fusion_problem(cap) is None
+
+
+def reshape_concat(x, y):
+    return torch.cat([x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)], dim=-1)
+
+
+def test_a_concatenation_left_to_the_runtimes_copies_is_transfer_units_that_fuse_nothing(adapter):
+    # At batch 1 IREE turns the concatenation of two reshaped inputs into two updates of one result buffer,
+    # with no executable: the units are those transfers, each of the one concatenation, and nothing fused.
+    x, y = torch.randn(1, 7, 24), torch.randn(1, 7, 24)
+    cap, out = compile_captured(adapter, reshape_concat, (x, y))
+    assert [(u.kind, u.ops) for u in cap.units] == [("transfer", ("aten.cat",)), ("transfer", ("aten.cat",))]
+    assert (cap.graph_ops, cap.graph_edges) == (3, 2)
+    assert adapter.fusion_problem(cap) == "put each of the graph's 3 operations in a unit of its own: nothing was fused"
+    assert torch.equal(out, reshape_concat(x, y))

@@ -184,3 +184,80 @@ def test_through_the_fused_path(adapter, x):
     assert ev.compiler_version == importlib.metadata.version("openvino")
     assert ev.code_sha256 == hashlib.sha256(fn.capture.code.encode()).hexdigest()
     torch.testing.assert_close(out, layer_norm_gelu(x), atol=1e-5, rtol=1e-5)
+
+
+def two_sums(x):
+    return x.sum(-1), x.sum(-1, dtype=torch.float32)
+
+
+def one_sum(x):
+    return x.sum(-1)
+
+
+def cast_pair(x):
+    return (x * 1.1).half().float() * 3.0
+
+
+def test_two_sums_of_one_tensor_compiled_apart_show_what_there_was_to_fuse(adapter):
+    # Neither sum consumes the other: nothing to fuse, so two reduction nodes are all OpenVINO can do.
+    cap, _ = run(adapter, two_sums, torch.rand(1, 512).half())
+    assert (cap.graph_ops, cap.graph_edges, cap.partitions) == (2, 0, 1)
+    assert not any(u.fuses for u in cap.units) and adapter.fusion_problem(cap) is None
+
+
+def test_whole_graph_hands_a_single_operation_to_openvino(adapter):
+    x = torch.rand(2, 1000)
+    alone, out = run(adapter, one_sum, x)
+    assert alone.units == [] and alone.fallback_ops == ["sum_1/aten.sum.dim_IntList"]  # left to torch
+    assert adapter.fusion_problem(alone) == "generated no fused unit (nothing the compiler produced was captured)"
+    whole, out = run(adapter, one_sum, x, adapter.intent("whole_graph"))
+    assert [u.kind for u in whole.units] == ["Reduce"] and adapter.fusion_problem(whole) is None
+    torch.testing.assert_close(out, one_sum(x))
+
+
+def test_one_thread_sets_the_plugins_thread_count_and_merges_into_the_runs_config(adapter):
+    assert adapter.intent("one_thread") == {"config": {"INFERENCE_NUM_THREADS": "1"}}
+    assert adapter.intent_variants("reduction_knobs") == {"INFERENCE_NUM_THREADS=1": adapter.intent("one_thread")}
+    options = adapter.merge_options(
+        {"testing": True, "config": {"INFERENCE_PRECISION_HINT": "f32"}}, adapter.intent("one_thread")
+    )
+    assert options == {"testing": True, "config": {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": "1"}}
+    cap, _ = run(adapter, one_sum, torch.rand(2, 1000), options)
+    assert cap.properties["INFERENCE_NUM_THREADS"] == "1" and cap.properties["INFERENCE_PRECISION_HINT"] == "f32"
+
+
+def test_faithful_casts_and_reduction_tilings_are_intents_openvino_lacks(adapter):
+    assert adapter.intent("faithful_casts") is None and adapter.intent_variants("reduction_tilings") is None
+    assert adapter.why_not("faithful_casts").startswith("OpenVINO removes a narrowing cast pair")
+    # The reason holds: the cast pair is elided under every precision property tried.
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(3))
+    for config in ({}, {"EXECUTION_MODE_HINT": "ACCURACY"}, {"INFERENCE_PRECISION_HINT": "f32"}):
+        _, out = run(adapter, cast_pair, x, {"config": config} if config else {})
+        assert torch.equal(out, x * 1.1 * 3.0) and not torch.equal(out, cast_pair(x)), config
+
+
+def test_a_bfloat16_partition_runs_in_torch_and_the_error_is_kept(adapter):
+    # OpenVINO 2026.4's backend has no bfloat16 in its input type table: the partition fails and runs in torch.
+    x = torch.randn(8, 16).bfloat16()
+    cap, out = run(adapter, layer_norm_gelu_small, x)
+    assert cap.units == [] and cap.torch_fallback_partitions == 1
+    assert cap.fallback_errors == ["KeyError: torch.bfloat16"]
+    assert adapter.fell_back(cap) == (
+        "ran 1 partition(s) in torch after OpenVINO failed to compile or execute them (KeyError: torch.bfloat16)"
+    )
+    assert torch.equal(out, layer_norm_gelu_small(x))  # torch's own result
+
+
+def layer_norm_gelu_small(x):
+    return torch.nn.functional.gelu(x * 1.5 + 0.25)
+
+
+def test_an_output_held_across_calls_keeps_its_values(adapter):
+    # The backend hands back its infer request's output buffers, which the next call overwrites; the adapter
+    # copies them, so each call's result stays the caller's (B stacks per-set results, C2 keeps rows).
+    fn = torch.compile(layer_norm_gelu_small, backend=adapter.compiler(adapter.intent("whole_graph")))
+    first, second = fn(torch.ones(4, 16)), fn(torch.zeros(4, 16))
+    torch._dynamo.reset()
+    assert torch.equal(first, layer_norm_gelu_small(torch.ones(4, 16)))
+    assert torch.equal(second, layer_norm_gelu_small(torch.zeros(4, 16)))
+    assert first.data_ptr() != second.data_ptr()

@@ -16,6 +16,12 @@ def _cost():
     return cost
 
 
+def _chains():
+    from ...workloads import CHAINS
+
+    return CHAINS
+
+
 EXPERIMENT = Experiment(
     id=spec.ID,
     title="Eager vs fused accumulated error",
@@ -45,4 +51,5 @@ EXPERIMENT = Experiment(
     | {"planted_attention_mask_dropped": "accumulated_error_summary:fused_not_worse_than_eager_attention_masked"},
     fusion=spec.FUSION,
     cost=_cost,
+    parts=_chains,
 )

@@ -1,9 +1,11 @@
 """Task B's assets: is the fused path's accumulated error no worse than eager's? (main document §3.2, §6.1)
 
 Every operator chain of :data:`CHAINS` runs on each stored input set three ways: eager (op by op),
-fused (``torch.compile`` with the configured backend) and fused with
-``emulate_precision_casts`` (intermediates rounded as eager rounds them; the runs are in
-:mod:`.chain_runs`). Each output is judged against the stored fp64 reference; per-set errors become a
+fused (``torch.compile`` with the configured backend) and fused with faithful casts (intermediates
+rounded as eager rounds them: the compiler's answer to the intent ``faithful_casts``, Inductor's
+``emulate_precision_casts``; not run, with the reason, where the compiler has none; the runs are in
+:mod:`.chain_runs`). A fused path the compiler runs in torch after failing it, or fuses none of, is not
+run either, with its reason: never judged as fused. Each output is judged against the stored fp64 reference; per-set errors become a
 table, and the table a verdict per chain x distribution x dtype (:mod:`.summary`) under
 :data:`.rules.RULE`, declared in :mod:`.rules` before any data: paired fused vs eager per set, P99
 across sets of the per-set max scale-aware ULP error, a materiality threshold of one scale-aware
@@ -25,6 +27,7 @@ import torch
 
 from precisionkit import fused
 
+from ...experiment import selected_parts, selection_provenance
 from ...files import save_tensors
 from ...resources import ExperimentSettings
 from ...storage import DataFolder
@@ -32,7 +35,7 @@ from ...tables import markdown_table
 from ...verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED, combine
 from ...workloads import CHAINS, WORKLOADS
 from .ablation import ABLATION_SCHEMA, ablate, mark_responsible
-from .chain_runs import EVIDENCE_SCHEMA, fused_ops, run_chains
+from .chain_runs import EVIDENCE_SCHEMA, faithful_casts_label, fused_ops, run_chains
 from .explanations import explain
 from .rules import (
     ABLATION_SETS,
@@ -43,7 +46,7 @@ from .rules import (
     element_bounds_table,
     verdict_table,
 )
-from .spec import GROUP
+from .spec import GROUP, ID
 from .stages import CHAIN_STAGES
 from .summary import is_counterexample, summarize
 
@@ -76,12 +79,14 @@ from .summary import is_counterexample, summarize
     },
 )
 def accumulated_error_runs(context: dg.AssetExecutionContext, settings: ExperimentSettings, **inputs: Any):
-    """Run every chain's input sets eager / fused / fused_emulate; compile each (chain, dtype, path) once."""
+    """Run every chain's input sets eager / fused / fused_emulate; compile each (chain, dtype, path) once. A run
+    narrowed to some chains (``report --select B:<chain>,...``) runs those; the others' claims are inconclusive."""
     wall = time.perf_counter()
+    chains = selected_parts(ID) or CHAINS
     runs, lanes = run_chains(
         settings,
-        {c: inputs[f"pool_{c}"] for c in CHAINS},
-        {c: inputs[f"ref_{c}"] for c in CHAINS},
+        {c: inputs[f"pool_{c}"] for c in chains},
+        {c: inputs[f"ref_{c}"] for c in chains},
         context.log.info,
     )
     per_set = pl.DataFrame([row for run in runs for row in run.rows], infer_schema_length=None)
@@ -99,6 +104,8 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
         **{f"sets_per_second_{p}": round(throughput[p], 1) for p in PATHS if p in throughput},
         "recompiles_total": int(ev["recompiles"].sum()),
         **({"paths_not_run": "; ".join(not_run)} if not_run else {}),
+        "chains": ", ".join(chains),
+        **selection_provenance(ID),
     }
     sets_total = per_set.filter(pl.col("path") == "eager").height
     yield dg.Output(per_set, "accumulated_error_per_set", metadata={"sets_total": sets_total, **common})
@@ -222,6 +229,7 @@ def accumulated_error_counterexamples(
 ) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
     folder = _reproducer_dir(context, settings)
+    casts = faithful_casts_label(settings.backend, settings.torch_device()) or "faithful casts"
     out = []
     for row in summary.iter_rows(named=True):
         if not is_counterexample(row):
@@ -231,7 +239,10 @@ def accumulated_error_counterexamples(
         prefix = f"{chain}/{dist}/{dtype}"
         workload = WORKLOADS[chain]
         tensors = {f"input/{a}": worst_sets[f"{prefix}/input/{a}"] for a in workload.arg_names}
-        tensors.update({f"output/{p}": worst_sets[f"{prefix}/output/{p}"] for p in PATHS})
+        # the outputs of the paths that ran (a path not run, its reason in the summary, has none)
+        tensors.update(
+            {f"output/{p}": worst_sets[f"{prefix}/output/{p}"] for p in PATHS if f"{prefix}/output/{p}" in worst_sets}
+        )
         tensors["fp64_reference"] = worst_sets[f"{prefix}/fp64_reference"]
         tensors["set_index"] = worst_sets[f"{prefix}/set_index"]
         # The worst set's own seed, derived exactly as input_pool_<chain> derives it: redraws that set alone.
@@ -263,7 +274,7 @@ def accumulated_error_counterexamples(
                 "worst_set_index": int(tensors["set_index"][0]),
                 "pool_seed": seed,
                 "reproducer": str(path),
-                "explanation": explain(row, ops),
+                "explanation": explain(row, ops, casts),
             }
         )
     table = pl.DataFrame(out, schema=COUNTEREXAMPLE_SCHEMA)

@@ -4,6 +4,7 @@ rows where fused is worse but within the rule (a finding)."""
 import dagster as dg
 import polars as pl
 
+from ...experiment import selected_parts
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import (
@@ -21,6 +22,7 @@ from ...verdicts import (
 from ...workloads import CHAINS, WORKLOADS
 from ..toolkit.spec import ID as POOL_ID
 from .rules import DTYPES_B, GROUP_KEYS, MATERIALITY_SULP, PATHS, RULE
+from .spec import ID
 from .summary import SUMMARY_VERDICT_COLUMNS, is_counterexample, reason
 
 
@@ -51,10 +53,12 @@ def accumulated_error_run_valid(
         problems.append(
             f"{short.height} chain/distribution/dtype/path groups lack sets (expected {expected_sets} each)"
         )
-    # a fused path this torch cannot compile is not run (its evidence row says why): not a defect of the run
+    # a fused path this torch cannot compile, or the compiler ran in torch or fused none of, is not run (its
+    # evidence row says why): a finding about the compiler on that chain, not a defect of the run
     skipped = evidence.filter(pl.col("unavailable").is_not_null()).height
+    chains = selected_parts(ID) or CHAINS  # a run narrowed to some chains (report --select) plans those
     expected_groups = (
-        sum(len(WORKLOADS[c].distributions) for c in CHAINS) * len(DTYPES_B) * len(PATHS)
+        sum(len(WORKLOADS[c].distributions) for c in chains) * len(DTYPES_B) * len(PATHS)
         - per_set.select(*GROUP_KEYS)
         .unique()
         .join(evidence.filter(pl.col("unavailable").is_not_null()).select("chain", "dtype"), on=["chain", "dtype"])
@@ -70,12 +74,18 @@ def accumulated_error_run_valid(
             + ", ".join("/".join(r) for r in where.iter_rows())
             + "): inputs outside the planned finite range"
         )
+    not_run = evidence.filter(pl.col("unavailable").is_not_null())
     return validity_result(
         problems,
         {
             "groups": counts.height,
+            "chains_planned": ", ".join(chains),
             "sets_per_group": expected_sets,
             "paths_not_run": skipped,
+            "paths_not_run_why": "; ".join(
+                sorted({f"{r['path']}: {r['unavailable']}" for r in not_run.iter_rows(named=True)})
+            )
+            or "none",
         },
     )
 
@@ -109,13 +119,15 @@ def _chain_check(chain: str) -> dg.AssetChecksDefinition:
                 "paired_sets": r[f"{label}_paired_sets"],
                 "fused_p99": r[f"{p}_sulp_max_p99"],
                 "eager_p99": r["eager_sulp_max_p99"],
-                "unavailable": r.get("emulate_unavailable") if label == "emulate" else None,
+                "unavailable": r.get(f"{label}_unavailable"),
             }
             for r in rows.iter_rows(named=True)
             for p, label in (("fused", "fused"), ("fused_emulate", "emulate"))
         ]
         if not judged:
-            return claim_result(INCONCLUSIVE, RULE, f"no rows for {chain} in the summary")
+            left_out = (selected_parts(ID) or CHAINS) != CHAINS and chain not in (selected_parts(ID) or ())
+            why = "the run was narrowed to other chains (report --select)" if left_out else "no rows in the summary"
+            return claim_result(INCONCLUSIVE, RULE, f"{chain} not judged: {why}")
         verdict = combine(j["verdict"] for j in judged)
         deciding = [j for j in judged if j["verdict"] == verdict] or judged
         meta = {

@@ -12,7 +12,7 @@ from precisionkit import fp64_reference
 from precisionkit.stats import round_to_dtype
 
 from ...workloads import Workload
-from .chain_runs import single_rounding
+from .per_set import single_rounding
 
 #: A fused output for one set: ``(args, set index) -> output`` in the args' dtype.
 FaultFn = Callable[[tuple[torch.Tensor, ...], int], torch.Tensor]

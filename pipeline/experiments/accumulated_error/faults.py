@@ -1,5 +1,5 @@
 """Faults a fused kernel can have that B's rule must see, simulated on B's own inputs and judged by
-B's own functions (:func:`.chain_runs.per_set_rows`, :func:`.summary.judge`): the power of the rule.
+B's own functions (:func:`.per_set.per_set_rows`, :func:`.summary.judge`): the power of the rule.
 
 Each :class:`Fault` is the chain computed as a healthy fused kernel computes it (intermediates in
 fp32, one rounding to the dtype) with one change: an approximated GELU, flushed subnormals, a wrong
@@ -27,9 +27,9 @@ from precisionkit.stats import round_to_dtype, spacing
 
 from ...workloads import RMS_EPS, WORKLOADS, Workload
 from ..toolkit.spec import SIZES
-from .chain_runs import SINGLE_ROUNDING, batch_bound, batch_masked_rows, has_element_test, per_set_rows, single_rounding
 from .fault_kinds import Fault, FaultFn, amplified, fp32, on_output, rounded_once
 from .library_faults import LIBRARY_FAULTS, LIBRARY_HEALTHY
+from .per_set import SINGLE_ROUNDING, batch_bound, batch_masked_rows, has_element_test, per_set_rows, single_rounding
 from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, DTYPES_B, JUDGED_PATHS
 from .summary import judge
 

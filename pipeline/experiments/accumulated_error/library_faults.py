@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from precisionkit.stats import round_to_dtype, spacing
 
 from ...workloads import Workload
-from .chain_runs import single_rounding
 from .fault_kinds import Fault, FaultFn, amplified, fp32, rounded_once
 from .library_bounds import fully_masked_rows
+from .per_set import single_rounding
 
 #: Amplitudes of the approximate exp's relative error.
 EXP_ERRORS = {"2^-12": 2.0**-12, "2^-10": 2.0**-10, "2^-9": 2.0**-9}

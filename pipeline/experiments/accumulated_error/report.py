@@ -102,12 +102,20 @@ def details(report: Report, exp: Experiment) -> str:
         )
         parts.append(_cannot_judge(report, exp))
         parts.append(_library_bounds(report, exp))
+        if "fused_unavailable" in summary.columns:
+            why = sorted(set(summary["fused_unavailable"].drop_nulls().to_list()))
+            if why:
+                parts.append(
+                    "**Not run as fused:** the compiler did not fuse these rows' chains (it ran them in torch "
+                    "after failing them, or fused none of their operations), so their verdicts are inconclusive: "
+                    + "; ".join(why)
+                )
         if "emulate_unavailable" in summary.columns:
             why = sorted(set(summary["emulate_unavailable"].drop_nulls().to_list()))
             if why:
                 parts.append(
-                    "**Not measured on this torch:** fused with `emulate_precision_casts` did not run, so its "
-                    "verdicts are inconclusive: " + "; ".join(why)
+                    "**Not measured here:** fused with faithful casts (Inductor's `emulate_precision_casts`) did "
+                    "not run, so its verdicts are inconclusive: " + "; ".join(why)
                 )
         parts.append(
             report.chart(

@@ -5,9 +5,9 @@ from . import report, spec
 
 
 def _load():
-    from . import assets
+    from . import assets, checks
 
-    return (assets,)
+    return (assets, checks)
 
 
 def _repro_cases():
@@ -20,6 +20,12 @@ def _cost():
     from . import cost
 
     return cost
+
+
+def _subgraphs():
+    from .movement import CATALOGUE
+
+    return tuple(CATALOGUE)
 
 
 EXPERIMENT = Experiment(
@@ -53,4 +59,5 @@ EXPERIMENT = Experiment(
     ),
     fusion=spec.FUSION,
     cost=_cost,
+    parts=_subgraphs,
 )

@@ -5,8 +5,14 @@ shape and memory layout; ``precisionkit.bit_equal`` decides. Counterexamples tha
 (type promotion then downcast, a Python-scalar scale) run on one shape per dtype and are
 reported with their cause, not failed.
 
-Checks: the claim (every pure row keeps every bit, NaN payloads included) under :data:`RULE`; run
-validity (every planned combination ran and fused, no graph break, no recompile); and two findings:
+A combination the compiler did not fuse (it compiled each operation on its own, as OpenVINO does
+transposes and concatenations, or ran the graph in torch after failing it) is still measured, and its row
+says why in ``not_fused`` (:func:`pipeline.intents.declined`): the claim judges fused rows only, and a
+finding lists the others.
+
+Checks (:mod:`.checks`): the claim (every pure row keeps every bit, NaN payloads included) under
+:data:`.checks.RULE`; run validity (every planned combination ran and fused, no graph break, no
+recompile); and three findings: the rows the compiler did not fuse,
 NaN payloads that differ, each with its cause measured by re-running the graph op by op eagerly and
 fused (:func:`pipeline.experiments.data_movement.movement.localize_bit_difference`: which op changed the payload on which
 path), and the implicit-computation counterexamples. Reshape rows record whether the reshape was a
@@ -22,24 +28,13 @@ import dagster as dg
 import polars as pl
 import torch
 
-from precisionkit import bit_equal, bit_mismatch, fused, ulp_diff
+from precisionkit import FusionError, FusionEvidence, bit_equal, bit_mismatch, fused, ulp_diff
 
 from ...compile_pool import pool_size, run_tasks
+from ...experiment import selected_parts, selection_provenance
+from ...intents import compiler_title, declined
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...scalars import as_int
-from ...verdicts import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    SUPPORTED,
-    Rule,
-    claim_check,
-    claim_result,
-    finding_check,
-    finding_result,
-    validity_check,
-    validity_result,
-)
 from ...workloads import DTYPES
 from .movement import (
     CATALOGUE,
@@ -66,13 +61,17 @@ MAX_LOCALIZATIONS = 40
 TASK_BYTES_PER_ELEMENT = 128
 
 
-def plan(shapes: tuple[tuple[int, ...], ...]) -> list[tuple[str, str, tuple[int, ...], str]]:
+def plan(
+    shapes: tuple[tuple[int, ...], ...], subgraphs: tuple[str, ...] | None = None
+) -> list[tuple[str, str, tuple[int, ...], str]]:
     """Every (subgraph, dtype, shape, layout) to compile: pure graphs on every shape and layout,
-    counterexamples on the last (odd-sized) shape, contiguous, to bound the compile count."""
+    counterexamples on the last (odd-sized) shape, contiguous, to bound the compile count; only the
+    ``subgraphs`` named where given (a run narrowed by ``report --select D:<subgraph>,...``)."""
     if not shapes:
         raise ValueError("the profile has no movement shapes")
-    combos = [(g, d, s, lay) for g in PURE for d in MOVEMENT_DTYPES for s in shapes for lay in LAYOUTS]
-    combos += [(g, d, shapes[-1], "contiguous") for g in COUNTEREXAMPLES for d in MOVEMENT_DTYPES]
+    keep = set(subgraphs) if subgraphs is not None else set(CATALOGUE)
+    combos = [(g, d, s, lay) for g in PURE if g in keep for d in MOVEMENT_DTYPES for s in shapes for lay in LAYOUTS]
+    combos += [(g, d, shapes[-1], "contiguous") for g in COUNTEREXAMPLES if g in keep for d in MOVEMENT_DTYPES]
     return combos
 
 
@@ -151,7 +150,7 @@ def _notes(
     kinds={"pytorch", "polars"},
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    combos = plan(settings.sizes(ID).shapes)
+    combos = plan(settings.sizes(ID).shapes, selected_parts(ID))
     device = settings.torch_device()
     workers = compile_workers(settings.sizes(ID), device)
     start = time.perf_counter()
@@ -159,7 +158,11 @@ def data_movement_check_table(context: dg.AssetExecutionContext, settings: Exper
         combos, settings.derived_seed, device, settings.backend, settings.options(), context.log.info, workers
     )
     context.add_output_metadata(
-        {**table_metadata(table, time.perf_counter() - start, localized), "compile_workers": workers}
+        {
+            **table_metadata(table, time.perf_counter() - start, localized),
+            "compile_workers": workers,
+            **selection_provenance(ID),
+        }
     )
     return table
 
@@ -234,6 +237,33 @@ def combination_inputs(
 Measured = tuple[dict[str, Any], MismatchNature, int, Localization | None]
 
 
+#: The columns of a row that compare the fused outputs with eager's (None where the compile failed).
+_COMPARED = ("bit_equal", "ulp_max", "mismatched_elements", "nan_encoding_mismatches", "signed_zero_mismatches")
+
+
+def run_fused(
+    graph: MovementGraph, x: torch.Tensor, y: torch.Tensor, backend: str, options: dict[str, Any]
+) -> tuple[str, FusionEvidence | None, tuple[torch.Tensor, ...] | None, str | None]:
+    """The fused path of ``graph`` on ``x, y``: its compiler (the adapter's name), its evidence, its outputs,
+    and why the compiler did not fuse it (None when it did). A graph the compiler compiled without fusing, or ran in torch after failing it,
+    is measured all the same (:func:`pipeline.intents.declined`); one whose compile raised has no outputs
+    and no evidence, and the reason names the error: the compiler's failure on that graph (a finding the
+    check table keeps), where every other combination is still measured."""
+    fn = fused(graph.fn, backend, options, dynamic=False)
+    compiler = fn.adapter.name
+    try:
+        outputs = _as_tuple(fn(x, y))
+        return compiler, fn.evidence, outputs, None
+    except FusionError:
+        why = declined(fn)
+        if why is None:
+            raise  # nothing compiled at all, or the graph broke: the run cannot measure fusion
+        return compiler, fn.evidence, _as_tuple(fn(x, y)), why  # what the compiler runs now
+    except Exception as exc:  # noqa: BLE001 - the compiler (or torch on what it returned) failed on this graph
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return compiler, None, None, f"compile failed with {compiler_title(backend)}: {type(exc).__name__}: {first}"
+
+
 def measure_combination(
     name: str,
     dtype_name: str,
@@ -250,37 +280,42 @@ def measure_combination(
     graph = CATALOGUE[name]
     x, y = inputs
     eager_out = _as_tuple(graph.fn(x, y))
-    fn = fused(graph.fn, backend, options, dynamic=False)
-    fused_out = _as_tuple(fn(x, y))
-    ev = fn.evidence
-    equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out, strict=False))
-    ulp_max = max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False))
-    nature = _mismatch_nature(eager_out, fused_out)
+    compiler, ev, fused_out, not_fused = run_fused(graph, x, y, backend, options)
     total = sum(e.numel() for e in eager_out)
-    # A NaN whose bits differ, or a zero whose sign differs: find, op by op, which op changed the
-    # bits on which path.
+    compared: dict[str, Any] = dict.fromkeys(_COMPARED)  # None where the compile failed: nothing to compare
+    nature: MismatchNature = {"mismatched": 0, "nan_encoding_only": 0, "signed_zero_only": 0, "nan_patterns": []}
     loc = None
-    payload_only = nature["mismatched"] in (nature["nan_encoding_only"], nature["signed_zero_only"])
-    if not equal and not graph.has_implicit_computation and payload_only and may_localize:
-        loc = localize_bit_difference(graph.fn, (x, y), backend, options)
+    if fused_out is not None:
+        nature = _mismatch_nature(eager_out, fused_out)
+        equal = all(bit_equal(e, f) for e, f in zip(eager_out, fused_out, strict=False))
+        compared = {
+            "bit_equal": equal,
+            "ulp_max": max(int(ulp_diff(e, f).max()) for e, f in zip(eager_out, fused_out, strict=False)),
+            "mismatched_elements": nature["mismatched"],
+            "nan_encoding_mismatches": nature["nan_encoding_only"],
+            "signed_zero_mismatches": nature["signed_zero_only"],
+        }
+        # A NaN whose bits differ, or a zero whose sign differs: find, op by op, which op changed the
+        # bits on which path.
+        payload_only = nature["mismatched"] in (nature["nan_encoding_only"], nature["signed_zero_only"])
+        if not equal and not graph.has_implicit_computation and payload_only and may_localize:
+            loc = localize_bit_difference(graph.fn, (x, y), backend, options)
     row = {
         "subgraph": name,
         "dtype": dtype_name,
         "shape": "x".join(map(str, shape)),
         "layout": layout,
         "has_implicit_computation": graph.has_implicit_computation,
-        "bit_equal": equal,
-        "ulp_max": ulp_max,
-        "mismatched_elements": nature["mismatched"],
-        "nan_encoding_mismatches": nature["nan_encoding_only"],
-        "signed_zero_mismatches": nature["signed_zero_only"],
-        "kernel_count": ev.kernel_count,
-        "graph_breaks": ev.graph_breaks,
-        "recompiles": ev.recompiles,
-        "precisions": ", ".join(ev.precisions),  # what the compiler's units ran in ("" where it does not say)
-        "compile_seconds": round(ev.compile_seconds, 3),
-        "code_sha256": ev.code_sha256,
+        **compared,
+        "compiler": compiler,  # the adapter that compiled the fused path
+        "kernel_count": ev.kernel_count if ev else 0,
+        "graph_breaks": ev.graph_breaks if ev else None,
+        "recompiles": ev.recompiles if ev else None,
+        "precisions": ", ".join(ev.precisions) if ev else "",  # what the compiler's units ran in ("": not said)
+        "compile_seconds": round(ev.compile_seconds, 3) if ev else None,
+        "code_sha256": ev.code_sha256 if ev else None,
         "reshape_copied": reshape_copied(graph, x, y),
+        "not_fused": not_fused,  # why the compiler did not fuse this combination; None when it did
     }
     return row, nature, total, loc
 
@@ -293,12 +328,17 @@ def finish_row(measured: Measured, keep_localization: bool = True) -> dict[str, 
         loc = None
     graph = CATALOGUE[row["subgraph"]]
     cause = describe_localization(loc) if loc is not None else ""
+    notes = (
+        f"not measured: {row['not_fused']}"
+        if row["bit_equal"] is None
+        else _notes(graph, row["dtype"], row["bit_equal"], row["ulp_max"], nature, total, cause)
+    )
     return {
         **row,
         "cause_op": None if loc is None else loc["op"],
         "cause_op_moves_data_only": None if loc is None else loc["op_moves_data_only"],
         "cause_path": None if loc is None else loc["departs_from_bitwise"],
-        "notes": _notes(graph, row["dtype"], row["bit_equal"], row["ulp_max"], nature, total, cause),
+        "notes": notes,
     }
 
 
@@ -382,6 +422,16 @@ def check_table(
         rows,
         schema_overrides={
             "reshape_copied": pl.Boolean,
+            "not_fused": pl.String,
+            "bit_equal": pl.Boolean,
+            "ulp_max": pl.Int64,
+            "mismatched_elements": pl.Int64,
+            "nan_encoding_mismatches": pl.Int64,
+            "signed_zero_mismatches": pl.Int64,
+            "graph_breaks": pl.Int64,
+            "recompiles": pl.Int64,
+            "compile_seconds": pl.Float64,
+            "code_sha256": pl.String,
             "cause_op": pl.String,
             "cause_op_moves_data_only": pl.Boolean,
             "cause_path": pl.String,
@@ -407,17 +457,9 @@ def table_metadata(table: pl.DataFrame, wall: float, localized: int) -> dict[str
         "reshape_rows": int(table["reshape_copied"].is_not_null().sum()),
         "reshape_rows_that_copied": int(table["reshape_copied"].fill_null(False).sum()),
         "payload_differences_localized": localized,
+        "rows_not_fused": int(table["not_fused"].is_not_null().sum()) if "not_fused" in table.columns else 0,
         "counterexamples": dg.MetadataValue.md(_counterexample_list(table)),
     }
-
-
-def payload_excused(frame: pl.DataFrame) -> pl.Expr:
-    """Rows whose only mismatches are NaN payloads and whose measured cause is an op that does
-    arithmetic (e.g. neg): counterexamples of arithmetic inside a pure-looking graph, not movement."""
-    nan_only = ~pl.col("bit_equal") & (pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches"))
-    if "cause_op_moves_data_only" not in frame.columns:  # a table from before the measurement: as before
-        return nan_only
-    return nan_only & pl.col("cause_op").is_not_null() & ~pl.col("cause_op_moves_data_only").fill_null(True)
 
 
 def _counterexample_list(table: pl.DataFrame) -> str:
@@ -433,150 +475,3 @@ def _counterexample_list(table: pl.DataFrame) -> str:
             f"| {r['bit_equal']} | {r['ulp_max']} | {r['notes']} |"
         )
     return "\n".join(lines)
-
-
-def _row_names(frame: pl.DataFrame) -> str:
-    return (
-        ", ".join(f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}" for r in frame.iter_rows(named=True))
-        or "none"
-    )
-
-
-def _row_notes(frame: pl.DataFrame) -> str:
-    return "\n".join(
-        f"- {r['subgraph']} {r['dtype']} {r['shape']} {r['layout']}: {r['notes']}" for r in frame.iter_rows(named=True)
-    )
-
-
-RULE = Rule(
-    claim="§2: operators that only move data (transpose, reshape, slice, concat, split, broadcast) give bit-identical "
-    "results fused and eager",
-    metric="per pure-movement row (subgraph x dtype x shape x layout): elements whose bits differ between eager and "
-    "fused, NaN payloads included; for a NaN-payload difference, the first op whose output bits differ when the graph "
-    "is re-run op by op eagerly and fused (measured)",
-    decision="contradicted when any pure row has one element whose value differs, or a NaN payload that differs where "
-    "the measured first differing op only moves data (or no single op is found); supported otherwise; inconclusive when "
-    "the table has no pure row. A NaN-payload difference whose measured cause is an arithmetic op inside the graph "
-    "(e.g. neg) is a counterexample listed with its cause (pure_movement_nan_encodings), not a movement defect",
-    threshold=0,
-    unit="elements with a changed value",
-    confidence=None,
-    sample_size="every element of every pure subgraph x dtype (fp16, bf16, fp32) x profile movement shape x layout, "
-    "inputs seeded and salted with special values (NaN, +-inf, -0.0, subnormals)",
-    derivation="moving data performs no rounding, so any changed value is a defect and a single element "
-    "contradicts the claim",
-)
-
-
-@claim_check(
-    rule=RULE,
-    asset=data_movement_check_table,
-    description="Claim (§2): every pure data-movement row keeps every bit, NaN payloads included; a NaN payload changed by "
-    "an arithmetic op inside the graph (measured op by op) is a listed counterexample, not a movement defect.",
-)
-def pure_movement_rows_bit_exact(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
-    pure = data_movement_check_table.filter(~pl.col("has_implicit_computation"))
-    failed = pure.filter(~pl.col("bit_equal"))
-    excused = failed.filter(payload_excused(failed))
-    value_failed = failed.filter(pl.col("mismatched_elements") != pl.col("nan_encoding_mismatches"))
-    payload_failed = failed.filter(
-        (pl.col("mismatched_elements") == pl.col("nan_encoding_mismatches")) & ~payload_excused(failed)
-    )
-    if pure.height == 0:
-        verdict, reason = INCONCLUSIVE, "the table has no pure data-movement row"
-    elif value_failed.height or payload_failed.height:
-        verdict, reason = (
-            CONTRADICTED,
-            (
-                f"values changed in {value_failed.height} and NaN payloads changed by data movement (or "
-                f"unattributed) in {payload_failed.height} of {pure.height} pure rows: "
-                f"{_row_names(pl.concat([value_failed, payload_failed]))}"
-            ),
-        )
-    else:
-        verdict = SUPPORTED
-        reason = f"every bit kept by data movement in {pure.height} pure rows" + (
-            f" ({excused.height} with NaN payloads changed by an arithmetic op, measured; see pure_movement_nan_encodings)"
-            if excused.height
-            else ""
-        )
-    return claim_result(
-        verdict,
-        RULE,
-        reason,
-        {
-            "pure_rows": pure.height,
-            "not_bit_exact": failed.height,
-            "value_differences": value_failed.height,
-            "payload_differences_from_movement": payload_failed.height,
-            "payload_counterexamples": excused.height,
-            "changed_values": dg.MetadataValue.md(
-                _row_notes(pl.concat([value_failed, payload_failed]))
-                or "none: no pure row changed a bit by moving data"
-            ),
-        },
-    )
-
-
-@finding_check(
-    asset=data_movement_check_table,
-    description="Finding (counterexample list): pure-looking rows whose NaN payloads differ bit for bit between eager and "
-    "fused, each with its cause measured by re-running the graph op by op eagerly and fused: the first op whose output "
-    "bits differ, and which path departs from that op's bitwise result.",
-)
-def pure_movement_nan_encodings(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
-    pure = data_movement_check_table.filter(~pl.col("has_implicit_computation"))
-    nan_only = pure.filter(payload_excused(pure))
-    causes: dict[str, int] = {}
-    if "cause_op" in nan_only.columns:
-        for r in nan_only.iter_rows(named=True):
-            key = f"{r['cause_op']} ({r['cause_path']} path departs from the bitwise result)"
-            causes[key] = causes.get(key, 0) + 1
-    return finding_result(
-        [
-            f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}"
-            for r in nan_only.iter_rows(named=True)
-        ],
-        {
-            "rows": nan_only.height,
-            "nan_elements": int(nan_only["nan_encoding_mismatches"].sum()) if nan_only.height else 0,
-            "measured_causes": "; ".join(f"{k}: {v} rows" for k, v in causes.items()) or "none",
-            "finding": dg.MetadataValue.md(_row_notes(nan_only) or "none: no NaN payload changed"),
-        },
-    )
-
-
-@finding_check(
-    asset=data_movement_check_table,
-    description="Finding: the counterexamples that hide arithmetic (promotion then downcast, a scalar scale), each "
-    "with its observed eager-vs-fused difference and cause; they are outside §2's claim.",
-)
-def implicit_computation_counterexamples(data_movement_check_table: pl.DataFrame) -> dg.AssetCheckResult:
-    implicit = data_movement_check_table.filter(pl.col("has_implicit_computation"))
-    differ = implicit.filter(~pl.col("bit_equal"))
-    return finding_result(
-        [
-            f"{r['subgraph']}/{r['dtype']}/{r['shape']}/{r['layout']}: {r['notes']}"
-            for r in differ.iter_rows(named=True)
-        ],
-        {
-            "implicit_rows": implicit.height,
-            "not_bit_exact": differ.height,
-            "max_ulp": as_int(differ["ulp_max"].max(), "ulp_max") if differ.height else 0,
-            "counterexamples": dg.MetadataValue.md(_row_notes(implicit) or "none ran"),
-        },
-    )
-
-
-@validity_check(
-    asset=data_movement_check_table,
-    description="Run validity: every planned (subgraph, dtype, shape, layout) ran (that each fused is the generated "
-    "check data_movement_check_table_shows_fusion).",
-)
-def every_movement_combination_ran(
-    data_movement_check_table: pl.DataFrame, settings: ExperimentSettings
-) -> dg.AssetCheckResult:
-    table = data_movement_check_table
-    expected = len(plan(settings.sizes(ID).shapes))
-    problems = [f"{table.height} rows, planned {expected}"] if table.height != expected else []
-    return validity_result(problems, {"rows": table.height, "expected_rows": expected})

@@ -23,12 +23,14 @@ ONE_PER = ("subgraph", "dtype")
 
 
 def contradictions(table: pl.DataFrame) -> pl.DataFrame:
-    """The rows that contradict D's claim: pure data movement, not bit-exact, and not only NaN payloads
-    (those D attributes op by op itself)."""
+    """The rows that contradict D's claim: pure data movement the compiler fused, not bit-exact, and not only
+    NaN payloads (those D attributes op by op itself)."""
+    fused = pl.col("not_fused").is_null() if "not_fused" in table.columns else pl.lit(True)
     return table.filter(
         ~pl.col("has_implicit_computation")
         & ~pl.col("bit_equal")
         & (pl.col("nan_encoding_mismatches") < pl.col("mismatched_elements"))
+        & fused
     )
 
 

@@ -2,6 +2,12 @@
 hash per round, 0 ULP within a round, the cold start reproducing H_k0 and round 1's bits), the run's
 validity (its fusion part is generated from the record's declaration, ``spec.FUSION``) and the thread-count
 finding.
+
+A row whose FFN the compiler did not fuse (``not_fused``: it ran the graph in torch after failing it, as
+OpenVINO does a bfloat16 one) says nothing about a fused program: the claims judge the fused rows only and
+name the others with their reason; with no fused row they are inconclusive. Where the compiler exposes no
+kernel binary, the cold-start claim's artifact part is not applicable (its reason in the row) and the
+compiled program is compared by its code hash.
 """
 
 import dagster as dg
@@ -82,6 +88,26 @@ def _rows(frame: pl.DataFrame) -> str:
     return ", ".join(f"{r['dtype']}/{r['round']}" for r in frame.iter_rows(named=True)) or "none"
 
 
+def fused_rows(frame: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """The rows that ran a fused program, and the others named with why the compiler did not fuse them
+    ("none" when every row fused; a table stored before the column has only fused rows)."""
+    if "not_fused" not in frame.columns:
+        return frame, "none"
+    left = frame.filter(pl.col("not_fused").is_not_null())
+    named = "; ".join(f"{r['dtype']}/{r['round']}: {r['not_fused']}" for r in left.iter_rows(named=True))
+    return frame.filter(pl.col("not_fused").is_null()), named or "none"
+
+
+def _with_left(reason: str, left: str) -> str:
+    """A claim's reason, with the rows the compiler did not fuse named as not judged."""
+    return reason if left == "none" or reason.startswith("no row ran") else f"{reason}; not judged, not fused: {left}"
+
+
+def _none_fused(frame: pl.DataFrame, left: str) -> str | None:
+    """Why a claim cannot be judged when the table has rows but none ran a fused program, else None."""
+    return f"no row ran a fused program ({left})" if frame.height == 0 and left != "none" else None
+
+
 def _measured(frame: pl.DataFrame) -> str:
     """The measured source of every difference in ``frame``'s rows (``difference_source``)."""
     parts = [
@@ -108,8 +134,11 @@ def _artifact_unread(frame: pl.DataFrame) -> pl.DataFrame:
     description="Claim (§3.3): each round (fresh or not, any thread count) produced exactly one output hash per dtype.",
 )
 def one_output_hash_per_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    determinism_summary, left = fused_rows(determinism_summary)
     bad = determinism_summary.filter(pl.col("unique_output_hashes") != 1)
-    if determinism_summary.height == 0:
+    if (none := _none_fused(determinism_summary, left)) is not None:
+        verdict, reason = INCONCLUSIVE, none
+    elif determinism_summary.height == 0:
         verdict, reason = INCONCLUSIVE, "the summary has no row"
     elif bad.height:
         verdict, reason = CONTRADICTED, f"several output hashes in {_rows(bad)}"
@@ -118,11 +147,12 @@ def one_output_hash_per_round(determinism_summary: pl.DataFrame) -> dg.AssetChec
     return claim_result(
         verdict,
         RULE_ONE_HASH,
-        reason,
+        _with_left(reason, left),
         {
             "rows_with_several_hashes": _rows(bad),
             "max_unique_hashes": as_int(determinism_summary["unique_output_hashes"].max() or 0, "unique_output_hashes"),
             "measured_source": _measured(bad),
+            "rows_not_fused": left,
         },
     )
 
@@ -133,10 +163,13 @@ def one_output_hash_per_round(determinism_summary: pl.DataFrame) -> dg.AssetChec
     description="Claim (§3.3): max ULP distance between runs of a round is 0 for every dtype and round.",
 )
 def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
+    determinism_summary, left = fused_rows(determinism_summary)
     col = pl.col("max_ulp_diff_across_runs")
     above = determinism_summary.filter(col.is_not_null() & (col != 0))
     unknown = determinism_summary.filter(col.is_null())
-    if above.height:
+    if (none := _none_fused(determinism_summary, left)) is not None:
+        verdict, reason = INCONCLUSIVE, none
+    elif above.height:
         verdict, reason = (
             CONTRADICTED,
             f"runs differ by up to {as_int(above['max_ulp_diff_across_runs'].max(), 'max_ulp_diff_across_runs')} ULP in {_rows(above)}",
@@ -155,11 +188,12 @@ def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckRes
     return claim_result(
         verdict,
         RULE_ZERO_ULP,
-        reason,
+        _with_left(reason, left),
         {
             "rows_not_zero": _rows(above),
             "rows_unknown": _rows(unknown),
             "measured_source": _measured(pl.concat([above, unknown])),
+            "rows_not_fused": left,
         },
     )
 
@@ -171,12 +205,18 @@ def zero_ulp_within_round(determinism_summary: pl.DataFrame) -> dg.AssetCheckRes
     "artifact hash H_k0, the same generated source, and round 1's output bits.",
 )
 def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetCheckResult:
-    cold = determinism_summary.filter(pl.col("round") == "round2_cold")
+    fused, left = fused_rows(determinism_summary)
+    cold = fused.filter(pl.col("round") == "round2_cold")
     code_bad = cold.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
     artifact_bad = _artifact_moved(cold)
     out_bad = cold.filter(pl.col("outputs_equal_round1") != "yes")
     unread = _artifact_unread(cold)
-    if cold.height == 0:
+    # a compiler that exposes no kernel binary: the artifact part does not apply, the code hash stands for it
+    na = cold.filter(pl.col("artifact_hash_equal_across_cold_start").str.starts_with("not applicable"))
+    artifact_part = na["artifact_hash_equal_across_cold_start"][0] if na.height else "compared"
+    if (none := _none_fused(fused, left)) is not None:
+        verdict, reason = INCONCLUSIVE, none
+    elif cold.height == 0:
         verdict, reason = INCONCLUSIVE, "no cold-start round in the summary"
     elif code_bad.height or artifact_bad.height or out_bad.height:
         verdict, reason = (
@@ -193,6 +233,11 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
             f"round 1's source hash and output bits reproduced for {cold.height} dtypes, but the kernel binaries "
             f"could not be compared for {_rows(unread)}",
         )
+    elif na.height:
+        verdict, reason = (
+            SUPPORTED,
+            f"round 1's source hash and output bits reproduced for {cold.height} dtypes (artifact hash: {artifact_part})",
+        )
     else:
         verdict, reason = (
             SUPPORTED,
@@ -201,9 +246,11 @@ def cold_start_reproduces_round1(determinism_summary: pl.DataFrame) -> dg.AssetC
     return claim_result(
         verdict,
         RULE_COLD_START,
-        reason,
+        _with_left(reason, left),
         {
             "cold_rows": cold.height,
+            "artifact_hash": artifact_part,
+            "rows_not_fused": left,
             "artifact_hash_differs": _rows(artifact_bad),
             "artifact_not_compared": _rows(unread),
             "code_hash_differs": _rows(code_bad),
@@ -230,6 +277,8 @@ def every_round_ran_its_planned_runs(
         if thread_round_skipped(settings.torch_device().type) is None:
             planned["cold_threads"] = {d: min(n, THREAD_ROUND_RUNS) for d, n in cold.items()}
     problems = []
+    # a row the compiler did not fuse still ran its rounds (the fallback's): named here, judged by no claim
+    _, left = fused_rows(determinism_summary)
     for name, counts in planned.items():
         got = determinism_summary.filter(pl.col("round").str.starts_with(name))
         if got.height != len(DETERMINISM_DTYPES):
@@ -244,6 +293,7 @@ def every_round_ran_its_planned_runs(
             "planned_runs_per_round": sizes.runs,
             "planned_runs_by_dtype": ", ".join(f"{d}={n}" for d, n in runs.items()),
             "planned_rounds": ", ".join(planned),
+            "rows_not_fused": left,
         },
     )
 
@@ -256,7 +306,8 @@ def every_round_ran_its_planned_runs(
 def thread_count_output_comparison(
     determinism_summary: pl.DataFrame, settings: ExperimentSettings
 ) -> dg.AssetCheckResult:
-    alt = determinism_summary.filter(pl.col("round").str.starts_with("cold_threads"))
+    fused, left = fused_rows(determinism_summary)
+    alt = fused.filter(pl.col("round").str.starts_with("cold_threads"))
     differ = alt.filter(pl.col("outputs_equal_round1") != "yes")
     code_differs = alt.filter(pl.col("kernel_hash_equal_across_cold_start") != "yes")
     findings = []
@@ -277,5 +328,6 @@ def thread_count_output_comparison(
             "code_differs_from_round1": _rows(code_differs),
             "artifact_differs_from_H_k0": _rows(_artifact_moved(alt)),
             "measured_source": _measured(alt),
+            "rows_not_fused": left,
         },
     )

@@ -58,9 +58,19 @@ def _artifact_bytes(folder: Path, dtype: str, kernel: str) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+def artifacts_not_applicable(rec: dict[str, Any]) -> str:
+    """Why a round's record has no compiled artifacts to compare ("not applicable to <compiler>: <why>",
+    from the compiler's adapter: it exposes no binary per unit), or "" (a record before it was kept too)."""
+    return str(rec.get("artifacts_not_applicable") or "")
+
+
 def artifact_state(rec: dict[str, Any], r1_rec: dict[str, Any]) -> str:
     """``yes`` or ``no``: whether a round's compiled artifacts equal round 1's (H_k0); ``unknown``
-    with the reason where either round's kernel binaries could not be read, so nothing is compared."""
+    with the reason where either round's kernel binaries could not be read, so nothing is compared;
+    "not applicable to <compiler>: <why>" where the compiler exposes no binaries at all (its compiled
+    program is compared by the code hash alone)."""
+    if not_applicable := artifacts_not_applicable(rec) or artifacts_not_applicable(r1_rec):
+        return not_applicable
     unread = [
         f"{who}: {a['kernel']} ({a['kind']})"
         for who, r in (("round 1", r1_rec), ("this round", rec))
@@ -211,7 +221,10 @@ def difference_sources(name: str, dtype: str, rnd: Round, r1: Round) -> tuple[li
     if not code_equal:
         code_diff = _code_diff(r1_rec["code"], rec["code"])
         sources.append("generated source differs from round 1: " + code_diff.replace("\n", " | "))
-    if state.startswith("unknown"):
+    if state.startswith("not applicable"):
+        # no binary to compare: the compiled program is the code the compiler reports
+        artifact_equal = True
+    elif state.startswith("unknown"):
         sources.append("compiled artifact not compared with round 1's: " + state.removeprefix("unknown: "))
     elif not artifact_equal:
         sources.append(
@@ -285,7 +298,9 @@ def _summary_row(
         if reference
         else ("yes" if rec["code_sha256"] == r1_rec["code_sha256"] else "no"),
         "artifact_sha256": rec["artifact_sha256"],
-        "artifact_hash_equal_across_cold_start": "reference (H_k0)" if reference else artifact_state(rec, r1_rec),
+        "artifact_hash_equal_across_cold_start": (artifacts_not_applicable(rec) or "reference (H_k0)")
+        if reference
+        else artifact_state(rec, r1_rec),
         "artifact_kinds": ", ".join(sorted({a["kind"] for a in rec["artifacts"]})) or "none",
         "autotune_choice": " | ".join(a["autotune_choice"] for a in rec["artifacts"] if a["autotune_choice"])
         or "none (no autotuning)",
@@ -296,6 +311,8 @@ def _summary_row(
         "recompiles": rec["recompiles"],
         # the precisions the compiler's units ran in ("" where it does not say; a record before it was kept)
         "precisions": rec.get("precisions", ""),
+        # why the compiler did not fuse this dtype's FFN (it ran it in torch after failing it); null when fused
+        "not_fused": rec.get("not_fused"),
         "compile_seconds": round(rec["compile_seconds"], 3),
         "ms_per_run": round(1000 * rec["seconds_all_runs"] / len(hashes), 3),
     }
@@ -328,8 +345,9 @@ def determinism_tables(rounds: dict[str, Round]) -> DeterminismTables:
                 diffs[f"{name}/{dtype}"] = code_diff
             artifact_rows += _artifact_rows(name, dtype, rnd, r1)
             summary_rows.append(_summary_row(name, dtype, rnd, r1, (ulps_round, ulps_r1), sources))
+    summary = pl.DataFrame(summary_rows, schema_overrides={"not_fused": pl.String})
     return DeterminismTables(
-        pl.DataFrame(run_rows), pl.DataFrame(summary_rows), pl.DataFrame(artifact_rows, schema=_ARTIFACT_SCHEMA), diffs
+        pl.DataFrame(run_rows), summary, pl.DataFrame(artifact_rows, schema=_ARTIFACT_SCHEMA), diffs
     )
 
 
@@ -355,7 +373,8 @@ def summary_metadata(
         "fp16_kernel_hash_equal_across_cold_start": headline.get("kernel_hash_equal_across_cold_start", "not run"),
         "fp16_artifact_hash_equal_across_cold_start": headline.get("artifact_hash_equal_across_cold_start", "not run"),
         "fp16_outputs_equal_across_cold_start": headline.get("outputs_equal_round1", "not run"),
-        "H_k0_fp16": r1_fp16["artifact_sha256"],
+        # H_k0; where the compiler exposes no binary, why there is none
+        "H_k0_fp16": r1_fp16["artifact_sha256"] or r1_fp16["artifact_hash_equal_across_cold_start"],
         "source_sha256_round1_fp16": r1_fp16["code_sha256"],
         "artifact_kinds": ", ".join(sorted(set(summary["artifact_kinds"].to_list()))),
         "default_threads": default_threads,

@@ -8,11 +8,14 @@ A fresh round runs as::
 
 (``--runs float16=1000,float32=100`` gives each dtype its own count.)
 
-with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`). The
-worker writes ``DIR/result.json`` (hashes, code hash, evidence, cache facts) and
+with the caller's environment pointing Inductor at an empty cache (:func:`cold_cache_env`) and the
+compiler's adapter turning its in-process caches off (:meth:`~precisionkit.backends.base.BackendAdapter.disable_caches`).
+The worker writes ``DIR/result.json`` (hashes, code hash, evidence, cache facts) and
 ``DIR/outputs.safetensors`` (one tensor per distinct output hash, so the caller can measure ULP
 distances between rounds) and ``DIR/artifacts/<dtype>/<kernel>.bin``, the compiled artifact of every
-generated kernel (:mod:`pipeline.artifacts`), so the caller can measure which bytes differ.
+generated kernel (:mod:`pipeline.artifacts`), so the caller can measure which bytes differ. The kernels'
+binaries are read through the adapter (:meth:`~precisionkit.backends.base.BackendAdapter.compiled_modules`):
+a compiler that exposes none has no artifact part, and its record says why.
 """
 
 import argparse
@@ -29,12 +32,14 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from precisionkit import FusedFunction, fused
+from precisionkit import FusedFunction, FusionError, fused
+from precisionkit.backends import adapter_for_backend
 from precisionkit.evidence import evidence_fields
 
-from ...artifacts import KernelArtifact, capture_modules, combined_sha256, kernel_artifacts
+from ...artifacts import KernelArtifact, combined_sha256, kernel_artifacts
 from ...backends import ensure_registered, register_by
 from ...devices import synchronize
+from ...intents import declined
 from ...workloads import DTYPES, WORKLOADS
 
 #: Distinct outputs kept per dtype: enough to measure how far apart they are, bounded on disk.
@@ -84,6 +89,11 @@ def run_round(
     ``"<dtype>/<md5>"`` (at most :data:`MAX_DISTINCT_KEPT` per dtype, first occurrences). With
     ``artifact_dir``, each kernel's artifact bytes are written to ``<artifact_dir>/<dtype>/<kernel>.bin``.
     With ``log``, progress lines of each dtype's runs go to it.
+
+    A dtype whose FFN the compiler itself did not fuse (it ran the graph in torch after failing it, as
+    OpenVINO does a bfloat16 one: :func:`pipeline.intents.declined`) still runs its rounds, and its record
+    says why in ``not_fused``: its hashes are the fallback's, never a fused program's. A compiler whose
+    kernel binaries cannot be read has no artifacts; ``artifacts_not_applicable`` says why.
     """
     counts = {d: runs if isinstance(runs, int) else runs.get(d, 0) for d in dtypes}
     if any(n < 1 for n in counts.values()):
@@ -94,12 +104,21 @@ def run_round(
         n_runs = counts[dtype]
         args = _dtype_args(inputs, dtype, device)
         ensure_registered(backend)  # an offered backend (a fresh process: main registered it by --register)
+        adapter = adapter_for_backend(backend)
         fn = fused(WORKLOADS["ffn"].fn, backend, options, dynamic=False)
         start = time.perf_counter()
-        with capture_modules() as modules:  # the compile happens in the first call
-            first = fn(*args)
+        not_fused = None
+        with adapter.compiled_modules() as modules:  # the compile happens in the first call
+            try:
+                first = fn(*args)
+            except FusionError:
+                not_fused = declined(fn)
+                if not_fused is None:
+                    raise
+                first = fn(*args)  # what the compiler runs now: the fallback it chose
         # Read after the first call: on CUDA the autotuner has picked the launcher that runs.
-        artifacts = kernel_artifacts(modules, fn.evidence.kernel_names)
+        unreadable = "" if modules is not None else f"not applicable to {adapter.title}: {adapter.binaries_unreadable}"
+        artifacts = [] if unreadable else kernel_artifacts(modules or [], fn.evidence.kernel_names)
         if artifact_dir is not None:
             _write_artifacts(artifacts, Path(artifact_dir) / dtype)
         steps: Iterable[int] = range(n_runs)
@@ -111,6 +130,9 @@ def run_round(
         distinct.update(kept)
         synchronize(device)
         records[dtype] = _round_record(fn, artifacts, hashes, time.perf_counter() - start)
+        records[dtype].update(not_fused=not_fused, artifacts_not_applicable=unreadable)
+        if unreadable:
+            records[dtype]["artifact_sha256"] = ""  # no binary was hashed
     return records, distinct
 
 
@@ -226,21 +248,6 @@ def _round_record(
     }
 
 
-def _cache_facts() -> dict[str, Any]:
-    from torch._inductor import config as inductor_config
-
-    from precisionkit.paths import inductor_cache_dir
-
-    cache = inductor_cache_dir()
-    return {
-        "cache_dir": cache,
-        "cache_files_before_compile": sum(len(files) for _, _, files in os.walk(cache)) if os.path.isdir(cache) else 0,
-        "fx_graph_cache": bool(inductor_config.fx_graph_cache),
-        "autotune_local_cache": bool(inductor_config.autotune_local_cache),
-        "force_disable_caches": bool(inductor_config.force_disable_caches),
-    }
-
-
 def format_runs(runs: Mapping[str, int]) -> str:
     """``--runs`` of a count per dtype: ``float16=1000,float32=100``."""
     return ",".join(f"{d}={n}" for d, n in runs.items())
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 keeps the default")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="inductor")
-    parser.add_argument("--options", default="{}", help="JSON object of Inductor options")
+    parser.add_argument("--options", default="{}", help="JSON object of the compiler's options")
     parser.add_argument(
         "--register", default="", help="module:function that registers an offered backend (pipeline.backends.registrar)"
     )
@@ -277,15 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--runs must be N or dtype=N,dtype=N, got {args.runs!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    # The environment already turns the caches off; set the in-process switches too, since
-    # autotune_local_cache has no environment variable of its own.
-    from torch._inductor import config as inductor_config
-
-    inductor_config.fx_graph_cache = False
-    inductor_config.autotune_local_cache = False
     if args.register:
         register_by(args.register)
-    facts = _cache_facts()
+    # The environment already turns the caches off; the compiler's adapter sets the in-process switches
+    # too (Inductor's autotune_local_cache has no environment variable of its own) and says what it found.
+    ensure_registered(args.backend)
+    facts = adapter_for_backend(args.backend).disable_caches()
     inputs = load_file(args.inputs)
     records, distinct = run_round(
         inputs,

@@ -29,6 +29,7 @@ import torch
 from precisionkit import fp64_reference
 from precisionkit.evidence import evidence_fields
 
+from ...experiment import runs_where_applicable
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compare import error_table, ulp_tables
@@ -41,25 +42,32 @@ OUTS = {
     "c1_path_outputs": dg.AssetOut(
         description="C1 (§1.2 (2)): the fp16 input and every path's and control's output, eager and fused.",
         kinds={"pytorch", "safetensors"},
+        is_required=False,
     ),
     "c1_ulp_distribution": dg.AssetOut(
         description="C1 (§1.2 (2)): ULP = 0 / = 1 / >= 2 percentages per comparison: A vs B per mode, the route-only and value-only controls against A, eager vs fused, further controls.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c1_ulp_histogram": dg.AssetOut(
-        description="C1 (§1.2 (2)): ULP-distance histogram per comparison (long format).", kinds={"polars"}
+        description="C1 (§1.2 (2)): ULP-distance histogram per comparison (long format).",
+        kinds={"polars"},
+        is_required=False,
     ),
     "c1_error_vs_fp64": dg.AssetOut(
         description="C1 (§1.2 (2)): each path's and control's error against the fp64 reference (precisionkit.error_stats).",
         kinds={"polars"},
+        is_required=False,
     ),
     "c1_mechanism_evidence": dg.AssetOut(
         description="C1 (§1.2 (2)): why the paths differ: eager op trace, fused kernel lines and constants, control runs.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c1_route_records": dg.AssetOut(
         description="C1 (§1.2 (2)): per mode and route (A, B and the two controls): the operand route and value, the aten ops, the kernels the profiler saw, the fused kernel's multiply lines and constant, and whether the instruction differs from path A's.",
         kinds={"polars"},
+        is_required=False,
     ),
 }
 
@@ -114,6 +122,7 @@ def evidence_metadata(runs: C1Runs, evidence: pl.DataFrame, same_instructions: b
 
 
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
+@runs_where_applicable(ID)
 def c1_instruction_selection(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs paths A and B and the route/value controls eager and fused on one seeded fp16 input."""
     seed = settings.derived_seed("c1", "input")

@@ -43,9 +43,9 @@ from ...scalars import as_float, as_int
 from ...tables import markdown_table
 from .bounds import BAND_WORDS
 from .compute import C2Result, check_c2_shape, knob_summary, run_c2
-from .long import long_versions, run_long
+from .long import long_versions, one_thread_not_applicable, run_long
 from .spec import GROUP, ID
-from .versions import build_versions
+from .versions import build_versions, parts_not_applicable
 
 OUTS = {
     "c2_version_outputs": dg.AssetOut(
@@ -85,6 +85,10 @@ def versions_metadata(result: C2Result, runs: int) -> dict[str, Any]:
         "framework_tiled_versions": int((versions_df["family"] == "framework_tiled").sum()),
         "hand_tiled_versions": int(versions_df["tiling_source"].str.starts_with("hand").sum()),
         "framework_tilings_rejected": dg.MetadataValue.md("\n".join(f"- {s}" for s in result.skipped) or "none"),
+        # parts of the version set the compiler has no way to make: stored with the reason, never as a pass
+        "versions_not_applicable": dg.MetadataValue.md(
+            "\n".join(f"- {part}: {why}" for part, why in result.not_applicable.items()) or "none"
+        ),
         "table": dg.MetadataValue.md(markdown_table(versions_df.select(*columns, *values))),
     }
 
@@ -135,7 +139,10 @@ def c2_reduction_order(context: dg.AssetExecutionContext, settings: ExperimentSe
     length, n_pool, runs = sizes.length, sizes.pool_rows, sizes.runs
     check_c2_shape(length, runs)
     seed = settings.derived_seed("c2", "rows")
-    result = run_c2(build_versions(settings, device), length, n_pool, runs, seed, device, context.log.info)
+    missing = parts_not_applicable(settings.backend, device)
+    for part, why in missing.items():
+        context.log.info(f"C2 {part}: {why}")
+    result = run_c2(build_versions(settings, device), length, n_pool, runs, seed, device, context.log.info, missing)
     yield dg.Output(
         result.stored,
         output_name="c2_version_outputs",
@@ -173,9 +180,12 @@ def c2_long_reductions(context: dg.AssetExecutionContext, settings: ExperimentSe
     shown = table.select(
         "distribution", "row", "version", "threads", "relative_error", "margin_prob", "bit_equal_eager", "seconds"
     )
+    one_thread = one_thread_not_applicable(settings.backend, device)
     context.add_output_metadata(
         {
             "terms": sizes.long_length,
+            # the one-thread version where the compiler has one; else why it has none (never a pass)
+            "one_thread_version": one_thread or "run",
             "rows": table.height,
             "margin_prob_max": as_float(table["margin_prob"].max(), "long margin_prob_max"),
             "table": dg.MetadataValue.md(markdown_table(shown)),

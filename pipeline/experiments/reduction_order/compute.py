@@ -6,7 +6,8 @@ Plain functions (no Dagster definitions); the asset in :mod:`.assets` calls :fun
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -15,7 +16,7 @@ import torch
 from precisionkit import FusedFunction, bit_equal, error_stats, fp64_reference, ulp_diff
 from precisionkit.evidence import evidence_fields
 
-from ...artifacts import capture_modules, kernel_artifacts
+from ...artifacts import kernel_artifacts
 from ...progress import track
 from ...scalars import as_float
 from .bounds import all_row_bounds
@@ -135,7 +136,10 @@ def run_versions(
     skipped: list[str] = []
     for v in track(versions, log, f"summation versions ({runs} runs + {rows.shape[0] - 1} pool rows each)"):
         start = time.perf_counter()
-        with capture_modules() as modules:
+        # The modules holding the compiled kernels, where the compiler exposes them (Inductor's wrapper
+        # modules: a Triton launcher's autotuning choice is read from them).
+        holder = v.fn.adapter.compiled_modules() if isinstance(v.fn, FusedFunction) else nullcontext(None)
+        with holder as modules:
             try:
                 first = _run(v.fn, rows[:1])  # compiles fused versions, once, for shape [1, L]
             except Exception as exc:
@@ -146,7 +150,7 @@ def run_versions(
         first_seconds = time.perf_counter() - start
         tiling = ""
         if isinstance(v.fn, FusedFunction):
-            tiling = describe_tiling(v.fn.code, kernel_artifacts(modules, v.fn.evidence.kernel_names))
+            tiling = describe_tiling(v.fn.code, kernel_artifacts(modules or [], v.fn.evidence.kernel_names))
         done.append(finish_version(v, rows, ref, runs, first, tiling, first_seconds))
     return done, skipped
 
@@ -280,7 +284,8 @@ def knob_summary(versions_df: pl.DataFrame, stored: dict[str, torch.Tensor]) -> 
 @dataclass(frozen=True)
 class C2Result:
     """Everything C2 produces: the stored tensors (``rows``, then ``<version>/out16`` and
-    ``<version>/acc32``), the four tables, and the framework tilings the backend rejected."""
+    ``<version>/acc32``), the four tables, the framework tilings the backend rejected, and the parts of the
+    version set the compiler has no way to make (part -> "not applicable to <compiler>: <why>")."""
 
     stored: dict[str, torch.Tensor]
     versions: pl.DataFrame
@@ -288,6 +293,7 @@ class C2Result:
     error_vs_fp64: pl.DataFrame
     row_bounds: pl.DataFrame
     skipped: list[str]
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
 
 def run_c2(
@@ -298,9 +304,11 @@ def run_c2(
     seed: int,
     device: torch.device,
     log: Callable[[str], None] | None = None,
+    not_applicable: dict[str, str] | None = None,
 ) -> C2Result:
     """C2 on ``1 + n_pool`` seeded rows of ``length``: every version run (row 0 ``runs`` times), then
-    the tables derived from the results."""
+    the tables derived from the results; ``not_applicable`` the parts of the version set the compiler has no
+    way to make, kept on the result."""
     check_c2_shape(length, runs)
     rows = make_rows(1 + n_pool, length, seed)
     ref = fp64_reference(lambda x: x.sum(-1), rows)  # [1 + n_pool] fp64 (exact: fp16 terms, |s| < 2^15)
@@ -319,4 +327,5 @@ def run_c2(
         error_table(stored, ref, names, bounds_df),
         bounds_df,
         skipped,
+        dict(not_applicable or {}),
     )

@@ -26,16 +26,17 @@ import polars as pl
 import torch
 
 from precisionkit import FusedFunction, bit_equal, fused
+from precisionkit.backends import ONE_THREAD
 from precisionkit.bounds import gamma, gamma_tilde, unit_roundoff
 from precisionkit.evidence import evidence_fields
 
+from ...intents import adapter_of, intent_options
 from ...resources import ExperimentSettings
 from .bounds import PROB_CONFIDENCE, family_lambda
+from .versions import fused_base, options_label
 
 #: The input distributions of the long rows.
 LONG_DISTRIBUTIONS = ("uniform_symmetric", "uniform_nonnegative")
-#: Inductor options per device type for the one-thread (one-block) version.
-ONE_THREAD: dict[str, dict[str, Any]] = {"cpu": {"cpp.threads": 1}, "cuda": {"split_reductions": False}}
 #: Terms summed in fp64 per chunk for the reference (its own error: at most n * 2^-53 * sum|x|).
 _REF_CHUNK = 2**22
 
@@ -91,25 +92,32 @@ class LongVersion:
 
 
 def long_versions(settings: ExperimentSettings, device: torch.device) -> list[LongVersion]:
-    """Eager, the fused default (every thread) and the fused path on one thread (one block on CUDA)."""
-    base = settings.options()
-    one = ONE_THREAD.get(device.type, {})
+    """Eager, the fused default (every thread) and the fused path on one thread (one block on CUDA): the
+    compiler's answer to the intent ``one_thread`` (Inductor: ``cpp.threads=1`` on a CPU,
+    ``split_reductions=False`` on CUDA), left out where it has none (:func:`one_thread_not_applicable`)."""
+    base = fused_base(settings, device)
+    one, _ = intent_options(settings.backend, base, ONE_THREAD, device)
     versions = [
         LongVersion("eager", "all", "", long_sum),
         LongVersion("fused_default", "all", "", fused(long_sum, settings.backend, base)),
     ]
-    if one:
-        text = ", ".join(f"{k}={v}" for k, v in one.items())
-        versions.append(
-            LongVersion("fused_one_thread", "one", text, fused(long_sum, settings.backend, {**base, **one}))
-        )
+    if one is not None:
+        text = options_label(adapter_of(settings.backend).intent(ONE_THREAD, str(device)) or {})
+        versions.append(LongVersion("fused_one_thread", "one", text, fused(long_sum, settings.backend, one)))
     return versions
 
 
-def planned_compiles(device_type: str) -> int:
+def one_thread_not_applicable(backend: str, device: torch.device) -> str | None:
+    """Why the compiler of ``backend`` has no one-thread version on ``device`` ("not applicable to <compiler>:
+    <why>"), or None when it has one."""
+    options, why = intent_options(backend, {}, ONE_THREAD, device)
+    return why if options is None else None
+
+
+def planned_compiles(device_type: str, backend: str = "inductor") -> int:
     """Fused versions :func:`long_versions` makes for ``device_type``, one compile each (every row of every
-    distribution has one shape): the fused default, and the one-thread version where the device has one."""
-    return 1 + bool(ONE_THREAD.get(device_type))
+    distribution has one shape): the fused default, and the one-thread version where the compiler has one."""
+    return 1 + (adapter_of(backend).intent(ONE_THREAD, device_type) is not None)
 
 
 def run_long(

@@ -1,20 +1,24 @@
 """C2's summation versions: what each version computes, how the versions are built for a device,
 and how a fused version's tiling is read back from its generated kernel.
 
-Compiler versions (eager, the fused default, Inductor's reduction knobs), framework-tiled versions
-(the settings with which Inductor itself tiles the reduction) and hand-written tilings (per-tile
-partial sums in fp32 or fp16, then the sum of the partials). See :mod:`.assets` for the experiment.
+Compiler versions (eager, the fused default, the compiler's reduction knobs), framework-tiled versions
+(the settings with which the compiler itself tiles the reduction) and hand-written tilings (per-tile
+partial sums in fp32 or fp16, then the sum of the partials). The knobs and tilings are the compiler's
+answers to the intents ``reduction_knobs`` and ``reduction_tilings`` (its adapter's, never Inductor's option
+names here). See :mod:`.assets` for the experiment.
 """
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from precisionkit import FusedFunction, fused
+from precisionkit.backends import REDUCTION_KNOBS, REDUCTION_TILINGS
 
+from ...intents import adapter_of, intent_variants, options_text, whole_graph_options
 from ...resources import ExperimentSettings
 from .spec import SIZES
 
@@ -27,22 +31,6 @@ FP16_PARTIALS_FAMILY = "tiled_fp16_partials"
 #: Families whose order the framework itself produces (eager, the fused default, the Inductor knobs and
 #: tiling settings): the claims about the framework judge these, never the harness's hand-written tilings.
 COMPILER_FAMILIES = ("compiler", "framework_tiled")
-#: The settings with which Inductor tiles a reduction, per device type: each is one framework-tiled
-#: version. CPU: threads x vector width (simdlen 0 = scalar loop); CUDA: Triton reduction strategies.
-FRAMEWORK_TILINGS: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {f"t{t}_simd{w}": {"cpp.threads": t, "cpp.simdlen": w} for t in (1, 2) for w in (0, 256, 512)},
-    "cuda": {
-        "split": {"split_reductions": True, "triton.persistent_reductions": True},
-        "nosplit_persistent": {"split_reductions": False, "triton.persistent_reductions": True},
-        "nosplit_looped": {"split_reductions": False, "triton.persistent_reductions": False},
-        "cooperative": {
-            "split_reductions": False,
-            "triton.cooperative_reductions": True,
-            "triton.force_cooperative_reductions": True,
-        },
-        "min_num_split_64": {"split_reductions": True, "min_num_split": 64},
-    },
-}
 #: tiling_source per family: which versions the framework tiles, and which are tiled by hand.
 TILING_SOURCE = {
     "compiler": "framework (default or knob)",
@@ -50,18 +38,12 @@ TILING_SOURCE = {
     "tiled_fp32_partials": "hand-written",
     "tiled_fp16_partials": "hand-written",
 }
-#: Inductor options per device type that change how the reduction loop is split or vectorized.
-KNOBS: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {
-        "cpp.threads=1": {"cpp.threads": 1},
-        "cpp.simdlen=0": {"cpp.simdlen": 0},
-        "split_reductions=False": {"split_reductions": False},
-    },
-    "cuda": {
-        "split_reductions=False": {"split_reductions": False},
-        "triton.persistent_reductions=False": {"triton.persistent_reductions": False},
-    },
-}
+#: What C2 asks of the compiler (:data:`precisionkit.backends.INTENTS`): its knobs that change how a reduction
+#: loop is split or vectorized (compiler versions ``fused_<label>``), the settings with which it tiles a
+#: reduction itself (framework-tiled versions), and that every graph reaches it (a sum is one operation).
+#: Inductor: ``cpp.threads``, ``cpp.simdlen``, ``split_reductions`` on a CPU, Triton's reduction strategies on
+#: CUDA; a compiler without one of them has that part stored as not applicable, with its reason.
+KNOBS_INTENT, TILINGS_INTENT = REDUCTION_KNOBS, REDUCTION_TILINGS
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -116,25 +98,55 @@ class Version:
         return "fused" if isinstance(self.fn, FusedFunction) else "eager"
 
 
-def _options_text(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items())
+def options_label(options: Mapping[str, Any]) -> str:
+    """``k=v`` per option; a nested option (OpenVINO's ``config``, IREE's ``flags``) spelled out."""
+    return ", ".join(
+        options_text({k: v}) if isinstance(v, Mapping | list | tuple) else f"{k}={v}" for k, v in options.items()
+    )
+
+
+def fused_base(settings: ExperimentSettings, device: torch.device) -> dict[str, Any]:
+    """The options every fused version compiles with: the run's, with the compiler told to compile a graph
+    of one operation too (intent ``whole_graph``; a sum is one operation); the run's alone where the
+    compiler has no such option."""
+    return whole_graph_options(settings.backend, settings.options(), device)
+
+
+def reduction_variants(backend: str, device_type: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The compiler's reduction knobs and tilings on ``device_type`` (label -> the variant's own options),
+    each empty where the compiler has none (:func:`parts_not_applicable` says why)."""
+    adapter = adapter_of(backend)
+    knobs = adapter.intent_variants(KNOBS_INTENT, device_type) or {}
+    tilings = adapter.intent_variants(TILINGS_INTENT, device_type) or {}
+    return knobs, tilings
+
+
+def parts_not_applicable(backend: str, device: torch.device) -> dict[str, str]:
+    """The parts of C2's version set the compiler has no way to make (``compiler knob versions``,
+    ``framework-tiled versions``), each with "not applicable to <compiler>: <why>"."""
+    out = {}
+    for part, intent in (("compiler knob versions", KNOBS_INTENT), ("framework-tiled versions", TILINGS_INTENT)):
+        variants, why = intent_variants(backend, {}, intent, device)
+        if variants is None:
+            out[part] = why
+    return out
 
 
 def build_versions(settings: ExperimentSettings, device: torch.device) -> list[Version]:
-    """Every version: eager, the fused default, the device's Inductor knobs, its framework tilings,
-    then the hand-written tilings (fused ones not yet compiled)."""
-    base = settings.options()
+    """Every version: eager, the fused default, the compiler's reduction knobs and framework tilings on the
+    device, then the hand-written tilings (fused ones not yet compiled)."""
+    base = fused_base(settings, device)
+    knobs = intent_variants(settings.backend, base, KNOBS_INTENT, device)[0] or {}
+    tilings = intent_variants(settings.backend, base, TILINGS_INTENT, device)[0] or {}
     versions = [
         Version("eager", "compiler", None, "", plain_sum),
-        Version("fused_default", "compiler", None, _options_text(base), fused(plain_sum, settings.backend, base)),
+        Version("fused_default", "compiler", None, options_label(base), fused(plain_sum, settings.backend, base)),
     ]
-    for label, opts in KNOBS.get(device.type, {}).items():
-        versions.append(
-            Version(f"fused_{label}", "compiler", None, label, fused(plain_sum, settings.backend, {**base, **opts}))
-        )
-    for label, opts in FRAMEWORK_TILINGS.get(device.type, {}).items():
-        fn = fused(plain_sum, settings.backend, {**base, **opts})
-        versions.append(Version(f"framework_tiled_{label}", "framework_tiled", None, _options_text(opts), fn))
+    for label, (_own, merged) in knobs.items():
+        versions.append(Version(f"fused_{label}", "compiler", None, label, fused(plain_sum, settings.backend, merged)))
+    for label, (own, merged) in tilings.items():
+        fn = fused(plain_sum, settings.backend, merged)
+        versions.append(Version(f"framework_tiled_{label}", "framework_tiled", None, options_label(own), fn))
     for partials in PARTIALS:
         for tile in TILES:
             versions.append(
@@ -145,19 +157,20 @@ def build_versions(settings: ExperimentSettings, device: torch.device) -> list[V
     return versions
 
 
-def planned_compiles(device_type: str) -> int:
-    """Fused versions :func:`build_versions` makes for ``device_type``, one compile each (every version runs
-    on rows of one shape, [1, length]): the fused default, the device's knobs and its framework tilings
-    (fewer where the backend rejects a tiling)."""
-    return 1 + len(KNOBS.get(device_type, {})) + len(FRAMEWORK_TILINGS.get(device_type, {}))
+def planned_compiles(device_type: str, backend: str = "inductor") -> int:
+    """Fused versions :func:`build_versions` makes for ``device_type`` with ``backend``'s compiler, one compile
+    each (every version runs on rows of one shape, [1, length]): the fused default, the compiler's knobs and
+    its framework tilings on the device (fewer where the backend rejects a tiling)."""
+    knobs, tilings = reduction_variants(backend, device_type)
+    return 1 + len(knobs) + len(tilings)
 
 
-def stored_tensor_bytes(profile: str, device_type: str) -> int:
+def stored_tensor_bytes(profile: str, device_type: str, backend: str = "inductor") -> int:
     """Bytes of the tensors ``c2_version_outputs`` stores at ``profile``'s sizes: the fp16 rows (the seed's
     input and the pool), and per version (eager, the fused ones, the hand-written tilings) its fp16
     result and fp32 accumulator of each row."""
     rows, length = 1 + SIZES[profile].pool_rows, SIZES[profile].length
-    versions = 1 + planned_compiles(device_type) + len(TILES) * len(PARTIALS)
+    versions = 1 + planned_compiles(device_type, backend) + len(TILES) * len(PARTIALS)
     return rows * length * 2 + versions * rows * (2 + 4)
 
 

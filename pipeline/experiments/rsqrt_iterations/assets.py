@@ -37,6 +37,7 @@ import torch
 
 from precisionkit import fp64_reference
 
+from ...experiment import runs_where_applicable
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compute import (
@@ -71,18 +72,22 @@ OUTS = {
     "c3_path_outputs": dg.AssetOut(
         description="C3 (§1.2 (4)): the fp16 inputs, fp64 references and every path's fp16 output (rsqrt, and div under 'div/').",
         kinds={"pytorch", "safetensors"},
+        is_required=False,
     ),
     "c3_iteration_table": dg.AssetOut(
         description="C3 (§1.2 (4)), rsqrt: per path/iteration count: ULP and relative error vs fp64, before and after rounding to fp16. Path B is the plan's fallback (same-semantics implementation with a controlled iteration count); A_fused[...] rows run the framework under its approximate-math switches.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c3_div_table": dg.AssetOut(
         description="C3 (§1.2 (4)), the plan's optional div(x, y) in the same table form: true division (path A, eager, fused and under the approximate-math switches) vs x * reciprocal(y), the reciprocal by bit-trick estimate + N Newton steps (path B) or torch.reciprocal.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c3_framework_knobs": dg.AssetOut(
         description="C3 (§1.2 (4)): the search for an iteration-count or approximate-math switch: every Inductor option whose name matches the pattern, with its value.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c3_framework_rounding": dg.AssetOut(
         description="C3 (§1.2 (4)): per op (rsqrt, div), framework path (A_eager, A_fused, A_fused[switch]) and input "
@@ -90,10 +95,12 @@ OUTS = {
         "results (exact NaN/+-inf/+-0), class mismatches, numeric results not correctly rounded and beyond one fp16 ULP "
         "against fp64 rounded to fp16. The framework claims are judged on these counts.",
         kinds={"polars"},
+        is_required=False,
     ),
     "c3_ulp_histogram": dg.AssetOut(
         description="C3 (§1.2 (4)): integer-ULP histograms of every path vs the correctly rounded fp64 reference, and of A vs each B (div rows prefixed 'div').",
         kinds={"polars"},
+        is_required=False,
     ),
 }
 
@@ -147,6 +154,7 @@ def rounding_metadata(rounding: pl.DataFrame) -> dict[str, Any]:
 
 
 @dg.multi_asset(outs=OUTS, group_name=GROUP, pool="compute_device")
+@runs_where_applicable(ID)
 def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs torch.rsqrt and x / y (eager, fused, under the approximate-math switches) and the
     bit-trick + N Newton steps implementations on seeded fp16 inputs."""
