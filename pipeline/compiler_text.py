@@ -1,6 +1,7 @@
-"""A compiler in words: its name for people, and its error in one line with where it was raised, as an
-experiment stores them when the fused path's compiler fails (E's training step, a model of M), so the
-outcome names the compiler and its own error and frame, not ours. Core: experiments may import it."""
+"""A compiler's error in words: one line, with where it was raised, as an experiment stores it when
+the fused path's compiler fails (E's training step, a model of M), so the outcome names the compiler's
+own error and frame, not ours (its name: :func:`pipeline.intents.compiler_title`). Core: experiments
+may import it."""
 
 from __future__ import annotations
 
@@ -8,18 +9,8 @@ import contextlib
 import traceback
 from pathlib import Path
 
-from precisionkit.backends import adapter_for_backend
-
 #: Path parts that mark a frame as a compiler's own code (the innermost such frame is the origin).
 COMPILER_PACKAGES = ("/iree/", "/openvino/")
-
-
-def compiler_title(backend: str) -> str:
-    """The compiler's name for people: its adapter's title (``OpenVINO``), else the backend name."""
-    try:
-        return adapter_for_backend(backend).title or backend
-    except Exception:  # noqa: BLE001 - a name is all this is for
-        return backend
 
 
 def error_origin(exc: BaseException) -> str:

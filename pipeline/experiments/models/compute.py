@@ -23,7 +23,8 @@ from precisionkit import FusionError, fused
 from precisionkit.evidence import NO_GRAPH, NO_KERNEL, fusion_defects
 from precisionkit.stats import spacing
 
-from ...compiler_text import compiler_title, error_line, error_origin
+from ...compiler_text import error_line, error_origin
+from ...intents import compiler_title
 from .exact import Judged, class_changes, diff_rule, faithful_runs, inconsistent_output, judge_exact
 from .rules import MAX_UNITS_PER_OUTPUT, MIN_ROWS_AS_UNITS, SAME_TOL
 

@@ -23,7 +23,8 @@ from precisionkit.backends import adapter_for_backend
 from precisionkit.backends.inductor import InductorAdapter
 from precisionkit.paths import capture_generated_code
 
-from ...compiler_text import compiler_title, error_line, error_origin
+from ...compiler_text import error_line, error_origin
+from ...intents import compiler_title
 
 #: Per adapter name, the options its backend needs to compile a training step's backward, with why.
 #: An adapter's own ``training_options`` attribute, where it declares one, takes precedence.
