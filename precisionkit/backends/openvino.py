@@ -32,6 +32,12 @@ On a CPU with bf16 support (``OPTIMIZATION_CAPABILITIES`` lists ``BF16``) the CP
 ``INFERENCE_PRECISION_HINT`` is ``bf16``, also for an fp32 graph: it runs matrix multiplications
 and convolutions in bf16 (their units report ``"bfloat16"``) and keeps normalizations and
 elementwise nodes in fp32. The knob ``INFERENCE_PRECISION_HINT=f32`` keeps every node in fp32.
+
+The plugin reads the CPU's own flags, while the oneDNN it bundles obeys ``ONEDNN_MAX_CPU_ISA``: with
+that cap below bf16 (``AVX2``, how a bf16 CPU stands in for an AVX2-only one) the plugin still picks bf16
+kernels, oneDNN refuses them, and every graph runs in torch. Under such a cap the adapter passes
+``INFERENCE_PRECISION_HINT=f32`` unless the options name a hint (:func:`isa_capped_config`), which is the
+plugin's own default on a CPU without bf16.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import operator
+import os
 import re
 import threading
 import warnings
@@ -392,6 +399,30 @@ def _uninstall() -> None:
         _restore.pop()()
 
 
+#: ``ONEDNN_MAX_CPU_ISA`` values below oneDNN's first ISA with bf16 arithmetic (``AVX512_CORE_BF16``).
+NO_BF16_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def isa_capped_config(options: Mapping[str, Any], max_isa: str) -> dict[str, Any]:
+    """``options`` with ``INFERENCE_PRECISION_HINT=f32`` added to its ``config`` when ``max_isa`` (the
+    ``ONEDNN_MAX_CPU_ISA`` value) caps oneDNN below bf16 and the options name no hint themselves.
+
+    >>> isa_capped_config({}, "AVX2")
+    {'config': {'INFERENCE_PRECISION_HINT': 'f32'}}
+    >>> isa_capped_config({"config": {"INFERENCE_PRECISION_HINT": "bf16"}}, "avx2")["config"]
+    {'INFERENCE_PRECISION_HINT': 'bf16'}
+    >>> isa_capped_config({"aot_autograd": True}, "")
+    {'aot_autograd': True}
+    """
+    out = dict(options)
+    if max_isa.strip().upper() not in NO_BF16_ISAS:
+        return out
+    config = dict(out.get("config") or {})
+    config.setdefault("INFERENCE_PRECISION_HINT", "f32")
+    out["config"] = config
+    return out
+
+
 class OpenVINOAdapter(BackendAdapter):
     """OpenVINO through its ``torch.compile`` backend, on the device its options name (CPU unless
     ``{"device": ...}`` says otherwise)."""
@@ -483,13 +514,15 @@ class OpenVINOAdapter(BackendAdapter):
             import openvino.torch  # noqa: F401
 
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
-        """The ``"openvino"`` backend with ``options``, its outputs handed back as tensors of their own.
+        """The ``"openvino"`` backend with ``options`` (under an ``ONEDNN_MAX_CPU_ISA`` cap below bf16, with
+        f32 as the precision hint: :func:`isa_capped_config`), its outputs handed back as tensors of
+        their own.
 
         The backend returns the output buffers of its infer request (``share_outputs=True`` in
         ``openvino_execute``), which its next call overwrites: an output held across calls (a stack of
         per-set results, a row kept while the next runs) would silently become the last call's. The copy
         changes no value; it makes each call's result the caller's."""
-        compile_fn = super().compiler(options)
+        compile_fn = super().compiler(isa_capped_config(options, os.environ.get("ONEDNN_MAX_CPU_ISA", "")))
 
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
             compiled = compile_fn(gm, example_inputs)
