@@ -33,11 +33,7 @@ On a CPU with bf16 support (``OPTIMIZATION_CAPABILITIES`` lists ``BF16``) the CP
 and convolutions in bf16 (their units report ``"bfloat16"``) and keeps normalizations and
 elementwise nodes in fp32. The knob ``INFERENCE_PRECISION_HINT=f32`` keeps every node in fp32.
 
-The plugin reads the CPU's own flags, while the oneDNN it bundles obeys ``ONEDNN_MAX_CPU_ISA``: with
-that cap below bf16 (``AVX2``, how a bf16 CPU stands in for an AVX2-only one) the plugin still picks bf16
-kernels, oneDNN refuses them, and every graph runs in torch. Under such a cap the adapter passes
-``INFERENCE_PRECISION_HINT=f32`` unless the options name a hint (:func:`isa_capped_config`), which is the
-plugin's own default on a CPU without bf16.
+Under an ``ONEDNN_MAX_CPU_ISA`` cap below bf16 the hint is f32 (:mod:`precisionkit.backends.openvino_isa`).
 """
 
 from __future__ import annotations
@@ -68,6 +64,7 @@ from .base import (
     FusedUnit,
     count_edges,
 )
+from .openvino_isa import isa_capped_config
 
 #: OpenVINO element type names (as the CPU plugin writes them in a runtime node's
 #: ``runtimePrecision``) -> torch dtype names. A name not listed is reported as OpenVINO writes it.
@@ -399,30 +396,6 @@ def _uninstall() -> None:
         _restore.pop()()
 
 
-#: ``ONEDNN_MAX_CPU_ISA`` values below oneDNN's first ISA with bf16 arithmetic (``AVX512_CORE_BF16``).
-NO_BF16_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
-
-
-def isa_capped_config(options: Mapping[str, Any], max_isa: str) -> dict[str, Any]:
-    """``options`` with ``INFERENCE_PRECISION_HINT=f32`` added to its ``config`` when ``max_isa`` (the
-    ``ONEDNN_MAX_CPU_ISA`` value) caps oneDNN below bf16 and the options name no hint themselves.
-
-    >>> isa_capped_config({}, "AVX2")
-    {'config': {'INFERENCE_PRECISION_HINT': 'f32'}}
-    >>> isa_capped_config({"config": {"INFERENCE_PRECISION_HINT": "bf16"}}, "avx2")["config"]
-    {'INFERENCE_PRECISION_HINT': 'bf16'}
-    >>> isa_capped_config({"aot_autograd": True}, "")
-    {'aot_autograd': True}
-    """
-    out = dict(options)
-    if max_isa.strip().upper() not in NO_BF16_ISAS:
-        return out
-    config = dict(out.get("config") or {})
-    config.setdefault("INFERENCE_PRECISION_HINT", "f32")
-    out["config"] = config
-    return out
-
-
 class OpenVINOAdapter(BackendAdapter):
     """OpenVINO through its ``torch.compile`` backend, on the device its options name (CPU unless
     ``{"device": ...}`` says otherwise)."""
@@ -514,14 +487,9 @@ class OpenVINOAdapter(BackendAdapter):
             import openvino.torch  # noqa: F401
 
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
-        """The ``"openvino"`` backend with ``options`` (under an ``ONEDNN_MAX_CPU_ISA`` cap below bf16, with
-        f32 as the precision hint: :func:`isa_capped_config`), its outputs handed back as tensors of
-        their own.
-
-        The backend returns the output buffers of its infer request (``share_outputs=True`` in
-        ``openvino_execute``), which its next call overwrites: an output held across calls (a stack of
-        per-set results, a row kept while the next runs) would silently become the last call's. The copy
-        changes no value; it makes each call's result the caller's."""
+        """The ``"openvino"`` backend with ``options`` (:func:`isa_capped_config`), its outputs copied: the
+        backend returns its infer request's output buffers, which its next call overwrites, so an output
+        held across calls would silently become the last call's."""
         compile_fn = super().compiler(isa_capped_config(options, os.environ.get("ONEDNN_MAX_CPU_ISA", "")))
 
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:

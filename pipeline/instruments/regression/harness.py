@@ -24,7 +24,7 @@ import polars as pl
 
 from ...progress import Progress
 from ...resources import ExperimentSettings
-from ...verdicts import CLAIM, CONTRADICTED, NOT_APPLICABLE, VALIDITY, CheckOutcome
+from ...verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, VALIDITY, CheckOutcome
 from .matrix_parallel import run_plan
 from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, designed, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
@@ -184,15 +184,33 @@ def caught_verdict(designed: str, errors: dict[str, str]) -> str:
     return "yes" if any(e.startswith(designed) or designed in e for e in entries) else NOT_BY_ITS_CLAIM
 
 
+#: ``caught`` of a bug that nothing caught while every claim built for it could not judge in the healthy
+#: run (inconclusive: a compiler that fused none of the rows the claim judges): not a miss, no catch.
+CANNOT_JUDGE = "cannot judge"
+
+
+def unjudged(catches: list[str], reference: MatrixRun) -> str:
+    """Why the claims built for a bug (``catches``) judged nothing in the healthy run ``reference``: each
+    is a claim there and none is supported or contradicted ("" when one of them judged, or none ran)."""
+    found = [(key, o) for key, o in reference["outcomes"].items() if any(key.startswith(c) for c in catches if c)]
+    if not found or any(o.outcome != CLAIM or o.verdict != INCONCLUSIVE for _, o in found):
+        return ""
+    return "; ".join(f"{key} is inconclusive in the healthy run" for key, _ in found)
+
+
 def bug_row(name: str, run: MatrixRun, reference: MatrixRun) -> dict[str, Any]:
     """The matrix row of planted bug ``name``: its ERROR outcomes beyond ``reference``'s (the healthy
     run at the same base seed), scored against the claims built to catch it (:func:`caught_verdict`; caught
-    by its claim where any of them caught it)."""
+    by its claim where any of them caught it); :data:`CANNOT_JUDGE`, with the reason as its first failure,
+    where nothing caught it and its claims judged nothing in the healthy run."""
     bug, catches = PLANTED_BUGS[name], list(designed(name).values())
     errors = score_bug(reference, run)
     verdicts = [caught_verdict(catch, errors) for catch in catches]
     caught = "yes" if "yes" in verdicts else verdicts[0]
-    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, caught, run, errors)
+    why = unjudged(catches, reference) if caught == "no" else ""
+    row = _matrix_row(BUG_ROW, name, bug.fault_class, bug.description, CANNOT_JUDGE if why else caught, run, errors)
+    if why:
+        row["first_failure"] = why
     row["designed_catch"] = " or ".join(catches)
     return row
 

@@ -20,7 +20,7 @@ import polars as pl
 from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from ...verdicts import NOT_APPLICABLE
-from .harness import build_matrix
+from .harness import CANNOT_JUDGE, build_matrix
 from .matrix_runs import MATRIX_DEVICE, MATRIX_EXPERIMENTS, MATRIX_PROFILE
 from .planted_bugs import PLANTED_BUGS
 from .rules import HEALTHY_ROW
@@ -54,7 +54,7 @@ def compare_compilers(
         part = matrix.select(
             pl.when(pl.col("row") == HEALTHY_ROW).then(pl.lit("(healthy)")).otherwise(pl.col("bug")).alias("bug"),
             pl.col("caught").alias(f"caught_{compiler}"),
-            pl.when(pl.col("caught") == NOT_APPLICABLE)
+            pl.when(pl.col("caught").is_in([NOT_APPLICABLE, CANNOT_JUDGE]))
             .then(pl.col("first_failure"))
             .otherwise(pl.col("caught_by"))
             .alias(f"caught_by_{compiler}"),
@@ -68,10 +68,10 @@ def compare_compilers(
 
 def disagreements(table: pl.DataFrame, compilers: Sequence[str]) -> list[str]:
     """The bugs (and the healthy row) whose outcome differs between compilers, bugs not applicable to a
-    compiler left out."""
+    compiler, or that its claims cannot judge there, left out."""
     out = []
     for row in table.iter_rows(named=True):
-        caught = {row[f"caught_{c}"] for c in compilers if row[f"caught_{c}"] != NOT_APPLICABLE}
+        caught = {row[f"caught_{c}"] for c in compilers if row[f"caught_{c}"] not in (NOT_APPLICABLE, CANNOT_JUDGE)}
         if len(caught) > 1:
             out.append(f"{row['bug']}: " + ", ".join(f"{c} {row[f'caught_{c}']}" for c in compilers))
     return out
