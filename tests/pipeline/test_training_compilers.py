@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 
 import pytest
 import torch
@@ -80,12 +81,18 @@ def test_openvinos_own_backend_returns_no_gradient_without_aot_autograd():
     """Why E passes OpenVINO ``aot_autograd``: its plain backend traces for inference."""
     import openvino.torch  # noqa: F401
 
+    from precisionkit.backends.openvino_isa import isa_capped_config
+
+    # Under an ONEDNN_MAX_CPU_ISA cap below bf16 the plugin needs the f32 hint to run at all (as the adapter
+    # passes it); without it every graph would run in torch and carry a gradient for that reason alone.
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     torch._dynamo.reset()
     lin = torch.nn.Linear(4, 4)
-    out = torch.compile(lin, backend="openvino")(torch.randn(4, 4))
+    out = torch.compile(lin, backend="openvino", options=isa_capped_config({}, cap))(torch.randn(4, 4))
     assert out.requires_grad is False and out.grad_fn is None
     torch._dynamo.reset()
-    out = torch.compile(lin, backend="openvino", options={"aot_autograd": True})(torch.randn(4, 4))
+    options = isa_capped_config({"aot_autograd": True}, cap)
+    out = torch.compile(lin, backend="openvino", options=options)(torch.randn(4, 4))
     assert out.requires_grad is True
 
 
