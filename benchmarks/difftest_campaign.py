@@ -139,20 +139,40 @@ def main(argv: list[str] | None = None) -> int:
         if ns.throughput_only:
             print(json.dumps({"backend": ns.backend, "classes": dict(classes), "programs_per_minute": per_minute}))
             return 0
-        rows = [_reproduce(worker, o, ns.backend, out, ns.minimize_checks) for o in findings]
+        rows: list[dict[str, Any]] = []
+        for o in findings:  # the index is written after each finding: a campaign stopped early keeps its rows
+            rows.append(_reproduce(worker, o, ns.backend, out, ns.minimize_checks))
+            _write_index(out, ns, target, len(todo), classes, per_minute, rows, len(findings))
+    index = _write_index(out, ns, target, len(todo), classes, per_minute, rows, len(findings))
+    print(json.dumps({k: v for k, v in index.items() if k != "findings"}), flush=True)
+    return 0
+
+
+def _write_index(
+    out: Path,
+    ns: argparse.Namespace,
+    target: str,
+    programs: int,
+    classes: Counter[str],
+    per_minute: float,
+    rows: list[dict[str, Any]],
+    found: int,
+) -> dict[str, Any]:
+    """The campaign's index.json: its seeds, classes, warm throughput and the findings reproduced so far."""
     index = {
         "backend": ns.backend,
         "torch_compile_backend": target,
         "base_seed": ns.base,
-        "programs": len(todo),
-        "seeds": f"{ns.base}..{ns.base + len(todo) - 1} per generator (difftest.plan)",
+        "programs": programs,
+        "seeds": f"{ns.base}..{ns.base + programs - 1} per generator (difftest.plan)",
         "classes": dict(classes),
         "warm_programs_per_minute": round(per_minute, 1),
+        "minimize_checks": ns.minimize_checks,
+        "findings_reproduced": f"{len(rows)} of {found}",
         "findings": rows,
     }
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in index.items() if k != "findings"}))
-    return 0
+    return index
 
 
 if __name__ == "__main__":
