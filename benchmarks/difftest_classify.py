@@ -6,13 +6,21 @@ program's own precision (OpenVINO: ``INFERENCE_PRECISION_HINT=f32``, which stops
 bf16 execution; IREE: ``keep_intermediate_roundings``, which keeps the roundings to f16/bf16 between
 fused operations); the verdict, in order:
 
-* ``real defect``: a crash of the compiler's native code, an output of another shape or dtype, or a
-  finding the knob does not remove (other than the next two);
-* ``by design``: a finding the knob removes (the compiler's documented precision setting), or a
-  dtype-faithful class change of a float whose fused value has the fp64 reference's class (wider
-  intermediates avoided an overflow the program's dtype has; a bool's change is a defect: the class
-  test contradicts the program's own value);
-* ``false alarm``: a reproducer that does not reproduce in a fresh interpreter.
+A finding the precision knob leaves is rerun once more with subnormals flushed to zero in the whole
+interpreter (``torch.set_flush_denormal(True)`` before anything runs, so eager, the fp64 reference and
+the compiler's threads all start flushed): a finding that is then clean is the compiler's flushing of
+subnormal inputs and intermediates (IREE's CPU workers run with flush-to-zero), not a wrong value.
+A crash is rerun ``--crash-reruns`` more times, each in a fresh interpreter. The verdict, in order:
+
+* ``real defect``: a crash of the compiler's native code seen again in at least one fresh rerun (a
+  flaky one says how many of how many), an output of another shape or dtype, or a finding neither
+  knob removes (other than the dtype-faithful one below);
+* ``by design``: a finding the precision knob removes (the compiler's documented precision setting),
+  one the flush rerun removes (``by design (flush-to-zero)``), or a dtype-faithful class change of a
+  float whose fused value has the fp64 reference's class (wider intermediates avoided an overflow the
+  program's dtype has; a bool's change is a defect: the class test contradicts the program's own value);
+* ``false alarm``: a reproducer that does not reproduce in a fresh interpreter;
+* ``unconfirmed crash``: a crash no fresh rerun repeats (the count of reruns is given).
 
     .venv/bin/python benchmarks/difftest_classify.py results/campaigns/<date>-openvino
 """
@@ -25,6 +33,7 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,6 +43,14 @@ PRECISION_KNOB = {
     "openvino": "INFERENCE_PRECISION_HINT=f32 (no bf16/f16 execution)",
     "iree": "keep_intermediate_roundings",
 }
+
+#: the rerun with subnormals flushed to zero in the whole interpreter, before torch runs anything (the
+#: threads torch and the compiler start later inherit the flag)
+FLUSH_KNOB = "flush_denormal"
+FLUSH_PRELUDE = "import torch\ntorch.set_flush_denormal(True)\n"
+
+#: fresh reruns a crash gets beyond the campaign's own one
+CRASH_RERUNS = 4
 
 
 def _kind(text: str) -> str:
@@ -47,73 +64,123 @@ def _kind(text: str) -> str:
     return "zero" if v == 0 else "finite"
 
 
-def verdict(row: dict, knob_status: str, knob: str) -> str:
+def crash_verdict(row: dict) -> str:
+    """A crash's verdict from its fresh reruns: the campaign's own (``rerun_returncode``) and the
+    classifier's (``crash_reruns``, return codes); a death by a signal in any is the compiler's."""
+    codes = [row["rerun_returncode"], *row.get("crash_reruns", [])]
+    died = sum(1 for c in codes if c < 0)
+    if died == len(codes):
+        return f"real defect: the compiler's native code crashed, again in {died} of {len(codes)} fresh interpreters"
+    if died:
+        return f"real defect: a flaky native crash of the compiler, again in {died} of {len(codes)} fresh interpreters"
+    return (
+        f"unconfirmed crash: none of {len(codes)} fresh interpreters crashed; the first ended "
+        f"{row['rerun']} ({row['rerun_line'][:80]})"
+    )
+
+
+def verdict(row: dict, knob_status: str, knob: str, flush_status: str = "") -> str:
     if row["class"] == "crash":
-        if row["rerun_returncode"] < 0:
-            return "real defect: the compiler's native code crashed, again in a fresh interpreter"
-        return f"unconfirmed crash: in a fresh interpreter the reproducer is {row['rerun']} ({row['rerun_line'][:80]})"
+        return crash_verdict(row)
     if row["rerun"] != "reproduces":
         return f"false alarm: the reproducer is {row['rerun']} in a fresh interpreter"
     if row["value_class"] == "shape or dtype":
         return "real defect: an output of another dtype or shape"
     if knob_status == "clean":
         return f"by design: {knob} removes it (the compiler's precision setting)"
+    if flush_status == "clean":
+        return (
+            "by design (flush-to-zero): clean with subnormals flushed in eager too (torch.set_flush_denormal): "
+            "fused equals eager with subnormal inputs and intermediates flushed to zero"
+        )
     m = re.search(r"fused \([^)]*\) ([^,]+), dtype-faithful ([^,]+), fp64 ([^;]+)$", row["minimized_message"])
     widened = m is not None and m.group(1) not in ("True", "False") and _kind(m.group(1)) == _kind(m.group(3))
     if row["rule"] == "dtype-faithful" and widened:
         return "by design: wider intermediates avoid an overflow of the program's dtype (fp64 sides with fused)"
-    return "real defect: not removed by the compiler's precision setting"
+    return "real defect: not removed by the compiler's precision setting nor by flushing subnormals"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder")
-    ap.add_argument("--no-knob", action="store_true", help="judge without rerunning with the precision knob")
-    ns = ap.parse_args(argv)
-    from precisionkit.bisect import KNOB_BACKEND, _adapter_knobs
+def rerun_finding(folder: Path, row: dict, knob: Any, name: str, crash_reruns: int) -> None:
+    """A finding's fresh reruns, recorded in its row: a crash ``crash_reruns`` times as found; a
+    reproducing mismatch with the precision knob, and where that leaves it, with subnormals flushed."""
+    from precisionkit.bisect import KNOB_BACKEND
     from precisionkit.repro import run_script
 
-    folder = Path(ns.folder)
-    index = json.loads((folder / "index.json").read_text())
-    name = PRECISION_KNOB.get(index["backend"], "")
-    knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
-    if ns.no_knob:
-        knob, name = None, ""
-    for row in index["findings"]:
-        status = ""
-        if knob is not None and row["class"] != "crash" and row["rerun"] == "reproduces":
-            status = run_script(
-                folder / row["id"] / "repro.py", [KNOB_BACKEND], prelude=knob.prelude, timeout=600
-            ).status
-        row["precision_knob"] = f"{name}: {status}" if status else ""
-        row["verdict"] = verdict(row, status, name)
-        print(f"{row['id']}: {row['rule']} / {row['value_class']}: {row['verdict']}", flush=True)
-    (folder / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    script = folder / row["id"] / "repro.py"
+    row["precision_knob"], row["flush_denormal"] = "", ""
+    if row["class"] == "crash":
+        runs = [run_script(script, timeout=600, cwd=script.parent) for _ in range(crash_reruns)]
+        row["crash_reruns"] = [r.returncode for r in runs]
+        return
+    if row["rerun"] != "reproduces" or row["value_class"] == "shape or dtype":
+        return
+    if knob is not None:
+        status = run_script(script, [KNOB_BACKEND], prelude=knob.prelude, timeout=600).status
+        row["precision_knob"] = f"{name}: {status}"
+        if status == "clean":
+            return
+    row["flush_denormal"] = run_script(script, prelude=FLUSH_PRELUDE, timeout=600, cwd=script.parent).status
+
+
+def index_md(index: dict, name: str) -> list[str]:
+    """index.md's lines: the campaign, the table by rule, class and verdict, one row per finding."""
     rows = index["findings"]
     by = Counter((r["rule"], r["value_class"], r["verdict"].split(":")[0]) for r in rows)
-    lines = [
+    return [
         f"# Blind campaign against {index['backend']} (torch.compile backend `{index['torch_compile_backend']}`)",
         "",
         f"{index['programs']} programs from seed {index['base_seed']} ({index['seeds']}); classes "
         f"{index['classes']}; warm throughput {index['warm_programs_per_minute']} programs a minute on one core.",
         "Every finding was minimized and rerun in a fresh interpreter (`rerun`); "
-        f"`precision knob`: the rerun with {name or 'no knob'}.",
+        f"`precision knob`: the rerun with {name or 'no knob'}; `flush`: the rerun with subnormals flushed "
+        "to zero in the whole interpreter (torch.set_flush_denormal(True)), where the precision knob left it.",
         "",
         "| rule | class | verdict | findings |",
         "|---|---|---|---|",
         *(f"| {r} | {c} | {v} | {n} |" for (r, c, v), n in sorted(by.items())),
         "",
-        "| finding | rule | class | rerun | precision knob | verdict | minimized message |",
-        "|---|---|---|---|---|---|---|",
+        "| finding | rule | class | rerun | precision knob | flush | verdict | minimized message |",
+        "|---|---|---|---|---|---|---|---|",
         *(
             f"| [{r['id']}]({r['id']}/repro.py) | {r['rule']} | {r['value_class']} | {r['rerun']} | "
-            f"{r['precision_knob'] or '-'} | {r['verdict']} | {r['minimized_message'][:200].replace('|', '/')} |"
+            f"{r.get('precision_knob') or '-'} | {r.get('flush_denormal') or '-'} | {r['verdict']} | "
+            f"{r['minimized_message'][:200].replace('|', '/')} |"
             for r in rows
         ),
         "",
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder")
+    ap.add_argument("--no-knob", action="store_true", help="judge without rerunning with the knobs")
+    ap.add_argument("--crash-reruns", type=int, default=CRASH_RERUNS, help="fresh reruns of each crash")
+    ns = ap.parse_args(argv)
+    from precisionkit.bisect import _adapter_knobs
+
+    folder = Path(ns.folder)
+    index = json.loads((folder / "index.json").read_text())
+    name = PRECISION_KNOB.get(index["backend"], "")
+    knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
+    for row in index["findings"]:
+        if not ns.no_knob:
+            rerun_finding(folder, row, knob, name, ns.crash_reruns)
+        status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
+        row["verdict"] = verdict(row, status, name, flush)
+        print(f"{row['id']}: {row['rule']} / {row['value_class']}: {row['verdict']}", flush=True)
+        (folder / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    lines = index_md(index, name)
     (folder / "index.md").write_text("\n".join(lines))
-    print("\n".join(lines[: 12 + len(by)]))
+    print(
+        "\n".join(
+            lines[
+                : lines.index(
+                    "| finding | rule | class | rerun | precision knob | flush | verdict | minimized message |"
+                )
+            ]
+        )
+    )
     return 0
 
 
