@@ -72,15 +72,17 @@ def check(graph, args, backend):
     sign = lambda a, b: torch.where(neg, a, b)
     return torch.where(t.isnan(), 5, torch.where(t.isinf(), sign(4, 3), torch.where(t == 0, sign(2, 1), 0)))
 TOL = {torch.float16: (1e-2, 1e-4), torch.bfloat16: (4e-2, 1e-3), torch.float32: (1e-4, 1e-6), torch.float64: (1e-9, 1e-12)}
-def wrong(e, f, r, c=None, j=None, free=None):  # judged on the host, whatever device ran the paths; c: r
-    # rounded at the casts; j: fp64 runs with every intermediate moved by a rounding's worth (Jitter);
-    # free: where the class follows the sign of a reduction's zero (reduction_zero_signs), not judged
+def wrong(e, f, r, c=None, j=None, free=None, tied=None):  # judged on the host, whatever device ran the
+    # paths; c: r rounded at the casts; j: fp64 runs with every intermediate moved by a rounding's worth
+    # (Jitter); free: where the class follows the sign of a reduction's zero (reduction_zero_signs) or
+    # which of tied NaNs an index names, not judged; tied: where the value follows the latter (nan_ties)
     e, f, r, c = e.cpu(), f.cpu(), r.cpu(), (r if c is None else c).cpu()
     free = torch.zeros(f.shape, dtype=torch.bool) if free is None else free.cpu()
+    tied = torch.zeros(f.shape, dtype=torch.bool) if tied is None else tied.cpu()
     if f.dtype == torch.bool:  # a class test: against the run rounded at the program's casts (c), where given
-        return (f != e) & (f != c.to(f.dtype)) & ~free
+        return (f != e) & (f != c.to(f.dtype)) & ~free & ~tied
     if not f.is_floating_point():  # wrong only where fp64 does not side with fused (ties, fp32 math)
-        return (f != e) & (f != r.to(f.dtype))
+        return (f != e) & (f != r.to(f.dtype)) & ~tied
     rk, ck = kind(r.to(f.dtype)), kind(c.to(f.dtype))
     r = r.to(torch.float64)
     fin = torch.isfinite(r) & torch.isfinite(f) & torch.isfinite(e)
@@ -105,7 +107,7 @@ def wrong(e, f, r, c=None, j=None, free=None):  # judged on the host, whatever d
     # eager's inf or NaN is trusted also where the fp64 run rounded at the program's own 16-bit casts
     # has it: the program as written overflows there, whatever the exact value would be
     trusted = (ke == rk) | ((ke == ck) & (ke >= 3))
-    return ((kf != ke) & trusted & ~by_value & ~free) | value
+    return (((kf != ke) & trusted & ~by_value & ~free) | value) & ~tied
 class Casts(torch.overrides.TorchFunctionMode):
     # records the program's conversions of a float to float16/bfloat16 (numbered among its float
     # conversions); given them, a float64 run rounds each such result to that dtype, kept in float64
@@ -296,6 +298,70 @@ def reduction_zero_signs(graph, make, eager):  # per output, where its class (a 
         out.append(kind(d) != kind(e) if e.is_floating_point() else d != e if e.dtype == torch.bool
                    else torch.zeros(e.shape, dtype=torch.bool))
     return out
+class NaNTies(torch.utils._python_dispatch.TorchDispatchMode):
+    # an eager run where an index that names a NaN maximum (minimum) tied with another NaN of its row
+    # or window names another of them: which of tied NaNs argmax, max over a dim or a max pool returns
+    # is unspecified (eager's CPU pool takes the last, Inductor the first), so an output that changes
+    # with it is not judged. The op runs again with the named element knocked out (-inf for a max,
+    # +inf for a min): where its result is still NaN the row held another NaN, and that one is named.
+    # An index of a NaN alone in its window, or of a finite maximum, keeps its value (and is judged)
+    POOLS = {"max_pool2d_with_indices": 2, "max_pool3d_with_indices": 3, "adaptive_max_pool2d": 2,
+             "adaptive_max_pool3d": 3}
+    def __init__(self):
+        super().__init__()
+        self.moved = False
+    def _pool(self, func, args, kwargs, out, k):
+        x, (values, idx) = args[0], out
+        hole = x.flatten(-k).scatter(-1, idx.flatten(-k), -float("inf")).reshape(x.shape)
+        values2, idx2 = func(hole, *args[1:], **kwargs)
+        tied = values.isnan() & values2.isnan()
+        return tied, (values, torch.where(tied, idx2, idx))
+    def _dim(self, name, args, kwargs, out):
+        x = args[0]
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        idx = out if name in ("argmax", "argmin") else out[1]
+        row, d = (x.reshape(-1), 0) if dim is None else (x, dim % x.dim())
+        i = idx.reshape(1) if dim is None else idx if keep else idx.unsqueeze(d)
+        fill = -float("inf") if name in ("max", "argmax") else float("inf")
+        hole = row.scatter(d, i, fill)
+        i2 = (torch.argmax if fill < 0 else torch.argmin)(hole, d, keepdim=True)
+        tied = row.gather(d, i).isnan() & hole.gather(d, i2).isnan()
+        new = torch.where(tied, i2, i).reshape(idx.shape)
+        return tied, (new if name in ("argmax", "argmin") else (out[0], new))
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name, x = func._schema.name.split("::")[-1], args[0] if args else None
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() > 0 and x.numel() > 1):
+            return out
+        if name in self.POOLS:
+            tied, new = self._pool(func, args, kwargs, out, self.POOLS[name])
+        elif name in ("argmax", "argmin") or (name in ("max", "min") and func._overloadname == "dim"):
+            tied, new = self._dim(name, args, kwargs, out)
+        else:
+            return out
+        if not bool(tied.any()):
+            return out
+        self.moved = True
+        return new
+def nan_ties(graph, make, eager):  # per output, where it changes when each index of tied NaNs names
+    # another of them (NaNTies); None where no index named a tied NaN or that run fails
+    mode = NaNTies()
+    try:
+        with mode:
+            moved = outs(graph(*make()))
+    except Exception:
+        return None
+    if not mode.moved:
+        return None
+    out = []
+    for e, d in zip(eager, moved):
+        e = e.cpu()
+        d = d.cpu() if isinstance(d, torch.Tensor) and d.shape == e.shape and d.dtype == e.dtype else e
+        same = (d == e) & (torch.signbit(d) == torch.signbit(e)) if e.is_floating_point() else d == e
+        out.append(~(same | (d.isnan() & e.isnan())) if e.is_floating_point() else ~same)
+    return out
 def nudged(t, how, g):  # finite nonzero elements one ULP away (up, down or at random), class kept
     if not t.is_floating_point():
         return t
@@ -309,7 +375,8 @@ def inconsistent(graph, make, fused, free=lambda j: None):  # (i, j, mask, recom
     # output j the program computes from its output i, recomputed in eager from fused's output i (as
     # returned, and nudged by one ULP up, down and at random, so a tie or a rounding's worth cannot
     # decide it), whose class (a bool's value) differs from fused's output j in every such
-    # recomputation; free(j): where output j's class follows the sign of a reduction's zero, not judged
+    # recomputation; free(j): where output j's class follows the sign of a reduction's zero or which
+    # of tied NaNs an index names, not judged
     if len(fused) < 2:
         return None
     try:  # Python-level tracing (fast) where the program is straight-line, else ATen-level
@@ -378,12 +445,18 @@ def check(graph, args, backend):
         k = next((k for k, (a, b) in enumerate(zip(shapes(eager), shapes(fused))) if a != b), len(eager))
         return True, (f"output {k}: shape or dtype differs: eager {shapes(eager)[k:k + 1]}, "
                       f"fused ({backend}) {shapes(fused)[k:k + 1]}; outputs {len(eager)} vs {len(fused)}")
-    jit, signs = None, []
-    def free(k):  # where output k's class follows the sign of a reduction's zero: one more eager run, once
+    jit, signs, ties = None, [], []
+    def tied(k):  # where output k follows which of tied NaNs an index names: one more eager run, once
+        if not ties:
+            with torch.no_grad():
+                ties.append(nan_ties(graph, make, eager) or [None] * len(eager))
+        return ties[0][k]
+    def free(k):  # and where its class follows the sign of a reduction's zero: one more eager run, once
         if not signs:
             with torch.no_grad():
                 signs.append(reduction_zero_signs(graph, make, eager) or [None] * len(eager))
-        return signs[0][k]
+        masks = [m.cpu() for m in (signs[0][k], tied(k)) if m is not None]
+        return None if not masks else masks[0] if len(masks) == 1 else masks[0] | masks[1]
     for k, (e, f, r, c) in enumerate(zip(eager, fused, ref, kept)):
         bad = wrong(e, f, r, c)
         if bool(bad.any()) and f.is_floating_point():  # only then: three more fp64 runs
@@ -392,7 +465,7 @@ def check(graph, args, backend):
                 jit = jittered(graph, xs, unit_roundoff(list(xs) + eager))
             bad = wrong(e, f, r, c, jit[k])
         if bool(bad.any()):
-            bad = wrong(e, f, r, c, None if jit is None else jit[k], free(k))
+            bad = wrong(e, f, r, c, None if jit is None else jit[k], free(k), tied(k))
         if bool(bad.any()):
             i = tuple(int(v) for v in bad.nonzero()[0])
             return True, (f"output {k}: {int(bad.sum())} of {bad.numel()} elements wrong; at {i}: eager "
