@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target, _ = compile_target(ns.backend)  # a compiler that is not installed fails here, in one line
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    out = Path(ns.out or ROOT / "results" / "campaigns" / f"{date}-{ns.backend}")
+    out = Path(ns.out or ROOT / "results" / "campaigns" / f"{date}-{ns.backend}").resolve()  # reruns run in its folders
     out.mkdir(parents=True, exist_ok=True)
     todo = difftest.plan(ns.programs, ns.base)
     print(f"{ns.backend} (torch.compile backend {target!r}): {len(todo)} programs from seed {ns.base}", flush=True)

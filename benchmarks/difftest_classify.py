@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     from precisionkit.bisect import _adapter_knobs
 
-    folder = Path(ns.folder)
+    folder = Path(ns.folder).resolve()  # each rerun runs in its finding's folder
     index = json.loads((folder / "index.json").read_text())
     name = PRECISION_KNOB.get(index["backend"], "")
     knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
