@@ -147,9 +147,19 @@ class Jitter(torch.overrides.TorchFunctionMode):
     # see how far legitimate roundings move the outputs. Views and in-place results keep their values
     # (the program's aliasing holds). A step that turns a moved value into a jump (floor, round, a
     # remainder, a comparison, an index, a cast to integers) marks the run: such a jump is no measure
-    # of rounding noise, and the rule does not widen by a marked run
+    # of rounding noise, and the rule does not widen by a marked run. A remainder whose every quotient
+    # exceeds 1 / u is no jump: its divisor's last bits decide it whole, so a rounding's worth anywhere
+    # upstream moves it across its range, and the moved runs measure just that
     JUMPS = {"floor", "ceil", "round", "trunc", "frac", "sign", "sgn", "floor_divide", "remainder", "fmod",
              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"}
+    REMAINDERS = {"remainder": 1, "fmod": 1, "__mod__": 1, "__rmod__": -1}  # -1: the divisor comes first
+    def _all_rounding(self, name, args):
+        order = self.REMAINDERS.get(name, self.REMAINDERS.get(name.rstrip("_")))
+        if order is None or len(args) < 2:
+            return False
+        a, b = args[:2][::order]
+        q = (torch.as_tensor(a, dtype=torch.float64) / torch.as_tensor(b, dtype=torch.float64)).abs()
+        return q.numel() > 0 and bool((q > 1 / self.u).all())
     EXACT = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit"}  # a factor 1 + d keeps them
     def __init__(self, u, seed):
         super().__init__()
@@ -160,7 +170,7 @@ class Jitter(torch.overrides.TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         operands = [*args, *(kwargs or {}).values()]
-        if any(self._moved(a) for a in operands) and name not in self.EXACT and (
+        if any(self._moved(a) for a in operands) and name not in self.EXACT and not self._all_rounding(name, args) and (
             name in self.JUMPS or name.rstrip("_") in self.JUMPS
             or (isinstance(out, torch.Tensor) and not out.is_floating_point())
             or (isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) and not o.is_floating_point() for o in out))
