@@ -17,12 +17,12 @@ a module the experiments may import; whether an experiment applies, and storing 
 Local check evaluations carry no provenance of their own: the compiler and device of one are read from
 its metadata where it has them (the not-applicable records, imported bundles), else from the
 materialization of the checked asset in the same run, else from the run's settings
-(:func:`evaluation_compiler`).
+(:func:`pipeline.runs.evaluation_compiler`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,10 @@ from .intents import (
     options_text,
     whole_graph_options,
 )
-from .runs import is_imported, plain
+from .runs import DEFAULT_BACKEND, evaluation_compiler, is_imported, plain, run_settings
 from .verdicts import ExperimentOutcome, check_outcome, summarize
 
 __all__ = [
-    "DEFAULT_BACKEND",
     "adapter_of",
     "compiler_title",
     "declined",
@@ -55,9 +54,6 @@ __all__ = [
     "record_not_applicable",
     "whole_graph_options",
 ]
-
-#: The compiler of a record that names none (every record made before runs named other compilers).
-DEFAULT_BACKEND = "inductor"
 
 
 def not_applicable_experiments(backend: str, experiments: Iterable[Experiment] | None = None) -> dict[str, str]:
@@ -81,50 +77,6 @@ def not_applicable_assets(backend: str, experiments: Iterable[Experiment] | None
 
 
 # --- evaluations per (compiler, device) ------------------------------------------------------------
-
-
-def _run_settings(instance: dg.DagsterInstance, run_id: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    if run_id not in cache:
-        run = instance.get_run_by_id(run_id) if run_id else None
-        config: dict[str, Any] = dict((run.run_config if run is not None else {}) or {})
-        cache[run_id] = dict(((config.get("resources") or {}).get("settings") or {}).get("config") or {})
-    return cache[run_id]
-
-
-def _materialization_in_run(instance: dg.DagsterInstance, key: dg.AssetKey, run_id: str) -> dict[str, Any] | None:
-    from .runs import materializations
-
-    for record, _, meta in materializations(instance, key, limit=50):
-        if record.run_id == run_id:
-            return meta
-    return None
-
-
-def evaluation_compiler(
-    instance: dg.DagsterInstance,
-    check_key: dg.AssetCheckKey,
-    run_id: str,
-    metadata: Mapping[str, Any],
-    cache: dict[str, dict[str, Any]] | None = None,
-) -> tuple[str, str, str]:
-    """(compiler, device label, profile) of one check evaluation: from its own ``provenance.*``
-    metadata, else the checked asset's materialization in the same run, else the run's settings;
-    the compiler defaults to :data:`DEFAULT_BACKEND`, the others to ``""``."""
-    meta = plain(metadata)
-    found = {
-        k: str(meta[f"provenance.{k}"]) for k in ("backend", "device_label", "profile") if f"provenance.{k}" in meta
-    }
-    if len(found) < 3 and run_id:
-        mat = _materialization_in_run(instance, check_key.asset_key, run_id) or {}
-        for k in ("backend", "device_label", "profile"):
-            if k not in found and f"provenance.{k}" in mat:
-                found[k] = str(mat[f"provenance.{k}"])
-    if len(found) < 3 and run_id:
-        settings = _run_settings(instance, run_id, cache if cache is not None else {})
-        for k in ("backend", "device_label", "profile"):
-            if k not in found and settings.get(k):
-                found[k] = str(settings[k])
-    return found.get("backend", DEFAULT_BACKEND), found.get("device_label", ""), found.get("profile", "")
 
 
 @dataclass(frozen=True)
@@ -234,7 +186,7 @@ def failed_steps_by_compiler(
     out: dict[str, dict[str, tuple[str, str]]] = {}
     cache: dict[str, dict[str, Any]] = {}
     for run in instance.get_runs(limit=limit):  # newest first
-        settings = _run_settings(instance, run.run_id, cache)
+        settings = run_settings(instance, run.run_id, cache)
         if profile is not None and settings.get("profile", profile) != profile:
             continue
         backend = str(settings.get("backend") or DEFAULT_BACKEND)

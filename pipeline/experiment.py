@@ -24,7 +24,7 @@ from .fusion_checks import ExpectedFusion
 from .verdicts import NOT_APPLICABLE_KEY, VALIDITY
 
 #: A page section of the report: markdown built from the stored values the report holds. Called with
-#: the report (``pipeline.reporting.render.Report``, not imported here: the report imports this module)
+#: the report (``pipeline.pagekit.render.Report``, not imported here: the report imports this module)
 #: and the experiment.
 ReportSection = Callable[[Any, "Experiment"], str]
 

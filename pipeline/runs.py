@@ -18,6 +18,8 @@ import dagster as dg
 PROVENANCE = "provenance."
 #: Metadata key of a materialization imported from a results bundle (its source).
 IMPORTED_FROM = "bundle.imported_from"
+#: The compiler of a record that names none (every record made before runs named other compilers).
+DEFAULT_BACKEND = "inductor"
 
 
 def plain(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -101,3 +103,46 @@ def evaluation_in_run(
             if isinstance(data, dg.AssetCheckEvaluation):  # else planned, never evaluated
                 return data
     return None
+
+
+def run_settings(instance: dg.DagsterInstance, run_id: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``settings`` resource config a run was launched with (``{}`` for none), memoized in ``cache``."""
+    if run_id not in cache:
+        run = instance.get_run_by_id(run_id) if run_id else None
+        config: dict[str, Any] = dict((run.run_config if run is not None else {}) or {})
+        cache[run_id] = dict(((config.get("resources") or {}).get("settings") or {}).get("config") or {})
+    return cache[run_id]
+
+
+def _materialization_in_run(instance: dg.DagsterInstance, key: dg.AssetKey, run_id: str) -> dict[str, Any] | None:
+    for record, _, meta in materializations(instance, key, limit=50):
+        if record.run_id == run_id:
+            return meta
+    return None
+
+
+def evaluation_compiler(
+    instance: dg.DagsterInstance,
+    check_key: dg.AssetCheckKey,
+    run_id: str,
+    metadata: Mapping[str, Any],
+    cache: dict[str, dict[str, Any]] | None = None,
+) -> tuple[str, str, str]:
+    """(compiler, device label, profile) of one check evaluation: from its own ``provenance.*``
+    metadata, else the checked asset's materialization in the same run, else the run's settings;
+    the compiler defaults to :data:`DEFAULT_BACKEND`, the others to ``""``."""
+    meta = plain(metadata)
+    found = {
+        k: str(meta[f"provenance.{k}"]) for k in ("backend", "device_label", "profile") if f"provenance.{k}" in meta
+    }
+    if len(found) < 3 and run_id:
+        mat = _materialization_in_run(instance, check_key.asset_key, run_id) or {}
+        for k in ("backend", "device_label", "profile"):
+            if k not in found and f"provenance.{k}" in mat:
+                found[k] = str(mat[f"provenance.{k}"])
+    if len(found) < 3 and run_id:
+        settings = run_settings(instance, run_id, cache if cache is not None else {})
+        for k in ("backend", "device_label", "profile"):
+            if k not in found and settings.get(k):
+                found[k] = str(settings[k])
+    return found.get("backend", DEFAULT_BACKEND), found.get("device_label", ""), found.get("profile", "")

@@ -95,7 +95,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def room(module: str) -> str | None:
     """The room of a ``pipeline`` module: ``experiments/<name>``, ``instruments/<name>``, ``registry``,
-    ``reporting``, ``cli``, ``definitions``, the modules that read the experiments from above (``plan``,
+    ``pagekit`` (what an experiment writes its page with), ``reporting`` (the site built from every
+    experiment's page), ``cli``, ``definitions``, the modules that read the experiments from above (``plan``,
     ``run_summary`` with ``compilers``) or ``core``; None outside ``pipeline``."""
     parts = module.split(".")
     if parts[0] != "pipeline":
@@ -104,7 +105,7 @@ def room(module: str) -> str | None:
         return "core"
     if parts[1] in ("experiments", "instruments"):
         return "registry" if len(parts) == 2 else f"{parts[1]}/{parts[2]}"
-    if parts[1] in ("reporting", "cli", "definitions"):
+    if parts[1] in ("pagekit", "reporting", "cli", "definitions"):
         return parts[1]
     # modules above the experiments that read them: the cost model, and the run summary with the
     # outcomes per compiler read from it

@@ -89,7 +89,7 @@ def _evaluated_for(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, ba
     """Whether the check has a local result for ``backend``'s compiler (any result when None)."""
     if backend is None:
         return _local_evaluation(instance, check_key) is not None
-    from ..compilers import evaluation_compiler
+    from ..runs import evaluation_compiler
 
     for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50):
         event = record.event.dagster_event if record.event is not None else None

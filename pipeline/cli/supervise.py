@@ -25,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from ..compilers import DEFAULT_BACKEND
+from ..runs import DEFAULT_BACKEND
 from . import local
 
 #: Set in the child: run the plan here, do not supervise again.

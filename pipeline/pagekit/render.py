@@ -17,9 +17,9 @@ import dagster as dg
 import polars as pl
 
 from .. import runs
-from ..compilers import DEFAULT_BACKEND, evaluation_compiler
 from ..files import atomic_path
 from ..resources import REPO_ROOT  # noqa: F401 - the site and the report asset read it from here
+from ..runs import DEFAULT_BACKEND, evaluation_compiler
 from ..sections import SECTIONS
 from ..storage import compiler_folder, read_value, uses_fused_path
 from ..tables import fmt, markdown_table  # noqa: F401 - re-exported for pages and charts

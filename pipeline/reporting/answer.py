@@ -12,9 +12,9 @@ from typing import Any
 
 from ..compilers import compiler_title
 from ..experiment import Experiment
+from ..pagekit.render import Report
 from ..verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, NOT_APPLICABLE_KEY, NOT_JUDGED, SUPPORTED
 from .claims import EXPERIMENTS
-from .render import Report
 
 BITS, WORSE, WRONG = "bits", "worse than eager", "wrong results"
 #: Sections of the main document whose claims say when fusion changes bits, and those that say it is

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from ..bundle import device_slug, imported_results, read_notes
 from ..experiments import EXPERIMENTS, experiment
+from ..pagekit.render import REPO_ROOT, Report
 from ..resources import ExperimentSettings
 from ..runs import records
 from ..storage import DataFolder
@@ -18,7 +19,6 @@ from ..timing import markdown_section, site_table
 from ..verdicts import ExperimentOutcome
 from .answer import short_answer
 from .pages import all_pages, site_nav
-from .render import REPO_ROOT, Report
 from .side_by_side import compiler_reports, compilers_with_results
 from .site import mkdocs_build, prepare_docs_dir, site_skipped, vendor_javascript, write_page
 

@@ -14,12 +14,12 @@ import altair as alt
 import dagster as dg
 import polars as pl
 
-from ..compilers import DEFAULT_BACKEND, compiler_title, evaluation_compiler
+from ..compilers import compiler_title
 from ..experiments import EXPERIMENTS
-from ..runs import plain, records
+from ..pagekit.render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
+from ..runs import DEFAULT_BACKEND, evaluation_compiler, plain, records
 from ..verdicts import CLAIM
 from .outcomes import distinct_heading
-from .render import LABEL_MARK, Report, check_evaluation, collapsed, fmt
 
 #: How many past evaluations of each claim the page reads.
 HISTORY_POINTS = 50

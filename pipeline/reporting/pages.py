@@ -4,12 +4,12 @@ from typing import Any
 
 import polars as pl
 
+from ..pagekit.render import Report, collapsed, markdown_table
 from ..verdicts import NOT_APPLICABLE
 from .answer import answer_section, newest_provenance
 from .claims import CLAIM_EVIDENCE, EXPERIMENTS, SECTIONS, Experiment
 from .history import history_page
 from .outcomes import checks_section, experiment_header, materializations_section, outcome_cells, verdict_section
-from .render import Report, collapsed, markdown_table
 from .side_by_side import claims_header, compilers_section, verdict_cell
 from .side_by_side import title as compiler_column
 

@@ -5,10 +5,11 @@ With one compiler the pages stay as they were (no copies are made)."""
 import dagster as dg
 
 from .. import runs
-from ..compilers import DEFAULT_BACKEND, compiler_title, outcomes_by_compiler
+from ..compilers import compiler_title, outcomes_by_compiler
 from ..experiment import Experiment
+from ..pagekit.render import Report
+from ..runs import DEFAULT_BACKEND
 from .outcomes import outcome_cells
-from .render import Report
 
 
 def compilers_with_results(defs: dg.Definitions, instance: dg.DagsterInstance, profile: str) -> list[str]:

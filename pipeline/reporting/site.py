@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.
     pass
 
-from .render import REPO_ROOT
+from ..pagekit.render import REPO_ROOT
 
 STATIC_DOCS = REPO_ROOT / "site" / "docs"
 #: Files the report writes into the docs folder (everything else there is hand-written).

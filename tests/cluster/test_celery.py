@@ -123,8 +123,8 @@ def test_celery_values_and_checks_equal_the_in_process_run(cluster: Cluster, cel
 
 def test_history_and_baseline_read_from_postgres(cluster: Cluster, celery_run, tmp_path):
     from pipeline.instruments.regression.drift import baseline_comparison, promote_with_instance
+    from pipeline.pagekit.render import Report
     from pipeline.reporting import history
-    from pipeline.reporting.render import Report
 
     run_id, local_run_id, _, _ = celery_run
     graph = defs.resolve_asset_graph()

@@ -10,8 +10,8 @@ import dagster as dg
 import pytest
 
 from pipeline.experiment import Experiment
+from pipeline.pagekit.render import Report
 from pipeline.reporting.pages import experiment_page
-from pipeline.reporting.render import Report
 
 
 def _raiser(name: str):

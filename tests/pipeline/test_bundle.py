@@ -14,9 +14,9 @@ from pipeline import bundle as bundle_mod
 from pipeline.bundle import BundleError, export_bundle, import_bundle, read_manifest
 from pipeline.definitions import build_resources, defs
 from pipeline.experiments import experiment
+from pipeline.pagekit.render import Report
 from pipeline.reporting.asset import device_reports
 from pipeline.reporting.pages import all_pages
-from pipeline.reporting.render import Report
 from pipeline.resources import ExperimentSettings
 
 S_ASSETS = experiment("S").assets()

@@ -97,9 +97,9 @@ def test_one_bundle_or_an_existing_folder_is_refused_and_the_cli_says_so(two_bun
 
 def test_the_devices_page_names_each_source_commit_of_a_merged_bundle(two_bundles, tmp_path):
     from pipeline.bundle import import_bundle
+    from pipeline.pagekit.render import Report
     from pipeline.reporting.asset import device_reports
     from pipeline.reporting.pages import devices_page
-    from pipeline.reporting.render import Report
 
     whole, later, _ = two_bundles
     edited = shutil.copytree(later, tmp_path / "later")  # as if the second session ran other source

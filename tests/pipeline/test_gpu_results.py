@@ -16,9 +16,9 @@ import pytest
 from pipeline.bundle import NOTES, BundleError, import_bundle, read_manifest, read_notes
 from pipeline.definitions import defs
 from pipeline.experiments import experiment
+from pipeline.pagekit.render import Report
 from pipeline.reporting.asset import device_reports
 from pipeline.reporting.pages import devices_page, experiment_page
-from pipeline.reporting.render import Report
 from pipeline.reporting.site import missing_site_tools, site_skipped
 from pipeline.source import commit_known
 

@@ -114,20 +114,36 @@ def test_layers_core_then_experiments_then_registry_then_report_then_code_locati
             if t.startswith(("pipeline.experiments", "pipeline.instruments", "pipeline.reporting", "pipeline.cli"))
         }
         assert not above, f"{module} imports {above}"
-    # Experiments build their pages from the report's rendering pieces, never from the site builder
+    # Experiments build their pages with the page kit (the floor below them), never with the site builder
     for module, targets in graph.items():
         if module.startswith(("pipeline.experiments.", "pipeline.instruments.")):
-            site = {
-                t
-                for t in targets
-                if t.startswith("pipeline.reporting.") and t.rsplit(".", 1)[1] not in {"render", "blocks", "repro_page"}
-            }
+            site = {t for t in targets if t.startswith("pipeline.reporting")}
             assert not site, f"{module} imports {site}"
             # the registry imports the experiments: an experiment that imported it back would close a loop;
             # an instrument (the regression baseline) reads it, from above
             if module.startswith("pipeline.experiments."):
                 assert "pipeline.experiments" not in targets, f"{module} imports the registry"
             assert "pipeline.definitions" not in targets, module
+
+
+def test_the_page_kit_is_a_floor_below_the_experiments_and_the_site_builder():
+    graph = _pipeline_graph()
+    kit = {m for m in graph if m.startswith("pipeline.pagekit")}
+    assert {"pipeline.pagekit.render", "pipeline.pagekit.blocks", "pipeline.pagekit.repro_page"} <= kit
+    above = (
+        "pipeline.experiments",
+        "pipeline.instruments",
+        "pipeline.reporting",
+        "pipeline.cli",
+        "pipeline.definitions",
+    )
+    for module in kit:
+        reached = {t for t in graph[module] if t.startswith(above)}
+        assert not reached, f"{module} imports {reached}"
+    # every experiment's page is written with it, and the site builder reads the pages through it
+    users = {m for m, ts in graph.items() if any(t.startswith("pipeline.pagekit") for t in ts)}
+    assert "pipeline.experiments.training.report" in users
+    assert "pipeline.reporting.pages" in users
 
 
 def test_reporting_never_imports_an_experiments_assets():
@@ -206,14 +222,16 @@ def test_the_experiment_import_rule_sees_a_crossing(tmp_path):
 
 def test_the_room_graph_is_the_layering_the_rules_above_hold():
     """``python scripts/import_cycles.py pipeline --layers`` prints this graph: the core imports no other
-    room, an experiment imports the core, the report's rendering pieces and another experiment's
+    room, an experiment imports the core, the page kit and another experiment's
     declarations only (its package record or its spec: B reads S's pools, a cost reads S's sizes)."""
     graph = _pipeline_graph()
     edges = import_cycles.room_graph(graph)
     assert not [(a, b) for a, b in edges if a == "core"]
     for a, b in edges:
         if a.startswith("experiments/"):
-            assert b in ("core", "reporting") or b.startswith("experiments/"), (a, b)
+            assert b in ("core", "pagekit") or b.startswith("experiments/"), (a, b)
+    assert edges[("reporting", "pagekit")] >= 1
+    assert not [(a, b) for a, b in edges if a == "pagekit" and b != "core"]
     for module, targets in graph.items():
         a = import_cycles.room(module)
         if a is None or not a.startswith("experiments/"):

@@ -13,8 +13,8 @@ from pipeline.experiments import experiment
 from pipeline.experiments.models import compute, judge
 from pipeline.experiments.models.user_workloads import WorkloadError, load_workloads
 from pipeline.experiments.models.zoo import ARCHITECTURES, zoo_workloads
+from pipeline.pagekit.render import Report
 from pipeline.reporting.pages import experiment_page
-from pipeline.reporting.render import Report
 from pipeline.resources import ExperimentSettings
 
 USER_MODULE = textwrap.dedent(

@@ -9,9 +9,9 @@ import dagster as dg
 
 from pipeline.compilers import not_applicable_experiments, record_not_applicable
 from pipeline.experiments import EXPERIMENTS, experiment
+from pipeline.pagekit.render import LABEL_MARK, Report
 from pipeline.reporting.answer import answer_section, backend_name, claim_states
 from pipeline.reporting.outcomes import outcome_cells, verdict_words
-from pipeline.reporting.render import LABEL_MARK, Report
 from pipeline.verdicts import NOT_APPLICABLE
 
 

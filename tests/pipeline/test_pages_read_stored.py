@@ -26,7 +26,7 @@ from pipeline.experiments.training import error_rates as e_error_rates
 from pipeline.experiments.training import judge as e_judge
 from pipeline.experiments.training import rules as e_rules
 from pipeline.experiments.training.spec import SIZES as E_SIZES
-from pipeline.reporting.render import LABEL_MARK, Report
+from pipeline.pagekit.render import LABEL_MARK, Report
 from pipeline.storage import read_value
 from pipeline.verdicts import CLAIM, combine
 from precisionkit import decide

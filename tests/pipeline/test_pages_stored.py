@@ -9,8 +9,8 @@ import pytest
 
 from pipeline.experiments import experiment
 from pipeline.experiments.reduction_order.report import c2_accuracy_section
-from pipeline.reporting.render import CheckRecord
-from pipeline.reporting.repro_page import publish_repro
+from pipeline.pagekit.render import CheckRecord
+from pipeline.pagekit.repro_page import publish_repro
 from pipeline.verdicts import CLAIM, CONTRADICTED
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from pipeline.pagekit.render import CheckRecord
 from pipeline.reporting import power
-from pipeline.reporting.render import CheckRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = "model_verdicts:fused_not_worse_than_eager_on_models"

@@ -370,7 +370,7 @@ def test_assets_to_run_picks_missing_stale_and_other_settings(tmp_path):
 
 
 def test_report_reads_a_planned_but_unevaluated_check_as_not_yet_run(tmp_path):
-    from pipeline.reporting.render import Report
+    from pipeline.pagekit.render import Report
 
     @dg.asset(group_name="g")
     def x() -> dict:

@@ -8,7 +8,7 @@ import dagster as dg
 from pipeline.compilers import not_applicable_experiments, record_not_applicable
 from pipeline.definitions import build_resources, report_site
 from pipeline.experiments import experiment
-from pipeline.reporting.render import LABEL_MARK
+from pipeline.pagekit.render import LABEL_MARK
 from pipeline.resources import ExperimentSettings
 
 

@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 from test_report_site import ARTIFACTS, _serve  # same folder: pytest puts it on sys.path
 
+from pipeline.pagekit.render import Report, collapsed
 from pipeline.reporting.claims import EXPERIMENTS
 from pipeline.reporting.history import claim_history, key_figures, moved
 from pipeline.reporting.outcomes import readable_value
-from pipeline.reporting.render import Report, collapsed
 from pipeline.verdicts import CONTRADICTED, SUPPORTED, Rule, claim_check, claim_result
 
 SCREENSHOTS = ARTIFACTS / "site"

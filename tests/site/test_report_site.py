@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.pagekit.render import Report
 from pipeline.reporting.claims import EXPERIMENTS, SECTIONS
-from pipeline.reporting.render import Report
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

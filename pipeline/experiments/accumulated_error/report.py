@@ -8,8 +8,8 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, select
-from ...reporting.render import Report, markdown_table
+from ...pagekit.blocks import PATH_COLORS, PATH_DASHES, error_scale, opening, select
+from ...pagekit.render import Report, markdown_table
 from ...scalars import as_number
 from .rules import ABLATION_SETS, BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP
 

@@ -4,9 +4,9 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import opening
-from ...reporting.render import Report, fmt, markdown_table
-from ...reporting.repro_page import publish_repro
+from ...pagekit.blocks import opening
+from ...pagekit.render import Report, fmt, markdown_table
+from ...pagekit.repro_page import publish_repro
 from .spec import repro_id
 
 

@@ -4,8 +4,8 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import opening
-from ...reporting.render import Report, markdown_table
+from ...pagekit.blocks import opening
+from ...pagekit.render import Report, markdown_table
 from ...scalars import as_number
 
 

@@ -4,8 +4,8 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.blocks import opening, select, ulp_bars
-from ...reporting.render import Report, markdown_table
+from ...pagekit.blocks import opening, select, ulp_bars
+from ...pagekit.render import Report, markdown_table
 from .rules import route_statement
 
 

@@ -5,7 +5,7 @@ import altair as alt
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.render import Report, collapsed, markdown_table
+from ...pagekit.render import Report, collapsed, markdown_table
 from .rules import BOOTSTRAP_RESAMPLES, CONFIDENCE, MATERIALITY_SULP, MIN_INDEPENDENT_UNITS, same_statement
 
 BEYOND = (

@@ -6,9 +6,9 @@ import polars as pl
 from precisionkit.repro import minimization_text
 
 from ...experiment import Experiment
-from ...reporting.blocks import error_scale
-from ...reporting.render import Report, markdown_table
-from ...reporting.repro_page import publish_repro
+from ...pagekit.blocks import error_scale
+from ...pagekit.render import Report, markdown_table
+from ...pagekit.repro_page import publish_repro
 from ...scalars import as_number
 
 

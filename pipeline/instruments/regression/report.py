@@ -3,7 +3,7 @@
 import polars as pl
 
 from ...experiment import Experiment
-from ...reporting.render import Report, markdown_table
+from ...pagekit.render import Report, markdown_table
 from .rules import BUG_ROW, HEALTHY_ROW, SCORING
 
 
