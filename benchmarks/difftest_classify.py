@@ -100,9 +100,37 @@ def verdict(row: dict, knob_status: str, knob: str, flush_status: str = "") -> s
     return "real defect: not removed by the compiler's precision setting nor by flushing subnormals"
 
 
+#: the smallest normal float32: below it (and at 0) a value is one that flushing subnormals can make
+TINY = 1.1754943508222875e-38
+
+
+def near_zero(message: str) -> bool:
+    """Whether a finding's message shows a zero or a float32 subnormal at the element it names (eager,
+    fused or fp64): the findings the flush rerun is run for (a wrong value far from zero on every side
+    is not made by flushing an output, and the rerun costs a compile)."""
+    m = re.search(r"eager (\S+), fused \([^)]*\) (\S+), (?:dtype-faithful \S+, )?fp64 (\S+)$", message)
+    if m is None:
+        return False
+    values = []
+    for text in m.groups():
+        try:
+            values.append(abs(float(text)))
+        except ValueError:
+            continue
+    return any(v < TINY for v in values)
+
+
+def _sixteen_bit(case_json: Path) -> bool:
+    """Whether a program holds a float16 or bfloat16 value (an input, a cast or a dtype argument)."""
+    text = case_json.read_text()
+    return "float16" in text
+
+
 def rerun_finding(folder: Path, row: dict, knob: Any, name: str, crash_reruns: int) -> None:
     """A finding's fresh reruns, recorded in its row: a crash ``crash_reruns`` times as found; a
-    reproducing mismatch with the precision knob, and where that leaves it, with subnormals flushed."""
+    reproducing mismatch with the precision knob, and where that leaves it, with subnormals flushed.
+    IREE's knob (the roundings to 16-bit types kept) is not run on a program without a 16-bit value,
+    nor the flush rerun where the message shows no zero or subnormal (:func:`near_zero`)."""
     from precisionkit.bisect import KNOB_BACKEND
     from precisionkit.repro import run_script
 
@@ -114,11 +142,16 @@ def rerun_finding(folder: Path, row: dict, knob: Any, name: str, crash_reruns: i
         return
     if row["rerun"] != "reproduces" or row["value_class"] == "shape or dtype":
         return
-    if knob is not None:
+    if knob is not None and name == PRECISION_KNOB["iree"] and not _sixteen_bit(script.parent / "case.json"):
+        row["precision_knob"] = f"{name}: not run (no 16-bit value)"
+    elif knob is not None:
         status = run_script(script, [KNOB_BACKEND], prelude=knob.prelude, timeout=600).status
         row["precision_knob"] = f"{name}: {status}"
         if status == "clean":
             return
+    if not near_zero(row["minimized_message"]):
+        row["flush_denormal"] = "not run (no zero or subnormal at the element)"
+        return
     row["flush_denormal"] = run_script(script, prelude=FLUSH_PRELUDE, timeout=600, cwd=script.parent).status
 
 
@@ -154,7 +187,8 @@ def index_md(index: dict, name: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
-    ap.add_argument("--no-knob", action="store_true", help="judge without rerunning with the knobs")
+    ap.add_argument("--no-knob", action="store_true", help="judge from the reruns index.json holds, running none")
+    ap.add_argument("--again", action="store_true", help="rerun findings whose reruns index.json already holds")
     ap.add_argument("--crash-reruns", type=int, default=CRASH_RERUNS, help="fresh reruns of each crash")
     ns = ap.parse_args(argv)
     from precisionkit.bisect import _adapter_knobs
@@ -164,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     name = PRECISION_KNOB.get(index["backend"], "")
     knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
     for row in index["findings"]:
-        if not ns.no_knob:
+        done = any(k in row for k in ("precision_knob", "flush_denormal", "crash_reruns"))
+        if not ns.no_knob and (ns.again or not done):
             rerun_finding(folder, row, knob, name, ns.crash_reruns)
         status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
         row["verdict"] = verdict(row, status, name, flush)

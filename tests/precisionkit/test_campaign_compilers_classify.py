@@ -104,7 +104,17 @@ def test_the_flush_rerun_clears_a_backend_that_flushes_subnormals(tmp_path: Path
     found = run_script(script, timeout=300, cwd=script.parent)
     assert found.status == "reproduces", found.output[-2000:]
     c = _classify()
-    row = _row(id=case.id, rerun=found.status, rerun_returncode=found.returncode)
+    row = _row(id=case.id, rerun=found.status, rerun_returncode=found.returncode, minimized_message=found.last_line)
     c.rerun_finding(tmp_path, row, None, "", 0)
     assert row["flush_denormal"] == "clean"
     assert c.verdict(row, "", "", row["flush_denormal"]).startswith("by design (flush-to-zero): ")
+
+
+def test_the_flush_rerun_is_run_where_the_message_shows_a_zero_or_a_subnormal() -> None:
+    c = _classify()
+    assert c.near_zero("output 0: 1 of 1 elements wrong; at (0, 0): eager 1.26e-44, fused (x) 0.0, fp64 1.25e-44")
+    assert c.near_zero("output 0: 2 of 9 elements wrong; at (1,): eager 0.5, fused (x) 0.0, fp64 0.5")
+    faithful = "at (0, 4): eager inf, fused (x) 3e-39, dtype-faithful inf, fp64 65504.0"
+    assert c.near_zero("output 0: 3 of 189 elements change class against the dtype-faithful reference; " + faithful)
+    assert not c.near_zero("output 0: 8 of 8 elements wrong; at (0, 0): eager 3.0, fused (x) 1.0, fp64 3.0")
+    assert not c.near_zero("output 2: shape or dtype differs: eager [((3, 64), 'torch.bfloat16')]")
