@@ -22,6 +22,11 @@ A crash is rerun ``--crash-reruns`` more times, each in a fresh interpreter. The
 * ``false alarm``: a reproducer that does not reproduce in a fresh interpreter;
 * ``unconfirmed crash``: a crash no fresh rerun repeats (the count of reruns is given).
 
+A finding no rerun can judge (eager's own value contradicting torch's documentation, a jump that a
+rounding decides) is judged by a person reading its reproducer, in the folder's ``review.json``
+(finding id to verdict and reason); that verdict replaces the classifier's, which stays in
+``index.json`` as ``auto_verdict``.
+
     .venv/bin/python benchmarks/difftest_classify.py results/campaigns/<date>-openvino
 """
 
@@ -48,6 +53,10 @@ PRECISION_KNOB = {
 #: threads torch and the compiler start later inherit the flag)
 FLUSH_KNOB = "flush_denormal"
 FLUSH_PRELUDE = "import torch\ntorch.set_flush_denormal(True)\n"
+
+#: a campaign folder's verdicts read off the reproducers by a person, by finding id: they replace the
+#: classifier's (kept as ``auto_verdict``), e.g. a false alarm no rerun can tell (a reference's own quirk)
+REVIEW = "review.json"
 
 #: fresh reruns a crash gets beyond the campaign's own one
 CRASH_RERUNS = 4
@@ -166,7 +175,9 @@ def index_md(index: dict, name: str) -> list[str]:
         f"{index['classes']}; warm throughput {index['warm_programs_per_minute']} programs a minute on one core.",
         "Every finding was minimized and rerun in a fresh interpreter (`rerun`); "
         f"`precision knob`: the rerun with {name or 'no knob'}; `flush`: the rerun with subnormals flushed "
-        "to zero in the whole interpreter (torch.set_flush_denormal(True)), where the precision knob left it.",
+        "to zero in the whole interpreter (torch.set_flush_denormal(True)), where the precision knob left it; "
+        f"`(reviewed)`: the verdict of {REVIEW}, a person's reading of the reproducer (the classifier's is in "
+        "index.json as auto_verdict).",
         "",
         "| rule | class | verdict | findings |",
         "|---|---|---|---|",
@@ -176,7 +187,8 @@ def index_md(index: dict, name: str) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
         *(
             f"| [{r['id']}]({r['id']}/repro.py) | {r['rule']} | {r['value_class']} | {r['rerun']} | "
-            f"{r.get('precision_knob') or '-'} | {r.get('flush_denormal') or '-'} | {r['verdict']} | "
+            f"{r.get('precision_knob') or '-'} | {r.get('flush_denormal') or '-'} | {r['verdict']}"
+            f"{' (reviewed)' if 'auto_verdict' in r else ''} | "
             f"{r['minimized_message'][:200].replace('|', '/')} |"
             for r in rows
         ),
@@ -197,12 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     index = json.loads((folder / "index.json").read_text())
     name = PRECISION_KNOB.get(index["backend"], "")
     knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
+    review = json.loads((folder / REVIEW).read_text()) if (folder / REVIEW).exists() else {}
     for row in index["findings"]:
         done = any(k in row for k in ("precision_knob", "flush_denormal", "crash_reruns"))
         if not ns.no_knob and (ns.again or not done):
             rerun_finding(folder, row, knob, name, ns.crash_reruns)
         status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
         row["verdict"] = verdict(row, status, name, flush)
+        row.pop("auto_verdict", None)
+        if row["id"] in review:  # a person's reading of the reproducer, the classifier's kept beside it
+            row["auto_verdict"], row["verdict"] = row["verdict"], review[row["id"]]
         print(f"{row['id']}: {row['rule']} / {row['value_class']}: {row['verdict']}", flush=True)
         (folder / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     lines = index_md(index, name)

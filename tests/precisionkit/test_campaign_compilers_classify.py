@@ -118,3 +118,29 @@ def test_the_flush_rerun_is_run_where_the_message_shows_a_zero_or_a_subnormal() 
     assert c.near_zero("output 0: 3 of 189 elements change class against the dtype-faithful reference; " + faithful)
     assert not c.near_zero("output 0: 8 of 8 elements wrong; at (0, 0): eager 3.0, fused (x) 1.0, fp64 3.0")
     assert not c.near_zero("output 2: shape or dtype differs: eager [((3, 64), 'torch.bfloat16')]")
+
+
+def test_a_reviewed_verdict_replaces_the_classifiers_and_is_marked(tmp_path: Path) -> None:
+    import json
+
+    c = _classify()
+    index = {
+        "backend": "eager",
+        "torch_compile_backend": "eager",
+        "base_seed": 1,
+        "programs": 1,
+        "seeds": "1..1",
+        "classes": {"mismatch": 1},
+        "warm_programs_per_minute": 1.0,
+        "findings": [_row()],
+    }
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    reason = "false alarm: eager's zero sign contradicts torch's documentation"
+    (tmp_path / c.REVIEW).write_text(json.dumps({"typed-1-float32": reason}))
+    assert c.main([str(tmp_path), "--no-knob"]) == 0
+    row = json.loads((tmp_path / "index.json").read_text())["findings"][0]
+    assert row["verdict"] == reason
+    assert row["auto_verdict"].startswith("real defect: ")
+    table = (tmp_path / "index.md").read_text()
+    assert "| fp64 | finite value | false alarm | 1 |" in table
+    assert f"{reason} (reviewed) |" in table
