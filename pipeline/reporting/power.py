@@ -6,15 +6,22 @@ holding one or more tables, each for the claim checks it names (``asset:check``)
 * ``measured``: the rule's own decision code run on simulated data with planted effects. Per sample size
   ``n`` (what ``n`` counts is ``sample_size``), per effect (its ``size`` in the rule's ``unit``, or null for an
   effect with a name only, such as one of B's faults), how many of ``replications`` simulated rows were
-  contradicted (detected), inconclusive and supported. Rows marked ``healthy`` plant nothing: their
-  contradicted count is the false alarms. With it: the command that measured it, its seeds and date.
+  contradicted (detected), inconclusive and supported. Rows marked ``healthy`` plant nothing (or nothing
+  material, as E's effects below its margin): their contradicted count is the false alarms. With it: the command
+  that measured it, its seeds and date. A rule measured under several conditions at one ``n`` (E's paired noise,
+  its sd and its tails) gives each size entry a ``condition`` (its name, unique per ``n``) and optionally a
+  numeric ``level``; the table's ``level_key`` names the claim result's entry holding a run's level, and
+  ``condition_name``, ``healthy_label`` and ``replication_noun`` word the page's columns and note. A table
+  without them is shown as before.
 * ``deterministic``: declared, not measured, for a rule of confidence None (bit equality, an exact count, a
   derived bound): ``statement`` says why any difference the rule looks at is detected and a healthy run
   cannot be contradicted.
 
 :func:`power_block` puts a claim's table under its rule on the experiment page, with the smallest effect
 detected with at least 80% power at each size; :func:`claims_low_power_note` adds a sentence to the verdict line
-when a supported claim's test detects only effects larger than the rule's materiality threshold.
+when a supported claim's test detects only effects larger than the rule's materiality threshold. A claim may also
+store a measured table of its own run's conditions (:data:`RUN_TABLE_KEY`, one table of the same format):
+:func:`power_block` shows it after the stored one.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ KINDS = ("measured", "deterministic")
 COUNTS = ("contradicted", "inconclusive", "supported")
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 DETERMINISTIC = "deterministic"  # a rule's confidence as its metadata stores None
+#: The claim result's entry that may hold a measured table of the run's own conditions (JSON, one table).
+RUN_TABLE_KEY = "power.this_run"
+#: A measured table's optional wording and keys, each a string when present.
+OPTIONAL_TEXT = ("n_key", "level_key", "condition_name", "healthy_label", "replication_noun")
 
 
 class PowerTableError(ValueError):
@@ -63,6 +74,8 @@ class Effect:
 class Size:
     n: int
     effects: tuple[Effect, ...]
+    condition: str | None = None  # what else the measurement held fixed at this n (E's noise), None when nothing
+    level: float | None = None  # the condition's number, matched against a run's (the table's level_key)
 
 
 @dataclass(frozen=True)
@@ -77,13 +90,25 @@ class PowerTable:
     sizes: tuple[Size, ...] = ()
     power: float = 0.8
 
-    def size_for(self, n: int | None) -> Size | None:
-        """The measured size ``n``, else the nearest one (the largest when ``n`` is unknown)."""
+    def size_for(self, n: int | None, level: float | None = None) -> Size | None:
+        """The measured size ``n``, else the nearest one (the largest when ``n`` is unknown); of its conditions,
+        those at the level nearest ``level`` (the higher on a tie; all when unknown), and of those the one that
+        detects least (the largest smallest-detected effect, none detected counting as the largest)."""
         if not self.sizes:
             return None
-        if n is None:
-            return max(self.sizes, key=lambda s: s.n)
-        return min(self.sizes, key=lambda s: (abs(s.n - n), s.n))
+        ns = {s.n for s in self.sizes}
+        chosen = max(ns) if n is None else min(ns, key=lambda m: (abs(m - n), m))
+        at = [s for s in self.sizes if s.n == chosen]
+        levels = [s.level for s in at if s.level is not None]
+        if level is not None and levels:
+            near = min(levels, key=lambda v: (abs(v - level), -v))
+            at = [s for s in at if s.level == near]
+        return max(at, key=lambda s: _weakness(s, self.power))
+
+    def text(self, key: str, default: str) -> str:
+        """The table's wording ``key`` (:data:`OPTIONAL_TEXT`), else ``default``."""
+        value = self.fields.get(key)
+        return value if isinstance(value, str) and value.strip() else default
 
 
 def _need(data: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], where: str) -> Any:
@@ -139,10 +164,13 @@ def _measured(data: Mapping[str, Any], where: str) -> tuple[Size, ...]:
     _need(data, "seeds", list, where)
     if not isinstance(data.get("n_key", ""), str):
         raise PowerTableError(f"{where}: 'n_key' must name the claim result's entry that holds n")
+    for key in OPTIONAL_TEXT:
+        if not isinstance(data.get(key, ""), str):
+            raise PowerTableError(f"{where}: {key!r} must be a string, not {data[key]!r}")
     sizes = _need(data, "sizes", list, where)
     if not sizes:
         raise PowerTableError(f"{where}: 'sizes' is empty: a measured table needs at least one sample size")
-    out = []
+    out: list[Size] = []
     for i, s in enumerate(sizes):
         at = f"{where}.sizes[{i}]"
         if not isinstance(s, Mapping):
@@ -151,8 +179,25 @@ def _measured(data: Mapping[str, Any], where: str) -> tuple[Size, ...]:
         effects = _need(s, "effects", list, at)
         if not effects:
             raise PowerTableError(f"{at}: 'effects' is empty")
-        out.append(Size(n, tuple(_effect(e, f"{at}.effects[{j}]") for j, e in enumerate(effects))))
+        condition, level = _condition(s, at)
+        if any(o.n == n and o.condition == condition for o in out):
+            raise PowerTableError(f"{at}: n {n} with condition {condition!r} is measured twice")
+        parsed = tuple(_effect(e, f"{at}.effects[{j}]") for j, e in enumerate(effects))
+        out.append(Size(n, parsed, condition, level))
     return tuple(out)
+
+
+def _condition(data: Mapping[str, Any], where: str) -> tuple[str | None, float | None]:
+    condition, level = data.get("condition"), data.get("level")
+    if condition is not None and (not isinstance(condition, str) or not condition.strip()):
+        raise PowerTableError(f"{where}: 'condition' must be a non-empty string, not {condition!r}")
+    if level is not None and (
+        isinstance(level, bool) or not isinstance(level, (int, float)) or not math.isfinite(level)
+    ):
+        raise PowerTableError(f"{where}: 'level' must be a finite number or null, not {level!r}")
+    if level is not None and condition is None:
+        raise PowerTableError(f"{where}: a 'level' needs the 'condition' it is the level of")
+    return condition, None if level is None else float(level)
 
 
 def _table(data: Any, experiment: str, where: str) -> PowerTable:
@@ -242,6 +287,11 @@ def smallest_detected(size: Size, power: float = 0.8) -> float | None:
     return found
 
 
+def _weakness(size: Size, power: float) -> float:
+    x = smallest_detected(size, power)
+    return math.inf if x is None else x
+
+
 def false_alarms(size: Size) -> tuple[int, int]:
     """Contradicted and replications summed over the rows that plant nothing."""
     healthy = [e for e in size.effects if e.healthy]
@@ -289,24 +339,21 @@ def _measured_body(table: PowerTable) -> str:
     ]
     lines = [x for p in paragraphs if p for x in (p, "")]
     summary = []
+    alarms_title = f"false alarms ({table.text('healthy_label', 'no effect')})"
     for s in table.sizes:
         x = smallest_detected(s, table.power)
         alarms, total = false_alarms(s)
         detected = _size_text(x, table.unit) if x is not None else "none of the measured effects"
         named = all(e.size is None for e in s.effects if not e.healthy)
         smallest = "not defined (named effects)" if named else detected
-        summary.append((s.n, smallest, _share(alarms, total)))
-    lines.append(
-        _md(
-            [
-                {"n": n, f"smallest effect detected with ≥ {table.power:.0%} power": x, "false alarms (no effect)": a}
-                for n, x, a in summary
-            ]
+        summary.append(
+            {**_where(table, s), f"smallest effect detected with ≥ {table.power:.0%} power": smallest}
+            | {alarms_title: _share(alarms, total)}
         )
-    )
+    lines.append(_md(summary))
     rows = [
         {
-            "n": s.n,
+            **_where(table, s),
             "effect": e.effect + (" (healthy)" if e.healthy else ""),
             f"size ({table.unit})": e.size,
             "contradicted (detected)": _share(e.contradicted, e.replications),
@@ -323,8 +370,16 @@ def _measured_body(table: PowerTable) -> str:
     return "\n".join(lines)
 
 
-def render_table(table: PowerTable) -> str:
-    """The table as a page shows it: collapsed, the 80%-power effect per size first, then every count."""
+def _where(table: PowerTable, size: Size) -> dict[str, Any]:
+    """A row's first cells: its n, and its condition where the table has conditions."""
+    if all(s.condition is None for s in table.sizes):
+        return {"n": size.n}
+    return {"n": size.n, table.text("condition_name", "condition"): size.condition or ""}
+
+
+def render_table(table: PowerTable, title: str | None = None) -> str:
+    """The table as a page shows it: collapsed, the 80%-power effect per size first, then every count; titled
+    ``title`` when given (the measured table of a run's own conditions), else as the rule's stored table."""
     if table.kind == DETERMINISTIC:
         detects = table.fields.get("detects") or "any difference of one bit/ULP in what it compares"
         body = (
@@ -334,27 +389,59 @@ def render_table(table: PowerTable) -> str:
         )
         return collapsed("Power of this rule: by construction (deterministic)", body, kind="info")
     reps = sorted({e.replications for s in table.sizes for e in s.effects})
-    title = f"Measured power of this rule ({'/'.join(map(str, reps))} replications per cell, {table.fields['date']})"
-    return collapsed(title, _measured_body(table), kind="info")
+    cells = f"{'/'.join(map(str, reps))} replications per cell, {table.fields['date']}"
+    return collapsed(f"{title or 'Measured power of this rule'} ({cells})", _measured_body(table), kind="info")
 
 
 def _is_deterministic(c: CheckRecord) -> bool:
     return c.spec_metadata.get("rule.confidence", c.metadata.get("rule.confidence")) == DETERMINISTIC
 
 
+def run_table(c: CheckRecord) -> PowerTable | None:
+    """The measured table of the run's own conditions the claim stored (:data:`RUN_TABLE_KEY`), None when it
+    stored none; :class:`PowerTableError` when it is malformed."""
+    value = c.metadata.get(RUN_TABLE_KEY)
+    if value is None or value == "":
+        return None
+    where = f"{c.key}: {RUN_TABLE_KEY}"
+    try:
+        data = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError as e:
+        raise PowerTableError(f"{where}: not valid JSON ({e})") from e
+    table = _table(data, "", where)
+    if table.kind == DETERMINISTIC:
+        raise PowerTableError(f"{where}: a run's own table is measured, not declared")
+    return table
+
+
 def power_block(c: CheckRecord, root: Path = EXPERIMENTS_DIR) -> str:
     """The claim's stored power table under its rule ('' when it has none, or when a deterministic declaration
-    is stored for a rule that states a confidence: only a rule of confidence None is powerful by construction)."""
+    is stored for a rule that states a confidence: only a rule of confidence None is powerful by construction),
+    then the table the claim measured at its own run's conditions, if it stored one."""
+    blocks = []
     table = table_for(c.key, root)
-    if table is None or (table.kind == DETERMINISTIC) != _is_deterministic(c):
-        return ""
-    return render_table(table) + "\n"
+    if table is not None and (table.kind == DETERMINISTIC) == _is_deterministic(c):
+        blocks.append(render_table(table))
+    try:
+        own = run_table(c)
+    except PowerTableError as e:
+        blocks.append(f"The power this run measured could not be read: {e}\n")
+    else:
+        if own is not None:
+            blocks.append(render_table(own, "Power measured at this run's own conditions"))
+    return "".join(b + "\n" for b in blocks)
+
+
+def _number(c: CheckRecord, key: Any) -> float | None:
+    value = c.metadata.get(key) if isinstance(key, str) and key else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _row_n(c: CheckRecord, table: PowerTable) -> int | None:
-    key = table.fields.get("n_key")
-    value = c.metadata.get(key) if key else None
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    value = _number(c, table.fields.get("n_key"))
+    return None if value is None else int(value)
 
 
 def _threshold(c: CheckRecord, table: PowerTable) -> float | None:
@@ -368,8 +455,8 @@ def claim_note(c: CheckRecord, root: Path = EXPERIMENTS_DIR) -> str:
     table = table_for(c.key, root)
     if c.label != "supported" or table is None or table.kind == DETERMINISTIC:
         return ""
-    n = _row_n(c, table)
-    size = table.size_for(n)
+    n, level = _row_n(c, table), _number(c, table.fields.get("level_key"))
+    size = table.size_for(n, level)
     threshold = _threshold(c, table)
     if size is None or threshold is None or all(e.size is None for e in size.effects if not e.healthy):
         return ""
@@ -378,14 +465,20 @@ def claim_note(c: CheckRecord, root: Path = EXPERIMENTS_DIR) -> str:
         return ""
     unit, share = table.unit, f"{table.power:.0%}"
     where = f"n = {size.n}" + ("" if n is None or n == size.n else f", nearest measured to this run's {n}")
+    if size.condition is not None:
+        where += f"; {table.text('condition_name', 'condition')} {size.condition}"
+        if level is not None and size.level is not None and level != size.level:
+            where += f", nearest measured to this run's {level:.3g}"
     detects = f"effects of ≥ {x:g} {unit}" if x is not None else "none of the measured effects"
     text = f"`{c.name}` is supported, but this test detects only {detects} with {share} power ({where})"
     between = [e for e in size.effects if e.size is not None and threshold < e.size and (x is None or e.size < x)]
     if between:
-        e = max(between, key=lambda e: e.size or 0.0)
+        e = max(between, key=lambda e: (e.size or 0.0, -e.rate))  # of effects of one size, the least detected
+        shared = any(o.size == e.size and o is not e for o in size.effects)
+        planted = e.effect if shared else f"{e.size:g} {unit}"
         text += (
-            f"; smaller ones could pass: a planted {e.size:g} {unit} was detected in {e.contradicted} of "
-            f"{e.replications} simulated rows, supported in {e.supported}"
+            f"; smaller ones could pass: a planted {planted} was detected in {e.contradicted} of "
+            f"{e.replications} simulated {table.text('replication_noun', 'rows')}, supported in {e.supported}"
         )
     else:
         text += "; smaller ones could pass"

@@ -295,3 +295,83 @@ def test_the_h200_pages_show_the_stored_power_under_each_rule_and_m_low_power_no
     assert m_page.count("Power of this rule: by construction") == 0
     assert a_page.count('??? info "Power of this rule: by construction (deterministic)"') == 3
     assert "Low power" not in a_page
+
+
+def _conditioned() -> dict[str, Any]:
+    """A table measured under two noise conditions at one n, as E's is: the noisier one detects less."""
+    table = {**_measured("e:c"), "unit": "margins", "level_key": "noise", "condition_name": "noise"}
+    table.update(healthy_label="below the margin", replication_noun="runs", n_key="orders")
+    quiet = [_effect(0.5, 0, 90), _effect(1.5, 40, 0), _effect(2.0, 90, 0)]
+    loud = [_effect(0.5, 1, 60), _effect(1.5, 10, 0), _effect(2.0, 50, 0), _effect(3.0, 95, 0)]
+    for e in (quiet[0], loud[0]):
+        e["healthy"] = True  # below the margin: immaterial, so a contradicted is a false alarm
+    table["sizes"] = [
+        {"n": 5, "condition": "sd 0.25", "level": 0.25, "effects": quiet},
+        {"n": 5, "condition": "sd 0.5", "level": 0.5, "effects": loud},
+    ]
+    return table
+
+
+def test_conditions_at_one_n_get_a_column_and_their_own_wording():
+    (table,) = power.parse_tables(_file([_conditioned()], "E"), "t")
+    assert [(s.n, s.condition, s.level) for s in table.sizes] == [(5, "sd 0.25", 0.25), (5, "sd 0.5", 0.5)]
+    text = power.render_table(table)
+    assert "| n | noise | smallest effect detected with ≥ 80% power | false alarms (below the margin) |" in text
+    assert "| 5 | sd 0.25 | 2 margins | 0/100 (0.0%) |" in text and "| 5 | sd 0.5 | 3 margins | 1/100 (1.0%) |" in text
+    assert (
+        "| 5 | sd 0.5 | k = 1.5 (healthy) |" not in text and "| 5 | sd 0.5 | k = 1.5 | 1.5 | 10/100 (10.0%) |" in text
+    )
+    titled = power.render_table(table, "Power measured at this run's own conditions")
+    assert titled.startswith("??? info \"Power measured at this run's own conditions (100 replications per cell, ")
+
+
+def test_a_run_is_placed_at_its_nearest_level_and_else_at_the_condition_that_detects_least():
+    (table,) = power.parse_tables(_file([_conditioned()], "E"), "t")
+    assert table.size_for(5, 0.3) == table.sizes[0] and table.size_for(5, 0.45) == table.sizes[1]
+    assert table.size_for(5, 0.375) == table.sizes[1]  # halfway: the noisier
+    assert table.size_for(5) == table.sizes[1] and table.size_for(None) == table.sizes[1]
+    # M's tables, one size per n: as before
+    (m,) = power.parse_tables(_file([_measured()]), "t")
+    assert m.size_for(14) == m.sizes[0] and m.size_for(15) == m.sizes[1] and m.size_for(None, 0.3) == m.sizes[1]
+
+
+def test_the_low_power_note_names_the_condition_and_the_runs_level(tmp_path):
+    _store(tmp_path, _file([_conditioned()], "E"), "training")
+    record = CheckRecord("e", "c", "", "passed", {"outcome": "claim", "verdict": "supported", "orders": 5, "noise": 0.3},
+                         "claim", {"outcome": "claim", "rule.confidence": 0.95, "rule.threshold": "0.01 nats"})  # fmt: skip
+    assert power.claim_note(record, tmp_path) == (
+        "`c` is supported, but this test detects only effects of ≥ 2 margins with 80% power (n = 5; noise sd 0.25, "
+        "nearest measured to this run's 0.3); smaller ones could pass: a planted 1.5 margins was detected in 40 of "
+        "100 simulated runs, supported in 0 (materiality 1 margins)."
+    )
+    record.metadata["noise"] = 0.5
+    assert "(n = 5; noise sd 0.5); smaller ones could pass: a planted 2 margins was detected in 50 of 100" in (
+        power.claim_note(record, tmp_path)
+    )
+
+
+def test_the_loader_refuses_a_malformed_condition(tmp_path):
+    twice = _conditioned()
+    twice["sizes"][1]["condition"] = "sd 0.25"
+    assert _refusal(tmp_path, _file([twice])).endswith("sizes[1]: n 5 with condition 'sd 0.25' is measured twice")
+    bare = _conditioned()
+    del bare["sizes"][0]["condition"]
+    assert _refusal(tmp_path, _file([bare])).endswith("sizes[0]: a 'level' needs the 'condition' it is the level of")
+    text_level = _conditioned()
+    text_level["sizes"][0]["level"] = "0.25"
+    assert "sizes[0]: 'level' must be a finite number or null, not '0.25'" in _refusal(tmp_path, _file([text_level]))
+    wording = {**_conditioned(), "healthy_label": 3}
+    assert "tables[0]: 'healthy_label' must be a string, not 3" in _refusal(tmp_path, _file([wording]))
+
+
+def test_a_claims_own_measured_table_follows_the_stored_one(tmp_path):
+    _store(tmp_path, _file([_measured()]))
+    own = {**_conditioned(), "checks": [CHECK]}
+    own["sizes"] = own["sizes"][:1]
+    claim = _claim("supported", rows_judged=7, **{power.RUN_TABLE_KEY: json.dumps(own)})
+    block = power.power_block(claim, tmp_path)
+    stored_at = block.index('??? info "Measured power of this rule (100 replications per cell, 2026-11-29)"')
+    assert block.index("??? info \"Power measured at this run's own conditions (100 replications per cell") > stored_at
+    assert "| 5 | sd 0.25 | 2 margins | 0/100 (0.0%) |" in block
+    # the note reads only the stored table
+    assert "(n = 7)" in power.claim_note(claim, tmp_path)

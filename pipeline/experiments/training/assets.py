@@ -19,12 +19,15 @@ What "within normal random fluctuation" means is measured, not assumed. Each dat
 The claim is judged by :data:`.rules.RULE` (:func:`.judge.judge_training`: paired t tests of final
 value, curve area and drift of eval loss, train loss and grad norm against margins fixed before the
 runs, :data:`.rules.MARGINS`; the one-ULP controls must pass the same equivalence tests for
-"supported"). The claim check also stores the rule's error rates, measured by running the judge on
-simulated runs (:func:`.error_rates.this_run_error_rates`, :func:`.error_rates.declared_error_rates`), for the report; fused against the controls is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
+"supported"). The claim check also stores this run's paired noise (where the page places the run in the rule's
+stored power table, ``power.json``) and the rule's power at that noise, measured by running the judge on simulated
+runs (:func:`.error_rates.this_run_error_rates`), as a table of the shared power format; fused against the controls
+is a rank-test finding. Runs: the main precision (bf16 autocast on CPU, fp16
 autocast + GradScaler on CUDA) replicates, fused and control; an fp32 eager/fused pair where the
 profile's ``fp32_control`` (training/spec.py) is 1 (reported, not judged).
 """
 
+import datetime as dt
 import functools
 import time
 from pathlib import Path
@@ -58,20 +61,12 @@ from .curves import (
     judge_frame,
     run_problems,
 )
-from .error_rates import (
-    declared_error_rates,
-    low_power_note,
-    measured_summary,
-    smallest_detected_effect,
-    this_run_error_rates,
-)
-from .judge import control_rank_test, rms
+from .error_rates import LEVEL_KEY, RUN_POWER_KEY, paired_noise_in_margins, power_table, this_run_error_rates
+from .judge import TrainingJudgement, control_rank_test, rms
 from .loop import TrainResult, pinned_threads, train
 from .rules import (
     CONFIDENCE,
     EVAL_POINT_COLUMNS,
-    MEASURED_DRAWS,
-    MEASURED_DRAWS_THIS_RUN,
     POWER_SEED,
     REPLICATE_ORDERS,
     RULE,
@@ -309,7 +304,8 @@ def training_runs_valid(context: dg.AssetCheckExecutionContext, training_curves:
     description=f"§3.2: over {len(REPLICATE_ORDERS)} data orders, fused - eager on the same order (final value, curve "
     f"area and drift of eval loss, train loss and grad norm) is within a margin fixed before the runs ({margin_text()}): "
     "equivalence (TOST, the one-ULP controls too) for supported, Holm-adjusted t tests beyond the margin for "
-    f"contradicted (confidence {CONFIDENCE:g}). Stores the rule's simulated error rates.",
+    f"contradicted (confidence {CONFIDENCE:g}). Stores the run's paired noise and the rule's power there, measured by "
+    "running the judge on simulated runs.",
 )
 def fused_learns_like_eager(
     context: dg.AssetCheckExecutionContext, training_deviation: pl.DataFrame
@@ -320,55 +316,32 @@ def fused_learns_like_eager(
         (pl.col("precision") == main) & (pl.col("metric") == "eval_loss") & pl.col("judged")
     ).sort("step")
     tests = pl.DataFrame([t.row() for t in j.tests]) if j.tests else pl.DataFrame()
-    # the rule's error rates, measured by running the judge on simulated runs: at this run's noise (here) and
-    # at the declared noise levels (stored with the rule: minutes of judging, recomputed when the rule changes)
-    rates = this_run_error_rates(j) + declared_error_rates()
-    detected = smallest_detected_effect(rates)
     return claim_result(
         j.verdict,
         RULE,
-        j.reason + low_power_note(rates),
+        j.reason,
         {
             "precision": main,
             **j.metadata(),
             "tests": dg.MetadataValue.md(markdown_table(tests)),
             "points": dg.MetadataValue.md(markdown_table(part.select(EVAL_POINT_COLUMNS))),
-            "error_rates": dg.MetadataValue.md(markdown_table(_rates_table(rates))),
-            **{f"error_rates.{k}": v for k, v in measured_summary(rates).items()},
-            "error_rates.draws": MEASURED_DRAWS,
-            "error_rates.draws_this_run": MEASURED_DRAWS_THIS_RUN,
-            "error_rates.seed": POWER_SEED,
-            "power": dg.MetadataValue.md(
-                markdown_table(
-                    pl.DataFrame(
-                        [
-                            {"noise": k, "smallest shift contradicted in >= 80% of runs (margins)": v}
-                            for k, v in detected.items()
-                        ],
-                        schema={
-                            "noise": pl.String,
-                            "smallest shift contradicted in >= 80% of runs (margins)": pl.Float64,
-                        },
-                    )
-                )
-            ),
+            **_power_metadata(j),
         },
     )
 
 
-def _rates_table(rates: list[dict[str, Any]]) -> pl.DataFrame:
-    """The measured rates as the page shows them, each with its Monte-Carlo standard error."""
-    return pl.DataFrame(rates).select(
-        "noise",
-        "effect",
-        "size_in_margins",
-        "size_nats",
-        pl.col("p_contradicted").round(3),
-        pl.col("se_contradicted").round(3),
-        pl.col("p_supported").round(3),
-        pl.col("se_supported").round(3),
-        "draws",
-    )
+def _power_metadata(j: TrainingJudgement) -> dict[str, Any]:
+    """Where the run sits in the rule's stored power table (its paired noise in margins; its data orders are
+    already stored), and the rule's power at this run's noise, measured here by running the judge on simulated
+    runs, as one table of the shared power format (the page shows both under the rule)."""
+    level = paired_noise_in_margins(j)
+    rows = this_run_error_rates(j)
+    meta: dict[str, Any] = {} if level is None else {LEVEL_KEY: level}
+    if rows:
+        date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+        command = "the claim check fused_learns_like_eager (error_rates.this_run_error_rates)"
+        meta[RUN_POWER_KEY] = dg.MetadataValue.json(power_table(rows, command=command, date=date, seed=POWER_SEED))
+    return meta
 
 
 #: Rank-test level of the control finding.

@@ -1,14 +1,15 @@
 """E's rule's error rates: measured by running the judge (:func:`.judge.judge_training`) on simulated runs
-(:func:`measured_error_rates`; the page's table: :func:`declared_error_rates` and :func:`this_run_error_rates`).
-:func:`simulate_rule` is a model of the judge (normal statistics, independent tests), kept to compare: at a paired
-sd of 0.25 margin it gives a power of 0.64 at 1.5 margins where the judge itself contradicts 0.43 of the runs.
+(:func:`measured_error_rates`): at the declared noise levels once, stored as E's power table
+(``power.json``, written by ``scripts/e_rule_power.py --write``; :func:`declared_error_rates` reads it back), and at
+this run's noise by the claim check (:func:`this_run_error_rates`, stored with the claim as a table of the same
+format, :func:`power_table`). :func:`simulate_rule` is a model of the judge (normal statistics, independent
+tests), kept to compare: at a paired sd of 0.25 margin it gives a power of 0.64 at 1.5 margins where the judge
+itself contradicts 0.43 of the runs.
 
-``python -m pipeline.experiments.training.error_rates`` prints the model's rates at the declared noise levels;
-``--write`` measures the declared table again and stores it in ``error_rates.json`` (minutes)."""
+``python -m pipeline.experiments.training.error_rates`` prints the model's rates at the declared noise levels."""
 
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -273,14 +274,26 @@ def measured_error_rates(
                 "se_contradicted": math.sqrt(pc * (1 - pc) / draws),
                 "se_supported": math.sqrt(ps * (1 - ps) / draws),
                 "draws": draws,
+                **counts,
             }
         )
     return out
 
 
-#: Where the declared table is kept: running the judge on every simulated run takes minutes, so it is computed
-#: once (``python -m pipeline.experiments.training.error_rates --write``) and read back while the rule is unchanged.
-MEASURED_TABLE = Path(__file__).with_name("error_rates.json")
+#: E's power table, in the format every rule's measured power is stored in (``fusion-precision/power-table/1``,
+#: :mod:`pipeline.reporting.power`): running the judge on every simulated run takes minutes, so the declared
+#: measurement is made once (``scripts/e_rule_power.py --write``) and read back while the rule is unchanged (the
+#: table's ``fingerprint``).
+MEASURED_TABLE = Path(__file__).with_name("power.json")
+#: The claim check the table is for, and the entries of its result the page reads to place a run in it: the data
+#: orders (the table's n) and the run's paired noise in margins (the level of its noise conditions).
+CHECK = "training_deviation:fused_learns_like_eager"
+N_KEY, LEVEL_KEY = "orders", "paired_noise_in_margins"
+#: The claim result's entry holding the table measured at this run's noise (the shared format's key for a run's own
+#: table, ``pipeline.reporting.power.RUN_TABLE_KEY``, which this floor does not import).
+RUN_POWER_KEY = "power.this_run"
+#: Below this many margins an effect is immaterial: a "contradicted" there is a false alarm.
+MATERIAL_IN_MARGINS = 1.0
 
 
 def rule_fingerprint() -> dict[str, Any]:
@@ -312,88 +325,131 @@ def compute_declared_error_rates(draws: int = MEASURED_DRAWS, seed: int = POWER_
             rates = measured_error_rates(
                 noise, tails=tails, effects=MEASURED_EFFECTS, draws=draws, seed=seed, points=MEASURED_POINTS
             )
-            rows += [{"noise": f"sd {level:g} margin, {tails}", **r} for r in rates]
+            condition = {"noise": f"sd {level:g} margin, {tails}", "noise_in_margins": level, "tails": tails}
+            rows += [{**condition, **r, "orders": MIN_ORDERS} for r in rates]
     return rows
 
 
+def _row(condition: Mapping[str, Any], e: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored effect of the power table as a row of :func:`measured_error_rates`."""
+    draws, c, s = e["replications"], e[CONTRADICTED], e[SUPPORTED]
+    pc, ps = c / draws, s / draws
+    return {
+        "noise": condition["condition"],
+        "noise_in_margins": condition.get("level"),
+        "tails": condition.get("tails"),
+        "effect": e["shape"],
+        "size_in_margins": e["size"],
+        "size_nats": e["size"] * MARGINS["eval_loss"],
+        "p_contradicted": pc,
+        "p_supported": ps,
+        "se_contradicted": math.sqrt(pc * (1 - pc) / draws),
+        "se_supported": math.sqrt(ps * (1 - ps) / draws),
+        "draws": draws,
+        CONTRADICTED: c,
+        INCONCLUSIVE: e[INCONCLUSIVE],
+        SUPPORTED: s,
+        "orders": condition["n"],
+    }
+
+
 def declared_error_rates() -> list[dict[str, Any]]:
-    """The declared table: read from :data:`MEASURED_TABLE` when its fingerprint is this rule's, else computed."""
+    """The declared rows: read from the power table :data:`MEASURED_TABLE` when its fingerprint is this rule's,
+    else measured again (minutes)."""
     if MEASURED_TABLE.exists():
-        stored = json.loads(MEASURED_TABLE.read_text())
-        if stored.get("fingerprint") == rule_fingerprint():
-            return list(stored["rows"])
+        tables = json.loads(MEASURED_TABLE.read_text()).get("tables") or [{}]
+        if tables[0].get("fingerprint") == rule_fingerprint():
+            return [_row(size, e) for size in tables[0]["sizes"] for e in size["effects"]]
     return compute_declared_error_rates()
+
+
+def _paired_noise(j: TrainingJudgement) -> dict[str, float]:
+    """Per metric, the largest sd over the data orders of its statistics, fused's or the controls'."""
+    by_metric: dict[str, float] = {}
+    for t in j.tests:
+        by_metric[t.metric] = max(by_metric.get(t.metric, 0.0), t.sd, t.control_sd or 0.0)
+    return by_metric
+
+
+def paired_noise_in_margins(j: TrainingJudgement) -> float | None:
+    """This run's paired noise as the power table's conditions are stated: the largest of :func:`_paired_noise`
+    in its metric's margins (None when a metric has no test)."""
+    by_metric = _paired_noise(j)
+    if set(by_metric) != set(JUDGED_METRICS):
+        return None
+    return max(by_metric[m] / MARGINS[m] for m in JUDGED_METRICS)
 
 
 def this_run_error_rates(j: TrainingJudgement, *, draws: int = MEASURED_DRAWS_THIS_RUN) -> list[dict[str, Any]]:
     """:func:`measured_error_rates` at this run's paired noise (per metric, the largest sd of its three statistics
     over the data orders), orders and judged points, for the effects around the margin and the plan's; empty
     when the run has too few tests to say its noise."""
-    by_metric: dict[str, float] = {}
-    for t in j.tests:
-        by_metric[t.metric] = max(by_metric.get(t.metric, 0.0), t.sd, t.control_sd or 0.0)
-    if set(by_metric) != set(JUDGED_METRICS) or j.orders < 2 or j.judged_points < 2:
+    by_metric = _paired_noise(j)
+    level = paired_noise_in_margins(j)
+    if level is None or j.orders < 2 or j.judged_points < 2:
         return []
     effects = [("shift", 0.99), ("drift", 0.99), ("shift", 1.0), ("shift", PLAN_EFFECT_IN_MARGINS), ("shift", 2.0)]
-    rates = measured_error_rates(
-        by_metric, effects=effects, draws=draws, orders=j.orders, points=min(j.judged_points, 50)
-    )
-    return [{"noise": "this run", **r} for r in rates]
+    points = min(j.judged_points, 50)
+    rates = measured_error_rates(by_metric, effects=effects, draws=draws, orders=j.orders, points=points)
+    noise = f"this run's, sd {level:.3g} margin (its noisiest metric), normal"
+    return [{"noise": noise, "noise_in_margins": level, "tails": "normal", **r, "orders": j.orders} for r in rates]
 
 
-def smallest_detected_effect(rows: Sequence[Mapping[str, Any]], power: float = 0.8) -> dict[str, float | None]:
-    """Per noise of ``rows``: the smallest shift (in margins) the judge contradicted in at least ``power`` of the
-    simulated runs; None where no size measured reaches it."""
-    out: dict[str, float | None] = {}
-    for noise in dict.fromkeys(r["noise"] for r in rows):
-        hits = sorted(
-            r["size_in_margins"]
-            for r in rows
-            if r["noise"] == noise and r["effect"] == "shift" and r["p_contradicted"] >= power
+def _power_effect(r: Mapping[str, Any]) -> dict[str, Any]:
+    size = float(r["size_in_margins"])
+    return {
+        "effect": f"{r['effect']} {size:g} margin{'' if size == 1 else 's'} ({size * MARGINS['eval_loss']:g} nats)",
+        "shape": r["effect"],
+        "size": size,
+        "healthy": size < MATERIAL_IN_MARGINS,
+        "replications": r["draws"],
+        **{v: r[v] for v in (CONTRADICTED, INCONCLUSIVE, SUPPORTED)},
+    }
+
+
+def power_table(
+    rows: Sequence[Mapping[str, Any]], *, command: str, date: str, seed: int = POWER_SEED
+) -> dict[str, Any]:
+    """Measured rows (:func:`compute_declared_error_rates`, :func:`this_run_error_rates`) as one table of the
+    shared power format: n the data orders, one condition per noise (its level the sd in margins), the effects in
+    margins of the eval loss (those below 1 margin healthy: their "contradicted" are false alarms)."""
+    sizes: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        size = sizes.setdefault(
+            r["noise"],
+            {"n": r["orders"], "condition": r["noise"], "level": r["noise_in_margins"], "tails": r["tails"]},
         )
-        out[noise] = hits[0] if hits else None
-    return out
-
-
-def measured_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Per noise of the measured rows: the largest false-alarm rate below the margin (and the effect it is at),
-    the largest rate of "supported" at or beyond it, and the power at the plan's effect (smallest over shapes),
-    as flat ``<noise>.<name>`` entries."""
-    out: dict[str, float] = {}
-    for noise in dict.fromkeys(r["noise"] for r in rows):
-        part = [r for r in rows if r["noise"] == noise]
-        key = noise.replace(" ", "_").replace(",", "")
-        below = [r["p_contradicted"] for r in part if r["size_in_margins"] < 1.0]
-        beyond = [r["p_supported"] for r in part if r["size_in_margins"] >= 1.0]
-        plan = [r["p_contradicted"] for r in part if r["size_in_margins"] == PLAN_EFFECT_IN_MARGINS]
-        out[f"{key}.false_alarm_below_margin"] = max(below) if below else math.nan
-        out[f"{key}.supported_at_or_beyond_margin"] = max(beyond) if beyond else math.nan
-        if plan:
-            out[f"{key}.power_at_plan_effect"] = min(plan)
-    return out
-
-
-def low_power_note(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A sentence for the verdict when the judge's measured power at the plan's effect, at this run's noise, is
-    below one half; empty otherwise (or when not measured)."""
-    plan = [
-        r["p_contradicted"] for r in rows if r["noise"] == "this run" and r["size_in_margins"] == PLAN_EFFECT_IN_MARGINS
-    ]
-    if not plan or min(plan) >= 0.5:
-        return ""
-    return (
-        f" The rule has low power here: at this run's paired noise it contradicts a {PLAN_EFFECT_IN_MARGINS:g}-margin "
-        f"shift of the eval loss in {min(plan):.0%} of simulated runs (measured by running the judge)."
-    )
-
-
-def write_declared_error_rates() -> None:
-    rows = compute_declared_error_rates()
-    MEASURED_TABLE.write_text(json.dumps({"fingerprint": rule_fingerprint(), "rows": rows}, indent=1) + "\n")
+        size.setdefault("effects", []).append(_power_effect(r))
+    draws = sorted({r["draws"] for r in rows})
+    return {
+        "checks": [CHECK],
+        "kind": "measured",
+        "unit": "margins",
+        "threshold": MATERIAL_IN_MARGINS,
+        "power": 0.8,
+        "effect": f"on fused's eval loss, a shift at every judged point or a drift growing from 0 at step 0, of the "
+        f"given number of margins ({MARGINS['eval_loss']:g} nats each); below 1 margin it is immaterial and a "
+        "contradicted is a false alarm; a detection is the judge saying contradicted",
+        "sample_size": "data orders, each with an eager, a fused and a one-ULP control run",
+        "n_key": N_KEY,
+        "level_key": LEVEL_KEY,
+        "condition_name": "paired noise",
+        "healthy_label": "below the margin",
+        "replication_noun": "runs",
+        "simulation": "healthy training curves per data order; fused and the one-ULP control each the eager curve "
+        "plus paired noise (per order an offset and a drift, each of sd the condition's margins of every metric, "
+        "and per-point noise of half that), normal or heavy-tailed (Student t, 3 degrees of freedom, scaled to the "
+        f"same sd); {MEASURED_POINTS} judged eval points at the declared levels; every effect drawn with the same "
+        "seed (common random numbers)",
+        "scope": "pipeline.experiments.training.judge.judge_training, the function the claim check "
+        "fused_learns_like_eager calls, on every simulated run: its verdict counted",
+        "replications": draws[-1] if draws else 0,
+        "seeds": [seed],
+        "command": command,
+        "date": date,
+        "sizes": list(sizes.values()),
+    }
 
 
 if __name__ == "__main__":
-    if "--write" in sys.argv[1:]:
-        write_declared_error_rates()
-    else:
-        main()
+    main()

@@ -97,7 +97,6 @@ def details(report: Report, exp: Experiment) -> str:
     parts = ["## Rule (declared before the runs)\n\n" + markdown_table(e_rule_table(result))]
     if judged and claim is not None:
         parts.append(e_tests_section(claim.metadata))
-        parts.append(e_power_section(claim.metadata))
     final = report.table("training_final_metrics")
     if final is not None:
         parts.append(_e_final_metrics(final))
@@ -122,35 +121,6 @@ def e_tests_section(meta: Mapping[str, Any]) -> str:
         "p-value of equivalence, the p-value of 'beyond the margin' before and after Holm, the one-ULP controls' "
         "mean and sd of control - eager and whether they are shown within the margin, and the eager runs' sd over "
         "data orders for scale.\n\n" + str(tests)
-    )
-
-
-def e_power_section(meta: Mapping[str, Any]) -> str:
-    """The rule's error rates, measured by the claim check (the judge run on simulated curves) and stored with it."""
-    power = meta.get("error_rates")
-    if not power:
-        return "## Error rates of the rule\n\nNot stored with this result."
-    detected = meta.get("power")
-    return (
-        "## Error rates of the rule (measured by running the judge)\n\n"
-        "How often the rule says contradicted and supported when fused's eval loss is off by the given number of "
-        "margins, measured by running the judge itself on simulated runs: healthy training curves per data order, "
-        "fused and the one-ULP control each the eager curve plus paired noise (per order an offset and a drift, "
-        "each of sd the given number of margins, and per-point noise of half that), normal or heavy-tailed (Student "
-        "t, 3 degrees of freedom), and on fused's eval loss a planted shift or a drift growing from 0. "
-        f"{meta.get('error_rates.draws', '?')} draws (simulated runs) per row at the declared noise levels ({MIN_ORDERS} data orders, "
-        f"seed {meta.get('error_rates.seed', '?')}), {meta.get('error_rates.draws_this_run', '?')} at this run's "
-        f"noise ({meta.get('orders', '?')} orders, per metric the largest sd of its statistics); se is each rate's "
-        "Monte-Carlo standard error. Below 1 margin a 'contradicted' is a false alarm (0.99 margins is the worst "
-        "case); at 1 margin and beyond a 'supported' is one. The rates are what the judge did, not a bound: where "
-        f"one is above {1 - CONFIDENCE:g} the table shows it.\n\n"
-        + str(power)
-        + (
-            "\n\n### Power at this run's sizes\n\nThe smallest shift of the eval loss the judge contradicted in at "
-            "least 80% of the simulated runs, per noise (empty: none of the sizes measured).\n\n" + str(detected)
-            if detected
-            else ""
-        )
     )
 
 
