@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             rerun_finding(folder, row, knob, name, ns.crash_reruns)
         status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
         row["verdict"] = verdict(row, status, name, flush)
+        needs = row["class"] == "crash" or (row["rerun"] == "reproduces" and row["value_class"] != "shape or dtype")
+        if needs and not any(k in row for k in ("precision_knob", "flush_denormal", "crash_reruns")):
+            row["verdict"] = "not classified: its knob reruns were not run (--no-knob)"
         row.pop("auto_verdict", None)
         if row["id"] in review:  # a person's reading of the reproducer, the classifier's kept beside it
             row["auto_verdict"], row["verdict"] = row["verdict"], review[row["id"]]

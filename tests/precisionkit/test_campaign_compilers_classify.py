@@ -132,14 +132,16 @@ def test_a_reviewed_verdict_replaces_the_classifiers_and_is_marked(tmp_path: Pat
         "seeds": "1..1",
         "classes": {"mismatch": 1},
         "warm_programs_per_minute": 1.0,
-        "findings": [_row()],
+        # the first with its reruns recorded, the second without: not classified
+        "findings": [_row(precision_knob="knob: reproduces", flush_denormal="reproduces"), _row(id="typed-2-float32")],
     }
     (tmp_path / "index.json").write_text(json.dumps(index))
     reason = "false alarm: eager's zero sign contradicts torch's documentation"
     (tmp_path / c.REVIEW).write_text(json.dumps({"typed-1-float32": reason}))
     assert c.main([str(tmp_path), "--no-knob"]) == 0
-    row = json.loads((tmp_path / "index.json").read_text())["findings"][0]
+    row, unrun = json.loads((tmp_path / "index.json").read_text())["findings"]
     assert row["verdict"] == reason
+    assert unrun["verdict"].startswith("not classified: ")
     assert row["auto_verdict"].startswith("real defect: ")
     table = (tmp_path / "index.md").read_text()
     assert "| fp64 | finite value | false alarm | 1 |" in table
