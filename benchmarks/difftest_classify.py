@@ -196,12 +196,52 @@ def index_md(index: dict, name: str) -> list[str]:
     ]
 
 
+#: the rerun results a row holds (kept in index.json and, while a campaign still writes that, in reruns.json)
+RERUN_KEYS = ("precision_knob", "flush_denormal", "crash_reruns")
+RERUNS = "reruns.json"
+
+
+def follow(folder: Path, knob: Any, name: str, crash_reruns: int) -> None:
+    """Rerun each finding as the campaign writes it, into reruns.json only (the campaign rewrites
+    index.json after each finding), until every finding the campaign found has its reruns."""
+    import time
+
+    while True:
+        index = json.loads((folder / "index.json").read_text())
+        saved = json.loads((folder / RERUNS).read_text()) if (folder / RERUNS).exists() else {}
+        todo = [r for r in index["findings"] if r["id"] not in saved]
+        for row in todo:
+            rerun_finding(folder, row, knob, name, crash_reruns)
+            saved[row["id"]] = {k: row[k] for k in RERUN_KEYS if k in row}
+            (folder / RERUNS).write_text(json.dumps(saved, indent=2) + "\n")
+            print(f"{row['id']}: reruns {saved[row['id']]}", flush=True)
+        reproduced = str(index.get("findings_reproduced", "0 of 0")).split(" of ")
+        if not todo and reproduced[0] == reproduced[1]:
+            return
+        if not todo:
+            time.sleep(30)
+
+
+def judge(row: dict, name: str, review: dict) -> None:
+    """A row's verdict from its reruns (``not classified`` where they were never run), a reviewed one
+    in its place where review.json holds it."""
+    status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
+    row["verdict"] = verdict(row, status, name, flush)
+    needs = row["class"] == "crash" or (row["rerun"] == "reproduces" and row["value_class"] != "shape or dtype")
+    if needs and not any(k in row for k in RERUN_KEYS):
+        row["verdict"] = "not classified: its knob reruns were not run (--no-knob)"
+    row.pop("auto_verdict", None)
+    if row["id"] in review:  # a person's reading of the reproducer, the classifier's kept beside it
+        row["auto_verdict"], row["verdict"] = row["verdict"], review[row["id"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
-    ap.add_argument("--no-knob", action="store_true", help="judge from the reruns index.json holds, running none")
-    ap.add_argument("--again", action="store_true", help="rerun findings whose reruns index.json already holds")
+    ap.add_argument("--no-knob", action="store_true", help="judge from the reruns already recorded, running none")
+    ap.add_argument("--again", action="store_true", help="rerun findings whose reruns are already recorded")
     ap.add_argument("--crash-reruns", type=int, default=CRASH_RERUNS, help="fresh reruns of each crash")
+    ap.add_argument("--follow", action="store_true", help="rerun findings as a running campaign writes them")
     ns = ap.parse_args(argv)
     from precisionkit.bisect import _adapter_knobs
 
@@ -209,19 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     index = json.loads((folder / "index.json").read_text())
     name = PRECISION_KNOB.get(index["backend"], "")
     knob = next((k for k in _adapter_knobs(index["torch_compile_backend"]) if k.name == name), None)
+    if ns.follow:
+        follow(folder, knob, name, ns.crash_reruns)
+        return 0
     review = json.loads((folder / REVIEW).read_text()) if (folder / REVIEW).exists() else {}
+    saved = json.loads((folder / RERUNS).read_text()) if (folder / RERUNS).exists() else {}
     for row in index["findings"]:
-        done = any(k in row for k in ("precision_knob", "flush_denormal", "crash_reruns"))
-        if not ns.no_knob and (ns.again or not done):
+        row.update(saved.get(row["id"], {}))
+        if not ns.no_knob and (ns.again or not any(k in row for k in RERUN_KEYS)):
             rerun_finding(folder, row, knob, name, ns.crash_reruns)
-        status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
-        row["verdict"] = verdict(row, status, name, flush)
-        needs = row["class"] == "crash" or (row["rerun"] == "reproduces" and row["value_class"] != "shape or dtype")
-        if needs and not any(k in row for k in ("precision_knob", "flush_denormal", "crash_reruns")):
-            row["verdict"] = "not classified: its knob reruns were not run (--no-knob)"
-        row.pop("auto_verdict", None)
-        if row["id"] in review:  # a person's reading of the reproducer, the classifier's kept beside it
-            row["auto_verdict"], row["verdict"] = row["verdict"], review[row["id"]]
+        judge(row, name, review)
         print(f"{row['id']}: {row['rule']} / {row['value_class']}: {row['verdict']}", flush=True)
         (folder / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     lines = index_md(index, name)
