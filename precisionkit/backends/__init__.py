@@ -10,6 +10,8 @@ adapter. A built-in name wins over an entry point of the same name.
 - :func:`adapter_for_backend` gives the adapter for a ``torch.compile`` backend name (what
   :class:`~precisionkit.paths.FusedFunction` uses).
 - :func:`adapter_names` lists what can be asked for.
+- :func:`wrapped_backend` routes, for a block, every compile of an adapter's backend through a function of
+  the caller's (a planted fault, a counter), the original compile in hand.
 
 What experiments ask of a compiler is an intent (:data:`INTENTS`: ``one_thread``, ``faithful_casts``,
 ``whole_graph``, ``reduction_knobs``, ``reduction_tilings``), answered by each adapter's
@@ -19,12 +21,14 @@ What experiments ask of a compiler is an intent (:data:`INTENTS`: ``one_thread``
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from .base import (
     FAITHFUL_CASTS,
@@ -37,6 +41,7 @@ from .base import (
     CompileCapture,
     FusedUnit,
     Intent,
+    failures_logged,
 )
 
 #: The entry point group a distribution registers its adapter in.
@@ -70,8 +75,10 @@ __all__ = [
     "adapter_for_backend",
     "adapter_names",
     "compile_target",
+    "failures_logged",
     "get_adapter",
     "install_line",
+    "wrapped_backend",
 ]
 
 
@@ -273,3 +280,55 @@ def compile_target(name: str) -> tuple[str, str]:
     adapter = get_adapter(name)
     adapter.prepare()
     return adapter.dynamo_backend, adapter.setup_source()
+
+
+#: What :func:`wrapped_backend` calls for each compile: ``wrapper(original_compile, gm, example_inputs)``,
+#: ``original_compile(gm, example_inputs)`` being the backend as it was, with the compile's options bound.
+BackendWrapper = Callable[[Callable[[Any, list[Any]], Any], Any, list[Any]], Any]
+
+
+@contextlib.contextmanager
+def wrapped_backend(adapter_name: str, wrapper: BackendWrapper) -> Iterator[str]:
+    """Inside the block, every compile of the ``torch.compile`` backend that adapter ``adapter_name``
+    compiles with goes through ``wrapper(original_compile, gm, example_inputs)``, where
+    ``original_compile(gm, example_inputs)`` compiles with the backend as it was (the options the
+    compile named, such as OpenVINO's ``options=``, bound); yields that backend's registered name. A
+    fused path made inside the block with the adapter's name (or that backend's), and any compile that
+    looks the backend up by name inside it, is served by the wrapper: ``torch.compile(backend="inductor")``
+    bypasses torch's registry, so hand it ``torch._dynamo.lookup_backend(name)`` instead.
+
+    Dynamo's caches are reset on entry and on exit, so no graph compiled one way is served the other;
+    the original backend is back after the block, also when it raises. Blocks nest (the inner wraps the
+    outer's wrapped backend).
+
+    >>> import torch
+    >>> from precisionkit.paths import fused
+    >>> seen = []
+    >>> def counting(original, gm, example_inputs):
+    ...     seen.append(len(example_inputs))
+    ...     return original(gm, example_inputs)
+    >>> with wrapped_backend("inductor", counting) as name:
+    ...     _ = fused(lambda x: torch.tanh(x * 2 + 1), name)(torch.randn(8))
+    >>> name, seen
+    ('inductor', [1])
+    """
+    import torch
+    from torch._dynamo.backends import registry
+
+    adapter = get_adapter(adapter_name)
+    adapter.prepare()
+    name = adapter.dynamo_backend
+    original = registry.lookup_backend(name)
+
+    def wrapped(gm: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
+        return wrapper(lambda g, e: original(g, e, **kwargs), gm, example_inputs)
+
+    # torch lists registered backends by their tags
+    wrapped._tags = getattr(original, "_tags", ())  # type: ignore[attr-defined]  # noqa: SLF001
+    torch._dynamo.reset()
+    registry._COMPILER_FNS[name] = wrapped  # noqa: SLF001 - torch has no call that replaces a registered backend
+    try:
+        yield name
+    finally:
+        registry._COMPILER_FNS[name] = original  # noqa: SLF001
+        torch._dynamo.reset()

@@ -6,6 +6,13 @@ fused path, its fusion evidence, the bisection, the bug finders) asks the adapte
 comes in by writing one adapter (see :mod:`precisionkit.backends` for the registry and the
 ``fusion_precision.backends`` entry point).
 
+What an experiment needs of a compiler beyond a forward pass is declared on the adapter too, never in a
+table of the experiment's keyed by a compiler's name: the options that make its backend differentiate a
+training step (``training_options``), the Python loggers where it reports a failure it then hides by
+running the graph another way (``failure_loggers``; every fused path's capture collects them, see
+:func:`failures_logged`), and the module globals it carries from one compile to the next
+(``process_globals``).
+
 Experiments ask a compiler for *intents* (:data:`INTENTS`), never for a compiler's own option names:
 "reduce on one thread", "round casts as eager does". Each adapter says which option set realizes an
 intent (:meth:`BackendAdapter.intents`), or that it has none, and why (:meth:`BackendAdapter.why_not`).
@@ -13,6 +20,8 @@ intent (:meth:`BackendAdapter.intents`), or that it has none, and why (:meth:`Ba
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -123,6 +132,8 @@ class CompileCapture:
       the adapter did not count them). With none, nothing could fuse (one operation, or operations
       that share only inputs, such as two sums of one tensor): the rule then asks only that the
       compiler compiled the graph.
+    - ``compiler_log``: the failures the compiler logged to its adapter's ``failure_loggers`` inside the
+      block, one line each (filled for every adapter, whatever its own ``capture`` does).
     """
 
     units: list[FusedUnit] = field(default_factory=list)
@@ -133,6 +144,7 @@ class CompileCapture:
     fused_library_calls: list[str] = field(default_factory=list)
     graph_ops: int = 0
     graph_edges: int | None = None
+    compiler_log: list[str] = field(default_factory=list)
 
 
 def count_edges(graph: torch.fx.Graph, computes: Callable[[torch.fx.Node], bool]) -> int:
@@ -162,6 +174,21 @@ class BackendAdapter:
     - ``binaries_unreadable``: why the machine code of the compiled units cannot be read back ("" when
       :meth:`compiled_modules` yields the modules that hold it).
 
+    What an experiment needs beyond a forward pass (neutral by default: a compiler that needs nothing):
+
+    - ``training_options``: the options its backend needs to differentiate a training step (OpenVINO:
+      ``{"aot_autograd": True}``), added under a training run's own options (which win); ``{}`` for a
+      backend that compiles the backward by itself (Inductor). ``training_options_why`` says why.
+    - ``failure_loggers``: names of the Python loggers where the backend reports a failure it then hides
+      by running the graph another way (in torch, or with another compiler). Inside every
+      :meth:`capture` (an adapter's own too) their failures (:meth:`failure_line`) are collected into
+      :attr:`CompileCapture.compiler_log`; the default refusal (:meth:`fusion_problem`) and fallback
+      (:meth:`fell_back`) name the compiler's own error text from it, and an adapter's own may
+      (:meth:`naming_logged`).
+    - ``process_globals``: ``(module, attribute, starting value)`` of each module global the backend
+      carries from one compile to the next in a process, whatever options the next compile names (an
+      experiment that sets options for its own compiles puts these back after them).
+
     Intents (:data:`INTENTS`): an experiment asks :meth:`intent` (one option set) or
     :meth:`intent_variants` (labelled option sets) by intent name, never by a compiler's option names;
     an adapter declares what it can do by overriding :meth:`intents`. An intent it leaves out is one the
@@ -188,6 +215,16 @@ class BackendAdapter:
     not_applicable: Mapping[str, str] = {}
     intents_lacking: Mapping[str, str] = {}
     binaries_unreadable: str = "its adapter reads no compiled machine code per unit"
+    training_options: Mapping[str, Any] = {}
+    training_options_why: str = ""
+    failure_loggers: tuple[str, ...] = ()
+    process_globals: tuple[tuple[str, str, Any], ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An adapter's own :meth:`capture` collects its failure loggers too (see ``failure_loggers``)."""
+        super().__init_subclass__(**kwargs)
+        if "capture" in cls.__dict__:
+            cls.capture = _collecting_failures(cls.__dict__["capture"])  # type: ignore[method-assign]
 
     def missing(self) -> str | None:
         """Why this compiler cannot run here (a package not installed, with the command that
@@ -274,8 +311,31 @@ class BackendAdapter:
         """Why part of what the compiler was handed ran elsewhere (in torch, or in another compiler)
         after the compiler failed it at compile or run time, or None. A property of the compiler on
         that graph, not of the harness: an experiment may keep such a path as "not fused" with this
-        reason (never as a fused result), where the fused path itself raises FusionError."""
+        reason (never as a fused result), where the fused path itself raises FusionError.
+
+        The default: a failure the compiler logged to its ``failure_loggers`` (which, by their
+        declaration, it then hid), named in its own words; an adapter that overrides this names the
+        error itself (:meth:`naming_logged` adds the logged one)."""
+        if not capture.compiler_log:
+            return None
+        return f"ran part of the graph another way after a failure it logged: {capture.compiler_log[0]}"
+
+    def failure_line(self, record: logging.LogRecord) -> str | None:
+        """The line to keep of ``record``, logged to one of ``failure_loggers``, or None for a record
+        that reports no failure. The default keeps a record at ERROR or above and any whose message says
+        "fail" (OpenVINO logs "OpenVINO execution failed with ..." at DEBUG, next to "... successful"),
+        its whitespace joined into one line."""
+        text = record.getMessage()
+        if record.levelno >= logging.ERROR or "fail" in text.lower():
+            return " ".join(text.split())
         return None
+
+    def naming_logged(self, reason: str, capture: CompileCapture) -> str:
+        """``reason`` with the first failure the compiler logged in ``capture`` after it (``; the compiler
+        logged: <line>``), unless there is none or ``reason`` holds it already."""
+        if not capture.compiler_log or capture.compiler_log[0] in reason:
+            return reason
+        return f"{reason}; the compiler logged: {capture.compiler_log[0]}"
 
     @contextmanager
     def compiled_modules(self) -> Iterator[list[Any] | None]:
@@ -296,12 +356,75 @@ class BackendAdapter:
         (:attr:`CompileCapture.graph_edges`; where it was not counted, where the graphs held two or
         more operations), at least one unit computes more than one of them. Only units that name
         their operations can show that nothing fused: a unit that names none (the compiler does not
-        say, or a rewrite lost the names) may hold several."""
+        say, or a rewrite lost the names) may hold several. A refusal names the first failure the
+        compiler logged (:meth:`naming_logged`)."""
         if not capture.units and not capture.fused_library_calls:
-            return "generated no fused unit (nothing the compiler produced was captured)"
+            return self.naming_logged("generated no fused unit (nothing the compiler produced was captured)", capture)
         could_fuse = capture.graph_ops >= 2 if capture.graph_edges is None else capture.graph_edges >= 1
         named = all(u.ops for u in capture.units)
         fused = any(u.fuses for u in capture.units) or capture.fused_library_calls
         if could_fuse and named and not fused:
-            return f"put each of the graph's {capture.graph_ops} operations in a unit of its own: nothing was fused"
+            problem = f"put each of the graph's {capture.graph_ops} operations in a unit of its own: nothing was fused"
+            return self.naming_logged(problem, capture)
         return None
+
+
+# Captures whose failure log is being collected (by id): an adapter's capture built on its parent's
+# collects each failure once.
+_COLLECTING: set[int] = set()
+
+
+class _FailureHandler(logging.Handler):
+    def __init__(self, adapter: BackendAdapter, into: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.adapter, self.into = adapter, into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.adapter.failure_line(record)
+        if line:
+            self.into.append(line)
+
+
+@contextmanager
+def failures_logged(adapter: BackendAdapter, into: list[str] | None = None) -> Iterator[list[str]]:
+    """Collect, inside the block, the failures ``adapter``'s compiler logs to its ``failure_loggers``
+    (:meth:`BackendAdapter.failure_line` of each record, appended to ``into``, else to a new list): the
+    loggers are set to DEBUG for the block (a backend may report a failure it hides at DEBUG only) and
+    put back after it. Every :meth:`BackendAdapter.capture` does this for its
+    :attr:`CompileCapture.compiler_log`; an experiment may ask it around more than one fused call."""
+    lines: list[str] = [] if into is None else into
+    loggers = [logging.getLogger(name) for name in adapter.failure_loggers]
+    handler, levels = _FailureHandler(adapter, lines), [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
+def _collecting_failures(capture: Callable[..., Any]) -> Callable[..., Any]:
+    """``capture`` (an adapter's context manager) with its failure loggers collected into the yielded
+    capture's ``compiler_log`` for the block."""
+
+    @functools.wraps(capture)
+    @contextmanager
+    def collecting(self: BackendAdapter, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        with capture(self, *args, **kwargs) as cap:
+            if not self.failure_loggers or not isinstance(cap, CompileCapture) or id(cap) in _COLLECTING:
+                yield cap
+                return
+            _COLLECTING.add(id(cap))
+            try:
+                with failures_logged(self, cap.compiler_log):
+                    yield cap
+            finally:
+                _COLLECTING.discard(id(cap))
+
+    return collecting
+
+
+BackendAdapter.capture = _collecting_failures(BackendAdapter.__dict__["capture"])  # type: ignore[method-assign]

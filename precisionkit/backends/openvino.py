@@ -34,16 +34,15 @@ and convolutions in bf16 (their units report ``"bfloat16"``) and keeps normaliza
 elementwise nodes in fp32. The knob ``INFERENCE_PRECISION_HINT=f32`` keeps every node in fp32.
 
 Under an ``ONEDNN_MAX_CPU_ISA`` cap below bf16 the hint is f32 (:mod:`precisionkit.backends.openvino_isa`).
+A compiled model is read by :mod:`precisionkit.backends.openvino_model`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import operator
 import os
-import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -61,87 +60,19 @@ from .base import (
     WHOLE_GRAPH,
     BackendAdapter,
     CompileCapture,
-    FusedUnit,
     count_edges,
 )
 from .openvino_isa import isa_capped_config
+from .openvino_model import NUMERIC_PROPERTIES, _property_text, read_compiled_model
 
-#: OpenVINO element type names (as the CPU plugin writes them in a runtime node's
-#: ``runtimePrecision``) -> torch dtype names. A name not listed is reported as OpenVINO writes it.
-OV_TO_TORCH_PRECISION: dict[str, str] = {
-    "f64": "float64",
-    "f32": "float32",
-    "bf16": "bfloat16",
-    "f16": "float16",
-    "f8e4m3": "float8_e4m3fn",
-    "f8e5m2": "float8_e5m2",
-    "i64": "int64",
-    "i32": "int32",
-    "i16": "int16",
-    "i8": "int8",
-    "u64": "uint64",
-    "u32": "uint32",
-    "u16": "uint16",
-    "u8": "uint8",
-    "boolean": "bool",
-}
+# Read from here before the model reader had a module of its own.
+from .openvino_model import OV_TO_TORCH_PRECISION as OV_TO_TORCH_PRECISION
+from .openvino_model import CompiledModelRecord as CompiledModelRecord
+from .openvino_model import normalize_name as normalize_name
+from .openvino_model import torch_precision as torch_precision
 
-# Runtime nodes that compute nothing: graph inputs and outputs and constants, by the CPU plugin's
-# ``layerType`` and by the OpenVINO operation type.
-_NOT_COMPUTING = frozenset({"Input", "Output", "Const", "Parameter", "Result", "Constant"})
-# Names OpenVINO gives nodes that have none of their own: ``<Type>_<n>`` with a per-process counter
-# (``Result_51``), between the separators of an original-names list.
-_GENERATED_NAME = re.compile(r"(^|[/,])([A-Z][A-Za-z0-9]*)_\d+(?=$|[/,])")
 # FX node kinds that compute (placeholders, get_attr and output do not).
 _CALL_OPS = frozenset({"call_function", "call_method", "call_module"})
-
-
-def _rt_text(info: Any, key: str) -> str:
-    """The value of ``key`` in a node's runtime info as text, ``""`` when absent or unreadable
-    (the values are ``OVAny`` objects)."""
-    try:
-        value = info[key]
-    except (KeyError, RuntimeError):
-        return ""
-    try:
-        return str(value.astype(str))
-    except (AttributeError, RuntimeError, TypeError):
-        return str(getattr(value, "value", value))
-
-
-def _property_text(value: Any) -> str:
-    """A compiled model's or device's property as text: an element type by its short name
-    (``bf16``), an enum member by its name (``PERFORMANCE``), a list joined by commas."""
-    if isinstance(value, list | tuple):
-        return ",".join(_property_text(v) for v in value)
-    if hasattr(value, "to_string") and hasattr(value, "is_real"):  # openvino.Type
-        return str(value.to_string())
-    if hasattr(value, "name") and type(value).__module__.startswith("openvino"):
-        return str(value.name)
-    return str(value)
-
-
-def torch_precision(ov_precision: str) -> str:
-    """An OpenVINO element type name as a torch dtype name; unknown names unchanged, ``""`` for an
-    empty or undefined one.
-
-    >>> torch_precision("bf16"), torch_precision("f32"), torch_precision("undefined")
-    ('bfloat16', 'float32', '')
-    """
-    if ov_precision in ("", "undefined", "dynamic"):
-        return ""
-    return OV_TO_TORCH_PRECISION.get(ov_precision, ov_precision)
-
-
-def normalize_name(name: str) -> str:
-    """``name`` with OpenVINO's counter-numbered names (``Result_51``) made process-independent.
-
-    >>> normalize_name("mul/aten.mul.Tensor/Multiply,Multiply_1234")
-    'mul/aten.mul.Tensor/Multiply,Multiply_#'
-    >>> normalize_name("Result_51"), normalize_name("mul_1/aten.mul.Tensor/Multiply")
-    ('Result_#', 'mul_1/aten.mul.Tensor/Multiply')
-    """
-    return _GENERATED_NAME.sub(r"\1\2_#", name)
 
 
 def _fx_label(node: torch.fx.Node) -> str:
@@ -162,15 +93,6 @@ def _computes(node: torch.fx.Node) -> bool:
 
 
 @dataclass
-class CompiledModelRecord:
-    """What the adapter read from one model ``Core.compile_model`` compiled."""
-
-    units: list[FusedUnit]
-    code: str
-    properties: dict[str, str]
-
-
-@dataclass
 class OpenVINOCapture(CompileCapture):
     """A :class:`~precisionkit.backends.base.CompileCapture` with what only OpenVINO's backend does.
 
@@ -188,97 +110,6 @@ class OpenVINOCapture(CompileCapture):
     inductor_graphs: int = 0
     properties: dict[str, str] = field(default_factory=dict)
     model_codes: list[str] = field(default_factory=list)
-
-
-def read_compiled_model(compiled: Any, source_model: Any = None) -> CompiledModelRecord:
-    """Units, code text and properties of an OpenVINO ``CompiledModel``.
-
-    One unit per node of the runtime model that computes something, in execution order: ``ops``
-    are the original layer names the plugin merged into it (``<FX node>/<ATen op>/<OpenVINO op>``),
-    ``precision`` its ``runtimePrecision`` as a torch dtype name, ``kind`` its ``layerType``.
-
-    The code text lists the compiled model's inputs and outputs and every runtime node (type,
-    implementation, runtime and output precisions, layout, original names) in execution order, with
-    counter-numbered names normalized; ``source_model``, the model handed to ``compile_model``, adds
-    a digest of its constants, so graphs that differ only in a constant differ in their code.
-    """
-    runtime = compiled.get_runtime_model()
-    rows: list[tuple[int, int, Any]] = []
-    for index, op in enumerate(runtime.get_ordered_ops()):
-        info = op.get_rt_info()
-        order = _rt_text(info, "execOrder")
-        rows.append((int(order) if order.lstrip("-").isdigit() else 1 << 30, index, op))
-    rows.sort(key=lambda row: (row[0], row[1]))
-
-    lines = [
-        "inputs: " + " ".join(_port_text(p) for p in compiled.inputs),
-        "outputs: " + " ".join(_port_text(p) for p in compiled.outputs),
-    ]
-    if source_model is not None:
-        lines.append("constants: " + _constants_digest(source_model))
-    units: list[FusedUnit] = []
-    for _order, _index, op in rows:
-        info = op.get_rt_info()
-        layer_type = _rt_text(info, "layerType")
-        runtime_precision = _rt_text(info, "runtimePrecision")
-        names = normalize_name(_rt_text(info, "originalLayersNames"))
-        lines.append(
-            " | ".join(
-                (
-                    layer_type,
-                    _rt_text(info, "primitiveType"),
-                    runtime_precision,
-                    _rt_text(info, "outputPrecisions"),
-                    _rt_text(info, "outputLayouts"),
-                    names,
-                )
-            )
-        )
-        if layer_type in _NOT_COMPUTING or op.get_type_name() in _NOT_COMPUTING:
-            continue
-        units.append(
-            FusedUnit(
-                name=normalize_name(op.get_friendly_name()),
-                ops=tuple(n for n in names.split(",") if n),
-                precision=torch_precision(runtime_precision),
-                kind=layer_type,
-            )
-        )
-    return CompiledModelRecord(units=units, code="\n".join(lines), properties=_model_properties(compiled))
-
-
-def _port_text(port: Any) -> str:
-    try:
-        return f"{port.get_element_type().to_string()}{port.get_partial_shape()}"
-    except RuntimeError:
-        return "?"
-
-
-def _constants_digest(model: Any) -> str:
-    """sha256 over the element type, shape and bytes of a model's constants, in graph order."""
-    digest = hashlib.sha256()
-    try:
-        for op in model.get_ordered_ops():
-            if op.get_type_name() == "Constant":
-                digest.update(f"{op.get_element_type().to_string()}{list(op.get_shape())}".encode())
-                digest.update(op.get_data().tobytes())
-    except (AttributeError, RuntimeError, TypeError):
-        return "unreadable"
-    return digest.hexdigest()
-
-
-#: Compiled-model properties that decide the numerics, read into provenance.
-NUMERIC_PROPERTIES = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
-
-
-def _model_properties(compiled: Any) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for key in (*NUMERIC_PROPERTIES, "INFERENCE_NUM_THREADS", "EXECUTION_DEVICES"):
-        try:
-            props[key] = _property_text(compiled.get_property(key))
-        except RuntimeError:  # a device that does not report the property
-            continue
-    return props
 
 
 # The captures active now, each with the adapter it belongs to, and the originals of the patched
@@ -422,6 +253,20 @@ class OpenVINOAdapter(BackendAdapter):
         "OpenVINO's CPU plugin emits its kernels in memory and exposes no binary per runtime node; its compiled "
         "program is compared by the runtime model's text (code_sha256)"
     )
+    #: Without ``aot_autograd`` the backend traces a graph for inference under ``no_grad``: its outputs carry
+    #: no gradient (and on torch 2.13 that tracing leaves Dynamo guards on sizes with no source).
+    training_options: Mapping[str, Any] = {"aot_autograd": True}
+    training_options_why = (
+        "OpenVINO's torch.compile backend is differentiable only through AOTAutograd (its aot_autograd option)"
+    )
+    #: The frontend logs a partition it failed to convert or run at DEBUG, then runs it in torch.
+    failure_loggers = (
+        "openvino.frontend.pytorch.torchdynamo.execute",
+        "openvino.frontend.pytorch.torchdynamo.backend",
+    )
+    #: The backend stores the options of an ``aot_autograd`` compile in ``openvino_options`` and applies them to
+    #: every later compile of the process, whatever options that compile names.
+    process_globals = (("openvino.frontend.pytorch.torchdynamo.backend", "openvino_options", {}),)
 
     def __init__(self) -> None:
         #: The numerics-deciding properties of the last model a capture of this adapter saw compile.

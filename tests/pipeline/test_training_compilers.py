@@ -7,6 +7,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import torch
@@ -14,11 +18,13 @@ import torch.nn.functional as F
 
 from pipeline.experiments.models.compute import run_model
 from pipeline.experiments.models.zoo import zoo_workloads
+from pipeline.experiments.training import compilers
 from pipeline.experiments.training.compilers import TrainingCompileError, compiler_messages, training_options
 from pipeline.experiments.training.config import TrainConfig
 from pipeline.experiments.training.corpus import load_corpus
 from pipeline.experiments.training.loop import train
 from pipeline.experiments.training.spec import SIZES
+from precisionkit.backends.base import BackendAdapter
 
 NO_OPENVINO = importlib.util.find_spec("openvino") is None
 NO_IREE = importlib.util.find_spec("iree.turbine") is None if importlib.util.find_spec("iree") else True
@@ -63,6 +69,54 @@ def tiny_fused(corpus, backend: str, **kwargs) -> TrainConfig:
             **kwargs,
         },
     )
+
+
+class DeclaresAll(BackendAdapter):
+    """A user's compiler that declares what E needs of it: no table of E's names it."""
+
+    name = title = "declares_all"
+    training_options: Mapping[str, Any] = {"differentiable": True, "level": 2}
+    training_options_why = "its backend traces for inference unless told otherwise"
+    failure_loggers = ("declares_all.frontend",)
+    process_globals = (("declares_all_state", "sticky", {}), ("declares_all_unloaded", "sticky", 0))
+
+
+@pytest.fixture
+def declares_all(monkeypatch):
+    """E's compiler helpers answer :class:`DeclaresAll` for its name, with its state module loaded."""
+    real = compilers.adapter_for_backend
+    adapter = DeclaresAll()
+    monkeypatch.setattr(compilers, "adapter_for_backend", lambda name: adapter if name == adapter.name else real(name))
+    state = types.ModuleType("declares_all_state")
+    state.sticky = {}
+    monkeypatch.setitem(sys.modules, "declares_all_state", state)
+    return state
+
+
+def test_e_reads_what_a_compiler_needs_from_its_adapter_alone(declares_all):
+    for table in ("TRAINING_OPTIONS", "COMPILER_LOGGERS", "COMPILER_GLOBALS"):
+        assert not hasattr(compilers, table)  # nothing keyed by a compiler's name
+    assert training_options("declares_all", {"level": 3}) == {"differentiable": True, "level": 3}
+    with compiler_messages("declares_all") as logged:
+        logging.getLogger("declares_all.frontend").debug("lowered 4 nodes")
+        logging.getLogger("declares_all.frontend").debug("lowering failed:\n  no rule for aten.erf")
+    assert logged.lines == ["lowering failed: no rule for aten.erf"]
+    with compilers.compiler_globals_kept("declares_all"):
+        declares_all.sticky["differentiable"] = True  # the backend keeps a compile's options
+    assert declares_all.sticky == {} and "declares_all_unloaded" not in sys.modules
+
+
+def test_a_compilers_failure_names_what_it_logged_once(declares_all):
+    logged = compilers.CompilerMessages(["lowering failed: no rule for aten.erf"])
+    said = compilers.compile_failure("declares_all", "the training step's backward", ValueError("no kernel"), logged)
+    assert str(said) == (
+        "declares_all failed on the training step's backward: ValueError: no kernel; the compiler logged: lowering "
+        "failed: no rule for aten.erf"
+    )
+    # a refusal that names the logged failure already is not followed by it again
+    refusal = ValueError("refused; the compiler logged: lowering failed: no rule for aten.erf")
+    said = compilers.compile_failure("declares_all", "the training step's backward", refusal, logged)
+    assert str(said).count("lowering failed") == 1
 
 
 def test_training_options_add_what_a_compiler_needs_to_differentiate_and_keep_the_users():

@@ -1,5 +1,5 @@
 """precisionkit.backends: the adapter registry, a user's adapter installed through its entry point,
-and the fusion rule the fused path asks an adapter for.
+the fusion rule the fused path asks an adapter for, and a block that wraps an adapter's backend.
 
 A user's adapter is written into a temporary directory as an installed distribution (a module and a
 ``<name>-0.1.dist-info`` with ``entry_points.txt``) and put on ``sys.path``, as pip would leave it.
@@ -26,6 +26,7 @@ from precisionkit.backends import (
     adapter_for_backend,
     adapter_names,
     get_adapter,
+    wrapped_backend,
 )
 from precisionkit.backends.base import BackendAdapter, CompileCapture, FusedUnit
 from precisionkit.backends.inductor import GeneratedCode, InductorAdapter
@@ -507,3 +508,49 @@ class Declaring(BackendAdapter):
     assert adapter.intent("faithful_casts") == {}
     assert adapter.intent_variants("reduction_knobs") == {"fast": {"fast_math": True}}
     assert adapter.intent("one_thread") is None and adapter.why_not("one_thread") == "its thread pool is process-wide"
+
+
+def gelu_of_affine(x):
+    return torch.nn.functional.gelu(x * 1.5 - 0.25)
+
+
+def test_a_wrapped_backend_compiles_through_the_wrapper_and_gives_inductors_result():
+    from torch._dynamo import lookup_backend
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    plain = precisionkit.fused(gelu_of_affine)(x)
+    original = lookup_backend("inductor")
+    calls: list[int] = []
+
+    def counting(original_compile, gm, example_inputs):
+        calls.append(sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+        return original_compile(gm, example_inputs)
+
+    with wrapped_backend("inductor", counting) as name:
+        assert name == "inductor" and lookup_backend(name) is not original
+        fn = precisionkit.fused(gelu_of_affine, name)
+        out = fn(x)
+        fn(x)  # served by the compiled graph: no second compile
+    assert torch.equal(out, plain) and calls == [3]  # one graph of mul, sub, gelu
+    assert fn.evidence.graph_count == 1 and fn.evidence.kernel_count >= 1
+    assert lookup_backend("inductor") is original
+    precisionkit.fused(gelu_of_affine)(x)
+    assert calls == [3]  # after the block, compiles no longer go through the wrapper
+
+
+def test_a_wrapped_backend_is_put_back_when_the_block_raises():
+    from torch._dynamo import lookup_backend
+
+    original = lookup_backend("inductor")
+    with pytest.raises(RuntimeError, match="inside the block"), wrapped_backend("inductor", lambda o, g, e: o(g, e)):
+        raise RuntimeError("inside the block")
+    assert lookup_backend("inductor") is original
+
+    def refusing(original_compile, gm, example_inputs):
+        raise ValueError("the wrapper refuses")
+
+    with pytest.raises(Exception, match="the wrapper refuses"), wrapped_backend("inductor", refusing) as name:
+        precisionkit.fused(gelu_of_affine, name)(torch.randn(4))
+    assert lookup_backend("inductor") is original
+    with pytest.raises(ValueError, match="no adapter named 'nothing'"), wrapped_backend("nothing", refusing):
+        pass

@@ -2,7 +2,9 @@
 backend differentiable, the backward graph's evidence from any adapter, and a compiler's failure on the
 training step as one line that names the compiler and its own error.
 
-Inductor compiles the backward through AOTAutograd by itself. OpenVINO's backend does so only with its
+Everything compiler-specific is read from the compiler's adapter (``training_options``, ``failure_loggers``,
+``process_globals``: :class:`~precisionkit.backends.base.BackendAdapter`), so a user's compiler comes into E
+by declaring them on its adapter, with no table here. Inductor compiles the backward through AOTAutograd by itself. OpenVINO's backend does so only with its
 ``aot_autograd`` option: without it, it traces the graph for inference under ``no_grad`` and returns
 outputs that carry no gradient (and, on this torch, its inference tracing leaves Dynamo guards on sizes
 that have no source, an ``IndexError`` while Dynamo builds the guards; see ``tests/pipeline/test_training_compilers.py``).
@@ -13,49 +15,26 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import logging
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from precisionkit.backends import adapter_for_backend
+from precisionkit.backends import adapter_for_backend, failures_logged
 from precisionkit.backends.inductor import InductorAdapter
 from precisionkit.paths import capture_generated_code
 
 from ...compiler_text import error_line, error_origin
 from ...intents import compiler_title
 
-#: Per adapter name, the options its backend needs to compile a training step's backward, with why.
-#: An adapter's own ``training_options`` attribute, where it declares one, takes precedence.
-TRAINING_OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
-    "openvino": (
-        {"aot_autograd": True},
-        "OpenVINO's torch.compile backend is differentiable only through AOTAutograd (its aot_autograd option)",
-    ),
-}
-
-#: Per adapter name, the Python loggers where its backend reports a failure it then hides by running
-#: the graph another way (OpenVINO logs the frontend's error at DEBUG, then runs the partition in torch).
-COMPILER_LOGGERS: dict[str, tuple[str, ...]] = {
-    "openvino": ("openvino.frontend.pytorch.torchdynamo.execute", "openvino.frontend.pytorch.torchdynamo.backend"),
-}
-
-
-#: Per adapter name, module globals its backend keeps from one compile to the next, with the value each starts
-#: with: OpenVINO's backend stores the options of an ``aot_autograd`` compile in ``openvino_options`` and applies
-#: them to every later compile of the process, whatever options that compile names.
-COMPILER_GLOBALS: dict[str, tuple[tuple[str, str, Any], ...]] = {
-    "openvino": (("openvino.frontend.pytorch.torchdynamo.backend", "openvino_options", {}),),
-}
-
 
 @contextlib.contextmanager
 def compiler_globals_kept(backend: str) -> Iterator[None]:
-    """Inside the block ``backend``'s compiler may change the globals :data:`COMPILER_GLOBALS` names; after it
-    they hold what they held before (their starting value where the module was not loaded yet), so E's
-    training options do not follow the process into another experiment's compiles."""
-    kept = COMPILER_GLOBALS.get(adapter_for_backend(backend).name, ())
+    """Inside the block ``backend``'s compiler may change the globals its adapter declares it carries from one
+    compile to the next (``process_globals``); after it they hold what they held before (their starting value
+    where the module was not loaded yet), so E's training options do not follow the process into another
+    experiment's compiles."""
+    kept = adapter_for_backend(backend).process_globals
     before = {
         (name, attr): copy.copy(getattr(sys.modules[name], attr, start)) if name in sys.modules else copy.copy(start)
         for name, attr, start in kept
@@ -69,13 +48,9 @@ def compiler_globals_kept(backend: str) -> Iterator[None]:
 
 
 def training_options(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with what ``backend``'s compiler needs to differentiate a training step added
-    (the caller's own values win)."""
-    adapter = adapter_for_backend(backend)
-    needed = getattr(adapter, "training_options", None)
-    if needed is None:
-        needed = TRAINING_OPTIONS.get(adapter.name, ({}, ""))[0]
-    return {**dict(needed), **dict(options)}
+    """``options`` with what ``backend``'s compiler needs to differentiate a training step added (its
+    adapter's ``training_options``; the caller's own values win)."""
+    return {**dict(adapter_for_backend(backend).training_options), **dict(options)}
 
 
 class TrainingCompileError(RuntimeError):
@@ -85,45 +60,25 @@ class TrainingCompileError(RuntimeError):
 
 @dataclass
 class CompilerMessages:
-    """Failures a compiler logged while :func:`compiler_messages` was active, first lines only."""
+    """Failures a compiler logged while :func:`compiler_messages` was active, one line each."""
 
     lines: list[str] = field(default_factory=list)
 
 
-class _Collect(logging.Handler):
-    def __init__(self, into: CompilerMessages) -> None:
-        super().__init__(logging.DEBUG)
-        self.into = into
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if "fail" in text.lower():
-            self.into.lines.append(" ".join(text.split()))
-
-
 @contextlib.contextmanager
 def compiler_messages(backend: str) -> Iterator[CompilerMessages]:
-    """Collect the failures ``backend``'s compiler logs inside the block (see :data:`COMPILER_LOGGERS`)."""
+    """Collect the failures ``backend``'s compiler logs inside the block (its adapter's ``failure_loggers``)."""
     found = CompilerMessages()
-    names = COMPILER_LOGGERS.get(adapter_for_backend(backend).name, ())
-    loggers = [logging.getLogger(n) for n in names]
-    handler, levels = _Collect(found), [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.DEBUG)
-    try:
+    with failures_logged(adapter_for_backend(backend), found.lines):
         yield found
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(handler)
-            lg.setLevel(level)
 
 
 def compile_failure(backend: str, part: str, exc: BaseException, logged: CompilerMessages) -> TrainingCompileError:
     """The one-line error of ``backend``'s compiler failing on ``part`` of a training step: its
     exception, what the compiler itself logged (its own error when it hid it), and where it was raised."""
     where = error_origin(exc)
-    said = f"; the compiler logged: {logged.lines[0]}" if logged.lines else ""
+    # The fused path's refusal may name the logged failure already (its adapter's capture collects it too).
+    said = f"; the compiler logged: {logged.lines[0]}" if logged.lines and logged.lines[0] not in str(exc) else ""
     return TrainingCompileError(
         f"{compiler_title(backend)} failed on {part}: {error_line(exc)}"
         + (f" (raised at {where})" if where else "")

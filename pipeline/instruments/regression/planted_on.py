@@ -5,7 +5,8 @@ A planted run on a compiler other than Inductor is spelled ``<bug>@<adapter>`` (
 It runs with the adapter's name as its backend, so the fused path compiles, captures its evidence and judges
 fusion through that adapter; inside :func:`planted_on` the backend the adapter compiles with
 (``adapter.dynamo_backend``, looked up by :meth:`~precisionkit.backends.base.BackendAdapter.compiler`) is the
-planted fault around the adapter's original backend (:func:`.planted_faults.compiling_with`), options included.
+planted fault around the adapter's original backend (:func:`.planted_faults.compiling_with`), options included,
+through precisionkit's :func:`~precisionkit.backends.wrapped_backend`.
 
 Faults that are FX rewrites of the ATen graph Inductor lowers are not applicable elsewhere
 (:func:`not_applicable`): they were built against Inductor's lowering.
@@ -14,7 +15,7 @@ Faults that are FX rewrites of the ATen graph Inductor lowers are not applicable
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -68,33 +69,20 @@ def run_backend(backend: str) -> str:
 @contextlib.contextmanager
 def planted_on(compiler: str, bug: str) -> Iterator[str]:
     """Inside the block, ``compiler``'s adapter compiles through planted bug ``bug`` wrapped around its own
-    ``torch.compile`` backend; yields that backend's registered name. Dynamo's caches are reset on entry
-    and exit, so no graph compiled one way is served the other."""
-    from torch._dynamo.backends import registry
-
-    from precisionkit.backends import get_adapter
+    ``torch.compile`` backend (:func:`precisionkit.backends.wrapped_backend`); yields that backend's registered
+    name. Dynamo's caches are reset on entry and exit, so no graph compiled one way is served the other."""
+    from precisionkit.backends import wrapped_backend
 
     if (why := not_applicable(bug, compiler)) is not None:
         raise ValueError(f"planted bug {bug!r}: {why}")
-    adapter = get_adapter(compiler)
-    adapter.prepare()
-    name = adapter.dynamo_backend
-    original = registry.lookup_backend(name)
     fault = PLANTED_BUGS[bug].compiler
 
-    def planted(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-        with compiling_with(lambda g, e: original(g, e, **kwargs)):
+    def planted(original: Callable[..., Any], gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        with compiling_with(original):
             return fault(gm, example_inputs)
 
-    # torch lists registered backends by their tags
-    planted._tags = getattr(original, "_tags", ())  # type: ignore[attr-defined]  # noqa: SLF001
-    torch._dynamo.reset()
-    registry._COMPILER_FNS[name] = planted  # noqa: SLF001 - torch has no call that replaces a registered backend
-    try:
+    with wrapped_backend(compiler, planted) as name:
         yield name
-    finally:
-        registry._COMPILER_FNS[name] = original  # noqa: SLF001
-        torch._dynamo.reset()
 
 
 def planting(backend: str) -> contextlib.AbstractContextManager[Any]:
