@@ -339,7 +339,7 @@ def _power_metadata(j: TrainingJudgement) -> dict[str, Any]:
     meta: dict[str, Any] = {} if level is None else {LEVEL_KEY: level}
     if rows:
         date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-        command = "the claim check fused_learns_like_eager (error_rates.this_run_error_rates)"
+        command = "claim check fused_learns_like_eager: error_rates.this_run_error_rates"
         meta[RUN_POWER_KEY] = dg.MetadataValue.json(power_table(rows, command=command, date=date, seed=POWER_SEED))
     return meta
 

@@ -326,7 +326,7 @@ def compute_declared_error_rates(draws: int = MEASURED_DRAWS, seed: int = POWER_
                 noise, tails=tails, effects=MEASURED_EFFECTS, draws=draws, seed=seed, points=MEASURED_POINTS
             )
             condition = {"noise": f"sd {level:g} margin, {tails}", "noise_in_margins": level, "tails": tails}
-            rows += [{**condition, **r, "orders": MIN_ORDERS} for r in rates]
+            rows += [{**condition, **r, "orders": MIN_ORDERS, "points": MEASURED_POINTS} for r in rates]
     return rows
 
 
@@ -350,6 +350,7 @@ def _row(condition: Mapping[str, Any], e: Mapping[str, Any]) -> dict[str, Any]:
         INCONCLUSIVE: e[INCONCLUSIVE],
         SUPPORTED: s,
         "orders": condition["n"],
+        "points": MEASURED_POINTS,  # the fingerprint's
     }
 
 
@@ -392,7 +393,8 @@ def this_run_error_rates(j: TrainingJudgement, *, draws: int = MEASURED_DRAWS_TH
     points = min(j.judged_points, 50)
     rates = measured_error_rates(by_metric, effects=effects, draws=draws, orders=j.orders, points=points)
     noise = f"this run's, sd {level:.3g} margin (its noisiest metric), normal"
-    return [{"noise": noise, "noise_in_margins": level, "tails": "normal", **r, "orders": j.orders} for r in rates]
+    condition = {"noise": noise, "noise_in_margins": level, "tails": "normal"}
+    return [{**condition, **r, "orders": j.orders, "points": points} for r in rates]
 
 
 def _power_effect(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -421,6 +423,7 @@ def power_table(
         )
         size.setdefault("effects", []).append(_power_effect(r))
     draws = sorted({r["draws"] for r in rows})
+    points = "/".join(str(p) for p in sorted({r.get("points", MEASURED_POINTS) for r in rows}))
     return {
         "checks": [CHECK],
         "kind": "measured",
@@ -437,10 +440,10 @@ def power_table(
         "healthy_label": "below the margin",
         "replication_noun": "runs",
         "simulation": "healthy training curves per data order; fused and the one-ULP control each the eager curve "
-        "plus paired noise (per order an offset and a drift, each of sd the condition's margins of every metric, "
+        "plus paired noise (per order an offset and a drift, each of the condition's sd: at a declared level every "
+        "metric's sd is that many of its margins, at a run's own noise each metric's is its largest measured sd; "
         "and per-point noise of half that), normal or heavy-tailed (Student t, 3 degrees of freedom, scaled to the "
-        f"same sd); {MEASURED_POINTS} judged eval points at the declared levels; every effect drawn with the same "
-        "seed (common random numbers)",
+        f"same sd); {points} judged eval points; every effect drawn with the same seed (common random numbers)",
         "scope": "pipeline.experiments.training.judge.judge_training, the function the claim check "
         "fused_learns_like_eager calls, on every simulated run: its verdict counted",
         "replications": draws[-1] if draws else 0,
