@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -48,20 +49,22 @@ def rule_of(klass: str, message: str) -> str:
 
 
 def value_class(message: str) -> str:
-    """The kind of wrong value a finding's message shows (shape/dtype, bool, special, finite)."""
+    """The kind of wrong value a finding's message shows at the element it names, eager's against
+    fused's (shape/dtype, bool, inf or NaN, the sign of a zero, finite)."""
     if "shape or dtype differs" in message:
         return "shape or dtype"
-    low = message.lower()
-    fused = low.split("fused (", 1)[-1].split(",", 2)[1] if "fused (" in low else ""
-    eager = low.split("eager ", 1)[-1].split(",", 1)[0] if "eager " in low else ""
-    pair = f"{eager.strip()} / {fused.strip()}"
+    m = re.search(r"eager (\S+), fused \([^)]*\) (\S+),", message.lower())
+    eager, fused = (m.group(1), m.group(2)) if m else ("", "")
+    pair = f"{eager} / {fused}"
     if any(w in pair for w in ("true", "false")):
         return "bool"
     if any(w in pair for w in ("inf", "nan")):
         return "inf or NaN"
-    if "-0.0" in pair:
-        return "signed zero"
-    return "finite value"
+    try:
+        zeros = float(eager) == 0.0 == float(fused) and str(eager).startswith("-") != str(fused).startswith("-")
+    except ValueError:
+        zeros = False
+    return "signed zero" if zeros else "finite value"
 
 
 def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: int) -> dict[str, Any]:

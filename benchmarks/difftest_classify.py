@@ -42,6 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the campaign script's value_class
 
 #: the knob that restores the program's own precision, per adapter
 PRECISION_KNOB = {
@@ -139,7 +140,9 @@ def rerun_finding(folder: Path, row: dict, knob: Any, name: str, crash_reruns: i
     """A finding's fresh reruns, recorded in its row: a crash ``crash_reruns`` times as found; a
     reproducing mismatch with the precision knob, and where that leaves it, with subnormals flushed.
     IREE's knob (the roundings to 16-bit types kept) is not run on a program without a 16-bit value,
-    nor the flush rerun where the message shows no zero or subnormal (:func:`near_zero`)."""
+    nor (on another compiler than IREE, whose runtime flushes subnormals: a flushed intermediate may
+    show as any value, log(0) = -inf say) the flush rerun where the message shows no zero or
+    subnormal (:func:`near_zero`)."""
     from precisionkit.bisect import KNOB_BACKEND
     from precisionkit.repro import run_script
 
@@ -158,7 +161,7 @@ def rerun_finding(folder: Path, row: dict, knob: Any, name: str, crash_reruns: i
         row["precision_knob"] = f"{name}: {status}"
         if status == "clean":
             return
-    if not near_zero(row["minimized_message"]):
+    if name != PRECISION_KNOB["iree"] and not near_zero(row["minimized_message"]):
         row["flush_denormal"] = "not run (no zero or subnormal at the element)"
         return
     row["flush_denormal"] = run_script(script, prelude=FLUSH_PRELUDE, timeout=600, cwd=script.parent).status
@@ -223,8 +226,12 @@ def follow(folder: Path, knob: Any, name: str, crash_reruns: int) -> None:
 
 
 def judge(row: dict, name: str, review: dict) -> None:
-    """A row's verdict from its reruns (``not classified`` where they were never run), a reviewed one
-    in its place where review.json holds it."""
+    """A row's class of value (again from its message) and its verdict from its reruns (``not
+    classified`` where they were never run), a reviewed one in its place where review.json holds it."""
+    from difftest_campaign import value_class
+
+    if row["class"] != "crash":
+        row["value_class"] = value_class(row["message"])
     status, flush = row.get("precision_knob", "").rpartition(": ")[2], row.get("flush_denormal", "")
     row["verdict"] = verdict(row, status, name, flush)
     needs = row["class"] == "crash" or (row["rerun"] == "reproduces" and row["value_class"] != "shape or dtype")

@@ -53,6 +53,7 @@ def _row(**changes: object) -> dict:
         "class": "mismatch",
         "rule": "fp64",
         "value_class": "finite value",
+        "message": "output 0: 1 of 1 elements wrong; at (0, 0): eager 1e-44, fused (x) 0.0, fp64 1e-44",
         "minimized_message": "output 0: 1 of 1 elements wrong; at (0, 0): eager 1e-44, fused (x) 0.0, fp64 1e-44",
         "rerun": "reproduces",
         "rerun_returncode": 1,
@@ -146,3 +147,23 @@ def test_a_reviewed_verdict_replaces_the_classifiers_and_is_marked(tmp_path: Pat
     table = (tmp_path / "index.md").read_text()
     assert "| fp64 | finite value | false alarm | 1 |" in table
     assert f"{reason} (reviewed) |" in table
+
+
+def test_a_findings_class_of_value_is_read_at_the_element_its_message_names() -> None:
+    """eager's value against fused's: a fused NaN is not a finite value (the fp64 value was read in its
+    place), and -0.0029 against 0.0 is not a signed zero (the text '-0.0' was searched for)."""
+    _classify()  # puts benchmarks/ on the path
+    from difftest_campaign import value_class  # type: ignore[import-not-found]
+
+    at = "output 0: 1 of 33 elements wrong; at (0, 1): "
+    assert value_class(at + "eager 2.0, fused (openvino) nan, fp64 2.0") == "inf or NaN"
+    assert value_class(at + "eager -0.0029296875, fused (turbine_cpu) 0.0, fp64 -0.0029296875") == "finite value"
+    assert value_class(at + "eager -0.0, fused (openvino) 0.0, fp64 -0.0") == "signed zero"
+    assert value_class(at + "eager False, fused (openvino) True, fp64 False") == "bool"
+    faithful = "eager inf, fused (openvino) 65504.0, dtype-faithful inf, fp64 65504.0"
+    assert (
+        value_class(
+            "output 0: 3 of 189 elements change class against the dtype-faithful reference; at (0, 4): " + faithful
+        )
+        == "inf or NaN"
+    )
