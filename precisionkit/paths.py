@@ -289,8 +289,8 @@ class FusedFunction:
                 f"{where} broke the graph {ev.graph_breaks} time(s): {'; '.join(ev.break_reasons) or 'see TORCH_LOGS=graph_breaks'}"
             )
         problem = self.adapter.fusion_problem(captured)
-        if problem:
-            raise FusionError(f"{where} {problem}")
+        if problem:  # with the failure the compiler logged and hid, where its own refusal does not name it
+            raise FusionError(f"{where} {self.adapter.naming_logged(problem, captured)}")
 
     @property
     def evidence(self) -> FusionEvidence:
