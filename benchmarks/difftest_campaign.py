@@ -98,6 +98,51 @@ def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: in
     return row
 
 
+#: a finding's line in the campaign's log: ``  k/n <id>: <class>: <message, first 200 characters>``
+FOUND = re.compile(r"^  \d+/\d+ (\S+): (mismatch|crash): (.*)$")
+
+
+def finish_unminimized(log: Path, out: Path, backend: str) -> int:
+    """The findings a campaign stopped at a deadline had not reproduced yet (read from its log), each
+    written as found, without minimizing, and rerun in a fresh interpreter: rows marked
+    ``"minimized": false`` appended to ``index.json``."""
+    from precisionkit import difftest
+    from precisionkit.repro import for_backend, run_script, write
+
+    index = json.loads((out / "index.json").read_text())
+    have = {r["id"] for r in index["findings"]}
+    found = [m.groups() for m in map(FOUND.match, log.read_text().splitlines()) if m]
+    for name, klass, message in (f for f in found if f[0] not in have):
+        gen, seed = name.split("-")[0], int(name.split("-")[1])
+        case = for_backend(difftest.generate(seed, gen), backend)
+        script = write(case, out / case.id, f"Found by a blind campaign against {backend}: {klass}: {message[:160]}")
+        rerun = run_script(script, timeout=600, cwd=script.parent)
+        line = rerun.last_line[:300]
+        index["findings"].append(
+            {
+                "id": case.id,
+                "class": klass,
+                "rule": rule_of(klass, message),
+                "value_class": "crash" if klass == "crash" else value_class(message),
+                "message": message,
+                "minimized_message": line.split(": ", 1)[1] if line.startswith("REPRODUCES: ") else message,
+                "minimized": False,
+                "lines_before": case.source.count("\n"),
+                "lines_after": case.source.count("\n"),
+                "minimize_seconds": 0.0,
+                "rerun": rerun.status,
+                "rerun_returncode": rerun.returncode,
+                "rerun_line": line,
+                "verdict": "",
+            }
+        )
+        kept = sum(1 for r in index["findings"] if r.get("minimized", True))
+        index["findings_reproduced"] = f"{len(index['findings'])} of {len(found)} ({kept} minimized)"
+        (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+        print(f"  {case.id}: unminimized, rerun {rerun.status}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="inductor", help="adapter (inductor, openvino, iree, a user's) or backend")
@@ -106,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="default results/campaigns/<date>-<backend>")
     ap.add_argument("--minimize-checks", type=int, default=40)
     ap.add_argument("--throughput-only", action="store_true", help="run the programs and print the throughput only")
+    ap.add_argument(
+        "--finish-from", default=None, help="a stopped campaign's log: write its other findings unminimized"
+    )
     ns = ap.parse_args(argv)
+    if ns.finish_from:
+        return finish_unminimized(Path(ns.finish_from), Path(ns.out).resolve(), ns.backend)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
     from precisionkit import difftest
     from precisionkit.backends import compile_target
