@@ -176,6 +176,8 @@ def index_md(index: dict, name: str) -> list[str]:
         "",
         f"{index['programs']} programs from seed {index['base_seed']} ({index['seeds']}); classes "
         f"{index['classes']}; warm throughput {index['warm_programs_per_minute']} programs a minute on one core.",
+        f"Findings reproduced: {index.get('findings_reproduced', len(rows))}, each minimized with at most "
+        f"{index.get('minimize_checks', 40)} candidate checks (a row with minimized false was written as found).",
         "Every finding was minimized and rerun in a fresh interpreter (`rerun`); "
         f"`precision knob`: the rerun with {name or 'no knob'}; `flush`: the rerun with subnormals flushed "
         "to zero in the whole interpreter (torch.set_flush_denormal(True)), where the precision knob left it; "
@@ -192,7 +194,7 @@ def index_md(index: dict, name: str) -> list[str]:
             f"| [{r['id']}]({r['id']}/repro.py) | {r['rule']} | {r['value_class']} | {r['rerun']} | "
             f"{r.get('precision_knob') or '-'} | {r.get('flush_denormal') or '-'} | {r['verdict']}"
             f"{' (reviewed)' if 'auto_verdict' in r else ''} | "
-            f"{r['minimized_message'][:200].replace('|', '/')} |"
+            f"{'' if r.get('minimized', True) else '(as found) '}{r['minimized_message'][:200].replace('|', '/')} |"
             for r in rows
         ),
         "",
