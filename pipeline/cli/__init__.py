@@ -14,7 +14,7 @@ from ..run_summary import outcome_table
 from . import local
 from .parser import build_parser
 from .repro_command import repro_case, repros
-from .results import export_bundle, import_bundle, merge_bundles, promote_baseline
+from .results import export_bundle_command, import_bundle_command, merge_bundles_command, promote_baseline
 from .run_report import report, report_backends
 from .staleness import assets_to_run, latest_evaluations, selection_for, stored_for_profile
 
@@ -24,8 +24,8 @@ _stored_for_profile, _latest_evaluations, _repro_case = stored_for_profile, late
 __all__ = [
     "REPO_ROOT",
     "assets_to_run",
-    "export_bundle",
-    "import_bundle",
+    "export_bundle_command",
+    "import_bundle_command",
     "latest_evaluations",
     "main",
     "outcome_table",
@@ -67,11 +67,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.device,
         )
     if args.command == "export-bundle":
-        return export_bundle(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
+        return export_bundle_command(args.profile, args.out, args.data_dir, args.no_tensors, args.max_tensor_mib)
     if args.command == "merge-bundles":
-        return merge_bundles(args.out, args.paths)
+        return merge_bundles_command(args.out, args.paths)
     if args.command == "import-bundle":
-        return import_bundle(args.path, args.data_dir, args.replace, args.if_new)
+        return import_bundle_command(args.path, args.data_dir, args.replace, args.if_new)
     if args.command == "promote-baseline":
         return promote_baseline(
             args.profile, args.device, args.backend, args.data_dir, args.allow_partial, args.note, args.include_imported

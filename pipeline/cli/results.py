@@ -43,7 +43,7 @@ def promote_baseline(
     return 0
 
 
-def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool, max_tensor_mib: float) -> int:
+def export_bundle_command(profile: str, out: str, data_dir: str | None, no_tensors: bool, max_tensor_mib: float) -> int:
     """Write this instance's results of ``profile`` as a portable bundle folder."""
     from ..bundle import BundleError
     from ..bundle import export_bundle as export
@@ -70,7 +70,7 @@ def export_bundle(profile: str, out: str, data_dir: str | None, no_tensors: bool
     return 0
 
 
-def import_bundle(path: str, data_dir: str | None, replace: bool, if_new: bool = False) -> int:
+def import_bundle_command(path: str, data_dir: str | None, replace: bool, if_new: bool = False) -> int:
     """Check a bundle and record its results in this instance, next to (never over) local ones;
     ``if_new``: a bundle whose device and profile were imported before is passed over with one line."""
     from ..bundle import BundleError, import_target
@@ -96,7 +96,7 @@ def import_bundle(path: str, data_dir: str | None, replace: bool, if_new: bool =
     return 0
 
 
-def merge_bundles(out: str, paths: list[str]) -> int:
+def merge_bundles_command(out: str, paths: list[str]) -> int:
     """Write one bundle from several of one device and profile (the newest bundle's asset wins)."""
     from pathlib import Path
 

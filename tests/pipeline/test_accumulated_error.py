@@ -807,6 +807,6 @@ def test_a_fused_path_the_compiler_did_not_fuse_is_inconclusive_and_no_counterex
     for column, dtype in b_runs.EVIDENCE_SCHEMA.items():
         if column not in evidence.columns:
             evidence = evidence.with_columns(pl.lit(None, dtype=dtype).alias(column))
-    (row,) = b_summary.summarize(per_set, evidence).iter_rows(named=True)
+    (row,) = b_summary.summary_table(per_set, evidence).iter_rows(named=True)
     assert (row["fused_verdict"], row["emulate_verdict"]) == ("inconclusive", "inconclusive")
     assert row["fused_unavailable"] == why and not b_summary.is_counterexample(row)

@@ -360,9 +360,12 @@ def test_report_with_a_raising_compiler_builds_the_report_and_records_the_reason
 # --- the guard where the assets run (a run not started by the CLI) ---------------------------------
 
 
-@pytest.mark.parametrize(("exp_id", "module"), [("C1", "instruction_selection"), ("C3", "rsqrt_iterations")])
+@pytest.mark.parametrize(
+    ("exp_id", "module", "first"),
+    [("C1", "instruction_selection", "selection_input"), ("C3", "rsqrt_iterations", "rsqrt_input")],
+)
 def test_a_run_outside_the_cli_stores_an_experiment_that_does_not_apply_as_not_applicable(
-    tmp_path, monkeypatch, exp_id, module
+    tmp_path, monkeypatch, exp_id, module, first
 ):
     """A Dagster UI run (here: ``dg.materialize``) of C1 or C3 with OpenVINO runs none of the experiment's
     Inductor-only code: its assets materialize nothing, and every check is stored as "not applicable to
@@ -377,7 +380,7 @@ def test_a_run_outside_the_cli_stores_an_experiment_that_does_not_apply_as_not_a
     inductor_only = importlib.import_module(f"pipeline.experiments.{module}.assets")
     # the code behind the asset must not be reached: it would read Inductor's generated code
     called: list[str] = []
-    first = "make_input"  # the first thing either experiment's asset body calls
+    # ``first``: the first thing the experiment's asset body calls
     monkeypatch.setattr(inductor_only, first, lambda *a, **k: called.append(first) or 1 / 0)
     instance = dg.DagsterInstance.ephemeral()
     settings = ExperimentSettings(profile="smoke", device="cpu", backend="openvino")

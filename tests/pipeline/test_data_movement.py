@@ -7,7 +7,14 @@ from pipeline import storage
 from pipeline.experiments import experiment
 from pipeline.experiments.data_movement import assets as data_movement
 from pipeline.experiments.data_movement import checks as d_checks
-from pipeline.experiments.data_movement.movement import CATALOGUE, COUNTEREXAMPLES, LAYOUTS, PURE, get_graph, make_input
+from pipeline.experiments.data_movement.movement import (
+    CATALOGUE,
+    COUNTEREXAMPLES,
+    LAYOUTS,
+    PURE,
+    get_graph,
+    movement_input,
+)
 from pipeline.experiments.data_movement.spec import SIZES
 from pipeline.experiments.toolkit import assets as toolkit
 from pipeline.verdicts import CLAIM, CONTRADICTED, FINDING, INCONCLUSIVE, SUPPORTED, VALIDITY
@@ -34,8 +41,8 @@ KINDS = {
 
 
 def test_catalogue_shapes_and_eager_semantics():
-    x = make_input((2, 5, 6), torch.float32, "contiguous", 1, specials=False)
-    y = make_input((2, 5, 6), torch.float32, "contiguous", 2, specials=False)
+    x = movement_input((2, 5, 6), torch.float32, "contiguous", 1, specials=False)
+    y = movement_input((2, 5, 6), torch.float32, "contiguous", 2, specials=False)
     assert CATALOGUE["transpose_concat"].fn(x, y).shape == (2, 6, 10)
     assert CATALOGUE["split_transpose_concat"].fn(x, y).shape == (2, 12, 5)
     q, _k = CATALOGUE["rope_rotate_half"].fn(x, y)
@@ -51,24 +58,24 @@ def test_catalogue_shapes_and_eager_semantics():
 
 
 def test_inputs_are_seeded_strided_and_carry_special_values():
-    a = make_input((1, 7, 24), torch.bfloat16, "transposed_view", 5, specials=True)
-    b = make_input((1, 7, 24), torch.bfloat16, "transposed_view", 5, specials=True)
+    a = movement_input((1, 7, 24), torch.bfloat16, "transposed_view", 5, specials=True)
+    b = movement_input((1, 7, 24), torch.bfloat16, "transposed_view", 5, specials=True)
     assert a.shape == (1, 7, 24) and not a.is_contiguous()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
     assert bool(torch.isnan(a).any()) and bool(torch.isinf(a).any())
     assert bool(((a == 0) & torch.signbit(a)).any())  # -0.0 present
     with pytest.raises(ValueError, match="unknown layout 'blocked'"):
-        make_input((1, 2, 3), torch.float16, "blocked", 0, specials=False)
+        movement_input((1, 2, 3), torch.float16, "blocked", 0, specials=False)
     with pytest.raises(ValueError, match=r"\[batch, seq, hidden\]"):
-        make_input((4, 4), torch.float16, "contiguous", 0, specials=False)
+        movement_input((4, 4), torch.float16, "contiguous", 0, specials=False)
 
 
 def test_reshape_of_a_non_contiguous_view_copies():
     from pipeline.experiments.data_movement.movement import reshape_copied
 
     graph = CATALOGUE["reshape_concat"]
-    flat = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
-    strided = make_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)
+    flat = movement_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
+    strided = movement_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)
     assert reshape_copied(graph, flat, flat) is False and reshape_copied(graph, strided, strided) is True
     assert reshape_copied(CATALOGUE["transpose_concat"], flat, flat) is None
 
@@ -99,11 +106,11 @@ def test_s_is_upstream_in_the_asset_graph():
 
 def test_plan_compile_count_stays_bounded():
     shapes = SIZES["default"].shapes
-    combos = data_movement.plan(shapes)
+    combos = data_movement.compile_plan(shapes)
     assert len(combos) == len(PURE) * 3 * len(shapes) * len(LAYOUTS) + len(COUNTEREXAMPLES) * 3
     assert len(combos) <= 120
     with pytest.raises(ValueError, match="no movement shapes"):
-        data_movement.plan(())
+        data_movement.compile_plan(())
 
 
 def test_checks_declare_their_outcome_and_rule():
@@ -160,7 +167,7 @@ def test_rules_on_synthetic_tables():
 
 def test_each_profile_declares_the_compiles_its_plan_makes():
     for profile, sizes in SIZES.items():
-        assert len(data_movement.plan(sizes.shapes)) == sizes.compiles, profile
+        assert len(data_movement.compile_plan(sizes.shapes)) == sizes.compiles, profile
     # the seed's three shapes: 6 pure graphs x 3 dtypes x 3 shapes x 2 layouts + 3 counterexamples x 3 dtypes
     assert SIZES["seed"].compiles == 117 == SIZES["gpu"].compiles
 
@@ -196,7 +203,7 @@ def test_smoke_check_table(smoke_resources, tmp_path, monkeypatch):
     assert result.success
     # Inputs drawn once per (dtype, shape, layout, salted): 3 dtypes x 2 shapes x 2 layouts for the
     # pure graphs, 3 dtypes on one shape for the counterexamples; all on the run's device.
-    smoke_plan = data_movement.plan(SIZES["smoke"].shapes)
+    smoke_plan = data_movement.compile_plan(SIZES["smoke"].shapes)
     keys = [k for k, _ in draws]
     assert len(keys) == len(set(keys)) == len({data_movement.input_key(*c) for c in smoke_plan}) == 15
     assert {d for _, d in draws} == {smoke_resources["settings"].torch_device()}
@@ -293,7 +300,7 @@ def test_compare_combination_of_a_pure_graph():
         graph, "float32", (1, 3, 4), "contiguous", derived_seed, torch.device("cpu")
     )
     assert seeds == [("movement", "float32", (1, 3, 4), "contiguous", True, s) for s in ("x", "y")]
-    assert bit_equal(inputs[0], make_input((1, 3, 4), torch.float32, "contiguous", 7, specials=True))
+    assert bit_equal(inputs[0], movement_input((1, 3, 4), torch.float32, "contiguous", 7, specials=True))
     row, localized = data_movement.compare_combination(
         "transpose_concat", "float32", (1, 3, 4), "contiguous", inputs, "inductor", {}, True
     )
@@ -376,8 +383,8 @@ def test_a_run_narrowed_to_some_subgraphs_plans_those(monkeypatch):
     from pipeline.experiment import SELECT_ENV, parse_selection, selected_parts
 
     shapes = SIZES["smoke"].shapes
-    assert len(data_movement.plan(shapes)) == SIZES["smoke"].compiles  # unchanged without a selection
-    narrowed = data_movement.plan(shapes, ("transpose_concat", "scaled_add_concat"))
+    assert len(data_movement.compile_plan(shapes)) == SIZES["smoke"].compiles  # unchanged without a selection
+    narrowed = data_movement.compile_plan(shapes, ("transpose_concat", "scaled_add_concat"))
     assert len(narrowed) == 3 * len(shapes) * 2 + 3 and {c[0] for c in narrowed} == {
         "transpose_concat",
         "scaled_add_concat",

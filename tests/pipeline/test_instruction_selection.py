@@ -29,11 +29,11 @@ from pipeline.experiments.instruction_selection.paths import (
     control_fp32_opmath,
     control_route_only,
     control_value_only,
-    make_input,
     path_a,
     path_a_multiplier,
     path_b,
     rounded_scalar,
+    selection_input,
 )
 from pipeline.experiments.instruction_selection.rules import MAX_FRACTION_ABOVE_1ULP, route_statement
 from pipeline.storage import read_value
@@ -92,7 +92,7 @@ def test_claim_rule_on_synthetic_distributions():
 
 def test_paths_create_their_tensors_on_the_input_device():
     # Path B and the 0-dim control build their fp16 scalar where x lives (no CPU tensor on a GPU run).
-    x = make_input((4, 4), seed=1, device=torch.device("cpu"))
+    x = selection_input((4, 4), seed=1, device=torch.device("cpu"))
     for fn in (path_b, control_0dim_tensor, control_route_only, control_value_only, control_fp32_opmath):
         assert fn(x).device == x.device
     if torch.cuda.is_available():
@@ -107,7 +107,7 @@ def test_scalar_rounds_to_fp16_grid_above_0_7():
 
 
 def test_controls_separate_route_from_value():
-    x = make_input((16, 16), seed=3, device=torch.device("cpu"))
+    x = selection_input((16, 16), seed=3, device=torch.device("cpu"))
     # The route-only control multiplies by the value path A uses (0.7 in fp32 opmath) through a
     # broadcast fp32 tensor, and rounds back to fp16; the value-only control keeps A's scalar route.
     assert compute_dtype(torch.float16) == torch.float32 and compute_dtype(torch.float32) == torch.float32
@@ -171,7 +171,7 @@ def test_code_parsing_finds_cpp_and_triton_constants():
 
 def test_bad_shape_is_rejected():
     with pytest.raises(ValueError, match="positive sizes"):
-        make_input((0, 4), seed=1, device=torch.device("cpu"))
+        selection_input((0, 4), seed=1, device=torch.device("cpu"))
 
 
 def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
@@ -253,7 +253,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
 
 
 def test_ulp_tables_and_error_table_from_given_outputs():
-    x = make_input((4, 4), seed=3, device=torch.device("cpu"))
+    x = selection_input((4, 4), seed=3, device=torch.device("cpu"))
     a, b = path_a(x), path_b(x)
     outputs = {"input": x}
     for mode in ("eager", "fused"):

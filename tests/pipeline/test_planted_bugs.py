@@ -171,11 +171,11 @@ def test_dropped_mask_bug_damages_masked_attention_only():
 
 
 def test_contiguous_only_bug_damages_strided_inputs_only():
-    from pipeline.experiments.data_movement.movement import make_input, transpose_concat
+    from pipeline.experiments.data_movement.movement import movement_input, transpose_concat
 
     planted_bugs.register_planted_backends()
-    x = make_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)  # D's odd smoke shape
-    y = make_input((1, 7, 24), torch.float16, "transposed_view", 2, specials=False)
+    x = movement_input((1, 7, 24), torch.float16, "transposed_view", 1, specials=False)  # D's odd smoke shape
+    y = movement_input((1, 7, 24), torch.float16, "transposed_view", 2, specials=False)
     assert not x.is_contiguous()
     fn = fused(transpose_concat, "planted_contiguous_only", dynamic=False)
     out = fn(x, y)
@@ -203,11 +203,11 @@ def test_bf16_scratch_bug_rounds_reduction_results():
 
 
 def test_vector_tail_bug_fires_on_odd_row_lengths_only(inputs):
-    from pipeline.experiments.data_movement.movement import make_input, slice_broadcast_concat
+    from pipeline.experiments.data_movement.movement import movement_input, slice_broadcast_concat
 
     width = planted_bugs.VECTOR_WIDTH
-    x = make_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
-    y = make_input((1, 7, 24), torch.float16, "contiguous", 2, specials=False)
+    x = movement_input((1, 7, 24), torch.float16, "contiguous", 1, specials=False)
+    y = movement_input((1, 7, 24), torch.float16, "contiguous", 2, specials=False)
     fn = fused(slice_broadcast_concat, "planted_vector_tail", dynamic=False)
     out, ref = fn(x, y), slice_broadcast_concat(x, y)  # rows of 47 = 5 * 8 + 7
     n = ref.shape[-1]
@@ -552,7 +552,9 @@ def test_parallel_runs_report_in_plan_order_whoever_ran_them(thread_workers, tmp
     plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1, 2])
     like = ExperimentSettings(profile="smoke", device="cpu")
     seen = []
-    runs = matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, parallel=2, on_result=lambda i, r: seen.append(i))
+    runs = matrix_parallel.run_matrix_plan(
+        plan, ["D"], [], like, tmp_path, parallel=2, on_result=lambda i, r: seen.append(i)
+    )
     assert seen == list(range(len(plan)))
     assert [r["metadata"]["backend"] for r in runs] == [p.backend for p in plan]
     assert [r["seed"] for r in runs] == [p.seed for p in plan]
@@ -572,13 +574,13 @@ def test_runs_taken_in_another_order_still_come_back_and_report_in_plan_order(tm
     plan = harness.matrix_plan(["planted_a", "planted_b"], [1, 2])
     like = ExperimentSettings(profile="smoke", device="cpu")
     seen = []
-    runs = matrix_parallel.run_plan(
+    runs = matrix_parallel.run_matrix_plan(
         plan, ["D"], [], like, tmp_path, on_result=lambda i, r: seen.append(i), order=[3, 0, 2, 1]
     )
     assert taken == ["planted_b", "inductor", "planted_a", "inductor"]
     assert seen == [0, 1, 2, 3] and [r["metadata"]["backend"] for r in runs] == [p.backend for p in plan]
     with pytest.raises(ValueError, match="every run of the plan once"):
-        matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, order=[0, 0, 1, 2])
+        matrix_parallel.run_matrix_plan(plan, ["D"], [], like, tmp_path, order=[0, 0, 1, 2])
 
 
 def test_the_first_healthy_run_warms_the_cache_beside_the_bugs_that_compile_their_own_graphs():
@@ -604,7 +606,7 @@ def test_a_failed_worker_run_stops_the_plan_and_raises(thread_workers, tmp_path)
     plan = harness.matrix_plan(["planted_a", "planted_b", "planted_c"], [1])
     like = ExperimentSettings(profile="smoke", device="cpu")
     with pytest.raises(RuntimeError, match="failed in the worker: boom"):
-        matrix_parallel.run_plan(plan, ["D"], [], like, tmp_path, parallel=2)
+        matrix_parallel.run_matrix_plan(plan, ["D"], [], like, tmp_path, parallel=2)
     assert thread_workers.instances[0].closed_with is True
 
 

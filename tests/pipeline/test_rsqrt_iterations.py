@@ -91,7 +91,7 @@ def _flush_subnormals_rsqrt(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rsqrt_rounding(fused_out) -> pl.DataFrame:
-    x, classes = c3_compute.with_special_values(c3_compute.make_input((64, 64), 1), 2)
+    x, classes = c3_compute.with_special_values(c3_compute.rsqrt_input((64, 64), 1), 2)
     ref = fp64_reference(torch.rsqrt, x)
     paths = [("A_eager", None, "framework", None, torch.rsqrt(x)), ("A_fused", None, "framework", None, fused_out(x))]
     return c3_compute.rounding_table("rsqrt", paths, ref, classes, dict(enumerate(c3_compute.INPUT_CLASSES)))
@@ -171,12 +171,12 @@ def test_special_inputs_cover_every_class_and_land_at_seeded_positions():
     }
     sub = values[codes == c3_compute.INPUT_CLASSES.index("subnormal")].float()
     assert ((sub.abs() < 2.0**-14) & (sub != 0)).all() and (sub < 0).sum() == 16
-    x = c3_compute.make_input((32, 32), 1)
+    x = c3_compute.rsqrt_input((32, 32), 1)
     mixed, classes = c3_compute.with_special_values(x, 5)
     assert int((classes != 0).sum()) == values.numel() and bit_equal(mixed[classes == 0], x[classes == 0])
     assert bit_equal(c3_compute.with_special_values(x, 5)[0], mixed)
     with pytest.raises(ValueError, match="fewer than the 117 special values"):
-        c3_compute.with_special_values(c3_compute.make_input((8, 8), 1), 5)
+        c3_compute.with_special_values(c3_compute.rsqrt_input((8, 8), 1), 5)
 
 
 def test_element_outcomes_on_special_values():

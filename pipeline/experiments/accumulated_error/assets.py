@@ -48,7 +48,7 @@ from .rules import (
 )
 from .spec import GROUP, ID
 from .stages import CHAIN_STAGES
-from .summary import is_counterexample, summarize
+from .summary import is_counterexample, summary_table
 
 # --- the runs --------------------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ def accumulated_error_runs(context: dg.AssetExecutionContext, settings: Experime
 def accumulated_error_summary(
     context: dg.AssetExecutionContext, per_set: pl.DataFrame, evidence: pl.DataFrame
 ) -> pl.DataFrame:
-    wide = summarize(per_set, evidence)
+    wide = summary_table(per_set, evidence)
     table = verdict_table(wide)
     counts = {v: int((wide["fused_verdict"] == v).sum()) for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)}
     context.add_output_metadata(

@@ -396,7 +396,7 @@ def _with_verdicts_and_shares(wide: pl.DataFrame, per_set: pl.DataFrame) -> pl.D
     return wide
 
 
-def summarize(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
+def summary_table(per_set: pl.DataFrame, evidence: pl.DataFrame) -> pl.DataFrame:
     """B's summary table (one row per chain x distribution x dtype, in :data:`CHAINS` order): path
     metrics, the rule's verdicts, better/equal/worse shares and the fusion evidence."""
     wide = _with_verdicts_and_shares(_path_metrics_wide(per_set), per_set)

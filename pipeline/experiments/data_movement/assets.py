@@ -45,7 +45,7 @@ from .movement import (
     MovementGraph,
     describe_localization,
     localize_bit_difference,
-    make_input,
+    movement_input,
     reshape_copied,
 )
 from .spec import GROUP, ID, MovementSizes
@@ -61,7 +61,7 @@ MAX_LOCALIZATIONS = 40
 TASK_BYTES_PER_ELEMENT = 128
 
 
-def plan(
+def compile_plan(
     shapes: tuple[tuple[int, ...], ...], subgraphs: tuple[str, ...] | None = None
 ) -> list[tuple[str, str, tuple[int, ...], str]]:
     """Every (subgraph, dtype, shape, layout) to compile: pure graphs on every shape and layout,
@@ -150,7 +150,7 @@ def _notes(
     kinds={"pytorch", "polars"},
 )
 def data_movement_check_table(context: dg.AssetExecutionContext, settings: ExperimentSettings) -> pl.DataFrame:
-    combos = plan(settings.sizes(ID).shapes, selected_parts(ID))
+    combos = compile_plan(settings.sizes(ID).shapes, selected_parts(ID))
     device = settings.torch_device()
     workers = compile_workers(settings.sizes(ID), device)
     start = time.perf_counter()
@@ -173,7 +173,7 @@ def compile_workers(
     """The compile pool's processes for D's checks at ``sizes`` on ``device``: a task per input draw, each
     several subgraphs and up to :data:`TASK_BYTES_PER_ELEMENT` per element of the largest shape; a run asks
     about its device, the cost model about a GPU's host (D's cost)."""
-    combos = plan(sizes.shapes)
+    combos = compile_plan(sizes.shapes)
     keys = len({input_key(*c) for c in combos})
     return pool_size(
         device,
@@ -209,8 +209,8 @@ def draw_inputs(key: InputKey, seeds: tuple[int, int], device: torch.device) -> 
     (wider or not), as drawing it in that type would."""
     dtype_name, shape, layout, specials = key
     dtype = DTYPES[dtype_name]
-    x = make_input(shape, dtype, layout, seeds[0], specials=specials, device=device)
-    y = make_input(shape, dtype if specials else torch.float64, layout, seeds[1], specials=specials, device=device)
+    x = movement_input(shape, dtype, layout, seeds[0], specials=specials, device=device)
+    y = movement_input(shape, dtype if specials else torch.float64, layout, seeds[1], specials=specials, device=device)
     return x, y
 
 

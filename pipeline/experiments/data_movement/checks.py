@@ -23,7 +23,7 @@ from ...verdicts import (
     validity_check,
     validity_result,
 )
-from .assets import data_movement_check_table, plan
+from .assets import compile_plan, data_movement_check_table
 from .spec import ID
 
 
@@ -218,7 +218,7 @@ def every_movement_combination_ran(
     data_movement_check_table: pl.DataFrame, settings: ExperimentSettings
 ) -> dg.AssetCheckResult:
     table = data_movement_check_table
-    expected = len(plan(settings.sizes(ID).shapes, selected_parts(ID)))  # a narrowed run (--select) plans fewer
+    expected = len(compile_plan(settings.sizes(ID).shapes, selected_parts(ID)))  # a narrowed run (--select) plans fewer
     problems = [f"{table.height} rows, planned {expected}"] if table.height != expected else []
     # A combination the compiler failed to compile is its finding (movement_rows_not_fused); a compiler that
     # compiled none of them leaves the run nothing to measure.

@@ -8,7 +8,7 @@ from collections import Counter
 
 from ... import costmodel
 from ...costmodel import DTYPE_BYTES, Cost, one_row, pooled, workers_text
-from .assets import TASK_BYTES_PER_ELEMENT, compile_workers, input_key, plan
+from .assets import TASK_BYTES_PER_ELEMENT, compile_plan, compile_workers, input_key
 from .spec import SIZES
 
 #: Device reads back per D combination: the comparison's counts and maxima (about a dozen 8-byte scalars).
@@ -22,7 +22,7 @@ def cost_d(profile: str) -> Cost:
     """D's plan from its own code: one compile per combination, one pool task per input draw (the counts
     come from the sizes a run uses; a test holds each spec's declared ``compiles`` to them)."""
     sizes = SIZES[profile]
-    combos = plan(sizes.shapes)
+    combos = compile_plan(sizes.shapes)
     per_key = Counter(input_key(*c) for c in combos)  # compiles per draw, in plan order
     elems = {k: math.prod(k[1]) for k in per_key}
     nbytes = sum(math.prod(s) for s in sizes.shapes) * 2 * 6 * 3 * 8  # shape x graph x dtype x layout, passes

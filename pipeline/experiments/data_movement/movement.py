@@ -463,7 +463,7 @@ def get_graph(name: str) -> MovementGraph:
         raise ValueError(f"unknown movement subgraph {name!r}; expected one of {', '.join(CATALOGUE)}") from None
 
 
-def make_input(
+def movement_input(
     shape: tuple[int, ...],
     dtype: torch.dtype,
     layout: str,

@@ -1,7 +1,7 @@
 """D, pure data movement: id, asset group, the activation shapes per profile (odd sizes included) and
 the compiles each profile declares.
 
-One fused graph is compiled per planned combination (``assets.plan``): the six pure subgraphs x three
+One fused graph is compiled per planned combination (``assets.compile_plan``): the six pure subgraphs x three
 dtypes x each shape x two layouts, plus the three counterexamples x three dtypes on the last shape;
 ``compiles`` states that count per profile (a test checks it against the plan and against the smoke
 run's fused calls; ``benchmarks/gpu_budget.py`` reads it). Localizing a NaN payload op by op costs a

@@ -34,7 +34,7 @@ from ...resources import ExperimentSettings
 from ...tables import markdown_table
 from .compare import error_table, ulp_tables
 from .mechanism import C1Runs, code_constants, mechanism_evidence, route_records, run_paths
-from .paths import SCALAR, compute_dtype, make_input, path_a, path_a_multiplier, rounded_scalar
+from .paths import SCALAR, compute_dtype, path_a, path_a_multiplier, rounded_scalar, selection_input
 from .rules import route_statement
 from .spec import GROUP, ID
 
@@ -126,7 +126,7 @@ def evidence_metadata(runs: C1Runs, evidence: pl.DataFrame, same_instructions: b
 def c1_instruction_selection(context: dg.AssetExecutionContext, settings: ExperimentSettings):
     """Runs paths A and B and the route/value controls eager and fused on one seeded fp16 input."""
     seed = settings.derived_seed("c1", "input")
-    x = make_input(tuple(settings.sizes(ID).shape), seed, settings.torch_device())
+    x = selection_input(tuple(settings.sizes(ID).shape), seed, settings.torch_device())
     ref = fp64_reference(path_a, x)  # fp64: both paths compute x * 0.7 exactly
     runs = run_paths(x, settings.backend, settings.options())
     evidence, same_instructions = mechanism_evidence(runs)

@@ -91,7 +91,7 @@ ROUTE_AND_VALUE = {
 }
 
 
-def make_input(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+def selection_input(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
     """fp16 U(-1, 1): drawn in fp64 on the CPU (device-independent), then rounded once."""
     if len(shape) == 0 or any(s <= 0 for s in shape):
         raise ValueError(f"C1 input shape must have positive sizes, got {shape}")

@@ -93,7 +93,7 @@ def _locate(module: Any, inputs: tuple[Any, ...], settings: ExperimentSettings) 
     return result.first_divergent_layer, table.select(keep) if keep else table
 
 
-def run_plan(
+def run_workloads(
     plan: list[tuple[Any, tuple[str, ...]]], sizes: Any, settings: ExperimentSettings, progress: Progress
 ) -> list[ModelRun]:
     """Every (workload, dtypes) of ``plan``, in plan order: one task per workload, its module built once
@@ -131,7 +131,9 @@ def model_runs(context: dg.AssetExecutionContext, config: ModelsConfig, settings
     except (WorkloadError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from None
     plan = [(w, workload_dtypes(w, tuple(config.dtypes) or sizes.dtypes_for(w.name))) for w in workloads]
-    runs = run_plan(plan, sizes, settings, Progress(context.log.info, "models x dtypes", sum(len(d) for _, d in plan)))
+    runs = run_workloads(
+        plan, sizes, settings, Progress(context.log.info, "models x dtypes", sum(len(d) for _, d in plan))
+    )
     verdicts = verdict_table(runs, seed=settings.derived_seed("M", "bootstrap"))
     by_name = {w.name: w for w in workloads}
     located: dict[tuple[str, str], str | None] = {}

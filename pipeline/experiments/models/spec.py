@@ -29,7 +29,7 @@ class ModelSizes:
     batch_size: int
     seq_len: int  # tokens per sequence (language models)
     image_size: int  # pixels per side (vision models)
-    compiles: int  # fused models compiled: one per architecture x dtype (``assets.run_plan``)
+    compiles: int  # fused models compiled: one per architecture x dtype (``assets.run_workloads``)
     #: Per architecture, the one dtype it runs in where a profile does not run every architecture in every
     #: dtype of ``dtypes`` (empty: all of them); a run's configured dtypes override it.
     dtype_of: tuple[tuple[str, str], ...] = ()

@@ -46,13 +46,13 @@ from .compute import (
     LOW,
     framework_knobs,
     framework_paths,
-    make_input,
     newton_rsqrt_paths,
     pair_classes,
     path_table,
     reciprocal_div_paths,
     rounding_per_path,
     rounding_table,
+    rsqrt_input,
     with_evidence,
     with_special_values,
 )
@@ -161,7 +161,7 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     sizes = settings.sizes(ID)
     device = settings.torch_device()
     seed = settings.derived_seed("c3", "input")
-    x, x_class = with_special_values(make_input(tuple(sizes.shape), seed), settings.derived_seed("c3", "specials"))
+    x, x_class = with_special_values(rsqrt_input(tuple(sizes.shape), seed), settings.derived_seed("c3", "specials"))
     ref = fp64_reference(torch.rsqrt, x)
     xd = x.to(device)
     paths, evidence, first_call = framework_paths(_rsqrt, (xd,), settings, device)
@@ -174,7 +174,7 @@ def c3_rsqrt_iterations(context: dg.AssetExecutionContext, settings: ExperimentS
     # div(x, y): x as the rsqrt input, y an independent draw with its own special values.
     seed_y = settings.derived_seed("c3", "div_y")
     y, y_class = with_special_values(
-        make_input(tuple(sizes.shape), seed_y), settings.derived_seed("c3", "div_y_specials")
+        rsqrt_input(tuple(sizes.shape), seed_y), settings.derived_seed("c3", "div_y_specials")
     )
     yd = y.to(device)
     div_ref = x.double() / y.double()  # fp64: exact inputs, one rounding to fp64

@@ -96,7 +96,7 @@ def getattr_path(obj: Any, dotted: str) -> Any:
     return obj
 
 
-def make_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+def rsqrt_input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """fp16 U(0.01, 100), drawn in fp64 on the CPU (device-independent), rounded once."""
     if len(shape) == 0 or any(s <= 0 for s in shape):
         raise ValueError(f"C3 input shape must have positive sizes, got {shape}")

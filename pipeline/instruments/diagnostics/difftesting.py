@@ -57,7 +57,7 @@ _WORKER_SETUP = (
 )
 
 
-def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
+def program_plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
     """The profile's programs (:func:`precisionkit.difftest.plan`) from a start derived from the base
     seed, for the run's device (on CUDA a third from the ``gpu`` generator)."""
     return difftest.plan(
@@ -81,7 +81,7 @@ def plan(settings: ExperimentSettings) -> list[tuple[str, int]]:
 )
 def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     settings: ExperimentSettings = context.resources.settings
-    todo = plan(settings)
+    todo = program_plan(settings)
     progress = Progress(context.log.info, "differential tester programs", len(todo))
     start = time.perf_counter()
     # In a worker interpreter: a program whose compiled code crashes or hangs is a "crash" outcome,

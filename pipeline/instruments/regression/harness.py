@@ -25,7 +25,7 @@ import polars as pl
 from ...progress import Progress
 from ...resources import ExperimentSettings
 from ...verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, VALIDITY, CheckOutcome
-from .matrix_parallel import run_plan
+from .matrix_parallel import run_matrix_plan
 from .matrix_runs import HEALTHY_BACKEND, MatrixRun, PlannedRun, designed, matrix_definitions
 from .planted_bugs import PLANTED_BUGS, register_planted_backends
 from .planted_on import INDUCTOR, not_applicable, planted_name, split_planted
@@ -285,7 +285,7 @@ def build_matrix(
     compiler: str = INDUCTOR,
 ) -> tuple[pl.DataFrame, MatrixFacts]:
     """The healthy compiler once per base seed, then every bug once at the first seed (``parallel``
-    runs at a time, see :func:`run_plan`); one row per healthy seed (its ERROR outcomes: false
+    runs at a time, see :func:`run_matrix_plan`); one row per healthy seed (its ERROR outcomes: false
     alarms) and one per bug (its ERROR outcomes beyond the healthy run at the same seed: what
     caught it). ``compiler`` (an adapter's name) is what the bugs are planted around
     (:mod:`.planted_on`); a bug that does not apply to it is not run and its row says why
@@ -315,7 +315,7 @@ def build_matrix(
             progress.advance()
 
     order = execution_order(plan)
-    runs = run_plan(
+    runs = run_matrix_plan(
         plan, experiments, defs, like, work_dir, prune=prune, parallel=parallel, on_result=logged, order=order
     )
     healthy_runs, bug_runs = runs[: len(seeds)], runs[len(seeds) :]

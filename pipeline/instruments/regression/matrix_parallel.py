@@ -1,6 +1,6 @@
 """Runs of the planted-bug matrix several at a time: this process and worker processes.
 
-The runs are mostly single-threaded tracing and compilation, so :func:`run_plan` runs them two at
+The runs are mostly single-threaded tracing and compilation, so :func:`run_matrix_plan` runs them two at
 a time by default: here and in a worker process (:class:`MatrixWorker`, running
 :mod:`.matrix_worker`) with the same environment and CPU thread count. Which process ran a run
 changes nothing in it; results come back in plan order.
@@ -129,7 +129,7 @@ def _feed(shared: _SharedPlan, worker: MatrixWorker, work_dir: Path, plain: dict
         shared.fail(exc)
 
 
-def run_plan(
+def run_matrix_plan(
     plan: list[PlannedRun],
     experiments: list[str],
     defs: list[Any],
