@@ -93,13 +93,14 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
             ("{x} - {y}", ()),
             ("{x} * {y}", ()),
             ("{x} / {y}", ("nan_inf",)),
-            # + 0.0 after minimum / maximum / clamp: which zero they return for +0 and -0 no rule
-            # fixes (eager's minimum differs between its vector loop and its scalar tail), so a zero's
-            # sign there is not judged; every nonzero value is (campaign finding typed-908094-float16)
-            ("torch.minimum({x}, torch.as_tensor({y}, dtype={x}.dtype)) + 0.0", ("min_max_signed_zero",)),
+            # + 0.0 where minimum / maximum / clamp may meet +0 and -0 (below): which zero they return
+            # then no rule fixes (eager's minimum differs between its vector loop and its scalar tail),
+            # so that sign is not judged; -0 against a nonzero bound, and every nonzero value, are
+            # (campaign finding typed-908094-float16)
+            ("torch.minimum({x}, torch.as_tensor({y}, dtype={x}.dtype))", ("min_max_signed_zero",)),
             ("torch.minimum({x}, -{x}) + 0.0", ("min_max_signed_zero",)),
             ("torch.maximum(-{x}, {x}) + 0.0", ("min_max_signed_zero",)),
-            ("torch.maximum({x}, torch.as_tensor({y}, dtype={x}.dtype)) + 0.0", ("min_max_signed_zero",)),
+            ("torch.maximum({x}, torch.as_tensor({y}, dtype={x}.dtype))", ("min_max_signed_zero",)),
             ("torch.floor_divide({x}, {y})", ("floor_divide", "rounding")),
             # + 0.0: a zero remainder's sign is not judged. Eager returns the dividend's (-0.0 % 3.0
             # is -0.0), torch documents the divisor's (a - floor(a / b) * b: +0.0), and a compiler
@@ -108,13 +109,16 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
             ("torch.fmod({x}, {y})", ("rounding",)),
             ("torch.pow(torch.abs({x}), {y})", ("pow_exp_log",)),
             ("torch.atan2({x}, torch.as_tensor({y}, dtype={x}.dtype))", ()),
-            ("torch.clamp({x}, min=-abs({c}), max=abs({c}) + 1.0) + 0.0", ("clamp",)),
+            ("torch.clamp({x}, min=-abs({c}), max=abs({c}) + 1.0)", ("clamp",)),
         )
     )
     if "torch.pow" in expr and not y.startswith(("f", "v")):
         y = repr(rng.choice((0.5, 2.0, 3.0, -1.0, 0.0)))  # a 16-bit dtype cannot hold an exponent of 2**20
     if "clamp" in expr:
-        expr = expr.replace("{c}", repr(rng.choice(_CONSTS)))
+        c = rng.choice(_CONSTS)
+        expr = expr.replace("{c}", repr(c)) + (" + 0.0" if c == 0 else "")  # a bound of -0.0 meets +0
+    if "as_tensor({y}" in expr and (y.startswith(("f", "v", "torch.zeros")) or y in ("0.0", "-0.0")):
+        expr += " + 0.0"  # a value or zero operand: +0 may meet -0
     if any(k in expr for k in ("floor_divide", "remainder", "fmod")) and rng.random() < 0.6:
         y = repr(rng.choice(_DIVISORS))  # inexact divisors: the quotient of 1.0 / 0.1 rounds up to an integer
     p.add("f", shape, expr.format(x=x, y=y), *feats)
