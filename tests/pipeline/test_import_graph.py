@@ -277,6 +277,8 @@ ALLOWED_INSIDE_IMPORTS = {
         "pipeline.experiments.accumulated_error.faults",
         "pipeline.experiments.accumulated_error.rules",
     },
+    # E's rule-power study: drives E's own judge (judge_training, through its error-rate measurement) on simulated runs
+    "scripts.e_rule_power": {"pipeline.experiments.training.error_rates"},
     # M's rule-power study: drives M's own judge (the function its claim check reads) on simulated tables
     "scripts.m_rule_power": {
         "pipeline.experiments.models.compute",

@@ -69,12 +69,12 @@ MEASURED_EFFECTS = (
     ("drift", 2.0),
     ("drift", 3.0),
 )
-#: Simulated runs per effect of the declared table (stored in ``error_rates.json``; a rate's Monte-Carlo sd is
+#: Simulated runs per effect of the declared table (stored in ``power.json``; a rate's Monte-Carlo sd is
 #: at most 0.5 / sqrt(500) = 0.022) and of the claim check's run at this run's noise (fewer: it runs each time).
 MEASURED_DRAWS = 500
 MEASURED_DRAWS_THIS_RUN = 60
-#: The effect the plan sizes E for, in margins of the eval loss: the page's power figure was at 1.5 margins. A
-#: rule whose measured power there is below one half says so in its verdict.
+#: The effect the plan sizes E for, in margins of the eval loss: the page's power figure was at 1.5 margins, and
+#: the claim's own table (measured at this run's noise) includes it.
 PLAN_EFFECT_IN_MARGINS = 1.5
 #: Judged eval points of the simulated runs of the declared table (the default profile: 150 steps, every 15).
 MEASURED_POINTS = 10
@@ -142,7 +142,7 @@ RULE = Rule(
         "|control - eager| by an exact rank test. Those levels hold under a normal model of the statistics; the "
         "rule's error rates are instead measured by running the judge on simulated runs (normal and heavy-tailed "
         "paired noise, a shift or a drift planted on the eval loss, false alarms up to 0.99 margins), at this run's "
-        "noise and at declared noise levels, and stored with the claim; a verdict whose measured power at the "
-        "plan's effect is below one half says so."
+        "noise and at declared noise levels (power.json), and shown on the page; a supported verdict whose test "
+        "detects only effects above the margin with 80% power says so."
     ),
 )
