@@ -134,7 +134,7 @@ def test_runs_go_side_by_side_one_thread_each_on_a_multicore_cpu_and_in_lanes_on
 
 
 def test_lanes_take_the_first_fused_run_first_and_the_other_fused_runs_last():
-    plan = runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))
+    plan = runs.training_runs(ExperimentSettings(profile="smoke", device="cpu"))
     order = runs.execution_order(plan)
     assert sorted(order) == list(range(len(plan)))  # every run once
     paths = [plan[i]["path"] for i in order]
@@ -194,8 +194,8 @@ def test_control_run_differs_from_eager_only_by_rounding(corpus):
     assert max(abs(a - b) for a, b in zip(e, c, strict=False)) < 1e-3  # ... and stays rounding-sized over a smoke run
 
 
-def test_run_plan_trains_eager_fused_and_control_on_every_data_order():
-    plan = {r["run"]: r for r in runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))}
+def test_training_runs_train_eager_fused_and_control_on_every_data_order():
+    plan = {r["run"]: r for r in runs.training_runs(ExperimentSettings(profile="smoke", device="cpu"))}
     assert len(plan) == 3 * len(rules.REPLICATE_ORDERS) and len(rules.REPLICATE_ORDERS) >= rules.MIN_ORDERS
     for o in rules.REPLICATE_ORDERS:
         eager, fused, control = (
@@ -530,7 +530,7 @@ def test_a_judge_patched_to_raise_raises_wherever_it_was_imported(monkeypatch):
 
 
 def test_invalid_runs_are_named():
-    plan = runs.run_plan(ExperimentSettings(profile="smoke", device="cpu"))
+    plan = runs.training_runs(ExperimentSettings(profile="smoke", device="cpu"))
     rows = []
     for p in plan:
         for step, loss in ((0, 5.0), (5, 4.0)):

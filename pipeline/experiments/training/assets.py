@@ -78,9 +78,9 @@ from .run_set import (
     main_precision,
     run_device_bytes,
     run_lanes,
-    run_plan,
     run_summary,
     sorted_json,
+    training_runs,
 )
 from .spec import GROUP, ID
 
@@ -145,7 +145,7 @@ def training_curves(context: dg.AssetExecutionContext) -> pl.DataFrame:
     device = settings.torch_device()
     ckpt_root = checkpoint_root(context, settings)
     frames, summary = [], []
-    plan = run_plan(settings)
+    plan = training_runs(settings)
     progress = Progress(context.log.info, "training runs", len(plan), every=0.0)
     threads = torch.get_num_threads()
     lanes, lane_threads = run_lanes(device, threads, len(plan), run_device_bytes(sizes))
@@ -290,7 +290,7 @@ def training_deviation(
     "differs from eager's.",
 )
 def training_runs_valid(context: dg.AssetCheckExecutionContext, training_curves: pl.DataFrame) -> dg.AssetCheckResult:
-    plan = run_plan(context.resources.settings)
+    plan = training_runs(context.resources.settings)
     return validity_result(
         run_problems(training_curves, plan), {"runs": training_curves["run"].n_unique(), "planned_runs": len(plan)}
     )

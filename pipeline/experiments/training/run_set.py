@@ -1,4 +1,4 @@
-"""E's run set: which runs one materialization trains (:func:`run_plan`), under which names, and the
+"""E's run set: which runs one materialization trains (:func:`training_runs`), under which names, and the
 stored curve table a run becomes (:data:`CURVE_SCHEMA`, :func:`curve_frame`)."""
 
 import json
@@ -37,7 +37,7 @@ def control_run(main: str, order: str = "A") -> str:
     return f"{main}_eager_ulp_nudge" if order == "A" else f"{main}_eager_ulp_nudge_order_{order}"
 
 
-def run_plan(settings: ExperimentSettings) -> list[dict[str, Any]]:
+def training_runs(settings: ExperimentSettings) -> list[dict[str, Any]]:
     """The runs of one materialization: name, path, precision, data order, role, init nudge.
 
     Per data order of :data:`.rules.REPLICATE_ORDERS`: ``replicate`` (eager), ``fused`` and
