@@ -149,7 +149,8 @@ class Jitter(torch.overrides.TorchFunctionMode):
     # remainder, a comparison, an index, a cast to integers) marks the run: such a jump is no measure
     # of rounding noise, and the rule does not widen by a marked run. A remainder whose every quotient
     # exceeds 1 / u is no jump: its divisor's last bits decide it whole, so a rounding's worth anywhere
-    # upstream moves it across its range, and the moved runs measure just that
+    # upstream moves it across its range, and the moved runs measure just that. With narrow, results the
+    # program keeps below fp64 (its own casts hold in the reference) move too, rounded back to their dtype
     JUMPS = {"floor", "ceil", "round", "trunc", "frac", "sign", "sgn", "floor_divide", "remainder", "fmod",
              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"}
     REMAINDERS = {"remainder": 1, "fmod": 1, "__mod__": 1, "__rmod__": -1}  # -1: the divisor comes first
@@ -161,11 +162,11 @@ class Jitter(torch.overrides.TorchFunctionMode):
         q = (torch.as_tensor(a, dtype=torch.float64) / torch.as_tensor(b, dtype=torch.float64)).abs()
         return q.numel() > 0 and bool((q > 1 / self.u).all())
     EXACT = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit"}  # a factor 1 + d keeps them
-    def __init__(self, u, seed):
+    def __init__(self, u, seed, narrow=False):
         super().__init__()
-        self.u, self.seed, self.gens, self.moved, self.jumped = u, seed, {}, set(), False
+        self.u, self.seed, self.gens, self.moved, self.jumped, self.narrow = u, seed, {}, set(), False, narrow
     def _moved(self, a):
-        return isinstance(a, torch.Tensor) and a.dtype == torch.float64 and a.untyped_storage().data_ptr() in self.moved
+        return isinstance(a, torch.Tensor) and a.is_floating_point() and a.untyped_storage().data_ptr() in self.moved
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
@@ -176,7 +177,9 @@ class Jitter(torch.overrides.TorchFunctionMode):
             or (isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) and not o.is_floating_point() for o in out))
         ):
             self.jumped = True
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or out.numel() == 0:
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.numel() == 0:
+            return out
+        if out.dtype != torch.float64 and not self.narrow:
             return out
         if name.endswith("_") or any(
             isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
@@ -185,19 +188,23 @@ class Jitter(torch.overrides.TorchFunctionMode):
             return out
         g = self.gens.setdefault(str(out.device), torch.Generator(out.device).manual_seed(self.seed))
         d = torch.rand(out.shape, generator=g, dtype=torch.float64, device=out.device)
-        out = out * (1 + self.u * (2 * d - 1))
+        out = (out.double() * (1 + self.u * (2 * d - 1))).to(out.dtype)
         self.moved.add(out.untyped_storage().data_ptr())
         return out
-def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none where a run jumped
-    out = []
-    for seed in range(runs):  # fresh inputs per run: the program may write into them
-        up = [a.double() if a.is_floating_point() else a.clone() for a in args]
-        mode = Jitter(u, seed)
-        with mode:
-            out.append(outs(graph(*up)))
-        if mode.jumped:
-            return [[] for _ in out[0]]
-    return [list(t) for t in zip(*out)]
+def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none where a run jumped. The
+    # program's parts below fp64 move too unless that makes a run jump; then only its fp64 results move
+    for narrow in (True, False):
+        out = []
+        for seed in range(runs):  # fresh inputs per run: the program may write into them
+            up = [a.double() if a.is_floating_point() else a.clone() for a in args]
+            mode = Jitter(u, seed, narrow)
+            with mode:
+                out.append(outs(graph(*up)))
+            if mode.jumped:
+                break
+        else:
+            return [list(t) for t in zip(*out)]
+    return [[] for _ in out[0]]
 def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)
     return max([torch.finfo(t.dtype).eps / 2 for t in ts if t.is_floating_point()] + [2.0**-53])
 class Faithful(torch.utils._python_dispatch.TorchDispatchMode):
@@ -284,7 +291,18 @@ class ReductionZeroSigns(torch.utils._python_dispatch.TorchDispatchMode):
                   "addmm", "addmv", "addbmm", "baddbmm", "mv", "dot", "vdot", "amax", "amin", "max", "min",
                   "cummax", "cummin", "median", "nanmedian", "kthvalue", "mode", "trace", "convolution",
                   "_convolution", "index_add", "index_put", "_index_put_impl", "scatter_add", "scatter_reduce",
-                  "index_reduce", "segment_reduce", "_segment_reduce", "embedding_bag", "_embedding_bag"}
+                  "index_reduce", "segment_reduce", "_segment_reduce", "embedding_bag", "_embedding_bag",
+                  # and the ops that sum or take a maximum inside: pools, interpolation's weighted sums,
+                  # the statistics of the norms, the mean or sum of a loss, vector norms
+                  "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+                  "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool2d", "adaptive_max_pool3d",
+                  "upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+                  "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "native_layer_norm", "native_group_norm",
+                  "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                  "_fused_rms_norm", "huber_loss", "mse_loss", "smooth_l1_loss", "soft_margin_loss",
+                  "binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss_forward",
+                  "nll_loss2d_forward", "multi_margin_loss", "multilabel_margin_loss_forward", "linalg_vector_norm",
+                  "norm", "std", "var", "std_mean", "var_mean", "logsumexp"}
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = func._schema.name.split("::")[-1]
