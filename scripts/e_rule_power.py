@@ -51,11 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     record = error_rates.power_table(rows, command=command.strip(), date=date, seed=args.seed)
     if args.write:
         record["fingerprint"] = error_rates.rule_fingerprint()
-    (table,) = power.parse_tables({"format": power.POWER_TABLE_FORMAT, "experiment": "E", "tables": [record]}, "e")
-    print(power.render_table(table))
-    if args.write:
-        power.write_power_tables(OUT, "E", [record])
-        print(f"wrote {OUT.relative_to(ROOT)}")
+    power.show_power_tables("E", [record], OUT if args.write else None)
 
 
 if __name__ == "__main__":

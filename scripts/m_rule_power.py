@@ -133,13 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sizes.append({"n": rows, "effects": effects})
     command = "scripts/m_rule_power.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     record = table_record(sizes, args.replications, args.seed, command)
-    table = power.parse_tables(
-        {"format": power.POWER_TABLE_FORMAT, "experiment": "M", "tables": [record]}, "m_rule_power"
-    )[0]
-    print(power.render_table(table))
-    if args.write:
-        power.write_power_tables(OUT, "M", [record])
-        print(f"wrote {OUT.relative_to(ROOT)}")
+    power.show_power_tables("M", [record], OUT if args.write else None)
 
 
 if __name__ == "__main__":

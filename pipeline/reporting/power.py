@@ -255,6 +255,17 @@ def write_power_tables(path: Path, experiment: str, tables: Sequence[Mapping[str
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
 
+def show_power_tables(experiment: str, tables: Sequence[Mapping[str, Any]], write_to: Path | None = None) -> None:
+    """Print each table as its claim's page shows it (checked by the parser the report uses), then, with
+    ``write_to``, store them there: a rule-power script's last step."""
+    data = {"format": POWER_TABLE_FORMAT, "experiment": experiment, "tables": list(tables)}
+    for table in parse_tables(data, f"{experiment}'s measured tables"):
+        print(render_table(table))
+    if write_to is not None:
+        write_power_tables(write_to, experiment, tables)
+        print(f"wrote {write_to}")
+
+
 @cache
 def _index(root: Path) -> dict[str, PowerTable]:
     index: dict[str, PowerTable] = {}
