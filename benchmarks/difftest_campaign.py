@@ -70,9 +70,11 @@ def value_class(message: str) -> str:
 def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: int) -> dict[str, Any]:
     """One finding minimized (a mismatch), written as a reproducer file, rerun in a fresh interpreter:
     its row of the campaign's index."""
-    from precisionkit.repro import run_script, write
+    from precisionkit.repro import for_backend, run_script, write
 
-    case, message, t0 = o.case, o.message, time.perf_counter()
+    # a crash's outcome holds the program as generated (the worker died before it could say how it
+    # compiled it): the reproducer must compile with the campaign's compiler, not the default Inductor
+    case, message, t0 = for_backend(o.case, backend), o.message, time.perf_counter()
     small = worker.minimize(case, minimize_checks) if o.klass == "mismatch" else None
     if small is not None:
         case, message = small[0], small[1]

@@ -40,3 +40,20 @@ def test_the_findings_a_stopped_campaign_left_are_written_unminimized(tmp_path: 
     assert row["rerun"] == "clean"  # Dynamo's eager backend: the program as found is clean there
     assert index["findings_reproduced"] == "2 of 2 (1 minimized)"
     assert (tmp_path / "typed-907029-bfloat16" / "repro.py").exists()
+
+
+def test_a_crashs_reproducer_compiles_with_the_campaigns_compiler(tmp_path: Path) -> None:
+    """A crash's outcome holds the program as generated (backend Inductor): its reproducer was written
+    so and reran Inductor, not the compiler that crashed (IREE's crashes read 'fused (inductor)')."""
+    from types import SimpleNamespace
+
+    from precisionkit import difftest
+
+    c = _campaign()
+    case = difftest.generate(908025, "typed")
+    assert case.backend == "inductor"
+    crash = SimpleNamespace(case=case, klass="crash", message="fused run: the interpreter died (SIGSEGV)")
+    row = c._reproduce(None, crash, "eager", tmp_path, 0)
+    assert row["class"] == "crash" and row["rerun"] == "clean"
+    assert "(eager)" in row["rerun_line"]
+    assert json.loads((tmp_path / case.id / "case.json").read_text())["backend"] == "eager"
