@@ -117,8 +117,10 @@ def _binary(p: Program, rng: random.Random, shape: tuple[int, ...], f: list[str]
     if "clamp" in expr:
         c = rng.choice(_CONSTS)
         expr = expr.replace("{c}", repr(c)) + (" + 0.0" if c == 0 else "")  # a bound of -0.0 meets +0
-    if "as_tensor({y}" in expr and (y.startswith(("f", "v", "torch.zeros")) or y in ("0.0", "-0.0")):
-        expr += " + 0.0"  # a value or zero operand: +0 may meet -0
+    if expr.startswith(("torch.minimum({x}, torch.as_tensor", "torch.maximum({x}, torch.as_tensor")) and (
+        y.startswith(("f", "v", "torch.zeros")) or y in ("0.0", "-0.0")
+    ):
+        expr += " + 0.0"  # a value or zero operand: +0 may meet -0 (atan2's zeros IEEE 754 fixes, and are judged)
     if any(k in expr for k in ("floor_divide", "remainder", "fmod")) and rng.random() < 0.6:
         y = repr(rng.choice(_DIVISORS))  # inexact divisors: the quotient of 1.0 / 0.1 rounds up to an integer
     p.add("f", shape, expr.format(x=x, y=y), *feats)
