@@ -50,6 +50,11 @@ class _Unwritable(Exception):
 
 _SAMPLE_CACHE: dict[tuple[str, str], list[Template]] = {}
 
+#: ops whose mask says where their indices are in bounds (true: read there, false: the fill value);
+#: a seeded mask would make them read out of bounds where it is true, which the op leaves undefined
+#: (eager clamps the index, Inductor reads past the row: seed 500673), so the sample's mask is kept
+_MASK_OF_INDICES = {"_unsafe_masked_index"}
+
 
 def _stable(text: str) -> int:
     import zlib
@@ -98,6 +103,10 @@ def _template(key: str, dtype: str, callee: tuple[str, str], sample: Any) -> Tem
                 if obj.numel() == 0:
                     raise _Unwritable
                 slot = Slot("chain", shape, d)
+            elif obj.dtype == torch.bool and key in _MASK_OF_INDICES:
+                if obj.numel() > _MAX_LITERAL:
+                    raise _Unwritable
+                slot = Slot("literal", shape, d, obj.tolist())
             elif obj.is_floating_point() or obj.dtype == torch.bool:
                 slot = Slot("input", shape, d)
             elif obj.numel() <= _MAX_LITERAL:
