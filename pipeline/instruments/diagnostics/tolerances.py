@@ -25,13 +25,15 @@ import torch
 
 from precisionkit.tolerance import tolerance
 
+from ...experiment import not_applicable
+from ...experiments import experiment
 from ...experiments.reduction_order.spec import ID as REDUCTION_ID
 from ...experiments.toolkit.spec import ID as POOL_ID
 from ...experiments.toolkit.spec import PoolSizes
 from ...resources import ExperimentSettings
 from ...scalars import as_float
 from ...tables import markdown_table
-from ...verdicts import finding_check, finding_result
+from ...verdicts import NOT_STORED, READS_OTHER_ASSETS_TAG, finding_check, finding_result
 from ...workloads import WORKLOADS
 from .spec import GROUP
 
@@ -41,9 +43,9 @@ TOO_LOOSE = 0.1
 
 def observations(
     per_set: pl.DataFrame,
-    c1: pl.DataFrame,
+    c1: pl.DataFrame | None,
     c2: pl.DataFrame,
-    c3: pl.DataFrame,
+    c3: pl.DataFrame | None,
     fuzzed: pl.DataFrame,
     pool: PoolSizes,
     c2_length: int,
@@ -51,7 +53,8 @@ def observations(
     """Every fused-vs-fp64 observation as (source, op_class, dtype, reduction_size, abs_err, ulp_err).
 
     ``pool`` holds the shapes of B's input sets (S's pools: a chain's reduction size follows from
-    them) and ``c2_length`` is C2's row length (the terms of its sums)."""
+    them) and ``c2_length`` is C2's row length (the terms of its sums). ``c1`` or ``c3`` is None where
+    that experiment does not apply to the run's compiler."""
     obs: list[dict[str, Any]] = []
     for r in per_set.filter(pl.col("path") == "fused").iter_rows(named=True):
         w = WORKLOADS[r["chain"]]
@@ -65,7 +68,7 @@ def observations(
                 "ulp_err": r["ulp_max"],
             }
         )
-    for r in c1.filter(pl.col("path").str.starts_with("fused")).iter_rows(named=True):
+    for r in c1.filter(pl.col("path").str.starts_with("fused")).iter_rows(named=True) if c1 is not None else ():
         # C1 multiplies an fp16 tensor by a scalar: one rounding, no accumulation.
         obs.append(
             {
@@ -90,7 +93,7 @@ def observations(
                 "ulp_err": r["ulp_max"],
             }
         )
-    for r in c3.filter(pl.col("path") == "A_fused").iter_rows(named=True):
+    for r in c3.filter(pl.col("path") == "A_fused").iter_rows(named=True) if c3 is not None else ():
         # The framework rsqrt, fused; C3 records relative and ULP error only (no absolute error).
         obs.append(
             {
@@ -194,16 +197,19 @@ def measure(obs: list[dict[str, Any]]) -> pl.DataFrame:
         "decision matrix (precisionkit.tolerance) with the ratio measured/matrix."
     ),
     kinds={"polars"},
+    op_tags={READS_OTHER_ASSETS_TAG: "c1,c3"},  # C1 and C3 store nothing for a compiler they do not apply to
 )
 def measured_tolerances(
     context: dg.AssetExecutionContext,
     settings: ExperimentSettings,
     per_set: pl.DataFrame,
-    c1: pl.DataFrame,
+    c1: Any,
     c2: pl.DataFrame,
-    c3: pl.DataFrame,
+    c3: Any,
     fuzzed: pl.DataFrame,
 ) -> pl.DataFrame:
+    left_out = _not_applicable_sources(settings.backend, C1=c1, C3=c3)
+    c1, c3 = (None if "C1" in left_out else c1), (None if "C3" in left_out else c3)
     obs = observations(per_set, c1, c2, c3, fuzzed, settings.sizes(POOL_ID), settings.sizes(REDUCTION_ID).length)
     if not obs:
         raise ValueError("no fused-path observations in the upstream tables: nothing to measure")
@@ -215,6 +221,7 @@ def measured_tolerances(
             "observations": len(obs),
             **{f"verdict.{r['verdict']}": int(r["count"]) for r in counts.iter_rows(named=True)},
             "max_ratio": as_float(table["ratio"].max() or 0.0, "max ratio"),
+            **{f"sources_left_out.{exp_id}": why for exp_id, why in left_out.items()},
             "quantile": QUANTILE,
             "table": dg.MetadataValue.md(
                 markdown_table(
@@ -229,6 +236,21 @@ def measured_tolerances(
         }
     )
     return table
+
+
+def _not_applicable_sources(backend: str, **stored: Any) -> dict[str, str]:
+    """Of the upstream experiments' tables (by experiment id), those the IO manager found nothing stored for
+    (:data:`NOT_STORED`), each with why its experiment does not apply to ``backend``. A table missing for an
+    experiment that does apply is an error: that experiment has to be materialized first."""
+    out = {}
+    for exp_id, value in stored.items():
+        if value is not NOT_STORED:
+            continue
+        why = not_applicable(experiment(exp_id), backend)
+        if why is None:
+            raise ValueError(f"{exp_id} applies to {backend} but stores no table here: materialize {exp_id} first")
+        out[exp_id] = why
+    return out
 
 
 _TABLE_COLUMNS = ("op_class", "dtype", "reduction_size", "n_obs", "atol", "ulp", "matrix_atol", "ratio", "verdict")
