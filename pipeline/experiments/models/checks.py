@@ -27,14 +27,18 @@ from .spec import ID
     asset="model_verdicts",
     name="model_runs_valid",
     required_resource_keys={"settings"},
-    description="The M run did what it claims: every model x dtype compiled to at least one graph with generated "
-    "kernels and ran every batch eager, fused and in fp64; eager is finite wherever fp64 is. A model that cannot "
-    "compile makes the run invalid, with its reason.",
+    description="The M run did what it claims: every model x dtype that compiled ran every batch eager, fused and "
+    "in fp64, and eager is finite wherever fp64 is. A model x dtype the compiler could not compile or fuse is the "
+    "compiler's finding (models_not_compiled) and is not judged; a run in which none compiled is invalid, with the "
+    "compiler's reason.",
 )
 def model_runs_valid(context: dg.AssetCheckExecutionContext, model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
     settings: ExperimentSettings = context.resources.settings
     batches = settings.sizes(ID).batches
-    problems = [f"{r['model']} {r['dtype']}: {r['error']}" for r in model_verdicts.iter_rows(named=True) if r["error"]]
+    failed = model_verdicts.filter(pl.col("error") != "")
+    problems = []
+    if model_verdicts.height and failed.height == model_verdicts.height:
+        problems.append(f"no model x dtype compiled: {failed['model'][0]} {failed['dtype'][0]}: {failed['error'][0]}")
     short = model_verdicts.filter((pl.col("error") == "") & (pl.col("batches") != batches))
     problems += [f"{r['model']} {r['dtype']}: {r['batches']} of {batches} batches" for r in short.iter_rows(named=True)]
     eager_bad = model_verdicts.filter(pl.col("eager_nonfinite") > 0)
@@ -44,7 +48,9 @@ def model_runs_valid(context: dg.AssetCheckExecutionContext, model_verdicts: pl.
     ]
     if model_verdicts.height == 0:
         problems.append("no model ran")
-    return validity_result(problems, {"models_x_dtypes": model_verdicts.height, "batches_each": batches})
+    return validity_result(
+        problems, {"models_x_dtypes": model_verdicts.height, "batches_each": batches, "not_compiled": failed.height}
+    )
 
 
 @claim_check(
@@ -69,9 +75,11 @@ def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.Ass
     )
     reason = {
         CONTRADICTED: f"fused is worse than eager on {names}",
-        SUPPORTED: f"fused is within the rule on every model x dtype ({judged.height})",
+        SUPPORTED: f"fused is within the rule on every model x dtype judged ({judged.height})",
         INCONCLUSIVE: f"not enough evidence either way on {names}",
     }[verdict]
+    if unjudged := model_verdicts.height - judged.height:  # a verdict over fewer rows than planned says so
+        reason += f"; {unjudged} of {model_verdicts.height} not judged (models_not_compiled, model_runs_valid)"
     table = judged.select(
         "model",
         "dtype",
@@ -107,6 +115,18 @@ def same_and_rule_disagree(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
     findings = [f"{r['model']} {r['dtype']}: {r['disagreement']}" for r in rows.iter_rows(named=True)]
     same_failed = int((model_verdicts["same_verdict"] == "fail").sum())
     return finding_result(findings, {"same_failed": same_failed, "disagreements": rows.height})
+
+
+@finding_check(
+    asset="model_verdicts",
+    name="models_not_compiled",
+    description="M: the models x dtypes the compiler failed to compile, or compiled without fusing anything, each "
+    "with its reason: they are not judged, and the claim's verdict counts only the others.",
+)
+def models_not_compiled(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
+    failed = model_verdicts.filter(pl.col("error") != "")
+    findings = [f"{r['model']} {r['dtype']}: {r['error']}" for r in failed.iter_rows(named=True)]
+    return finding_result(findings, {"not_compiled": failed.height, "models_x_dtypes": model_verdicts.height})
 
 
 @finding_check(
