@@ -404,7 +404,8 @@ def after_run(
         config = {**run_config, "ops": {"report_site": {"config": {"only": list(only), "failed": failed}}}}
         report_job = defs.resolve_job_def("all_assets_job").get_subset(asset_selection={REPORT_SITE})
         report_job.execute_in_process(instance=instance, run_config=config, raise_on_error=False)
-    print(outcome_table(defs, latest_evaluations(defs, instance), [*failed_steps, *crashed_steps]))
+    backend = run_config["resources"]["settings"]["config"].get("backend")
+    print(outcome_table(defs, latest_evaluations(defs, instance, backend), [*failed_steps, *crashed_steps]))
     site = REPO_ROOT / "site" / "build" / "index.html"
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")

@@ -85,10 +85,12 @@ def _local_evaluation(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey)
     return data if isinstance(data, dg.AssetCheckEvaluation) else None
 
 
-def _evaluated_for(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, backend: str | None) -> bool:
-    """Whether the check has a local result for ``backend``'s compiler (any result when None)."""
+def _local_evaluation_for(
+    instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, backend: str | None
+) -> dg.AssetCheckEvaluation | None:
+    """The check's latest local result for ``backend``'s compiler (:func:`_local_evaluation` when None)."""
     if backend is None:
-        return _local_evaluation(instance, check_key) is not None
+        return _local_evaluation(instance, check_key)
     from ..runs import evaluation_compiler
 
     for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=50):
@@ -97,13 +99,29 @@ def _evaluated_for(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, ba
         if not isinstance(data, dg.AssetCheckEvaluation) or is_imported(runs_plain(data.metadata)):
             continue
         if evaluation_compiler(instance, check_key, record.run_id, data.metadata)[0] == backend:
-            return True
-    return False
+            return data
+    return None
 
 
-def latest_evaluations(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
-    """Every check's latest local result (checks never evaluated are left out: not yet run)."""
-    found = (_local_evaluation(instance, c) for c in defs.resolve_asset_graph().asset_check_keys)
+def _evaluated_for(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, backend: str | None) -> bool:
+    """Whether the check has a local result for ``backend``'s compiler (any result when None)."""
+    return _local_evaluation_for(instance, check_key, backend) is not None
+
+
+def latest_evaluations(
+    defs: dg.Definitions, instance: dg.DagsterInstance, backend: str | None = None
+) -> list[dg.AssetCheckEvaluation]:
+    """Every check's latest local result (checks never evaluated are left out: not yet run); with ``backend``,
+    of that compiler where the checked asset depends on the fused path, so that a run of one compiler is never
+    summed up with another's results (a run with ``--only`` leaves the other experiments' latest to whichever
+    compiler ran them last)."""
+    from ..storage import uses_fused_path
+
+    graph = defs.resolve_asset_graph()
+    found = (
+        _local_evaluation_for(instance, c, backend if uses_fused_path(graph.get(c.asset_key).tags) else None)
+        for c in graph.asset_check_keys
+    )
     return [e for e in found if e is not None]
 
 
