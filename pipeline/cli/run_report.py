@@ -96,18 +96,19 @@ def not_applicable_skipped(
     instance: dg.DagsterInstance, settings: dict[str, str], only: Sequence[str], out: Callable[[str], None] = print
 ) -> set[dg.AssetKey]:
     """The assets of the experiments that do not apply to the run's compiler (:mod:`pipeline.compilers`),
-    which the run leaves out; each such experiment's checks are stored as "not applicable to
-    <compiler>: <why>" now, and one line per experiment says so."""
+    which the run leaves out, those upstream of ``only``'s experiments too (run, their guard would store
+    nothing and Dagster would skip what reads them); each such experiment in the run's scope has its checks
+    stored as "not applicable to <compiler>: <why>" now, and one line per experiment says so."""
     from ..compilers import not_applicable_assets, not_applicable_experiments, record_not_applicable
     from ..experiments import EXPERIMENTS
     from ..resources import ExperimentSettings
 
     backend = settings["backend"]
-    reasons = not_applicable_experiments(backend)
-    if only:
-        reasons = {i: why for i, why in reasons.items() if i in only}
+    every = not_applicable_experiments(backend)
+    left_out = not_applicable_assets(backend, [e for e in EXPERIMENTS if e.id in every]) if every else set()
+    reasons = {i: why for i, why in every.items() if i in only} if only else every
     if not reasons:
-        return set()
+        return left_out
     provenance = ExperimentSettings(
         profile=settings["profile"],
         device=settings["device"],
@@ -117,7 +118,7 @@ def not_applicable_skipped(
     record_not_applicable(instance, EXPERIMENTS, reasons, provenance)
     for exp_id, why in reasons.items():
         out(f"{exp_id}: {why}")
-    return not_applicable_assets(backend, [e for e in EXPERIMENTS if e.id in reasons])
+    return left_out
 
 
 def run_config_for(settings: dict[str, str], verbose: bool, only: Sequence[str], skip: set[dg.AssetKey]) -> dict:

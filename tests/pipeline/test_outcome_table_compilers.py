@@ -43,3 +43,22 @@ def test_a_result_that_no_compiler_computes_counts_for_every_compiler():
     for backend in ("inductor", "openvino"):
         found = {(e.asset_key, e.check_name) for e in latest_evaluations(defs, instance, backend)}
         assert (SHARED.asset_key, SHARED.name) in found
+
+
+def test_a_run_with_only_leaves_out_the_upstream_experiments_that_do_not_apply():
+    """``report --only Diagnostics --backend openvino``: C1 and C3 (upstream of the measured tolerances) are left
+    out of the run, so the tolerance table reads nothing stored for them instead of being skipped by Dagster
+    behind their empty guard; only the experiments the run names get a not-applicable record."""
+    from pipeline.cli.run_report import not_applicable_skipped
+    from pipeline.experiments import experiment
+
+    instance = dg.DagsterInstance.ephemeral()
+    settings = {"profile": "smoke", "device": "cpu", "backend": "openvino", "backend_options": "{}"}
+    said: list[str] = []
+    skipped = not_applicable_skipped(instance, settings, ["Diagnostics"], said.append)
+    c1_c3 = {k for e in ("C1", "C3") for a in experiment(e).assets() for k in a.keys}
+    assert dg.AssetKey("c1_error_vs_fp64") in c1_c3 and c1_c3 <= skipped
+    assert said == []  # Diagnostics applies to OpenVINO: nothing to record or say
+    said.clear()
+    assert not_applicable_skipped(instance, settings, ["C1"], said.append) >= c1_c3
+    assert [line.split(":")[0] for line in said] == ["C1"]
