@@ -21,7 +21,6 @@ from .rules import (
     TAIL_QUANTILE,
 )
 
-KEYS = ["model", "dtype"]
 #: The row verdict of a model that could not run fused (its reason is in `error`): not judged.
 INVALID = "invalid run"
 
