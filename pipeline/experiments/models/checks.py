@@ -111,8 +111,7 @@ def fused_not_worse_than_eager_on_models(model_verdicts: pl.DataFrame) -> dg.Ass
     "different answers, and why.",
 )
 def same_and_rule_disagree(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
-    rows = model_verdicts.filter(pl.col("disagreement") != "")
-    findings = [f"{r['model']} {r['dtype']}: {r['disagreement']}" for r in rows.iter_rows(named=True)]
+    rows, findings = _rows_saying(model_verdicts, "disagreement")
     same_failed = int((model_verdicts["same_verdict"] == "fail").sum())
     return finding_result(findings, {"same_failed": same_failed, "disagreements": rows.height})
 
@@ -124,9 +123,14 @@ def same_and_rule_disagree(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
     "with its reason: they are not judged, and the claim's verdict counts only the others.",
 )
 def models_not_compiled(model_verdicts: pl.DataFrame) -> dg.AssetCheckResult:
-    failed = model_verdicts.filter(pl.col("error") != "")
-    findings = [f"{r['model']} {r['dtype']}: {r['error']}" for r in failed.iter_rows(named=True)]
+    failed, findings = _rows_saying(model_verdicts, "error")
     return finding_result(findings, {"not_compiled": failed.height, "models_x_dtypes": model_verdicts.height})
+
+
+def _rows_saying(model_verdicts: pl.DataFrame, column: str) -> tuple[pl.DataFrame, list[str]]:
+    """The rows whose ``column`` holds a text, and one finding per row: "<model> <dtype>: <text>"."""
+    rows = model_verdicts.filter(pl.col(column) != "")
+    return rows, [f"{r['model']} {r['dtype']}: {r[column]}" for r in rows.iter_rows(named=True)]
 
 
 @finding_check(
