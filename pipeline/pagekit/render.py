@@ -140,6 +140,8 @@ class Report:
         self.only: tuple[str, ...] = ()
         #: Asset group -> why its step failed in the run this report follows ("failed: <reason>").
         self.failed: dict[str, str] = {}
+        #: The compiler of that run: another compiler's column (:meth:`for_compiler`) carries none of its failures.
+        self.failed_backend: str | None = None
         #: The overview's "Where the time went" section (Markdown; empty: left out).
         self.time_section = ""
         #: The compiler (backend name) whose results this report shows (None: the latest of any). Set on
@@ -157,6 +159,8 @@ class Report:
         r = copy.copy(self)
         r.compiler = backend
         r.compilers = []
+        if self.failed_backend is not None and backend != self.failed_backend:
+            r.failed = {}  # the run that failed was another compiler's; this one's own are in its records
         r.clear_caches()
         return r
 

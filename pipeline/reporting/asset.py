@@ -140,6 +140,7 @@ def build_report_asset(
         )
         report.only = tuple(experiment(i).group for i in config.only)
         report.failed = {experiment(i).group: why for i, why in config.failed.items()}
+        report.failed_backend = settings.backend
         report.time_section = markdown_section(
             site_table(context.instance, context.run.run_id, settings.profile), settings.profile
         )

@@ -193,3 +193,16 @@ def test_a_value_is_read_from_the_folder_of_the_compiler_that_computed_it(tmp_pa
     instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="toolkit_selfcheck", metadata=prov))
     report.clear_caches()
     assert report.table("toolkit_selfcheck").equals(selfcheck)
+
+
+def test_a_failed_step_of_one_compilers_run_is_not_lent_to_the_other_compilers_columns(tmp_path):
+    """The site built after ``--backends``' last compiler failed E's step: that failure is the last compiler's
+    (OpenVINO here); Inductor's column reads its own records (the default three-compiler report's first screen
+    said Inductor had no verdict on the tester because IREE's Diagnostics step had failed)."""
+    report = _two_compilers(tmp_path)
+    group = experiment("C1").group
+    report.failed, report.failed_backend = {group: "boom"}, "openvino"
+    inductor, openvino = report.for_compiler("inductor"), report.for_compiler("openvino")
+    assert inductor.failed == {} and openvino.failed == {group: "boom"}
+    assert {s.state for s in claim_states(inductor) if s.exp.id == "C1"} == {"supported"}
+    assert {s.state for s in claim_states(openvino) if s.exp.id == "C1"} == {"failed"}
