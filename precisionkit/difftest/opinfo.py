@@ -268,11 +268,26 @@ def _beyond_phase(t: Any) -> bool:
     return bool(finite.numel()) and float(finite.abs().max()) * torch.finfo(t.dtype).eps > 1
 
 
+#: ops whose result is the bit pattern of their float operand (hash_tensor xors the operand's bits): a
+#: computed float one legitimate rounding away gives an unrelated result, so they take no computed float
+#: (seeds 510036 and 510091: a hash of special functions' values, one last bit apart); inputs are exact
+_BITS_OF_OPERAND = {"hash_tensor"}
+
+
+def _computed_float(st: _State, expr: str) -> bool:
+    """Whether ``expr`` reads a float the program computed (a ``v`` name; the inputs are ``f`` names)."""
+    return any(
+        isinstance(st.env[n], torch.Tensor) and st.env[n].is_floating_point() for n in _names_in(expr) if n in st.env
+    )
+
+
 def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None:
     """Run the step eagerly and in fp64; on success, write its line(s) and return the chain's new
     value (element 0 of a tuple result; its other elements stay as outputs)."""
     if op_db()[key].name in _PERIODIC and any(_beyond_phase(st.env[n]) for n in _names_in(expr) if n in st.env):
         return None  # its computed argument's last bits decide it whole: any rounding upstream does
+    if op_db()[key].name in _BITS_OF_OPERAND and _computed_float(st, expr):
+        return None  # it reads the computed float's last bit as data: any rounding upstream moves it
     try:
         raw = _run(expr, st.env)
         eager = _usable(raw)
