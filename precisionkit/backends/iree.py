@@ -323,8 +323,14 @@ class IREEAdapter(BackendAdapter):
 
     Options for :meth:`compiler`: ``{"flags": [...]}``, iree-compile flags appended after the
     device's target flags for every graph compiled by that backend callable (a later flag wins over
-    an earlier one of the same name). ``turbine_cpu`` itself takes no options. A backward graph
-    compiled lazily, at the first ``backward()`` outside the backend call, gets no extra flags.
+    an earlier one of the same name), the backward graph's too. ``turbine_cpu`` itself takes no options.
+
+    The backend is ``turbine_cpu``'s own composition, ``aot_autograd`` with iree-turbine's ``_backend`` as the
+    forward (and inference) compiler, except that the backward graph reaches ``_backend`` as
+    :func:`~precisionkit.backends.iree_training.backward_compiler` hands it over, and AOTAutograd decomposes an
+    embedding's backward (:func:`~precisionkit.backends.iree_training.backward_decompositions`): ``turbine_cpu``
+    fails on every backward graph that has an input needing no gradient, a decomposition that makes a tensor or
+    an embedding.
     """
 
     name = "iree"
@@ -422,20 +428,31 @@ class IREEAdapter(BackendAdapter):
                 f"iree-turbine compiles in a compiler session, which does not take {unsupported} "
                 "(only per-session iree-compile flags apply)"
             )
-        from torch._dynamo import lookup_backend
+        from torch._dynamo.backends.common import aot_autograd
+
+        from .iree_training import backward_compiler, backward_decompositions
 
         self.prepare()
-        compile_fn = lookup_backend(self.dynamo_backend)
+        # turbine_cpu is aot_autograd(fw_compiler=_backend): the compiler itself, which has no public name
+        compile_graph = importlib.import_module(_BACKEND_MODULE)._backend  # noqa: SLF001
 
-        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-            token = _extra_flags.set(extra)
-            try:
-                with _hook_installed():
-                    return compile_fn(gm, example_inputs)
-            finally:
-                _extra_flags.reset(token)
+        def flagged(compile_fn: Callable[[torch.fx.GraphModule, list[Any]], Any]) -> Callable[..., Any]:
+            def compile_with_flags(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+                token = _extra_flags.set(extra)
+                try:
+                    with _hook_installed():
+                        compiled: Callable[..., Any] = compile_fn(gm, example_inputs)
+                        return compiled
+                finally:
+                    _extra_flags.reset(token)
 
-        return backend
+            return compile_with_flags
+
+        return aot_autograd(
+            fw_compiler=flagged(compile_graph),
+            bw_compiler=flagged(backward_compiler(compile_graph)),
+            decompositions=backward_decompositions(),
+        )
 
     @contextmanager
     def capture(self) -> Iterator[CompileCapture]:
