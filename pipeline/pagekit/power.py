@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ..experiment import Experiment
-from ..pagekit.render import CheckRecord, Report, collapsed
 from ..tables import fmt
 from ..verdicts import CLAIM, NOT_APPLICABLE
+from .render import CheckRecord, Report, collapsed
 
 POWER_TABLE_FORMAT = "fusion-precision/power-table/1"
 KINDS = ("measured", "deterministic")

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     # The record type the instance's check-history methods return; dagster does not export its name.
     pass
 
+from ..pagekit.power import power_block, verdict_note
 from ..pagekit.render import LABEL_MARK, CheckRecord, Report, collapsed, verdict_mark
-from .power import power_block, verdict_note
 
 OUTCOME_TITLE = {"validity": "Run validity", "claim": "Claim verdicts", "finding": "Findings"}
 RULE_FIELDS = (

@@ -5,7 +5,6 @@ detects only effects beyond the margin says so on the verdict line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,12 +14,12 @@ import numpy as np
 import pytest
 
 from pipeline.experiments import experiment
-from pipeline.experiments.training import error_rates, rules
+from pipeline.experiments.training import error_rates, power_study, rules
 from pipeline.experiments.training import report as e_report
 from pipeline.experiments.training.assets import _power_metadata
 from pipeline.experiments.training.judge import judge_training
+from pipeline.pagekit import power
 from pipeline.pagekit.render import CheckRecord, plain_value
-from pipeline.reporting import power
 from pipeline.reporting.outcomes import rules_section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +44,7 @@ def test_the_stored_table_loads_in_the_shared_format_and_is_es_rules():
     assert table.experiment == "E" and table.checks == (CHECK,) and power.table_for(CHECK) == table
     assert (table.kind, table.unit, table.threshold, table.power) == ("measured", "margins", 1.0, 0.8)
     assert table.fields["fingerprint"] == error_rates.rule_fingerprint()
-    assert table.fields["command"] == "scripts/e_rule_power.py --write"
+    assert table.fields["command"] == "python -m pipeline.experiments.training.power_study --write"
     assert [(s.n, s.condition, s.level) for s in table.sizes] == [
         (5, "sd 0.25 margin, normal", 0.25),
         (5, "sd 0.25 margin, heavy", 0.25),
@@ -116,7 +115,10 @@ def test_es_rule_section_shows_the_table_through_the_shared_renderer():
     assert "| 5 | sd 0.5 margin, heavy | 3 margins | 7/3000 (0.2%) |" in block
     assert "| 5 | sd 0.25 margin, normal | shift 1.5 margins (0.015 nats) | 1.5 | 216/500 (43.2%) | 284 | 0 |" in block
     assert "| 5 | sd 0.25 margin, heavy | shift 0.99 margins (0.0099 nats) (healthy) | 0.99 | 3/500 (0.6%) |" in block
-    assert "Measured 2026-11-29 by `scripts/e_rule_power.py --write` (seeds 20240601)." in block
+    assert (
+        "Measured 2026-11-29 by `python -m pipeline.experiments.training.power_study --write` (seeds 20240601)."
+        in block
+    )
     # E's own section and sentence are gone: the shared ones do their work
     assert not hasattr(e_report, "e_power_section") and not hasattr(error_rates, "low_power_note")
 
@@ -177,16 +179,8 @@ def test_a_malformed_run_table_is_named_on_the_page_not_raised():
     assert "missing 'unit'" in block
 
 
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("e_rule_power", ROOT / "scripts" / "e_rule_power.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_script_measures_with_es_judge_and_stores_only_the_declared_measurement(capsys):
-    e = _script()
+def test_the_power_study_measures_with_es_judge_and_stores_only_the_declared_measurement(capsys):
+    e = power_study
     with pytest.raises(SystemExit):
         e.main(["--draws", "3", "--write"])
     e.main(["--draws", "1"])

@@ -270,22 +270,6 @@ def test_reproducers_reach_an_experiment_only_through_its_record():
 PUBLIC_MODULES = {"spec"}
 #: Code outside ``pipeline`` that runs in the same process as the experiments and is held to the same rule.
 OUTSIDE = ("benchmarks", "scripts")
-#: Imports of an experiment's insides from outside that are allowed, each with its reason.
-ALLOWED_INSIDE_IMPORTS = {
-    # B's rule-power study: a script of B's own (it runs B's fault catalogue through B's rule by hand)
-    "scripts.b_rule_power": {
-        "pipeline.experiments.accumulated_error.faults",
-        "pipeline.experiments.accumulated_error.rules",
-    },
-    # E's rule-power study: drives E's own judge (judge_training, through its error-rate measurement) on simulated runs
-    "scripts.e_rule_power": {"pipeline.experiments.training.error_rates"},
-    # M's rule-power study: drives M's own judge (the function its claim check reads) on simulated tables
-    "scripts.m_rule_power": {
-        "pipeline.experiments.models.compute",
-        "pipeline.experiments.models.judge",
-        "pipeline.experiments.models.rules",
-    },
-}
 
 
 def _private_target(module: str, target: str) -> bool:
@@ -301,7 +285,7 @@ def private_import_violations(graph: dict[str, set[str]]) -> list[str]:
         f"{module} -> {t}"
         for module, targets in sorted(graph.items())
         for t in sorted(targets)
-        if _private_target(module, t) and t not in ALLOWED_INSIDE_IMPORTS.get(module, set())
+        if _private_target(module, t)
     ]
 
 

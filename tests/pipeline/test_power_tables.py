@@ -1,11 +1,10 @@
 """A claim rule's stored power table: the loader refuses a malformed one by name, the page shows the smallest
 effect detected with 80% power, the verdict line's low-power note appears exactly when it should, and M's
-rule-power script measures with M's own judge."""
+power study measures with M's own judge."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from pipeline.pagekit import power
 from pipeline.pagekit.render import CheckRecord
-from pipeline.reporting import power
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = "model_verdicts:fused_not_worse_than_eager_on_models"
@@ -38,7 +37,7 @@ def _measured(check: str = CHECK) -> dict[str, Any]:
         "n_key": "rows_judged",
         "replications": 100,
         "seeds": [0, 99],
-        "command": "scripts/m_rule_power.py --replications 100",
+        "command": "python -m pipeline.experiments.models.power_study --replications 100",
         "date": "2026-11-29",
         "sizes": [
             {"n": 7, "effects": [_effect(0.0, 1, 90), _effect(2.0, 40, 0), _effect(3.0, 85, 0), _effect(5.0, 100, 0)]},
@@ -116,7 +115,8 @@ def test_the_renderer_shows_the_80_percent_power_effect_and_every_count():
     assert "| 7 | 3 sULP | 1/100 (1.0%) |" in text and "| 21 | 5 sULP | 0/100 (0.0%) |" in text
     assert "| 7 | k = 3.0 | 3 | 85/100 (85.0%) | 15 | 0 |" in text
     assert "| 7 | k = 0.0 (healthy) | 0 | 1/100 (1.0%) | 9 | 90 |" in text
-    assert "Measured 2026-11-29 by `scripts/m_rule_power.py --replications 100` (seeds 0, 99)." in text
+    measured = "Measured 2026-11-29 by `python -m pipeline.experiments.models.power_study --replications 100`"
+    assert f"{measured} (seeds 0, 99)." in text
 
 
 def test_named_effects_have_no_80_percent_size():
@@ -218,18 +218,11 @@ def test_every_stored_table_loads_and_is_for_a_claim_check_of_its_kind():
                 assert (confidence[check] == "deterministic") == (table.kind == "deterministic"), check
 
 
-def _m_script() -> Any:
-    spec = importlib.util.spec_from_file_location("m_rule_power", ROOT / "scripts" / "m_rule_power.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_m_rule_power_detects_a_huge_effect_every_time_and_rarely_alarms_on_a_healthy_table():
+def test_m_power_study_detects_a_huge_effect_every_time_and_rarely_alarms_on_a_healthy_table():
     """M's own judge on simulated float64 tables (fixed seeds): a fused path 50 sULP worse is contradicted in
     every replication; the healthy row is contradicted at most as often as the rule's 1% allows in 20 tables."""
-    m = _m_script()
+    from pipeline.experiments.models import power_study as m
+
     huge = m.measure(7, 50.0, 4, 0)
     assert (huge["contradicted"], huge["inconclusive"], huge["supported"]) == (4, 0, 0)
     assert huge["healthy"] is False and huge["size"] == 50.0

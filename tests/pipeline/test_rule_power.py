@@ -1,7 +1,7 @@
 """B's rule against simulated faults of a fused kernel (pipeline.experiments.accumulated_error.faults):
 each one is contradicted by the part of the rule built for it. Here each row is judged alone with a
-short bootstrap, to stay quick; scripts/b_rule_power.py judges them as rows of B's whole table at the
-judged size, and counts the healthy fused path's false alarms over several seeds."""
+short bootstrap, to stay quick; pipeline.experiments.accumulated_error.power_study judges them as rows of
+B's whole table at the judged size, and counts the healthy fused path's false alarms over several seeds."""
 
 import pytest
 

@@ -7,8 +7,8 @@ epsilon or variance divisor, a missing upcast, a wrong attention scale, a softma
 subtraction, a few garbled sets. :func:`simulate` draws the sets exactly as S draws them (each from
 its own seed, spreads set in the dtype's units where the distribution says so), runs eager, the
 fault as the fused path and the fp32 single rounding, and judges the row as one row of B's whole
-table (Holm over every test of the table). ``scripts/b_rule_power.py`` prints the table for every
-fault and the healthy fused path over several seeds; the tests judge each fault at fewer sets.
+table (Holm over every test of the table). :mod:`.power_study` prints the table for every fault and the
+healthy fused path over several seeds; the tests judge each fault at fewer sets.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def _fault(name: str, chain: str, dist: str, dtype: str, what: str, designed: st
 
 #: Why the faults the absolute bound cannot see are numerically harmless at B's sizes. The figures of
 #: "most of the bound used" are the largest |fused - fp64| / bound over every element of two runs of
-#: :func:`.faults.simulate` (50 sets, seed 0; 30 sets, seeds 0 to 2); ``scripts/b_rule_power.py`` prints them
+#: :func:`.faults.simulate` (50 sets, seed 0; 30 sets, seeds 0 to 2); :mod:`.power_study` prints them
 #: at any size, beside the healthy compiled path's.
 _SMALL_EXP = (
     "the exp's relative error (2^-12 = u16 / 2 of fp16; 2^-10 = 2 u16) moves each weight by less than the library may "

@@ -1,6 +1,6 @@
 """Power and false alarms of B's rule, by simulation with B's own functions at the judged size.
 
-Part 1 runs every fault of ``pipeline.experiments.accumulated_error.faults.FAULTS`` (and every legitimate
+Part 1 runs every fault of :data:`.faults.FAULTS` (and every legitimate
 variant of ``HEALTHY_VARIANTS``) as the fused path on freshly drawn sets of its chain, distribution and
 dtype, once per seed, and judges it as one row of B's whole table: the detection rate over seeds (figures
 from the first seed), beside the false-alarm rate of the healthy fused path (``torch.compile`` with the
@@ -8,14 +8,17 @@ chosen backend) on the same row and seeds. Part 2 runs the healthy fused path on
 for several seeds and counts the rows any part of the rule contradicts, with the smallest Holm p-value of
 each test. Prints markdown tables; asserts nothing.
 
-    .venv/bin/python scripts/b_rule_power.py                       # 1000 sets, seeds 0 1 2
-    .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 --skip-healthy
-    .venv/bin/python scripts/b_rule_power.py --chains attention attention_masked --threads 1
-    .venv/bin/python scripts/b_rule_power.py --chains layernorm_long --seeds 0 1 --skip-healthy   # the review's row
-    .venv/bin/python scripts/b_rule_power.py --sets 200 --seeds 0 1 2 --threads 1 --write   # stores power.json
+    .venv/bin/python -m pipeline.experiments.accumulated_error.power_study        # 1000 sets, seeds 0 1 2
+    .venv/bin/python -m pipeline.experiments.accumulated_error.power_study --sets 200 --seeds 0 --skip-healthy
+    .venv/bin/python -m pipeline.experiments.accumulated_error.power_study --chains attention attention_masked \
+        --threads 1
+    .venv/bin/python -m pipeline.experiments.accumulated_error.power_study --chains layernorm_long --seeds 0 1 \
+        --skip-healthy                                                 # the review's row
+    .venv/bin/python -m pipeline.experiments.accumulated_error.power_study --sets 200 --seeds 0 1 2 --threads 1 \
+        --write                                                        # stores power.json
 
-``--write`` also stores both parts as B's power tables (``pipeline/experiments/accumulated_error/power.json``,
-:mod:`pipeline.reporting.power`), one per chain's claim check: per fault, how many seeds contradicted it (each
+``--write`` also stores both parts as B's power tables (``power.json`` beside B,
+:mod:`pipeline.pagekit.power`), one per chain's claim check: per fault, how many seeds contradicted it (each
 fault is a named effect, no size in sULP), and the healthy fused path's rows and legitimate variants as the rows
 that plant nothing (their contradictions are false alarms); with the command, seeds and sets that measured them.
 """
@@ -32,13 +35,16 @@ from typing import Any
 
 import torch
 
-from pipeline.experiments.accumulated_error import faults
-from pipeline.experiments.accumulated_error.rules import DTYPES_B, MATERIALITY_SULP
-from pipeline.reporting import power
-from pipeline.workloads import CHAINS, WORKLOADS
 from precisionkit import FusedFunction, fused
 
-OUT = Path(__file__).resolve().parent.parent / "pipeline" / "experiments" / "accumulated_error" / "power.json"
+from ...pagekit import power
+from ...workloads import CHAINS, WORKLOADS
+from . import faults
+from .rules import DTYPES_B, MATERIALITY_SULP
+
+#: How the stored tables name the measurement that wrote them.
+COMMAND = "python -m pipeline.experiments.accumulated_error.power_study"
+OUT = Path(__file__).with_name("power.json")
 #: The claim check of each chain (``checks.py`` names them so).
 CHECK = "accumulated_error_summary:fused_not_worse_than_eager_{chain}"
 VERDICTS = ("contradicted", "inconclusive", "supported")
@@ -204,7 +210,7 @@ def healthy_table(seeds: list[int], chains: tuple[str, ...], healthy: Healthy) -
 
 
 def power_tables(sets: int, seeds: list[int], effects: list[dict[str, Any]], scope: str) -> list[dict[str, Any]]:
-    """The measured rows as B's power tables (:mod:`pipeline.reporting.power`), one per chain's claim check."""
+    """The measured rows as B's power tables (:mod:`pipeline.pagekit.power`), one per chain's claim check."""
     tables = []
     for chain in dict.fromkeys(e["chain"] for e in effects):
         rows = [{k: v for k, v in e.items() if k != "chain"} for e in effects if e["chain"] == chain]
@@ -224,7 +230,7 @@ def power_tables(sets: int, seeds: list[int], effects: list[dict[str, Any]], sco
                 "scope": scope,
                 "replications": len(seeds),
                 "seeds": list(seeds),
-                "command": "scripts/b_rule_power.py " + shlex.join(sys.argv[1:]),
+                "command": COMMAND + " " + shlex.join(sys.argv[1:]),
                 "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
                 "sizes": [{"n": sets, "effects": rows}],
             }

@@ -97,8 +97,8 @@ def details(report: Report, exp: Experiment) -> str:
             "independent rounding model), and the binomial tail at that rate is the p-value. The fp32 single rounding "
             "of the chain is run as the bound's own check: where it misrounds a decisive element the bound does not "
             "hold on this machine, and the row is not judged per element. The rule is stated in full under *Decision "
-            "rules* above; `scripts/b_rule_power.py` measures what each part catches.\n\n"
-            + _stored(report, exp, "verdicts")
+            "rules* above; `python -m pipeline.experiments.accumulated_error.power_study` measures what each part "
+            "catches.\n\n" + _stored(report, exp, "verdicts")
         )
         parts.append(_cannot_judge(report, exp))
         parts.append(_library_bounds(report, exp))
@@ -206,8 +206,8 @@ def _library_bounds(report: Report, exp: Experiment) -> str:
         "every legitimate 16-bit boundary costs width: the median bound below is that many half-ULPs of each "
         "element's own output, so a fault smaller than a 16-bit rounding of the scores or probabilities (an exp "
         "error below u16, an error three times the rounded result's, a stochastic final rounding) stays inside it; "
-        "`scripts/b_rule_power.py` reports which faults it catches and which it declares harmless, with numbers.\n\n"
-        + _stored(report, exp, "element_bounds")
+        "`python -m pipeline.experiments.accumulated_error.power_study` reports which faults it catches and which it "
+        "declares harmless, with numbers.\n\n" + _stored(report, exp, "element_bounds")
     )
 
 

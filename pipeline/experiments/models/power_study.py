@@ -16,8 +16,8 @@ needs for supported: their bootstrap is what a replication spends its time on, a
 assumes); fused draws its own g (it rounds differently, but as often) on the same inputs, plus k. Eager's P99 is
 then 2 to 4 sULP, as stored for GPT-2, BERT and ViT on the H200 (results/bundles/2026-11-27-h200-gpu).
 
-    .venv/bin/python scripts/m_rule_power.py --replications 20              # prints the table
-    .venv/bin/python scripts/m_rule_power.py --replications 200 --write     # pipeline/experiments/models/power.json
+    .venv/bin/python -m pipeline.experiments.models.power_study --replications 20            # prints the table
+    .venv/bin/python -m pipeline.experiments.models.power_study --replications 200 --write   # power.json beside M
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.experiments.models import compute, judge
-from pipeline.experiments.models.rules import MATERIALITY_SULP
-from pipeline.reporting import power
+from ...pagekit import power
+from . import compute, judge
+from .rules import MATERIALITY_SULP
 
-ROOT = Path(__file__).resolve().parent.parent
+#: How the stored table names the measurement that wrote it.
+COMMAND = "python -m pipeline.experiments.models.power_study"
 
 CHECK = "model_verdicts:fused_not_worse_than_eager_on_models"
-OUT = ROOT / "pipeline" / "experiments" / "models" / "power.json"
+OUT = Path(__file__).with_name("power.json")
 #: Independent inputs per row and units per input: the planted row (the default profile's smallest float output)
 #: and the healthy rows beside it (just over the rule's 100 units for supported).
 INPUTS, UNITS_PER_INPUT, HEALTHY_UNITS_PER_INPUT = 8, 32, 13
@@ -117,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[7, 21, 40], help="table sizes (model x dtype rows)")
     parser.add_argument("--effects", type=float, nargs="+", default=[0, 2, 3, 4, 6], help="k in sULP")
     parser.add_argument("--seed", type=int, default=0, help="first replication's seed (data and bootstrap)")
-    parser.add_argument("--write", action="store_true", help=f"store the table in {OUT.relative_to(ROOT)}")
+    parser.add_argument("--write", action="store_true", help=f"store the table in {OUT.name} beside M")
     args = parser.parse_args(argv)
     if args.replications < 1 or min(args.rows) < 1:
         parser.error("--replications and --rows must be at least 1")
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             counts = " ".join(f"{v} {row[v]}" for v in VERDICTS)
             print(f"rows {rows} k {k:g}: {counts} ({time.perf_counter() - t0:.0f} s)", flush=True)
         sizes.append({"n": rows, "effects": effects})
-    command = "scripts/m_rule_power.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    command = COMMAND + " " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     record = table_record(sizes, args.replications, args.seed, command)
     power.show_power_tables("M", [record], OUT if args.write else None)
 

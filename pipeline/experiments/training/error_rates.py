@@ -1,8 +1,8 @@
 """E's rule's error rates: measured by running the judge (:func:`.judge.judge_training`) on simulated runs
-(:func:`measured_error_rates`): at the declared noise levels once, stored as E's power table
-(``power.json``, written by ``scripts/e_rule_power.py --write``; :func:`declared_error_rates` reads it back), and at
-this run's noise by the claim check (:func:`this_run_error_rates`, stored with the claim as a table of the same
-format, :func:`power_table`). :func:`simulate_rule` is a model of the judge (normal statistics, independent
+(:func:`measured_error_rates`): at the declared noise levels once, stored as E's power table (``power.json``,
+written by ``python -m pipeline.experiments.training.power_study --write``; :func:`declared_error_rates` reads it
+back), and at this run's noise by the claim check (:func:`this_run_error_rates`, stored with the claim as a table
+of the same format, :func:`power_table`). :func:`simulate_rule` is a model of the judge (normal statistics, independent
 tests), kept to compare: at a paired sd of 0.25 margin it gives a power of 0.64 at 1.5 margins where the judge
 itself contradicts 0.43 of the runs.
 
@@ -281,16 +281,16 @@ def measured_error_rates(
 
 
 #: E's power table, in the format every rule's measured power is stored in (``fusion-precision/power-table/1``,
-#: :mod:`pipeline.reporting.power`): running the judge on every simulated run takes minutes, so the declared
-#: measurement is made once (``scripts/e_rule_power.py --write``) and read back while the rule is unchanged (the
-#: table's ``fingerprint``).
+#: :mod:`pipeline.pagekit.power`): running the judge on every simulated run takes minutes, so the declared
+#: measurement is made once (``python -m pipeline.experiments.training.power_study --write``) and read back while
+#: the rule is unchanged (the table's ``fingerprint``).
 MEASURED_TABLE = Path(__file__).with_name("power.json")
 #: The claim check the table is for, and the entries of its result the page reads to place a run in it: the data
 #: orders (the table's n) and the run's paired noise in margins (the level of its noise conditions).
 CHECK = "training_deviation:fused_learns_like_eager"
 N_KEY, LEVEL_KEY = "orders", "paired_noise_in_margins"
 #: The claim result's entry holding the table measured at this run's noise (the shared format's key for a run's own
-#: table, ``pipeline.reporting.power.RUN_TABLE_KEY``, which this floor does not import).
+#: table, ``pipeline.pagekit.power.RUN_TABLE_KEY``; tests/pipeline/test_e_power.py keeps the two equal).
 RUN_POWER_KEY = "power.this_run"
 #: Below this many margins an effect is immaterial: a "contradicted" there is a false alarm.
 MATERIAL_IN_MARGINS = 1.0
