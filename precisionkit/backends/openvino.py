@@ -240,6 +240,12 @@ class OpenVINOAdapter(BackendAdapter):
         "kernels whose instructions are not visible as code.",
         "C3": "OpenVINO generates no code in which rsqrt's Newton iterations could be counted: its "
         "normalization runs in the CPU plugin's own MVN kernel.",
+        "E": "E trains under bfloat16 autocast on a CPU, and OpenVINO's torch.compile backend passes no bfloat16 "
+        "tensor between torch and OpenVINO (measured with openvino 2026.4.1, torch 2.13): a partition with a bfloat16 "
+        "input fails (its input type table has no bfloat16) and runs in torch, and a partition's bfloat16 result "
+        "comes back as a float16 tensor holding the bfloat16 bits (1.0 reads as 1.875): the bfloat16 values a "
+        "fused forward saves for its backward reach the backward as float16, which then fails on a matrix product "
+        "of bfloat16 and float16 operands.",
     }
 
     intents_lacking: Mapping[str, str] = {
@@ -254,10 +260,15 @@ class OpenVINOAdapter(BackendAdapter):
         "program is compared by the runtime model's text (code_sha256)"
     )
     #: Without ``aot_autograd`` the backend traces a graph for inference under ``no_grad``: its outputs carry
-    #: no gradient (and on torch 2.13 that tracing leaves Dynamo guards on sizes with no source).
-    training_options: Mapping[str, Any] = {"aot_autograd": True}
+    #: no gradient (and on torch 2.13 that tracing leaves Dynamo guards on sizes with no source). With it, a
+    #: forward graph returns a tensor beside its ``detach`` as the backward's saved values (``_log_softmax`` of a
+    #: cross-entropy, say); the frontend converts ``detach`` to the tensor itself, and a partition that returns
+    #: one tensor twice fails to convert ("Tensor name is not a number", 2026.4) and runs in torch. Disabled,
+    #: ``detach`` runs in torch after the partition (a detach computes nothing).
+    training_options: Mapping[str, Any] = {"aot_autograd": True, "disabled_ops": ("torch.ops.aten.detach.default",)}
     training_options_why = (
-        "OpenVINO's torch.compile backend is differentiable only through AOTAutograd (its aot_autograd option)"
+        "OpenVINO's torch.compile backend is differentiable only through AOTAutograd (its aot_autograd option), "
+        "and converts a forward graph that returns a tensor beside its detach only with detach left to torch"
     )
     #: The frontend logs a partition it failed to convert or run at DEBUG, then runs it in torch.
     failure_loggers = (

@@ -70,7 +70,7 @@ def test_an_adapter_declares_nothing_beyond_a_forward_pass_by_default():
 
 def test_openvinos_adapter_declares_what_its_backend_needs():
     ov = get_adapter("openvino", require_installed=False)  # class attributes: no openvino import needed
-    assert ov.training_options == {"aot_autograd": True}
+    assert ov.training_options == {"aot_autograd": True, "disabled_ops": ("torch.ops.aten.detach.default",)}
     assert "only through AOTAutograd" in ov.training_options_why
     assert ov.failure_loggers == (
         "openvino.frontend.pytorch.torchdynamo.execute",

@@ -161,7 +161,7 @@ def test_declarations(adapter):
         "openvino",
     )
     assert adapter.missing() is None
-    assert sorted(adapter.not_applicable) == ["C1", "C3"]
+    assert sorted(adapter.not_applicable) == ["C1", "C3", "E"]
     provenance = adapter.provenance()
     assert provenance["version"] == importlib.metadata.version("openvino")
     assert provenance["device"] == "CPU" and provenance["properties_from"] == "CPU defaults"

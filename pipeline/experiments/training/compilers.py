@@ -7,7 +7,11 @@ Everything compiler-specific is read from the compiler's adapter (``training_opt
 by declaring them on its adapter, with no table here. Inductor compiles the backward through AOTAutograd by itself. OpenVINO's backend does so only with its
 ``aot_autograd`` option: without it, it traces the graph for inference under ``no_grad`` and returns
 outputs that carry no gradient (and, on this torch, its inference tracing leaves Dynamo guards on sizes
-that have no source, an ``IndexError`` while Dynamo builds the guards; see ``tests/pipeline/test_training_compilers.py``).
+that have no source, an ``IndexError`` while Dynamo builds the guards; see ``tests/pipeline/test_training_compilers.py``),
+and with ``detach`` left to torch (its frontend cannot convert a partition that returns a tensor beside its
+``detach``). E itself does not apply to OpenVINO: its backend passes no bfloat16 tensor to or from torch, and E
+trains under bf16 autocast on a CPU (the adapter's ``not_applicable``). IREE's adapter compiles the backward by
+itself (:mod:`precisionkit.backends.iree_training`).
 """
 
 from __future__ import annotations
