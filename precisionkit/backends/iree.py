@@ -323,14 +323,12 @@ class IREEAdapter(BackendAdapter):
 
     Options for :meth:`compiler`: ``{"flags": [...]}``, iree-compile flags appended after the
     device's target flags for every graph compiled by that backend callable (a later flag wins over
-    an earlier one of the same name), the backward graph's too. ``turbine_cpu`` itself takes no options.
-
-    The backend is ``turbine_cpu``'s own composition, ``aot_autograd`` with iree-turbine's ``_backend`` as the
-    forward (and inference) compiler, except that the backward graph reaches ``_backend`` as
-    :func:`~precisionkit.backends.iree_training.backward_compiler` hands it over, and AOTAutograd decomposes an
-    embedding's backward (:func:`~precisionkit.backends.iree_training.backward_decompositions`): ``turbine_cpu``
-    fails on every backward graph that has an input needing no gradient, a decomposition that makes a tensor or
-    an embedding.
+    an earlier one of the same name); ``turbine_cpu`` itself takes no options. Without
+    ``compile_backward`` the backend is the registered ``turbine_cpu`` (what :func:`~precisionkit.backends.wrapped_backend`
+    wraps), whose backward graph, compiled lazily at the first ``backward()``, gets no extra flags and fails on
+    any training step (:mod:`~precisionkit.backends.iree_training`). With ``{"compile_backward": True}`` (E's
+    ``training_options``) it is ``turbine_cpu``'s own composition with the backward handed to IREE as
+    :func:`~precisionkit.backends.iree_training.training_backend` does, flags and all.
     """
 
     name = "iree"
@@ -347,6 +345,11 @@ class IREEAdapter(BackendAdapter):
     )
 
     intents_lacking: Mapping[str, str] = MappingProxyType({})
+    training_options: Mapping[str, Any] = MappingProxyType({"compile_backward": True})
+    training_options_why = (
+        "iree-turbine's turbine_cpu fails on a training step's backward graph; the adapter hands IREE the backward "
+        "itself (precisionkit.backends.iree_training)"
+    )
     binaries_unreadable = (
         "iree-turbine loads each program as one IREE module (an embedded ELF holding every dispatch), which the "
         "adapter does not read back; the compiled program is compared by its flow-phase text (code_sha256)"
@@ -415,9 +418,14 @@ class IREEAdapter(BackendAdapter):
         )
 
     def compiler(self, options: Mapping[str, Any]) -> Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]:
-        unknown = sorted(set(options) - {"flags"})
+        unknown = sorted(set(options) - {"flags", "compile_backward"})
         if unknown:
-            raise ValueError(f"IREE adapter options are {{'flags': [...]}}; unknown: {unknown}")
+            raise ValueError(
+                f"IREE adapter options are {{'flags': [...], 'compile_backward': bool}}; unknown: {unknown}"
+            )
+        backward = options.get("compile_backward", False)
+        if not isinstance(backward, bool):
+            raise ValueError(f"IREE adapter option 'compile_backward' is true or false, got {backward!r}")
         flags = options.get("flags", ())
         if isinstance(flags, str) or not all(isinstance(f, str) for f in flags):
             raise ValueError(f"IREE adapter option 'flags' is a list of iree-compile flags, got {flags!r}")
@@ -428,13 +436,11 @@ class IREEAdapter(BackendAdapter):
                 f"iree-turbine compiles in a compiler session, which does not take {unsupported} "
                 "(only per-session iree-compile flags apply)"
             )
-        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo import lookup_backend
 
-        from .iree_training import backward_compiler, backward_decompositions
+        from .iree_training import training_backend
 
         self.prepare()
-        # turbine_cpu is aot_autograd(fw_compiler=_backend): the compiler itself, which has no public name
-        compile_graph = importlib.import_module(_BACKEND_MODULE)._backend  # noqa: SLF001
 
         def flagged(compile_fn: Callable[[torch.fx.GraphModule, list[Any]], Any]) -> Callable[..., Any]:
             def compile_with_flags(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -448,11 +454,10 @@ class IREEAdapter(BackendAdapter):
 
             return compile_with_flags
 
-        return aot_autograd(
-            fw_compiler=flagged(compile_graph),
-            bw_compiler=flagged(backward_compiler(compile_graph)),
-            decompositions=backward_decompositions(),
-        )
+        if not backward:
+            return flagged(lookup_backend(self.dynamo_backend))
+        # turbine_cpu is aot_autograd(fw_compiler=_backend): the compiler itself, which has no public name
+        return training_backend(importlib.import_module(_BACKEND_MODULE)._backend, flagged)  # noqa: SLF001
 
     @contextmanager
     def capture(self) -> Iterator[CompileCapture]:

@@ -15,6 +15,7 @@ iree-turbine's ``turbine_cpu`` is ``aot_autograd(fw_compiler=_backend)``: AOTAut
 :func:`backward_compiler` hands ``_backend`` the backward graph under the fake mode of its own example
 inputs, as the forward's compile runs, and without its ``None`` results, which it puts back in their
 places after each call. IREE compiles every gradient the graph computes; nothing runs in torch.
+:func:`training_backend` composes it as ``turbine_cpu`` is composed, with :func:`backward_decompositions`.
 """
 
 from __future__ import annotations
@@ -86,3 +87,20 @@ def backward_compiler(
         return run
 
     return compile_backward
+
+
+def training_backend(
+    compile_graph: Callable[[torch.fx.GraphModule, list[Any]], Compiled],
+    around: Callable[[Callable[[torch.fx.GraphModule, list[Any]], Any]], Callable[..., Any]],
+) -> Callable[..., Any]:
+    """``turbine_cpu``'s composition, ``aot_autograd(fw_compiler=compile_graph)``, with the backward compiled by
+    :func:`backward_compiler` and an embedding's backward decomposed (:func:`backward_decompositions`, before
+    ``turbine_cpu``'s own decompositions turn it into an operation IREE cannot lower). ``around`` wraps each of
+    the two compilers (the adapter's flags), so a backward compiled lazily at ``backward()`` gets them too."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(
+        fw_compiler=around(compile_graph),
+        bw_compiler=around(backward_compiler(compile_graph)),
+        decompositions=backward_decompositions(),
+    )

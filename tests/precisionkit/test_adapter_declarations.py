@@ -63,9 +63,12 @@ def scale_shift_tanh(x):
 
 
 def test_an_adapter_declares_nothing_beyond_a_forward_pass_by_default():
-    for adapter in (BackendAdapter(), get_adapter("inductor"), get_adapter("iree", require_installed=False)):
+    for adapter in (BackendAdapter(), get_adapter("inductor")):
         assert adapter.training_options == {} and adapter.training_options_why == ""
         assert adapter.failure_loggers == () and adapter.process_globals == ()
+    iree = get_adapter("iree", require_installed=False)  # a training step's backward: its one declaration
+    assert iree.training_options == {"compile_backward": True} and "turbine_cpu fails" in iree.training_options_why
+    assert iree.failure_loggers == () and iree.process_globals == ()
 
 
 def test_openvinos_adapter_declares_what_its_backend_needs():

@@ -65,7 +65,8 @@ def test_an_embeddings_backward_is_decomposed_down_to_index_put():
 @needs_iree
 def test_iree_compiles_the_backward_of_cross_entropy_over_an_embedding():
     """iree-turbine's own ``turbine_cpu`` fails on each part of this backward (see the module docstring
-    of :mod:`precisionkit.backends.iree_training`); through the adapter IREE compiles it."""
+    of :mod:`precisionkit.backends.iree_training`); through the adapter with its training options IREE compiles
+    it, and the backward program gets the options' iree-compile flags too."""
     adapter = adapter_for_backend("iree")
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -76,7 +77,7 @@ def test_iree_compiles_the_backward_of_cross_entropy_over_an_embedding():
         return F.cross_entropy(head(emb(i)).flatten(0, 1), t.flatten())
 
     with adapter.capture() as captured:
-        torch.compile(loss, backend=adapter.compiler({}))(ids, target).backward()
+        torch.compile(loss, backend=adapter.compiler(adapter.training_options))(ids, target).backward()
     fused = [p.grad.clone() for p in (emb.weight, head.weight, head.bias)]
     for p in (emb.weight, head.weight, head.bias):
         p.grad = None
@@ -84,3 +85,23 @@ def test_iree_compiles_the_backward_of_cross_entropy_over_an_embedding():
     assert captured.partitions == 2  # the forward program and the backward program
     assert captured.units and captured.fallback_ops == []
     torch.testing.assert_close(fused, [emb.weight.grad, head.weight.grad, head.bias.grad])
+
+
+@needs_iree
+def test_without_its_training_options_iree_compiles_through_turbine_cpu_and_says_why_it_needs_them():
+    from precisionkit.backends import wrapped_backend
+
+    adapter = adapter_for_backend("iree")
+    assert dict(adapter.training_options) == {"compile_backward": True}
+    with pytest.raises(ValueError, match="'compile_backward' is true or false, got 'yes'"):
+        adapter.compiler({"compile_backward": "yes"})
+    # the registered backend, so a wrapper of it (the planted-bug matrix) serves the adapter's forward compiles
+    seen: list[int] = []
+
+    def counting(original: Any, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen.append(len(example_inputs))
+        return original(gm, example_inputs)
+
+    with wrapped_backend("iree", counting):
+        torch.compile(lambda t: torch.tanh(t * 2 + 1), backend=adapter.compiler({}))(torch.randn(8))
+    assert seen == [1]
