@@ -53,6 +53,14 @@ import torch
 
 from ..repro import _MAKE_SRC, Case, Input
 from .compile_modes import COMPILE_MODES, setup_source
+from .opinfo_guards import (
+    _BITS_OF_OPERAND,
+    _PERIODIC,
+    _ZERO_SIGN_UNDOCUMENTED,
+    _beyond_phase,
+    _computed_float,
+    _names_in,
+)
 from .opinfo_ops import (
     _CONVERSIONS,
     _DEGREE_OPS_WORD,
@@ -253,40 +261,6 @@ def _usable(value: Any) -> list[torch.Tensor] | None:
     if any(t.is_complex() or t.numel() == 0 or t.numel() > 1 << 17 or t.is_sparse for t in items):
         return None
     return items
-
-
-#: periodic ops: of an argument whose ULP exceeds 1 (|x| beyond 1 / eps of its dtype) no digit of the
-#: result is known, so a fused run whose argument differs by a legitimate rounding may return anything
-#: (seed 500646: sin of a convolution's 1e301); not drawn on such computed values (inputs keep them)
-_PERIODIC = {"sin", "cos", "tan", "sinc"}
-
-
-def _beyond_phase(t: Any) -> bool:
-    if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()):
-        return False
-    finite = t[torch.isfinite(t)]
-    return bool(finite.numel()) and float(finite.abs().max()) * torch.finfo(t.dtype).eps > 1
-
-
-#: ops whose result is the bit pattern of their float operand (hash_tensor xors the operand's bits): a
-#: computed float one legitimate rounding away gives an unrelated result, so they take no computed float
-#: (seeds 510036 and 510091: a hash of special functions' values, one last bit apart); inputs are exact
-_BITS_OF_OPERAND = {"hash_tensor"}
-
-
-#: ops whose zero has eager's sign where torch documents another: a float remainder's zero keeps the
-#: dividend's sign in eager (-0.0 % 3.0 is -0.0), the divisor's as documented; a compiler that follows the
-#: documentation was flagged (seed 510104: -0.0 % conv2d(...)). The step is written ``... + 0.0``, which
-#: makes both zeros +0.0 and leaves every other value, NaN included, as it was (fmod documents the
-#: dividend's sign, as eager gives: judged as it is)
-_ZERO_SIGN_UNDOCUMENTED = {"remainder", "__rmod__"}
-
-
-def _computed_float(st: _State, expr: str) -> bool:
-    """Whether ``expr`` reads a float the program computed (a ``v`` name; the inputs are ``f`` names)."""
-    return any(
-        isinstance(st.env[n], torch.Tensor) and st.env[n].is_floating_point() for n in _names_in(expr) if n in st.env
-    )
 
 
 def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None:
@@ -527,12 +501,6 @@ def _program(p: Program, dtype: str | None) -> Case:
     case = p.case(outs, "opinfo")
     extra = {**case.extra, "ops": st.ops, "dtype": dtype, "mode": mode, "compile": record}
     return case.with_(extra=extra, setup=setup_source(record), title=f"difftest opinfo seed {p.seed} ({dtype}, {mode})")
-
-
-def _names_in(text: str) -> set[str]:
-    import re
-
-    return set(re.findall(r"\bv\d+\b", text))
 
 
 def generate_opinfo(seed: int, dtype: str | None = None, device: str = "cpu") -> Case:

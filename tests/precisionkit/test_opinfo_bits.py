@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("expecttest")  # torch's op database needs it
 
 from precisionkit.difftest import generate
-from precisionkit.difftest.opinfo import _computed_float
+from precisionkit.difftest.opinfo_guards import _computed_float
 
 
 @pytest.mark.parametrize("seed", [510036, 510091])

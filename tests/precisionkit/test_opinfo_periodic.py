@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("expecttest")  # torch's op database needs it
 
 from precisionkit.difftest import generate
-from precisionkit.difftest.opinfo import _beyond_phase
+from precisionkit.difftest.opinfo_guards import _beyond_phase
 
 
 def test_seed_500646_takes_no_sine_of_its_convolution() -> None:
