@@ -8,8 +8,31 @@ written in :mod:`precisionkit.repro`'s docstring.
 
 from __future__ import annotations
 
+import math
+
+from .bounds import UNIT_ROUNDOFF
+
 #: The rules by name, in the order the docs list them.
 RULES = ("bitwise", "ulp", "fp64", "repeat", "compiled", "diff")
+
+
+def _power_of_two(value: float) -> str:
+    """``value``, a power of two, written as one (``2.0**-11``)."""
+    mantissa, exponent = math.frexp(value)
+    if mantissa != 0.5:
+        raise ValueError(f"{value!r} is not a power of two")
+    return f"2.0**{exponent - 1}"
+
+
+#: The unit roundoff of :mod:`precisionkit.bounds`, written into the text when it is read: a reproducer imports
+#: only torch, so it carries the numbers, not the module. A float dtype outside the table counts as fp64.
+_ROUNDOFF = (
+    "UNIT_ROUNDOFF = {"
+    + ", ".join(f"{dtype}: {_power_of_two(u)}" for dtype, u in UNIT_ROUNDOFF.items())
+    + "}  # u = 2^-p of each format (p significand bits)\n"
+    "def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)\n"
+    "    return max([UNIT_ROUNDOFF.get(t.dtype, 0.0) for t in ts] + [UNIT_ROUNDOFF[torch.float64]])\n"
+)
 
 _BITS = (
     "def bits(t):\n"
@@ -205,9 +228,9 @@ def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none whe
         else:
             return [list(t) for t in zip(*out)]
     return [[] for _ in out[0]]
-def unit_roundoff(ts):  # of the narrowest float dtype below fp64 among ts (fp64's when none)
-    return max([torch.finfo(t.dtype).eps / 2 for t in ts if t.is_floating_point()] + [2.0**-53])
-class Faithful(torch.utils._python_dispatch.TorchDispatchMode):
+"""
+    + _ROUNDOFF
+    + """class Faithful(torch.utils._python_dispatch.TorchDispatchMode):
     # the dtype-faithful reference: every op with a float operand below fp64 is computed in fp64 from
     # its operands and each result rounded to the dtype eager gives it (a float16 product that
     # overflows is inf here, as in eager, while plain fp64 never overflows). Views run as they are;

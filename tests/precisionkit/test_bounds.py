@@ -116,14 +116,42 @@ def test_no_other_module_defines_unit_roundoff_or_gamma():
     assert others == [], "defined outside precisionkit/bounds.py (import it from there instead):\n" + "\n".join(others)
 
 
-def test_the_reproducers_own_unit_roundoff_agrees():
-    # A standalone reproducer imports only torch, so the diff rule carries its own helper as text
-    # (precisionkit.repro_rules); it must give the same numbers as this module.
+def test_the_reproducers_unit_roundoff_is_this_modules_written_out():
+    # A standalone reproducer imports only torch, so the diff rule's text (precisionkit.repro_rules)
+    # carries this module's table, written into it as literals, and no unit roundoff of its own.
+    from precisionkit import bounds
     from precisionkit.repro_rules import CHECKS
 
+    text = CHECKS["diff"]
+    assert "eps / 2" not in text
+    line = next(x for x in text.splitlines() if x.startswith("UNIT_ROUNDOFF = "))
+    assert line.startswith(
+        "UNIT_ROUNDOFF = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 2.0**-24, "
+        "torch.float64: 2.0**-53}"
+    )
     scope: dict = {"torch": torch}
-    exec(compile(CHECKS["diff"], "<diff rule>", "exec"), scope)
+    exec(compile(text, "<diff rule>", "exec"), scope)
+    assert scope["UNIT_ROUNDOFF"] == bounds.UNIT_ROUNDOFF
     for name, u in EXACT.items():
         t = torch.zeros(2, dtype=getattr(torch, name))
         assert scope["unit_roundoff"]([t, torch.zeros(2, dtype=torch.float64)]) == unit_roundoff(name) == u
     assert scope["unit_roundoff"]([torch.zeros(2, dtype=torch.int32)]) == unit_roundoff("float64")
+
+
+def test_a_written_diff_reproducer_carries_the_table_and_runs_alone(tmp_path: Path) -> None:
+    """The table is written into the file, which runs in a fresh interpreter that imports no precisionkit: one
+    element of a float16 output garbled sends the rule through its jittered runs (sized by the file's
+    unit_roundoff, 2^-11 here) and still reproduces."""
+    from repro_backends import SETUP
+
+    from precisionkit.repro import Case, Input, run_script, write
+
+    source = "def graph(x):\n    return x * 3.0\n"
+    inputs = (Input("x", (2, 8), "float16", 1),)
+    case = Case("u", source, inputs, backend="pk_test_garbage_one", rule="diff", setup=SETUP)
+    text = (script := write(case, tmp_path / "u")).read_text()
+    assert "UNIT_ROUNDOFF = {torch.float16: 2.0**-11, " in text
+    assert "precisionkit" not in text.replace(SETUP, "")
+    run = run_script(script)
+    assert run.returncode == 1, run
+    assert run.last_line.startswith("REPRODUCES: output 0: 1 of 16 elements wrong; at (1, 7): eager "), run.last_line
