@@ -173,7 +173,9 @@ class Jitter(torch.overrides.TorchFunctionMode):
     # of rounding noise, and the rule does not widen by a marked run. A remainder whose every quotient
     # exceeds 1 / u is no jump: its divisor's last bits decide it whole, so a rounding's worth anywhere
     # upstream moves it across its range, and the moved runs measure just that. With narrow, results the
-    # program keeps below fp64 (its own casts hold in the reference) move too, rounded back to their dtype
+    # program keeps below fp64 (its own casts hold in the reference) move too, rounded back to their dtype,
+    # each by at least a rounding of that dtype (a float16 part cast from a bool or an integer input is
+    # float16 in the reference too, whatever u the program's float inputs and outputs give)
     JUMPS = {"floor", "ceil", "round", "trunc", "frac", "sign", "sgn", "floor_divide", "remainder", "fmod",
              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"}
     REMAINDERS = {"remainder": 1, "fmod": 1, "__mod__": 1, "__rmod__": -1}  # -1: the divisor comes first
@@ -211,7 +213,8 @@ class Jitter(torch.overrides.TorchFunctionMode):
             return out
         g = self.gens.setdefault(str(out.device), torch.Generator(out.device).manual_seed(self.seed))
         d = torch.rand(out.shape, generator=g, dtype=torch.float64, device=out.device)
-        out = (out.double() * (1 + self.u * (2 * d - 1))).to(out.dtype)
+        u = max(self.u, UNIT_ROUNDOFF.get(out.dtype, 0.0))  # at least a rounding of its own dtype
+        out = (out.double() * (1 + u * (2 * d - 1))).to(out.dtype)
         self.moved.add(out.untyped_storage().data_ptr())
         return out
 def jittered(graph, args, u, runs=3):  # per output, its jittered runs; none where a run jumped. The
@@ -355,18 +358,45 @@ class NaNTies(torch.utils._python_dispatch.TorchDispatchMode):
     # is unspecified (eager's CPU pool takes the last, Inductor the first), so an output that changes
     # with it is not judged. The op runs again with the named element knocked out (-inf for a max,
     # +inf for a min): where its result is still NaN the row held another NaN, and that one is named.
-    # An index of a NaN alone in its window, or of a finite maximum, keeps its value (and is judged)
+    # A max pool's window is tied also where another element equals its maximum (+0 and -0 included):
+    # which of them a pool names is documented nowhere, while argmax and max over a dim document the
+    # first, so their finite ties are judged. An index of a NaN alone in its window, or of a maximum
+    # alone in it, keeps its value (and is judged)
     POOLS = {"max_pool2d_with_indices": 2, "max_pool3d_with_indices": 3, "adaptive_max_pool2d": 2,
              "adaptive_max_pool3d": 3}
     def __init__(self):
         super().__init__()
         self.moved = False
-    def _pool(self, func, args, kwargs, out, k):
+    def _strides(self, name, args, x, values, k):  # per pooled dim, how many windows apart never overlap
+        if name.startswith("adaptive"):  # window i: [floor(i L / O), ceil((i + 1) L / O))
+            return [min(o, -(-o // n) + 1) for n, o in zip(x.shape[-k:], values.shape[-k:])]
+        get = lambda i, d: list(args[i]) if len(args) > i and len(args[i]) else d
+        kernel = get(1, None)
+        kernel = kernel * k if len(kernel) == 1 else kernel
+        stride, dilation = get(2, kernel), get(4, [1])
+        stride, dilation = (v * k if len(v) == 1 else v for v in (stride, dilation))
+        return [-(-(dl * (kk - 1) + 1) // st) for kk, st, dl in zip(kernel, stride, dilation)]
+    def _pool(self, func, args, kwargs, out, k):  # windows that share no element are knocked out together
         x, (values, idx) = args[0], out
-        hole = x.flatten(-k).scatter(-1, idx.flatten(-k), -float("inf")).reshape(x.shape)
-        values2, idx2 = func(hole, *args[1:], **kwargs)
-        tied = values.isnan() & values2.isnan()
-        return tied, (values, torch.where(tied, idx2, idx))
+        name = func._schema.name.split("::")[-1]
+        shape = values.shape[-k:]
+        tied, new = torch.zeros(values.shape, dtype=torch.bool, device=values.device), idx.clone()
+        ms = self._strides(name, args, x, values, k)
+        for c in range(int(torch.tensor(ms).prod())):
+            sel = torch.ones(shape, dtype=torch.bool, device=values.device)
+            for d, (n, m) in enumerate(zip(shape, ms)):
+                c, o = divmod(c, m)
+                at = [1] * k
+                at[d] = n
+                sel = sel & (torch.arange(n, device=values.device) % m == o).reshape(at)
+            sel = sel.expand(values.shape)
+            named = torch.zeros(x.flatten(-k).shape, dtype=torch.long, device=x.device)
+            named = named.scatter_add(-1, idx.flatten(-k), sel.flatten(-k).long())
+            hole = torch.where(named > 0, -float("inf"), x.flatten(-k)).reshape(x.shape)
+            values2, idx2 = func(hole, *args[1:], **kwargs)
+            both = sel & ((values.isnan() & values2.isnan()) | (values2 == values))  # a NaN or equal max besides
+            tied, new = tied | both, torch.where(both, idx2, new)
+        return tied, (values, new)
     def _dim(self, name, args, kwargs, out):
         x = args[0]
         dim = args[1] if len(args) > 1 else kwargs.get("dim")
