@@ -18,6 +18,15 @@ from .staleness import assets_to_run, latest_evaluations, selection_for
 REPORT_SITE = dg.AssetKey("report_site")
 
 
+def built_site_index() -> Path:
+    """The built site's front page: under ``$FUSION_SITE_DIR/build`` where that is set (a report of its own,
+    as scripts/healthy_sweep.py runs them), else the checkout's ``site/build``."""
+    from ..reporting.asset import site_folder
+
+    built = Path(site_folder("build"))
+    return (built if built.is_absolute() else REPO_ROOT / built) / "index.html"
+
+
 def _only_problem(only: Sequence[str]) -> str | None:
     """Why ``--only`` names something that is not an experiment, or None."""
     from ..experiments import BY_ID
@@ -407,7 +416,7 @@ def after_run(
         report_job.execute_in_process(instance=instance, run_config=config, raise_on_error=False)
     backend = run_config["resources"]["settings"]["config"].get("backend")
     print(outcome_table(defs, latest_evaluations(defs, instance, backend), [*failed_steps, *crashed_steps]))
-    site = REPO_ROOT / "site" / "build" / "index.html"
+    site = built_site_index()
     if site.exists():
         print(f"report site: {site}  (serve with: python -m http.server -d {site.parent} 8000)")
     print(f"browse runs and assets: DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev")
