@@ -57,6 +57,14 @@ alike:
   value of that output, as returned and nudged one ULP up, down and at random (a tie decided by a
   rounding is not judged). Upcasting that only makes values more accurate changes no class and
   passes both.
+
+  Left unjudged, because no order of legitimate roundings fixes them: the index a max pool, argmax or
+  max over a dim gives among tied NaNs, and a max pool's among equal maxima (+0 and -0 included;
+  overlapping windows are tested apart), with what follows from it; the sign of a zero from a
+  reduction, a pool, an interpolation or a norm (a sum's zero takes its accumulator's sign); and a
+  remainder whose every quotient exceeds 1/u, which the jittered runs then measure instead of calling
+  it a jump. The jittered runs move a result below fp64 by at least its own dtype's rounding (a float16
+  part cast from a bool holds float16 in the reference too).
 """
 
 from __future__ import annotations
