@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from dispatch_faults import register_faults
 
 from precisionkit.repro import Case, Input, reproduces
 from precisionkit.repro_rules import CHECKS
@@ -25,45 +25,15 @@ VARIANCE = (
 )
 
 
-class _SumFault(TorchDispatchMode):
-    """Every aten sum of a nonzero fp32 result moved by ``move``: another order of its additions, or
-    a wrong kernel."""
-
-    def __init__(self, move: Any) -> None:
-        super().__init__()
-        self.move = move
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if func._schema.name == "aten::sum" and out.dtype == torch.float32 and bool((out != 0).all()):
-            return self.move(out)
-        return out
-
-
 FAULTS = {
     "pk_test_fp32_sum_one_ulp": lambda t: torch.nextafter(t, torch.full_like(t, float("inf"))),
     "pk_test_fp32_sum_one_percent": lambda t: t * 1.01,
 }
-
-
-def _register() -> None:
-    from torch._dynamo import list_backends, register_backend
-
-    known = set(list_backends(exclude_tags=()))
-    for name, move in FAULTS.items():
-        if name not in known:
-
-            def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], move: Any = move) -> Any:
-                def run(*args: Any) -> Any:
-                    with _SumFault(move):
-                        return gm(*args)
-
-                return run
-
-            register_backend(compiler_fn=backend, name=name)
-
-
-_register()
+# every aten sum of a nonzero fp32 result: another order of its additions, or a wrong kernel
+register_faults(
+    FAULTS,
+    lambda func, out: func._schema.name == "aten::sum" and out.dtype == torch.float32 and bool((out != 0).all()),
+)
 
 
 def _case(backend: str) -> Case:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from dispatch_faults import register_faults
 
 from precisionkit.repro import Case, Input, reproduces
 from precisionkit.repro_rules import CHECKS
@@ -75,44 +75,12 @@ def test_an_argmaxs_finite_tie_stays_judged() -> None:
 CAST_PART = "def graph(b):\n    h = b.to(torch.float16) * 0.3 + 0.7\n    return torch.log_softmax(h, -1).double()\n"
 
 
-class _Fp16Fault(TorchDispatchMode):
-    """Every aten _log_softmax of a float16 result moved by ``move``."""
-
-    def __init__(self, move: Any) -> None:
-        super().__init__()
-        self.move = move
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if func._schema.name == "aten::_log_softmax" and out.dtype == torch.float16:
-            return self.move(out)
-        return out
-
-
 FAULTS = {
     "pk_test_fp16_part_one_ulp": lambda t: torch.nextafter(t, torch.full_like(t, float("inf"))),
     "pk_test_fp16_part_one_percent": lambda t: t * 1.01,
 }
-
-
-def _register() -> None:
-    from torch._dynamo import list_backends, register_backend
-
-    known = set(list_backends(exclude_tags=()))
-    for name, move in FAULTS.items():
-        if name not in known:
-
-            def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], move: Any = move) -> Any:
-                def run(*args: Any) -> Any:
-                    with _Fp16Fault(move):
-                        return gm(*args)
-
-                return run
-
-            register_backend(compiler_fn=backend, name=name)
-
-
-_register()
+# every aten _log_softmax of a float16 result
+register_faults(FAULTS, lambda func, out: func._schema.name == "aten::_log_softmax" and out.dtype == torch.float16)
 
 
 def _cast_case(backend: str) -> Case:
