@@ -9,7 +9,8 @@
 * **A float16 part cast from a bool or an integer.** Such a part is float16 in the fp64 reference too
   (no float input to widen), and the jittered runs now move it by a float16 rounding, not by the
   unit roundoff of the program's float inputs and outputs (opinfo-510510: a bool cast to float16,
-  then log-softmax, returned as float64; one float16 ULP apart was judged at fp64's tolerance). A
+  then log-softmax, returned as float64, and 510708: a bool cast to float16, glu and a power; one float16 ULP
+  apart was judged at fp64's tolerance). A
   difference of 1 % there is still caught."""
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def test_a_float16_part_cast_from_a_bool_one_percent_off_is_caught() -> None:
     assert hit and msg.startswith("output 0: 24 of 24 elements wrong"), msg
 
 
-@pytest.mark.parametrize("seed", [510947, 510510])
+@pytest.mark.parametrize("seed", [510947, 510510, 510708])
 def test_the_campaigns_two_programs_are_clean(seed: int) -> None:
     pytest.importorskip("expecttest")  # torch's op database needs it
     from precisionkit.difftest import generate
