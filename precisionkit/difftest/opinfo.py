@@ -282,7 +282,8 @@ def _commit(st: _State, expr: str, key: str, dtype: str, how: str) -> str | None
         return None
     if op_db()[key].name in _ZERO_SIGN_UNDOCUMENTED and len(eager) == 1 and eager[0].is_floating_point():
         expr = f"{expr} + 0.0"  # both zeros +0.0; every other value as it was
-        raw, eager, ref = _run(expr, st.env), [_run(expr, st.env)], [_run(expr, st.env64)]
+        raw = _run(expr, st.env)
+        eager, ref = [raw], [_run(expr, st.env64)]
     converts = st.mode in _UNDEFINED_CASTS_MODES and op_db()[key].name in _CONVERSIONS
     to_int = any(not t.is_floating_point() and t.dtype != torch.bool for t in eager)
     floats = any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in st.env.values())
