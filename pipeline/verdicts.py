@@ -43,6 +43,17 @@ NOT_APPLICABLE = "not applicable"
 NOT_APPLICABLE_KEY = "not_applicable"
 
 
+def not_applicable_reason(metadata: Mapping[str, Any]) -> str:
+    """The reason a check result records for its experiment not applying to the run's compiler, or "".
+    Only a reason in the stored form counts ("not applicable to <compiler>: <why>"): a check's own metadata
+    that happens to use the key for something else (a list of planted bugs, "none") must not turn a judged
+    check into a skipped one."""
+    value = metadata.get(NOT_APPLICABLE_KEY)
+    value = getattr(value, "value", value)
+    reason = str(value or "")
+    return reason if reason.startswith(NOT_APPLICABLE) else ""
+
+
 @dataclass(frozen=True)
 class Rule:
     """A decision rule stated before the data is seen.
@@ -234,7 +245,7 @@ def check_outcome(
     if outcome not in OUTCOMES:
         raise ValueError(f"check {key}: unknown outcome kind {outcome!r}")
     sev = getattr(severity, "value", severity) or "ERROR"
-    reason = str(meta.get(NOT_APPLICABLE_KEY) or "")
+    reason = not_applicable_reason(meta)
     if reason:
         return CheckOutcome(key, outcome, bool(passed), str(sev), None, 0, reason)
     verdict = None

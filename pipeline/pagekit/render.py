@@ -27,12 +27,12 @@ from ..verdicts import (
     CLAIM,
     INCONCLUSIVE,
     NOT_APPLICABLE,
-    NOT_APPLICABLE_KEY,
     NOT_JUDGED,
     VALIDITY,
     CheckOutcome,
     ExperimentOutcome,
     check_outcome,
+    not_applicable_reason,
     summarize,
 )
 
@@ -225,7 +225,7 @@ class Report:
             evaluation = check_evaluation(self._latest_check_record(check_key))
             # A check of an experiment that does not apply to the run's compiler is stored without a
             # materialization of its asset (the run leaves those assets out): its record stands alone.
-            stands_alone = evaluation is not None and bool(plain_value(evaluation.metadata.get(NOT_APPLICABLE_KEY)))
+            stands_alone = evaluation is not None and bool(not_applicable_reason(evaluation.metadata))
             if evaluation is not None and (record.asset in materialized or stands_alone):
                 if evaluation.passed:
                     record.state = "passed"

@@ -13,7 +13,7 @@ from typing import Any
 from ..compilers import compiler_title
 from ..experiment import Experiment
 from ..pagekit.render import Report
-from ..verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, NOT_APPLICABLE_KEY, NOT_JUDGED, SUPPORTED
+from ..verdicts import CLAIM, CONTRADICTED, INCONCLUSIVE, NOT_APPLICABLE, NOT_JUDGED, SUPPORTED, not_applicable_reason
 from .claims import EXPERIMENTS
 
 BITS, WORSE, WRONG = "bits", "worse than eager", "wrong results"
@@ -67,7 +67,7 @@ def claim_states(report: Report) -> list[ClaimState]:
             elif outcome is None or c.state == "not yet run":
                 state = NOT_RUN
             elif outcome.validity == NOT_APPLICABLE or c.label == NOT_APPLICABLE:
-                state, reason = NOT_APPLICABLE, str(c.metadata.get(NOT_APPLICABLE_KEY) or outcome.verdict)
+                state, reason = NOT_APPLICABLE, not_applicable_reason(c.metadata) or outcome.verdict
             elif outcome.validity == "invalid":
                 state = NOT_JUDGED
             else:

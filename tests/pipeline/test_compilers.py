@@ -185,6 +185,20 @@ def test_not_applicable_is_an_outcome_of_its_own_never_a_pass():
     assert (summarize([na, passed]).validity, summarize([na, passed]).verdict) == ("incomplete", "no claim")
 
 
+def test_a_judged_checks_own_use_of_the_key_does_not_make_it_not_applicable():
+    # The planted-bug matrix once listed its inapplicable bugs under the same metadata key ("none" when
+    # there were none); read as a reason, it turned a supported claim into a skipped one and the whole
+    # Regression experiment into "incomplete" on every compiler.
+    caught = check_outcome(
+        "m:every_planted_bug_caught", True, "WARN", {"verdict": "supported", "not_applicable": "none"}, "claim"
+    )
+    assert caught == CheckOutcome("m:every_planted_bug_caught", "claim", True, "WARN", "supported", 0, "")
+    o = summarize([caught], not_applicable=True)
+    assert (o.validity, o.verdict) == ("valid", "supported")
+    listed = check_outcome("m:x", True, "WARN", {"not_applicable": "mlir_fast_math, reassoc"}, "claim")
+    assert listed.not_applicable == ""
+
+
 def test_not_applicable_records_are_read_per_compiler_and_device():
     from pipeline.definitions import defs
 

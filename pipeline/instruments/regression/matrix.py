@@ -204,7 +204,7 @@ def every_planted_bug_caught(planted_bug_matrix: pl.DataFrame) -> dg.AssetCheckR
     missed = bugs.filter(pl.col("caught") != "yes")
     meta = {
         "bugs": bugs.height,
-        "not_applicable": ", ".join(rows.filter(pl.col("caught") == NOT_APPLICABLE)["bug"].to_list()) or "none",
+        "bugs_not_applicable": ", ".join(rows.filter(pl.col("caught") == NOT_APPLICABLE)["bug"].to_list()) or "none",
         "caught": bugs.height - missed.height,
         "missed": ", ".join(missed["bug"].to_list()) or "none",
         "caught_by": dg.MetadataValue.md(
