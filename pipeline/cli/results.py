@@ -37,6 +37,8 @@ def promote_baseline(
         print(f"promote-baseline: {exc}", file=sys.stderr)
         return 2
     print(f"promoted {', '.join(done.promoted)} of profile {profile} as baseline {done.version} -> {done.folder}")
+    if done.not_applicable:
+        print("left out by design: " + "; ".join(f"{e} ({why})" for e, why in done.not_applicable.items()))
     if done.skipped:
         print("not materialized (left out): " + "; ".join(f"{e}: {', '.join(m)}" for e, m in done.skipped.items()))
     print(f"previous baseline: {done.previous or 'none'} (kept)")

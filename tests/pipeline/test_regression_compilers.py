@@ -88,3 +88,40 @@ def test_promoting_a_compiler_with_nothing_stored_names_its_folder(tmp_path):
     _store(tmp_path, "inductor", _d_table())
     with pytest.raises(baseline.BaselineError, match=r"no stored data for profile 'smoke' at .*smoke/compilers/iree"):
         baseline.promote(tmp_path, "smoke", allow_partial=True, environment=ENV, compiler="iree")
+
+
+def test_a_compilers_baseline_leaves_out_the_experiments_that_do_not_apply_to_it(tmp_path, capsys):
+    from pipeline.cli import main as cli_main
+    from pipeline.instruments.regression.drift import baseline_covers_every_experiment
+
+    _store(tmp_path, "openvino", _d_table())  # B, D and E stored; C1, C3 and E do not apply to OpenVINO
+    skipped = baseline.not_applicable_here("openvino")
+    assert sorted(skipped) == ["C1", "C3", "E"] and baseline.not_applicable_here("inductor") == {}
+    assert all(why.startswith("not applicable to OpenVINO: ") for why in skipped.values())
+    # What is missing for OpenVINO is what applies to it and is not stored: never C1, C3 or E.
+    with pytest.raises(baseline.BaselineError) as refused:
+        baseline.promote(tmp_path, "smoke", environment=ENV, compiler="openvino")
+    named = str(refused.value).split("openvino: ", 1)[1]
+    assert [part.split(":")[0] for part in named.split("; ")] == ["A", "C2", "M"]
+
+    args = ["promote-baseline", "--profile", "smoke", "--data-dir", str(tmp_path), "--backend", "openvino"]
+    assert cli_main([*args, "--allow-partial"]) == 0
+    out = capsys.readouterr().out
+    assert "promoted B, D of profile smoke" in out
+    assert "left out by design: C1 (not applicable to OpenVINO: " in out
+    assert "not materialized (left out): A: " in out and "C1:" not in out.split("not materialized")[1]
+    folder = baseline.current_version(tmp_path, "smoke", "openvino")
+    assert folder is not None
+    entries = baseline.load_manifest(folder)["experiments"]
+    assert entries["E"] == {"status": "not applicable", "reason": skipped["E"]}
+    assert entries["A"]["status"] == "not materialized" and entries["D"]["status"] == "promoted"
+
+    result = _compare(tmp_path, "openvino")
+    presence = result.table.filter(pl.col("kind") == "presence")
+    status = dict(zip(presence["experiment"], presence["status"], strict=True))
+    assert {e: status[e] for e in ("C1", "C3", "E")} == skipped
+    assert status["A"] == "not in baseline, not materialized"
+    check = baseline_covers_every_experiment(result.table)
+    assert check.metadata["not_applicable_to_compiler"].value == "C1, C3, E"
+    gaps = check.metadata["gaps"].value
+    assert "A: not in baseline" in gaps and "C1" not in gaps and "E:" not in gaps

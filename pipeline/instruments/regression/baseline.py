@@ -29,7 +29,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ...experiment import Experiment
+from ...experiment import Experiment, not_applicable
 from ...experiments import EXPERIMENTS as REGISTERED
 from ...files import atomic_path, file_sha256
 from ...storage import HOME_BACKEND, compiler_folder, key_uses_fused_path, read_value
@@ -122,6 +122,12 @@ def load_manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "manifest.json").read_text())
 
 
+def not_applicable_here(compiler: str) -> dict[str, str]:
+    """Experiment with a baseline -> why it does not apply to ``compiler`` (its run stores no tables, so a
+    baseline of that compiler leaves it out with the reason instead of counting it missing)."""
+    return {exp: why for exp, e in _RECORDS.items() if (why := not_applicable(e, compiler)) is not None}
+
+
 def materialization_status(base_dir: str | Path, profile: str, compiler: str = HOME_BACKEND) -> dict[str, list[str]]:
     """Experiment -> its tables ``compiler`` has not stored for ``profile`` (empty list: materialized)."""
     return {
@@ -144,6 +150,7 @@ class Promotion:
     promoted: list[str]
     skipped: dict[str, list[str]] = field(default_factory=dict)
     previous: str | None = None
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
 
 def promote(
@@ -160,7 +167,9 @@ def promote(
     """Copy every experiment's tables that ``compiler`` materialized into a new baseline version of that
     compiler (:func:`baselines_root`) and point its CURRENT at it.
 
-    Refuses (``BaselineError``) when an experiment is not materialized, unless ``allow_partial``.
+    Refuses (``BaselineError``) when an experiment is not materialized, unless ``allow_partial``. An
+    experiment that does not apply to ``compiler`` (:func:`not_applicable_here`) is never missing: the
+    manifest records it as not applicable, with the reason.
     ``provenance_lookup(asset)`` returns the provenance the stored table was produced under and
     where that came from (e.g. a Dagster materialization event); ``environment`` is the promoting
     process's own provenance, kept as the fallback for tables without a recorded one.
@@ -169,8 +178,9 @@ def promote(
     if not source.is_dir():
         raise BaselineError(f"no stored data for profile {profile!r} at {source}: materialize it first")
     status = materialization_status(base_dir, profile, compiler)
-    missing = {exp: m for exp, m in status.items() if m}
-    present = [exp for exp, m in status.items() if not m]
+    skipped = not_applicable_here(compiler)
+    missing = {exp: m for exp, m in status.items() if m and exp not in skipped}
+    present = [exp for exp, m in status.items() if not m and exp not in skipped]
     if not present:
         raise BaselineError(f"no experiment is materialized under {source}; missing tables: {missing}")
     if missing and not allow_partial:
@@ -187,7 +197,9 @@ def promote(
     staging.mkdir()
     experiments: dict[str, Any] = {}
     for exp, assets in BASELINE_ASSETS.items():
-        if exp in missing:
+        if exp in skipped:
+            experiments[exp] = {"status": "not applicable", "reason": skipped[exp]}
+        elif exp in missing:
             experiments[exp] = {"status": "not materialized", "missing": missing[exp]}
         else:
             folders = functools.partial(asset_dir, base_dir, profile, compiler)
@@ -209,7 +221,7 @@ def promote(
     os.replace(staging, root / version)
     with atomic_path(root / "CURRENT") as tmp:
         tmp.write_text(version + "\n")
-    return Promotion(version, root / version, present, missing, previous.name if previous else None)
+    return Promotion(version, root / version, present, missing, previous.name if previous else None, skipped)
 
 
 def _new_version(root: Path, now: datetime) -> str:
@@ -332,10 +344,14 @@ def compare(
         return asset_dir(base_dir, profile, compiler, asset)
 
     status = materialization_status(base_dir, profile, compiler)
+    skipped = not_applicable_here(compiler)
     rows: list[dict[str, Any]] = []
     changed: dict[str, dict[str, tuple[Any, Any]]] = {}
     for exp in BASELINE_ASSETS:
         entry = manifest["experiments"].get(exp, {"status": "not in baseline"})
+        if exp in skipped:  # not run for this compiler, by design (a table left from before is not read)
+            rows.append(row(exp, "(experiment)", "presence", None, None, status=skipped[exp], severity="INFO"))
+            continue
         in_base = entry.get("status") == "promoted"
         in_cur = not status[exp]
         if not in_base and not in_cur:
