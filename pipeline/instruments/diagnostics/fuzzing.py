@@ -164,7 +164,13 @@ FUZZ_RULE = Rule(
 
 
 def judge_fuzz(outcomes: pl.DataFrame) -> tuple[str, str, dict[str, Any]]:
-    """:data:`FUZZ_RULE` on a fuzzer outcomes table: verdict, reason and metadata."""
+    """:data:`FUZZ_RULE` on a fuzzer outcomes table: verdict, reason and metadata.
+
+    Unlike the differential tester's, no mismatch is rerun with the compiler's faithful-casts options: a
+    fuzzed graph runs in one dtype with no cast and has only float outputs, judged against fp64 beyond
+    a margin over eager's own error, so a 16-bit rounding the compiler elides removes error rather than
+    adds it, and no integer or class downstream turns it into a flip. None is by design (the metadata's
+    ``by_design`` is 0)."""
 
     def line(r: dict[str, Any]) -> str:
         return (

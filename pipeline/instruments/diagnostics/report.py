@@ -10,6 +10,7 @@ from ...pagekit.blocks import error_scale
 from ...pagekit.render import Report, markdown_table
 from ...pagekit.repro_page import publish_repro
 from ...scalars import as_number
+from .wrong_results import BY_DESIGN, by_design_rows
 
 
 def details(report: Report, exp: Experiment) -> str:
@@ -67,7 +68,8 @@ def details(report: Report, exp: Experiment) -> str:
 
 
 def difftest_section(diff: pl.DataFrame) -> str:
-    """Programs per generator and class, and every program that did not agree."""
+    """Programs per generator and class, every program that did not agree, and apart from them the
+    mismatches that are by design (clean with the compiler's faithful-casts options), each with why."""
     # The class columns in one order whatever order group_by returns them in: "ok" first, then the rest
     # by name (a page rendered twice from the same stored table reads the same).
     classes = sorted(diff["class"].unique(), key=lambda c: (c != "ok", c))
@@ -79,7 +81,18 @@ def difftest_section(diff: pl.DataFrame) -> str:
         .sort("generator")
     )
     counts = counts.select("generator", *(c for c in classes if c in counts.columns))
-    bad = diff.filter(pl.col("class") != "ok").select("id", "class", "features", "message")
+    bad = diff.filter(~pl.col("class").is_in(["ok", BY_DESIGN])).select("id", "class", "features", "message")
+    apart = by_design_rows(diff).select("id", "features", "message", pl.col("by_design").alias("why by design"))
+    by_design = (
+        f"\n### By design ({apart.height})\n\nMismatches the diff rule flagged that are clean when the program is "
+        "rerun with the compiler's faithful-casts options (Inductor: `emulate_precision_casts`): the compiler "
+        "elides a 16-bit rounding between fused operations, a documented precision increase, and an integer or "
+        "class downstream shows it. They are not counted as wrong results, nor as compared programs.\n\n"
+        + markdown_table(apart)
+        if apart.height
+        else ""
+    )
+    agreed = "agreed" if not apart.height else "not by design agreed"
     return (
         "## Differential tester\n\nRandom programs over float, integer and bool tensors (every input layout, edge "
         "values) and structured attention / norm / GELU / long-reduction programs, judged by the `diff` rule: integer "
@@ -87,7 +100,8 @@ def difftest_section(diff: pl.DataFrame) -> str:
         "rounding noise and eager's own error. Reproduce one with `python -m pipeline.cli repros --make "
         "difftest/<generator>/<seed>/<dtype>`.\n\n"
         + markdown_table(counts)
-        + ("\n" + markdown_table(bad) if bad.height else "\nEvery program agreed with eager and fp64.\n")
+        + ("\n" + markdown_table(bad) if bad.height else f"\nEvery program {agreed} with eager and fp64.\n")
+        + by_design
     )
 
 
