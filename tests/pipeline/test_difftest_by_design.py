@@ -112,10 +112,10 @@ def test_nothing_is_relabelled_where_the_compiler_has_no_faithful_casts_rerun(ba
 
 
 @pytest.mark.slow
-@pytest.mark.isa_sensitive
 def test_an_elided_float16_round_trip_is_relabelled_by_design_by_its_worker_rerun():
     """Two typed programs of the default profile's plan that mismatch on Inductor (2.13, CPU; the same with
-    ATen's AVX-512, AVX2 and default capabilities): 325748 casts to float16 between fused operations,
+    ATen's AVX-512, AVX2 and default capabilities, each checked with a cache of its own when the test was
+    written, so it is not among the tests re-run per capability): 325748 casts to float16 between fused operations,
     which Inductor elides, and an output reads NaN where eager and fp64 read 1.0, clean with
     emulate_precision_casts; 325742 computes 2.0 where eager and fp64 compute 0.0 with or without it (a
     real defect). 325743 ran clean and is not rerun; a float32 program without a 16-bit value is not
