@@ -25,7 +25,7 @@ export DAGSTER_DISABLE_TELEMETRY = 1
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lock setup compilers report test test-fast test-cluster test-cuda test-torch lint benchmark report-time matmul-timing ui clean
+.PHONY: lock setup compilers report test test-fast test-cluster test-cuda test-torch compiler-torch lint benchmark report-time matmul-timing ui clean
 
 $(STAMP): pyproject.toml requirements/torch-cpu.txt requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -138,6 +138,14 @@ test-torch:
 	DAGSTER_HOME=$(CURDIR)/$(TORCH_VENV)/run/home FUSION_DATA_DIR=$(CURDIR)/$(TORCH_VENV)/run/data \
 	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/$(TORCH_VENV)/run/inductor \
 	$(TORCH_VENV)/bin/python -m pipeline.cli report --profile smoke --all
+
+# Which compilers work with torch TORCH: a venv of that release with the openvino and iree extras' pins
+# is built under COMPILER_TORCH_ROOT (outside the repo), probed and deleted; one JSON line per compiler
+# is printed, and appended to OUT if given. Example: make compiler-torch TORCH=2.7 OUT=/tmp/rows.jsonl
+COMPILER_TORCH_ROOT ?= /tmp/compiler-torch
+compiler-torch: $(STAMP)
+	@test -n "$(TORCH)" || { echo "usage: make compiler-torch TORCH=2.7 [OUT=rows.jsonl] (a torch minor release)"; exit 2; }
+	$(BIN)/python scripts/compiler_torch_matrix.py --torch $(TORCH) --root $(COMPILER_TORCH_ROOT) $(if $(OUT),--out $(OUT))
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
