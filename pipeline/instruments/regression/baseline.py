@@ -355,17 +355,8 @@ def compare(
         in_base = entry.get("status") == "promoted"
         in_cur = not status[exp]
         if not in_base and not in_cur:
-            rows.append(
-                row(
-                    exp,
-                    "(experiment)",
-                    "presence",
-                    None,
-                    None,
-                    status="not in baseline, not materialized",
-                    severity="INFO",
-                )
-            )
+            absent = "not in baseline, not materialized"
+            rows.append(row(exp, "(experiment)", "presence", None, None, status=absent, severity="INFO"))
             continue
         if not in_base:
             rows.append(
