@@ -247,11 +247,14 @@ class Report:
 
     def _latest_materialization(self, key: dg.AssetKey) -> Any:
         """The latest materialization of ``key`` by this report's device, or the latest of all
-        local ones when no device is set (then the profile filter below applies as before)."""
-        if self.device_label is None and not self.imported and self.compiler is None:
+        local ones when no device is set (then the profile filter below applies as before). A value that
+        depends on no fused path (S's pools, the planted-bug matrix) is stored once for every compiler:
+        each compiler's copy of the report reads its latest, whichever compiler's run made it."""
+        compiler = self.compiler if self._per_compiler(key) else None
+        if self.device_label is None and not self.imported and compiler is None:
             return self.instance.get_latest_materialization_event(key)
         for r, mat, meta in runs.materializations(self.instance, key, limit=100):
-            if self.compiler is not None and str(meta.get("provenance.backend") or DEFAULT_BACKEND) != self.compiler:
+            if compiler is not None and str(meta.get("provenance.backend") or DEFAULT_BACKEND) != compiler:
                 continue
             if (self.device_label is None and not self.imported) or self._mine(mat.metadata):
                 return r.event_log_entry
@@ -259,21 +262,27 @@ class Report:
 
     def _latest_check_record(self, check_key: dg.AssetCheckKey) -> "AssetCheckExecutionRecord | None":
         """The latest evaluation of ``check_key`` for this report's device: imported evaluations
-        carry their device label; local ones are everything not imported."""
-        if self.device_label is None and not self.imported and self.compiler is None:
+        carry their device label; local ones are everything not imported. A check of a value stored
+        once for every compiler is read as that value is (:meth:`_latest_materialization`)."""
+        compiler = self.compiler if self._per_compiler(check_key.asset_key) else None
+        if self.device_label is None and not self.imported and compiler is None:
             return self.instance.get_latest_asset_check_evaluation_record(check_key)
         for r in self.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=100):
             data = check_evaluation(r)
             if data is None or not self._mine(data.metadata, is_check=True):
                 continue
-            if self.compiler is not None:
+            if compiler is not None:
                 backend, _, _ = evaluation_compiler(
                     self.instance, check_key, r.run_id, data.metadata, self._run_settings
                 )
-                if backend != self.compiler:
+                if backend != compiler:
                     continue
             return r
         return None
+
+    def _per_compiler(self, key: dg.AssetKey) -> bool:
+        """Whether ``key``'s value is stored per compiler (it depends on the fused path)."""
+        return uses_fused_path(getattr(self.graph.get(key), "tags", None))
 
     def outcome(self, group: str) -> ExperimentOutcome | None:
         """The experiment's run validity, claim verdict and findings (None when nothing ran)."""

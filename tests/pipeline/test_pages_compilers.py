@@ -206,3 +206,41 @@ def test_a_failed_step_of_one_compilers_run_is_not_lent_to_the_other_compilers_c
     assert inductor.failed == {} and openvino.failed == {group: "boom"}
     assert {s.state for s in claim_states(inductor) if s.exp.id == "C1"} == {"supported"}
     assert {s.state for s in claim_states(openvino) if s.exp.id == "C1"} == {"failed"}
+
+
+def test_a_value_stored_once_for_every_compiler_is_read_in_each_compilers_column(tmp_path):
+    """The planted-bug matrix is stored once (it depends on no fused path) and was made in Inductor's run;
+    OpenVINO's Regression reads it too, so its column is complete: valid, not "incomplete". Its own
+    baseline comparison is still read from OpenVINO's records only."""
+    from pipeline.definitions import defs
+
+    instance = dg.DagsterInstance.ephemeral()
+    regression = experiment("Regression")
+
+    def evaluate(asset: str, backend: str, verdict: str) -> None:
+        prov = {"provenance.backend": backend, "provenance.profile": "smoke"}
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, metadata=prov))
+        for checks_def in regression.checks():
+            for key in checks_def.check_keys:
+                if key.asset_key.to_user_string() != asset:
+                    continue
+                outcome = (checks_def.get_spec_for_check_key(key).metadata or {}).get("outcome", "validity")
+                meta = {**prov, "outcome": outcome, **({"verdict": verdict} if outcome == "claim" else {})}
+                instance.report_runless_asset_event(
+                    dg.AssetCheckEvaluation(asset_key=key.asset_key, check_name=key.name, passed=True, metadata=meta)
+                )
+
+    evaluate("planted_bug_matrix", "inductor", "supported")
+    evaluate("baseline_comparison", "inductor", "supported")
+    evaluate("baseline_comparison", "openvino", "supported")
+    report = Report(instance, defs.resolve_asset_graph(), tmp_path / "smoke", tmp_path / "docs", "smoke", "", "cpu")
+    for backend in ("inductor", "openvino"):
+        column = report.for_compiler(backend)
+        outcome = column.outcome(regression.group)
+        assert outcome is not None and (outcome.validity, outcome.verdict) == ("valid", "supported"), backend
+        states = {c.name: c.state for c in column.checks_of(regression.group)}
+        assert states["every_planted_bug_caught"] == states["no_moves_against_baseline"] == "passed"
+    # A value that depends on the fused path is never lent: IREE, with no comparison of its own, has none.
+    iree = report.for_compiler("iree")
+    assert {c.name: c.state for c in iree.checks_of(regression.group)}["no_moves_against_baseline"] == "not yet run"
+    assert {c.name: c.state for c in iree.checks_of(regression.group)}["every_planted_bug_caught"] == "passed"
