@@ -54,7 +54,7 @@ from __future__ import annotations
 from .campaign import fuzz
 from .features import _FEATURE_PATTERNS, VOCABULARY, features_of
 from .generator import generate, plan, threads_for
-from .isolation import Isolated
+from .isolation import Isolated, WorkerPool
 from .program import CLASSES, FLOAT_DTYPES, GENERATORS, Program
 from .runner import Outcome, run
 
@@ -67,6 +67,7 @@ __all__ = [
     "Isolated",
     "Outcome",
     "Program",
+    "WorkerPool",
     "features_of",
     "fuzz",
     "generate",

@@ -4,7 +4,10 @@ program, not the campaign."""
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..repro import Case
@@ -123,6 +126,79 @@ class Isolated:
             self.proc = None
 
     def __enter__(self) -> Isolated:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class WorkerPool:
+    """Up to ``workers`` worker interpreters (:class:`Isolated`, each started with ``setup`` when first
+    needed) that stay warm across calls of :meth:`run`: a step that runs its programs and then reruns
+    some of them (with other options) pays for each interpreter's start once."""
+
+    def __init__(self, setup: str = "", workers: int = 1, timeout: float = 600.0) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.setup, self.workers, self.timeout = setup, workers, timeout
+        self.started: list[Isolated] = []
+        self._idle: queue.SimpleQueue[Isolated] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+
+    def _take(self) -> Isolated:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:  # a thread only asks when fewer than ``workers`` are busy: start one
+            worker = Isolated(self.setup, self.timeout)
+            self.started.append(worker)
+        return worker
+
+    def _one(self, case: Case, backend: str, threads: int | None) -> Outcome:
+        worker = self._take()
+        try:
+            return worker.run(case, backend, threads)
+        finally:
+            self._idle.put(worker)
+
+    def run(
+        self,
+        jobs: Sequence[tuple[Case, int | None]],
+        backend: str = "inductor",
+        log: Callable[[Outcome], None] | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """The outcome of each (case, threads) of ``jobs``, in their order (``log`` sees each in that
+        order), at most ``workers`` side by side. ``return_exceptions``: a job whose worker failed
+        outright (it could not start, or answered with an error) gives its exception in its place
+        instead of raising it."""
+        import concurrent.futures
+
+        out: list[Any] = []
+        if not jobs:
+            return out
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
+            futures = [pool.submit(self._one, case, backend, threads) for case, threads in jobs]
+            for future in futures:
+                try:
+                    out.append(future.result())
+                except Exception as exc:
+                    if not return_exceptions:
+                        raise
+                    out.append(exc)
+                    continue
+                if log:
+                    log(out[-1])
+        return out
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.close()
+        self.started.clear()
+        self._idle = queue.SimpleQueue()
+
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

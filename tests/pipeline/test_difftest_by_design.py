@@ -16,6 +16,7 @@ from pipeline.instruments.diagnostics.difftesting import (
 from pipeline.instruments.diagnostics.fuzzing import judge_fuzz
 from pipeline.instruments.diagnostics.report import difftest_section
 from pipeline.verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
+from precisionkit import difftest
 from precisionkit.backends import get_adapter
 
 REASON = "Inductor's elided 16-bit rounding: clean with emulate_precision_casts"
@@ -131,7 +132,12 @@ def test_an_elided_float16_round_trip_is_relabelled_by_design_by_its_worker_reru
         }
     )
     seen: list[str] = []
-    out, meta = relabel_by_design(table, "inductor", "cpu", log=seen.append)
+    with difftest.WorkerPool() as pool:  # as in the step: the programs, then their reruns, in one interpreter
+        found = difftest.fuzz([("typed", 325742), ("typed", 325748)], isolated=True, pool=pool)
+        assert [o.klass for o in found] == ["mismatch", "mismatch"]
+        pid = pool.started[0].proc.pid
+        out, meta = relabel_by_design(table, "inductor", "cpu", pool=pool, log=seen.append)
+        assert len(pool.started) == 1 and pool.started[0].proc.pid == pid
     assert out["class"].to_list() == ["mismatch", "ok", "by_design", "mismatch"]
     assert out["by_design"].to_list() == ["", "", REASON, ""]
     assert out["faithful_rerun"].to_list() == ["mismatch", "", "ok", NO_16_BIT]

@@ -15,8 +15,7 @@ into standalone reproducers. Every program runs on the run's device (on CUDA, In
 a third of the programs from the ``gpu`` generator). Feeds §6.1.
 """
 
-import concurrent.futures
-import threading
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -102,26 +101,22 @@ def difftest_outcomes(context: dg.AssetExecutionContext) -> pl.DataFrame:
     # One worker interpreter per core: a program's cost is its compile, host work, on any device
     # (pipeline.compile_pool.pool_size).
     workers = pool_size(settings.torch_device(), len(todo), compile_bound=True)
-    outcomes = difftest.fuzz(
-        todo,
-        backend=settings.backend,
-        log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}"),
-        isolated=True,
-        setup=_WORKER_SETUP,
-        device=str(settings.torch_device()),
-        workers=workers,
-    )
-    rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
-    seconds = time.perf_counter() - start
-    table = pl.DataFrame(rows, schema=SCHEMA)
-    table, rerun = relabel_by_design(
-        table,
-        settings.backend,
-        str(settings.torch_device()),
-        setup=_WORKER_SETUP,
-        workers=lambda n: pool_size(settings.torch_device(), n, compile_bound=True),
-        log=context.log.info,
-    )
+    # One pool for the programs and their faithful-casts reruns: each worker interpreter starts once.
+    with difftest.WorkerPool(_WORKER_SETUP, workers) as pool:
+        outcomes = difftest.fuzz(
+            todo,
+            backend=settings.backend,
+            log=lambda o: progress.advance(note=f"{o.case.id}: {o.klass}"),
+            isolated=True,
+            device=str(settings.torch_device()),
+            pool=pool,
+        )
+        rows = [{**o.row(), "seed": seed} for o, (_, seed) in zip(outcomes, todo, strict=True)]
+        seconds = time.perf_counter() - start
+        table = pl.DataFrame(rows, schema=SCHEMA)
+        table, rerun = relabel_by_design(
+            table, settings.backend, str(settings.torch_device()), pool=pool, log=context.log.info
+        )
     counts = Counter(table["class"].to_list())
     context.add_output_metadata(
         {
@@ -182,48 +177,21 @@ def _sixteen_bit(case: Any) -> bool:
     return "float16" in case.source or any("float16" in i.dtype for i in case.inputs)
 
 
-def _rerun(jobs: list[tuple[Any, int | None]], backend: str, setup: str, workers: int) -> list[tuple[str, str]]:
-    """(class, message) of each (case, threads) of ``jobs`` run in worker interpreters (``workers`` side
-    by side, each started with ``setup``); a worker that fails outright gives ("failed", why)."""
-    mine = threading.local()
-    started: list[difftest.Isolated] = []
-    lock = threading.Lock()
-
-    def one(case: Any, threads: int | None) -> tuple[str, str]:
-        worker = getattr(mine, "worker", None)
-        if worker is None:
-            worker = mine.worker = difftest.Isolated(setup)
-            with lock:
-                started.append(worker)
-        try:
-            o = worker.run(case, backend, threads)
-        except Exception as exc:  # noqa: BLE001 - the rerun is evidence about one row, not the step's end
-            return "failed", f"{type(exc).__name__}: {str(exc)[:200]}"
-        return o.klass, o.message
-
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            return list(pool.map(lambda job: one(*job), jobs))
-    finally:
-        for worker in started:
-            worker.close()
-
-
 def relabel_by_design(
     table: pl.DataFrame,
     backend: str,
     device: str,
     *,
-    setup: str = "",
-    workers: Callable[[int], int] = lambda n: 1,
+    pool: difftest.WorkerPool | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """``table`` (the tester's outcomes) with every "mismatch" rerun once, in worker interpreters, with
     ``backend``'s faithful-casts options (:func:`faithful_casts`) merged over the program's own: one the
     rerun finds clean becomes class :data:`BY_DESIGN` with its reason in ``by_design`` (its message stays
     the rule's), and each rerun's class is in ``faithful_rerun``. Nothing is relabelled where the
-    compiler has no such options (the metadata's ``faithful_casts`` says why). ``workers(n)``: worker
-    interpreters for ``n`` reruns. Returns the table and the step's metadata of the reruns."""
+    compiler has no such options (the metadata's ``faithful_casts`` says why). ``pool``: the worker
+    interpreters that ran the programs (one of its own, of one worker, when None). Returns the table and
+    the step's metadata of the reruns."""
     table = table.with_columns(pl.lit("").alias("by_design"), pl.lit("").alias("faithful_rerun"))
     adapter, options, why = faithful_casts(backend, device)
     meta: dict[str, Any] = {"faithful_casts": why or options_text(options or {})}
@@ -250,8 +218,16 @@ def relabel_by_design(
         jobs.append((case.with_(options=tuple(sorted(merged.items()))), difftest.threads_for(gen, seed)))
         where.append(i)
     start = time.perf_counter()
-    n_workers = workers(len(jobs)) if jobs else 0
-    for i, (klass, message) in zip(where, _rerun(jobs, backend, setup, n_workers), strict=True):
+    with contextlib.ExitStack() as stack:
+        if pool is None and jobs:
+            pool = stack.enter_context(difftest.WorkerPool())
+        done = pool.run(jobs, backend, return_exceptions=True) if pool is not None else []
+    n_workers = min(pool.workers, len(jobs)) if pool is not None else 0
+    for i, o in zip(where, done, strict=True):
+        # A worker that fails outright gives ("failed", why): the rerun is evidence about one row, not the step's end.
+        failed = isinstance(o, Exception)
+        klass = "failed" if failed else o.klass
+        message = f"{type(o).__name__}: {str(o)[:200]}" if failed else o.message
         reruns[i] = klass if klass in ("ok", "mismatch") else f"{klass}: {message[:200]}"
         if klass == "ok":
             classes[i], by_design[i] = BY_DESIGN, reason
