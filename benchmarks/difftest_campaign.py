@@ -9,6 +9,7 @@ compiler, left out) and writes ``index.json`` / ``index.md`` and one folder per 
 
     .venv/bin/python benchmarks/difftest_campaign.py --backend openvino --programs 300 --base 905000
     .venv/bin/python benchmarks/difftest_campaign.py --backend iree --programs 300 --base 906000
+    .venv/bin/python benchmarks/difftest_campaign.py --minimize-from results/campaigns/<date>-iree --minimize-checks 15
 
 The rule that judged a finding is read from its message: ``fp64`` (fused against eager and the
 fp64 reference), ``dtype-faithful`` (a class change against the reference rounded per op to the
@@ -69,13 +70,15 @@ def value_class(message: str) -> str:
 
 def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: int) -> dict[str, Any]:
     """One finding minimized (a mismatch), written as a reproducer file, rerun in a fresh interpreter:
-    its row of the campaign's index."""
+    its row of the campaign's index. A crash, and a mismatch one of whose candidates crashed the
+    worker, are written as found (``"minimized": false``)."""
     from precisionkit.repro import for_backend, run_script, write
 
     # a crash's outcome holds the program as generated (the worker died before it could say how it
     # compiled it): the reproducer must compile with the campaign's compiler, not the default Inductor
     case, message, t0 = for_backend(o.case, backend), o.message, time.perf_counter()
     small = worker.minimize(case, minimize_checks) if o.klass == "mismatch" else None
+    seconds = time.perf_counter() - t0  # the minimizing alone, not the rerun below
     if small is not None:
         case, message = small[0], small[1]
     folder = out / case.id
@@ -90,7 +93,8 @@ def _reproduce(worker: Any, o: Any, backend: str, out: Path, minimize_checks: in
         "minimized_message": message,
         "lines_before": o.case.source.count("\n"),
         "lines_after": case.source.count("\n"),
-        "minimize_seconds": round(time.perf_counter() - t0, 1),
+        "minimized": small is not None,
+        "minimize_seconds": round(seconds, 1),
         "rerun": rerun.status,
         "rerun_returncode": rerun.returncode,
         "rerun_line": rerun.last_line[:300],
@@ -138,28 +142,97 @@ def finish_unminimized(log: Path, out: Path, backend: str) -> int:
                 "verdict": "",
             }
         )
-        kept = sum(1 for r in index["findings"] if r.get("minimized", True))
-        index["findings_reproduced"] = f"{len(index['findings'])} of {len(found)} ({kept} minimized)"
-        (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+        _save_reproduced(out, index, len(found))
         print(f"  {case.id}: unminimized, rerun {rerun.status}", flush=True)
+    return 0
+
+
+def _save_reproduced(out: Path, index: dict[str, Any], found: int) -> None:
+    """index.json with its count of findings reproduced (of ``found``) and of those minimized."""
+    kept = sum(1 for r in index["findings"] if r.get("minimized", True))
+    index["findings_reproduced"] = f"{len(index['findings'])} of {found} ({kept} minimized)"
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def minimize_unminimized(out: Path, backend: str, minimize_checks: int) -> int:
+    """The mismatches a stopped campaign wrote as found (``--finish-from``), minimized in place: each
+    regenerated from its generator and seed, minimized in a worker interpreter and written again by
+    the main loop's :func:`_reproduce` (its folder's reproducer, rerun in a fresh interpreter, and a
+    new index row in the old one's place), index.json saved after each, so a stop loses none done.
+    The classifier's reruns of the file as found are dropped with its old row (and from reruns.json):
+    the classifier reruns the new one. A row whose minimizing was tried (its seconds recorded) and
+    crashed the worker stays as found and is not tried again; a crash is not minimized (nor is it in
+    the main loop)."""
+    from types import SimpleNamespace
+
+    from precisionkit import difftest
+
+    index = json.loads((out / "index.json").read_text())
+    rows = index["findings"]
+    found = int(str(index.get("findings_reproduced", "")).split(" (")[0].rpartition(" of ")[2] or len(rows))
+    todo = [
+        k
+        for k, r in enumerate(rows)
+        if r["class"] == "mismatch" and not r.get("minimized", True) and not r.get("minimize_seconds")
+    ]
+    print(f"{backend}: {len(todo)} findings of {out.name} to minimize", flush=True)
+    reruns = out / "reruns.json"
+    with difftest.Isolated() as worker:
+        for n, k in enumerate(todo):
+            row = rows[k]
+            gen, seed = row["id"].split("-")[0], int(row["id"].split("-")[1])
+            case = difftest.generate(seed, gen)
+            if case.id != row["id"]:
+                raise SystemExit(f"{row['id']}: its generator and seed give {case.id} now (the generator changed)")
+            print(f"  {n + 1}/{len(todo)}", end="", flush=True)
+            rows[k] = _reproduce(
+                worker,
+                SimpleNamespace(case=case, klass="mismatch", message=row["message"]),
+                backend,
+                out,
+                minimize_checks,
+            )
+            if reruns.exists():
+                saved = json.loads(reruns.read_text())
+                if saved.pop(row["id"], None) is not None:
+                    reruns.write_text(json.dumps(saved, indent=2) + "\n")
+            _save_reproduced(out, index, found)
+            print(
+                f"    {rows[k]['lines_before']} -> {rows[k]['lines_after']} lines in {rows[k]['minimize_seconds']} s",
+                flush=True,
+            )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="inductor", help="adapter (inductor, openvino, iree, a user's) or backend")
+    ap.add_argument("--backend", default=None, help="adapter (inductor, openvino, iree, a user's) or backend")
     ap.add_argument("--programs", type=int, default=300)
-    ap.add_argument("--base", type=int, required=True, help="first seed (record it: a campaign's seeds are used once)")
+    ap.add_argument("--base", type=int, help="first seed (record it: a campaign's seeds are used once)")
     ap.add_argument("--out", default=None, help="default results/campaigns/<date>-<backend>")
-    ap.add_argument("--minimize-checks", type=int, default=40)
+    ap.add_argument("--minimize-checks", type=int, default=None, help="default 40 (--minimize-from: the campaign's)")
     ap.add_argument("--throughput-only", action="store_true", help="run the programs and print the throughput only")
     ap.add_argument(
         "--finish-from", default=None, help="a stopped campaign's log: write its other findings unminimized"
     )
+    ap.add_argument(
+        "--minimize-from", default=None, help="a campaign's folder: minimize the findings it wrote as found, in place"
+    )
     ns = ap.parse_args(argv)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
+    if ns.minimize_from:
+        out = Path(ns.minimize_from).resolve()  # reruns run in its folders
+        index = json.loads((out / "index.json").read_text())
+        if ns.backend not in (None, index["backend"]):
+            ap.error(f"{out} is a campaign against {index['backend']}, not {ns.backend}")
+        checks = index.get("minimize_checks", 40) if ns.minimize_checks is None else ns.minimize_checks
+        return minimize_unminimized(out, index["backend"], checks)
+    ns.backend = ns.backend or "inductor"
+    ns.minimize_checks = 40 if ns.minimize_checks is None else ns.minimize_checks
     if ns.finish_from:
         return finish_unminimized(Path(ns.finish_from), Path(ns.out).resolve(), ns.backend)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="difftest-campaign-"))
+    if ns.base is None:
+        ap.error("the campaign's first seed (--base) is needed")
     from precisionkit import difftest
     from precisionkit.backends import compile_target
 
