@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 import random
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,10 @@ from .opinfo_guards import (
     _ZERO_SIGN_UNDOCUMENTED,
     _beyond_phase,
     _computed_float,
+    _guarded_call,
     _names_in,
+    _nan_masked,
+    _run,
 )
 from .opinfo_ops import (
     _CONVERSIONS,
@@ -82,7 +84,7 @@ from .opinfo_ops import (
     family,
     op_db,
 )
-from .opinfo_samples import Slot, Template, _call, _number, _Unwritable, templates
+from .opinfo_samples import Slot, Template, _number, _Unwritable, templates
 from .program import Program, _layout
 
 __all__ = [
@@ -248,12 +250,6 @@ def _into_domain(st: _State, expr: str, op: Any, dtype: torch.dtype) -> tuple[st
     return f"({_number(float(hi))} - {expr}.abs())", "inside"  # type: ignore[arg-type]
 
 
-def _run(expr: str, env: dict[str, Any]) -> Any:
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        return eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
-
-
 def _usable(value: Any) -> list[torch.Tensor] | None:
     items = list(value) if isinstance(value, (tuple, list)) else [value]
     if not items or not all(isinstance(t, torch.Tensor) for t in items):
@@ -356,7 +352,8 @@ def _op_step(st: _State, head: str | None, keys: Sequence[str], key: str | None 
                 names.append(_literal(slot))
             else:
                 names.append(_new_input(st, slot.shape, slot.dtype, slot.values))
-        out = _commit(st, _call(t, names, st.p.device), key, dtype, "op")
+        call = _guarded_call(st, op.name, t, names)  # None: not drawn (see .opinfo_guards)
+        out = _commit(st, call, key, dtype, "op") if call is not None else None
     except Exception:  # noqa: BLE001 - an input or call this sample cannot have: drawn again
         out = None
     if out is None:  # undo the inputs this step made
@@ -411,6 +408,7 @@ def _scalar_step(st: _State, head: str, binaries: Sequence[str]) -> str | None:
         expr = f"{head}.{name}({scalar})"
     else:
         return None
+    expr = _nan_masked(op.name, head, expr, have.is_floating_point(), value)
     out = _commit(st, expr, key, dtype, "scalar")
     if out is not None:
         st.p.features.add("python_scalar")

@@ -5,13 +5,23 @@ the campaign finding that showed the need."""
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from .opinfo_samples import Template, _call
+
 
 def _names_in(text: str) -> set[str]:
     return set(re.findall(r"\bv\d+\b", text))
+
+
+def _run(expr: str, env: dict[str, Any]) -> Any:
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        return eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
 
 
 #: periodic ops: of an argument whose ULP exceeds 1 (|x| beyond 1 / eps of its dtype) no digit of the
@@ -82,3 +92,31 @@ def _computed_float(st: Any, expr: str) -> bool:
     return any(
         isinstance(st.env[n], torch.Tensor) and st.env[n].is_floating_point() for n in _names_in(expr) if n in st.env
     )
+
+
+#: special polynomials whose kernel returns an uninitialized value for a NaN argument: ATen's
+#: ``*_polynomial_*_forward`` (ATen/native/Math.h, which Inductor's C++ calls as well) declares ``T r;``
+#: and runs its recurrence only while ``!isnan(q)``, q being NaN at once for NaN x, so for a degree of 2
+#: or more it returns r unset (campaign e: 550382, laguerre_polynomial_l(nan, 2) eager 0.0, Inductor
+#: 122.9; 550470, chebyshev_polynomial_w(nan, 7)). chebyshev_polynomial_t sets r = x first and the
+#: hermite polynomials run their loop unguarded: NaN, judged. The step is written
+#: ``torch.where(torch.isnan(x), x, ...)``: NaN where x is NaN, every other element as it was
+_UNSET_AT_NAN = {
+    "special.laguerre_polynomial_l",
+    "special.legendre_polynomial_p",
+    *(f"special.{s}chebyshev_polynomial_{k}" for s in ("", "shifted_") for k in "tuvw"),
+} - {"special.chebyshev_polynomial_t"}
+
+
+def _nan_masked(name: str, x: str, call: str, floating: bool, degree: float | None = None) -> str:
+    """``call`` (the op ``name`` of ``x``) with NaN where ``x`` is NaN, where the op leaves it unset
+    (``degree``: the degree where it is a scalar; below 2 the kernel returns before its loop)."""
+    if name not in _UNSET_AT_NAN or not floating or (degree is not None and int(degree) < 2):
+        return call
+    return f"torch.where(torch.isnan({x}), {x}, {call})"
+
+
+def _guarded_call(st: Any, name: str, t: Template, names: Sequence[str]) -> str | None:
+    """The call of the op ``name`` (sample ``t`` of ``names``) as the step writes it."""
+    floating = getattr(torch, t.slots[0].dtype).is_floating_point
+    return _nan_masked(name, names[0], _call(t, names, st.p.device), floating)

@@ -1,0 +1,68 @@
+"""Guards of the opinfo generator against false alarms of campaign e, each a program whose result the
+compiler does not decide:
+
+* 550382 and 550470: laguerre_polynomial_l and chebyshev_polynomial_w of NaN return an uninitialized
+  variable (ATen's kernel runs its recurrence only while its first term is not NaN and returns the unset
+  result). The step is written ``torch.where(torch.isnan(x), x, ...)``: NaN there, every other element
+  judged. 550783's softshrink of NaN (Inductor 0.0, a real defect) before such a polynomial is still caught.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("expecttest")  # torch's op database needs it
+
+from precisionkit.difftest import generate
+from precisionkit.difftest.opinfo_guards import _nan_masked, _run
+from precisionkit.repro import reproduces
+
+# --------------------------------------------------------------------------------------- polynomials
+
+
+@pytest.mark.parametrize(
+    ("seed", "line"),
+    [
+        (550382, "v7 = torch.where(torch.isnan(v5), v5, torch.special.laguerre_polynomial_l(v5, 2.0))"),
+        (550470, "v5 = torch.where(torch.isnan(v4), v4, torch.special.chebyshev_polynomial_w(v4, 7.0))"),
+    ],
+)
+def test_a_polynomial_of_nan_is_nan(seed: int, line: str) -> None:
+    case = generate(seed, "opinfo")
+    assert f"    {line}" in case.source.splitlines()
+    found, message = reproduces(case)
+    assert not found, message
+
+
+def test_the_mask_keeps_every_value_but_the_unset_ones() -> None:
+    x = torch.tensor([float("nan"), 0.5, float("inf"), -2.0, 0.0], dtype=torch.float64)
+    for op in (
+        "laguerre_polynomial_l",
+        "legendre_polynomial_p",
+        "chebyshev_polynomial_w",
+        "shifted_chebyshev_polynomial_t",
+    ):
+        call = f"torch.special.{op}(x, 3.0)"
+        masked = _nan_masked(f"special.{op}", "x", call, True, 3.0)
+        assert masked == f"torch.where(torch.isnan(x), x, {call})"
+        got, plain = _run(masked, {"x": x}), _run(call, {"x": x})
+        assert got[0].isnan()
+        torch.testing.assert_close(got[1:], plain[1:], rtol=0.0, atol=0.0, equal_nan=True)
+
+
+def test_only_an_unset_result_is_masked() -> None:
+    call = "torch.special.laguerre_polynomial_l(x, 1.0)"
+    assert _nan_masked("special.laguerre_polynomial_l", "x", call, True, 1.0) == call  # returns before the loop
+    assert _nan_masked("special.laguerre_polynomial_l", "x", call, False, 2.0) == call  # an integer x is no NaN
+    for op in ("special.chebyshev_polynomial_t", "special.hermite_polynomial_h", "special.hermite_polynomial_he"):
+        assert _nan_masked(op, "x", call, True, 5.0) == call  # they set their result: NaN, judged
+
+
+def test_softshrink_of_nan_before_a_polynomial_is_still_caught() -> None:
+    """550783: softshrink of NaN is 0.0 compiled (a real defect); laguerre_polynomial_l of it is now NaN
+    in eager, as the fp64 run, and 1 in Inductor."""
+    case = generate(550783, "opinfo")
+    assert "torch.where(torch.isnan(v4), v4, torch.special.laguerre_polynomial_l(v4, 2.0))" in case.source
+    found, message = reproduces(case)
+    assert found and "eager nan" in message and "fp64 nan" in message, message
