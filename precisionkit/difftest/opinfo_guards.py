@@ -4,6 +4,7 @@ the campaign finding that showed the need."""
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Sequence
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .opinfo_samples import Template, _call
+from .opinfo_samples import Template, _call, _number
 
 
 def _names_in(text: str) -> set[str]:
@@ -94,6 +95,31 @@ def _computed_float(st: Any, expr: str) -> bool:
     )
 
 
+#: solves and inverses by LU of the matrix the chain feeds: of an exactly or nearly singular matrix
+#: (the generator's repeat of a short value into a square makes equal rows) which pivot comes out
+#: exactly zero, hence inf or NaN and the info code, follows one rounding: campaign e's 551020
+#: (solve_ex of matrices of rank 3, eager's own solve_ex of Inductor's matrix, one logaddexp2 a last
+#: bit apart, gives Inductor's inf/NaN pattern and info exactly). Where the matrix's condition number
+#: (in float64) times its dtype's epsilon exceeds 1e-3, the step adds c times the identity, c the power
+#: of two above twice the largest absolute row sum plus 1: the sum is strictly diagonally dominant,
+#: its condition number in the row-sum norm below 3, and every value of the solve judged
+_SOLVES = {"linalg.solve", "linalg.solve_ex", "linalg.inv", "linalg.inv_ex"}
+
+
+def _well_posed(st: Any, a: str) -> str | None:
+    """The matrix ``a`` as the solve's step writes it: as it is, shifted, or None (not drawn)."""
+    m = _run(a, st.env)
+    square = isinstance(m, torch.Tensor) and m.dim() >= 2 and m.shape[-1] == m.shape[-2] > 0
+    if not (square and m.is_floating_point() and bool(torch.isfinite(m).all())):
+        return a
+    if float(torch.linalg.cond(m.double()).max()) * torch.finfo(m.dtype).eps <= 1e-3:
+        return a
+    c = 2.0 ** math.ceil(math.log2(2 * float(m.double().abs().sum(-1).max()) + 1))
+    if c > torch.finfo(m.dtype).max / 4:
+        return None
+    return f"({a} + {_number(c)} * torch.eye({m.shape[-1]}, device={st.p.device!r}))"
+
+
 #: special polynomials whose kernel returns an uninitialized value for a NaN argument: ATen's
 #: ``*_polynomial_*_forward`` (ATen/native/Math.h, which Inductor's C++ calls as well) declares ``T r;``
 #: and runs its recurrence only while ``!isnan(q)``, q being NaN at once for NaN x, so for a degree of 2
@@ -117,6 +143,13 @@ def _nan_masked(name: str, x: str, call: str, floating: bool, degree: float | No
 
 
 def _guarded_call(st: Any, name: str, t: Template, names: Sequence[str]) -> str | None:
-    """The call of the op ``name`` (sample ``t`` of ``names``) as the step writes it."""
+    """The call of the op ``name`` (sample ``t`` of ``names``) as the step writes it, or None where
+    the step is not drawn: a matrix the shift cannot make well posed."""
+    names = list(names)
+    if name in _SOLVES:
+        shifted = _well_posed(st, names[0])
+        if shifted is None:
+            return None
+        names[0] = shifted
     floating = getattr(torch, t.slots[0].dtype).is_floating_point
     return _nan_masked(name, names[0], _call(t, names, st.p.device), floating)

@@ -5,9 +5,15 @@ compiler does not decide:
   variable (ATen's kernel runs its recurrence only while its first term is not NaN and returns the unset
   result). The step is written ``torch.where(torch.isnan(x), x, ...)``: NaN there, every other element
   judged. 550783's softshrink of NaN (Inductor 0.0, a real defect) before such a polynomial is still caught.
+* 551020: solve_ex of singular matrices (equal rows, from a repeat) whose inf/NaN pattern follows which
+  pivot one rounding makes exactly zero. A matrix whose condition number is beyond its dtype's precision
+  gets a diagonal shift that makes it strictly diagonally dominant; campaigns d and e hold no real defect of
+  a solve or an inverse to check against.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,8 +21,17 @@ import torch
 pytest.importorskip("expecttest")  # torch's op database needs it
 
 from precisionkit.difftest import generate
-from precisionkit.difftest.opinfo_guards import _nan_masked, _run
-from precisionkit.repro import reproduces
+from precisionkit.difftest.opinfo_guards import _nan_masked, _run, _well_posed
+from precisionkit.repro import Case, reproduces
+
+
+def _line_of(case: Case, call: str) -> str:
+    return next(line for line in case.source.splitlines() if call in line)
+
+
+def _state(env: dict[str, torch.Tensor]) -> SimpleNamespace:
+    return SimpleNamespace(env=env, p=SimpleNamespace(device="cpu"))
+
 
 # --------------------------------------------------------------------------------------- polynomials
 
@@ -66,3 +81,38 @@ def test_softshrink_of_nan_before_a_polynomial_is_still_caught() -> None:
     assert "torch.where(torch.isnan(v4), v4, torch.special.laguerre_polynomial_l(v4, 2.0))" in case.source
     found, message = reproduces(case)
     assert found and "eager nan" in message and "fp64 nan" in message, message
+
+
+# --------------------------------------------------------------------------------------- solves
+
+
+def test_seed_551020_solves_a_shifted_matrix() -> None:
+    case = generate(551020, "opinfo")
+    assert [o["op"] for o in case.extra["ops"]][-1] == "linalg.solve_ex"
+    line = _line_of(case, "torch.linalg.solve_ex(")
+    assert "reshape((2, 2, 5, 5)) + 32.0 * torch.eye(5, device='cpu')), f3)" in line
+    found, message = reproduces(case)
+    assert not found, message
+
+
+def test_a_singular_matrix_is_shifted_well_away_from_singular() -> None:
+    values = torch.tensor([0.5, -1.25, 3.0, 2.0, -0.75, 1.5, 4.0, -2.5, 0.25, 1.0, -3.5, 2.75, 0.125, -1.0, 3.25])
+    singular = values.repeat(7)[:100].reshape(2, 2, 5, 5)  # rows repeat every 3: rank 3, as 551020's
+    assert int(torch.linalg.matrix_rank(singular.double()).max()) == 3
+    shifted = _well_posed(_state({"a": singular}), "a")
+    assert (
+        shifted == "(a + 32.0 * torch.eye(5, device='cpu'))"
+    )  # 32 > 2 * 10.625 + 1, 10.625 the largest absolute row sum
+    m = _run(shifted, {"a": singular}).double()
+    assert float(torch.linalg.cond(m).max()) < 4.0
+    off = m.abs().sum(-1) - m.diagonal(dim1=-2, dim2=-1).abs()
+    assert bool((m.diagonal(dim1=-2, dim2=-1).abs() > off).all())  # strictly diagonally dominant
+
+
+def test_a_well_posed_or_nonfinite_matrix_is_left_as_it_is() -> None:
+    well = torch.tensor([[2.0, 1.0], [1.0, 3.0]])
+    assert _well_posed(_state({"a": well}), "a") == "a"
+    nonfinite = torch.tensor([[1.0, 1.0], [1.0, float("nan")]])
+    assert _well_posed(_state({"a": nonfinite}), "a") == "a"
+    huge = torch.tensor([[3e38, 3e38], [3e38, 3e38]])  # no shift fits in float32: not drawn
+    assert _well_posed(_state({"a": huge}), "a") is None
