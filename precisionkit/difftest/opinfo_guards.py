@@ -95,6 +95,34 @@ def _computed_float(st: Any, expr: str) -> bool:
     )
 
 
+#: convolutions: each output is a sum of products, accumulated in float32 for 16-bit operands. Where a
+#: product or a partial sum overflows the accumulator, which outputs come out +inf, -inf or NaN follows
+#: the kernel's order of summation, which follows the memory layout: campaign e's 550077 (a bfloat16
+#: conv2d of values near 1e37 and 3e32, products near 1e69) gives an inf in all 27 outputs in eager (8 of
+#: them against the sign of the float64 value), NaN in 11 on the channels_last copy Inductor hands the
+#: same kernel (eager on that copy too) and NaN in 26 with mkldnn off. Not drawn where the largest output
+#: of the convolution of the operands' magnitudes (non-finite values as 0: an inf's own products have a
+#: class no order changes) reaches half the accumulator's range; float16 operands never do (65504
+#: squared, times any number of terms a sample has, is far inside float32)
+_ACCUMULATES = {f"nn.functional.conv{t}{d}d" for t in ("", "_transpose") for d in (1, 2, 3)}
+
+
+def _may_overflow(st: Any, t: Template, names: Sequence[str]) -> bool:
+    """Whether a partial sum of the convolution ``t`` of ``names`` may overflow its accumulator."""
+    values = [_run(n, st.env) for n in names]
+    if not (isinstance(values[0], torch.Tensor) and values[0].is_floating_point()):
+        return False
+    acc = torch.float32 if values[0].itemsize < 4 else values[0].dtype
+    env = {
+        f"_m{k}": torch.where(torch.isfinite(v), v.abs(), 0.0).double()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+        else v
+        for k, v in enumerate(values)
+    }
+    bound = _run(_call(t, list(env), st.p.device), env)
+    return not float(bound.max()) < torch.finfo(acc).max / 2
+
+
 #: solves and inverses by LU of the matrix the chain feeds: of an exactly or nearly singular matrix
 #: (the generator's repeat of a short value into a square makes equal rows) which pivot comes out
 #: exactly zero, hence inf or NaN and the info code, follows one rounding: campaign e's 551020
@@ -144,7 +172,9 @@ def _nan_masked(name: str, x: str, call: str, floating: bool, degree: float | No
 
 def _guarded_call(st: Any, name: str, t: Template, names: Sequence[str]) -> str | None:
     """The call of the op ``name`` (sample ``t`` of ``names``) as the step writes it, or None where
-    the step is not drawn: a matrix the shift cannot make well posed."""
+    the step is not drawn: a convolution that may overflow, a matrix the shift cannot make well posed."""
+    if name in _ACCUMULATES and _may_overflow(st, t, names):
+        return None
     names = list(names)
     if name in _SOLVES:
         shifted = _well_posed(st, names[0])

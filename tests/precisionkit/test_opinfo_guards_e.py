@@ -1,6 +1,10 @@
 """Guards of the opinfo generator against false alarms of campaign e, each a program whose result the
 compiler does not decide:
 
+* 550077: a bfloat16 conv2d whose products (near 1e69) overflow its float32 accumulator, so that which
+  outputs are +inf, -inf or NaN follows the kernel's order of summation, hence the memory layout (eager on
+  Inductor's channels_last copy gives Inductor's NaNs). A convolution whose operands' magnitudes may
+  overflow the accumulator is not drawn; one inside the range is, and stays judged.
 * 550382 and 550470: laguerre_polynomial_l and chebyshev_polynomial_w of NaN return an uninitialized
   variable (ATen's kernel runs its recurrence only while its first term is not NaN and returns the unset
   result). The step is written ``torch.where(torch.isnan(x), x, ...)``: NaN there, every other element
@@ -21,8 +25,10 @@ import torch
 pytest.importorskip("expecttest")  # torch's op database needs it
 
 from precisionkit.difftest import generate
-from precisionkit.difftest.opinfo_guards import _nan_masked, _run, _well_posed
-from precisionkit.repro import Case, reproduces
+from precisionkit.difftest.opinfo import _make
+from precisionkit.difftest.opinfo_guards import _may_overflow, _nan_masked, _run, _well_posed
+from precisionkit.difftest.opinfo_samples import templates
+from precisionkit.repro import Case, Input, reproduces
 
 
 def _line_of(case: Case, call: str) -> str:
@@ -31,6 +37,72 @@ def _line_of(case: Case, call: str) -> str:
 
 def _state(env: dict[str, torch.Tensor]) -> SimpleNamespace:
     return SimpleNamespace(env=env, p=SimpleNamespace(device="cpu"))
+
+
+def _magnitudes(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: torch.where(torch.isfinite(t), t.abs(), 0.0).double() for k, t in tensors.items()}
+
+
+# --------------------------------------------------------------------------------------- convolution
+
+
+def test_seed_550077_draws_a_convolution_that_cannot_overflow() -> None:
+    case = generate(550077, "opinfo")
+    assert case.extra["mode"] == "huge" and case.extra["dtype"] == "bfloat16"
+    assert case.extra["ops"][0]["op"] == "nn.functional.conv2d"  # still its first op, other operands
+    call = _line_of(case, "F.conv2d(").split(" = ", 1)[1]
+    assert call == "F.conv2d(f0, f1, f2, groups=4, stride=(3, 2))"
+    inputs = {i.name: t for i, t in zip(case.inputs, _make(case.inputs), strict=True)}
+    bound = _run(call, _magnitudes(inputs))  # every product and partial sum is below it, in any order
+    assert float(bound.max()) < torch.finfo(torch.float32).max / 2
+    found, message = reproduces(case)
+    assert not found, message
+
+
+def _conv_operands(scales: tuple[float, float, float], dtype: str) -> dict[str, torch.Tensor]:
+    """The campaign's operands of 550077's conv2d (its seeds and layouts), at ``scales``."""
+    specs = [
+        ((1, 3, 4, 4), 322836343, "strided"),
+        ((3, 3, 3, 3), 322844262, "contiguous"),
+        ((3,), 322852181, "contiguous"),
+    ]
+    inputs = [
+        Input(f"f{k}", shape, dtype, seed, layout, scale, "normal")
+        for k, ((shape, seed, layout), scale) in enumerate(zip(specs, scales, strict=True))
+    ]
+    return {i.name: t for i, t in zip(inputs, _make(inputs), strict=True)}
+
+
+def test_a_convolution_whose_products_overflow_its_accumulator_is_not_drawn() -> None:
+    t = templates("nn.functional.conv2d", "bfloat16")[0]  # 550077's sample: stride (2, 2), padding 2
+    assert [s.shape for s in t.slots] == [(1, 3, 4, 4), (3, 3, 3, 3), (3,)]
+    names = ["f0", "f1", "f2"]
+    as_found = _conv_operands((5.296142795705524e36, 3.232509030581985e32, 1.0), "bfloat16")
+    assert _may_overflow(_state(as_found), t, names)  # products near 1e69
+    huge_input = _conv_operands((float(torch.finfo(torch.bfloat16).max) / 4, 1.0, 1.0), "bfloat16")
+    assert _may_overflow(_state(huge_input), t, names)  # the huge mode's largest input, plain weights
+    inside = _conv_operands((3.2e32, 1.0, 1.0), "bfloat16")
+    assert not _may_overflow(_state(inside), t, names)
+    # float16 operands accumulate in float32: 65504 squared times 27 is far inside it
+    t16 = templates("nn.functional.conv2d", "float16")[0]
+    assert not _may_overflow(_state(_conv_operands((6e4, 6e4, 6e4), "float16")), t16, names)
+    # an inf operand's products are inf of a sign fixed by the operands: their sum's class is no order's
+    nonfinite = _conv_operands((1.0, 1.0, 1.0), "bfloat16")
+    nonfinite["f0"][0, 0, 0, 0] = float("inf")
+    assert not _may_overflow(_state(nonfinite), t, names)
+
+
+def test_a_convolution_of_a_real_defect_stays_as_it_was() -> None:
+    """No real defect of a convolution itself is among campaigns d and e; 550824 holds one after a
+    conv_transpose2d (multilabel_margin_loss's -1 target), in signed_zero mode: unchanged, still caught."""
+    case = generate(550824, "opinfo")
+    assert _line_of(case, "F.conv_transpose2d(")
+    assert [o["op"] for o in case.extra["ops"]] == [
+        "nn.functional.conv_transpose2d",
+        "nn.functional.multilabel_margin_loss",
+    ]
+    found, message = reproduces(case)
+    assert found and "eager 0.78" in message and "fused (inductor) 3.2" in message, message
 
 
 # --------------------------------------------------------------------------------------- polynomials
