@@ -154,6 +154,17 @@ def _save_reproduced(out: Path, index: dict[str, Any], found: int) -> None:
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
+def _program_changed(case: Any, as_found: Path) -> bool:
+    """Whether the program its generator gives now (``case``) is another than the one a finding's
+    folder holds as found (``case.json``: source or inputs), e.g. a generator fixed since the campaign
+    ran; False where the folder holds none."""
+    if not as_found.exists():
+        return False
+    found = json.loads(as_found.read_text())
+    now = json.loads(json.dumps(case.to_json()))
+    return any(found.get(k) != now.get(k) for k in ("source", "inputs"))
+
+
 def minimize_unminimized(out: Path, backend: str, minimize_checks: int) -> int:
     """The mismatches a stopped campaign wrote as found (``--finish-from``), minimized in place: each
     regenerated from its generator and seed, minimized in a worker interpreter and written again by
@@ -162,7 +173,8 @@ def minimize_unminimized(out: Path, backend: str, minimize_checks: int) -> int:
     The classifier's reruns of the file as found are dropped with its old row (and from reruns.json):
     the classifier reruns the new one. A row whose minimizing was tried (its seconds recorded) and
     crashed the worker stays as found and is not tried again; a crash is not minimized (nor is it in
-    the main loop)."""
+    the main loop). A program the generator now writes otherwise than the folder's as-found one is
+    minimized as the generator writes it now, its row marked ``"program_changed": true``."""
     from types import SimpleNamespace
 
     from precisionkit import difftest
@@ -184,7 +196,10 @@ def minimize_unminimized(out: Path, backend: str, minimize_checks: int) -> int:
             case = difftest.generate(seed, gen)
             if case.id != row["id"]:
                 raise SystemExit(f"{row['id']}: its generator and seed give {case.id} now (the generator changed)")
-            print(f"  {n + 1}/{len(todo)}", end="", flush=True)
+            changed = _program_changed(case, out / row["id"] / "case.json")
+            print(
+                f"  {n + 1}/{len(todo)}{' (the generator changed its program)' if changed else ''}", end="", flush=True
+            )
             rows[k] = _reproduce(
                 worker,
                 SimpleNamespace(case=case, klass="mismatch", message=row["message"]),
@@ -192,6 +207,8 @@ def minimize_unminimized(out: Path, backend: str, minimize_checks: int) -> int:
                 out,
                 minimize_checks,
             )
+            if changed:
+                rows[k]["program_changed"] = True
             if reruns.exists():
                 saved = json.loads(reruns.read_text())
                 if saved.pop(row["id"], None) is not None:

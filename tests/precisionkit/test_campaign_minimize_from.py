@@ -51,7 +51,7 @@ def test_findings_written_as_found_are_minimized_in_place(tmp_path: Path, monkey
     assert row["lines_before"] == case.source.count("\n") > row["lines_after"]
     assert row["message"] == found["message"] and "elements wrong" in row["minimized_message"]
     assert row["rerun"] == "reproduces" and row["verdict"] == ""  # the classifier judges the new file
-    assert "precision_knob" not in row and "flush_denormal" not in row
+    assert "precision_knob" not in row and "flush_denormal" not in row and "program_changed" not in row
     assert json.loads((tmp_path / "reruns.json").read_text()) == {done["id"]: reruns[done["id"]]}
     assert index["findings_reproduced"] == "3 of 4 (2 minimized)"
     small = json.loads((tmp_path / case.id / "case.json").read_text())
@@ -62,3 +62,14 @@ def test_findings_written_as_found_are_minimized_in_place(tmp_path: Path, monkey
     before = (tmp_path / "index.json").read_text()
     assert c.minimize_unminimized(tmp_path, "pk_test_garbage_one", 6) == 0
     assert (tmp_path / "index.json").read_text() == before
+
+
+def test_a_program_the_generator_now_writes_otherwise_is_told_apart(tmp_path: Path) -> None:
+    c = _campaign()
+    case = for_backend(difftest.generate(SEED, "typed"), "pk_test_garbage_one")
+    assert not c._program_changed(case, tmp_path / "none" / "case.json")
+    path = write(case, tmp_path / case.id).with_name("case.json")
+    assert not c._program_changed(case, path)
+    found = json.loads(path.read_text())
+    path.write_text(json.dumps({**found, "source": found["source"].replace("\n    return", " + 0.0\n    return", 1)}))
+    assert c._program_changed(case, path)
