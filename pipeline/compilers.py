@@ -137,14 +137,29 @@ def outcomes_by_compiler(
     such an experiment is ``invalid``, ``step failed: <step>`` among its invalid checks): a not-applicable
     experiment reads validity ``not applicable`` and its reason as verdict. Experiments with neither an
     evaluation nor a failed step there are left out. Failed steps name no device: they count for every
-    device of their compiler (device ``""`` when the compiler has no evaluation at all)."""
+    device of their compiler (device ``""`` when the compiler has no evaluation at all). A check of a value
+    stored once for every compiler (it depends on no fused path: S's pools, the planted-bug matrix) counts
+    for every compiler on its device with its newest evaluation, whichever compiler's run made it, as the
+    site reads it."""
     from .experiments import EXPERIMENTS
+    from .storage import uses_fused_path
 
     graph = defs.resolve_asset_graph()
     group_of = {e.group: e.id for e in EXPERIMENTS}
     out: dict[tuple[str, str], dict[str, ExperimentOutcome]] = {}
     failed = failed_steps_by_compiler(instance, profile)
     evaluated = latest_evaluations_by_compiler(defs, instance, profile, include_imported)
+    shared: dict[tuple[str, dg.AssetCheckKey], CompilerEvaluation] = {}
+    for (_, device), evaluations in evaluated.items():
+        for item in evaluations:
+            if uses_fused_path(getattr(graph.get(item.check_key.asset_key), "tags", None)):
+                continue
+            newest = shared.get((device, item.check_key))
+            if newest is None or item.timestamp > newest.timestamp:
+                shared[(device, item.check_key)] = item
+    for (backend, device), evaluations in evaluated.items():
+        own = [i for i in evaluations if (device, i.check_key) not in shared]
+        evaluated[(backend, device)] = own + [i for (d, _), i in shared.items() if d == device]
     for backend in failed:
         if not any(b == backend for b, _ in evaluated):
             evaluated[(backend, "")] = []

@@ -414,3 +414,38 @@ def test_a_run_outside_the_cli_stores_an_experiment_that_does_not_apply_as_not_a
     # every check of the experiment has its not-applicable evaluation
     recorded = {e.check_key for e in _all(instance, defs) if e.backend == "openvino"}
     assert recorded == {k for c in exp.checks() for k in c.check_keys}
+
+
+def test_a_check_of_a_value_stored_once_counts_for_every_compiler_on_its_device():
+    """S's pools and the planted-bug matrix depend on no fused path and are stored once; the check of such
+    a value made in Inductor's run counts in OpenVINO's outcomes too, as on the site; a check of a fused
+    value does not."""
+    from pipeline.definitions import defs
+    from pipeline.experiments import EXPERIMENTS
+    from pipeline.storage import uses_fused_path
+
+    graph = defs.resolve_asset_graph()
+    group_of = {e.group: e.id for e in EXPERIMENTS}
+    keys = sorted(graph.asset_check_keys, key=lambda k: k.to_user_string())
+    exp_of = {k: group_of.get(graph.get(k.asset_key).group_name or "") for k in keys}
+    shared = next(k for k in keys if not uses_fused_path(graph.get(k.asset_key).tags) and exp_of[k])
+    fused = next(
+        k
+        for k in keys
+        if uses_fused_path(graph.get(k.asset_key).tags) and exp_of[k] not in (None, "C1", exp_of[shared])
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    for key, device in ((shared, "cpu-a"), (fused, "cpu-a"), (shared, "cpu-b")):
+        meta = {"provenance.backend": "inductor", "provenance.device_label": device, "provenance.profile": "smoke"}
+        instance.report_runless_asset_event(
+            dg.AssetCheckEvaluation(asset_key=key.asset_key, check_name=key.name, passed=True, metadata=meta)
+        )
+    record_not_applicable(
+        instance, EXPERIMENTS, {"C1": OV_C1}, {"backend": "openvino", "device_label": "cpu-a", "profile": "smoke"}
+    )
+    outcomes = outcomes_by_compiler(defs, instance, profile="smoke")
+    assert set(outcomes) == {("inductor", "cpu-a"), ("inductor", "cpu-b"), ("openvino", "cpu-a")}
+    openvino = outcomes["openvino", "cpu-a"]
+    assert openvino[exp_of[shared]] == outcomes["inductor", "cpu-a"][exp_of[shared]]
+    assert exp_of[fused] in outcomes["inductor", "cpu-a"] and exp_of[fused] not in openvino
+    assert openvino["C1"].validity == NOT_APPLICABLE
