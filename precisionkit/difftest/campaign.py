@@ -4,8 +4,10 @@ compiled code crashes, hangs or faults the device costs one program, not the cam
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 
+from ..repro import Case
 from .generator import generate, threads_for
 from .isolation import WorkerPool
 from .runner import Outcome, run
@@ -35,15 +37,22 @@ def fuzz(
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers > 1 and not isolated:
         raise ValueError("workers > 1 needs isolated=True: each worker is an interpreter of its own")
-    jobs = [(generate(seed, gen, device=device), threads_for(gen, seed)) for gen, seed in todo]
+    # Each program is generated when it is its turn: a long plan starts at once, and a deadline that
+    # ``log`` raises stops before the programs after it are made.
+    jobs = [functools.partial(_program, gen, seed, device) for gen, seed in todo]
     if pool is not None:
         return pool.run(jobs, backend, log)
     if isolated:
         with WorkerPool(setup, workers) as own:
             return own.run(jobs, backend, log)
     out = []
-    for case, threads in jobs:
+    for job in jobs:
+        case, threads = job()
         out.append(run(case, backend, threads))
         if log:
             log(out[-1])
     return out
+
+
+def _program(gen: str, seed: int, device: str) -> tuple[Case, int | None]:
+    return generate(seed, gen, device=device), threads_for(gen, seed)

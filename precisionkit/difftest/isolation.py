@@ -132,6 +132,10 @@ class Isolated:
         self.close()
 
 
+#: A program for a worker: a (case, threads), or a function that makes one when a worker is free for it.
+Job = tuple[Case, int | None] | Callable[[], tuple[Case, int | None]]
+
+
 class WorkerPool:
     """Up to ``workers`` worker interpreters (:class:`Isolated`, each started with ``setup`` when first
     needed) that stay warm across calls of :meth:`run`: a step that runs its programs and then reruns
@@ -155,7 +159,8 @@ class WorkerPool:
             self.started.append(worker)
         return worker
 
-    def _one(self, case: Case, backend: str, threads: int | None) -> Outcome:
+    def _one(self, job: Job, backend: str) -> Outcome:
+        case, threads = job() if callable(job) else job
         worker = self._take()
         try:
             return worker.run(case, backend, threads)
@@ -164,22 +169,25 @@ class WorkerPool:
 
     def run(
         self,
-        jobs: Sequence[tuple[Case, int | None]],
+        jobs: Sequence[Job],
         backend: str = "inductor",
         log: Callable[[Outcome], None] | None = None,
         return_exceptions: bool = False,
     ) -> list[Any]:
-        """The outcome of each (case, threads) of ``jobs``, in their order (``log`` sees each in that
-        order), at most ``workers`` side by side. ``return_exceptions``: a job whose worker failed
-        outright (it could not start, or answered with an error) gives its exception in its place
-        instead of raising it."""
+        """The outcome of each job of ``jobs``, a (case, threads) or a function that makes one (called
+        when a worker is free for it, so a long plan is generated as it runs), in their order (``log``
+        sees each in that order), at most ``workers`` side by side. ``return_exceptions``: a job whose
+        worker failed outright (it could not start, or answered with an error) gives its exception in
+        its place instead of raising it. Where ``log`` raises (a deadline, a stop), the jobs not yet
+        started are dropped and the exception goes on once the running ones end."""
         import concurrent.futures
 
         out: list[Any] = []
         if not jobs:
             return out
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
-            futures = [pool.submit(self._one, case, backend, threads) for case, threads in jobs]
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)))
+        try:
+            futures = [pool.submit(self._one, job, backend) for job in jobs]
             for future in futures:
                 try:
                     out.append(future.result())
@@ -190,6 +198,8 @@ class WorkerPool:
                     continue
                 if log:
                     log(out[-1])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return out
 
     def close(self) -> None:

@@ -353,6 +353,33 @@ def test_an_index_that_picks_the_fp64_optimum_among_16bit_ties_is_not_a_mismatch
 
 
 @pytest.mark.slow
+def test_a_stop_raised_by_the_log_ends_the_campaign_before_its_other_programs_are_made(monkeypatch) -> None:
+    """Programs are generated when a worker is free for them, so a deadline (raised by ``log``, as the
+    campaign scripts do) leaves the rest of a long plan unmade: the first program's log stops the plan
+    while the second runs, and the other four are neither made nor run."""
+    from precisionkit.difftest import campaign
+
+    made: list[int] = []
+    real = campaign.generate
+
+    def counted(seed, gen, device="cpu"):
+        made.append(seed)
+        return real(seed, gen, device=device)
+
+    class TimeUp(Exception):
+        pass
+
+    def stop(o) -> None:
+        raise TimeUp(o.case.id)
+
+    monkeypatch.setattr(campaign, "generate", counted)
+    todo = difftest.plan(6)
+    with pytest.raises(TimeUp):
+        difftest.fuzz(todo, isolated=True, log=stop)
+    assert made == [seed for _, seed in todo[:2]]
+
+
+@pytest.mark.slow
 def test_a_campaign_on_two_workers_gives_the_outcomes_of_one() -> None:
     """Side by side (as on an accelerator host, one worker interpreter per core) the outcomes and
     their log come in the plan's order and equal a single worker's."""
