@@ -62,6 +62,7 @@ from .opinfo_guards import (
     _names_in,
     _nan_masked,
     _run,
+    _samples,
 )
 from .opinfo_ops import (
     _CONVERSIONS,
@@ -325,7 +326,7 @@ def _op_step(st: _State, head: str | None, keys: Sequence[str], key: str | None 
         dtype = st.dtype
     else:
         dtype = rng.choice(dtypes)
-    pool = templates(key, dtype)
+    pool = _samples(key, dtype)
     if not pool:
         return None
     if have is not None and rng.random() < 0.7:  # prefer a sample whose first tensor fits as it is

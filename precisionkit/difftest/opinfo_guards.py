@@ -1,9 +1,11 @@
 """Guards of the ``opinfo`` generator's steps (see :mod:`.opinfo`): which steps it does not draw, or
 writes another way, because their result would judge a rounding rather than the compiler. Each names
-the campaign finding that showed the need."""
+the campaign finding that showed the need; and the order in which it takes an op's samples, where
+torch's own order is not the same in every process."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import warnings
@@ -12,7 +14,8 @@ from typing import Any
 
 import torch
 
-from .opinfo_samples import Template, _call, _number
+from .opinfo_ops import op_db
+from .opinfo_samples import Template, _call, _number, templates
 
 
 def _names_in(text: str) -> set[str]:
@@ -183,3 +186,30 @@ def _guarded_call(st: Any, name: str, t: Template, names: Sequence[str]) -> str 
         names[0] = shifted
     floating = getattr(torch, t.slots[0].dtype).is_floating_point
     return _nan_masked(name, names[0], _call(t, names, st.p.device), floating)
+
+
+#: ops whose sample function iterates a set of strings, so its samples come in the order of the
+#: process's string hashes (``PYTHONHASHSEED``, drawn afresh per process): meshgrid's is
+#: ``itertools.product(cases, {'xy', 'ij'})``, which gave seed 550045 ``indexing='xy'`` in one
+#: interpreter and ``'ij'`` in another, as 7 more of seeds 550000-550999 (the samples of every
+#: other op of every dtype came out the same under four hash seeds). Of such an op, each run of
+#: consecutive samples that differ only in a string keyword is sorted by its written form, in place:
+#: the other samples keep their places (a sort of them all would change which sample each draw
+#: takes, and so the program of seeds that drew a meshgrid sample without keeping it), and every
+#: other op's samples keep torch's order, so the programs that did not follow the hash are as they were
+_ORDER_OF_A_SET = {"meshgrid"}
+
+
+def _form(t: Template) -> tuple[Any, ...]:
+    """Sample ``t`` with its keywords' string values left out: the samples a set of strings varies."""
+    kwargs = tuple((k, None if isinstance(v, str) else v) for k, v in t.kwargs)
+    return t.input, t.args, kwargs, t.slots
+
+
+def _samples(key: str, dtype: str) -> list[Template]:
+    """The samples of op ``key`` for ``dtype`` in the order the generator draws from: the same in
+    every process (see :data:`_ORDER_OF_A_SET`)."""
+    pool = templates(key, dtype)
+    if op_db()[key].name not in _ORDER_OF_A_SET:
+        return pool
+    return [t for _, run in itertools.groupby(pool, key=_form) for t in sorted(run, key=repr)]
