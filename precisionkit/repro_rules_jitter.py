@@ -3,8 +3,8 @@
 rounding, a run that turns a moved value into a jump marked), ``jittered`` (per output, the jittered
 runs that did not jump), ``rounded_runs`` (the fp64 run and its runs moved by exactly one rounding per
 step, all up, all down and at random, copies of operands' values left alone) and ``rounding_decided``
-(where an integer, a bool or a float's inf/NaN class is one a rounding decides and fused gives a value a
-moved run gives). Kept apart from the rest of the rule for its length only: it runs where the rule runs.
+(where an integer, a bool, a float's inf/NaN class or its finite value is one a rounding decides and
+fused gives a value a moved run gives). Kept apart from the rest of the rule for its length only: it runs where the rule runs.
 """
 
 JITTER = """class Jitter(torch.overrides.TorchFunctionMode):
@@ -30,6 +30,8 @@ JITTER = """class Jitter(torch.overrides.TorchFunctionMode):
         q = (torch.as_tensor(a, dtype=torch.float64) / torch.as_tensor(b, dtype=torch.float64)).abs()
         return q.numel() > 0 and bool((q > 1 / self.u).all())
     EXACT = {"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit"}  # a factor 1 + d keeps them
+    INTEGRAL = {"floor", "ceil", "trunc", "fix", "sign", "sgn", "round"}  # results no rounding made (round:
+    # without decimals): an integer, which a moved run gives as it is, as every compiler does
     def __init__(self, u, seed, narrow=False, exact=False):
         super().__init__()
         self.u, self.seed, self.gens, self.moved, self.jumped, self.narrow = u, seed, {}, set(), False, narrow
@@ -64,7 +66,9 @@ JITTER = """class Jitter(torch.overrides.TorchFunctionMode):
         if name.endswith("_") or any(
             isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
             for a in args
-        ) or (self.exact and self._copied(out, operands)):
+        ) or (self.exact and self._copied(out, operands)) or (
+            name in self.INTEGRAL and not (kwargs or {}).get("decimals") and len(args) < 2
+        ):
             return out
         g = self.gens.setdefault(str(out.device), torch.Generator(out.device).manual_seed(self.seed))
         d = torch.rand(out.shape, generator=g, dtype=torch.float64, device=out.device)
@@ -109,10 +113,12 @@ def rounded_runs(graph, args, u, runs=3):  # (the fp64 run, its moved runs): eve
 def rounding_decided(graph, args, fused, u, runs=3):  # per output, where fused gives what a rounding
     # decides: a moved run (rounded_runs) gives an integer or a bool another value than the same fp64
     # run unmoved, and fused's value is one of the moved runs' (a float: another class, where either is
-    # an inf or a NaN, and fused's class is a moved run's). The zero pivot of a singular matrix follows
-    # the last bit of its entries, and the sign of the infs its solve gives with it: no measure of the
-    # compiler. An index no moved run gives (an argmax of distinct values), a float's finite value and
-    # its zero's sign stay judged; None where a run fails
+    # an inf or a NaN, and fused's class is a moved run's; or another finite value, where fused's is
+    # exactly a moved run's, as a trunc, floor or round of a value a rounding carries across an
+    # integer). The zero pivot of a singular matrix follows the last bit of its entries, and the sign
+    # of the infs its solve gives with it: no measure of the compiler. An index no moved run gives (an
+    # argmax of distinct values), a finite value no moved run gives and a zero's sign stay judged; None
+    # where a run fails
     got = rounded_runs(graph, args, u, runs)
     if got is None:
         return None
@@ -126,7 +132,9 @@ def rounding_decided(graph, args, fused, u, runs=3):  # per output, where fused 
         e, f = e.cpu().to(f.dtype), f.cpu()
         if f.is_floating_point():
             ke, kf = kind(e), kind(f)
-            hits = [(kind(t.to(f.dtype)) != ke) & (kind(t.to(f.dtype)) == kf) & ((kf >= 3) | (ke >= 3)) for t in same]
+            finite = torch.isfinite(e) & torch.isfinite(f)
+            hits = [((kind(m) != ke) & (kind(m) == kf) & ((kf >= 3) | (ke >= 3))) | (finite & (m != e) & (m == f))
+                    for m in (t.to(f.dtype) for t in same)]
         else:
             hits = [(t.to(f.dtype) != e) & (t.to(f.dtype) == f) for t in same]
         out.append(torch.stack(hits).any(0))

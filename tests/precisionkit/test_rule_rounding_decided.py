@@ -4,9 +4,9 @@ way at random; a run that jumps is kept) is not judged where fused gives a value
 gives. The opinfo campaign's program opinfo-530533-float64 solved a 5x5 matrix of one repeated
 standard deviation: which pivot comes out exactly zero (the solve's ``info``) and the sign of the
 infinities the solve then gives follow the last bit of that deviation. The unit tests use a tie that
-one rounding breaks either way (an argmax, a comparison, the sign of an inf). A float's finite value
-and its zero's sign stay judged, and an integer no rounding moves (an argmax of distinct values) is
-judged as before."""
+one rounding breaks either way (an argmax, a comparison, the sign of an inf), and a trunc of a value a
+rounding carries across an integer. A float's finite value no moved run gives and its zero's sign stay
+judged, and an integer no rounding moves (an argmax of distinct values) is judged as before."""
 
 from __future__ import annotations
 
@@ -114,3 +114,74 @@ def test_lu_pivots_after_a_bilinear_interpolation_that_turns_inf_into_nan_are_st
     inf (the defect of 510788), and lu then pivots on other rows; no rounding gives those pivots."""
     found, message = _campaign(530162)
     assert found and message.startswith("output 0:"), message
+
+
+# --- a float's finite value a rounding decides: trunc, floor, ceil, round of a value near an integer --------
+
+_TRUNC = """def graph(f0):
+    sum_1 = torch.sum(f0, dim = -1, keepdim = True)
+    sub_1 = sum_1 - f0
+    trunc = torch.trunc(sub_1)
+    return trunc
+"""
+
+
+def _trunc_case(backend: str, values: str = "grid") -> Any:
+    from precisionkit.repro import Case
+
+    return Case.from_json(
+        {
+            "id": "typed-474986-float32-min",
+            "source": _TRUNC,
+            "inputs": [
+                {
+                    "name": "f0",
+                    "shape": [2, 63],
+                    "dtype": "float32",
+                    "seed": 393538750,
+                    "layout": "contiguous",
+                    "scale": 4.0,
+                    "values": values,
+                }
+            ],
+            "backend": backend,
+            "rule": "diff",
+            "extra": {"reduction": 63},
+        }
+    )
+
+
+def test_a_trunc_that_a_rounding_carries_across_an_integer_is_not_judged() -> None:
+    """The minimized form of a healthy report's typed-474986: sum - x is -16.9999995 exactly, whose
+    float32 rounding is -17.0. The fused sum rounds to -17.0 and truncates to -17; eager's and fp64's
+    truncate to -16. The moved fp64 runs give -17 too (a trunc's result is an integer no rounding made,
+    so it is not moved itself), so the rule does not judge that element."""
+    from precisionkit.repro import reproduces
+
+    rule = _rule()
+    case = _trunc_case("inductor")
+    scope: dict[str, Any] = {"torch": torch}
+    exec(_TRUNC, scope)
+    from precisionkit.repro import make_inputs
+
+    base, moved = rule["rounded_runs"](scope["graph"], list(make_inputs(case)), 2.0**-24)
+    assert float(base[0][1, 7]) == -16.0 and -17.0 in {float(m[0][1, 7]) for m in moved}
+    assert all(bool((m[0] == m[0].round()).all()) for m in moved)  # integers, as trunc gives
+    found, message = reproduces(case)
+    assert not found, message
+
+
+def test_a_trunc_off_by_one_no_rounding_gives_is_still_judged() -> None:
+    """Control: a fused path whose every trunc is one too low is wrong wherever no moved run takes the
+    value there: at every element of normal inputs (none within a rounding of an integer). Of the grid
+    inputs above, whose sums are often integers exactly, the elements at an integer are free, as a
+    correct compiler's rounding can give either side; the others stay judged."""
+    from dispatch_faults import register_faults
+
+    from precisionkit.repro import reproduces
+
+    register_faults({"pk_test_trunc_minus_one": lambda t: t - 1}, lambda func, out: "trunc" in str(func))
+    found, message = reproduces(_trunc_case("pk_test_trunc_minus_one", "normal"))
+    assert found and message.startswith("output 0: 126 of 126 elements wrong"), message
+    found, message = reproduces(_trunc_case("pk_test_trunc_minus_one"))
+    assert found and message.startswith("output 0: "), message
