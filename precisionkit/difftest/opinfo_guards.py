@@ -90,6 +90,11 @@ _ZERO_SIGN_UNDOCUMENTED |= {"_softmax_backward_data"}
 #: Inductor +0.0 (campaign e's seed 551033, the zero spread by a trunc division to 812 elements)
 _ZERO_SIGN_UNDOCUMENTED |= {"nn.functional.softshrink"}
 
+#: cosine_similarity's zero is a sum's: a row of -0.0 gives a dot product of -0.0 values, -0.0 in IEEE
+#: arithmetic (Inductor) and +0.0 from eager's reduction, which starts at +0.0; torch documents no sign
+#: (campaign f's seed 560576, spread by a scatter_reduce prod to 7 of 50 elements)
+_ZERO_SIGN_UNDOCUMENTED |= {"nn.functional.cosine_similarity"}
+
 
 def _computed_float(st: Any, expr: str) -> bool:
     """Whether ``expr`` reads a float the program computed (a ``v`` name of ``st.env``; inputs are ``f`` names)."""
@@ -133,8 +138,10 @@ def _may_overflow(st: Any, t: Template, names: Sequence[str]) -> bool:
 #: bit apart, gives Inductor's inf/NaN pattern and info exactly). Where the matrix's condition number
 #: (in float64) times its dtype's epsilon exceeds 1e-3, the step adds c times the identity, c the power
 #: of two above twice the largest absolute row sum plus 1: the sum is strictly diagonally dominant,
-#: its condition number in the row-sum norm below 3, and every value of the solve judged
-_SOLVES = {"linalg.solve", "linalg.solve_ex", "linalg.inv", "linalg.inv_ex"}
+#: its condition number in the row-sum norm below 3, and every value of the solve judged. The condition
+#: number of such a matrix too: exactly inf, or one over the rounding noise of its smallest singular value
+#: (campaign f's 560002: rank 2 of 5, eager 7.7e33, compiled inf, then NaN through a renorm)
+_SOLVES = {"linalg.solve", "linalg.solve_ex", "linalg.inv", "linalg.inv_ex", "linalg.cond"}
 
 
 def _well_posed(st: Any, a: str) -> str | None:

@@ -167,6 +167,16 @@ def test_seed_551020_solves_a_shifted_matrix() -> None:
     assert not found, message
 
 
+def test_seed_560002_takes_the_condition_number_of_a_shifted_matrix() -> None:
+    """Campaign f's 560002: the condition number of a rank-2 matrix is inf, or one over the rounding noise
+    of its smallest singular value (eager 7.7e33, compiled inf, NaN after a renorm)."""
+    case = generate(560002, "opinfo")
+    assert [o["op"] for o in case.extra["ops"]][:2] == ["sum", "linalg.cond"]
+    assert _line_of(case, "torch.linalg.cond(").endswith("reshape((2, 5, 5)) + 64.0 * torch.eye(5, device='cpu')))")
+    found, message = reproduces(case)
+    assert not found, message
+
+
 def test_a_singular_matrix_is_shifted_well_away_from_singular() -> None:
     values = torch.tensor([0.5, -1.25, 3.0, 2.0, -0.75, 1.5, 4.0, -2.5, 0.25, 1.0, -3.5, 2.75, 0.125, -1.0, 3.25])
     singular = values.repeat(7)[:100].reshape(2, 2, 5, 5)  # rows repeat every 3: rank 3, as 551020's

@@ -4,8 +4,9 @@ Inductor's choice was flagged twice in campaign d (540552: fmax, 116 of 500 elem
 -0.0; 540944: clamp_max of cholesky's zero upper triangle and an input's -0.0). The same holds for an
 internal op whose formula is not fixed to a zero's sign (540750: _softmax_backward_data, eager's kernel
 out * (grad - sum), Inductor's decomposition grad * out - out * sum), and for softshrink, documented as 0 inside its band,
-where eager gives -0.0 for a small negative input (campaign e's 551033). Adding +0.0 makes both zeros +0.0
-and keeps every other value judged."""
+where eager gives -0.0 for a small negative input (campaign e's 551033), and for cosine_similarity, whose
+zero is a sum of -0.0 values (campaign f's 560576: eager +0.0, Inductor -0.0). Adding +0.0 makes both zeros
++0.0 and keeps every other value judged."""
 
 from __future__ import annotations
 
@@ -44,6 +45,18 @@ def _line_of(case: Case, call: str) -> str:
                 "div.floor_rounding",
                 "nn.functional.softshrink",
                 "div.trunc_rounding",
+            ],
+        ),
+        (
+            560576,
+            "F.cosine_similarity(",
+            [
+                "nn.functional.pad.circular",
+                "linalg.det",
+                "atanh",
+                "special.shifted_chebyshev_polynomial_v",
+                "nn.functional.cosine_similarity",
+                "scatter_reduce.prod",
             ],
         ),
     ],
