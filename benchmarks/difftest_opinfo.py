@@ -79,7 +79,9 @@ def _store_coverage(cases: list[object], out: str) -> None:
     print(f"\ncoverage of the {cov.programs} programs run (table: {path}):\n{cov.summary()}")
 
 
-def _run(n: int, start: int, out: str, warmup: int, minutes: float = 0.0) -> None:
+def _run(
+    n: int, start: int, out: str, warmup: int, minutes: float = 0.0, device: str = "cpu", workers: int = 1
+) -> None:
     import signal
 
     from precisionkit.difftest import Isolated, Outcome, fuzz
@@ -117,7 +119,13 @@ def _run(n: int, start: int, out: str, warmup: int, minutes: float = 0.0) -> Non
                 raise _TimeUp
 
         try:
-            fuzz([("opinfo", s) for s in range(start, start + n)], isolated=True, log=log)
+            fuzz(
+                [("opinfo", s) for s in range(start, start + n)],
+                isolated=True,
+                log=log,
+                device=device,
+                workers=workers,
+            )
         except _TimeUp:
             print(f"time is up: {len(stamps)} of {n} programs run", flush=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -125,7 +133,8 @@ def _run(n: int, start: int, out: str, warmup: int, minutes: float = 0.0) -> Non
     took = time.perf_counter() - t0
     cpu1 = os.times()
     print(f"\n{n} programs in {took:.0f} s wall; classes: {dict(classes)}")
-    print(f"throughput: {60 * n / took:.1f} programs/min on one core (all)")
+    print(f"device: {device}; workers: {workers}")
+    print(f"throughput: {60 * n / took:.1f} programs/min in {workers} worker(s) (all)")
     if len(stamps) > warmup + 1:
         warm = stamps[-1] - stamps[warmup]
         print(f"throughput warm (after {warmup}): {60 * (len(stamps) - warmup - 1) / warm:.1f} programs/min")
@@ -153,18 +162,20 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print eligible and excluded ops")
     ap.add_argument("--coverage", type=int, default=0, help="programs to generate for the coverage summary")
     ap.add_argument("--table", action="store_true", help="with --coverage: programs per 1000 per (op, dtype, mode)")
-    ap.add_argument("--run", type=int, default=0, help="programs to run in one worker")
+    ap.add_argument("--run", type=int, default=0, help="programs to run (in --workers worker interpreters)")
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--warmup", type=int, default=10, help="programs before the warm throughput is measured")
     ap.add_argument("--out", default="/tmp/difftest_opinfo.jsonl", help="JSON lines of the campaign's outcomes")
     ap.add_argument("--minutes", type=float, default=0.0, help="with --run: start no program after this many minutes")
+    ap.add_argument("--device", default="cpu", help="with --run: the device the programs run on (cpu, cuda, ...)")
+    ap.add_argument("--workers", type=int, default=1, help="with --run: worker interpreters side by side")
     ns = ap.parse_args()
     if ns.list:
         _list()
     if ns.coverage:
         _coverage(ns.coverage, ns.start, ns.table)
     if ns.run:
-        _run(ns.run, ns.start, ns.out, ns.warmup, ns.minutes)
+        _run(ns.run, ns.start, ns.out, ns.warmup, ns.minutes, ns.device, ns.workers)
     if not (ns.list or ns.coverage or ns.run):
         ap.error("say --list, --coverage N or --run N")
 
