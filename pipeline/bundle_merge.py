@@ -7,7 +7,8 @@ per device and profile. :func:`merge_bundles` checks each bundle as an import wo
 versions, and writes one bundle in which each asset comes, with its file and its checks'
 evaluations, from the newest bundle that holds it. Every asset keeps its own materialization
 metadata (its source commit included); the manifest lists the bundles it was made from
-(``merged_from``), and its provenance is the newest bundle's.
+(``merged_from``; a bundle merged before contributes its own sessions, so that each asset keeps
+the commit that made it), and its provenance is the newest bundle's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,31 @@ def _same(manifests: list[tuple[Path, dict[str, Any]]], what: str, get: Any) -> 
     if len(values) > 1:
         named = ", ".join(f"{p.name}: {get(m)}" for p, m in manifests)
         raise BundleError(f"cannot merge bundles of different {what} ({named}): import them separately")
+
+
+def _sessions(folder: Path, manifest: dict[str, Any], mine: set[str]) -> list[dict[str, Any]]:
+    """The ``merged_from`` entries of the assets ``mine`` that ``manifest``'s bundle gives the merge.
+
+    A bundle merged before lists its own sessions: each of its assets keeps the session (folder,
+    time and source commit) that made it, rather than taking the merged bundle's newest commit."""
+    sessions = []
+    covered: set[str] = set()
+    for earlier in manifest.get("merged_from", []):
+        kept = sorted(set(earlier["assets"]) & mine)
+        covered.update(earlier["assets"])
+        if kept:
+            sessions.append({**earlier, "assets": kept})
+    rest = sorted(mine - covered)
+    if rest:
+        sessions.append(
+            {
+                "folder": folder.name,
+                "created_at": manifest.get("created_at"),
+                "git_commit": manifest["provenance"].get("git_commit"),
+                "assets": rest,
+            }
+        )
+    return sessions
 
 
 def merge_bundles(bundles: Sequence[Path | str], out: Path | str) -> ExportResult:
@@ -58,13 +84,9 @@ def merge_bundles(bundles: Sequence[Path | str], out: Path | str) -> ExportResul
         "include_tensors": any(m.get("include_tensors", True) for _, m in loaded),
         "max_tensor_bytes": max(int(m.get("max_tensor_bytes", 0)) for _, m in loaded),
         "merged_from": [
-            {
-                "folder": p.name,
-                "created_at": m.get("created_at"),
-                "git_commit": m["provenance"].get("git_commit"),
-                "assets": sorted(r["asset"] for r in m["assets"] if owner[r["asset"]] == i),
-            }
+            session
             for i, (p, m) in enumerate(loaded)
+            for session in _sessions(p, m, {r["asset"] for r in m["assets"] if owner[r["asset"]] == i})
         ],
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,3 +118,26 @@ def test_the_devices_page_names_each_source_commit_of_a_merged_bundle(two_bundle
         page = devices_page([report, *others])
     row = next(line for line in page.splitlines() if line.startswith("| commit |"))
     assert row.endswith(f"| ffffffffffff (S), {first[:12]} (S) |")
+
+
+def test_a_merged_bundle_merged_again_keeps_each_asset_under_the_session_that_made_it(two_bundles, tmp_path):
+    whole, later, _ = two_bundles
+    edited = shutil.copytree(later, tmp_path / "later")  # the second session ran other source
+    manifest = json.loads((edited / "bundle.json").read_text())
+    manifest["provenance"]["git_commit"] = "f" * 40
+    (edited / "bundle.json").write_text(json.dumps(manifest))
+    first_merge = merge_bundles([whole, edited], tmp_path / "first-merge").folder
+    newest = shutil.copytree(later, tmp_path / "newest")  # a third session, of S's self-check again
+    manifest = json.loads((newest / "bundle.json").read_text())
+    manifest["provenance"]["git_commit"], manifest["created_at"] = "e" * 40, "2026-11-29T21:00:00+00:00"
+    (newest / "bundle.json").write_text(json.dumps(manifest))
+    merged = read_manifest(merge_bundles([first_merge, newest], tmp_path / "again").folder)
+    first = read_manifest(whole)
+    sessions = [(m["git_commit"], m["created_at"], len(m["assets"])) for m in merged["merged_from"]]
+    # The first session's assets keep its commit and time, not the first merge's newest; the second
+    # session's only asset was made again by the third, so the second session no longer appears.
+    assert sessions == [
+        (first["provenance"]["git_commit"], first["created_at"], len(first["assets"]) - 1),
+        ("e" * 40, "2026-11-29T21:00:00+00:00", 1),
+    ]
+    assert merged["merged_from"][1]["assets"] == ["toolkit_selfcheck"]
