@@ -122,16 +122,18 @@ H200_GPU = REPO / "results" / "bundles" / "2026-11-27-h200-gpu"
 def test_the_gpu_profile_bundle_shows_its_verdicts_with_their_notes(tmp_path):
     manifest = read_manifest(H200_GPU)
     assert manifest["profile"] == "gpu" and manifest["provenance"]["device_label"] == "NVIDIA H200"
-    # Exported from a source copy with a SOURCE_COMMIT stamp: the recorded commit is the project's. Two
-    # sessions merged (merge-bundles): A, C1-C3, D and M ran ed50613, B and E 3cee6cb (the newest, the manifest's).
+    # Exported from a source copy with a SOURCE_COMMIT stamp: the recorded commit is the project's. Three
+    # sessions merged (merge-bundles, the first two merged before): M ran ed50613, B and E 3cee6cb, and
+    # A, C1-C3, D and the bug finders 89e2ab8 (the newest, the manifest's).
     assert manifest["provenance"]["commit_origin"] == "SOURCE_COMMIT file"
-    assert manifest["provenance"]["git_commit"].startswith("3cee6cb")
+    assert manifest["provenance"]["git_commit"].startswith("89e2ab8")
     sessions = {m["git_commit"][:7]: set(m["assets"]) for m in manifest["merged_from"]}
-    assert {"determinism_summary", "model_verdicts", "data_movement_check_table"} <= sessions["ed50613"]
+    assert sessions["ed50613"] == {"model_divergence", "model_outputs", "model_verdicts"}
     assert {"accumulated_error_summary", "training_deviation"} <= sessions["3cee6cb"]
+    assert {"determinism_summary", "data_movement_check_table", "difftest_outcomes"} <= sessions["89e2ab8"]
     notes = read_notes(H200_GPU)
     assert set(notes["verdict_notes"]) == {"A", "B", "D"} and "B" not in notes["did_not_finish"]
-    assert "E" not in notes["did_not_finish"] and "Diagnostics" in notes["did_not_finish"]
+    assert "E" not in notes["did_not_finish"] and "reproducers" in notes["did_not_finish"]["Diagnostics"]
     graph = defs.resolve_asset_graph()
     data = tmp_path / "data"
     with dg.DagsterInstance.ephemeral() as instance:
@@ -141,13 +143,16 @@ def test_the_gpu_profile_bundle_shows_its_verdicts_with_their_notes(tmp_path):
         (h200,) = here.other_devices
         assert h200.page_suffix == "--nvidia-h200--gpu"
         a, m = experiment("A"), experiment("M")
+        assert h200.verdict(a.group) == "supported"  # the rerun of 2026-11-29; its note says why it changed
         own = experiment_page(h200, a)
         assert "Read this verdict with a note" in own and "false alarm" in own
         assert "Note on NVIDIA H200 (gpu):" in experiment_page(here, a)
         assert "Read this verdict with a note" not in experiment_page(h200, m)
         page = devices_page([here, h200])
         assert "to read with a note" in page and "**D**: A real difference" in page
-        assert "| commit | — | 3cee6cb5c7c0 (S, B, E), ed50613bcfc3 (S, A, C1, C2, C3, D, M) |" in page
+        row = next(line for line in page.splitlines() if line.startswith("| commit |"))
+        assert "89e2ab8108a4 (" in row and "3cee6cb5c7c0 (" in row and "ed50613bcfc3 (" in row
+        assert h200.verdict(experiment("D").group) == "contradicted"
         assert h200.verdict(experiment("B").group) == h200.verdict(experiment("E").group) == "supported"
 
 
