@@ -318,7 +318,7 @@ def _op_step(st: _State, head: str | None, keys: Sequence[str], key: str | None 
     rng = st.p.rng
     key = key or rng.choice(keys)
     op = op_db()[key]
-    dtypes = dtypes_of(op)
+    dtypes = dtypes_of(op, st.p.device)
     have = st.env[head] if head is not None else None
     if have is not None and str(have.dtype).removeprefix("torch.") in dtypes:
         dtype = str(have.dtype).removeprefix("torch.")
@@ -393,7 +393,7 @@ def _scalar_step(st: _State, head: str, binaries: Sequence[str]) -> str | None:
     rng = st.p.rng
     have = st.env[head]
     dtype = str(have.dtype).removeprefix("torch.")
-    keys = [k for k in binaries if dtype in dtypes_of(op_db()[k])]
+    keys = [k for k in binaries if dtype in dtypes_of(op_db()[k], st.p.device)]
     if not keys:
         return None
     key = rng.choice(keys)
@@ -467,7 +467,7 @@ def _program(p: Program, dtype: str | None) -> Case:
         p.inputs, p.lines, p.kinds, p.features, p.reduction = [], [], {}, set(), 1
         st = _State(p, dtype, mode)
         first = keys["module"] if rng.random() < 0.3 else keys["all"]
-        first = [k for k in first if dtype in dtypes_of(op_db()[k])] or first
+        first = [k for k in first if dtype in dtypes_of(op_db()[k], p.device)] or first
         head, anchor = None, _anchor(p.seed + attempt, first)
         for k in range(12):  # the seed's own op first (a few samples of it), then any of ``first``
             head = _op_step(st, None, first, anchor if k < _ANCHOR_TRIES else None)

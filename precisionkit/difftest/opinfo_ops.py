@@ -372,8 +372,10 @@ def _callee(op: Any) -> tuple[str, str] | None:
     return None
 
 
-def dtypes_of(op: Any) -> tuple[str, ...]:
-    supported = op.supported_dtypes("cpu")
+def dtypes_of(op: Any, device: str = "cpu") -> tuple[str, ...]:
+    """The dtypes of :data:`DTYPES` that OpInfo lists for ``op`` on ``device``'s kind (CUDA's
+    lists leave out, e.g., integer ``addmm`` and ``int64`` convolutions, which its kernels lack)."""
+    supported = op.supported_dtypes(torch.device(device).type)
     return tuple(d for d in DTYPES if getattr(torch, d) in supported)
 
 

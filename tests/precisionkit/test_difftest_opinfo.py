@@ -180,3 +180,16 @@ def test_a_special_polynomials_degree_is_not_drawn_where_values_may_be_huge_or_n
         expr = f"torch.special.legendre_polynomial_p(f0, {degree})"
         got = opinfo._commit(st, expr, "special.legendre_polynomial_p", "float32", "scalar")
         assert (got == "v0") is written, mode
+
+
+def test_an_ops_dtypes_are_the_ones_opinfo_lists_for_the_programs_device() -> None:
+    # CUDA's kernels lack integer matmuls, int64 convolutions and 16-bit igammac, which the CPU has:
+    # drawn from the CPU's lists, a CUDA campaign made programs whose eager run raised (20 of 273
+    # on an H200). The lists are OpInfo's data, read without a GPU.
+    db = opinfo.op_db()
+    assert {"int64", "int32"} <= set(opinfo.dtypes_of(db["addmm"]))
+    assert not {"int64", "int32"} & set(opinfo.dtypes_of(db["addmm"], "cuda"))
+    assert "int64" in opinfo.dtypes_of(db["nn.functional.conv2d"], "cpu")
+    assert "int64" not in opinfo.dtypes_of(db["nn.functional.conv2d"], "cuda:1")  # the kind, not the index
+    assert {"float16", "bfloat16"} <= set(opinfo.dtypes_of(db["igammac"]))
+    assert opinfo.dtypes_of(db["igammac"], "cuda") == ("float32", "float64")
