@@ -92,10 +92,15 @@ gpu-source:
 # machine: 9 min 26 s to 11 min 06 s over three runs, where one process took 11 min 58 s. TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
+# OMP_WAIT_POLICY=PASSIVE: two workers, each with an OpenMP team as wide as the machine, oversubscribe its cores,
+# and GNU OpenMP's threads spin after each parallel region on a core the other worker needs. Passive waiting
+# changes no value; on an EPYC with 2 cores (2026-11-29, another process beside) a subset of D's and the tester's
+# tests took 54.0 and 57.4 s against 60.0 and 58.7 s, and two processes of small parallel ops side by side 6-7 s
+# against 19-46 s.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(COMPILERS_STAMP)
 	./scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -m "not heavy and not cluster" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest -m "not heavy and not cluster" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 	PY=$(BIN)/python ./scripts/isa-sensitive-tests.sh
 
 # The scale-out path for real, on this machine: a throwaway Postgres (Dagster's run, event-log and
