@@ -199,16 +199,24 @@ REFERENCE = {"device": ""}
             written = [k for k, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
             if not written:
                 return func(*args, **kwargs)
+            # an op that writes some arguments and returns new tensors (batch norm in training mode
+            # writes its running statistics): its own results, rounded as eager's, not a written argument
+            fresh = bool(schema.returns) and any(r.alias_info is None for r in schema.returns)
+            eager = func(*args, **kwargs) if fresh else None
             try:
-                func(*a64, **k64)
+                o64 = func(*a64, **k64)
             except (RuntimeError, NotImplementedError, TypeError):
-                return func(*args, **kwargs)
+                return eager if fresh else func(*args, **kwargs)
             for k in written:
                 name = schema.arguments[k].name
                 a = args[k] if k < len(args) else kwargs.get(name)
                 b = a64[k] if k < len(a64) else k64.get(name)
                 if low(a):
                     a.copy_(b)
+            if fresh:
+                fe, se = tree.tree_flatten(eager)
+                fo = tree.tree_flatten(o64)[0]
+                return eager if len(fe) != len(fo) else tree.tree_unflatten([self._round(o, e) for o, e in zip(fo, fe)], se)
             first = args[written[0]] if written[0] < len(args) else kwargs.get(schema.arguments[written[0]].name)
             return first
         eager = func(*args, **kwargs)
@@ -243,11 +251,15 @@ def class_changed(e, f, ds, free=None):  # fused's class (a bool's value) differ
     by_value = zero_or_finite(kf) & zero_or_finite(ke) & ((kf == 0) != (ke == 0))
     return (kf != ke) & same & ~by_value & ~free
 class ReductionZeroSigns(torch.utils._python_dispatch.TorchDispatchMode):
-    # an eager run where every zero a reduction returns has the other sign. Whether a sum of zeros is
-    # +0 or -0 is its accumulator's and its order's (+0 + -0 is +0, a sum from a +0 start is +0, a
-    # max or min of +0 and -0 is whichever came first): no program fixes it, so an output whose class
-    # changes with it is not judged on that class. A pointwise op's zero keeps its sign here
-    # (atan2(-0, 1) is -0 by definition, and judged)
+    # an eager run where every zero a reduction returns has the sign given (+0.0 or -0.0). Whether a sum
+    # of zeros is +0 or -0 is its accumulator's and its order's (+0 + -0 is +0, a sum from a +0 start is
+    # +0, a max or min of +0 and -0 is whichever came first): no program fixes it, so an output whose
+    # class changes with it is not judged on that class. Both signs are forced, in two runs, rather than
+    # each zero flipped: two chained reductions would flip a zero twice, back to eager's sign. A
+    # pointwise op's zero keeps its sign here (atan2(-0, 1) is -0 by definition, and judged)
+    def __init__(self, sign=0.0):
+        super().__init__()
+        self.sign = sign
     REDUCTIONS = {"sum", "nansum", "mean", "nanmean", "prod", "cumsum", "cumprod", "logcumsumexp", "mm", "bmm",
                   "addmm", "addmv", "addbmm", "baddbmm", "mv", "dot", "vdot", "amax", "amin", "max", "min",
                   "cummax", "cummin", "median", "nanmedian", "kthvalue", "mode", "trace", "convolution",
@@ -271,21 +283,30 @@ class ReductionZeroSigns(torch.utils._python_dispatch.TorchDispatchMode):
             return out  # max.other and min.other are pointwise
         if name in ("index_put", "_index_put_impl") and not (args[3] if len(args) > 3 else (kwargs or {}).get("accumulate")):
             return out  # a plain index_put writes its values as they are; only accumulate=True sums
-        flip = lambda t: torch.where(t == 0, -t, t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-        return torch.utils._pytree.tree_map(flip, out)
+        force = lambda t: (torch.where(t == 0, torch.full_like(t, self.sign), t)
+                           if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
+        return torch.utils._pytree.tree_map(force, out)
 def reduction_zero_signs(graph, make, eager):  # per output, where its class (a bool's value) changes
-    # when every reduction's zeros change sign; None where that run fails
-    try:
-        with ReductionZeroSigns():
-            flipped = outs(graph(*make()))
-    except Exception:
-        return None
+    # when every reduction's zeros are +0, or when they are all -0; None where a run fails
+    runs = []
+    for sign in (0.0, -0.0):
+        try:
+            with ReductionZeroSigns(sign):
+                runs.append(outs(graph(*make())))
+        except Exception:
+            return None
     out = []
-    for e, d in zip(eager, flipped):
+    for k, e in enumerate(eager):
         e = e.cpu()
-        d = d.cpu() if isinstance(d, torch.Tensor) and d.shape == e.shape and d.dtype == e.dtype else e
-        out.append(kind(d) != kind(e) if e.is_floating_point() else d != e if e.dtype == torch.bool
-                   else torch.zeros(e.shape, dtype=torch.bool))
+        moved = torch.zeros(e.shape, dtype=torch.bool)
+        for run in runs:
+            d = run[k] if k < len(run) else e
+            d = d.cpu() if isinstance(d, torch.Tensor) and d.shape == e.shape and d.dtype == e.dtype else e
+            if e.is_floating_point():
+                moved |= kind(d) != kind(e)
+            elif e.dtype == torch.bool:
+                moved |= d != e
+        out.append(moved)
     return out
 class NaNTies(torch.utils._python_dispatch.TorchDispatchMode):
     # an eager run where an index that names a NaN maximum (minimum) tied with another NaN of its row

@@ -180,10 +180,37 @@ def _nan_masked(name: str, x: str, call: str, floating: bool, degree: float | No
     return f"torch.where(torch.isnan({x}), {x}, {call})"
 
 
+#: ops computed from singular values: eager's call asks LAPACK for the values only, which of a matrix
+#: holding inf or NaN are NaN, but where its input requires a gradient, or in a compiled graph (whose
+#: traced input looks as if it might), it asks for the singular vectors too, and LAPACK then raises
+#: "failed to converge" (campaign g's 580334: linalg.cond of a matrix with +inf; eager NaN, the
+#: compiled program and aot_eager raise). Of a matrix that is not all finite the step is drawn only
+#: where eager's call with the gradient required runs too
+_SINGULAR_VALUES = {"linalg.cond", "linalg.svdvals", "linalg.matrix_norm", "linalg.norm", "norm", "linalg.matrix_rank"}
+
+
+def _singular_vectors_fail(st: Any, t: Template, names: Sequence[str]) -> bool:
+    """Whether the call fails once its matrix (a float, not all finite) requires a gradient."""
+    m = _run(names[0], st.env)
+    if not (isinstance(m, torch.Tensor) and m.is_floating_point()) or bool(torch.isfinite(m).all()):
+        return False
+    env = {**st.env, "_m": m.detach().clone().requires_grad_()}
+    try:
+        with warnings.catch_warnings(), torch.enable_grad():
+            warnings.simplefilter("ignore")
+            eval(_call(t, ["_m", *names[1:]], st.p.device), {"torch": torch, "F": torch.nn.functional}, env)
+    except Exception:  # noqa: BLE001 - whatever it raises, the compiled call may raise it too
+        return True
+    return False
+
+
 def _guarded_call(st: Any, name: str, t: Template, names: Sequence[str]) -> str | None:
     """The call of the op ``name`` (sample ``t`` of ``names``) as the step writes it, or None where
-    the step is not drawn: a convolution that may overflow, a matrix the shift cannot make well posed."""
+    the step is not drawn: a convolution that may overflow, a matrix the shift cannot make well posed,
+    singular values of a matrix with inf or NaN whose singular vectors LAPACK cannot compute."""
     if name in _ACCUMULATES and _may_overflow(st, t, names):
+        return None
+    if name in _SINGULAR_VALUES and _singular_vectors_fail(st, t, names):
         return None
     names = list(names)
     if name in _SOLVES:

@@ -88,3 +88,40 @@ def test_an_index_put_marks_its_zeros_only_when_it_accumulates() -> None:
     # every zero of an accumulating op's result is marked, its untouched element 1 too (the flip
     # does not know which elements it summed): coarser than needed, never judging a summed zero
     assert written.tolist() == [False, False] and summed.tolist() == [True, True]
+
+
+def test_a_zero_two_chained_reductions_return_is_free_in_either_sign() -> None:
+    # campaign g's 580945: a zero a reduction returns feeds another reduction. Flipped at each, its
+    # sign came back to eager's and the element stayed judged; forced to +0 and then to -0, it is free
+    rule = _rule()
+
+    def graph(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = x * 0.0  # -0.0 where x is negative
+        return z.amax(-1, keepdim=True).amax(-1), torch.atan2(z, torch.ones_like(z))
+
+    x = torch.tensor([[-1.0, -2.0], [3.0, -4.0]])
+    eager = list(graph(x))
+    assert str(eager[0][0].item()) == "-0.0"  # the maximum of -0.0 and -0.0, twice
+    chained, pointwise = rule["reduction_zero_signs"](graph, lambda: [x.clone()], eager)
+    assert chained.tolist() == [True, True] and pointwise.tolist() == [[False, False]] * 2
+
+
+def test_the_dtype_faithful_run_returns_a_mutating_ops_own_results() -> None:
+    # campaign g's 580130 and f's 560876: batch norm in training mode writes its running statistics and
+    # returns three new tensors; the dtype-faithful run returned the first written argument instead,
+    # and the program raised "Object of type 'Tensor' is not an instance of 'sequence'"
+    rule = _rule()
+    x = torch.linspace(-3.0, 3.0, 2 * 3 * 4, dtype=torch.float64).reshape(2, 3, 4).to(torch.float16)
+
+    def graph(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mean, var = torch.zeros(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16)
+        out, saved_mean, _ = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, True, 0.5, 1e-5)
+        return out, saved_mean, mean
+
+    eager = graph(x.clone())
+    runs = rule["faithful"](graph, lambda: [x.clone()])
+    assert len(runs) == 3 and all(len(r) == 3 for r in runs)  # per output: as is, one ULP up, one down
+    out, saved_mean, running_mean = (r[0] for r in runs)
+    assert out.dtype == torch.float16 and out.shape == (2, 3, 4)
+    assert torch.equal(saved_mean, eager[1]) and torch.equal(running_mean, eager[2])
+    assert float((out.double() - eager[0].double()).abs().max()) <= 2 * 2.0**-10 * 2  # within 2 ULP of ~2

@@ -198,3 +198,35 @@ def test_a_well_posed_or_nonfinite_matrix_is_left_as_it_is() -> None:
     assert _well_posed(_state({"a": nonfinite}), "a") == "a"
     huge = torch.tensor([[3e38, 3e38], [3e38, 3e38]])  # no shift fits in float32: not drawn
     assert _well_posed(_state({"a": huge}), "a") is None
+
+
+# ------------------------------------------------------------------------------- singular values
+
+
+def test_singular_values_of_a_matrix_with_inf_are_not_drawn_where_their_vectors_fail() -> None:
+    # campaign g's 580334: linalg.cond of a matrix holding +inf is NaN in eager (singular values only),
+    # while the compiled graph asks LAPACK for the singular vectors, which raises for it (not for some
+    # others); a matrix whose vectors LAPACK computes is drawn
+    from precisionkit.difftest.opinfo_guards import _guarded_call
+
+    t = templates("linalg.cond", "float32")[0]
+    finite = torch.tensor([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]])
+    inf = float("inf")  # 580334's matrix
+    with_inf = torch.tensor(
+        [
+            [0.09, 0.08, 0.10, 0.13, 0.0],
+            [inf, 0, 0, 0.02, inf],
+            [0, inf, 0.17, 0.24, 0.016],
+            [0.1, inf, inf, inf, 0],
+            [inf, 0, inf, inf, inf],
+        ]
+    )
+    with pytest.raises(RuntimeError, match="converge"):
+        torch.linalg.cond(with_inf.clone().requires_grad_())  # the vectors: what the compiled program runs
+    assert torch.isnan(torch.linalg.cond(with_inf)).all()  # the values alone: eager's NaN
+    assert _guarded_call(_state({"a": with_inf}), "linalg.cond", t, ["a"]) is None
+    one_inf = finite.clone()
+    one_inf[1, 1] = inf
+    assert torch.isnan(torch.linalg.cond(one_inf.clone().requires_grad_())).all()  # vectors LAPACK computes
+    assert _guarded_call(_state({"a": one_inf}), "linalg.cond", t, ["a"]) == "torch.linalg.cond(a)"
+    assert _guarded_call(_state({"a": finite}), "linalg.cond", t, ["a"]) == "torch.linalg.cond(a)"
