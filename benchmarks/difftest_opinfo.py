@@ -80,7 +80,14 @@ def _store_coverage(cases: list[object], out: str) -> None:
 
 
 def _run(
-    n: int, start: int, out: str, warmup: int, minutes: float = 0.0, device: str = "cpu", workers: int = 1
+    n: int,
+    start: int,
+    out: str,
+    warmup: int,
+    minutes: float = 0.0,
+    device: str = "cpu",
+    workers: int = 1,
+    backend: str = "inductor",
 ) -> None:
     import signal
 
@@ -125,6 +132,7 @@ def _run(
                 log=log,
                 device=device,
                 workers=workers,
+                backend=backend,
             )
         except _TimeUp:
             print(f"time is up: {len(stamps)} of {n} programs run", flush=True)
@@ -133,7 +141,7 @@ def _run(
     took = time.perf_counter() - t0
     cpu1 = os.times()
     print(f"\n{n} programs in {took:.0f} s wall; classes: {dict(classes)}")
-    print(f"device: {device}; workers: {workers}")
+    print(f"compiler: {backend}; device: {device}; workers: {workers}")
     print(f"throughput: {60 * n / took:.1f} programs/min in {workers} worker(s) (all)")
     if len(stamps) > warmup + 1:
         warm = stamps[-1] - stamps[warmup]
@@ -147,6 +155,9 @@ def _run(
     for o in mismatches:
         case = o.case
         label = "-"
+        if backend != "inductor":  # the faithful-casts option below is Inductor's
+            print(f"- {case.id} [{_describe(case)}]\n    rule: {o.message}")
+            continue
         try:
             with Isolated() as worker:
                 again = worker.run(case.with_(options=(("emulate_precision_casts", True),)))
@@ -169,13 +180,16 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=0.0, help="with --run: start no program after this many minutes")
     ap.add_argument("--device", default="cpu", help="with --run: the device the programs run on (cpu, cuda, ...)")
     ap.add_argument("--workers", type=int, default=1, help="with --run: worker interpreters side by side")
+    ap.add_argument(
+        "--backend", default="inductor", help="with --run: the compiler (inductor, openvino, iree, a user's adapter)"
+    )
     ns = ap.parse_args()
     if ns.list:
         _list()
     if ns.coverage:
         _coverage(ns.coverage, ns.start, ns.table)
     if ns.run:
-        _run(ns.run, ns.start, ns.out, ns.warmup, ns.minutes, ns.device, ns.workers)
+        _run(ns.run, ns.start, ns.out, ns.warmup, ns.minutes, ns.device, ns.workers, ns.backend)
     if not (ns.list or ns.coverage or ns.run):
         ap.error("say --list, --coverage N or --run N")
 
