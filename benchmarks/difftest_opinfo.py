@@ -25,6 +25,10 @@ import json
 import os
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from precisionkit.difftest import Outcome
 
 
 def _list() -> None:
@@ -91,7 +95,7 @@ def _run(
 ) -> None:
     import signal
 
-    from precisionkit.difftest import Isolated, Outcome, fuzz
+    from precisionkit.difftest import fuzz
 
     def stop(*_: object) -> None:  # a timeout's SIGTERM: the programs run so far are still reported
         raise _TimeUp
@@ -151,6 +155,13 @@ def _run(
         f"of the worker: {cpu1.children_user - cpu0.children_user + cpu1.children_system - cpu0.children_system:.0f} s"
     )
     _store_coverage(cases, out)
+    _print_mismatches(mismatches, backend)
+
+
+def _print_mismatches(mismatches: list[Outcome], backend: str) -> None:
+    """Each mismatch with its rule message; on Inductor, rerun with faithful casts for a by-design label."""
+    from precisionkit.difftest import Isolated
+
     print(f"\nmismatches: {len(mismatches)}")
     for o in mismatches:
         case = o.case
