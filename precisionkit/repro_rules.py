@@ -185,6 +185,11 @@ REFERENCE = {"device": ""}
         if like.is_floating_point() and o.is_floating_point() and o.numel() and self.u:
             o = o.double() * (1 + self.u * torch.finfo(like.dtype).eps)
         return o.to(like.dtype)
+    def _rounded(self, o64, eager):  # the fp64 results, each rounded as eager's (eager's where they do not pair)
+        tree = torch.utils._pytree
+        fe, se = tree.tree_flatten(eager)
+        fo = tree.tree_flatten(o64)[0]
+        return eager if len(fe) != len(fo) else tree.tree_unflatten([self._round(o, e) for o, e in zip(fo, fe)], se)
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tree = torch.utils._pytree
@@ -214,9 +219,7 @@ REFERENCE = {"device": ""}
                 if low(a):
                     a.copy_(b)
             if fresh:
-                fe, se = tree.tree_flatten(eager)
-                fo = tree.tree_flatten(o64)[0]
-                return eager if len(fe) != len(fo) else tree.tree_unflatten([self._round(o, e) for o, e in zip(fo, fe)], se)
+                return self._rounded(o64, eager)
             first = args[written[0]] if written[0] < len(args) else kwargs.get(schema.arguments[written[0]].name)
             return first
         eager = func(*args, **kwargs)
@@ -224,11 +227,7 @@ REFERENCE = {"device": ""}
             o64 = func(*a64, **k64)
         except (RuntimeError, NotImplementedError, TypeError):
             return eager
-        fe, se = tree.tree_flatten(eager)
-        fo = tree.tree_flatten(o64)[0]
-        if len(fe) != len(fo):
-            return eager
-        return tree.tree_unflatten([self._round(o, e) for o, e in zip(fo, fe)], se)
+        return self._rounded(o64, eager)
 def faithful(graph, make):  # per output, the dtype-faithful runs: as is, every step one ULP up, one down
     out = []
     for u in (0, 1, -1):
@@ -488,7 +487,7 @@ def check(graph, args, backend):
             with torch.no_grad():
                 ties.append(nan_ties(graph, make, eager) or [None] * len(eager))
         return ties[0][k]
-    def free(k):  # and where its class follows the sign of a reduction's zero: one more eager run, once
+    def free(k):  # and where its class follows the sign of a reduction's zero: two more eager runs, once
         if not signs:
             with torch.no_grad():
                 signs.append(reduction_zero_signs(graph, make, eager) or [None] * len(eager))

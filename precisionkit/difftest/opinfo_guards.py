@@ -22,8 +22,8 @@ def _names_in(text: str) -> set[str]:
     return set(re.findall(r"\bv\d+\b", text))
 
 
-def _run(expr: str, env: dict[str, Any]) -> Any:
-    with warnings.catch_warnings(), torch.no_grad():
+def _run(expr: str, env: dict[str, Any], grad: bool = False) -> Any:
+    with warnings.catch_warnings(), torch.set_grad_enabled(grad):
         warnings.simplefilter("ignore")
         return eval(expr, {"torch": torch, "F": torch.nn.functional}, env)
 
@@ -196,9 +196,7 @@ def _singular_vectors_fail(st: Any, t: Template, names: Sequence[str]) -> bool:
         return False
     env = {**st.env, "_m": m.detach().clone().requires_grad_()}
     try:
-        with warnings.catch_warnings(), torch.enable_grad():
-            warnings.simplefilter("ignore")
-            eval(_call(t, ["_m", *names[1:]], st.p.device), {"torch": torch, "F": torch.nn.functional}, env)
+        _run(_call(t, ["_m", *names[1:]], st.p.device), env, grad=True)
     except Exception:  # noqa: BLE001 - whatever it raises, the compiled call may raise it too
         return True
     return False
