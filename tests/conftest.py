@@ -5,6 +5,7 @@ Dagster's materialization entry points, so new tests fall into the right tier by
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
@@ -21,7 +22,10 @@ _RUNS_ASSETS = (
 )
 
 
+@functools.cache
 def _runs_assets(fn) -> bool:
+    """Whether ``fn``'s source calls one of :data:`_RUNS_ASSETS` (once per function: a fixture is asked about
+    for every test that uses it)."""
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):

@@ -5,6 +5,7 @@ nothing; the programs below run eagerly only."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -29,8 +30,13 @@ def _runs(case) -> bool:
     return True
 
 
-#: a fixed sample of typed programs, generated once for the module (those eager runs)
-SAMPLE = [c for c in (difftest.generate(s, "typed") for s in range(300)) if _runs(c)]
+@functools.cache
+def _sample() -> tuple:
+    """A fixed sample of typed programs (those eager runs), made once, when a test first asks: at import it cost
+    every pytest worker's collection about 3 s, also where no test of this file runs."""
+    return tuple(c for c in (difftest.generate(s, "typed") for s in range(300)) if _runs(c))
+
+
 NEW_FEATURES = ("integer_reduction", "full_reduction", "amin", "isinf_isnan", "where_class", "small_int_dtype")
 _OPS = r"(argmin|argmax|amin|amax|min|max)"
 #: a reduction line of an integer or bool input: (value, op, input, .values / .indices) by torch.op,
@@ -49,7 +55,7 @@ def _outputs(case):
 
 
 def test_a_seeded_sample_holds_every_new_op_form_and_operand_dtype() -> None:
-    src = "\n".join(c.source for c in SAMPLE)
+    src = "\n".join(c.source for c in _sample())
     for form in (
         r"torch\.argmin\([ib]\d+\S*, dim=",
         r"torch\.argmax\([ib]\d+\S*, dim=",
@@ -68,16 +74,16 @@ def test_a_seeded_sample_holds_every_new_op_form_and_operand_dtype() -> None:
         r"\* [\d.e+]+\)\.to\(torch\.float16\)",  # past float16's range, then cast: infinities
     ):
         assert re.search(form, src, re.M), form
-    reduced = {m.group(3) or m.group(5) for c in SAMPLE for m in map(_REDUCE.match, c.source.splitlines()) if m}
-    dtypes = {i.dtype for c in SAMPLE for i in c.inputs if i.name in reduced}
+    reduced = {m.group(3) or m.group(5) for c in _sample() for m in map(_REDUCE.match, c.source.splitlines()) if m}
+    dtypes = {i.dtype for c in _sample() for i in c.inputs if i.name in reduced}
     assert dtypes == {"bool", "int8", "uint8", "int32", "int64"}
-    assert all(set(NEW_FEATURES) & difftest.features_of(c) for c in SAMPLE if c.source.count("torch.is") > 0)
+    assert all(set(NEW_FEATURES) & difftest.features_of(c) for c in _sample() if c.source.count("torch.is") > 0)
 
 
 def test_integer_inputs_of_reductions_have_few_distinct_values() -> None:
     """Ties decide which index is first: most reduced integer inputs hold at most 7 values."""
     small = total = 0
-    for case in SAMPLE[:120]:
+    for case in _sample()[:120]:
         names = {m.group(3) or m.group(5) for m in map(_REDUCE.match, case.source.splitlines()) if m}
         args = dict(zip([i.name for i in case.inputs], namespace(case)["make"](), strict=True))
         for name in names & {i.name for i in case.inputs if i.values == "int"}:
@@ -90,7 +96,7 @@ def test_reductions_over_int8_uint8_and_bool_keep_or_index_their_dtype() -> None
     """Values (min / max ``.values``, amin, amax, the full min / max) keep the input's dtype;
     indices (argmin, argmax, ``.indices``) are int64. Read from the eager outputs of the sample."""
     seen = set()
-    for case in SAMPLE[:150]:
+    for case in _sample()[:150]:
         lines = {m.group(1): m for m in map(_REDUCE.match, case.source.splitlines()) if m}
         dtypes = {i.name: i.dtype for i in case.inputs}
         narrow = {n: m for n, m in lines.items() if dtypes.get(m.group(3) or m.group(5)) in ("int8", "uint8", "bool")}
@@ -112,7 +118,7 @@ def test_class_tests_of_specials_inputs_find_specials() -> None:
     at least one of each): its isinf and isnan masks have a True, its isfinite mask a False; the
     float16 overflow gives infinities in most programs."""
     checked, overflowed, overflow_programs = set(), 0, 0
-    for case in SAMPLE:
+    for case in _sample():
         whole = ("contiguous", "transposed")
         specials = {
             i.name for i in case.inputs if i.values == "specials" and i.layout in whole and i.shape[0] * i.shape[1] >= 7
