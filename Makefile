@@ -89,8 +89,12 @@ gpu-source:
 # Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them
 # in one group, so it is made once), every other file's tests stay together on either, groups handed out costliest
 # first (tests/conftest.py; --no-loadscope-reorder keeps that order). On an idle 2-core AMD EPYC (AVX-512): 1560
-# tests in 13 min 03 s from a fresh clone with a cold Inductor cache, 11 min 57 s for 1555 with a warm one
-# (2026-11-29); the smoke run they share is about 4.5 min of it. TEST_WORKERS=0 runs them in this process.
+# tests in 12 min 59 s from a fresh clone with a cold Inductor cache (2026-11-30; 13 min 03 s the day before), the
+# smoke run they share about 4.8 min of it. The two workers are busy 97 % of the time and end within seconds of each
+# other, so only less work shortens the run. Of its about 1520 CPU-seconds (2026-11-30, before the change below),
+# 566 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 kernels, 218 of them in
+# the smoke run) and 302 the 186 interpreters the tests start.
+# TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
 # OMP_WAIT_POLICY=PASSIVE: two workers, each with an OpenMP team as wide as the machine, oversubscribe its cores,
