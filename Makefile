@@ -91,9 +91,9 @@ gpu-source:
 # first (tests/conftest.py; --no-loadscope-reorder keeps that order). On an idle 2-core AMD EPYC (AVX-512): 1560
 # tests in 12 min 59 s from a fresh clone with a cold Inductor cache (2026-11-30; 13 min 03 s the day before), the
 # smoke run they share about 4.8 min of it. The two workers are busy 97 % of the time and end within seconds of each
-# other, so only less work shortens the run. Of its about 1520 CPU-seconds (2026-11-30, before the change below),
-# 566 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 kernels, 218 of them in
-# the smoke run) and 302 the 186 interpreters the tests start.
+# other, so only less work shortens the run. Of its about 1420 CPU-seconds (2026-11-30, before the change below),
+# 517 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 calls, 218 of them in
+# the smoke run) and 297 the 211 interpreters the tests start.
 # TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
