@@ -105,9 +105,10 @@ gpu-source:
 TEST_WORKERS ?= 2
 # Bytecode is written for the tests even where the shell sets PYTHONDONTWRITEBYTECODE (as CI machines like this one
 # do): about 200 interpreters start during the suite (reproducers, workers, the CLI), each compiling the project's
-# sources again without it, and each pytest worker rewrote every test module's asserts again. Measured on the EPYC
-# (2026-11-30): collecting the suite 20.6 s without it, 13.8 s with it; importing the pipeline and the tester in a
-# fresh interpreter 5.7 s against 5.1 s. The bytecode goes to the __pycache__ folders git ignores.
+# sources again without it. Measured on the EPYC (2026-11-30): importing the pipeline and the tester in a fresh
+# interpreter 5.7 s without it, 5.1 s with it; collecting the suite 14.6 and 15.2 s without it, 18.8 s the first
+# time with it (it writes the bytecode: both workers of a fresh clone pay that) and 11.0 and 8.9 s after, as the
+# ISA re-runs below do. The bytecode goes to the __pycache__ folders git ignores.
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE}
 test: $(STAMP) $(COMPILERS_STAMP)
 	./scripts/ensure-chromium.sh

@@ -37,8 +37,8 @@ class MovementSizes:
 SIZES = {
     # One shape, odd in every dim (a vector loop and its tail in each kernel): the test suite and the planted-bug
     # matrix run D at this size many times, and each compile is about a second of Inductor and the C++ compiler on
-    # a 2-core CPU; the power-of-two shape beside it doubled that (81 compiles against 45) and reached no
-    # path the odd one misses. The default and larger profiles keep both kinds of shape.
+    # a 2-core CPU; the power-of-two shape beside it doubled that (81 compiles against 45). Kernels at
+    # power-of-two sizes are left to the default and larger profiles, which keep both kinds of shape.
     "smoke": MovementSizes(shapes=((1, 7, 24),), compiles=45),
     # Two shapes (a power-of-two one and one odd in every dim): each shape is 36 compiles, about a minute. On two
     # processes: the check table took 138.6 s in one and 81.5 s in two, cold, on the slow 16-bit path of an idle
