@@ -9,7 +9,7 @@ import functools
 import inspect
 
 import pytest
-from _xdist_order import costliest_groups_first
+from _xdist_order import costliest_groups_first, xdist_group_of
 
 _RUNS_ASSETS = (
     "materialize(",
@@ -31,18 +31,6 @@ def _runs_assets(fn) -> bool:
     except (OSError, TypeError):
         return False
     return any(marker in source for marker in _RUNS_ASSETS)
-
-
-#: With ``pytest -n 2 --dist loadgroup`` (``make test``), the tests that read the session's smoke run go to
-#: one worker together, so it is made once; every other test goes with the rest of its file, so a module's
-#: fixtures are built once too.
-SMOKE_GROUP = "smoke_everything"
-
-
-def xdist_group_of(nodeid: str, fixture_names: list[str] | tuple[str, ...]) -> str:
-    """The xdist group of a test: :data:`SMOKE_GROUP` when it reads the session's smoke run (directly or
-    through a fixture), else its file."""
-    return SMOKE_GROUP if "smoke_everything" in fixture_names else nodeid.split("::")[0]
 
 
 @pytest.hookimpl(tryfirst=True)

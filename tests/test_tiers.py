@@ -34,6 +34,16 @@ def test_reads_smoke_indirectly(reads_the_smoke_run):
     assert reads_the_smoke_run is not None
 
 
+def test_reading_the_smoke_run_on_the_run_device_joins_the_smoke_group():
+    from _xdist_order import SMOKE_GROUP, xdist_group_of
+
+    assert xdist_group_of("tests/pipeline/test_x.py::test_y", ("tmp_path", "smoke_on_run_device")) == SMOKE_GROUP
+    assert xdist_group_of("tests/site/test_x.py::test_y", ["smoke_everything"]) == SMOKE_GROUP
+    assert xdist_group_of("tests/pipeline/test_x.py::test_y", ("tmp_path", "smoke_resources")) == (
+        "tests/pipeline/test_x.py"
+    )
+
+
 class _Item:
     """A collected item as the ordering sees it: its group and its tier markers."""
 

@@ -1,5 +1,4 @@
 import math
-import time
 
 import dagster as dg
 import numpy as np
@@ -46,18 +45,14 @@ UPSTREAM = [
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """One smoke materialization of S's chain pools + every B asset and check (compiles 20 graphs)."""
-    from pipeline.definitions import build_resources
-    from pipeline.resources import ExperimentSettings
+def smoke_run(smoke_everything):
+    """S's chain pools and every B asset and check at smoke size on the cpu (20 compiles), read from the
+    session's smoke run of every experiment (tests/conftest.py) as B's own materialization: its result and
+    its data folder."""
+    from _smoke_run import RunPart
 
-    base = tmp_path_factory.mktemp("b_data")
-    resources = build_resources(ExperimentSettings(profile="smoke", device="cpu"), base_dir=str(base))
-    start = time.perf_counter()
-    result = dg.materialize([*UPSTREAM, *B_ASSETS, *B_CHECKS], resources=resources)
-    seconds = time.perf_counter() - start
-    print(f"\nsmoke materialization of S chains + B: {seconds:.1f} s")
-    return result, base / "smoke", seconds
+    part = RunPart(smoke_everything, [*UPSTREAM, *B_ASSETS, *B_CHECKS])
+    return part, part.data
 
 
 def _read(folder, name):
@@ -65,7 +60,7 @@ def _read(folder, name):
 
 
 def test_per_set_table_has_every_chain_distribution_dtype_path_and_set(smoke_run):
-    result, folder, _ = smoke_run
+    result, folder = smoke_run
     assert result.success
     per_set = _read(folder, "accumulated_error_per_set")
     n = POOL_SIZES["smoke"].chain_sets
@@ -82,7 +77,7 @@ def test_per_set_table_has_every_chain_distribution_dtype_path_and_set(smoke_run
 
 
 def test_fused_paths_compiled_once_with_evidence(smoke_run):
-    _, folder, _ = smoke_run
+    _, folder = smoke_run
     ev = _read(folder, "accumulated_error_fusion_evidence")
     fused_rows = ev.filter(pl.col("path") != "eager")
     assert fused_rows.height == len(CHAINS) * len(b_rules.DTYPES_B) * 2
@@ -105,7 +100,7 @@ def test_fused_paths_compiled_once_with_evidence(smoke_run):
 
 def test_per_set_stats_equal_error_stats_for_a_sample_set(smoke_run):
     """The per-set row for one set equals precisionkit.error_stats of a fresh eager + fused run."""
-    _, folder, _ = smoke_run
+    _, folder = smoke_run
     per_set = _read(folder, "accumulated_error_per_set")
     pool = _read(folder, "input_pool_softmax")
     refs = _read(folder, "fp64_reference_softmax")
@@ -134,7 +129,7 @@ def test_per_set_stats_equal_error_stats_for_a_sample_set(smoke_run):
 
 
 def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run):
-    result, folder, _ = smoke_run
+    result, folder = smoke_run
     summary = _read(folder, "accumulated_error_summary")
     cex = _read(folder, "accumulated_error_counterexamples")
     ablation = _read(folder, "fusion_ablation")
@@ -225,7 +220,7 @@ def test_summary_counterexamples_ablation_switch_list_and_checks_agree(smoke_run
 
 
 def test_distributions_are_normalized_histograms(smoke_run):
-    _, folder, _ = smoke_run
+    _, folder = smoke_run
     hist = _read(folder, "accumulated_error_distributions")
     keys = ["chain", "distribution", "dtype", "path", "metric"]
     sums = hist.group_by(keys).agg(pl.col("count").sum(), pl.col("fraction").sum(), pl.col("cdf").max())

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline import storage
 from pipeline.experiments import experiment
@@ -189,14 +190,14 @@ def _pool_ffn():
     return next(a for a in toolkit.input_pools if a.key == dg.AssetKey("input_pool_ffn"))
 
 
-def test_smoke_skips_cold_start_and_says_so(smoke_resources, tmp_path):
+def test_smoke_skips_cold_start_and_says_so(smoke_on_run_device):
     """The smoke profile runs round 1 only: the run is valid with that plan, the cold-start claim
     is inconclusive and the thread-count finding has nothing to report."""
     assert not SIZES["smoke"].cold_start
     assert SIZES["default"].cold_start and SIZES["seed"].cold_start
-    result = dg.materialize([_pool_ffn(), assets.determinism, *CHECKS], resources=smoke_resources)
+    result = RunPart(smoke_on_run_device, [_pool_ffn(), assets.determinism, *CHECKS])
     assert result.success
-    summary = storage.read_value(tmp_path / "smoke" / "determinism_summary")
+    summary = storage.read_value(result.data / "determinism_summary")
     assert set(summary["round"]) == {"round1"} and set(summary["dtype"]) == set(DETERMINISM_DTYPES)
     evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert evals["every_round_ran_its_planned_runs"].passed, evals["every_round_ran_its_planned_runs"].metadata

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline.experiments.reduction_order.spec import SIZES as REDUCTION_SIZES
 from pipeline.experiments.toolkit.spec import SIZES as POOL_SIZES
@@ -50,8 +51,9 @@ def test_locator_rule_contradicts_a_divergent_layer_and_names_it():
     assert divergence.judge_locator(failed)[0] == INCONCLUSIVE
 
 
-def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
-    result = dg.materialize(
+def test_divergence_and_fuzz_assets_smoke(smoke_on_run_device):
+    result = RunPart(
+        smoke_on_run_device,
         [
             divergence.divergence_per_layer,
             divergence.no_layer_diverges,
@@ -59,10 +61,9 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
             fuzzing.fuzzed_graphs_all_ok,
             fuzzing.fuzzed_graphs_no_wrong_results,
         ],
-        resources=smoke_resources,
     )
     assert result.success
-    table = read_value(tmp_path / "smoke" / "divergence_per_layer")
+    table = read_value(result.data / "divergence_per_layer")
     assert list(table.columns[:6]) == ["layer_index", "layer", "module_type", "depth", "eager_err", "fused_err"]
     assert table["layer_index"].to_list() == list(range(table.height))
     layers = table["layer"].to_list()
@@ -89,7 +90,7 @@ def test_divergence_and_fuzz_assets_smoke(smoke_resources, tmp_path):
     meta = result.asset_materializations_for_node("divergence_per_layer")[0].metadata
     assert "fresh seeded initialization" in meta["model_weights"].value
 
-    outcomes = read_value(tmp_path / "smoke" / "fuzz_outcomes")
+    outcomes = read_value(result.data / "fuzz_outcomes")
     assert outcomes.height == SIZES["smoke"].fuzz_graphs
     assert set(outcomes["class"]) <= {"ok", "mismatch", "graph_break", "compile_error", "crash", "invalid"}
     ok = outcomes.filter(pl.col("class") == "ok")

@@ -2,6 +2,7 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline.experiments.instruction_selection.assets import c1_instruction_selection, c1_notes
 from pipeline.experiments.instruction_selection.checks import (
@@ -174,8 +175,8 @@ def test_bad_shape_is_rejected():
         selection_input((0, 4), seed=1, device=torch.device("cpu"))
 
 
-def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
-    result = dg.materialize(ASSETS, resources=smoke_resources)
+def test_smoke_materialization_shows_the_mechanism(smoke_on_run_device):
+    result = RunPart(smoke_on_run_device, ASSETS)
     assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert {name: e.metadata["outcome"].value for name, e in checks.items()} == KINDS
@@ -184,7 +185,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     # The mechanism is a finding: whatever it finds, it is WARN, never a contradiction of the claim.
     mech = checks["c1_difference_is_instruction_selection"]
     assert mech.severity == dg.AssetCheckSeverity.WARN and "verdict" not in mech.metadata
-    dist = read_value(tmp_path / "smoke" / "c1_ulp_distribution")
+    dist = read_value(result.data / "c1_ulp_distribution")
     rows = {r["comparison"]: r for r in dist.iter_rows(named=True)}
     # The verdict follows the rule applied to the measured table, on any device.
     over = [rows[f"{m} A vs B"]["ulp_ge2_pct"] > 100 * MAX_FRACTION_ABOVE_1ULP for m in ("eager", "fused")]
@@ -192,14 +193,14 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     expected = CONTRADICTED if any(over) else (INCONCLUSIVE if any(same) else SUPPORTED)
     assert claim.metadata["verdict"].value == expected
     # the cost C1 declares (instruction_selection/cost.py): one compile per fused version, the tensors stored to the byte
-    stored = read_value(tmp_path / "smoke" / "c1_path_outputs")
+    stored = read_value(result.data / "c1_path_outputs")
     assert len([k for k in stored if k.startswith("fused_")]) == planned_compiles() == 4
     assert sum(t.numel() * t.element_size() for t in stored.values()) == stored_tensor_bytes("smoke")
 
     # CPU-specific from here: what this CPU backend measured (fp32 opmath for fp16 multiplies, the
     # scalar kept as a double/fp32 literal, Inductor's C++ kernels). An NPU with a true fp16 `muls`
     # may give other numbers and another mechanism, so these pins apply only to a CPU smoke run.
-    if smoke_resources["settings"].torch_device().type != "cpu":
+    if result.resources["settings"].torch_device().type != "cpu":
         pytest.skip("CPU-specific: C1's distribution, constants and mechanism measured on the CPU backend")
     # Measured on CPU: A and B differ in about 40% of elements, never by more than 1 ULP, in both
     # modes; each path gives the same bits eager and fused.
@@ -214,7 +215,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
         assert rows[f"{mode} route only: control_route_only vs A"]["bit_equal"]
         assert rows[f"{mode} route at B's value: B vs control_value_only"]["bit_equal"]
         assert rows[f"{mode} value only: control_value_only vs A"]["ulp_max"] == 1
-    routes = read_value(tmp_path / "smoke" / "c1_route_records")
+    routes = read_value(result.data / "c1_route_records")
     by = {(r["mode"], r["path"]): r for r in routes.iter_rows(named=True)}
     assert set(by) == {
         (m, p) for m in ("eager", "fused") for p in ("A", "B", "control_route_only", "control_value_only")
@@ -226,7 +227,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     assert by[("fused", "control_route_only")]["constants"] == "0.699999988079071"
     assert "plan's fallback" in route_statement(routes, dist)
 
-    ev = read_value(tmp_path / "smoke" / "c1_mechanism_evidence")
+    ev = read_value(result.data / "c1_mechanism_evidence")
     consts = {r["path"]: r["detail"] for r in ev.filter(ev["source"] == "constants").iter_rows(named=True)}
     assert consts == {"A": "0.7", "B": "0.7001953125"}
     dispatch = ev.filter(ev["source"] == "dispatch")
@@ -235,7 +236,7 @@ def test_smoke_materialization_shows_the_mechanism(smoke_resources, tmp_path):
     assert a_ops == ["aten.mul.Tensor(float16[64, 64] stride(64, 1), python float 0.7 (fp64))"]
     assert b_ops[-1] == "aten.mul.Tensor(float16[64, 64] stride(64, 1), float16[64, 64] stride(0, 0))"
 
-    errors = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c1_error_vs_fp64").iter_rows(named=True)}
+    errors = {r["path"]: r for r in read_value(result.data / "c1_error_vs_fp64").iter_rows(named=True)}
     assert errors["eager_A"]["exact_fraction"] == 1.0 and errors["eager_A"]["ulp_max"] <= 0.5
     assert errors["eager_B"]["ulp_max"] > 0.5
     assert checks["c1_higher_precision_scalar_is_closer"].passed

@@ -2,6 +2,7 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline.experiments import experiment
 from pipeline.experiments.reduction_order import accuracy as c2_accuracy
@@ -139,17 +140,17 @@ def test_bound_rule_arithmetic():
     assert c2_checks.judge_bounds(nan, ("tiled_fp32_partials",))[0] == INCONCLUSIVE
 
 
-def test_smoke_materialization(smoke_resources, tmp_path):
-    result = dg.materialize(ASSETS, resources=smoke_resources)
+def test_smoke_materialization(smoke_on_run_device):
+    result = RunPart(smoke_on_run_device, ASSETS)
     assert result.success
-    table = read_value(tmp_path / "smoke" / "c2_versions")
+    table = read_value(result.data / "c2_versions")
     versions = {r["version"]: r for r in table.iter_rows(named=True)}
     assert versions["eager"]["runs"] == 5 and set(versions) >= {"eager", "fused_default", "tile512_fp16_partials"}
     for v in versions.values():  # the flag is the rule's arithmetic on the counted bit patterns
         assert v["self_deterministic"] == (v["unique_out16"] == 1 and v["unique_acc32"] == 1)
 
     # Framework-tiled versions (the device's tiling settings) are listed apart from the hand-written tilings.
-    device = smoke_resources["settings"].torch_device().type
+    device = result.resources["settings"].torch_device().type
     tilings = c2_version_defs.reduction_variants("inductor", device)[1]  # Inductor's answer to reduction_tilings
     fw = {v for v, r in versions.items() if r["family"] == "framework_tiled"}
     assert fw and fw <= {f"framework_tiled_{k}" for k in tilings}
@@ -157,7 +158,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert {r["tiling_source"] for r in versions.values() if r["tile"]} == {"hand-written"}
     assert all(versions[v]["mode"] == "fused" and versions[v]["kernel_count"] for v in fw)
 
-    stored = read_value(tmp_path / "smoke" / "c2_version_outputs")
+    stored = read_value(result.data / "c2_version_outputs")
     assert stored["rows"].shape == (16, 4096)
     # the cost C2 declares (reduction_order/cost.py) where no tiling was rejected: one compile per fused version, and
     # the tensors stored to the byte
@@ -166,11 +167,11 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         planned = c2_version_defs.stored_tensor_bytes("smoke", device)
         assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
 
-    matrix = read_value(tmp_path / "smoke" / "c2_ulp_matrix")
+    matrix = read_value(result.data / "c2_ulp_matrix")
     assert {"version_a", "version_b", "output", "scope", "ulp_max"} <= set(matrix.columns)
 
     # Per row, version and output: error, derived bound, margin.
-    bounds = read_value(tmp_path / "smoke" / "c2_row_bounds")
+    bounds = read_value(result.data / "c2_row_bounds")
     assert {
         "version",
         "family",
@@ -201,7 +202,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         and bounds.filter(pl.col("family") == "compiler")["partial_abs_sum"].is_null().all()
     )
 
-    errors = read_value(tmp_path / "smoke" / "c2_error_vs_fp64")
+    errors = read_value(result.data / "c2_error_vs_fp64")
     assert {
         "bound_kind",
         "bound_formula",
@@ -245,7 +246,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         SUPPORTED if ((fp16p["margin"] <= 1) & (fp16p["margin_prob"] <= 1)).all() else CONTRADICTED
     )
     rate = meta["c2_fp16_differences_as_predicted"]
-    assert rate["verdict"] == c2_checks.judge_fp16_rate(read_value(tmp_path / "smoke" / "c2_ulp_matrix"))[0]
+    assert rate["verdict"] == c2_checks.judge_fp16_rate(read_value(result.data / "c2_ulp_matrix"))[0]
     # The framework's fused versions against eager, paired row by row: the verdict is the rule's on the stored rows,
     # and the smoke profile has enough rows for the test to reject a version worse on every row.
     accuracy = meta["c2_fused_not_less_accurate_than_eager"]
@@ -273,7 +274,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     # the CPU): split_reductions does not change the CPU kernel, while one thread or scalar
     # (simdlen=0) code changes the loop and with it the fp32 accumulator; fp16-stored partials change
     # the fp16 sum across tilings. Another device or torch build may legitimately differ.
-    if smoke_resources["settings"].torch_device().type == "cpu":
+    if result.resources["settings"].torch_device().type == "cpu":
         assert versions["fused_split_reductions=False"]["same_code_as_fused_default"]
         assert not versions["fused_cpp.threads=1"]["same_code_as_fused_default"]
         # CPU: the tiling each framework version got, read back from its generated kernel.

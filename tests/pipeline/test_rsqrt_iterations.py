@@ -2,6 +2,7 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline.experiments.rsqrt_iterations import assets as c3_assets
 from pipeline.experiments.rsqrt_iterations import checks as c3_checks
@@ -206,15 +207,15 @@ def test_bad_arguments_are_rejected():
         c3_compute.bit_trick_rsqrt(torch.ones(2, dtype=torch.int32), 1)
 
 
-def test_smoke_materialization(smoke_resources, tmp_path):
-    result = dg.materialize(ASSETS, resources=smoke_resources)
+def test_smoke_materialization(smoke_on_run_device):
+    result = RunPart(smoke_on_run_device, ASSETS)
     assert result.success
-    table = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c3_iteration_table").iter_rows(named=True)}
-    stored = read_value(tmp_path / "smoke" / "c3_path_outputs")
+    table = {r["path"]: r for r in read_value(result.data / "c3_iteration_table").iter_rows(named=True)}
+    stored = read_value(result.data / "c3_path_outputs")
     classes = stored["input_class"]
     n_special = int((classes != 0).sum())
     assert n_special == 117 and torch.isinf(stored["input"]).sum() == 2 and torch.isnan(stored["input"]).sum() == 1
-    hist = read_value(tmp_path / "smoke" / "c3_ulp_histogram")  # the iteration study covers the U(0.01, 100) body
+    hist = read_value(result.data / "c3_ulp_histogram")  # the iteration study covers the U(0.01, 100) body
     assert hist.filter(hist["comparison"] == "B_newton0_float32 vs A_eager")["count"].sum() == 64 * 64 - n_special
     assert table["A_fused"]["fused_kernel_count"] == "1"
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
@@ -224,7 +225,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert check.metadata["method"].value == c3_rules.METHOD and "fallback" in c3_rules.METHOD
     assert check.metadata["outcome"].value == FINDING and check.passed
     # The claims: verdicts are the rules' on the stored rounding table, which covers every element.
-    rounding = read_value(tmp_path / "smoke" / "c3_framework_rounding")
+    rounding = read_value(result.data / "c3_framework_rounding")
     assert set(rounding["op"]) == {"rsqrt", "div"}
     rsqrt_eager = rounding.filter((pl.col("op") == "rsqrt") & (pl.col("path") == "A_eager"))
     assert rsqrt_eager["elements"].sum() == 64 * 64 and set(rsqrt_eager["input_class"]) == set(c3_compute.INPUT_CLASSES)
@@ -242,16 +243,16 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     pre = [r["pre_round_rel_max"] for r in b]
     assert pre == sorted(pre, reverse=True) and pre[3] < 2e-7
     # The div table has the same form: A eager/fused (+ switches), torch.reciprocal, N = 0..3 per dtype.
-    div = {r["path"]: r for r in read_value(tmp_path / "smoke" / "c3_div_table").iter_rows(named=True)}
-    assert set(read_value(tmp_path / "smoke" / "c3_div_table").columns) == set(
-        read_value(tmp_path / "smoke" / "c3_iteration_table").columns
+    div = {r["path"]: r for r in read_value(result.data / "c3_div_table").iter_rows(named=True)}
+    assert set(read_value(result.data / "c3_div_table").columns) == set(
+        read_value(result.data / "c3_iteration_table").columns
     )
     assert {"A_eager", "A_fused", "B_torch_reciprocal"} <= set(div)
     dpre = [div[f"B_newton{n}_float32"]["pre_round_rel_max"] for n in c3_compute.ITERATIONS]
     assert dpre == sorted(dpre, reverse=True) and dpre[3] < 1e-6
     # What C3 declares as its cost (rsqrt_iterations/cost.py) is what the run did: one compile per fused path of
     # either op, and the tensors stored, to the byte (the IO manager's record adds the file's header)
-    device_type = smoke_resources["settings"].torch_device().type
+    device_type = result.resources["settings"].torch_device().type
     assert len([p for p in (*table, *div) if p.startswith("A_fused")]) == c3_compute.planned_compiles(device_type)
     planned = c3_compute.stored_tensor_bytes("smoke", device_type)
     assert sum(t.numel() * t.element_size() for t in stored.values()) == planned
@@ -261,19 +262,19 @@ def test_smoke_materialization(smoke_resources, tmp_path):
         if e.asset_key == dg.AssetKey("c3_path_outputs")
     )
     assert planned < written < planned + 16_000
-    div_table = read_value(tmp_path / "smoke" / "c3_div_table")
+    div_table = read_value(result.data / "c3_div_table")
     assert div_check.metadata["findings"].value == len(c3_checks.judge_iterations(div_table, "x / y")[0])
     # The search for a framework switch is recorded, not assumed; its statement is computed.
-    knobs = read_value(tmp_path / "smoke" / "c3_framework_knobs")
+    knobs = read_value(result.data / "c3_framework_knobs")
     assert not knobs["names_an_iteration_count"].any() and "use_fast_math" in knobs["option"].to_list()
-    statement = c3_rules.knob_statement(knobs, read_value(tmp_path / "smoke" / "c3_iteration_table"))
+    statement = c3_rules.knob_statement(knobs, read_value(result.data / "c3_iteration_table"))
     assert "none names an iteration count" in statement
-    floor = c3_rules.floor_statement(read_value(tmp_path / "smoke" / "c3_iteration_table"), "rsqrt")
+    floor = c3_rules.floor_statement(read_value(result.data / "c3_iteration_table"), "rsqrt")
     assert "stops changing from N=" in floor and "N=0:" in floor
 
     # CPU-specific: torch.rsqrt's own accuracy (path A) and hence the verdict were measured on the
     # CPU backend; another device's rsqrt may round differently.
-    if smoke_resources["settings"].torch_device().type != "cpu":
+    if result.resources["settings"].torch_device().type != "cpu":
         pytest.skip("CPU-specific: torch.rsqrt correctly rounded and the C3 verdict measured on the CPU backend")
     # torch.rsqrt on CPU is correctly rounded to fp16 in both modes (measured).
     assert (
@@ -282,7 +283,7 @@ def test_smoke_materialization(smoke_resources, tmp_path):
     assert [r["int_ulp_vs_rounded_ref_max"] for r in b[:2]] == [69, 3]
     assert b[2]["int_ulp_vs_rounded_ref_max"] <= 1 and b[3]["vs_A_eager_equal_fraction"] == 1.0
     # the findings are the table's (a measured CPU fact above, not a pinned outcome)
-    iteration_table = read_value(tmp_path / "smoke" / "c3_iteration_table")
+    iteration_table = read_value(result.data / "c3_iteration_table")
     assert check.metadata["findings"].value == len(c3_checks.judge_iterations(iteration_table, "torch.rsqrt")[0])
     # CPU, measured: torch's rsqrt and division are correctly rounded on every numeric element (0.00 %), special
     # values included, eager and fused; both framework claims are supported.

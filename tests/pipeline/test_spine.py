@@ -2,6 +2,7 @@ import dagster as dg
 import polars as pl
 import pytest
 import torch
+from _smoke_run import RunPart  # tests/ is on sys.path (pytest rootdir import mode)
 
 from pipeline import files, set_storage, storage
 from pipeline.definitions import defs
@@ -73,8 +74,8 @@ def test_references_check_flags_a_non_finite_or_wrong_dtype_reference():
     assert res.metadata["validity"].value == "invalid" and "not float64" in res.metadata["problems"].value
 
 
-def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
-    result = dg.materialize([*S_ASSETS, *S_CHECKS], resources=smoke_resources)
+def test_smoke_materialization_of_s_assets(smoke_on_run_device):
+    result = RunPart(smoke_on_run_device, [*S_ASSETS, *S_CHECKS])
     assert result.success
     checks = result.get_asset_check_evaluations()
     assert len(checks) == len(CHAINS) + 1 and all(c.passed for c in checks)
@@ -83,8 +84,8 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     assert all(c.severity == dg.AssetCheckSeverity.ERROR for c in checks)
 
     sizes = POOL_SIZES["smoke"]
-    pool = storage.read_value(tmp_path / "smoke" / "input_pool_softmax")
-    refs = storage.read_value(tmp_path / "smoke" / "fp64_reference_softmax")
+    pool = storage.read_value(result.data / "input_pool_softmax")
+    refs = storage.read_value(result.data / "fp64_reference_softmax")
     assert pool["normal/float16/x"].shape == (sizes.chain_sets, sizes.rows, sizes.width)
     assert pool["normal/float16/x"].dtype == torch.float16
     assert pool["large_logits/bfloat16/x"].dtype == torch.bfloat16
@@ -106,7 +107,7 @@ def test_smoke_materialization_of_s_assets(smoke_resources, tmp_path):
     assert isinstance(pool, set_storage.SetTensors) and pool.n_sets == sizes.chain_sets
     assert bit_equal(files.load_tensors(pool.path)["normal/float16/x"], pool["normal/float16/x"].load())
 
-    selfcheck = storage.read_value(tmp_path / "smoke" / "toolkit_selfcheck")
+    selfcheck = storage.read_value(result.data / "toolkit_selfcheck")
     assert selfcheck.height == 4 * 5 and selfcheck["passed"].all()
 
     # Drawn and referenced on the run's device (the CPU here), each said in the metadata.
