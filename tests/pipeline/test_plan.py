@@ -36,7 +36,7 @@ def test_the_estimate_sums_the_experiments_that_run():
     assert every.minutes is None and every.gpu is None  # no peak figures for a CPU
     # the compiles each spec declares, for D and M alone
     only = plan.plan_estimate("smoke", CPU, {"D", "M"}, SELECT)
-    assert only.compiles == D_SIZES["smoke"].compiles + M_SIZES["smoke"].compiles == 45 + 6
+    assert only.compiles == D_SIZES["smoke"].compiles + M_SIZES["smoke"].compiles == 45 + 3
     assert only.disk_bytes == 0  # neither stores a pool
     # B reads S's chain pools and references, so choosing B stores those, and not A's FFN pool
     rows = {c.name: c for c in plan.costs("smoke")}
