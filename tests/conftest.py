@@ -55,12 +55,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def smoke_everything(tmp_path_factory):
     """One smoke run of every experiment but the planted-bug suite (whose page then shows as not yet
-    run), and the report built from it: the site's tests read its pages, and experiments' smoke tests
-    that only read what a run stored (E's) read it instead of materializing their own. Steps may fail
-    here; a test that reads an experiment asserts its own steps succeeded (``_smoke_run.failed_steps``)."""
-    from _smoke_run import report_from
+    run) on the cpu, and the report built from it: the site's tests read its pages, and experiments' smoke
+    tests read their part of it (``_smoke_run.RunPart``) instead of materializing their own. Steps may fail
+    here; a test that reads an experiment asserts its own steps succeeded (``RunPart`` does)."""
+    from _smoke_run import smoke_report
 
-    from pipeline.experiments import EXPERIMENTS
-
-    ran = [exp for exp in EXPERIMENTS if exp.id != "Regression"]
-    return report_from(tmp_path_factory.mktemp("full-report"), ran, strict=False)
+    return smoke_report(tmp_path_factory.mktemp("full-report"))

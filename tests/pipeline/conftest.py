@@ -27,9 +27,6 @@ def smoke_on_run_device(request, tmp_path_factory):
     smoke tests read their part of it (``_smoke_run.RunPart``) instead of materializing it again."""
     if run_device() == "cpu":
         return request.getfixturevalue("smoke_everything")
-    from _smoke_run import report_from
+    from _smoke_run import smoke_report
 
-    from pipeline.experiments import EXPERIMENTS
-
-    ran = [exp for exp in EXPERIMENTS if exp.id != "Regression"]
-    return report_from(tmp_path_factory.mktemp("device-report"), ran, strict=False, device=run_device())
+    return smoke_report(tmp_path_factory.mktemp("device-report"), run_device())
