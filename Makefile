@@ -86,14 +86,16 @@ gpu-source:
 	tar -czf $(WHEELHOUSE)/fusion-precision-src.tar.gz -C $(WHEELHOUSE)/.src fusion-precision
 	rm -rf $(WHEELHOUSE)/.src
 
-# Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them
-# in one group, so it is made once), every other file's tests stay together on either, groups handed out costliest
-# first (tests/conftest.py; --no-loadscope-reorder keeps that order). On an idle 2-core AMD EPYC (AVX-512): 1560
-# tests in 12 min 59 s from a fresh clone with a cold Inductor cache (2026-11-30; 13 min 03 s the day before), the
-# smoke run they share about 4.8 min of it. The two workers are busy 97 % of the time and end within seconds of each
-# other, so only less work shortens the run. Of its about 1420 CPU-seconds (2026-11-30, before the change below),
-# 517 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 calls, 218 of them in
-# the smoke run) and 297 the 211 interpreters the tests start.
+# Two pytest-xdist workers: the tests that read the session's smoke run share one (tests/conftest.py puts them in
+# one group, so it is made once; experiments' smoke tests read their part of it rather than materialize it again),
+# every other file's tests stay together on either, groups handed out costliest first (tests/conftest.py;
+# --no-loadscope-reorder keeps that order). On an idle 2-core AMD EPYC (AVX-512), from a fresh clone with a cold
+# Inductor cache (.ci/run, 2026-11-30 04:25 and 04:39): 1561 tests in 10 min 18 s, the smoke run they share 3.6 min
+# of it; 10 min 39 s for the code before those tests read it (the same hour: this machine's speed varies by up to a
+# fifth between hours, so compare runs of one hour). The two workers are busy 97 % of the time and end within
+# seconds of each other, so only less work shortens the run. Of its about 1420 CPU-seconds (2026-11-30, before the
+# change below), 517 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 calls,
+# 218 of them in the smoke run) and 297 the 211 interpreters the tests start.
 # TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
