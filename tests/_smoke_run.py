@@ -67,8 +67,8 @@ class RunPart:
         self._asset_keys = {k for d in definitions for k in getattr(d, "keys", ())}
         self._check_keys = {k for d in definitions for k in getattr(d, "check_keys", ())}
         failed = [s for s in failed_steps(run) if s in self._steps]
-        assert failed == [], f"steps failed in the shared smoke run: {failed}"
-        self.success = True
+        self.success = failed == []
+        assert self.success, f"steps failed in the shared smoke run: {failed}"
 
     def get_asset_check_evaluations(self) -> list:
         return [e for e in self._result.get_asset_check_evaluations() if e.asset_check_key in self._check_keys]
