@@ -93,9 +93,10 @@ gpu-source:
 # Inductor cache (.ci/run, 2026-11-30 04:25 and 04:39): 1561 tests in 10 min 18 s, the smoke run they share 3.6 min
 # of it; 10 min 39 s for the code before those tests read it (the same hour: this machine's speed varies by up to a
 # fifth between hours, so compare runs of one hour). The two workers are busy 97 % of the time and end within
-# seconds of each other, so only less work shortens the run. Of its about 1420 CPU-seconds (2026-11-30, before the
-# change below), 517 were the workers' own Python (Dynamo, Inductor, the tests), 478 the C++ compiler (557 calls,
-# 218 of them in the smoke run) and 297 the 211 interpreters the tests start.
+# seconds of each other, so only less work shortens the run. Of its about 1420 CPU-seconds (2026-11-30, on b6cf911,
+# before the bytecode change below and the shared run's reuse), 517 were the workers' own Python (Dynamo, Inductor,
+# the tests), 478 the C++ compiler (557 calls, 218 of them in the smoke run) and 297 the 211 interpreters the tests
+# start.
 # TEST_WORKERS=0 runs them in this process.
 # Then the tests marked isa_sensitive again under each ATen CPU capability below the CPU's own
 # (scripts/isa-sensitive-tests.sh): a value that depends on the vector ISA must not pass by luck of the machine.
@@ -105,12 +106,12 @@ gpu-source:
 # tests took 54.0 and 57.4 s against 60.0 and 58.7 s, and two processes of small parallel ops side by side 6-7 s
 # against 19-46 s.
 TEST_WORKERS ?= 2
-# Bytecode is written for the tests even where the shell sets PYTHONDONTWRITEBYTECODE (as CI machines like this one
-# do): about 200 interpreters start during the suite (reproducers, workers, the CLI), each compiling the project's
-# sources again without it. Measured on the EPYC (2026-11-30): importing the pipeline and the tester in a fresh
-# interpreter 5.7 s without it, 5.1 s with it; collecting the suite 14.6 and 15.2 s without it, 18.8 s the first
-# time with it (it writes the bytecode: both workers of a fresh clone pay that) and 11.0 and 8.9 s after, as the
-# ISA re-runs below do. The bytecode goes to the __pycache__ folders git ignores.
+# Bytecode is written for the tests even where the shell sets PYTHONDONTWRITEBYTECODE (as the shell of the machine
+# these figures come from does): about 200 interpreters start during the suite (reproducers, workers, the CLI), each
+# compiling the project's sources again without it. Measured on the EPYC (2026-11-30): importing the pipeline and
+# the tester in a fresh interpreter 5.7 s without it, 5.1 s with it; collecting the suite 14.6 and 15.2 s without
+# it, 18.8 s the first time with it (it writes the bytecode: both workers of a fresh clone pay that) and 11.0 and
+# 8.9 s after, as the ISA re-runs below do. The bytecode goes to the __pycache__ folders git ignores.
 TEST_ENV = env -u PYTHONDONTWRITEBYTECODE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE}
 test: $(STAMP) $(COMPILERS_STAMP)
 	./scripts/ensure-chromium.sh

@@ -46,7 +46,7 @@ UPSTREAM = [
 
 @pytest.fixture(scope="module")
 def smoke_run(smoke_everything):
-    """S's chain pools and every B asset and check at smoke size on the cpu (20 compiles), read from the
+    """S's chain pools and every B asset and check at smoke size on the cpu (32 compiles: test_compile_counts), read from the
     session's smoke run of every experiment (tests/conftest.py) as B's own materialization: its result and
     its data folder."""
     from _smoke_run import RunPart

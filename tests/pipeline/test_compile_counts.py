@@ -5,8 +5,9 @@ M's in their own tests (test_data_movement.py, test_models.py)."""
 from __future__ import annotations
 
 import polars as pl
-from _smoke_run import failed_steps
+from _smoke_run import RunPart
 
+from pipeline.experiments import experiment
 from pipeline.experiments.accumulated_error.cost import cost_b
 from pipeline.experiments.accumulated_error.rules import DTYPES_B
 from pipeline.experiments.accumulated_error.spec import COMPILED_PATHS, compiles
@@ -18,7 +19,7 @@ from pipeline.workloads import CHAINS
 
 
 def test_b_compiles_what_its_spec_declares_once_each(smoke_everything):
-    assert not [s for s in failed_steps(smoke_everything) if s.startswith("accumulated_error")]
+    RunPart(smoke_everything, [*experiment("B").assets(), *experiment("B").checks()])
     evidence = pl.read_parquet(smoke_everything["data"] / "accumulated_error_fusion_evidence.parquet")
     compiled = evidence.filter(pl.col("graph_count") > 0)
     assert compiles(len(CHAINS), len(DTYPES_B)) == 32 == compiled.height
@@ -36,7 +37,7 @@ def test_the_cost_model_plans_the_compiles_b_declares():
 
 
 def test_e_compiles_what_its_spec_declares_once_per_precision(smoke_everything):
-    assert not [s for s in failed_steps(smoke_everything) if s.startswith("training")]
+    RunPart(smoke_everything, [*experiment("E").assets(), *experiment("E").checks()])
     curves = pl.read_parquet(smoke_everything["data"] / "training_curves.parquet")
     fused = curves.filter(pl.col("path") == "fused").unique("run")
     assert fused.height == 5  # one fused run per data order

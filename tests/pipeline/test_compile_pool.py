@@ -27,7 +27,8 @@ def test_pool_size_follows_the_device_the_cores_and_the_override(monkeypatch):
     assert pool_size(CPU, tasks=21, cores=16, compile_bound=True) == 2
     assert pool_size(CPU, tasks=19, cores=2, compile_bound=True) == 1  # too few to pay for a second process
     assert pool_size(CPU, tasks=6, cores=2, compile_bound=True) == 1  # the smoke profile's fuzzer
-    # D's tasks are an input draw each, several subgraphs apiece: the default profile's 15 draws of 81 compiles pay for two
+    # D's tasks are an input draw each, several subgraphs apiece: the default profile's 15 draws of 81 compiles
+    # pay for two
     assert pool_size(CPU, tasks=15, cores=2, compile_bound=True) == 1
     assert pool_size(CPU, tasks=15, cores=2, compile_bound=True, compiles_per_task=81 / 15) == 2
     # An accelerator: one worker per core, never more than there are tasks.

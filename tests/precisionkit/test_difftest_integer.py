@@ -74,10 +74,11 @@ def test_a_seeded_sample_holds_every_new_op_form_and_operand_dtype() -> None:
         r"\* [\d.e+]+\)\.to\(torch\.float16\)",  # past float16's range, then cast: infinities
     ):
         assert re.search(form, src, re.M), form
-    reduced = {m.group(3) or m.group(5) for c in _sample() for m in map(_REDUCE.match, c.source.splitlines()) if m}
-    dtypes = {i.dtype for c in _sample() for i in c.inputs if i.name in reduced}
+    sample = _sample()
+    reduced = {m.group(3) or m.group(5) for c in sample for m in map(_REDUCE.match, c.source.splitlines()) if m}
+    dtypes = {i.dtype for c in sample for i in c.inputs if i.name in reduced}
     assert dtypes == {"bool", "int8", "uint8", "int32", "int64"}
-    assert all(set(NEW_FEATURES) & difftest.features_of(c) for c in _sample() if c.source.count("torch.is") > 0)
+    assert all(set(NEW_FEATURES) & difftest.features_of(c) for c in sample if c.source.count("torch.is") > 0)
 
 
 def test_integer_inputs_of_reductions_have_few_distinct_values() -> None:

@@ -4,8 +4,8 @@ Beyond the test plan: the plan's tasks judge hand-written chains; M asks the que
 engineers ship. Architectures come from ``transformers`` (language models and vision backbones alike),
 built from their configs with seeded random weights (nothing is downloaded).
 
-Sizes: ``smoke`` builds three architectures tiny (two layers, width 32), each in one dtype, for the tests; ``default``
-builds them small enough that the default profile stays within its 20-minute budget on a CPU
+Sizes: ``smoke`` builds three architectures tiny (two layers, width 32), each in one dtype, for the tests;
+``default`` builds them small enough that the default profile stays within its 20-minute budget on a CPU
 without native 16-bit matmul (compile time dominates: one compile per architecture and dtype);
 ``seed`` builds the real sizes (GPT-2 small, BERT-base, ResNet-50, ViT-B/16, ...) for a GPU.
 
@@ -48,8 +48,9 @@ ALL = ("gpt2", "bert", "llama", "t5", "resnet50", "vit", "convnext")
 
 SIZES = {
     # Three architectures (a decoder, an encoder, a vision transformer), each in one dtype, both dtypes run:
-    # compile time is the cost, and the test suite materializes M at this size five times (each architecture in
-    # both dtypes was 6 compiles a run, 33 s of a 3 min 21 s cold smoke report on 2 cores, 2026-11-30).
+    # compile time is the cost, and make test materializes all of M at this size three times (make test-all five;
+    # each architecture in both dtypes was 6 compiles a run, 33 s of a 3 min 21 s cold smoke report of every
+    # experiment but the planted-bug matrix on 2 cores, 2026-11-30).
     "smoke": ModelSizes(
         scale="tiny",
         architectures=("gpt2", "bert", "vit"),
